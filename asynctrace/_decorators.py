@@ -1,0 +1,213 @@
+"""Decorators that trace plain, coroutine, generator and async-generator functions."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import AsyncGenerator, Callable, Generator
+from typing import Any, TypeVar, cast
+
+from ._errors import ConfigurationError
+from ._groups import PER_PROMPT as PER_PROMPT_GROUP
+from ._scopes import PER_PROMPT
+from ._spans import LEAF, UMBRELLA, Attributes, attach, detach, finish, start
+from ._state import GATE
+
+__all__ = ["trace_fn", "umbrella_trace_fn"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _check_group(group: object, where: str) -> str:
+    if not isinstance(group, str) or not group.strip():
+        raise ConfigurationError(f"{where}(group): expected a non-empty group name, got {group!r}")
+    return group.strip().lower()
+
+
+def _decorate(fn: F, group: str, name: str | None, shape: int, attributes: Attributes | None) -> F:
+    span_name = name or getattr(fn, "__qualname__", None) or repr(fn)
+    attrs = dict(attributes) if attributes else None
+
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def coroutine_wrapper(*args: Any, **kwargs: Any) -> Any:
+            enabled = GATE.enabled
+            if not enabled or (PER_PROMPT_GROUP if PER_PROMPT.get() else group) not in enabled:
+                return await fn(*args, **kwargs)
+            span = start(span_name, group, shape, attrs, None)
+            if span is None:
+                return await fn(*args, **kwargs)
+            token = attach(span)
+            try:
+                result = await fn(*args, **kwargs)
+            except BaseException as exc:
+                detach(token)
+                finish(span, type(exc), exc)
+                raise
+            detach(token)
+            finish(span, None, None)
+            return result
+
+        return cast(F, coroutine_wrapper)
+
+    if inspect.isasyncgenfunction(fn):
+
+        @functools.wraps(fn)
+        async def asyncgen_wrapper(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
+            enabled = GATE.enabled
+            span = None
+            if enabled and (PER_PROMPT_GROUP if PER_PROMPT.get() else group) in enabled:
+                span = start(span_name, group, shape, attrs, None)
+            agen = fn(*args, **kwargs)
+            send_value: Any = None
+            throw: BaseException | None = None
+            try:
+                while True:
+                    # The span is current only while the body runs; no token
+                    # is held across the yield below.
+                    token = attach(span) if span is not None else None
+                    try:
+                        if throw is not None:
+                            exc, throw = throw, None
+                            item = await agen.athrow(exc)
+                        else:
+                            item = await agen.asend(send_value)
+                    except StopAsyncIteration:
+                        break
+                    finally:
+                        detach(token)
+                    try:
+                        send_value = yield item
+                    except GeneratorExit:
+                        token = attach(span) if span is not None else None
+                        try:
+                            await agen.aclose()
+                        finally:
+                            detach(token)
+                        raise
+                    except BaseException as exc:  # athrow(): forward into the body
+                        throw = exc
+            except BaseException as exc:
+                if span is not None:
+                    finish(span, type(exc), exc)
+                raise
+            if span is not None:
+                finish(span, None, None)
+
+        return cast(F, asyncgen_wrapper)
+
+    if inspect.isgeneratorfunction(fn):
+
+        @functools.wraps(fn)
+        def generator_wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
+            enabled = GATE.enabled
+            if not enabled or (PER_PROMPT_GROUP if PER_PROMPT.get() else group) not in enabled:
+                return (yield from fn(*args, **kwargs))
+            span = start(span_name, group, shape, attrs, None)
+            if span is None:
+                return (yield from fn(*args, **kwargs))
+            return (yield from _traced_sync(fn(*args, **kwargs), span))
+
+        return cast(F, generator_wrapper)
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        enabled = GATE.enabled
+        if not enabled or (PER_PROMPT_GROUP if PER_PROMPT.get() else group) not in enabled:
+            return fn(*args, **kwargs)
+        span = start(span_name, group, shape, attrs, None)
+        if span is None:
+            return fn(*args, **kwargs)
+        token = attach(span)
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:
+            detach(token)
+            finish(span, type(exc), exc)
+            raise
+        detach(token)
+        finish(span, None, None)
+        return result
+
+    return cast(F, wrapper)
+
+
+def _traced_sync(gen: Generator[Any, Any, Any], span: Any) -> Generator[Any, Any, Any]:
+    """Drive *gen* with *span* current only while *gen* runs.
+
+    The context is attached around each resume and detached before the value
+    is handed to the consumer, so no token is ever held across a ``yield``.
+    """
+    send_value: Any = None
+    throw: BaseException | None = None
+    try:
+        while True:
+            token = attach(span)
+            try:
+                if throw is not None:
+                    exc, throw = throw, None
+                    item = gen.throw(exc)
+                else:
+                    item = gen.send(send_value)
+            finally:
+                detach(token)
+            try:
+                send_value = yield item
+            except GeneratorExit:
+                token = attach(span)
+                try:
+                    gen.close()
+                finally:
+                    detach(token)
+                raise
+            except BaseException as exc:  # forwarded into the traced generator
+                throw = exc
+    except StopIteration as stop:
+        finish(span, None, None)
+        return stop.value
+    except BaseException as exc:
+        finish(span, type(exc), exc)
+        raise
+
+
+def trace_fn(
+    group: str, name: str | None = None, *, attributes: Attributes | None = None
+) -> Callable[[F], F]:
+    """Decorate a function so each call is a *leaf* span of *group*.
+
+    Works on plain functions, coroutine functions (the span covers the awaited
+    body), generator and async-generator functions (the span covers the whole
+    iteration; no context token is held across a ``yield``; ``break`` or
+    ``aclose()`` end it exactly once). The gate is read at call time, so
+    decorating at import time, before configuration, works. ``name`` defaults
+    to the function's qualified name.
+
+    Example:
+        >>> @trace_fn("reward")
+        ... async def score(sample): ...
+    """
+    checked = _check_group(group, "trace_fn")
+
+    def decorator(fn: F) -> F:
+        return _decorate(fn, checked, name, LEAF, attributes)
+
+    return decorator
+
+
+def umbrella_trace_fn(
+    group: str, name: str | None = None, *, attributes: Attributes | None = None
+) -> Callable[[F], F]:
+    """Like :func:`trace_fn`, for an umbrella span (never bucketed).
+
+    Example:
+        >>> @umbrella_trace_fn("job", "rl.job")
+        ... def main(): ...
+    """
+    checked = _check_group(group, "umbrella_trace_fn")
+
+    def decorator(fn: F) -> F:
+        return _decorate(fn, checked, name, UMBRELLA, attributes)
+
+    return decorator
+

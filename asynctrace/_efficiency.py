@@ -1,0 +1,295 @@
+"""Efficiency spans: waits charged to the idle/wasted buckets, and coalesced polls."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable
+from types import TracebackType
+from typing import Final
+
+from opentelemetry.trace import Span
+
+from ._errors import ConfigurationError, report_internal_error
+from ._groups import EFFICIENCY as EFFICIENCY_GROUP
+from ._groups import PER_PROMPT as PER_PROMPT_GROUP
+from ._groups import Bucket, validate_bucket
+from ._scopes import PER_PROMPT
+from ._semconv import RL_EFFICIENCY_CATEGORY, RL_IDLE_POLLS
+from ._spans import AMBIENT_SPAN, EFFICIENCY, NOOP_CM, Attributes, _NoopSpanCM, finish, start
+from ._state import GATE
+
+__all__ = [
+    "PollWait",
+    "efficiency_bucket",
+    "efficiency_span",
+    "set_efficiency_bucket",
+    "start_efficiency_span",
+]
+
+# Category -> bucket. Keys ending in "/*" match a prefix; exact keys win, then
+# the longest prefix; anything else is unbucketed.
+_DEFAULT_TABLE: Final[dict[str, Bucket | None]] = {
+    "idle/*": Bucket.IDLE,
+    "wasted/*": Bucket.WASTED,
+    # Collector-side loop waits and the initial buffer fill overlap productive
+    # work of other processes in the same trace: bucketing them would charge
+    # one stretch of wall clock twice.
+    "idle/refit_event_wait": None,
+    "idle/generation_limit_pause": None,
+    "init/total": None,
+}
+_table: dict[str, Bucket | None] = dict(_DEFAULT_TABLE)
+_cache: dict[str, tuple[str, Bucket | None]] = {}
+_lock = threading.Lock()
+
+
+def _validate_category(category: object, key: str) -> str:
+    if (
+        not isinstance(category, str)
+        or not category.strip()
+        or category.strip() != category
+        or category.startswith("/")
+        or category.endswith("/")
+    ):
+        raise ConfigurationError(
+            f"{key}: expected a category like 'idle/buffer_starvation' (non-empty, no "
+            f"surrounding whitespace or slashes), got {category!r}"
+        )
+    return category
+
+
+def set_efficiency_bucket(category: str, bucket: Bucket | None) -> None:
+    """Override the bucket of an efficiency *category* (``None``: unbucketed).
+
+    *category* is exact (``"idle/refit_bubble"``) or a prefix pattern
+    (``"stall/*"``). Declare a wait unbucketed when other processes in the same
+    trace do productive work during it, so the wall clock is not charged twice.
+
+    Example:
+        >>> set_efficiency_bucket("stall/*", Bucket.IDLE)
+        >>> set_efficiency_bucket("idle/warmup", None)
+    """
+    key = _validate_category(category, "set_efficiency_bucket(category)")
+    validated = validate_bucket(bucket, "set_efficiency_bucket(bucket)", allow_none=True)
+    with _lock:
+        _table[key] = validated
+        _cache.clear()
+
+
+def efficiency_bucket(category: str) -> Bucket | None:
+    """The bucket an efficiency span of *category* carries.
+
+    Example:
+        >>> efficiency_bucket("idle/buffer_starvation")
+        <Bucket.IDLE: 'idle'>
+        >>> efficiency_bucket("idle/refit_event_wait") is None
+        True
+    """
+    return _lookup(category)[1]
+
+
+def _lookup(category: str) -> tuple[str, Bucket | None]:
+    hit = _cache.get(category)
+    if hit is not None:
+        return hit
+    _validate_category(category, "efficiency category")
+    with _lock:
+        if category in _table:
+            bucket = _table[category]
+        else:
+            bucket = None
+            best = -1
+            for key, value in _table.items():
+                if key.endswith("/*") and category.startswith(key[:-1]) and len(key) > best:
+                    best, bucket = len(key), value
+        result = ("rl." + category.replace("/", "."), bucket)
+        _cache[category] = result
+    return result
+
+
+def _gate_open() -> bool:
+    enabled = GATE.enabled
+    if not enabled:
+        return False
+    return (PER_PROMPT_GROUP if PER_PROMPT.get() else EFFICIENCY_GROUP) in enabled
+
+
+def _start_wait(category: str, attributes: Attributes | None) -> Span | None:
+    name, bucket = _lookup(category)
+    attrs: dict[str, object] = {RL_EFFICIENCY_CATEGORY: category}
+    if attributes:
+        attrs.update(attributes)
+    return start(name, EFFICIENCY_GROUP, EFFICIENCY, attrs, bucket)  # type: ignore[arg-type]
+
+
+class _WaitSpan:
+    """An efficiency span for a ``with`` block; deliberately not made current."""
+
+    __slots__ = ("_attributes", "_category", "_span")
+
+    def __init__(self, category: str, attributes: Attributes | None) -> None:
+        self._category = category
+        self._attributes = attributes
+        self._span: Span | None = None
+
+    def __enter__(self) -> Span:
+        self._span = _start_wait(self._category, self._attributes)
+        return self._span if self._span is not None else AMBIENT_SPAN
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        span, self._span = self._span, None
+        if span is not None:
+            finish(span, exc_type, exc)
+
+    async def __aenter__(self) -> Span:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+
+def efficiency_span(category: str, *, attributes: Attributes | None = None) -> _WaitSpan | _NoopSpanCM:
+    """Wrap a *wait* (not work) in a span charged to its category's bucket.
+
+    The span is named ``rl.<category with / replaced by .>`` and carries
+    ``rl.efficiency.category``. Its bucket comes from the category table
+    (``idle/*`` → idle, ``wasted/*`` → wasted, overrides via
+    :func:`set_efficiency_bucket`) and ignores :class:`bucket_scope`. It is not
+    made current: a wait encloses no work. Gated on the ``efficiency`` group.
+
+    Example:
+        >>> with efficiency_span("idle/refit_bubble"):
+        ...     pass  # waiting for weights
+    """
+    if not _gate_open():
+        return NOOP_CM
+    _validate_category(category, "efficiency_span(category)")
+    return _WaitSpan(category, attributes)
+
+
+def _zero() -> int:
+    return 0
+
+
+class PollWait:
+    """One coalesced efficiency span over the starved iterations of a poll loop.
+
+    Call :meth:`poll` once per starved iteration: the first call opens the span
+    (its start time is that poll), later calls only count. :meth:`end` closes
+    it with ``rl.idle.polls``; a wait that was never polled emits nothing. The
+    span is never made current, so tasks created during the wait are not its
+    children. Also a context manager. After :meth:`end` the object can be
+    polled again for the next wait. Not thread-safe: one owner per wait.
+
+    Example:
+        >>> wait = start_efficiency_span("idle/buffer_starvation")
+        >>> for _ in range(3):
+        ...     _ = wait.poll()
+        >>> wait.end()
+    """
+
+    poll: Callable[[], int]
+    """Count one starved iteration; returns the number of polls so far."""
+
+    def __init__(
+        self, category: str, attributes: Attributes | None = None, *, _enabled: bool = True
+    ) -> None:
+        self.category = category
+        self._attributes = attributes
+        self._span: Span | None = None
+        self._counter: itertools.count[int] | None = None
+        self._enabled = _enabled
+        self.poll = self._first_poll if _enabled else _zero
+
+    def _first_poll(self) -> int:
+        # Later polls are a C-level counter: no Python frame per iteration.
+        self._counter = itertools.count(2)
+        self.poll = self._counter.__next__
+        try:
+            self._span = _start_wait(self.category, self._attributes)
+        except Exception as exc:  # pragma: no cover - _start_wait already contains errors
+            report_internal_error(("poll", self.category), exc)
+        return 1
+
+    @property
+    def polls(self) -> int:
+        """Polls counted in the current wait (0 before the first poll)."""
+        if self._counter is None:
+            return 0
+        # Peek without consuming: copy the counter's state.
+        return int(repr(self._counter)[6:-1]) - 1
+
+    def end(
+        self,
+        exc_type: type[BaseException] | None = None,
+        exc: BaseException | None = None,
+    ) -> None:
+        """Close the wait span (if any poll happened) with ``rl.idle.polls``."""
+        counter, self._counter = self._counter, None
+        span, self._span = self._span, None
+        if self._enabled:
+            self.poll = self._first_poll
+        if counter is None or span is None:
+            return
+        polls = next(counter) - 1
+        try:
+            span.set_attribute(RL_IDLE_POLLS, polls)
+        except Exception as err:
+            report_internal_error(("poll_end", self.category), err)
+        finish(span, exc_type, exc)
+
+    def __enter__(self) -> PollWait:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.end(exc_type, exc)
+
+    async def __aenter__(self) -> PollWait:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.end(exc_type, exc)
+
+
+_NOOP_WAIT: Final = PollWait("idle/disabled", _enabled=False)
+
+
+def start_efficiency_span(
+    category: str, *, attributes: Attributes | None = None
+) -> PollWait:
+    """Start a coalesced wait for a poll loop; see :class:`PollWait`.
+
+    Gated (on ``efficiency``, or ``per_prompt`` inside a per-prompt scope) at
+    this call; a disabled wait is a shared object whose ``poll`` does nothing.
+
+    Example:
+        >>> wait = start_efficiency_span("idle/buffer_starvation")
+        >>> while not wait.poll() >= 0:  # doctest: +SKIP
+        ...     pass
+        >>> wait.end()
+    """
+    if not _gate_open():
+        return _NOOP_WAIT
+    _validate_category(category, "start_efficiency_span(category)")
+    return PollWait(category, attributes)

@@ -1,0 +1,106 @@
+"""Error types and the log-once policy of the hot path."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Hashable
+
+__all__ = ["ConfigurationError", "MissingExtraError", "report_internal_error"]
+
+logger = logging.getLogger("asynctrace")
+
+
+class ConfigurationError(ValueError):
+    """A configuration value was rejected.
+
+    Raised before any global state changes. The message names the key (or
+    argument), the value that was given and what would have been accepted.
+
+    Example:
+        >>> from asynctrace import resolve_span_groups
+        >>> resolve_span_groups("nope")  # doctest: +IGNORE_EXCEPTION_DETAIL
+        Traceback (most recent call last):
+        ConfigurationError: span_groups: unknown name 'nope' ...
+    """
+
+
+class MissingExtraError(ImportError):
+    """An optional dependency is not installed.
+
+    The message gives the exact ``pip install 'asynctrace[extra]'`` line.
+
+    Example:
+        >>> raise MissingExtraError("sdk", "opentelemetry.sdk")  # doctest: +SKIP
+    """
+
+    def __init__(self, extra: str, module: str) -> None:
+        super().__init__(
+            f"{module} is not installed; install it with: pip install 'asynctrace[{extra}]'",
+            name=module,
+        )
+        self.extra = extra
+
+
+def import_extra(module: str, extra: str) -> object:
+    """Import *module* or raise :class:`MissingExtraError` naming *extra*."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingExtraError(extra, module) from exc
+
+
+# ---------------------------------------------------------------------------
+# Hot-path failures: logged once per call site, swallowed, unless strict.
+
+_reported: set[Hashable] = set()
+_reported_lock = threading.Lock()
+_strict = os.environ.get("ASYNCTRACE_STRICT", "") not in ("", "0", "false", "False")
+
+
+def set_strict(value: bool) -> bool:
+    """Make hot-path failures re-raise (used by asynctrace's own tests).
+
+    Returns the previous setting.
+    """
+    global _strict
+    previous = _strict
+    _strict = value
+    return previous
+
+
+def is_strict() -> bool:
+    """Whether hot-path failures re-raise."""
+    return _strict
+
+
+def report_internal_error(site: Hashable, exc: BaseException) -> None:
+    """Log *exc* once for *site* on the ``asynctrace`` logger.
+
+    In strict mode the exception is re-raised instead, so that test suites
+    see failures that production code would swallow.
+    """
+    if _strict:
+        raise exc
+    with _reported_lock:
+        if site in _reported:
+            return
+        _reported.add(site)
+    try:
+        logger.warning(
+            "asynctrace: instrumentation failed at %s; continuing untraced "
+            "(further failures here are not logged)",
+            site,
+            exc_info=exc,
+        )
+    except Exception:  # pragma: no cover - logging itself broken
+        pass
+
+
+def reset_reported() -> None:
+    """Forget which call sites were already logged (for tests)."""
+    with _reported_lock:
+        _reported.clear()

@@ -1,0 +1,11 @@
+"""Attribute names asynctrace stamps on spans."""
+
+from __future__ import annotations
+
+RL_BUCKET = "rl.bucket"
+RL_ITERATION = "rl.iteration"
+RL_EFFICIENCY_CATEGORY = "rl.efficiency.category"
+RL_IDLE_POLLS = "rl.idle.polls"
+RL_GROUP = "asynctrace.group"
+CANCELLED = "asynctrace.cancelled"
+TRUNCATED = "asynctrace.truncated"

@@ -1,0 +1,325 @@
+"""Leaf and umbrella spans, instants, and the shared disabled span."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Final
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import INVALID_SPAN_CONTEXT, NonRecordingSpan, Span, SpanContext
+from opentelemetry.trace.status import Status, StatusCode
+from opentelemetry.util.types import AttributeValue
+
+from . import _groups
+from ._errors import report_internal_error
+from ._groups import Bucket
+from ._scopes import BUCKET, ITERATION, PER_PROMPT
+from ._semconv import CANCELLED, RL_BUCKET, RL_ITERATION
+from ._state import GATE
+
+__all__ = ["instant", "managed_span", "umbrella_span"]
+
+Attributes = Mapping[str, AttributeValue]
+
+# Span shapes; they decide the bucket.
+LEAF: Final = 0
+UMBRELLA: Final = 1
+EFFICIENCY: Final = 2
+
+PER_PROMPT_GROUP: Final = _groups.PER_PROMPT
+
+
+class _AmbientSpan(NonRecordingSpan):
+    """The one span object every disabled helper yields.
+
+    It records nothing, never raises, and reports the *current* span context
+    as its own, so code that reads ``span.get_span_context()`` (to build a
+    carrier, say) still sees the parent it runs under.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(INVALID_SPAN_CONTEXT)
+
+    def get_span_context(self) -> SpanContext:
+        current = trace.get_current_span()
+        if current is self:
+            return INVALID_SPAN_CONTEXT
+        return current.get_span_context()
+
+    def __repr__(self) -> str:
+        return "<asynctrace disabled span>"
+
+
+AMBIENT_SPAN: Final[Span] = _AmbientSpan()
+
+
+class _NoopSpanCM:
+    """Shared context manager returned by every disabled span helper."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> Span:
+        return AMBIENT_SPAN
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        return None
+
+    async def __aenter__(self) -> Span:
+        return AMBIENT_SPAN
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        return None
+
+
+NOOP_CM: Final = _NoopSpanCM()
+
+
+def is_on(group: str) -> bool:
+    """The gate: is *group* (or ``per_prompt`` inside a per-prompt scope) enabled?"""
+    enabled = GATE.enabled
+    if not enabled:
+        return False
+    return (PER_PROMPT_GROUP if PER_PROMPT.get() else group) in enabled
+
+
+def resolve_bucket(group: str, shape: int, explicit: Bucket | None) -> Bucket | None:
+    """Apply the bucket rules of the spec to one span about to start."""
+    if shape == UMBRELLA or PER_PROMPT.get():
+        return None
+    if shape == EFFICIENCY:
+        return explicit  # the category's bucket, computed by the caller
+    definition = _groups._REGISTRY.groups.get(group)
+    if definition is None or definition.bucket is None:
+        return None  # an umbrella group's spans are umbrellas
+    if explicit is not None:
+        if isinstance(explicit, Bucket):
+            return explicit
+        report_internal_error(("bucket", group), TypeError(f"bucket={explicit!r} is not a Bucket"))
+    scoped = BUCKET.get()
+    if scoped is not None:
+        return scoped
+    bucket = definition.bucket
+    return bucket if isinstance(bucket, Bucket) else None
+
+
+def build_attributes(
+    user: Attributes | None, bucket: Bucket | None
+) -> dict[str, AttributeValue]:
+    """Scope stamps first, then the caller's attributes (which win)."""
+    attrs: dict[str, AttributeValue] = {}
+    iteration = ITERATION.get()
+    if iteration is not None:
+        attrs[RL_ITERATION] = iteration
+    if bucket is not None:
+        attrs[RL_BUCKET] = bucket.value
+    if user:
+        attrs.update(user)
+        if bucket is None and RL_BUCKET in user:
+            del attrs[RL_BUCKET]
+    return attrs
+
+
+def start(
+    name: str,
+    group: str,
+    shape: int,
+    attributes: Attributes | None,
+    bucket: Bucket | None,
+    start_time: int | None = None,
+) -> Span | None:
+    """Start (but do not attach) a span; ``None`` if anything failed."""
+    try:
+        tracer = GATE.tracer
+        if tracer is None:
+            return None
+        attrs = build_attributes(attributes, resolve_bucket(group, shape, bucket))
+        return tracer.start_span(name, attributes=attrs, start_time=start_time)
+    except Exception as exc:
+        report_internal_error(("start", group, name), exc)
+        return None
+
+
+def attach(span: Span) -> object | None:
+    """Make *span* current; returns the token or ``None`` on failure."""
+    try:
+        return otel_context.attach(trace.set_span_in_context(span))
+    except Exception as exc:
+        report_internal_error(("attach", type(span).__name__), exc)
+        return None
+
+
+def detach(token: object | None) -> None:
+    """Undo :func:`attach`."""
+    if token is None:
+        return
+    try:
+        otel_context.detach(token)  # type: ignore[arg-type]
+    except Exception as exc:  # pragma: no cover - detach logs instead of raising
+        report_internal_error(("detach",), exc)
+
+
+def finish(
+    span: Span,
+    exc_type: type[BaseException] | None,
+    exc: BaseException | None,
+    end_time: int | None = None,
+) -> None:
+    """Record how the block ended and end *span*; never raises."""
+    try:
+        if exc_type is not None:
+            mark_exit(span, exc_type, exc)
+        span.end(end_time)
+    except Exception as err:
+        report_internal_error(("end", type(span).__name__), err)
+
+
+def mark_exit(span: Span, exc_type: type[BaseException], exc: BaseException | None) -> None:
+    """Exceptions are errors; cancellation and other BaseExceptions are not."""
+    if issubclass(exc_type, Exception):
+        if exc is not None:
+            span.record_exception(exc, escaped=True)
+        span.set_status(Status(StatusCode.ERROR, f"{exc_type.__name__}: {exc}"))
+    else:
+        span.set_attribute(CANCELLED, True)
+
+
+class LiveSpan:
+    """Context manager of an enabled span: starts, attaches, detaches, ends."""
+
+    __slots__ = ("_attributes", "_bucket", "_group", "_name", "_shape", "_span", "_token")
+
+    def __init__(
+        self,
+        group: str,
+        name: str,
+        shape: int,
+        attributes: Attributes | None,
+        bucket: Bucket | None,
+    ) -> None:
+        self._group = group
+        self._name = name
+        self._shape = shape
+        self._attributes = attributes
+        self._bucket = bucket
+        self._span: Span | None = None
+        self._token: object | None = None
+
+    def __enter__(self) -> Span:
+        span = start(self._name, self._group, self._shape, self._attributes, self._bucket)
+        if span is None:
+            return AMBIENT_SPAN
+        self._span = span
+        self._token = attach(span)
+        return span
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        span = self._span
+        if span is None:
+            return
+        self._span = None
+        token, self._token = self._token, None
+        detach(token)
+        finish(span, exc_type, exc)
+
+    async def __aenter__(self) -> Span:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+
+def managed_span(
+    group: str,
+    name: str,
+    *,
+    attributes: Attributes | None = None,
+    bucket: Bucket | None = None,
+) -> LiveSpan | _NoopSpanCM:
+    """Open a *leaf* span of *group*, current for the block.
+
+    Usable with ``with`` and ``async with``; yields the span. The leaf is
+    tagged ``rl.bucket`` with, in order of precedence: *bucket*, the innermost
+    :class:`bucket_scope`, the group's bucket. When the group is disabled it
+    yields a shared non-recording span that carries the parent context, so
+    ``span.set_attribute(...)`` is always safe.
+
+    Example:
+        >>> with managed_span("policy_update", "train.optimizer_step") as span:
+        ...     span.set_attribute("train.lr", 1e-5)
+    """
+    enabled = GATE.enabled
+    if not enabled:
+        return NOOP_CM
+    if (PER_PROMPT_GROUP if PER_PROMPT.get() else group) not in enabled:
+        return NOOP_CM
+    return LiveSpan(group, name, LEAF, attributes, bucket)
+
+
+def umbrella_span(
+    group: str, name: str, *, attributes: Attributes | None = None
+) -> LiveSpan | _NoopSpanCM:
+    """Open a span that encloses other spans; it never carries a bucket.
+
+    Usable with ``with`` and ``async with``; yields the span.
+
+    Example:
+        >>> with umbrella_span("step", "train.step", attributes={"rl.epoch": 0}):
+        ...     pass
+    """
+    enabled = GATE.enabled
+    if not enabled:
+        return NOOP_CM
+    if (PER_PROMPT_GROUP if PER_PROMPT.get() else group) not in enabled:
+        return NOOP_CM
+    return LiveSpan(group, name, UMBRELLA, attributes, None)
+
+
+def instant(group: str, name: str, *, attributes: Attributes | None = None) -> None:
+    """Mark a point in time.
+
+    An event on the current recording span, or a zero-length span when no
+    span is recording. Gated on *group* like every other helper.
+
+    Example:
+        >>> instant("rollout", "batch.ready", attributes={"batch.size": 64})
+    """
+    enabled = GATE.enabled
+    if not enabled:
+        return
+    if (PER_PROMPT_GROUP if PER_PROMPT.get() else group) not in enabled:
+        return
+    try:
+        current = trace.get_current_span()
+        if current.is_recording():
+            current.add_event(name, attributes=build_attributes(attributes, None))
+            return
+    except Exception as exc:
+        report_internal_error(("instant", group, name), exc)
+        return
+    now = time.time_ns()
+    span = start(name, group, UMBRELLA, attributes, None, start_time=now)
+    if span is not None:
+        finish(span, None, None, end_time=now)

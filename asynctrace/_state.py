@@ -1,0 +1,200 @@
+"""The process-wide gate: which groups are on and which tracer records them."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from dataclasses import dataclass
+
+from opentelemetry import trace
+
+from . import _groups
+from ._errors import ConfigurationError
+
+__all__ = [
+    "GATE",
+    "disable_telemetry",
+    "enable_telemetry",
+    "enabled_span_groups",
+    "is_span_group_enabled",
+    "set_span_groups",
+]
+
+INSTRUMENTATION_NAME = "asynctrace"
+
+
+class _Gate:
+    """Hot-path state read by every span helper in O(1).
+
+    ``enabled`` is the frozenset of active group names; it is empty whenever
+    telemetry is off, so ``if not GATE.enabled`` is the whole disabled path.
+    """
+
+    __slots__ = ("enabled", "provider", "tokens", "tracer")
+
+    def __init__(self) -> None:
+        self.enabled: frozenset[str] = frozenset()
+        self.tracer: trace.Tracer | None = None
+        self.provider: trace.TracerProvider | None = None
+        self.tokens: tuple[str, ...] = ()
+
+
+GATE = _Gate()
+_lock = threading.RLock()
+_warned_pending: set[str] = set()
+
+
+@dataclass(frozen=True)
+class GateSnapshot:
+    """An opaque copy of the gate, for :func:`restore`."""
+
+    enabled: frozenset[str]
+    tracer: trace.Tracer | None
+    provider: trace.TracerProvider | None
+    tokens: tuple[str, ...]
+
+
+def snapshot() -> GateSnapshot:
+    """Capture the current gate state."""
+    with _lock:
+        return GateSnapshot(GATE.enabled, GATE.tracer, GATE.provider, GATE.tokens)
+
+
+def restore(state: GateSnapshot) -> None:
+    """Put back a state captured by :func:`snapshot`."""
+    with _lock:
+        GATE.tracer = state.tracer
+        GATE.provider = state.provider
+        GATE.tokens = state.tokens
+        GATE.enabled = state.enabled
+
+
+def _recompute() -> None:
+    with _lock:
+        if GATE.tracer is None:
+            GATE.enabled = frozenset()
+            return
+        enabled, pending = _groups.resolve_tokens(GATE.tokens)
+        GATE.enabled = enabled
+    for name in pending:
+        if name not in _warned_pending:
+            _warned_pending.add(name)
+            warnings.warn(
+                f"asynctrace: span group {name!r} is not registered (yet); it stays pending "
+                f"and turns on when a library registers it. {_groups.known_names_message()}",
+                stacklevel=4,
+            )
+
+
+_groups.add_registry_listener(_recompute)
+
+
+def pending_span_groups() -> tuple[str, ...]:
+    """Names in the active spec that no registration has declared yet."""
+    with _lock:
+        return _groups.resolve_tokens(GATE.tokens)[1]
+
+
+def enable_telemetry(
+    tracer_provider: trace.TracerProvider, *, span_groups: str = "default"
+) -> None:
+    """Record spans of the groups in *span_groups* through *tracer_provider*.
+
+    The low-level switch that :func:`asynctrace.configure` builds on. It does
+    not touch OpenTelemetry's global tracer provider. Names that are not
+    registered yet are kept pending (with one warning) and turn on when they
+    are registered.
+
+    Raises:
+        ConfigurationError: *span_groups* is malformed, or the provider is not
+            a ``TracerProvider``. Nothing changes in that case.
+
+    Example:
+        >>> from opentelemetry.sdk.trace import TracerProvider
+        >>> enable_telemetry(TracerProvider(), span_groups="per_step")  # doctest: +SKIP
+    """
+    tokens = tuple(_groups.split_spec(span_groups))
+    if not isinstance(tracer_provider, trace.TracerProvider):
+        raise ConfigurationError(
+            f"tracer_provider: expected an opentelemetry TracerProvider, got {tracer_provider!r}"
+        )
+    tracer = tracer_provider.get_tracer(INSTRUMENTATION_NAME, _version())
+    with _lock:
+        GATE.provider = tracer_provider
+        GATE.tracer = tracer
+        GATE.tokens = tokens
+        _recompute()
+
+
+def disable_telemetry() -> None:
+    """Turn every span group off; span helpers become no-ops again.
+
+    Example:
+        >>> disable_telemetry()
+        >>> enabled_span_groups()
+        frozenset()
+    """
+    with _lock:
+        GATE.enabled = frozenset()
+        GATE.tracer = None
+        GATE.provider = None
+        GATE.tokens = ()
+
+
+def set_span_groups(spec: str) -> frozenset[str]:
+    """Change which groups are enabled, keeping the installed provider.
+
+    Takes effect on the next call of every helper and decorated function.
+    Returns the enabled set (empty while telemetry is off).
+
+    Example:
+        >>> set_span_groups("per_step,per_prompt")  # doctest: +SKIP
+    """
+    tokens = tuple(_groups.split_spec(spec))
+    with _lock:
+        GATE.tokens = tokens
+        _recompute()
+        return GATE.enabled
+
+
+def is_span_group_enabled(group: str) -> bool:
+    """Whether spans of *group* are recorded in this process.
+
+    Example:
+        >>> is_span_group_enabled("job")
+        False
+    """
+    return group in GATE.enabled
+
+
+def enabled_span_groups() -> frozenset[str]:
+    """The set of enabled group names (empty when telemetry is off).
+
+    Example:
+        >>> enabled_span_groups()
+        frozenset()
+    """
+    return GATE.enabled
+
+
+def get_tracer() -> trace.Tracer:
+    """The OpenTelemetry API tracer asynctrace records through.
+
+    A no-op tracer while telemetry is off. Integrations use it for spans whose
+    kind or shape the helpers do not cover.
+
+    Example:
+        >>> get_tracer()  # doctest: +ELLIPSIS
+        <opentelemetry.trace.NoOpTracer object at ...>
+    """
+    tracer = GATE.tracer
+    return tracer if tracer is not None else trace.NoOpTracer()
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("asynctrace")
+    except Exception:
+        return "0"

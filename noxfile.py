@@ -1,0 +1,59 @@
+"""The one entry point for checks: tests, lint, typing, docs, bench."""
+
+from __future__ import annotations
+
+import os
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_existing_virtualenvs = True
+nox.options.sessions = ["tests", "lint", "typing"]
+
+PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
+TEST_DEPS = [
+    "pytest>=8",
+    "hypothesis>=6.100",
+    "trio>=0.25",
+    "anyio>=4.4",
+]
+
+
+@nox.session(python=PYTHONS)
+def tests(session: nox.Session) -> None:
+    """Run the test suite (strict mode: hot-path failures re-raise)."""
+    session.install("-e", ".[sdk,uvloop]", *TEST_DEPS)
+    session.run(
+        "pytest",
+        *session.posargs,
+        env={"ASYNCTRACE_STRICT": "1", "PYTHONWARNINGS": os.environ.get("PYTHONWARNINGS", "")},
+    )
+
+
+@nox.session(python="3.11")
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check."""
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python="3.11")
+def typing(session: nox.Session) -> None:
+    """mypy --strict on the package."""
+    session.install("-e", ".[sdk]", "mypy>=1.10", "pytest>=8")
+    session.run("mypy", "--strict")
+
+
+@nox.session(python="3.11")
+def docs(session: nox.Session) -> None:
+    """Build the documentation with mkdocs --strict."""
+    session.install("mkdocs-material>=9.5")
+    session.run("mkdocs", "build", "--strict", "--site-dir", "site")
+
+
+@nox.session(python="3.11")
+def bench(session: nox.Session) -> None:
+    """Side-by-side benchmarks; prints ratios and fails if a target is missed."""
+    session.install("-e", ".[sdk]")
+    session.run("python", "benchmarks/run.py", *session.posargs)
