@@ -49,7 +49,7 @@ def _decorate(fn: F, group: str, name: str | None, shape: int, attributes: Attri
             finish(span, None, None)
             return result
 
-        return cast(F, coroutine_wrapper)
+        return cast("F", coroutine_wrapper)
 
     if inspect.isasyncgenfunction(fn):
 
@@ -95,7 +95,7 @@ def _decorate(fn: F, group: str, name: str | None, shape: int, attributes: Attri
             if span is not None:
                 finish(span, None, None)
 
-        return cast(F, asyncgen_wrapper)
+        return cast("F", asyncgen_wrapper)
 
     if inspect.isgeneratorfunction(fn):
 
@@ -109,7 +109,7 @@ def _decorate(fn: F, group: str, name: str | None, shape: int, attributes: Attri
                 return (yield from fn(*args, **kwargs))
             return (yield from _traced_sync(fn(*args, **kwargs), span))
 
-        return cast(F, generator_wrapper)
+        return cast("F", generator_wrapper)
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -130,7 +130,7 @@ def _decorate(fn: F, group: str, name: str | None, shape: int, attributes: Attri
         finish(span, None, None)
         return result
 
-    return cast(F, wrapper)
+    return cast("F", wrapper)
 
 
 def _traced_sync(gen: Generator[Any, Any, Any], span: Any) -> Generator[Any, Any, Any]:
@@ -210,4 +210,3 @@ def umbrella_trace_fn(
         return _decorate(fn, checked, name, UMBRELLA, attributes)
 
     return decorator
-

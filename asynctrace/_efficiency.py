@@ -159,7 +159,9 @@ class _WaitSpan:
         self.__exit__(exc_type, exc, tb)
 
 
-def efficiency_span(category: str, *, attributes: Attributes | None = None) -> _WaitSpan | _NoopSpanCM:
+def efficiency_span(
+    category: str, *, attributes: Attributes | None = None
+) -> _WaitSpan | _NoopSpanCM:
     """Wrap a *wait* (not work) in a span charged to its category's bucket.
 
     The span is named ``rl.<category with / replaced by .>`` and carries
@@ -275,9 +277,7 @@ class PollWait:
 _NOOP_WAIT: Final = PollWait("idle/disabled", _enabled=False)
 
 
-def start_efficiency_span(
-    category: str, *, attributes: Attributes | None = None
-) -> PollWait:
+def start_efficiency_span(category: str, *, attributes: Attributes | None = None) -> PollWait:
     """Start a coalesced wait for a poll loop; see :class:`PollWait`.
 
     Gated (on ``efficiency``, or ``per_prompt`` inside a per-prompt scope) at

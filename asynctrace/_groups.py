@@ -7,7 +7,7 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Literal, TypeAlias, Union
 
 from ._errors import ConfigurationError
 
@@ -42,7 +42,7 @@ class Bucket(str, enum.Enum):
 BY_CATEGORY: Literal["by_category"] = "by_category"
 """Marker for a group whose spans take their bucket from an efficiency category."""
 
-GroupBucket = Union[Bucket, None, Literal["by_category"]]
+GroupBucket: TypeAlias = Union[Bucket, Literal["by_category"], None]  # noqa: UP007
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.\-/]*$")
 
@@ -62,8 +62,8 @@ class SpanGroup:
         description: one line for ``asynctrace groups``.
 
     Example:
-        >>> SpanGroup("tokenize", Bucket.OVERHEAD, description="tokenizer calls")
-        SpanGroup(name='tokenize', bucket=<Bucket.OVERHEAD: 'overhead'>, per_item=False, description='tokenizer calls')
+        >>> SpanGroup("tokenize", Bucket.OVERHEAD).is_umbrella
+        False
     """
 
     name: str
@@ -283,9 +283,7 @@ def group_namespaces(name: str) -> frozenset[str]:
 
 def _expand_preset(name: str, stack: tuple[str, ...]) -> frozenset[str]:
     if name in stack:
-        raise ConfigurationError(
-            f"span_groups: preset cycle {' -> '.join((*stack, name))}"
-        )
+        raise ConfigurationError(f"span_groups: preset cycle {' -> '.join((*stack, name))}")
     definition = _REGISTRY.presets[name]
     if callable(definition):
         return definition()

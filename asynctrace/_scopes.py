@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contextvars import ContextVar, Token
 from types import TracebackType
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from ._errors import ConfigurationError
 from ._groups import Bucket, validate_bucket
@@ -33,7 +33,7 @@ class _Scope(Generic[T]):
     """
 
     __slots__ = ("_token", "_value")
-    _var: ContextVar[T]
+    _var: ContextVar[Any]
 
     def __init__(self, value: T) -> None:
         self._value = value

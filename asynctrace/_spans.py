@@ -95,12 +95,12 @@ def is_on(group: str) -> bool:
     return (PER_PROMPT_GROUP if PER_PROMPT.get() else group) in enabled
 
 
-def resolve_bucket(group: str, shape: int, explicit: Bucket | None) -> Bucket | None:
+def resolve_bucket(group: str, shape: int, explicit: object) -> Bucket | None:
     """Apply the bucket rules of the spec to one span about to start."""
     if shape == UMBRELLA or PER_PROMPT.get():
         return None
-    if shape == EFFICIENCY:
-        return explicit  # the category's bucket, computed by the caller
+    if shape == EFFICIENCY:  # the category's bucket, computed by the caller
+        return explicit if isinstance(explicit, Bucket) else None
     definition = _groups._REGISTRY.groups.get(group)
     if definition is None or definition.bucket is None:
         return None  # an umbrella group's spans are umbrellas
@@ -115,9 +115,7 @@ def resolve_bucket(group: str, shape: int, explicit: Bucket | None) -> Bucket | 
     return bucket if isinstance(bucket, Bucket) else None
 
 
-def build_attributes(
-    user: Attributes | None, bucket: Bucket | None
-) -> dict[str, AttributeValue]:
+def build_attributes(user: Attributes | None, bucket: Bucket | None) -> dict[str, AttributeValue]:
     """Scope stamps first, then the caller's attributes (which win)."""
     attrs: dict[str, AttributeValue] = {}
     iteration = ITERATION.get()

@@ -1,0 +1,43 @@
+"""Shared fixtures: async backends, strict mode, clean telemetry state."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from asynctrace import _errors
+from asynctrace._state import restore, snapshot
+from asynctrace.testing import CapturedSpans, capture_spans
+
+# Hot-path failures re-raise in our own tests, so nothing is hidden from us.
+_errors.set_strict(True)
+
+BACKENDS: list[Any] = [
+    pytest.param(("asyncio", {}), id="asyncio"),
+    pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop"),
+    pytest.param(("trio", {}), id="trio"),
+]
+
+
+@pytest.fixture(params=BACKENDS)
+def anyio_backend(request: pytest.FixtureRequest) -> Any:
+    """Every async test runs on asyncio, uvloop and trio."""
+    return request.param
+
+
+@pytest.fixture(autouse=True)
+def _isolated_state() -> Iterator[None]:
+    """Each test starts and ends with the telemetry state it found."""
+    before = snapshot()
+    _errors.reset_reported()
+    yield
+    restore(before)
+
+
+@pytest.fixture
+def spans() -> Iterator[CapturedSpans]:
+    """All groups on, captured in memory."""
+    with capture_spans("all") as captured:
+        yield captured

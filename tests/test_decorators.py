@@ -1,0 +1,343 @@
+"""trace_fn / umbrella_trace_fn on every kind of function."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+from collections.abc import AsyncIterator, Iterator
+
+import anyio
+import pytest
+from opentelemetry import trace
+from opentelemetry.trace import StatusCode
+
+from asynctrace import (
+    ConfigurationError,
+    enable_telemetry,
+    set_span_groups,
+    trace_fn,
+    umbrella_span,
+    umbrella_trace_fn,
+)
+from asynctrace.testing import CapturedSpans, capture_spans
+
+
+def attrs(span: object) -> dict[str, object]:
+    """A span's attributes as a dict."""
+    return dict(span.attributes or {})  # type: ignore[attr-defined]
+
+
+@trace_fn("reward")
+def add(a: int, b: int = 2, *, scale: int = 1) -> int:
+    """Add and scale."""
+    return (a + b) * scale
+
+
+@trace_fn("generation", "gen.sleep")
+async def sleepy(seconds: float) -> trace.Span:
+    """Sleep and report the current span."""
+    await anyio.sleep(seconds)
+    return trace.get_current_span()
+
+
+def test_plain_function_span_and_default_name(spans: CapturedSpans) -> None:
+    """A sync function gets a leaf span named after its qualified name."""
+    assert add(1, scale=3) == 9
+    (span,) = spans.spans
+    assert span.name == "add"
+    assert attrs(span)["rl.bucket"] == "productive"
+
+
+def test_signature_and_metadata_preserved() -> None:
+    """functools.wraps + inspect.signature are truthful (Ray/FastAPI introspection)."""
+    assert add.__name__ == "add"
+    assert add.__doc__ == "Add and scale."
+    assert str(inspect.signature(add)) == "(a: 'int', b: 'int' = 2, *, scale: 'int' = 1) -> 'int'"
+    assert inspect.iscoroutinefunction(sleepy)
+    assert inspect.isgeneratorfunction(trace_fn("job")(numbers))
+    assert inspect.isasyncgenfunction(trace_fn("job")(anumbers))
+
+
+def test_decorated_before_configuration_then_enabled_at_runtime() -> None:
+    """The gate is read per call: enabling a group affects already-decorated functions."""
+    assert add(1) == 3  # telemetry off
+    with capture_spans("default") as captured:
+        add(1)
+        set_span_groups("default,reward")
+        add(1)
+        set_span_groups("default")
+        add(1)
+    assert captured.names() == ["add"]
+
+
+@pytest.mark.anyio
+async def test_coroutine_span_covers_awaited_body(spans: CapturedSpans) -> None:
+    """The span covers the awaited 50 ms body, not coroutine creation, and is current."""
+    coro = sleepy(0.05)
+    await anyio.sleep(0.05)  # creation time must not count
+    current = await coro
+    (span,) = spans.spans
+    assert current.get_span_context().span_id == span.context.span_id
+    assert span.end_time is not None
+    assert span.start_time is not None
+    duration = (span.end_time - span.start_time) / 1e9
+    assert 0.05 <= duration < 0.09
+
+
+@pytest.mark.anyio
+async def test_coroutine_exception_and_cancel(spans: CapturedSpans) -> None:
+    """Errors are recorded and re-raised; cancellation is not an error."""
+
+    @trace_fn("reward", "fails")
+    async def fails() -> None:
+        await anyio.sleep(0)
+        raise ValueError("bad")
+
+    with pytest.raises(ValueError, match="bad"):
+        await fails()
+    with anyio.move_on_after(0.01):
+        await sleepy(5)
+    failed, cancelled = spans.spans
+    assert failed.status.status_code is StatusCode.ERROR
+    assert attrs(cancelled)["asynctrace.cancelled"] is True
+    assert cancelled.status.status_code is not StatusCode.ERROR
+
+
+def numbers(n: int) -> Iterator[int]:
+    """Yield 0..n-1, reporting nothing."""
+    yield from range(n)
+
+
+@trace_fn("data_processing", "gen")
+def traced_numbers(n: int) -> Iterator[int]:
+    """Yield the current span id n times."""
+    for _ in range(n):
+        yield trace.get_current_span().get_span_context().span_id
+    return
+
+
+@trace_fn("data_processing", "agen")
+async def traced_anumbers(n: int) -> AsyncIterator[int]:
+    """Async-yield the current span id n times."""
+    for _ in range(n):
+        await anyio.sleep(0)
+        yield trace.get_current_span().get_span_context().span_id
+
+
+async def anumbers(n: int) -> AsyncIterator[int]:
+    """Async-yield 0..n-1."""
+    for i in range(n):
+        yield i
+
+
+def _no_detach_failures(caplog: pytest.LogCaptureFixture) -> None:
+    assert not [r for r in caplog.records if "Failed to detach" in r.getMessage()]
+
+
+def test_generator_span_covers_iteration(
+    spans: CapturedSpans, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The span is current inside the body only, covers the iteration, ends once."""
+    with umbrella_span("step", "caller") as caller:
+        seen = []
+        for span_id in traced_numbers(3):
+            seen.append(span_id)
+            assert trace.get_current_span() is caller
+        assert trace.get_current_span() is caller
+    gen_span = spans.by_name("gen")[0]
+    assert seen == [gen_span.context.span_id] * 3
+    assert len(spans.by_name("gen")) == 1
+    assert gen_span.parent is not None
+    assert gen_span.parent.span_id == caller.get_span_context().span_id
+    _no_detach_failures(caplog)
+
+
+def test_generator_break_ends_span_once(
+    spans: CapturedSpans, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`break` closes the generator: one span, marked cancelled, caller span unchanged."""
+    with umbrella_span("step", "caller") as caller:
+        for _ in traced_numbers(10):
+            break
+        assert trace.get_current_span() is caller
+    (gen_span,) = spans.by_name("gen")
+    assert attrs(gen_span)["asynctrace.cancelled"] is True
+    _no_detach_failures(caplog)
+
+
+def test_generator_send_throw_and_return_value(spans: CapturedSpans) -> None:
+    """send(), throw() and the return value pass through the wrapper."""
+
+    @trace_fn("reward", "echo")
+    def echo() -> Iterator[object]:
+        received = yield "ready"
+        try:
+            yield received
+        except KeyError:
+            yield "caught"
+        return "done"
+
+    gen = echo()
+    assert next(gen) == "ready"
+    assert gen.send("hello") == "hello"
+    assert gen.throw(KeyError("k")) == "caught"
+    with pytest.raises(StopIteration) as stop:
+        next(gen)
+    assert stop.value.value == "done"
+    assert spans.names() == ["echo"]
+
+
+def test_disabled_generator_passes_through() -> None:
+    """With telemetry off a decorated generator behaves exactly like the original."""
+
+    @trace_fn("reward")
+    def echo() -> Iterator[object]:
+        received = yield 1
+        yield received
+        return "r"
+
+    gen = echo()
+    assert next(gen) == 1
+    assert gen.send(5) == 5
+    with pytest.raises(StopIteration) as stop:
+        next(gen)
+    assert stop.value.value == "r"
+
+
+@pytest.mark.anyio
+async def test_async_generator_span(
+    spans: CapturedSpans, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An async generator's span covers the iteration; the caller's span is unchanged."""
+    async with umbrella_span("step", "caller") as caller:
+        seen = [span_id async for span_id in traced_anumbers(3)]
+        assert trace.get_current_span() is caller
+    (agen_span,) = spans.by_name("agen")
+    assert seen == [agen_span.context.span_id] * 3
+    assert "asynctrace.cancelled" not in attrs(agen_span)
+    _no_detach_failures(caplog)
+
+
+@pytest.mark.anyio
+async def test_async_generator_aclose_from_other_task(
+    spans: CapturedSpans, caplog: pytest.LogCaptureFixture
+) -> None:
+    """aclose() from another task ends the span exactly once, without detach errors."""
+    agen = traced_anumbers(100)
+    async with umbrella_span("step", "caller") as caller:
+        await agen.__anext__()
+        assert trace.get_current_span() is caller
+
+    async def closer() -> None:
+        await agen.aclose()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(closer)
+    await agen.aclose()
+    (agen_span,) = spans.by_name("agen")
+    assert attrs(agen_span)["asynctrace.cancelled"] is True
+    _no_detach_failures(caplog)
+
+
+@pytest.mark.anyio
+async def test_async_generator_break_asend_athrow(spans: CapturedSpans) -> None:
+    """asend and athrow are forwarded; break + aclose end the span once."""
+
+    @trace_fn("reward", "agen2")
+    async def echo() -> AsyncIterator[object]:
+        received = yield "ready"
+        try:
+            yield received
+        except KeyError:
+            yield "caught"
+
+    agen = echo()
+    assert await agen.__anext__() == "ready"
+    assert await agen.asend("hi") == "hi"
+    assert await agen.athrow(KeyError("k")) == "caught"
+    await agen.aclose()
+    async with contextlib.aclosing(traced_anumbers(5)) as it:
+        async for _ in it:
+            break
+    names = spans.names()
+    assert names.count("agen2") == 1
+
+
+@pytest.mark.anyio
+async def test_disabled_async_generator_passes_through() -> None:
+    """With telemetry off a decorated async generator forwards asend."""
+
+    @trace_fn("reward")
+    async def echo() -> AsyncIterator[object]:
+        received = yield 1
+        yield received
+
+    agen = echo()
+    assert await agen.__anext__() == 1
+    assert await agen.asend(7) == 7
+    await agen.aclose()
+
+
+def test_umbrella_trace_fn_is_unbucketed(spans: CapturedSpans) -> None:
+    """umbrella_trace_fn never tags a bucket, even on a leaf group."""
+
+    @umbrella_trace_fn("generation", "wrap")
+    def wrap() -> None:
+        pass
+
+    wrap()
+    assert "rl.bucket" not in attrs(spans.spans[0])
+
+
+def test_static_attributes(spans: CapturedSpans) -> None:
+    """attributes= are set on every call's span."""
+
+    @trace_fn("reward", attributes={"model": "m"})
+    def f() -> None:
+        pass
+
+    f()
+    assert attrs(spans.spans[0])["model"] == "m"
+
+
+@pytest.mark.parametrize("bad", ["", None, 3])
+def test_bad_group_at_decoration(bad: object) -> None:
+    """A bad group name fails at decoration time with ConfigurationError."""
+    with pytest.raises(ConfigurationError, match="group"):
+        trace_fn(bad)  # type: ignore[arg-type]
+
+
+def test_sync_exception_recorded(spans: CapturedSpans) -> None:
+    """A sync function's exception is recorded and re-raised."""
+
+    @trace_fn("reward")
+    def boom() -> None:
+        raise OSError("x")
+
+    with pytest.raises(OSError, match="x"):
+        boom()
+    assert spans.spans[0].status.status_code is StatusCode.ERROR
+
+
+def test_methods_work(spans: CapturedSpans) -> None:
+    """Decorated methods bind self normally."""
+
+    class Worker:
+        @trace_fn("reward")
+        def run(self, x: int) -> int:
+            return x * 2
+
+    assert Worker().run(4) == 8
+    assert spans.spans[0].name.endswith("Worker.run")
+
+
+def test_works_with_explicit_provider_logging(caplog: pytest.LogCaptureFixture) -> None:
+    """enable_telemetry on a plain SDK provider records the decorated call."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    provider = TracerProvider()
+    with caplog.at_level(logging.WARNING):
+        enable_telemetry(provider, span_groups="reward")
+        assert add(2) == 4
+    assert not caplog.records

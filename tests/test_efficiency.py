@@ -1,0 +1,155 @@
+"""Efficiency spans and the coalescing PollWait."""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import pytest
+from opentelemetry import trace
+
+from asynctrace import (
+    Bucket,
+    ConfigurationError,
+    PollWait,
+    efficiency_bucket,
+    efficiency_span,
+    managed_span,
+    set_efficiency_bucket,
+    start_efficiency_span,
+    umbrella_span,
+)
+from asynctrace.testing import CapturedSpans, capture_spans
+
+
+def test_category_table() -> None:
+    """idle/* → idle, wasted/* → wasted, declared waits unbucketed, overrides apply."""
+    assert efficiency_bucket("idle/buffer_starvation") is Bucket.IDLE
+    assert efficiency_bucket("wasted/failed_trajectory") is Bucket.WASTED
+    assert efficiency_bucket("idle/refit_event_wait") is None
+    assert efficiency_bucket("idle/generation_limit_pause") is None
+    assert efficiency_bucket("init/total") is None
+    assert efficiency_bucket("other/thing") is None
+    set_efficiency_bucket("stall/*", Bucket.IDLE)
+    set_efficiency_bucket("stall/io/ok", None)
+    assert efficiency_bucket("stall/io") is Bucket.IDLE
+    assert efficiency_bucket("stall/io/ok") is None
+
+
+@pytest.mark.parametrize("bad", ["", "/x", "x/", " idle/x", 3])
+def test_bad_categories(bad: object) -> None:
+    """A malformed category is a ConfigurationError naming it."""
+    with pytest.raises(ConfigurationError, match="category"):
+        set_efficiency_bucket(bad, Bucket.IDLE)  # type: ignore[arg-type]
+
+
+def test_override_requires_a_bucket() -> None:
+    """set_efficiency_bucket rejects a bucket that is not a Bucket."""
+    with pytest.raises(ConfigurationError, match="Bucket.IDLE"):
+        set_efficiency_bucket("idle/x", "idle")  # type: ignore[arg-type]
+
+
+def test_efficiency_span_name_and_attributes(spans: CapturedSpans) -> None:
+    """Name rl.<category with / → .>, rl.efficiency.category, not made current."""
+    with umbrella_span("step", "step") as step:
+        with efficiency_span("idle/refit_bubble", attributes={"x": 1}) as wait:
+            assert trace.get_current_span() is step
+            assert wait.is_recording()
+    span = spans.by_name("rl.idle.refit_bubble")[0]
+    attrs = dict(span.attributes or {})
+    assert attrs["rl.efficiency.category"] == "idle/refit_bubble"
+    assert attrs["x"] == 1
+    assert span.parent is not None
+    assert span.parent.span_id == step.get_span_context().span_id
+
+
+def test_ten_thousand_polls_one_span(spans: CapturedSpans) -> None:
+    """10,000 polls give exactly one span with rl.idle.polls=10000 from the first poll."""
+    wait = start_efficiency_span("idle/buffer_starvation")
+    time.sleep(0.02)
+    before_first = time.time_ns()
+    for _ in range(10_000):
+        wait.poll()
+    assert wait.polls == 10_000
+    wait.end()
+    wait.end()  # idempotent
+    (span,) = spans.spans
+    assert span.name == "rl.idle.buffer_starvation"
+    attrs = dict(span.attributes or {})
+    assert attrs["rl.idle.polls"] == 10_000
+    assert attrs["rl.bucket"] == "idle"
+    assert span.start_time is not None
+    assert span.start_time >= before_first
+
+
+def test_poll_returns_running_count(spans: CapturedSpans) -> None:
+    """poll() returns the number of polls so far."""
+    wait = start_efficiency_span("idle/x")
+    assert [wait.poll() for _ in range(3)] == [1, 2, 3]
+    wait.end()
+
+
+def test_no_poll_no_span(spans: CapturedSpans) -> None:
+    """A wait that was never polled emits nothing."""
+    with start_efficiency_span("idle/buffer_starvation"):
+        pass
+    start_efficiency_span("idle/x").end()
+    assert spans.spans == []
+
+
+def test_wait_is_reusable_after_end(spans: CapturedSpans) -> None:
+    """After end(), polling again starts a new wait."""
+    wait = start_efficiency_span("idle/x")
+    wait.poll()
+    wait.end()
+    wait.poll()
+    wait.poll()
+    wait.end()
+    assert [dict(s.attributes or {})["rl.idle.polls"] for s in spans.spans] == [1, 2]
+
+
+def test_disabled_wait_is_shared_and_silent() -> None:
+    """With efficiency off, start_efficiency_span returns a shared no-op wait."""
+    with capture_spans("step") as captured:
+        first = start_efficiency_span("idle/x")
+        second = start_efficiency_span("idle/y")
+        assert first is second
+        assert first.poll() == 0
+        first.end()
+        with efficiency_span("idle/x"):
+            pass
+    assert captured.spans == []
+
+
+@pytest.mark.anyio
+async def test_wait_is_never_current(spans: CapturedSpans) -> None:
+    """A task created during the wait is not the wait's child."""
+    async with umbrella_span("step", "step") as step:
+        wait = start_efficiency_span("idle/buffer_starvation")
+        wait.poll()
+
+        async def other() -> None:
+            with managed_span("generation", "spawned"):
+                await anyio.sleep(0)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(other)
+        wait.poll()
+        await anyio.sleep(0.001)
+        wait.end()
+    spawned = spans.by_name("spawned")[0]
+    wait_span = spans.by_name("rl.idle.buffer_starvation")[0]
+    assert spawned.parent is not None
+    assert spawned.parent.span_id == step.get_span_context().span_id
+    assert wait_span.parent is not None
+    assert wait_span.parent.span_id == step.get_span_context().span_id
+
+
+def test_poll_wait_as_context_manager_records_errors(spans: CapturedSpans) -> None:
+    """Used with `with`, an exception ends the wait as ERROR."""
+    with pytest.raises(TimeoutError), start_efficiency_span("idle/x") as wait:
+        assert isinstance(wait, PollWait)
+        wait.poll()
+        raise TimeoutError
+    (span,) = spans.spans
+    assert span.status.status_code.name == "ERROR"

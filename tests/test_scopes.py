@@ -1,0 +1,136 @@
+"""Scopes: iteration stamping, per-task isolation, token reset."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from asynctrace import (
+    Bucket,
+    ConfigurationError,
+    bucket_scope,
+    current_bucket,
+    current_iteration,
+    in_per_prompt_scope,
+    iteration_scope,
+    managed_span,
+    per_prompt_scope,
+    umbrella_span,
+)
+from asynctrace.testing import CapturedSpans
+
+
+def iteration_of(span: object) -> object:
+    """The rl.iteration attribute of a span, or None."""
+    return dict(span.attributes or {}).get("rl.iteration")  # type: ignore[attr-defined]
+
+
+def test_scopes_reset_by_token() -> None:
+    """Each scope restores the previous value on exit, also when nested."""
+    assert current_iteration() is None
+    with iteration_scope(1):
+        with iteration_scope(2):
+            assert current_iteration() == 2
+        assert current_iteration() == 1
+    assert current_iteration() is None
+    with bucket_scope(Bucket.IDLE):
+        assert current_bucket() is Bucket.IDLE
+    assert current_bucket() is None
+    with per_prompt_scope():
+        assert in_per_prompt_scope()
+    assert not in_per_prompt_scope()
+
+
+def test_scope_reset_on_exception() -> None:
+    """An exception inside a scope still resets it."""
+    with pytest.raises(RuntimeError), iteration_scope(5):
+        raise RuntimeError
+    assert current_iteration() is None
+
+
+@pytest.mark.parametrize("bad", ["3", 2.0, None, True])
+def test_iteration_scope_rejects_non_ints(bad: object) -> None:
+    """iteration_scope names the bad value."""
+    with pytest.raises(ConfigurationError, match=repr(bad)):
+        iteration_scope(bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", ["idle", None, 1])
+def test_bucket_scope_rejects_non_buckets(bad: object) -> None:
+    """bucket_scope accepts only Bucket members and lists them."""
+    with pytest.raises(ConfigurationError, match="Bucket.IDLE"):
+        bucket_scope(bad)  # type: ignore[arg-type]
+
+
+def test_iteration_stamped_and_own_value_kept(spans: CapturedSpans) -> None:
+    """Every span inside iteration_scope gets rl.iteration; its own value wins."""
+    with iteration_scope(7):
+        with umbrella_span("step", "step"):
+            with managed_span("generation", "gen"):
+                pass
+            with managed_span("evaluate", "eval", attributes={"rl.iteration": 0}):
+                pass
+    with managed_span("generation", "after"):
+        pass
+    assert iteration_of(spans.by_name("step")[0]) == 7
+    assert iteration_of(spans.by_name("gen")[0]) == 7
+    assert iteration_of(spans.by_name("eval")[0]) == 0
+    assert iteration_of(spans.by_name("after")[0]) is None
+
+
+@pytest.mark.anyio
+async def test_iteration_reaches_nested_coroutines_and_tasks(spans: CapturedSpans) -> None:
+    """The scope reaches awaited coroutines and tasks created inside it."""
+
+    async def nested() -> None:
+        with managed_span("generation", "nested"):
+            await anyio.sleep(0)
+
+    with iteration_scope(7):
+        await nested()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(nested)
+    assert [iteration_of(s) for s in spans.by_name("nested")] == [7, 7]
+
+
+@pytest.mark.anyio
+async def test_concurrent_tasks_see_only_their_own_scope(spans: CapturedSpans) -> None:
+    """1,000 concurrent tasks, each in its own iteration/bucket scope, never mix values."""
+    seen: dict[int, tuple[int | None, Bucket | None]] = {}
+    buckets = list(Bucket)
+
+    async def worker(i: int) -> None:
+        with iteration_scope(i), bucket_scope(buckets[i % 4]):
+            await anyio.sleep(0)
+            with managed_span("generation", f"task-{i}"):
+                await anyio.sleep(0.001)
+                await anyio.sleep(0)
+            seen[i] = (current_iteration(), current_bucket())
+
+    async with anyio.create_task_group() as tg:
+        for i in range(1000):
+            tg.start_soon(worker, i)
+    assert len(spans.spans) == 1000
+    for span in spans.spans:
+        i = int(span.name.split("-")[1])
+        assert iteration_of(span) == i
+        assert dict(span.attributes or {})["rl.bucket"] == buckets[i % 4].value
+        assert seen[i] == (i, buckets[i % 4])
+    assert current_iteration() is None
+
+
+@pytest.mark.anyio
+async def test_async_with_scopes(spans: CapturedSpans) -> None:
+    """Scopes also work with `async with`."""
+    async with iteration_scope(3), per_prompt_scope():
+        assert in_per_prompt_scope()
+        assert current_iteration() == 3
+    assert current_iteration() is None
+    assert not in_per_prompt_scope()
+
+
+def test_scope_object_cannot_be_entered_twice() -> None:
+    """Re-entering the same scope object would leak a token, so it is refused."""
+    scope = iteration_scope(1)
+    with scope, pytest.raises(RuntimeError), scope:
+        pass
