@@ -30,11 +30,7 @@ def _decorate(fn: F, group: str, name: str | None, shape: int, attributes: Attri
 
     if inspect.iscoroutinefunction(fn):
 
-        @functools.wraps(fn)
-        async def coroutine_wrapper(*args: Any, **kwargs: Any) -> Any:
-            enabled = GATE.enabled
-            if not enabled or (PER_PROMPT_GROUP if PER_PROMPT.get() else group) not in enabled:
-                return await fn(*args, **kwargs)
+        async def traced_coroutine(*args: Any, **kwargs: Any) -> Any:
             span = start(span_name, group, shape, attrs, None)
             if span is None:
                 return await fn(*args, **kwargs)
@@ -49,7 +45,7 @@ def _decorate(fn: F, group: str, name: str | None, shape: int, attributes: Attri
             finish(span, None, None)
             return result
 
-        return cast("F", coroutine_wrapper)
+        return _gated_wrapper(fn, group, traced_coroutine, is_async=True)
 
     if inspect.isasyncgenfunction(fn):
 
@@ -111,11 +107,7 @@ def _decorate(fn: F, group: str, name: str | None, shape: int, attributes: Attri
 
         return cast("F", generator_wrapper)
 
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        enabled = GATE.enabled
-        if not enabled or (PER_PROMPT_GROUP if PER_PROMPT.get() else group) not in enabled:
-            return fn(*args, **kwargs)
+    def traced_call(*args: Any, **kwargs: Any) -> Any:
         span = start(span_name, group, shape, attrs, None)
         if span is None:
             return fn(*args, **kwargs)
@@ -130,6 +122,91 @@ def _decorate(fn: F, group: str, name: str | None, shape: int, attributes: Attri
         finish(span, None, None)
         return result
 
+    return _gated_wrapper(fn, group, traced_call, is_async=False)
+
+
+_PREFIX = "_at_"
+
+
+def _forwarding(fn: Callable[..., Any]) -> tuple[str, str, dict[str, Any]] | None:
+    """Parameter list, forwarding call and defaults that mirror *fn*'s signature.
+
+    A wrapper with the wrapped function's exact parameters avoids packing
+    ``*args, **kwargs`` on every call, which is most of the disabled-path
+    cost. ``None`` when the signature cannot be mirrored.
+    """
+    try:
+        signature = inspect.signature(fn, follow_wrapped=False)
+    except (TypeError, ValueError):
+        return None
+    params: list[str] = []
+    call: list[str] = []
+    defaults: dict[str, Any] = {}
+    kinds = inspect.Parameter
+    saw_star = False
+    positional_only_done = False
+    for i, p in enumerate(signature.parameters.values()):
+        if p.name.startswith(_PREFIX) or not p.name.isidentifier():
+            return None
+        if p.kind is not kinds.POSITIONAL_ONLY and not positional_only_done:
+            positional_only_done = True
+            if params:
+                params.append("/")
+        default = ""
+        if p.default is not kinds.empty:
+            key = f"{_PREFIX}d{i}"
+            defaults[key] = p.default
+            default = f"={key}"
+        if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD):
+            params.append(p.name + default)
+            call.append(p.name)
+        elif p.kind is kinds.VAR_POSITIONAL:
+            saw_star = True
+            params.append("*" + p.name)
+            call.append("*" + p.name)
+        elif p.kind is kinds.KEYWORD_ONLY:
+            if not saw_star:
+                saw_star = True
+                params.append("*")
+            params.append(p.name + default)
+            call.append(f"{p.name}={p.name}")
+        else:  # VAR_KEYWORD
+            params.append("**" + p.name)
+            call.append("**" + p.name)
+    if not positional_only_done and params:
+        params.append("/")
+    return ", ".join(params), ", ".join(call), defaults
+
+
+def _gated_wrapper(fn: F, group: str, traced: Callable[..., Any], *, is_async: bool) -> F:
+    """Build ``wrapper(<fn's parameters>)``: the gate check, then *fn* or *traced*."""
+    forwarding = _forwarding(fn)
+    params, call = "*args, **kwargs", "*args, **kwargs"
+    defaults: dict[str, Any] = {}
+    if forwarding is not None:
+        params, call, defaults = forwarding
+    awaiting = "await " if is_async else ""
+    p = _PREFIX
+    source = (
+        f"{'async ' if is_async else ''}def {p}wrapper({params}):\n"
+        f"    {p}on = {p}gate.enabled\n"
+        f"    if not {p}on or ({p}ppg if {p}pp.get() else {p}group) not in {p}on:\n"
+        f"        return {awaiting}{p}fn({call})\n"
+        f"    return {awaiting}{p}traced({call})\n"
+    )
+    namespace: dict[str, Any] = {
+        f"{p}gate": GATE,
+        f"{p}ppg": PER_PROMPT_GROUP,
+        f"{p}pp": PER_PROMPT,
+        f"{p}group": group,
+        f"{p}fn": fn,
+        f"{p}traced": traced,
+        **defaults,
+    }
+    filename = f"<asynctrace wrapper of {getattr(fn, '__qualname__', fn)!r}>"
+    exec(compile(source, filename, "exec"), namespace)
+    wrapper = namespace[f"{p}wrapper"]
+    functools.update_wrapper(wrapper, fn)
     return cast("F", wrapper)
 
 

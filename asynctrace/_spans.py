@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Final
 
@@ -57,20 +58,17 @@ AMBIENT_SPAN: Final[Span] = _AmbientSpan()
 
 
 class _NoopSpanCM:
-    """Shared context manager returned by every disabled span helper."""
+    """Shared context manager returned by every disabled span helper.
+
+    ``__enter__`` and ``__exit__`` are C-level callables (no Python frame):
+    ``__enter__`` returns the shared span, ``__exit__`` returns ``""``, which is
+    falsy, so exceptions propagate unchanged.
+    """
 
     __slots__ = ()
 
-    def __enter__(self) -> Span:
-        return AMBIENT_SPAN
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        return None
+    __enter__: Callable[[], Span] = staticmethod(itertools.repeat(AMBIENT_SPAN).__next__)
+    __exit__: Callable[..., str] = staticmethod("".format)
 
     async def __aenter__(self) -> Span:
         return AMBIENT_SPAN

@@ -341,3 +341,39 @@ def test_works_with_explicit_provider_logging(caplog: pytest.LogCaptureFixture) 
         enable_telemetry(provider, span_groups="reward")
         assert add(2) == 4
     assert not caplog.records
+
+
+def test_wrapper_forwards_every_parameter_kind(spans: CapturedSpans) -> None:
+    """Positional-only, defaults, *args, keyword-only and **kwargs all pass through."""
+
+    def f(a, /, b, c=3, *args, d, e=5, **kw):  # type: ignore[no-untyped-def]
+        return (a, b, c, args, d, e, kw)
+
+    wrapped = trace_fn("reward")(f)
+    assert wrapped(1, 2, d=4) == (1, 2, 3, (), 4, 5, {})
+    assert wrapped(1, 2, 3, 4, 5, d=6, z=1) == (1, 2, 3, (4, 5), 6, 5, {"z": 1})
+    assert wrapped(1, b=2, d=4, e=0) == (1, 2, 3, (), 4, 0, {})
+    with pytest.raises(TypeError):
+        wrapped(a=1, b=2, d=4)  # positional-only stays positional-only
+    assert str(inspect.signature(wrapped)) == str(inspect.signature(f))
+    assert len(spans.spans) == 3
+
+
+def test_wrapper_keeps_default_objects() -> None:
+    """Defaults are the same objects, not copies."""
+    sentinel: list[int] = []
+
+    def f(x: list[int] = sentinel) -> list[int]:
+        return x
+
+    assert trace_fn("reward")(f)() is sentinel
+
+
+def test_parameter_names_that_clash_with_internals_fall_back() -> None:
+    """A parameter named like the wrapper's internals still works (generic wrapper)."""
+
+    def f(_at_fn: int, _at_gate: int = 2) -> int:
+        return _at_fn + _at_gate
+
+    assert trace_fn("reward")(f)(1) == 3
+    assert trace_fn("reward")(f)(1, _at_gate=5) == 6

@@ -1,0 +1,205 @@
+"""Side-by-side benchmarks: each figure is a ratio against a baseline measured in the same run.
+
+Usage: python benchmarks/run.py [--quick] [--json PATH]
+
+Exits 1 if any target is missed. Timings are the minimum over repeats of
+``timeit`` loops (the least-disturbed run), in nanoseconds per operation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import platform
+import sys
+import timeit
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+import asynctrace as at
+
+
+class DiscardingExporter(SpanExporter):
+    """Accepts every span and keeps nothing."""
+
+    def export(self, spans: object) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        pass
+
+
+def ns_per_op(
+    stmt: str | Callable[[], object], number: int, repeat: int, **names: object
+) -> float:
+    """Minimum nanoseconds per operation over *repeat* runs of *number* operations.
+
+    A string statement is timed inline (no extra Python call around it).
+    """
+    timer = timeit.Timer(stmt, globals=names) if isinstance(stmt, str) else timeit.Timer(stmt)
+    best = min(timer.repeat(repeat=repeat, number=number))
+    return best / number * 1e9
+
+
+@dataclass
+class Figure:
+    name: str
+    measured_ns: float
+    baseline_ns: float
+    limit: str
+    ok: bool
+
+    @property
+    def ratio(self) -> float:
+        return self.measured_ns / self.baseline_ns
+
+
+def bench_disabled_managed_span(n: int, r: int) -> Figure:
+    at.disable_telemetry()
+    ours_ns = ns_per_op(
+        "with managed_span('generation', 'x'): pass", n, r, managed_span=at.managed_span
+    )
+    base_ns = ns_per_op("with nullcontext(): pass", n, r, nullcontext=contextlib.nullcontext)
+    return Figure(
+        "disabled `with managed_span` vs `with nullcontext()`",
+        ours_ns,
+        base_ns,
+        "<= 0.75x",
+        ours_ns <= 0.75 * base_ns,
+    )
+
+
+def _plain(a: int, b: int = 1) -> int:
+    return a
+
+
+def bench_disabled_trace_fn(n: int, r: int) -> Figure:
+    at.disable_telemetry()
+    decorated = at.trace_fn("generation")(_plain)
+    ours_ns = ns_per_op("f(1, b=2)", n, r, f=decorated)
+    base_ns = ns_per_op("f(1, b=2)", n, r, f=_plain)
+    return Figure(
+        "disabled call of a @trace_fn function f(1, b=2) vs undecorated",
+        ours_ns,
+        base_ns,
+        "<= 2x + 100 ns",
+        ours_ns <= 2 * base_ns + 100,
+    )
+
+
+def bench_disabled_trace_fn_positional(n: int, r: int) -> Figure:
+    at.disable_telemetry()
+    decorated = at.trace_fn("generation")(_plain)
+    ours_ns = ns_per_op("f(1)", n, r, f=decorated)
+    base_ns = ns_per_op("f(1)", n, r, f=_plain)
+    return Figure(
+        "disabled call of a @trace_fn function f(1) vs undecorated",
+        ours_ns,
+        base_ns,
+        "<= 2x + 100 ns",
+        ours_ns <= 2 * base_ns + 100,
+    )
+
+
+def bench_enabled_leaf(n: int, r: int) -> Figure:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(DiscardingExporter()))
+    at.enable_telemetry(provider, span_groups="all")
+    tracer = provider.get_tracer("bench")
+    managed_span = at.managed_span
+    attrs = {"rl.bucket": "productive", "rl.iteration": 3}
+
+    def ours() -> None:
+        with managed_span("generation", "x"):
+            pass
+
+    def raw() -> None:
+        with tracer.start_as_current_span("x", attributes=attrs):
+            pass
+
+    with at.iteration_scope(3):
+        # Interleave to share any drift between the two.
+        ours_ns = min(ns_per_op(ours, n // 10, 1) for _ in range(r))
+        base_ns = min(ns_per_op(raw, n // 10, 1) for _ in range(r))
+        ours_ns = min(ours_ns, *(ns_per_op(ours, n // 10, 1) for _ in range(r)))
+        base_ns = min(base_ns, *(ns_per_op(raw, n // 10, 1) for _ in range(r)))
+    at.disable_telemetry()
+    return Figure(
+        "enabled leaf span (rl.bucket + rl.iteration) vs raw start_as_current_span",
+        ours_ns,
+        base_ns,
+        "<= 1.10x",
+        ours_ns <= 1.10 * base_ns,
+    )
+
+
+def bench_poll(n: int, r: int) -> Figure:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(DiscardingExporter()))
+    at.enable_telemetry(provider, span_groups="all")
+    wait = at.start_efficiency_span("idle/buffer_starvation")
+    wait.poll()
+    ours_ns = ns_per_op("wait.poll()", n, r, wait=wait)
+    # Baseline, for reference only: an empty Python function call.
+    base_ns = ns_per_op("f()", n, r, f=lambda: None)
+    wait.end()
+    at.disable_telemetry()
+    return Figure(
+        "PollWait.poll() per call (reference: empty function call)",
+        ours_ns,
+        base_ns,
+        "<= 100 ns",
+        ours_ns <= 100,
+    )
+
+
+BENCHES = [
+    bench_disabled_managed_span,
+    bench_disabled_trace_fn,
+    bench_disabled_trace_fn_positional,
+    bench_enabled_leaf,
+    bench_poll,
+]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer iterations")
+    parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+    args = parser.parse_args()
+    n, r = (50_000, 3) if args.quick else (500_000, 7)
+    figures = [bench(n, r) for bench in BENCHES]
+    print(f"python {platform.python_version()} on {platform.machine()} ({platform.system()})")
+    width = max(len(f.name) for f in figures)
+    for f in figures:
+        status = "ok  " if f.ok else "MISS"
+        print(
+            f"{status} {f.name:<{width}}  {f.measured_ns:8.1f} ns  vs {f.baseline_ns:8.1f} ns"
+            f"  = {f.ratio:5.2f}x  (target {f.limit})"
+        )
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(
+                [
+                    {
+                        "name": f.name,
+                        "ns": f.measured_ns,
+                        "baseline_ns": f.baseline_ns,
+                        "ratio": f.ratio,
+                        "target": f.limit,
+                        "ok": f.ok,
+                    }
+                    for f in figures
+                ],
+                fh,
+                indent=2,
+            )
+    return 0 if all(f.ok for f in figures) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
