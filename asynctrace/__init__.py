@@ -32,6 +32,14 @@ from ._groups import (
     registered_span_groups,
     resolve_span_groups,
 )
+from ._propagation import (
+    accepts_trace_context,
+    current_trace_carrier,
+    dispatch_with_trace_context,
+    extract_env,
+    inject_env,
+    remote_trace_context,
+)
 from ._scopes import (
     bucket_scope,
     current_bucket,
@@ -40,7 +48,7 @@ from ._scopes import (
     iteration_scope,
     per_prompt_scope,
 )
-from ._spans import instant, managed_span, umbrella_span
+from ._spans import detached_span, instant, managed_span, umbrella_span
 from ._state import (
     disable_telemetry,
     enable_telemetry,
@@ -49,6 +57,7 @@ from ._state import (
     is_span_group_enabled,
     set_span_groups,
 )
+from ._threads import ContextExecutor, ContextThread, bind_context, context_executor, to_thread
 
 __version__ = "0.1.0"
 
@@ -56,20 +65,30 @@ __all__ = [
     "BY_CATEGORY",
     "Bucket",
     "ConfigurationError",
+    "ContextExecutor",
+    "ContextThread",
     "MissingExtraError",
     "PollWait",
     "SpanGroup",
     "__version__",
+    "accepts_trace_context",
+    "bind_context",
     "bucket_scope",
+    "context_executor",
     "current_bucket",
     "current_iteration",
+    "current_trace_carrier",
+    "detached_span",
     "disable_telemetry",
+    "dispatch_with_trace_context",
     "efficiency_bucket",
     "efficiency_span",
     "enable_telemetry",
     "enabled_span_groups",
+    "extract_env",
     "get_tracer",
     "in_per_prompt_scope",
+    "inject_env",
     "instant",
     "is_span_group_enabled",
     "iteration_scope",
@@ -78,10 +97,12 @@ __all__ = [
     "register_span_groups",
     "registered_presets",
     "registered_span_groups",
+    "remote_trace_context",
     "resolve_span_groups",
     "set_efficiency_bucket",
     "set_span_groups",
     "start_efficiency_span",
+    "to_thread",
     "trace_fn",
     "umbrella_span",
     "umbrella_trace_fn",

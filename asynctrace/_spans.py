@@ -319,3 +319,28 @@ def instant(group: str, name: str, *, attributes: Attributes | None = None) -> N
     span = start(name, group, UMBRELLA, attributes, None, start_time=now)
     if span is not None:
         finish(span, None, None, end_time=now)
+
+
+def detached_span(
+    group: str, name: str, *, attributes: Attributes | None = None
+) -> LiveSpan | _NoopSpanCM:
+    """Open a span that may end after its parent; it never carries a bucket.
+
+    For work handed to another thread that outlives the step that started it
+    (an asynchronous checkpoint finalization, say). Open it inside the handed
+    context (:func:`bind_context`, :class:`ContextThread`) so it becomes a
+    child of the span that triggered the work and keeps that step's
+    ``rl.iteration``. It runs concurrently with later steps, so a bucket would
+    charge one stretch of wall clock twice. If it cannot be opened, the failure
+    is logged once and the block runs untraced.
+
+    Example:
+        >>> with detached_span("checkpoint", "rl.checkpoint.finalize"):
+        ...     pass  # wait for the writers, then rename
+    """
+    enabled = GATE.enabled
+    if not enabled:
+        return NOOP_CM
+    if (PER_PROMPT_GROUP if PER_PROMPT.get() else group) not in enabled:
+        return NOOP_CM
+    return LiveSpan(group, name, UMBRELLA, attributes, None)

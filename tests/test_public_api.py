@@ -8,6 +8,18 @@ import sys
 import asynctrace
 
 EXPECTED = {
+    "ContextExecutor",
+    "ContextThread",
+    "accepts_trace_context",
+    "bind_context",
+    "context_executor",
+    "current_trace_carrier",
+    "detached_span",
+    "dispatch_with_trace_context",
+    "extract_env",
+    "inject_env",
+    "remote_trace_context",
+    "to_thread",
     "BY_CATEGORY",
     "Bucket",
     "ConfigurationError",

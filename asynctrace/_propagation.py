@@ -1,0 +1,285 @@
+"""Carriers: W3C trace context across Ray calls, HTTP, subprocesses and env vars."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+from collections.abc import Callable, Mapping, MutableMapping
+from types import TracebackType
+from typing import Any, Final, TypeVar, cast
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from ._errors import ConfigurationError, report_internal_error
+
+__all__ = [
+    "accepts_trace_context",
+    "current_trace_carrier",
+    "dispatch_with_trace_context",
+    "extract_env",
+    "inject_env",
+    "remote_trace_context",
+]
+
+_W3C: Final = TraceContextTextMapPropagator()
+TRACEPARENT: Final = "traceparent"
+TRACESTATE: Final = "tracestate"
+ENV_TRACEPARENT: Final = "TRACEPARENT"
+ENV_TRACESTATE: Final = "TRACESTATE"
+CARRIER_KWARG: Final = "trace_carrier"
+# A version-00 traceparent is 55 characters; later versions may append fields.
+_MAX_TRACEPARENT: Final = 512
+# W3C: at most 32 list members of at most 256 characters each.
+_MAX_TRACESTATE: Final = 32 * 257
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def current_trace_carrier() -> dict[str, str]:
+    """The current span context as a W3C carrier (``traceparent``/``tracestate``).
+
+    An empty dict when there is no valid span context (nothing recording and
+    no remote parent attached), so passing it on is always safe.
+
+    Example:
+        >>> current_trace_carrier()
+        {}
+    """
+    try:
+        span_context = trace.get_current_span().get_span_context()
+        if not span_context.is_valid:
+            return {}
+        carrier: dict[str, str] = {}
+        _W3C.inject(carrier)
+        return carrier
+    except Exception as exc:
+        report_internal_error(("current_trace_carrier",), exc)
+        return {}
+
+
+def _clean_carrier(carrier: object) -> dict[str, str] | None:
+    """Keep only well-typed, bounded W3C entries (keys case-insensitive)."""
+    if not isinstance(carrier, Mapping) or not carrier:
+        return None
+    clean: dict[str, str] = {}
+    for key, limit in ((TRACEPARENT, _MAX_TRACEPARENT), (TRACESTATE, _MAX_TRACESTATE)):
+        value = carrier.get(key)
+        if value is None:
+            for raw_key, raw_value in carrier.items():
+                if isinstance(raw_key, str) and raw_key.lower() == key:
+                    value = raw_value
+                    break
+        if isinstance(value, str) and value.isascii() and len(value) <= limit:
+            clean[key] = value
+    return clean if TRACEPARENT in clean else None
+
+
+def context_from_carrier(carrier: object) -> otel_context.Context | None:
+    """The OTel context a carrier describes, or ``None`` if it is not valid W3C."""
+    clean = _clean_carrier(carrier)
+    if clean is None:
+        return None
+    try:
+        ctx = _W3C.extract(clean)
+    except Exception:
+        return None
+    if not trace.get_current_span(ctx).get_span_context().is_valid:
+        return None
+    return ctx
+
+
+class remote_trace_context:
+    """Run a block under the span context of a W3C *carrier*.
+
+    Attaches on enter and detaches on exit (``with`` and ``async with``). An
+    empty, ``None`` or malformed carrier makes it a no-op: it never raises.
+
+    Example:
+        >>> with remote_trace_context({"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}):
+        ...     pass
+    """
+
+    __slots__ = ("_ctx", "_token")
+
+    def __init__(self, carrier: Mapping[str, str] | None) -> None:
+        self._ctx = context_from_carrier(carrier)
+        self._token: object | None = None
+
+    @property
+    def valid(self) -> bool:
+        """Whether the carrier held a valid W3C span context."""
+        return self._ctx is not None
+
+    def __enter__(self) -> remote_trace_context:
+        if self._ctx is not None:
+            try:
+                self._token = otel_context.attach(self._ctx)
+            except Exception as exc:
+                report_internal_error(("remote_trace_context",), exc)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        token, self._token = self._token, None
+        if token is not None:
+            otel_context.detach(token)  # type: ignore[arg-type]
+
+    async def __aenter__(self) -> remote_trace_context:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+
+def _signature_with_carrier(fn: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    params = list(signature.parameters.values())
+    if CARRIER_KWARG in signature.parameters:
+        return signature
+    extra = inspect.Parameter(
+        CARRIER_KWARG,
+        inspect.Parameter.KEYWORD_ONLY,
+        default=None,
+        annotation="Mapping[str, str] | None",
+    )
+    if params and params[-1].kind is inspect.Parameter.VAR_KEYWORD:
+        params.insert(len(params) - 1, extra)
+    else:
+        params.append(extra)
+    return signature.replace(parameters=params)
+
+
+def _take_carrier(kwargs: dict[str, Any], keep: bool) -> Any:
+    return kwargs.get(CARRIER_KWARG) if keep else kwargs.pop(CARRIER_KWARG, None)
+
+
+def accepts_trace_context(fn: F) -> F:
+    """Let *fn* accept a ``trace_carrier=`` keyword and run under that context.
+
+    Works on functions and methods, sync and async. The wrapper's
+    ``inspect.signature`` shows the extra keyword, so signature checks such as
+    Ray's accept the call. Called without a carrier, *fn* runs as before.
+
+    Example:
+        >>> @accepts_trace_context
+        ... def run_rollouts(batch):
+        ...     return len(batch)
+        >>> run_rollouts([1, 2], trace_carrier={})
+        2
+    """
+    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        raise ConfigurationError(
+            f"accepts_trace_context({fn.__qualname__}): generator functions are not supported; "
+            "open remote_trace_context(carrier) inside the generator instead"
+        )
+    takes_carrier = False  # the function declares trace_carrier itself: pass it through
+    try:
+        takes_carrier = CARRIER_KWARG in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        pass
+
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            carrier = (
+                kwargs.get(CARRIER_KWARG) if takes_carrier else kwargs.pop(CARRIER_KWARG, None)
+            )
+            if not carrier:
+                return await fn(*args, **kwargs)
+            with remote_trace_context(carrier):
+                return await fn(*args, **kwargs)
+
+        wrapper: Callable[..., Any] = async_wrapper
+    else:
+
+        @functools.wraps(fn)
+        def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+            carrier = (
+                kwargs.get(CARRIER_KWARG) if takes_carrier else kwargs.pop(CARRIER_KWARG, None)
+            )
+            if not carrier:
+                return fn(*args, **kwargs)
+            with remote_trace_context(carrier):
+                return fn(*args, **kwargs)
+
+        wrapper = sync_wrapper
+    signature = _signature_with_carrier(fn)
+    if signature is not None:
+        wrapper.__signature__ = signature  # type: ignore[attr-defined]
+    return cast("F", wrapper)
+
+
+def dispatch_with_trace_context(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """Call ``fn(*args, trace_carrier=current_trace_carrier(), **kwargs)``.
+
+    The call-site half of :func:`accepts_trace_context`, e.g. for
+    ``actor.method.remote``.
+
+    Example:
+        >>> dispatch_with_trace_context(lambda x, trace_carrier: (x, trace_carrier), 1)
+        (1, {})
+    """
+    return fn(*args, trace_carrier=current_trace_carrier(), **kwargs)
+
+
+def inject_env(env: MutableMapping[str, str] | None = None) -> MutableMapping[str, str]:
+    """Put the current trace context into ``TRACEPARENT``/``TRACESTATE`` of *env*.
+
+    *env* defaults to a copy of ``os.environ``. Stale values are removed when
+    there is no valid span context, so a child never inherits an old parent.
+    Returns *env*, ready for ``subprocess.run(..., env=...)``.
+
+    Example:
+        >>> env = inject_env({"PATH": "/usr/bin"})
+        >>> "TRACEPARENT" in env
+        False
+    """
+    target: MutableMapping[str, str] = dict(os.environ) if env is None else env
+    carrier = current_trace_carrier()
+    for env_key, key in ((ENV_TRACEPARENT, TRACEPARENT), (ENV_TRACESTATE, TRACESTATE)):
+        if key in carrier:
+            target[env_key] = carrier[key]
+        else:
+            target.pop(env_key, None)
+    return target
+
+
+def extract_env(environ: Mapping[str, str] | None = None) -> remote_trace_context:
+    """The trace context carried in ``TRACEPARENT``/``TRACESTATE`` (default ``os.environ``).
+
+    Returns a :class:`remote_trace_context`: ``with extract_env(): ...`` runs
+    the block under the parent process's span. Missing or malformed values
+    make it a no-op.
+
+    Example:
+        >>> with extract_env({}):
+        ...     pass
+    """
+    source = os.environ if environ is None else environ
+    carrier: dict[str, str] = {}
+    try:
+        parent = source.get(ENV_TRACEPARENT)
+        state = source.get(ENV_TRACESTATE)
+    except Exception:
+        parent = state = None
+    if isinstance(parent, str):
+        carrier[TRACEPARENT] = parent
+        if isinstance(state, str):
+            carrier[TRACESTATE] = state
+    return remote_trace_context(carrier)

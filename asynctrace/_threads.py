@@ -1,0 +1,187 @@
+"""Explicit context propagation into threads, executors and process pools.
+
+A raw ``threading.Thread`` starts with an empty context: no active span, no
+scope. These helpers carry the caller's context — the active span and every
+asynctrace scope — on purpose, one call at a time.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextvars
+import functools
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, ParamSpec, TypeVar
+
+import anyio.to_thread
+
+from ._groups import Bucket
+from ._propagation import current_trace_carrier, remote_trace_context
+from ._scopes import BUCKET, ITERATION, PER_PROMPT
+
+__all__ = ["ContextThread", "bind_context", "context_executor", "to_thread"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def bind_context(fn: Callable[P, R]) -> Callable[P, R]:
+    """Capture the caller's context now; run *fn* in it later, in any thread.
+
+    Each call runs in a fresh copy of the captured context, so the bound
+    callable may be called concurrently from several threads, and context
+    changes made by one call do not leak into the next.
+
+    Example:
+        >>> import threading
+        >>> from asynctrace import iteration_scope, current_iteration
+        >>> with iteration_scope(4):
+        ...     job = bind_context(current_iteration)
+        >>> out = []
+        >>> t = threading.Thread(target=lambda: out.append(job())); t.start(); t.join()
+        >>> out
+        [4]
+    """
+    captured = contextvars.copy_context()
+
+    def bound(*args: P.args, **kwargs: P.kwargs) -> R:
+        return captured.copy().run(fn, *args, **kwargs)
+
+    bound.__wrapped__ = fn  # type: ignore[attr-defined]
+    return bound
+
+
+class ContextThread(threading.Thread):
+    """A ``threading.Thread`` that runs in the context of the code that created it.
+
+    The active span and every scope (iteration, bucket, per-prompt) are
+    captured in ``__init__`` and are current inside ``run()``.
+
+    Example:
+        >>> from asynctrace import iteration_scope, current_iteration
+        >>> out = []
+        >>> with iteration_scope(2):
+        ...     t = ContextThread(target=lambda: out.append(current_iteration()))
+        >>> t.start(); t.join(); out
+        [2]
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._asynctrace_context = contextvars.copy_context()
+
+    def run(self) -> None:
+        """Run the thread's target inside the captured context."""
+        self._asynctrace_context.run(super().run)
+
+
+class _ScopeSnapshot:
+    """Picklable copy of the trace context and scopes, for process pools."""
+
+    __slots__ = ("bucket", "carrier", "iteration", "per_prompt")
+
+    def __init__(self) -> None:
+        self.carrier = current_trace_carrier()
+        bucket = BUCKET.get()
+        self.bucket = bucket.value if bucket is not None else None
+        self.iteration = ITERATION.get()
+        self.per_prompt = PER_PROMPT.get()
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return (self.carrier, self.bucket, self.iteration, self.per_prompt)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        self.carrier, self.bucket, self.iteration, self.per_prompt = state
+
+    def run(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+        def restored() -> R:
+            ITERATION.set(self.iteration)
+            BUCKET.set(Bucket(self.bucket) if self.bucket is not None else None)
+            PER_PROMPT.set(bool(self.per_prompt))
+            with remote_trace_context(self.carrier):
+                return fn(*args, **kwargs)
+
+        return contextvars.copy_context().run(restored)
+
+
+def _run_in_snapshot(snapshot: _ScopeSnapshot, fn: Callable[..., R], *args: Any) -> R:
+    return snapshot.run(fn, *args)
+
+
+def _run_in_snapshot_kw(
+    snapshot: _ScopeSnapshot, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> R:
+    return snapshot.run(fn, *args, **kwargs)
+
+
+class ContextExecutor(concurrent.futures.Executor):
+    """An executor whose ``submit`` and ``map`` carry the caller's context.
+
+    Thread-based executors get the full context (active span and scopes).
+    A ``ProcessPoolExecutor`` cannot receive a context, so it gets a picklable
+    snapshot: a W3C carrier plus the scope values, restored in the worker.
+    """
+
+    def __init__(self, executor: concurrent.futures.Executor) -> None:
+        self._executor = executor
+        self._by_carrier = isinstance(executor, concurrent.futures.ProcessPoolExecutor)
+
+    @property
+    def wrapped(self) -> concurrent.futures.Executor:
+        """The executor doing the work."""
+        return self._executor
+
+    def submit(
+        self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs
+    ) -> concurrent.futures.Future[R]:
+        """Schedule ``fn(*args, **kwargs)`` in the caller's context."""
+        if self._by_carrier:
+            return self._executor.submit(_run_in_snapshot_kw, _ScopeSnapshot(), fn, args, kwargs)
+        return self._executor.submit(bind_context(fn), *args, **kwargs)
+
+    def map(
+        self,
+        fn: Callable[..., R],
+        *iterables: Iterable[Any],
+        timeout: float | None = None,
+        chunksize: int = 1,
+    ) -> Iterator[R]:
+        """``Executor.map`` with every call in the caller's context."""
+        if self._by_carrier:
+            call: Callable[..., R] = functools.partial(_run_in_snapshot, _ScopeSnapshot(), fn)
+        else:
+            call = bind_context(fn)
+        return self._executor.map(call, *iterables, timeout=timeout, chunksize=chunksize)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Shut the wrapped executor down."""
+        self._executor.shutdown(wait=wait, cancel_futures=cancel_futures)
+
+
+def context_executor(executor: concurrent.futures.Executor) -> ContextExecutor:
+    """Wrap *executor* so ``submit`` and ``map`` carry the caller's context.
+
+    Example:
+        >>> from concurrent.futures import ThreadPoolExecutor
+        >>> from asynctrace import iteration_scope, current_iteration
+        >>> with context_executor(ThreadPoolExecutor(2)) as pool, iteration_scope(9):
+        ...     pool.submit(current_iteration).result()
+        9
+    """
+    if isinstance(executor, ContextExecutor):
+        return executor
+    return ContextExecutor(executor)
+
+
+async def to_thread(fn: Callable[..., R], *args: Any) -> R:
+    """Run ``fn(*args)`` in a worker thread, in the caller's context.
+
+    Works on asyncio, uvloop and trio (through anyio).
+
+    Example:
+        >>> import anyio
+        >>> anyio.run(to_thread, sum, [1, 2])
+        3
+    """
+    return await anyio.to_thread.run_sync(bind_context(fn), *args)
