@@ -8,7 +8,7 @@ import nox
 
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True
-nox.options.sessions = ["tests", "lint", "typing"]
+nox.options.sessions = ["tests", "ray", "lint", "typing"]
 
 PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 TEST_DEPS = [
@@ -27,6 +27,18 @@ def tests(session: nox.Session) -> None:
         "pytest",
         *session.posargs,
         env={"ASYNCTRACE_STRICT": "1", "PYTHONWARNINGS": os.environ.get("PYTHONWARNINGS", "")},
+    )
+
+
+@nox.session(python="3.11")
+def ray(session: nox.Session) -> None:
+    """The Ray boundary test on a real local cluster (ray.init(num_cpus=2))."""
+    session.install("-e", ".[sdk]", "ray>=2.9", *TEST_DEPS)
+    session.run(
+        "pytest",
+        "tests/test_ray.py",
+        *session.posargs,
+        env={"ASYNCTRACE_STRICT": "1", "RAY_USAGE_STATS_ENABLED": "0"},
     )
 
 

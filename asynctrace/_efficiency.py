@@ -176,7 +176,11 @@ def efficiency_span(
     """
     if not _gate_open():
         return NOOP_CM
-    _validate_category(category, "efficiency_span(category)")
+    try:
+        _lookup(category)
+    except Exception as exc:  # never raise on the span path
+        report_internal_error(("efficiency_span", repr(category)), exc)
+        return NOOP_CM
     return _WaitSpan(category, attributes)
 
 
@@ -291,5 +295,9 @@ def start_efficiency_span(category: str, *, attributes: Attributes | None = None
     """
     if not _gate_open():
         return _NOOP_WAIT
-    _validate_category(category, "start_efficiency_span(category)")
+    try:
+        _lookup(category)
+    except Exception as exc:  # never raise on the span path
+        report_internal_error(("start_efficiency_span", repr(category)), exc)
+        return _NOOP_WAIT
     return PollWait(category, attributes)

@@ -58,7 +58,7 @@ def import_extra(module: str, extra: str) -> object:
 
 _reported: set[Hashable] = set()
 _reported_lock = threading.Lock()
-_strict = os.environ.get("ASYNCTRACE_STRICT", "") not in ("", "0", "false", "False")
+_strict = os.environ.get("ASYNCTRACE_STRICT", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def set_strict(value: bool) -> bool:

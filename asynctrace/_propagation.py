@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import re
 from collections.abc import Callable, Mapping, MutableMapping
 from types import TracebackType
 from typing import Any, Final, TypeVar, cast
@@ -60,6 +61,17 @@ def current_trace_carrier() -> dict[str, str]:
         return {}
 
 
+_KEY = r"(?:[a-z][_0-9a-z\-*/]{0,255}|[a-z0-9][_0-9a-z\-*/]{0,240}@[a-z][_0-9a-z\-*/]{0,13})"
+_VALUE = r"[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]"
+_MEMBER: Final = re.compile(rf"[ \t]*{_KEY}={_VALUE}[ \t]*")
+
+
+def _valid_tracestate(value: str) -> bool:
+    """W3C tracestate syntax; an invalid header is discarded whole (W3C §3.3.1.1)."""
+    members = [m for m in value.split(",") if m.strip(" \t")]
+    return len(members) <= 32 and all(_MEMBER.fullmatch(m) for m in members)
+
+
 def _clean_carrier(carrier: object) -> dict[str, str] | None:
     """Keep only well-typed, bounded W3C entries (keys case-insensitive)."""
     if not isinstance(carrier, Mapping) or not carrier:
@@ -73,6 +85,8 @@ def _clean_carrier(carrier: object) -> dict[str, str] | None:
                     value = raw_value
                     break
         if isinstance(value, str) and value.isascii() and len(value) <= limit:
+            if key == TRACESTATE and not _valid_tracestate(value):
+                continue
             clean[key] = value
     return clean if TRACEPARENT in clean else None
 
@@ -222,6 +236,11 @@ def accepts_trace_context(fn: F) -> F:
     signature = _signature_with_carrier(fn)
     if signature is not None:
         wrapper.__signature__ = signature  # type: ignore[attr-defined]
+        # Ray (and others) call inspect.unwrap() before reading a signature;
+        # following __wrapped__ would hide the extra keyword, so keep the
+        # original under another name.
+        wrapper.__asynctrace_wrapped__ = fn  # type: ignore[attr-defined]
+        del wrapper.__wrapped__  # type: ignore[attr-defined]
     return cast("F", wrapper)
 
 

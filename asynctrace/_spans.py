@@ -123,8 +123,11 @@ def build_attributes(user: Attributes | None, bucket: Bucket | None) -> dict[str
         attrs[RL_BUCKET] = bucket.value
     if user:
         attrs.update(user)
-        if bucket is None and RL_BUCKET in user:
-            del attrs[RL_BUCKET]
+        if RL_BUCKET in user:  # the bucket rules decide, never a raw attribute
+            if bucket is None:
+                del attrs[RL_BUCKET]
+            else:
+                attrs[RL_BUCKET] = bucket.value
     return attrs
 
 

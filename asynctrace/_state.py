@@ -67,6 +67,8 @@ def restore(state: GateSnapshot) -> None:
         GATE.provider = state.provider
         GATE.tokens = state.tokens
         GATE.enabled = state.enabled
+        # Groups registered meanwhile may now match the restored spec.
+        _recompute()
 
 
 def _recompute() -> None:

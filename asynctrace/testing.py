@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-__all__ = ["CapturedSpans", "capture_spans"]
+__all__ = ["CapturedSpans", "capture_spans", "span_tree"]
 
 
 class CapturedSpans:

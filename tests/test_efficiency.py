@@ -153,3 +153,23 @@ def test_poll_wait_as_context_manager_records_errors(spans: CapturedSpans) -> No
         raise TimeoutError
     (span,) = spans.spans
     assert span.status.status_code.name == "ERROR"
+
+
+def test_bad_category_on_the_hot_path_is_logged_not_raised(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With efficiency on, a malformed category degrades to a no-op and logs once."""
+    from asynctrace import _errors
+
+    previous = _errors.set_strict(False)
+    try:
+        with capture_spans() as captured, caplog.at_level("WARNING", "asynctrace"):
+            with efficiency_span("/bad"):
+                pass
+            wait = start_efficiency_span("bad/")
+            wait.poll()
+            wait.end()
+        assert captured.spans == []
+        assert len(caplog.records) == 2
+    finally:
+        _errors.set_strict(previous)

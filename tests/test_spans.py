@@ -263,3 +263,13 @@ def test_bad_explicit_bucket_is_logged_not_raised(caplog: pytest.LogCaptureFixtu
         assert len(caplog.records) == 1
     finally:
         _errors.set_strict(previous)
+
+
+def test_rl_bucket_attribute_cannot_override_the_rules(spans: CapturedSpans) -> None:
+    """A raw rl.bucket attribute never beats bucket=, the scope or the category."""
+    with managed_span("generation", "leaf", attributes={"rl.bucket": "wasted"}):
+        pass
+    with efficiency_span("idle/x", attributes={"rl.bucket": "productive"}):
+        pass
+    assert attrs(spans.by_name("leaf")[0])["rl.bucket"] == "productive"
+    assert attrs(spans.by_name("rl.idle.x")[0])["rl.bucket"] == "idle"

@@ -48,3 +48,15 @@ def test_fixture_from_plugin(captured_spans: CapturedSpans) -> None:
     with managed_span("per_prompt", "p"):
         pass
     assert captured_spans.names() == ["p"]
+
+
+def test_restore_recomputes_against_new_registrations() -> None:
+    """A group registered inside a capture is on after restoring a spec that covers it."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from asynctrace import Bucket, enable_telemetry, register_span_groups
+
+    enable_telemetry(TracerProvider(), span_groups="per_step")
+    with capture_spans("default"):
+        register_span_groups("late_ns", {"late_group_for_restore": Bucket.OVERHEAD})
+    assert "late_group_for_restore" in enabled_span_groups()

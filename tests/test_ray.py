@@ -1,0 +1,118 @@
+"""Ray: one trace from the driver into an actor (runs in `nox -s ray`)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+import asynctrace as at
+from asynctrace.testing import CapturedSpans
+
+ray = pytest.importorskip("ray")
+
+
+class TracedActor:
+    """An actor that exports its spans in its own process."""
+
+    def __init__(self) -> None:
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+            InMemorySpanExporter,
+        )
+
+        self.exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        at.enable_telemetry(provider, span_groups="all")
+
+    @at.accepts_trace_context
+    def run_rollouts(self, batch: list[int]) -> int:
+        """Open a span under the caller's carrier."""
+        with at.managed_span("generation", "actor.run_rollouts"):
+            return sum(batch)
+
+    def exported(self) -> list[dict[str, Any]]:
+        """What this process exported."""
+        import os
+
+        return [
+            {
+                "name": s.name,
+                "trace_id": s.context.trace_id,
+                "parent_id": s.parent.span_id if s.parent else None,
+                "pid": os.getpid(),
+            }
+            for s in self.exporter.get_finished_spans()
+        ]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[None]:
+    """A real local Ray cluster."""
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def test_actor_span_is_child_of_driver_span(ray_cluster: None, spans: CapturedSpans) -> None:
+    """driver → task → ContextThread → pool → to_thread → Ray actor: one trace."""
+    import os
+
+    actor = ray.remote(TracedActor).remote()
+    results: dict[str, Any] = {}
+
+    def in_pool() -> None:
+        with at.managed_span("data_processing", "pool"):
+
+            async def hop() -> None:
+                await at.to_thread(in_to_thread)
+
+            asyncio.run(hop())
+
+    def in_to_thread() -> None:
+        with at.umbrella_span("rollout", "dispatch"):
+            ref = at.dispatch_with_trace_context(actor.run_rollouts.remote, [1, 2, 3])
+            results["sum"] = ray.get(ref, timeout=120)
+
+    def in_thread(pool: Any) -> None:
+        with at.managed_span("data_processing", "thread"):
+            pool.submit(in_pool).result()
+
+    async def driver() -> None:
+        with ThreadPoolExecutor(1) as raw, at.umbrella_span("job", "driver"):
+            pool = at.context_executor(raw)
+
+            async def task() -> None:
+                with at.umbrella_span("rollout", "task"):
+                    thread = at.ContextThread(target=in_thread, args=(pool,))
+                    thread.start()
+                    await asyncio.get_running_loop().run_in_executor(None, thread.join)
+
+            await asyncio.create_task(task())
+
+    asyncio.run(driver())
+    assert results["sum"] == 6
+    by_name = {s.name: s for s in spans.spans}
+    trace_id = by_name["driver"].context.trace_id
+    chain = ["driver", "task", "thread", "pool", "dispatch"]
+    for parent, child in zip(chain, chain[1:]):
+        assert by_name[child].context.trace_id == trace_id
+        assert by_name[child].parent.span_id == by_name[parent].context.span_id
+    (remote,) = ray.get(actor.exported.remote(), timeout=60)
+    assert remote["name"] == "actor.run_rollouts"
+    assert remote["pid"] != os.getpid()
+    assert remote["trace_id"] == trace_id
+    assert remote["parent_id"] == by_name["dispatch"].context.span_id
+
+
+def test_actor_call_without_carrier_still_works(ray_cluster: None) -> None:
+    """The decorated actor method works when called without a carrier."""
+    actor = ray.remote(TracedActor).remote()
+    assert ray.get(actor.run_rollouts.remote([4]), timeout=120) == 4

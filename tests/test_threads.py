@@ -1,0 +1,232 @@
+"""Threads, executors, subprocesses: one trace per run, scopes travel explicitly."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import threading
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from opentelemetry import trace
+
+from asynctrace import (
+    Bucket,
+    ContextThread,
+    bind_context,
+    bucket_scope,
+    context_executor,
+    current_bucket,
+    current_iteration,
+    in_per_prompt_scope,
+    inject_env,
+    iteration_scope,
+    managed_span,
+    per_prompt_scope,
+    to_thread,
+    umbrella_span,
+)
+from asynctrace.testing import CapturedSpans
+
+HERE = Path(__file__).parent
+
+
+def scope_values() -> tuple[int | None, Bucket | None, bool, int]:
+    """What a callee sees: iteration, bucket, per-prompt, current span id."""
+    return (
+        current_iteration(),
+        current_bucket(),
+        in_per_prompt_scope(),
+        trace.get_current_span().get_span_context().span_id,
+    )
+
+
+def run_child() -> dict[str, Any]:
+    """Start a real Python child with the current context in its environment."""
+    env = inject_env()
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    out = subprocess.run(
+        [sys.executable, str(HERE / "_child_span.py")],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return dict(json.loads(out.stdout))
+
+
+def parent_of(span: Any) -> int | None:
+    """Parent span id of a finished span."""
+    return span.parent.span_id if span.parent is not None else None
+
+
+def test_whole_chain_is_one_trace(spans: CapturedSpans) -> None:
+    """driver → tasks → ContextThread → pool → to_thread → subprocess: one trace, right parents."""
+    child_info: dict[str, Any] = {}
+
+    def in_pool() -> None:
+        with managed_span("data_processing", "pool"):
+
+            async def hop() -> None:
+                await to_thread(in_to_thread)
+
+            asyncio.run(hop())
+
+    def in_to_thread() -> None:
+        with managed_span("data_processing", "to_thread"):
+            child_info.update(run_child())
+
+    def in_thread(pool: Any) -> None:
+        with managed_span("data_processing", "thread"):
+            pool.submit(in_pool).result()
+
+    async def driver() -> None:
+        with ThreadPoolExecutor(2) as raw_pool:
+            pool = context_executor(raw_pool)
+            with umbrella_span("job", "driver"):
+
+                async def task() -> None:
+                    with managed_span("rollout", "task"):
+                        thread = ContextThread(target=in_thread, args=(pool,))
+                        thread.start()
+                        await asyncio.get_running_loop().run_in_executor(None, thread.join)
+
+                await asyncio.gather(asyncio.create_task(task()))
+
+    asyncio.run(driver())
+    by_name = {s.name: s for s in spans.spans}
+    trace_id = by_name["driver"].context.trace_id
+    chain = ["driver", "task", "thread", "pool", "to_thread"]
+    for parent, child in zip(chain, chain[1:]):
+        assert by_name[child].context.trace_id == trace_id
+        assert parent_of(by_name[child]) == by_name[parent].context.span_id, child
+    assert child_info["trace_id"] == trace_id
+    assert child_info["parent_id"] == by_name["to_thread"].context.span_id
+
+
+def test_raw_thread_and_plain_submit_start_new_traces(spans: CapturedSpans) -> None:
+    """Documented: a raw Thread or a plain executor.submit inherits no context."""
+    seen: list[tuple[Any, ...]] = []
+    with iteration_scope(3), bucket_scope(Bucket.IDLE), umbrella_span("job", "driver"):
+        raw = threading.Thread(target=lambda: seen.append(scope_values()))
+        raw.start()
+        raw.join()
+        with ThreadPoolExecutor(1) as pool:
+            seen.append(pool.submit(scope_values).result())
+
+            def spanned() -> None:
+                with managed_span("reward", "orphan"):
+                    pass
+
+            pool.submit(spanned).result()
+    for iteration, bucket, per_prompt, span_id in seen:
+        assert (iteration, bucket, per_prompt, span_id) == (None, None, False, 0)
+    orphan = spans.by_name("orphan")[0]
+    assert orphan.parent is None
+    assert orphan.context.trace_id != spans.by_name("driver")[0].context.trace_id
+
+
+def test_every_scope_travels(spans: CapturedSpans) -> None:
+    """bind_context, ContextThread, context_executor carry span and all scopes."""
+    results: list[tuple[Any, ...]] = []
+    with iteration_scope(5), bucket_scope(Bucket.WASTED), per_prompt_scope():
+        with umbrella_span("job", "driver") as driver:
+            expected = (5, Bucket.WASTED, True, driver.get_span_context().span_id)
+            bound = bind_context(scope_values)
+            thread = ContextThread(target=lambda: results.append(scope_values()))
+            with context_executor(ThreadPoolExecutor(2)) as pool:
+                futures = [pool.submit(scope_values) for _ in range(4)]
+                mapped = list(pool.map(lambda _: scope_values(), range(4)))
+    thread.start()
+    thread.join()
+    results.append(bound())
+    results.extend(f.result() for f in futures)
+    results.extend(mapped)
+    assert results == [expected] * 10
+    assert current_iteration() is None
+
+
+def test_bound_callable_is_reentrant_across_threads() -> None:
+    """One bound callable may run in several threads at once."""
+    barrier = threading.Barrier(4)
+
+    def work() -> int | None:
+        barrier.wait(timeout=10)
+        return current_iteration()
+
+    with iteration_scope(8):
+        bound = bind_context(work)
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(lambda _: bound(), range(4))) == [8, 8, 8, 8]
+
+
+def test_changes_inside_do_not_leak_between_calls() -> None:
+    """Each call of a bound callable starts from the captured context."""
+
+    def enter_and_leak() -> int | None:
+        before = current_iteration()
+        iteration_scope(99).__enter__()
+        return before
+
+    with iteration_scope(1):
+        bound = bind_context(enter_and_leak)
+    assert bound() == 1
+    assert bound() == 1
+
+
+def test_process_pool_gets_a_carrier(spans: CapturedSpans) -> None:
+    """ProcessPoolExecutor: trace context and scopes travel as a picklable snapshot."""
+    sys.path.insert(0, str(HERE))
+    try:
+        import _pool_worker
+
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(1, mp_context=ctx, initializer=_pool_worker.init) as raw:
+            pool = context_executor(raw)
+            with iteration_scope(4), bucket_scope(Bucket.OVERHEAD):
+                with umbrella_span("job", "driver") as driver:
+                    info = pool.submit(_pool_worker.traced_work, 1, name="pool.submit").result()
+                    mapped = list(pool.map(_pool_worker.traced_work, [2, 3]))
+        driver_ctx = driver.get_span_context()
+        for result in [info, *mapped]:
+            assert result["trace_id"] == driver_ctx.trace_id
+            assert result["parent_id"] == driver_ctx.span_id
+            assert result["iteration"] == 4
+            assert result["bucket"] == "overhead"
+            assert result["span_bucket"] == "overhead"
+        assert [r["x"] for r in mapped] == [2, 3]
+    finally:
+        sys.path.remove(str(HERE))
+
+
+@pytest.mark.anyio
+async def test_to_thread_on_every_backend(spans: CapturedSpans) -> None:
+    """to_thread carries span and scopes on asyncio, uvloop and trio."""
+    with iteration_scope(6), umbrella_span("job", "driver") as driver:
+        values = await to_thread(scope_values)
+    assert values == (6, None, False, driver.get_span_context().span_id)
+
+
+@pytest.mark.anyio
+async def test_tasks_inherit_and_isolate(spans: CapturedSpans) -> None:
+    """Tasks created in a span nest under it; sibling tasks do not see each other's spans."""
+    async with umbrella_span("job", "driver") as driver:
+
+        async def child(i: int) -> None:
+            async with managed_span("reward", f"c{i}"):
+                await anyio.sleep(0.001)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(10):
+                tg.start_soon(child, i)
+    for i in range(10):
+        span = spans.by_name(f"c{i}")[0]
+        assert parent_of(span) == driver.get_span_context().span_id
