@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -102,7 +103,7 @@ def test_actor_span_is_child_of_driver_span(ray_cluster: None, spans: CapturedSp
     by_name = {s.name: s for s in spans.spans}
     trace_id = by_name["driver"].context.trace_id
     chain = ["driver", "task", "thread", "pool", "dispatch"]
-    for parent, child in zip(chain, chain[1:]):
+    for parent, child in itertools.pairwise(chain):
         assert by_name[child].context.trace_id == trace_id
         assert by_name[child].parent.span_id == by_name[parent].context.span_id
     (remote,) = ray.get(actor.exported.remote(), timeout=60)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import multiprocessing
 import os
@@ -105,7 +106,7 @@ def test_whole_chain_is_one_trace(spans: CapturedSpans) -> None:
     by_name = {s.name: s for s in spans.spans}
     trace_id = by_name["driver"].context.trace_id
     chain = ["driver", "task", "thread", "pool", "to_thread"]
-    for parent, child in zip(chain, chain[1:]):
+    for parent, child in itertools.pairwise(chain):
         assert by_name[child].context.trace_id == trace_id
         assert parent_of(by_name[child]) == by_name[parent].context.span_id, child
     assert child_info["trace_id"] == trace_id
