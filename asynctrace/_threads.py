@@ -43,12 +43,11 @@ def bind_context(fn: Callable[P, R]) -> Callable[P, R]:
         >>> out
         [4]
     """
-    captured = contextvars.copy_context()
+    copy = contextvars.copy_context().copy
 
     def bound(*args: P.args, **kwargs: P.kwargs) -> R:
-        return captured.copy().run(fn, *args, **kwargs)
+        return copy().run(fn, *args, **kwargs)
 
-    bound.__wrapped__ = fn  # type: ignore[attr-defined]
     return bound
 
 

@@ -157,12 +157,94 @@ def bench_poll(n: int, r: int) -> Figure:
     )
 
 
+def _fn() -> int:
+    return 1
+
+
+def bench_bind_context(n: int, r: int) -> Figure:
+    import contextvars
+
+    ours_ns = ns_per_op("bind(fn)()", n, r, bind=at.bind_context, fn=_fn)
+    base_ns = ns_per_op("copy().run(fn)", n, r, copy=contextvars.copy_context, fn=_fn)
+    return Figure(
+        "bind_context(fn)() vs copy_context().run(fn), empty fn",
+        ours_ns,
+        base_ns,
+        "<= 1.5x",
+        ours_ns <= 1.5 * base_ns,
+    )
+
+
+def bench_bind_context_thread_handoff(n: int, r: int) -> Figure:
+    import contextvars
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(1)
+    ctx_pool = at.context_executor(pool)
+    n = max(n // 50, 1000)
+    ours_ns = ns_per_op("pool.submit(fn).result()", n, r, pool=ctx_pool, fn=_fn)
+    base_ns = ns_per_op(
+        "pool.submit(copy().run, fn).result()",
+        n,
+        r,
+        pool=pool,
+        copy=contextvars.copy_context,
+        fn=_fn,
+    )
+    pool.shutdown()
+    return Figure(
+        "context_executor(pool).submit(fn) vs pool.submit(copy_context().run, fn)",
+        ours_ns,
+        base_ns,
+        "<= 1.5x",
+        ours_ns <= 1.5 * base_ns,
+    )
+
+
+def bench_carrier_round_trip(n: int, r: int) -> Figure:
+    from opentelemetry import context as otel_context
+    from opentelemetry import propagate
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(DiscardingExporter()))
+    at.enable_telemetry(provider, span_groups="all")
+    tracer = provider.get_tracer("bench")
+    span = tracer.start_span("parent")
+    token = otel_context.attach(__import__("opentelemetry").trace.set_span_in_context(span))
+
+    def ours() -> None:
+        with at.remote_trace_context(at.current_trace_carrier()):
+            pass
+
+    def raw() -> None:
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier)
+        t = otel_context.attach(propagate.extract(carrier))
+        otel_context.detach(t)
+
+    ours_ns = ns_per_op(ours, n // 10, r)
+    base_ns = ns_per_op(raw, n // 10, r)
+    otel_context.detach(token)
+    span.end()
+    at.disable_telemetry()
+    return Figure(
+        "current_trace_carrier + remote_trace_context vs propagate.inject+extract+attach",
+        ours_ns,
+        base_ns,
+        "<= 1.5x",
+        ours_ns <= 1.5 * base_ns,
+    )
+
+
 BENCHES = [
     bench_disabled_managed_span,
     bench_disabled_trace_fn,
     bench_disabled_trace_fn_positional,
     bench_enabled_leaf,
     bench_poll,
+    bench_bind_context,
+    bench_bind_context_thread_handoff,
+    bench_carrier_round_trip,
 ]
 
 
