@@ -74,13 +74,24 @@ def _valid_tracestate(value: str) -> bool:
 
 def _clean_carrier(carrier: object) -> dict[str, str] | None:
     """Keep only well-typed, bounded W3C entries (keys case-insensitive)."""
-    if not isinstance(carrier, Mapping) or not carrier:
+    try:
+        return _clean(carrier)
+    except Exception:  # a hostile mapping: treat as no carrier
         return None
+
+
+def _clean(carrier: object) -> dict[str, str] | None:
+    if carrier is None or isinstance(carrier, (str, bytes)):
+        return None
+    getter = getattr(carrier, "get", None)
+    if not callable(getter):
+        return None
+    items = getattr(carrier, "items", None)
     clean: dict[str, str] = {}
     for key, limit in ((TRACEPARENT, _MAX_TRACEPARENT), (TRACESTATE, _MAX_TRACESTATE)):
-        value = carrier.get(key)
-        if value is None:
-            for raw_key, raw_value in carrier.items():
+        value = getter(key)
+        if value is None and isinstance(carrier, Mapping) and callable(items):
+            for raw_key, raw_value in items():
                 if isinstance(raw_key, str) and raw_key.lower() == key:
                     value = raw_value
                     break
@@ -97,12 +108,13 @@ def context_from_carrier(carrier: object) -> otel_context.Context | None:
     if clean is None:
         return None
     try:
-        ctx = _W3C.extract(clean)
+        extracted = trace.get_current_span(_W3C.extract(clean)).get_span_context()
     except Exception:
         return None
-    if not trace.get_current_span(ctx).get_span_context().is_valid:
+    if not extracted.is_valid:
         return None
-    return ctx
+    # Keep the caller's other context values (baggage, ...): only the span changes.
+    return trace.set_span_in_context(trace.NonRecordingSpan(extracted), otel_context.get_current())
 
 
 class remote_trace_context:
@@ -130,7 +142,9 @@ class remote_trace_context:
     def __enter__(self) -> remote_trace_context:
         if self._ctx is not None:
             try:
-                self._token = otel_context.attach(self._ctx)
+                span = trace.get_current_span(self._ctx)
+                ctx = trace.set_span_in_context(span, otel_context.get_current())
+                self._token = otel_context.attach(ctx)
             except Exception as exc:
                 report_internal_error(("remote_trace_context",), exc)
         return self

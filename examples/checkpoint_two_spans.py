@@ -48,6 +48,8 @@ class AsyncCheckpointer:
         """Wait for the last finalization; re-raise its failure, once."""
         if self._thread is not None:
             self._thread.join(timeout)
+            if self._thread.is_alive():
+                raise TimeoutError("checkpoint finalization still running")
             self._thread = None
         error, self._error = self._error, None
         if error is not None:

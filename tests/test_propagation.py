@@ -236,3 +236,32 @@ def test_generators_are_rejected() -> None:
 
     with pytest.raises(ConfigurationError, match="remote_trace_context"):
         accepts_trace_context(gen)
+
+
+def test_message_like_headers_and_baggage_survive(spans: CapturedSpans) -> None:
+    """Objects with .get (http.server headers) work; other context values stay visible."""
+    from email.message import Message
+
+    from opentelemetry import baggage
+    from opentelemetry import context as otel_context
+
+    headers = Message()
+    headers["Traceparent"] = VALID
+    token = otel_context.attach(baggage.set_baggage("k", "v"))
+    try:
+        with remote_trace_context(headers) as remote:  # type: ignore[arg-type]
+            assert remote.valid
+            assert baggage.get_baggage("k") == "v"
+    finally:
+        otel_context.detach(token)
+
+
+def test_hostile_mapping_never_raises() -> None:
+    """A mapping whose methods raise is treated as no carrier."""
+
+    class Hostile(dict):  # type: ignore[type-arg]
+        def get(self, *args: object) -> object:
+            raise RuntimeError("no")
+
+    with remote_trace_context(Hostile()) as remote:
+        assert not remote.valid
