@@ -10,6 +10,7 @@ from typing import Final
 
 from opentelemetry.trace import Span
 
+from ._cm import SyncAndAsync
 from ._errors import ConfigurationError, report_internal_error
 from ._groups import EFFICIENCY as EFFICIENCY_GROUP
 from ._groups import PER_PROMPT as PER_PROMPT_GROUP
@@ -123,7 +124,7 @@ def _start_wait(category: str, attributes: Attributes | None) -> Span | None:
     return start(name, EFFICIENCY_GROUP, EFFICIENCY, attrs, bucket)  # type: ignore[arg-type]
 
 
-class _WaitSpan:
+class _WaitSpan(SyncAndAsync[Span]):
     """An efficiency span for a ``with`` block; deliberately not made current."""
 
     __slots__ = ("_attributes", "_category", "_span")
@@ -146,17 +147,6 @@ class _WaitSpan:
         span, self._span = self._span, None
         if span is not None:
             finish(span, exc_type, exc)
-
-    async def __aenter__(self) -> Span:
-        return self.__enter__()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.__exit__(exc_type, exc, tb)
 
 
 def efficiency_span(

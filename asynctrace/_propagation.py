@@ -14,6 +14,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from ._cm import SyncAndAsync
 from ._errors import ConfigurationError, report_internal_error
 
 __all__ = [
@@ -117,7 +118,7 @@ def context_from_carrier(carrier: object) -> otel_context.Context | None:
     return trace.set_span_in_context(trace.NonRecordingSpan(extracted), otel_context.get_current())
 
 
-class remote_trace_context:
+class remote_trace_context(SyncAndAsync["remote_trace_context"]):
     """Run a block under the span context of a W3C *carrier*.
 
     Attaches on enter and detaches on exit (``with`` and ``async with``). An
@@ -158,17 +159,6 @@ class remote_trace_context:
         token, self._token = self._token, None
         if token is not None:
             otel_context.detach(token)  # type: ignore[arg-type]
-
-    async def __aenter__(self) -> remote_trace_context:
-        return self.__enter__()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.__exit__(exc_type, exc, tb)
 
 
 def _signature_with_carrier(fn: Callable[..., Any]) -> inspect.Signature | None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from contextvars import ContextVar, Token
 from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
+from ._cm import SyncAndAsync
 from ._errors import ConfigurationError
 from ._groups import Bucket, validate_bucket
 
@@ -25,7 +26,7 @@ ITERATION: ContextVar[int | None] = ContextVar("asynctrace.iteration", default=N
 T = TypeVar("T")
 
 
-class _Scope(Generic[T]):
+class _Scope(SyncAndAsync[T]):
     """Sets one ContextVar on enter and resets it by token on exit.
 
     Usable with ``with`` and ``async with``; each scope object is single-use
@@ -54,17 +55,6 @@ class _Scope(Generic[T]):
         token, self._token = self._token, None
         if token is not None:
             self._var.reset(token)
-
-    async def __aenter__(self) -> T:
-        return self.__enter__()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.__exit__(exc_type, exc, tb)
 
 
 class bucket_scope(_Scope[Bucket]):

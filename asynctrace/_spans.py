@@ -15,6 +15,7 @@ from opentelemetry.trace.status import Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from . import _groups
+from ._cm import SyncAndAsync
 from ._errors import report_internal_error
 from ._groups import Bucket
 from ._scopes import BUCKET, ITERATION, PER_PROMPT
@@ -195,7 +196,7 @@ def mark_exit(span: Span, exc_type: type[BaseException], exc: BaseException | No
         span.set_attribute(CANCELLED, True)
 
 
-class LiveSpan:
+class LiveSpan(SyncAndAsync[Span]):
     """Context manager of an enabled span: starts, attaches, detaches, ends."""
 
     __slots__ = ("_attributes", "_bucket", "_group", "_name", "_shape", "_span", "_token")
@@ -237,17 +238,6 @@ class LiveSpan:
         token, self._token = self._token, None
         detach(token)
         finish(span, exc_type, exc)
-
-    async def __aenter__(self) -> Span:
-        return self.__enter__()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.__exit__(exc_type, exc, tb)
 
 
 def managed_span(
