@@ -22,7 +22,7 @@ TEST_DEPS = [
 @nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
     """Run the test suite (strict mode: hot-path failures re-raise)."""
-    session.install("-e", ".[sdk,uvloop]", *TEST_DEPS)
+    session.install("-e", ".[sdk,otlp,uvloop]", *TEST_DEPS)
     session.run(
         "pytest",
         *session.posargs,
@@ -69,3 +69,4 @@ def bench(session: nox.Session) -> None:
     """Side-by-side benchmarks; prints ratios and fails if a target is missed."""
     session.install("-e", ".[sdk]")
     session.run("python", "benchmarks/run.py", *session.posargs)
+    session.run("python", "benchmarks/bench_export.py", *session.posargs)

@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+from ._config import SessionTracerConfig, TelemetryConfig
 from ._decorators import trace_fn, umbrella_trace_fn
 from ._efficiency import (
     PollWait,
@@ -39,6 +40,15 @@ from ._propagation import (
     extract_env,
     inject_env,
     remote_trace_context,
+)
+from ._runtime import (
+    Telemetry,
+    configure,
+    current_telemetry,
+    flush,
+    init_driver,
+    init_worker,
+    shutdown,
 )
 from ._scopes import (
     bucket_scope,
@@ -69,14 +79,19 @@ __all__ = [
     "ContextThread",
     "MissingExtraError",
     "PollWait",
+    "SessionTracerConfig",
     "SpanGroup",
+    "Telemetry",
+    "TelemetryConfig",
     "__version__",
     "accepts_trace_context",
     "bind_context",
     "bucket_scope",
+    "configure",
     "context_executor",
     "current_bucket",
     "current_iteration",
+    "current_telemetry",
     "current_trace_carrier",
     "detached_span",
     "disable_telemetry",
@@ -86,8 +101,11 @@ __all__ = [
     "enable_telemetry",
     "enabled_span_groups",
     "extract_env",
+    "flush",
     "get_tracer",
     "in_per_prompt_scope",
+    "init_driver",
+    "init_worker",
     "inject_env",
     "instant",
     "is_span_group_enabled",
@@ -101,6 +119,7 @@ __all__ = [
     "resolve_span_groups",
     "set_efficiency_bucket",
     "set_span_groups",
+    "shutdown",
     "start_efficiency_span",
     "to_thread",
     "trace_fn",

@@ -8,6 +8,15 @@ import sys
 import asynctrace
 
 EXPECTED = {
+    "SessionTracerConfig",
+    "Telemetry",
+    "TelemetryConfig",
+    "configure",
+    "current_telemetry",
+    "flush",
+    "init_driver",
+    "init_worker",
+    "shutdown",
     "ContextExecutor",
     "ContextThread",
     "accepts_trace_context",

@@ -1,0 +1,428 @@
+"""Telemetry configuration: the user-facing dataclasses, parsing and value checks.
+
+:class:`TelemetryConfig` is what users write (in code, in a YAML ``telemetry:``
+block, or through ``ASYNCTRACE_*`` variables); ``_settings.resolve`` turns it
+into validated settings. This module imports nothing heavy (no OTel SDK).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from ._errors import ConfigurationError
+from ._groups import split_spec
+
+__all__ = ["SessionTracerConfig", "TelemetryConfig"]
+
+EXPORTER_NAMES = ("chrome", "otlp", "console", "memory")
+
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+@runtime_checkable
+class SpanExporterLike(Protocol):
+    """Anything with OpenTelemetry's ``SpanExporter`` interface (``export``, ``shutdown``)."""
+
+    def export(self, spans: Sequence[Any]) -> Any:
+        """Export a batch of finished spans."""
+
+    def shutdown(self) -> Any:
+        """Release the exporter's resources."""
+
+
+@dataclass
+class SessionTracerConfig:
+    """Settings of the per-sample session lifecycle tracer.
+
+    Attributes:
+        enabled: write one JSON line per finished session to
+            ``sessions-r{rank}.jsonl`` in ``output_dir``.
+        flush_threshold: number of finished sessions buffered before a write.
+
+    Example:
+        >>> SessionTracerConfig(enabled=True, flush_threshold=50).flush_threshold
+        50
+    """
+
+    enabled: bool = False
+    flush_threshold: int = 100
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any]) -> SessionTracerConfig:
+        """Build from a mapping such as the ``session_tracer:`` YAML block.
+
+        Raises:
+            ConfigurationError: an unknown key or a bad value; the message names
+                the key, the value and what is accepted.
+
+        Example:
+            >>> SessionTracerConfig.from_mapping({"enabled": True}).enabled
+            True
+        """
+        _check_keys(mapping, cls, "session_tracer")
+        return cls(**{k: coerce_field(f"session_tracer.{k}", k, v) for k, v in mapping.items()})
+
+
+@dataclass
+class TelemetryConfig:
+    """Everything :func:`asynctrace.configure` needs; field names are the contract.
+
+    The object is plain data: :func:`asynctrace.configure` never mutates it
+    (a generated run id lives on an internal copy).
+
+    Attributes:
+        enabled: record and export spans at all. Off by default.
+        span_groups: span-group spec, e.g. ``"default,generation"``.
+        exporters: any of ``"chrome"``, ``"otlp"``, ``"console"``, ``"memory"``, or
+            objects with OpenTelemetry's ``SpanExporter`` interface.
+        output_dir: directory of the chrome trace and session files. The text
+            ``{run_id}`` in it is replaced by the run id.
+        service_name: ``service.name`` of the resource; empty means
+            ``OTEL_SERVICE_NAME``, then ``service.name`` in
+            ``OTEL_RESOURCE_ATTRIBUTES``, then ``"asynctrace"``.
+        run_id: identifier shared by all processes of one run; empty means
+            ``ASYNCTRACE_RUN_ID``, else a new one is generated.
+        session_tracer: a :class:`SessionTracerConfig` or a mapping of its fields.
+        resource_attributes: extra resource attributes; they win over computed ones.
+        handle_sigterm: on SIGTERM, flush and shut down, then chain to the
+            previous handler.
+        max_queue_size: spans buffered per exporter before new ones are dropped.
+        max_export_batch_size: spans handed to an exporter at once.
+        schedule_delay_millis: longest time a span waits in the queue before
+            it is exported (a full batch goes at once).
+        shutdown_timeout_s: time :meth:`Telemetry.shutdown` waits for exporters
+            at exit and on SIGTERM.
+
+    Example:
+        >>> TelemetryConfig(enabled=True, exporters=["chrome"]).span_groups
+        'default'
+    """
+
+    enabled: bool = False
+    span_groups: str = "default"
+    exporters: list[str | SpanExporterLike] = field(default_factory=lambda: ["chrome"])
+    output_dir: str = "asynctrace-traces/{run_id}"
+    service_name: str = ""
+    run_id: str = ""
+    session_tracer: SessionTracerConfig | Mapping[str, Any] = field(
+        default_factory=SessionTracerConfig
+    )
+    resource_attributes: dict[str, Any] = field(default_factory=dict)
+    handle_sigterm: bool = False
+    max_queue_size: int = 8192
+    max_export_batch_size: int = 512
+    schedule_delay_millis: float = 1000.0
+    shutdown_timeout_s: float = 5.0
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any] | None) -> TelemetryConfig:
+        """Build from a mapping such as a YAML ``telemetry:`` block.
+
+        ``exporters`` may be a list or a comma-separated string and
+        ``session_tracer`` a nested mapping.
+
+        Raises:
+            ConfigurationError: an unknown key (the message lists the accepted
+                keys) or a value of the wrong kind.
+
+        Example:
+            >>> cfg = TelemetryConfig.from_mapping(
+            ...     {"enabled": True, "exporters": "chrome,otlp",
+            ...      "session_tracer": {"enabled": True, "flush_threshold": 10}})
+            >>> cfg.exporters, cfg.session_tracer.flush_threshold
+            (['chrome', 'otlp'], 10)
+        """
+        if mapping is None:
+            return cls()
+        if not isinstance(mapping, Mapping):
+            raise ConfigurationError(
+                f"telemetry: expected a mapping of configuration keys, got {mapping!r}"
+            )
+        _check_keys(mapping, cls, "telemetry")
+        return cls(**{k: coerce_field(k, k, v) for k, v in mapping.items()})
+
+    @classmethod
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, *, base: TelemetryConfig | None = None
+    ) -> TelemetryConfig:
+        """Overlay ``ASYNCTRACE_*`` variables on *base* (defaults when omitted).
+
+        Only variables that are set (and not empty) change a field. Queue
+        limits fall back to the standard ``OTEL_BSP_*`` variables, and
+        ``OTEL_SDK_DISABLED=true`` turns telemetry off whatever else says.
+        *base* is not mutated.
+
+        Raises:
+            ConfigurationError: a variable's value is malformed; the message
+                names the variable.
+
+        Example:
+            >>> env = {"ASYNCTRACE_ENABLED": "1", "ASYNCTRACE_EXPORTERS": "memory"}
+            >>> cfg = TelemetryConfig.from_env(env)
+            >>> cfg.enabled, cfg.exporters
+            (True, ['memory'])
+        """
+        env = os.environ if environ is None else environ
+        config = dataclasses.replace(base) if base is not None else cls()
+        updates: dict[str, Any] = {}
+        for var, key in ENV_VARS.items():
+            raw = _env_value(env, var)
+            if raw is None and key in _OTEL_FALLBACKS:
+                var = _OTEL_FALLBACKS[key]
+                raw = _env_value(env, var)
+            if raw is None:
+                continue
+            if key.startswith("session_tracer."):
+                continue  # handled below, as one nested value
+            updates[key] = _parse_env(var, key, raw)
+        session = _session_from_env(env, config.session_tracer)
+        if session is not None:
+            updates["session_tracer"] = session
+        config = dataclasses.replace(config, **updates)
+        if otel_sdk_disabled(env):
+            config.enabled = False
+        return config
+
+
+ENV_VARS: dict[str, str] = {
+    "ASYNCTRACE_ENABLED": "enabled",
+    "ASYNCTRACE_SPAN_GROUPS": "span_groups",
+    "ASYNCTRACE_EXPORTERS": "exporters",
+    "ASYNCTRACE_OUTPUT_DIR": "output_dir",
+    "ASYNCTRACE_SERVICE_NAME": "service_name",
+    "ASYNCTRACE_RUN_ID": "run_id",
+    "ASYNCTRACE_RESOURCE_ATTRIBUTES": "resource_attributes",
+    "ASYNCTRACE_HANDLE_SIGTERM": "handle_sigterm",
+    "ASYNCTRACE_SESSION_TRACER_ENABLED": "session_tracer.enabled",
+    "ASYNCTRACE_SESSION_TRACER_FLUSH_THRESHOLD": "session_tracer.flush_threshold",
+    "ASYNCTRACE_MAX_QUEUE_SIZE": "max_queue_size",
+    "ASYNCTRACE_MAX_EXPORT_BATCH_SIZE": "max_export_batch_size",
+    "ASYNCTRACE_SCHEDULE_DELAY_MILLIS": "schedule_delay_millis",
+    "ASYNCTRACE_SHUTDOWN_TIMEOUT_S": "shutdown_timeout_s",
+}
+"""Environment variable → field (``session_tracer.*`` are nested fields)."""
+
+_OTEL_FALLBACKS = {
+    "max_queue_size": "OTEL_BSP_MAX_QUEUE_SIZE",
+    "max_export_batch_size": "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+    "schedule_delay_millis": "OTEL_BSP_SCHEDULE_DELAY",
+}
+
+
+def otel_sdk_disabled(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the standard ``OTEL_SDK_DISABLED`` variable is ``true``."""
+    env = os.environ if environ is None else environ
+    return env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
+
+
+def _env_value(env: Mapping[str, str], var: str) -> str | None:
+    raw = env.get(var)
+    if raw is None or not raw.strip():
+        return None
+    return raw.strip()
+
+
+def _session_from_env(
+    env: Mapping[str, str], current: SessionTracerConfig | Mapping[str, Any]
+) -> SessionTracerConfig | None:
+    enabled = _env_value(env, "ASYNCTRACE_SESSION_TRACER_ENABLED")
+    threshold = _env_value(env, "ASYNCTRACE_SESSION_TRACER_FLUSH_THRESHOLD")
+    if enabled is None and threshold is None:
+        return None
+    session = _session_config(current, "session_tracer")
+    if enabled is not None:
+        session.enabled = _bool("ASYNCTRACE_SESSION_TRACER_ENABLED", enabled)
+    if threshold is not None:
+        session.flush_threshold = check_int(
+            "ASYNCTRACE_SESSION_TRACER_FLUSH_THRESHOLD", threshold, 1
+        )
+    return session
+
+
+def _parse_env(var: str, key: str, raw: str) -> Any:
+    if key == "exporters":
+        return [] if raw.lower() == "none" else _exporter_list(var, raw)
+    if key == "resource_attributes":
+        return _parse_kv_list(var, raw)
+    return coerce_field(var, key, raw)
+
+
+def _parse_kv_list(var: str, raw: str) -> dict[str, str]:
+    """``k=v,k2=v2`` (the ``OTEL_RESOURCE_ATTRIBUTES`` syntax, values URL-decoded)."""
+    from urllib.parse import unquote
+
+    out: dict[str, str] = {}
+    for item in raw.split(","):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigurationError(
+                f"{var}: malformed entry {item!r} in {raw!r}; accepted: comma-separated "
+                "key=value pairs"
+            )
+        out[key.strip()] = unquote(value.strip())
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Field coercion, shared by from_mapping and from_env.
+
+
+def _check_keys(mapping: Mapping[str, Any], cls: type, where: str) -> None:
+    accepted = [f.name for f in dataclasses.fields(cls)]
+    unknown = [k for k in mapping if k not in accepted]
+    if unknown:
+        raise ConfigurationError(
+            f"{where}: unknown key{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(repr(k) for k in unknown)}; accepted keys: {', '.join(accepted)}"
+        )
+
+
+def coerce_field(key: str, name: str, value: Any) -> Any:
+    """Check one field's value; strings are accepted for booleans and numbers."""
+    if name in ("enabled", "handle_sigterm"):
+        return _bool(key, value)
+    if name in ("max_queue_size", "max_export_batch_size", "flush_threshold"):
+        return check_int(key, value, 1)
+    if name in ("schedule_delay_millis",):
+        return _number(key, value, 0.0, strict=True)
+    if name in ("shutdown_timeout_s",):
+        return _number(key, value, 0.0, strict=False)
+    if name == "exporters":
+        return _exporter_list(key, value)
+    if name == "session_tracer":
+        return _session_config(value, key)
+    if name == "resource_attributes":
+        return _attributes(key, value)
+    if name == "span_groups":
+        split_spec(value, key)
+        return value if isinstance(value, str) else ",".join(value)
+    if name == "output_dir":
+        return _path(key, value)
+    if name in ("service_name", "run_id"):
+        if not isinstance(value, str):
+            raise ConfigurationError(f"{key}: expected a string, got {value!r}")
+        return value.strip()
+    raise ConfigurationError(f"{key}: unknown key")  # pragma: no cover - guarded by _check_keys
+
+
+def _bool(key: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ConfigurationError(
+        f"{key}: {value!r} is not a boolean; accepted: true/false "
+        "(or 1/0, yes/no, on/off as strings)"
+    )
+
+
+def check_int(key: str, value: Any, minimum: int) -> int:
+    if isinstance(value, str):
+        try:
+            value = int(value.strip())
+        except ValueError:
+            pass
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigurationError(
+            f"{key}: {value!r} is not accepted; accepted: an integer >= {minimum}"
+        )
+    return value
+
+
+def _number(key: str, value: Any, minimum: float, *, strict: bool) -> float:
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            pass
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ok and math.isfinite(value) and (value > minimum if strict else value >= minimum):
+        return float(value)
+    bound = f"> {minimum:g}" if strict else f">= {minimum:g}"
+    raise ConfigurationError(
+        f"{key}: {value!r} is not accepted; accepted: a finite number {bound}"
+    )
+
+
+def _exporter_list(key: str, value: Any) -> list[str | SpanExporterLike]:
+    items: list[Any]
+    if isinstance(value, str):
+        items = [part for part in value.split(",") if part.strip()]
+    elif isinstance(value, Sequence):
+        items = list(value)
+    else:
+        raise ConfigurationError(
+            f"{key}: expected a list of exporter names or a comma-separated string, got {value!r}"
+        )
+    out: list[str | SpanExporterLike] = []
+    for item in items:
+        if isinstance(item, str):
+            name = item.strip().lower()
+            if name not in EXPORTER_NAMES:
+                raise ConfigurationError(
+                    f"{key}: unknown exporter {item!r}; accepted: {', '.join(EXPORTER_NAMES)} "
+                    "(or an object with the SpanExporter interface)"
+                )
+            if name not in out:
+                out.append(name)
+        elif isinstance(item, SpanExporterLike):
+            out.append(item)
+        else:
+            raise ConfigurationError(
+                f"{key}: {item!r} is neither an exporter name nor a SpanExporter; accepted: "
+                f"{', '.join(EXPORTER_NAMES)} or an object with export() and shutdown()"
+            )
+    return out
+
+
+def _session_config(value: Any, key: str) -> SessionTracerConfig:
+    if isinstance(value, SessionTracerConfig):
+        return SessionTracerConfig(
+            enabled=_bool(f"{key}.enabled", value.enabled),
+            flush_threshold=check_int(f"{key}.flush_threshold", value.flush_threshold, 1),
+        )
+    if isinstance(value, Mapping):
+        return SessionTracerConfig.from_mapping(value)
+    raise ConfigurationError(
+        f"{key}: expected a SessionTracerConfig or a mapping with keys enabled, "
+        f"flush_threshold; got {value!r}"
+    )
+
+
+_SCALARS = (str, bool, int, float)
+
+
+def _attributes(key: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(f"{key}: expected a mapping of attribute names to values")
+    out: dict[str, Any] = {}
+    for name, item in value.items():
+        if not isinstance(name, str) or not name:
+            raise ConfigurationError(f"{key}: attribute names must be non-empty strings: {name!r}")
+        if isinstance(item, _SCALARS):
+            out[name] = item
+        elif isinstance(item, Sequence) and all(isinstance(v, _SCALARS) for v in item):
+            out[name] = tuple(item)
+        else:
+            raise ConfigurationError(
+                f"{key}.{name}: {item!r} is not accepted; accepted: str, bool, int, float "
+                "or a list of them"
+            )
+    return out
+
+
+def _path(key: str, value: Any) -> str:
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigurationError(f"{key}: expected a non-empty directory path, got {value!r}")
+    return value

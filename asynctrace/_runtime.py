@@ -1,0 +1,382 @@
+"""The runtime: configure once per process, flush before a kill, shut down at exit.
+
+:func:`configure` validates everything (settings, extras, exporters, output
+directory) before it changes anything; then it shuts down the previous
+:class:`Telemetry`, starts the SDK pipeline, turns the span groups on and
+registers the exit hooks. The OpenTelemetry SDK is imported here lazily, and
+only when telemetry is enabled.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Union
+
+from . import _otel_global
+from ._config import TelemetryConfig
+from ._errors import ConfigurationError, MissingExtraError
+from ._settings import RUN_ID_ENV, Settings, resolve
+from ._state import GATE, disable_telemetry, enable_telemetry
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from .export._pipeline import Pipeline
+    from .export._queue import ExportStats
+
+__all__ = [
+    "Telemetry",
+    "configure",
+    "current_telemetry",
+    "flush",
+    "init_driver",
+    "init_worker",
+    "shutdown",
+]
+
+logger = logging.getLogger("asynctrace")
+
+ConfigLike = Union[TelemetryConfig, Mapping[str, Any], None]  # noqa: UP007
+_SignalHandler = Union[Callable[[int, Union[FrameType, None]], Any], int, None]  # noqa: UP007
+
+_lock = threading.RLock()
+_current: Telemetry | None = None
+
+
+class Telemetry:
+    """The handle returned by :func:`configure`: flush, shut down, inspect.
+
+    A disabled configuration returns a handle too; its methods do nothing.
+
+    Example:
+        >>> telemetry = configure({"enabled": False})
+        >>> telemetry.enabled, telemetry.flush(1.0)
+        (False, True)
+    """
+
+    def __init__(self, settings: Settings, pipeline: Pipeline | None) -> None:
+        self.settings = settings
+        self._pipeline = pipeline
+        self._lock = threading.Lock()
+        self._running = pipeline is not None
+        self._result = True
+        self._owns_global = False
+        self._previous_sigterm: _SignalHandler = None
+        self._sigterm_installed = False
+        self._atexit_registered = False
+
+    def __repr__(self) -> str:
+        state = "running" if self._running else "stopped" if self._pipeline else "disabled"
+        return f"<Telemetry {state} run_id={self.run_id!r} rank={self.settings.rank}>"
+
+    @property
+    def enabled(self) -> bool:
+        """Whether this handle records spans (configured enabled and not shut down)."""
+        return self._running
+
+    @property
+    def run_id(self) -> str:
+        """The run id shared by all processes of the run."""
+        return self.settings.run_id
+
+    @property
+    def provider(self) -> TracerProvider | None:
+        """The SDK ``TracerProvider`` (``None`` when disabled); add your own processors here."""
+        return self._pipeline.provider if self._pipeline is not None else None
+
+    @property
+    def memory_exporter(self) -> InMemorySpanExporter | None:
+        """The in-memory exporter when ``"memory"`` is among the exporters.
+
+        Spans appear in it as soon as they end.
+        """
+        return self._pipeline.memory if self._pipeline is not None else None
+
+    @property
+    def trace_file(self) -> Path | None:
+        """The chrome trace file of this process, if the chrome exporter is on."""
+        return self._pipeline.chrome_path if self._pipeline is not None else None
+
+    @property
+    def owns_global_provider(self) -> bool:
+        """Whether OpenTelemetry's global tracer provider forwards to this pipeline."""
+        return self._owns_global
+
+    def stats(self) -> dict[str, ExportStats]:
+        """Per-exporter counters: exported, dropped, failed, queued.
+
+        Example:
+            >>> configure({"enabled": False}).stats()
+            {}
+        """
+        if self._pipeline is None:
+            return {}
+        return {item.name: item for item in self._pipeline.stats()}
+
+    @property
+    def dropped_spans(self) -> int:
+        """Spans dropped by all exporters so far (full queues, or ended after shutdown)."""
+        return sum(item.dropped for item in self.stats().values())
+
+    def flush(self, timeout_s: float = 5.0) -> bool:
+        """Write out every span ended so far, waiting at most *timeout_s*.
+
+        For a process about to be killed (where no ``atexit`` runs). It blocks
+        the calling thread: from async code, run it in a worker thread.
+        Returns ``False`` if an exporter did not finish in time.
+
+        Example:
+            >>> configure({"enabled": False}).flush(timeout_s=2.0)
+            True
+        """
+        pipeline = self._pipeline
+        if pipeline is None or not self._running:
+            return True
+        return pipeline.flush(timeout_s)
+
+    def shutdown(self, timeout_s: float | None = None) -> bool:
+        """End open spans (tagged truncated), flush and stop every exporter.
+
+        Idempotent. Waits at most *timeout_s* (default: the configured
+        ``shutdown_timeout_s``) even when an exporter is stuck; returns
+        ``False`` in that case. Dropped and failed spans are logged.
+
+        Example:
+            >>> configure({"enabled": False}).shutdown()
+            True
+        """
+        global _current
+        with self._lock:
+            if not self._running or self._pipeline is None:
+                return self._result
+            self._running = False
+        pipeline = self._pipeline
+        timeout = self.settings.shutdown_timeout_s if timeout_s is None else timeout_s
+        if GATE.provider is pipeline.provider:
+            disable_telemetry()
+        _otel_global.release(pipeline.provider)
+        ok, truncated = pipeline.shutdown(timeout)
+        self._remove_hooks()
+        if truncated:
+            logger.info(
+                "asynctrace: %d spans were still open at shutdown; they were ended with "
+                "asynctrace.truncated=true",
+                truncated,
+            )
+        from .export._queue import summarize
+
+        summarize(pipeline.stats())
+        with _lock:
+            if _current is self:
+                _current = None
+        self._result = ok
+        return ok
+
+    # -- installation ------------------------------------------------------------
+
+    def _install(self) -> None:
+        pipeline = self._pipeline
+        assert pipeline is not None
+        enable_telemetry(pipeline.provider, span_groups=self.settings.span_groups)
+        self._owns_global = _otel_global.claim(pipeline.provider)
+        atexit.register(self._at_exit)
+        self._atexit_registered = True
+        if self.settings.handle_sigterm:
+            self._install_sigterm()
+
+    def _install_sigterm(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            logger.warning(
+                "asynctrace: handle_sigterm needs configure() on the main thread; "
+                "SIGTERM is not handled"
+            )
+            return
+        self._previous_sigterm = signal.getsignal(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        self._sigterm_installed = True
+
+    def _remove_hooks(self) -> None:
+        if self._atexit_registered:
+            atexit.unregister(self._at_exit)
+            self._atexit_registered = False
+        if self._sigterm_installed and threading.current_thread() is threading.main_thread():
+            if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
+                signal.signal(signal.SIGTERM, _restorable(self._previous_sigterm))
+            self._sigterm_installed = False
+
+    def _at_exit(self) -> None:
+        self.shutdown()
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        """Flush and shut down, then behave as the previous handler would have."""
+        # In a helper thread, joined with a timeout: the signal may have
+        # interrupted this thread while it held a lock that shutdown needs.
+        helper = threading.Thread(target=self.shutdown, name="asynctrace-sigterm", daemon=True)
+        helper.start()
+        helper.join(self.settings.shutdown_timeout_s + 1.0)
+        previous = self._previous_sigterm
+        if signal.getsignal(signum) == self._on_sigterm:
+            signal.signal(signum, _restorable(previous))
+        self._sigterm_installed = False
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_IGN:
+            return
+        else:  # SIG_DFL, or a handler installed outside Python: die of the signal
+            os.kill(os.getpid(), signum)
+
+
+def _restorable(handler: _SignalHandler) -> Any:
+    return signal.SIG_DFL if handler is None else handler
+
+
+# ---------------------------------------------------------------------------
+# Module-level API.
+
+
+def configure(
+    config: ConfigLike = None,
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+    role: str | None = None,
+) -> Telemetry:
+    """Validate *config* and start telemetry for this process.
+
+    Everything is checked first: keys and values, the span-group spec, the
+    exporters and their extras, the output directory (created if missing).
+    On any error a :class:`ConfigurationError` (or :class:`MissingExtraError`)
+    is raised and nothing changes: the previous configuration keeps running,
+    OpenTelemetry's global provider and the span-group gate are untouched.
+    Then the previous :class:`Telemetry` is shut down and the new one starts.
+
+    Args:
+        config: a :class:`TelemetryConfig`, a mapping of its fields (a YAML
+            ``telemetry:`` block), or ``None`` to read ``ASYNCTRACE_*``
+            environment variables. Never mutated.
+        rank: this process's rank (names the trace file ``traces-r{rank}.jsonl``).
+        world_size: number of ranks.
+        role: e.g. ``"driver"``; ``None`` or ``"worker"`` keep the plain file name.
+
+    Returns:
+        The :class:`Telemetry` handle (inert when the config is disabled).
+
+    Example:
+        >>> telemetry = configure({"enabled": True, "exporters": ["memory"],
+        ...                        "span_groups": "all"})  # doctest: +SKIP
+        >>> telemetry.shutdown()  # doctest: +SKIP
+        True
+    """
+    global _current
+    if config is None:
+        config = TelemetryConfig.from_env()
+    elif isinstance(config, Mapping):
+        config = TelemetryConfig.from_mapping(config)
+    settings = resolve(config, rank=rank, world_size=world_size, role=role)
+    if not settings.enabled:
+        with _lock:
+            previous = _current
+        if previous is not None:
+            previous.shutdown()
+        return Telemetry(settings, None)
+    try:
+        import opentelemetry.sdk.trace  # noqa: F401
+    except ImportError as exc:
+        raise MissingExtraError("sdk", "opentelemetry.sdk") from exc
+    from .export import _pipeline
+
+    plan = _pipeline.prepare(settings)
+    with _lock:
+        if _current is not None:
+            _current.shutdown()
+        telemetry = Telemetry(settings, _pipeline.build(plan))
+        telemetry._install()
+        _current = telemetry
+    return telemetry
+
+
+def init_driver(config: ConfigLike = None) -> Telemetry:
+    """Configure the driver process (rank 0, role ``driver``) and share its run id.
+
+    Exports ``ASYNCTRACE_RUN_ID`` into ``os.environ`` so that workers started
+    afterwards (subprocesses, Ray actors with the driver's environment) put
+    their traces under the same run.
+
+    Example:
+        >>> telemetry = init_driver({"enabled": True, "run_id": "run-1"})  # doctest: +SKIP
+        >>> os.environ["ASYNCTRACE_RUN_ID"]  # doctest: +SKIP
+        'run-1'
+    """
+    telemetry = configure(config, rank=0, world_size=1, role="driver")
+    os.environ[RUN_ID_ENV] = telemetry.run_id
+    return telemetry
+
+
+def init_worker(
+    config: ConfigLike = None, rank: int | None = None, world_size: int | None = None
+) -> Telemetry:
+    """Configure a worker process of a multi-rank job.
+
+    *rank* and *world_size* default to the ``RANK`` and ``WORLD_SIZE``
+    environment variables (as set by torchrun and most launchers), else 0
+    and 1. The run id comes from the config, else from ``ASYNCTRACE_RUN_ID``.
+
+    Example:
+        >>> init_worker({"enabled": False}, rank=3, world_size=8).settings.rank
+        3
+    """
+    if rank is None:
+        rank = _env_int("RANK", 0)
+    if world_size is None:
+        world_size = _env_int("WORLD_SIZE", 1)
+    return configure(config, rank=rank, world_size=world_size, role="worker")
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigurationError(f"{name}: {raw!r} is not an integer") from None
+
+
+def current_telemetry() -> Telemetry | None:
+    """The running :class:`Telemetry` of this process, if any.
+
+    Example:
+        >>> current_telemetry() is None
+        True
+    """
+    return _current
+
+
+def flush(timeout_s: float = 5.0) -> bool:
+    """Flush the running telemetry (see :meth:`Telemetry.flush`); ``True`` if none.
+
+    Example:
+        >>> flush(1.0)
+        True
+    """
+    telemetry = _current
+    return True if telemetry is None else telemetry.flush(timeout_s)
+
+
+def shutdown(timeout_s: float | None = None) -> bool:
+    """Shut the running telemetry down (see :meth:`Telemetry.shutdown`); ``True`` if none.
+
+    Example:
+        >>> shutdown()
+        True
+    """
+    telemetry = _current
+    return True if telemetry is None else telemetry.shutdown(timeout_s)

@@ -1,0 +1,212 @@
+"""Resolution: a TelemetryConfig plus the process identity -> validated Settings.
+
+Pure: no file, thread or global is touched. The runtime checks the output
+directory afterwards, then installs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import secrets
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ._config import (
+    SessionTracerConfig,
+    SpanExporterLike,
+    TelemetryConfig,
+    check_int,
+    coerce_field,
+    otel_sdk_disabled,
+)
+from ._errors import ConfigurationError
+from ._groups import split_spec
+
+__all__ = ["Settings", "new_run_id", "resolve"]
+
+# Resource attribute keys asynctrace adds next to service.name, host.name, process.pid.
+RUN_ID_KEY = "asynctrace.run_id"
+RANK_KEY = "asynctrace.rank"
+WORLD_SIZE_KEY = "asynctrace.world_size"
+LOCAL_RANK_KEY = "asynctrace.local_rank"
+ROLE_KEY = "asynctrace.role"
+
+DEFAULT_SERVICE_NAME = "asynctrace"
+RUN_ID_ENV = "ASYNCTRACE_RUN_ID"
+
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A validated, fully resolved configuration (what the runtime installs).
+
+    Built by :func:`resolve`; ``output_dir`` has ``{run_id}`` substituted and
+    is ``None`` when nothing writes files.
+    """
+
+    enabled: bool
+    span_groups: str
+    exporters: tuple[str | SpanExporterLike, ...]
+    output_dir: str | None
+    service_name: str
+    run_id: str
+    session_tracer: SessionTracerConfig
+    resource_attributes: Mapping[str, Any]
+    handle_sigterm: bool
+    max_queue_size: int
+    max_export_batch_size: int
+    schedule_delay_millis: float
+    shutdown_timeout_s: float
+    rank: int
+    world_size: int
+    local_rank: int | None
+    role: str | None
+
+    @property
+    def exporter_names(self) -> tuple[str, ...]:
+        """Names of the built-in exporters requested (objects excluded)."""
+        return tuple(e for e in self.exporters if isinstance(e, str))
+
+    @property
+    def chrome_filename(self) -> str:
+        """``traces-r{rank}.jsonl``, or ``traces-{role}-r{rank}.jsonl`` for roles other
+        than ``worker``."""
+        if self.role in (None, "worker"):
+            return f"traces-r{self.rank}.jsonl"
+        return f"traces-{self.role}-r{self.rank}.jsonl"
+
+
+def resolve(
+    config: TelemetryConfig,
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+    role: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Validate *config* and the process identity; returns :class:`Settings`.
+
+    Pure: no file, thread or global is touched (the output directory is
+    checked by the runtime, after this succeeds).
+
+    Raises:
+        ConfigurationError: the first bad value, naming its key.
+
+    Example:
+        >>> s = resolve(TelemetryConfig(enabled=True, run_id="r1"), rank=1, world_size=2)
+        >>> s.output_dir, s.resource_attributes["asynctrace.rank"]
+        ('asynctrace-traces/r1', 1)
+    """
+    env = os.environ if environ is None else environ
+    if not isinstance(config, TelemetryConfig):
+        raise ConfigurationError(
+            f"config: expected a TelemetryConfig or a mapping, got {type(config).__name__}"
+        )
+    values = {f.name: coerce_field(f.name, f.name, getattr(config, f.name)) for f in _FIELDS}
+    tokens = split_spec(values["span_groups"], "span_groups")
+    if values["max_export_batch_size"] > values["max_queue_size"]:
+        raise ConfigurationError(
+            f"max_export_batch_size: {values['max_export_batch_size']} is not accepted; "
+            f"accepted: an integer between 1 and max_queue_size ({values['max_queue_size']})"
+        )
+    rank = check_int("rank", rank, 0)
+    world_size = check_int("world_size", world_size, 1)
+    if rank >= world_size:
+        raise ConfigurationError(
+            f"rank: {rank} is not accepted with world_size={world_size}; "
+            f"accepted: 0 <= rank < world_size"
+        )
+    if role is not None and (not isinstance(role, str) or not _SAFE_NAME.match(role)):
+        raise ConfigurationError(
+            f"role: {role!r} is not accepted; accepted: None or a name of letters, digits "
+            "and _ . - (it is part of the trace file name)"
+        )
+    run_id = values["run_id"] or env.get(RUN_ID_ENV, "").strip() or new_run_id()
+    if not _SAFE_NAME.match(run_id):
+        raise ConfigurationError(
+            f"run_id: {run_id!r} is not accepted; accepted: up to 128 letters, digits "
+            "and _ . - (it may be part of a path)"
+        )
+    local_rank = _local_rank(env)
+    session: SessionTracerConfig = values["session_tracer"]
+    exporters: list[str | SpanExporterLike] = values["exporters"]
+    writes_files = "chrome" in exporters or session.enabled
+    output_dir = values["output_dir"].replace("{run_id}", run_id) if writes_files else None
+    service_name = values["service_name"] or _env_service_name(env) or DEFAULT_SERVICE_NAME
+    resource: dict[str, Any] = {
+        "service.name": service_name,
+        RUN_ID_KEY: run_id,
+        RANK_KEY: rank,
+        WORLD_SIZE_KEY: world_size,
+        "host.name": socket.gethostname(),
+        "process.pid": os.getpid(),
+    }
+    if local_rank is not None:
+        resource[LOCAL_RANK_KEY] = local_rank
+    if role is not None:
+        resource[ROLE_KEY] = role
+    resource.update(values["resource_attributes"])
+    return Settings(
+        enabled=values["enabled"] and not otel_sdk_disabled(env),
+        span_groups=",".join(tokens),
+        exporters=tuple(exporters),
+        output_dir=output_dir,
+        service_name=service_name,
+        run_id=run_id,
+        session_tracer=session,
+        resource_attributes=resource,
+        handle_sigterm=values["handle_sigterm"],
+        max_queue_size=values["max_queue_size"],
+        max_export_batch_size=values["max_export_batch_size"],
+        schedule_delay_millis=values["schedule_delay_millis"],
+        shutdown_timeout_s=values["shutdown_timeout_s"],
+        rank=rank,
+        world_size=world_size,
+        local_rank=local_rank,
+        role=role,
+    )
+
+
+_FIELDS = dataclasses.fields(TelemetryConfig)
+
+
+def new_run_id() -> str:
+    """A fresh run id: UTC date-time plus 6 random hex digits.
+
+    Example:
+        >>> len(new_run_id().split("-"))
+        3
+    """
+    return f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(3)}"
+
+
+def _local_rank(env: Mapping[str, str]) -> int | None:
+    raw = env.get("LOCAL_RANK", "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigurationError(
+            f"LOCAL_RANK: {raw!r} is not accepted; accepted: an integer >= 0"
+        ) from None
+    return check_int("LOCAL_RANK", value, 0)
+
+
+def _env_service_name(env: Mapping[str, str]) -> str:
+    name = env.get("OTEL_SERVICE_NAME", "").strip()
+    if name:
+        return name
+    for item in env.get("OTEL_RESOURCE_ATTRIBUTES", "").split(","):
+        key, _, value = item.partition("=")
+        if key.strip() == "service.name" and value.strip():
+            from urllib.parse import unquote
+
+            return unquote(value.strip())
+    return ""

@@ -1,0 +1,182 @@
+"""Build the SDK pipeline (provider, processors, exporters) from validated settings.
+
+Two steps, so that :func:`asynctrace.configure` can fail before it changes
+anything: :func:`prepare` imports extras, constructs exporters and checks the
+output directory (nothing runs yet); :func:`build` starts the worker threads,
+opens files and returns a :class:`Pipeline`.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from .._errors import ConfigurationError, MissingExtraError
+from .._settings import Settings
+from ._open_spans import OpenSpanTracker
+from ._queue import ExporterSink, ExportStats, QueuedSpanProcessor
+from .chrome import ChromeTraceProcessor
+
+__all__ = ["Pipeline", "Plan", "build", "prepare"]
+
+
+@dataclass
+class Plan:
+    """Everything checked and constructed, nothing started."""
+
+    settings: Settings
+    exporters: list[tuple[str, Any]] = field(default_factory=list)
+    memory: InMemorySpanExporter | None = None
+    chrome_path: Path | None = None
+
+
+def prepare(settings: Settings) -> Plan:
+    """Import extras, construct exporters, create and check the output directory.
+
+    Raises:
+        ConfigurationError: an exporter rejected its configuration, or the
+            output directory cannot be created or written.
+        MissingExtraError: ``otlp`` was asked for without its extra.
+    """
+    plan = Plan(settings)
+    for exporter in settings.exporters:
+        if exporter == "otlp":
+            plan.exporters.append(("otlp", _otlp_exporter()))
+        elif exporter == "console":
+            plan.exporters.append(("console", ConsoleSpanExporter()))
+        elif exporter == "memory":
+            plan.memory = InMemorySpanExporter()
+        elif not isinstance(exporter, str):
+            plan.exporters.append((type(exporter).__name__, exporter))
+    if settings.output_dir is not None:
+        directory = _writable_dir(settings.output_dir)
+        if "chrome" in settings.exporters:
+            plan.chrome_path = directory / settings.chrome_filename
+            if plan.chrome_path.exists() and not os.access(plan.chrome_path, os.W_OK):
+                raise ConfigurationError(
+                    f"output_dir: the trace file {str(plan.chrome_path)!r} exists and is not "
+                    "writable; accepted: a directory whose trace files this process can write"
+                )
+    return plan
+
+
+def _otlp_exporter() -> Any:
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    except ImportError as exc:
+        raise MissingExtraError("otlp", "opentelemetry.exporter.otlp.proto.http") from exc
+    try:
+        return OTLPSpanExporter()  # endpoint, headers, timeout: OTEL_EXPORTER_OTLP_* variables
+    except Exception as exc:
+        raise ConfigurationError(
+            f"exporters: the otlp exporter rejected its configuration ({exc}); check the "
+            "OTEL_EXPORTER_OTLP_* environment variables"
+        ) from exc
+
+
+def _writable_dir(raw: str) -> Path:
+    directory = Path(raw).expanduser()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        raise ConfigurationError(
+            f"output_dir: {raw!r} is not a writable directory ({type(exc).__name__}: "
+            f"{exc.strerror or exc}); accepted: a directory path this process can create "
+            "and write to"
+        ) from exc
+    return directory
+
+
+class Pipeline:
+    """A running provider and its processors."""
+
+    def __init__(
+        self,
+        provider: TracerProvider,
+        tracker: OpenSpanTracker,
+        queued: list[QueuedSpanProcessor],
+        memory: InMemorySpanExporter | None,
+        chrome_path: Path | None,
+    ) -> None:
+        self.provider = provider
+        self.tracker = tracker
+        self.queued = queued
+        self.memory = memory
+        self.chrome_path = chrome_path
+
+    def flush(self, timeout_s: float) -> bool:
+        """Export everything ended so far, waiting at most *timeout_s* in total."""
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        waits = [processor.request_flush() for processor in self.queued]
+        ok = True
+        for done in waits:
+            if done is not None and not done.wait(max(0.0, deadline - time.monotonic())):
+                ok = False
+        return ok
+
+    def shutdown(self, timeout_s: float) -> tuple[bool, int]:
+        """End open spans (truncated), drain and stop every exporter within *timeout_s*.
+
+        Returns ``(finished in time, number of truncated spans)``.
+        """
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        truncated = self.tracker.end_open_spans()
+        for processor in self.queued:
+            processor.begin_shutdown()
+        ok = True
+        for processor in self.queued:
+            if not processor.wait_shutdown(deadline - time.monotonic()):
+                ok = False
+        self.provider.shutdown()  # the tracker, the memory processor, and any user processor
+        return ok, truncated
+
+    def stats(self) -> list[ExportStats]:
+        """Counters of every queued exporter."""
+        return [processor.stats() for processor in self.queued]
+
+
+def build(plan: Plan) -> Pipeline:
+    """Start the pipeline described by *plan*."""
+    settings = plan.settings
+    provider = TracerProvider(
+        resource=Resource.create(dict(settings.resource_attributes)), shutdown_on_exit=False
+    )
+    tracker = OpenSpanTracker()
+    provider.add_span_processor(tracker)  # first: truncated spans reach every processor
+    limits = {
+        "max_queue_size": settings.max_queue_size,
+        "max_export_batch_size": settings.max_export_batch_size,
+        "schedule_delay_millis": settings.schedule_delay_millis,
+    }
+    queued: list[QueuedSpanProcessor] = []
+    try:
+        if plan.chrome_path is not None:
+            queued.append(
+                ChromeTraceProcessor(
+                    plan.chrome_path,
+                    resource_attributes=provider.resource.attributes,
+                    **limits,  # type: ignore[arg-type]
+                )
+            )
+        for name, exporter in plan.exporters:
+            queued.append(QueuedSpanProcessor(ExporterSink(exporter), name=name, **limits))  # type: ignore[arg-type]
+    except BaseException:
+        for processor in queued:
+            processor.shutdown_within(1.0)
+        raise
+    for processor in queued:
+        provider.add_span_processor(processor)
+    if plan.memory is not None:
+        provider.add_span_processor(SimpleSpanProcessor(plan.memory))
+    return Pipeline(provider, tracker, queued, plan.memory, plan.chrome_path)

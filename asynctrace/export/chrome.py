@@ -1,0 +1,230 @@
+"""Chrome Trace Event JSON lines, written off the event loop.
+
+One complete JSON object per line in ``traces-r{rank}.jsonl``: a complete
+event (``"ph": "X"``) per span, an instant event (``"ph": "i"``) per span
+event, and metadata events naming the process (rank, role) and every track.
+
+Tracks: a span goes on the track of the (thread, task) that *started* it, so
+spans of concurrent asyncio or trio tasks never share a track; a span that
+would not nest on its track (it ended on another task, or outlived its parent)
+goes to an overflow track instead (see :mod:`asynctrace.export._tracks`).
+
+The hot path (``on_start``/``on_end``) only records a track id and appends
+the span's plain values (a tuple) to a bounded deque; serialization, track
+placement and the ``write`` happen on the exporter's daemon thread
+(:mod:`asynctrace.export._chrome_writer`), one ``write`` of whole lines per
+batch, so a killed process leaves at most one torn last line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import itertools
+import json
+import os
+import sys
+import threading
+import weakref
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span
+
+from .._errors import report_internal_error
+from ._chrome_writer import ChromeWriter, NewTrack, span_fields
+from ._queue import QueuedSpanProcessor
+
+__all__ = ["ChromeTrace", "ChromeTraceProcessor", "read_chrome_trace"]
+
+_get_running_loop = asyncio._get_running_loop
+_current_asyncio_task = asyncio.current_task
+
+
+class _ThreadToken:
+    """Lives in a thread-local; its death tells us the thread is gone."""
+
+    __slots__ = ("__weakref__",)
+
+
+def _trio_task() -> object | None:
+    trio = sys.modules.get("trio")
+    if trio is None:
+        return None
+    try:
+        lowlevel = trio.lowlevel
+        in_task = getattr(lowlevel, "in_trio_task", None)
+        if in_task is not None and not in_task():
+            return None
+        return lowlevel.current_task()  # type: ignore[no-any-return]
+    except Exception:  # RuntimeError outside trio, or an unexpected trio
+        return None
+
+
+def _task_name(task: object) -> str:
+    get_name = getattr(task, "get_name", None)
+    if callable(get_name):
+        return str(get_name())
+    return str(getattr(task, "name", None) or f"task-{id(task):x}")
+
+
+class ChromeTraceProcessor(QueuedSpanProcessor):
+    """Write ended spans as Chrome Trace Event JSON lines to *path*.
+
+    Args:
+        path: the ``.jsonl`` file; opened for appending (a torn last line left
+            by a killed process is closed off first).
+        resource_attributes: used for the process name and labels
+            (``service.name``, ``asynctrace.rank``, ``asynctrace.role``, ...).
+        max_queue_size: spans buffered before new ones are dropped.
+        max_export_batch_size: lines per ``write``.
+        schedule_delay_millis: longest time a span waits before it is written.
+
+    Example:
+        >>> from opentelemetry.sdk.trace import TracerProvider
+        >>> provider = TracerProvider()
+        >>> processor = ChromeTraceProcessor("traces-r0.jsonl")  # doctest: +SKIP
+        >>> provider.add_span_processor(processor)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        resource_attributes: Mapping[str, Any] | None = None,
+        max_queue_size: int = 8192,
+        max_export_batch_size: int = 512,
+        schedule_delay_millis: float = 1000.0,
+    ) -> None:
+        self.path = Path(path)
+        self._next_tid = itertools.count(1).__next__
+        self._writer = ChromeWriter(self.path, dict(resource_attributes or {}), self._next_tid)
+        self._local = threading.local()
+        self._tids: dict[int, int] = {}
+        self._refs: dict[int, weakref.ref[Any]] = {}
+        super().__init__(
+            self._writer,
+            name="chrome",
+            max_queue_size=max_queue_size,
+            max_export_batch_size=max_export_batch_size,
+            schedule_delay_millis=schedule_delay_millis,
+        )
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        """Remember the track (thread and task) the span starts on."""
+        try:
+            self._tids[span.context.span_id] = self._current_tid()
+        except Exception as exc:
+            report_internal_error(("chrome", "on_start"), exc)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        """Queue the span's fields (plain values) and its track for the writer thread."""
+        try:
+            record = span_fields(span)
+            tid = self._tids.pop(record[1], None)
+            if tid is None:  # started before this processor was added
+                tid = self._current_tid()
+            self._put((*record, tid))
+        except Exception as exc:
+            report_internal_error(("chrome", "on_end"), exc)
+
+    def _current_tid(self) -> int:
+        local = self._local
+        try:
+            tasks: dict[int, int] = local.tasks
+        except AttributeError:
+            tasks = self._open_thread(local)
+        loop = _get_running_loop()
+        task: object | None = _current_asyncio_task(loop) if loop is not None else _trio_task()
+        if task is None:
+            tid: int = local.tid
+            return tid
+        found = tasks.get(id(task))
+        if found is None:
+            found = self._open_task(tasks, task)
+        return found
+
+    def _open_thread(self, local: threading.local) -> dict[int, int]:
+        tid = self._next_tid()
+        tasks: dict[int, int] = {}
+        token = _ThreadToken()
+        local.tid = tid
+        local.tasks = tasks
+        local.token = token
+        self._refs[tid] = weakref.ref(token, functools.partial(self._gone, None, 0, tid))
+        self._put_control(NewTrack(tid, f"thread: {threading.current_thread().name}"))
+        return tasks
+
+    def _open_task(self, tasks: dict[int, int], task: object) -> int:
+        tid = self._next_tid()
+        key = id(task)
+        tasks[key] = tid
+        thread = threading.current_thread().name
+        self._put_control(NewTrack(tid, f"task: {_task_name(task)} [{thread}]"))
+        try:
+            self._refs[tid] = weakref.ref(task, functools.partial(self._gone, tasks, key, tid))
+        except TypeError:  # not weak-referenceable: the track simply lives on
+            pass
+        return tid
+
+    def _gone(self, tasks: dict[int, int] | None, key: int, tid: int, _ref: object) -> None:
+        """Weakref callback: a task or thread died; retire its track after its spans."""
+        if tasks is not None and tasks.get(key) == tid:
+            tasks.pop(key, None)
+        self._refs.pop(tid, None)
+        self._put_control(tid)
+
+
+@dataclass
+class ChromeTrace:
+    """Events read back from a JSONL trace, and how many lines were skipped."""
+
+    events: list[dict[str, Any]]
+    skipped: int
+
+    def complete_events(self) -> list[dict[str, Any]]:
+        """The ``"ph": "X"`` events.
+
+        Example:
+            >>> ChromeTrace([{"ph": "X"}, {"ph": "M"}], 0).complete_events()
+            [{'ph': 'X'}]
+        """
+        return [e for e in self.events if e.get("ph") == "X"]
+
+
+def iter_chrome_lines(path: str | os.PathLike[str]) -> Iterator[dict[str, Any] | None]:
+    """Yield each line of a JSONL trace parsed, or ``None`` for a malformed line."""
+    with open(path, "rb") as stream:
+        for line in stream:
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                yield None
+                continue
+            yield obj if isinstance(obj, dict) else None
+
+
+def read_chrome_trace(path: str | os.PathLike[str]) -> ChromeTrace:
+    """Read a ``traces-r*.jsonl`` file, skipping (and counting) malformed lines.
+
+    A process killed while writing can leave one torn last line; it is
+    skipped, every complete line is kept.
+
+    Example:
+        >>> trace = read_chrome_trace("traces-r0.jsonl")  # doctest: +SKIP
+        >>> len(trace.complete_events()), trace.skipped  # doctest: +SKIP
+        (1200, 0)
+    """
+    events: list[dict[str, Any]] = []
+    skipped = 0
+    for obj in iter_chrome_lines(path):
+        if obj is None:
+            skipped += 1
+        else:
+            events.append(obj)
+    return ChromeTrace(events, skipped)

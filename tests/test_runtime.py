@@ -1,0 +1,577 @@
+"""configure/flush/shutdown: validation before mutation, exit paths, exporter faults."""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import gc
+import json
+import logging
+import os
+import resource
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExportResult
+
+import asynctrace
+from asynctrace import ConfigurationError, managed_span, umbrella_span
+from asynctrace._runtime import (
+    configure,
+    current_telemetry,
+    flush,
+    init_driver,
+    init_worker,
+    shutdown,
+)
+from asynctrace._state import GATE, snapshot
+from asynctrace.export import read_chrome_trace
+
+HERE = Path(__file__).parent
+CHILD = HERE / "_telemetry_child.py"
+
+
+@pytest.fixture(autouse=True)
+def _no_telemetry_left_running() -> Iterator[None]:
+    """Every test ends with no running Telemetry (threads, atexit hooks)."""
+    yield
+    shutdown(timeout_s=2.0)
+
+
+def memory_config(**extra: Any) -> dict[str, Any]:
+    return {"enabled": True, "span_groups": "all", "exporters": ["memory"], **extra}
+
+
+def _atexit_count() -> int:
+    return atexit._ncallbacks()  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------------------
+# Disabled and bad configurations install nothing.
+
+
+def test_disabled_configure_starts_nothing(tmp_path: Path) -> None:
+    """enabled=False: no thread, no file, no atexit hook, gate untouched."""
+    threads = set(threading.enumerate())
+    hooks = _atexit_count()
+    before = snapshot()
+    telemetry = configure({"enabled": False, "exporters": ["chrome"], "output_dir": str(tmp_path)})
+    assert set(threading.enumerate()) == threads
+    assert list(tmp_path.iterdir()) == []
+    assert _atexit_count() == hooks
+    assert snapshot() == before
+    assert not telemetry.enabled
+    assert telemetry.flush(0.1)
+    assert telemetry.shutdown()
+    assert telemetry.memory_exporter is None
+    assert telemetry.trace_file is None
+
+
+def test_enabled_after_disabled_works(tmp_path: Path) -> None:
+    """A disabled configure leaves nothing behind that blocks a later enabled one."""
+    configure({"enabled": False})
+    telemetry = configure(memory_config())
+    with managed_span("reward", "after"):
+        pass
+    assert telemetry.memory_exporter is not None
+    assert [s.name for s in telemetry.memory_exporter.get_finished_spans()] == ["after"]
+
+
+@pytest.mark.parametrize(
+    ("config", "key"),
+    [
+        ({"exporters": ["chrome", "zipkin"]}, "exporters"),
+        ({"span_groups": "default,!job"}, "span_groups"),
+        ({"max_queue_size": -5}, "max_queue_size"),
+        ({"schedule_delay_millis": -1}, "schedule_delay_millis"),
+        ({"sesion_tracer": {}}, "telemetry"),
+        ({"output_dir": "<file>/sub"}, "output_dir"),
+    ],
+)
+def test_bad_config_changes_nothing(tmp_path: Path, config: dict[str, Any], key: str) -> None:
+    """A bad value raises ConfigurationError naming the key; provider, gate and the running
+    telemetry are untouched."""
+    running = configure(memory_config())
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    if "output_dir" in config:
+        config = {"output_dir": str(blocker / "sub"), "exporters": ["chrome"]}
+    global_provider = trace.get_tracer_provider()
+    gate = snapshot()
+    threads = set(threading.enumerate())
+    with pytest.raises(ConfigurationError) as info:
+        configure({"enabled": True, **config})
+    assert str(info.value).startswith(key)
+    assert trace.get_tracer_provider() is global_provider
+    assert snapshot() == gate
+    assert set(threading.enumerate()) == threads
+    assert current_telemetry() is running
+    assert running.enabled
+
+
+def test_unwritable_output_dir_names_the_path(tmp_path: Path) -> None:
+    """The error says which directory and why."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(
+        ConfigurationError, match=r"^output_dir: '.*file/traces' is not a writable"
+    ):
+        configure({"enabled": True, "output_dir": str(blocker / "traces")})
+
+
+def test_missing_otlp_extra_is_reported_before_anything_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without the otlp extra: MissingExtraError naming it, and nothing is installed."""
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)
+    gate = snapshot()
+    with pytest.raises(asynctrace.MissingExtraError, match=r"asynctrace\[otlp\]"):
+        configure({"enabled": True, "exporters": ["otlp", "memory"]})
+    assert snapshot() == gate
+    assert current_telemetry() is None
+
+
+def test_config_object_is_never_mutated(tmp_path: Path) -> None:
+    """The run id is generated on a copy."""
+    config = asynctrace._config.TelemetryConfig(
+        enabled=True, exporters=["chrome"], output_dir=str(tmp_path / "{run_id}")
+    )
+    telemetry = configure(config)
+    assert config.run_id == ""
+    assert telemetry.run_id
+    assert telemetry.trace_file == tmp_path / telemetry.run_id / "traces-r0.jsonl"
+
+
+# ---------------------------------------------------------------------------
+# The running pipeline.
+
+
+def test_resource_and_spans_in_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spans carry the resource: service, run id, rank, world size, local rank, role, host, pid."""
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    telemetry = configure(
+        memory_config(service_name="svc", run_id="r1", resource_attributes={"team": "rl"}),
+        rank=3,
+        world_size=4,
+        role="rollout",
+    )
+    with umbrella_span("step", "step"), managed_span("reward", "score"):
+        pass
+    assert telemetry.memory_exporter is not None
+    spans = telemetry.memory_exporter.get_finished_spans()
+    assert [s.name for s in spans] == ["score", "step"]
+    attrs = dict(spans[0].resource.attributes)
+    for key, value in {
+        "service.name": "svc",
+        "asynctrace.run_id": "r1",
+        "asynctrace.rank": 3,
+        "asynctrace.world_size": 4,
+        "asynctrace.local_rank": 1,
+        "asynctrace.role": "rollout",
+        "process.pid": os.getpid(),
+        "team": "rl",
+    }.items():
+        assert attrs[key] == value
+    assert attrs["host.name"]
+
+
+def test_open_spans_are_truncated_at_shutdown() -> None:
+    """Spans open at shutdown() end with asynctrace.truncated=true; shutdown is idempotent."""
+    telemetry = configure(memory_config())
+    tracer = asynctrace.get_tracer()
+    outer = tracer.start_span("still-open")  # started, never ended (and never made current)
+    tracer.start_span("inner-open", context=trace.set_span_in_context(outer))
+    with managed_span("reward", "closed"):
+        pass
+    assert telemetry.shutdown() is True
+    assert telemetry.shutdown() is True
+    assert not telemetry.enabled
+    assert current_telemetry() is None
+    assert telemetry.memory_exporter is not None
+    spans = {s.name: s for s in telemetry.memory_exporter.get_finished_spans()}
+    assert spans["still-open"].attributes["asynctrace.truncated"] is True
+    assert spans["inner-open"].attributes["asynctrace.truncated"] is True
+    assert "asynctrace.truncated" not in spans["closed"].attributes
+    names = [s.name for s in telemetry.memory_exporter.get_finished_spans()]
+    assert names.index("inner-open") < names.index("still-open")  # children first
+    assert not GATE.enabled
+
+
+def test_reconfigure_shuts_the_previous_telemetry_down(tmp_path: Path) -> None:
+    """A second configure ends the first (its open spans truncated) before starting."""
+    first = configure(memory_config())
+    asynctrace.get_tracer().start_span("open")
+    second = configure(memory_config())
+    assert not first.enabled
+    assert second.enabled
+    assert current_telemetry() is second
+    assert first.memory_exporter is not None
+    assert second.memory_exporter is not None
+    assert [s.name for s in first.memory_exporter.get_finished_spans()] == ["open"]
+    with managed_span("reward", "new"):
+        pass
+    assert [s.name for s in second.memory_exporter.get_finished_spans()] == ["new"]
+
+
+def test_flush_and_shutdown_module_functions_without_telemetry() -> None:
+    """With nothing configured, flush() and shutdown() succeed at once."""
+    assert current_telemetry() is None
+    assert flush(0.1) is True
+    assert shutdown() is True
+
+
+def test_init_driver_shares_the_run_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    """init_driver exports ASYNCTRACE_RUN_ID; init_worker picks it up with RANK/WORLD_SIZE."""
+    monkeypatch.delenv("ASYNCTRACE_RUN_ID", raising=False)
+    driver = init_driver(memory_config())
+    assert driver.settings.role == "driver"
+    assert os.environ["ASYNCTRACE_RUN_ID"] == driver.run_id
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    worker = init_worker(memory_config())
+    assert (worker.run_id, worker.settings.rank, worker.settings.world_size) == (
+        driver.run_id,
+        2,
+        3,
+    )
+    assert worker.settings.role == "worker"
+
+
+def test_configure_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """configure() with no argument reads ASYNCTRACE_* variables."""
+    monkeypatch.setenv("ASYNCTRACE_ENABLED", "1")
+    monkeypatch.setenv("ASYNCTRACE_EXPORTERS", "memory")
+    monkeypatch.setenv("ASYNCTRACE_SPAN_GROUPS", "reward")
+    telemetry = configure()
+    assert telemetry.enabled
+    assert asynctrace.is_span_group_enabled("reward")
+    assert not asynctrace.is_span_group_enabled("job")
+
+
+# ---------------------------------------------------------------------------
+# OpenTelemetry's global provider, in a fresh process (it can be set once).
+
+_GLOBAL_SCRIPT = """
+import json
+from opentelemetry import trace
+from asynctrace._runtime import configure
+
+third_party = trace.get_tracer("thirdparty")
+first = configure({"enabled": True, "exporters": ["memory"]})
+third_party.start_span("one").end()
+second = configure({"enabled": True, "exporters": ["memory"]})
+third_party.start_span("two").end()
+with third_party.start_as_current_span("three"):
+    pass
+second.shutdown()
+third_party.start_span("after-shutdown").end()
+names = lambda t: [s.name for s in t.memory_exporter.get_finished_spans()]
+print(json.dumps({"first": names(first), "second": names(second),
+                  "owns": [first.owns_global_provider, second.owns_global_provider]}))
+"""
+
+_OWN_GLOBAL_SCRIPT = """
+import json
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from asynctrace._runtime import configure
+
+mine = TracerProvider()
+trace.set_tracer_provider(mine)
+telemetry = configure({"enabled": True, "exporters": ["memory"]})
+print(json.dumps({"kept": trace.get_tracer_provider() is mine,
+                  "owns": telemetry.owns_global_provider}))
+"""
+
+
+def _run_python(script: str) -> Any:
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_global_provider_follows_reconfiguration() -> None:
+    """Third-party tracers join the current pipeline, follow reconfiguration, stop at shutdown."""
+    result = _run_python(_GLOBAL_SCRIPT)
+    assert result == {"first": ["one"], "second": ["two", "three"], "owns": [True, True]}
+
+
+def test_an_application_global_provider_is_left_alone() -> None:
+    """If the application set its own global provider, asynctrace does not replace it."""
+    assert _run_python(_OWN_GLOBAL_SCRIPT) == {"kept": True, "owns": False}
+
+
+# ---------------------------------------------------------------------------
+# Exporter faults never reach the program.
+
+
+class RaisingExporter:
+    """Raises on every export."""
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        raise RuntimeError("collector exploded")
+
+    def shutdown(self) -> None:
+        raise RuntimeError("and again")
+
+
+class BlockingExporter:
+    """Blocks each export for 10 s (or until released)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.release.wait(10.0)
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        self.release.wait(10.0)
+
+
+class SlowExporter:
+    """Takes 20 ms per batch."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        time.sleep(0.02)
+        self.count += len(spans)
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        pass
+
+
+def _preemptions() -> int:
+    """Involuntary context switches of this process so far (all threads)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw
+
+
+async def _workload_with_probe() -> tuple[int, float]:
+    """10 tasks x 100 spans; a probe task records the longest gap between its turns.
+
+    Gaps during which the OS preempted any thread of this process (another
+    process took the CPU) are not attributable to telemetry and are left out;
+    everything the process does itself counts, including waits for the GIL
+    held by an exporter thread.
+    """
+    stop = asyncio.Event()
+    worst = 0.0
+
+    async def probe() -> None:
+        nonlocal worst
+        last, switches = time.perf_counter(), _preemptions()
+        while not stop.is_set():
+            await asyncio.sleep(0)
+            now, now_switches = time.perf_counter(), _preemptions()
+            if now_switches == switches:
+                worst = max(worst, now - last)
+            last, switches = time.perf_counter(), now_switches
+
+    async def worker(i: int) -> int:
+        total = 0
+        for j in range(100):
+            with managed_span("generation", "gen", attributes={"i": i, "j": j}):
+                total += i * j
+            await asyncio.sleep(0)
+        return total
+
+    probe_task = asyncio.ensure_future(probe())
+    results = await asyncio.gather(*(worker(i) for i in range(10)))
+    stop.set()
+    await probe_task
+    return sum(results), worst
+
+
+def _best_of(runs: int, setup: Any) -> tuple[int, float]:
+    """Least-disturbed run: the minimum over *runs* of the per-run worst loop gap.
+
+    The garbage collector is paused during each run: its pauses are the
+    interpreter's, not the exporter's, and would only add noise.
+    """
+    results, lags = set(), []
+    for _ in range(runs):
+        setup()
+        gc.collect()
+        gc.disable()
+        try:
+            result, lag = asyncio.run(_workload_with_probe())
+        finally:
+            gc.enable()
+        results.add(result)
+        lags.append(lag)
+    assert len(results) == 1
+    return results.pop(), min(lags)
+
+
+@pytest.mark.parametrize("kind", ["raising", "blocking", "slow"])
+def test_exporter_faults_never_reach_the_program(
+    kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A raising, blocked (10 s) or slow exporter changes no result, raises nothing, adds no
+    loop stall over 1 ms compared with telemetry off, and its drops/failures are reported."""
+    exporter: Any = {
+        "raising": RaisingExporter,
+        "blocking": BlockingExporter,
+        "slow": SlowExporter,
+    }[kind]()
+    baseline, base_lag = _best_of(3, lambda: configure({"enabled": False}))
+    state: dict[str, Any] = {}
+
+    def setup() -> None:
+        state["telemetry"] = configure(
+            {
+                "enabled": True,
+                "span_groups": "all",
+                "exporters": [exporter],
+                "max_queue_size": 64,
+                "max_export_batch_size": 16,
+                "schedule_delay_millis": 5,
+                "shutdown_timeout_s": 0.2,
+            }
+        )
+        if isinstance(exporter, SlowExporter):
+            exporter.count = 0  # count the last run only
+
+    caplog.set_level(logging.WARNING, logger="asynctrace")
+    try:
+        result, lag = _best_of(3, setup)
+        assert result == baseline
+        assert lag <= base_lag + 0.001, (kind, lag, base_lag)
+        telemetry = state["telemetry"]
+        started = time.monotonic()
+        assert telemetry.flush(0.3) is (kind != "blocking")
+        telemetry.shutdown(timeout_s=0.5)
+        assert time.monotonic() - started < 2.0  # never joined forever
+    finally:
+        if isinstance(exporter, BlockingExporter):
+            exporter.release.set()
+    stats = next(iter(telemetry.stats().values()))
+    if kind == "raising":
+        assert stats.failed > 0
+        assert stats.exported == 0
+        assert "failed to export" in caplog.text
+    elif kind == "blocking":
+        assert telemetry.dropped_spans > 900
+        assert f"dropped {stats.dropped} spans" in caplog.text
+    else:
+        assert stats.exported + stats.dropped == 1000
+        assert stats.failed == 0
+        assert exporter.count == stats.exported
+
+
+def test_flush_respects_its_timeout_with_a_stuck_exporter() -> None:
+    """flush() returns False after its timeout instead of waiting for the exporter."""
+    exporter = BlockingExporter()
+    telemetry = configure(memory_config(exporters=[exporter], schedule_delay_millis=5))
+    try:
+        with managed_span("reward", "x"):
+            pass
+        time.sleep(0.05)  # the worker is now stuck in export()
+        with managed_span("reward", "y"):
+            pass
+        started = time.monotonic()
+        assert telemetry.flush(0.2) is False
+        assert 0.15 < time.monotonic() - started < 1.5
+        started = time.monotonic()
+        assert telemetry.shutdown(timeout_s=0.2) is False
+        assert time.monotonic() - started < 1.5
+    finally:
+        exporter.release.set()
+
+
+# ---------------------------------------------------------------------------
+# Process exits: every span ended before the exit/signal is in the file.
+
+
+def _spawn(mode: str, out: Path, count: int = 200) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(CHILD), mode, str(out), str(count)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _span_names(out: Path) -> list[str]:
+    trace_file = out / "traces-r0.jsonl"
+    return [e["name"] for e in read_chrome_trace(trace_file).complete_events()]
+
+
+def _expect_spans(out: Path, count: int) -> list[str]:
+    names = _span_names(out)
+    assert sorted(n for n in names if n.startswith("span-")) == sorted(
+        f"span-{i}" for i in range(count)
+    )
+    return names
+
+
+def test_normal_exit_writes_every_span(tmp_path: Path) -> None:
+    """At a normal exit, atexit flushes everything."""
+    with _spawn("exit", tmp_path) as child:
+        out, err = child.communicate(timeout=60)
+    assert child.returncode == 0, err
+    assert out.strip() == "ended"
+    _expect_spans(tmp_path, 200)
+
+
+def test_sigterm_flushes_then_dies_of_the_signal(tmp_path: Path) -> None:
+    """handle_sigterm: spans written, the open one truncated, exit status is SIGTERM's."""
+    with _spawn("sigterm", tmp_path) as child:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
+        child.send_signal(signal.SIGTERM)
+        child.wait(timeout=30)
+    assert child.returncode == -signal.SIGTERM
+    names = _expect_spans(tmp_path, 200)
+    assert "open-at-sigterm" in names
+    events = read_chrome_trace(tmp_path / "traces-r0.jsonl").complete_events()
+    (open_event,) = [e for e in events if e["name"] == "open-at-sigterm"]
+    assert open_event["args"]["asynctrace.truncated"] is True
+
+
+def test_sigterm_chains_to_the_previous_handler(tmp_path: Path) -> None:
+    """A previous Python handler runs after the flush (here it exits 7)."""
+    with _spawn("sigterm-chain", tmp_path) as child:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
+        child.send_signal(signal.SIGTERM)
+        child.wait(timeout=30)
+    assert child.returncode == 7
+    assert (tmp_path / "previous-handler-ran").read_text() == "yes"
+    _expect_spans(tmp_path, 200)
+
+
+def test_sigterm_with_ignored_previous_handler_keeps_running(tmp_path: Path) -> None:
+    """If SIGTERM was ignored before, telemetry shuts down and the process carries on."""
+    with _spawn("sigterm-ignored", tmp_path) as child:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
+        child.send_signal(signal.SIGTERM)
+        assert child.stdout.readline().strip() == "survived"
+        child.wait(timeout=30)
+    assert child.returncode == 0
+    _expect_spans(tmp_path, 200)
+
+
+def test_flush_then_sigkill_keeps_every_ended_span(tmp_path: Path) -> None:
+    """flush() returns once the spans are written: a SIGKILL after it loses none."""
+    with _spawn("flush-kill", tmp_path, count=500) as child:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "flushed True"
+        child.kill()
+        child.wait(timeout=30)
+    assert child.returncode == -signal.SIGKILL
+    _expect_spans(tmp_path, 500)
