@@ -265,29 +265,42 @@ def span_fields(span: ReadableSpan) -> tuple[Any, ...]:
     """
     fields = getattr(span, "__dict__", None)
     if fields is not None and "_instrumentation_scope" in fields:
-        ctx = fields["_context"]
-        parent = fields["_parent"]
-        attrs = fields["_attributes"]
-        raw = getattr(attrs, "_dict", attrs)
-        events = fields["_events"]
-        events = getattr(events, "_dq", events)
-        status = fields["_status"]
-        kind = fields["_kind"]
-        scope = fields["_instrumentation_scope"]
-        return (
-            fields["_name"],
-            ctx.span_id,
-            ctx.trace_id,
-            parent.span_id if parent is not None else 0,
-            fields["_start_time"],
-            fields["_end_time"],
-            _json_attrs(raw) if raw else "",
-            tuple(events) if events else None,
-            status if status.status_code is _ERROR else None,
-            None if kind is _INTERNAL else kind.name,
-            scope.name if scope is not None else "span",
-            (raw.get("asynctrace.group") or raw.get("rl.bucket")) if raw else None,
-        )
+        try:
+            return _sdk_fields(fields)
+        except (KeyError, AttributeError):  # another SDK layout: the public properties
+            pass
+    return _public_fields(span)
+
+
+def _sdk_fields(fields: dict[str, Any]) -> tuple[Any, ...]:
+    """The same tuple from the SDK span's own fields (its properties copy)."""
+    ctx = fields["_context"]
+    parent = fields["_parent"]
+    attrs = fields["_attributes"]
+    raw = getattr(attrs, "_dict", attrs)
+    events = fields["_events"]
+    events = getattr(events, "_dq", events)
+    status = fields["_status"]
+    kind = fields["_kind"]
+    scope = fields["_instrumentation_scope"]
+    return (
+        fields["_name"],
+        ctx.span_id,
+        ctx.trace_id,
+        parent.span_id if parent is not None else 0,
+        fields["_start_time"],
+        fields["_end_time"],
+        _json_attrs(raw) if raw else "",
+        tuple(events) if events else None,
+        status if status.status_code is _ERROR else None,
+        None if kind is _INTERNAL else kind.name,
+        scope.name if scope is not None else "span",
+        (raw.get("asynctrace.group") or raw.get("rl.bucket")) if raw else None,
+    )
+
+
+def _public_fields(span: ReadableSpan) -> tuple[Any, ...]:
+    """The same tuple through the public ``ReadableSpan`` properties."""
     ctx = span.context
     parent = span.parent
     attrs = span.attributes
@@ -301,7 +314,7 @@ def span_fields(span: ReadableSpan) -> tuple[Any, ...]:
         parent.span_id if parent is not None else 0,
         span.start_time,
         span.end_time,
-        _json_attrs(attrs) if attrs else "",
+        _json_attrs(dict(attrs)) if attrs else "",
         tuple(span.events) or None,
         status if status.status_code is _ERROR else None,
         None if kind is _INTERNAL else kind.name,

@@ -444,3 +444,23 @@ def test_sigkill_during_heavy_writing_leaves_only_whole_lines(tmp_path: Path) ->
     assert len(result.events) == len(complete)
     names = [e["name"] for e in result.complete_events()]
     assert names[:3] == ["heavy-0", "heavy-1", "heavy-2"]
+
+
+def test_sdk_fast_path_matches_the_public_properties() -> None:
+    """Reading the SDK span's fields gives exactly what its public properties give."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import Status, StatusCode
+
+    from asynctrace.export._chrome_writer import _public_fields, span_fields
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("t")
+    with tracer.start_as_current_span("a", attributes={"rl.bucket": "idle", "n": 1}) as span:
+        span.add_event("e", {"k": "v"})
+        span.set_status(Status(StatusCode.ERROR, "bad"))
+    (finished,) = exporter.get_finished_spans()
+    assert span_fields(finished) == _public_fields(finished)
