@@ -178,7 +178,7 @@ def _zero() -> int:
     return 0
 
 
-class PollWait:
+class PollWait(SyncAndAsync["PollWait"]):
     """One coalesced efficiency span over the starved iterations of a poll loop.
 
     Call :meth:`poll` once per starved iteration: the first call opens the span
@@ -249,17 +249,6 @@ class PollWait:
         return self
 
     def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.end(exc_type, exc)
-
-    async def __aenter__(self) -> PollWait:
-        return self
-
-    async def __aexit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,

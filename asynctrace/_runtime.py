@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any, Union
 from . import _otel_global
 from ._config import TelemetryConfig
 from ._errors import ConfigurationError, MissingExtraError
-from ._settings import RUN_ID_ENV, Settings, resolve
 from ._state import GATE, disable_telemetry, enable_telemetry
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+    from ._settings import Settings
     from .export._pipeline import Pipeline
     from .export._queue import ExportStats
 
@@ -280,6 +280,8 @@ def configure(
         config = TelemetryConfig.from_env()
     elif isinstance(config, Mapping):
         config = TelemetryConfig.from_mapping(config)
+    from ._settings import resolve  # hostname, secrets: only when configuring
+
     settings = resolve(config, rank=rank, world_size=world_size, role=role)
     if not settings.enabled:
         with _lock:
@@ -316,6 +318,8 @@ def init_driver(config: ConfigLike = None) -> Telemetry:
         'run-1'
     """
     telemetry = configure(config, rank=0, world_size=1, role="driver")
+    from ._settings import RUN_ID_ENV
+
     os.environ[RUN_ID_ENV] = telemetry.run_id
     return telemetry
 

@@ -77,32 +77,26 @@ def _plain(a: int, b: int = 1) -> int:
     return a
 
 
-def bench_disabled_trace_fn(n: int, r: int) -> Figure:
+def _disabled_call(stmt: str, n: int, r: int) -> Figure:
     at.disable_telemetry()
     decorated = at.trace_fn("generation")(_plain)
-    ours_ns = ns_per_op("f(1, b=2)", n, r, f=decorated)
-    base_ns = ns_per_op("f(1, b=2)", n, r, f=_plain)
+    ours_ns = ns_per_op(stmt, n, r, f=decorated)
+    base_ns = ns_per_op(stmt, n, r, f=_plain)
     return Figure(
-        "disabled call of a @trace_fn function f(1, b=2) vs undecorated",
+        f"disabled call of a @trace_fn function {stmt} vs undecorated",
         ours_ns,
         base_ns,
         "<= 2x + 100 ns",
         ours_ns <= 2 * base_ns + 100,
     )
+
+
+def bench_disabled_trace_fn(n: int, r: int) -> Figure:
+    return _disabled_call("f(1, b=2)", n, r)
 
 
 def bench_disabled_trace_fn_positional(n: int, r: int) -> Figure:
-    at.disable_telemetry()
-    decorated = at.trace_fn("generation")(_plain)
-    ours_ns = ns_per_op("f(1)", n, r, f=decorated)
-    base_ns = ns_per_op("f(1)", n, r, f=_plain)
-    return Figure(
-        "disabled call of a @trace_fn function f(1) vs undecorated",
-        ours_ns,
-        base_ns,
-        "<= 2x + 100 ns",
-        ours_ns <= 2 * base_ns + 100,
-    )
+    return _disabled_call("f(1)", n, r)
 
 
 def bench_enabled_leaf(n: int, r: int) -> Figure:
