@@ -14,14 +14,16 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Union
 
-from . import _otel_global
+from . import _otel_global, _sessions
 from ._config import TelemetryConfig
 from ._errors import ConfigurationError, MissingExtraError
+from ._sessions import SessionTracer
 from ._state import GATE, disable_telemetry, enable_telemetry
 
 if TYPE_CHECKING:
@@ -62,11 +64,17 @@ class Telemetry:
         (False, True)
     """
 
-    def __init__(self, settings: Settings, pipeline: Pipeline | None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        pipeline: Pipeline | None,
+        sessions: SessionTracer | None = None,
+    ) -> None:
         self.settings = settings
         self._pipeline = pipeline
+        self._sessions = sessions
         self._lock = threading.Lock()
-        self._running = pipeline is not None
+        self._running = pipeline is not None or sessions is not None
         self._result = True
         self._owns_global = False
         self._previous_sigterm: _SignalHandler = None
@@ -80,7 +88,12 @@ class Telemetry:
     @property
     def enabled(self) -> bool:
         """Whether this handle records spans (configured enabled and not shut down)."""
-        return self._running
+        return self._running and self._pipeline is not None
+
+    @property
+    def sessions(self) -> SessionTracer | None:
+        """The session lifecycle tracer, when ``session_tracer.enabled``."""
+        return self._sessions
 
     @property
     def run_id(self) -> str:
@@ -137,10 +150,15 @@ class Telemetry:
             >>> configure({"enabled": False}).flush(timeout_s=2.0)
             True
         """
-        pipeline = self._pipeline
-        if pipeline is None or not self._running:
+        if not self._running:
             return True
-        return pipeline.flush(timeout_s)
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        ok = True
+        if self._pipeline is not None:
+            ok = self._pipeline.flush(timeout_s)
+        if self._sessions is not None:
+            ok = self._sessions.flush(deadline - time.monotonic()) and ok
+        return ok
 
     def shutdown(self, timeout_s: float | None = None) -> bool:
         """End open spans (tagged truncated), flush and stop every exporter.
@@ -155,15 +173,27 @@ class Telemetry:
         """
         global _current
         with self._lock:
-            if not self._running or self._pipeline is None:
+            if not self._running:
                 return self._result
             self._running = False
-        pipeline = self._pipeline
         timeout = self.settings.shutdown_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + max(0.0, timeout)
+        ok = True
+        if self._sessions is not None:
+            if _sessions.current_tracer() is self._sessions:
+                _sessions.install(None)
+            ok = self._sessions.shutdown(timeout)
+        pipeline = self._pipeline
+        if pipeline is None:
+            self._remove_hooks()
+            self._forget()
+            self._result = ok
+            return ok
         if GATE.provider is pipeline.provider:
             disable_telemetry()
         _otel_global.release(pipeline.provider)
-        ok, truncated = pipeline.shutdown(timeout)
+        pipeline_ok, truncated = pipeline.shutdown(max(0.0, deadline - time.monotonic()))
+        ok = ok and pipeline_ok
         self._remove_hooks()
         if truncated:
             logger.info(
@@ -174,19 +204,25 @@ class Telemetry:
         from .export._queue import summarize
 
         summarize(pipeline.stats())
+        self._forget()
+        self._result = ok
+        return ok
+
+    def _forget(self) -> None:
+        global _current
         with _lock:
             if _current is self:
                 _current = None
-        self._result = ok
-        return ok
 
     # -- installation ------------------------------------------------------------
 
     def _install(self) -> None:
         pipeline = self._pipeline
-        assert pipeline is not None
-        enable_telemetry(pipeline.provider, span_groups=self.settings.span_groups)
-        self._owns_global = _otel_global.claim(pipeline.provider)
+        if pipeline is not None:
+            enable_telemetry(pipeline.provider, span_groups=self.settings.span_groups)
+            self._owns_global = _otel_global.claim(pipeline.provider)
+        if self._sessions is not None:
+            _sessions.install(self._sessions)
         atexit.register(self._at_exit)
         self._atexit_registered = True
         if self.settings.handle_sigterm:
@@ -283,12 +319,19 @@ def configure(
     from ._settings import resolve  # hostname, secrets: only when configuring
 
     settings = resolve(config, rank=rank, world_size=world_size, role=role)
+    session_path = _session_path(settings)  # validated before anything changes
     if not settings.enabled:
         with _lock:
             previous = _current
         if previous is not None:
             previous.shutdown()
-        return Telemetry(settings, None)
+        if session_path is None:
+            return Telemetry(settings, None)
+        with _lock:
+            telemetry = Telemetry(settings, None, _new_session_tracer(settings, session_path))
+            telemetry._install()
+            _current = telemetry
+        return telemetry
     try:
         import opentelemetry.sdk.trace  # noqa: F401
     except ImportError as exc:
@@ -299,10 +342,37 @@ def configure(
     with _lock:
         if _current is not None:
             _current.shutdown()
-        telemetry = Telemetry(settings, _pipeline.build(plan))
+        sessions = (
+            _new_session_tracer(settings, session_path) if session_path is not None else None
+        )
+        telemetry = Telemetry(settings, _pipeline.build(plan), sessions)
         telemetry._install()
         _current = telemetry
     return telemetry
+
+
+def _session_path(settings: Settings) -> Path | None:
+    """Where session records go, if the session tracer is on (directory checked)."""
+    if not settings.session_tracer.enabled or settings.output_dir is None:
+        return None
+    from ._files import writable_dir
+
+    name = (
+        f"sessions-r{settings.rank}.jsonl"
+        if settings.role in (None, "worker")
+        else f"sessions-{settings.role}-r{settings.rank}.jsonl"
+    )
+    return writable_dir(settings.output_dir) / name
+
+
+def _new_session_tracer(settings: Settings, path: Path) -> SessionTracer:
+    return SessionTracer(
+        path,
+        rank=settings.rank,
+        role=settings.role,
+        run_id=settings.run_id,
+        flush_threshold=settings.session_tracer.flush_threshold,
+    )
 
 
 def init_driver(config: ConfigLike = None) -> Telemetry:

@@ -22,6 +22,8 @@ __all__ = [
 BUCKET: ContextVar[Bucket | None] = ContextVar("asynctrace.bucket", default=None)
 PER_PROMPT: ContextVar[bool] = ContextVar("asynctrace.per_prompt", default=False)
 ITERATION: ContextVar[int | None] = ContextVar("asynctrace.iteration", default=None)
+TASK_ID: ContextVar[int | str | None] = ContextVar("asynctrace.task_id", default=None)
+SESSION_ID: ContextVar[str | None] = ContextVar("asynctrace.session_id", default=None)
 
 T = TypeVar("T")
 

@@ -18,8 +18,8 @@ from . import _groups
 from ._cm import SyncAndAsync
 from ._errors import report_internal_error
 from ._groups import Bucket
-from ._scopes import BUCKET, ITERATION, PER_PROMPT
-from ._semconv import CANCELLED, RL_BUCKET, RL_ITERATION
+from ._scopes import BUCKET, ITERATION, PER_PROMPT, SESSION_ID, TASK_ID
+from ._semconv import CANCELLED, RL_BUCKET, RL_ITERATION, RL_SESSION_ID, RL_TASK_ID
 from ._state import GATE
 
 __all__ = ["instant", "managed_span", "umbrella_span"]
@@ -120,6 +120,12 @@ def build_attributes(user: Attributes | None, bucket: Bucket | None) -> dict[str
     iteration = ITERATION.get()
     if iteration is not None:
         attrs[RL_ITERATION] = iteration
+    task = TASK_ID.get()
+    if task is not None:
+        attrs[RL_TASK_ID] = task
+    session = SESSION_ID.get()
+    if session is not None:
+        attrs[RL_SESSION_ID] = session
     if bucket is not None:
         attrs[RL_BUCKET] = bucket.value
     if user:

@@ -18,7 +18,7 @@ import anyio.to_thread
 
 from ._groups import Bucket
 from ._propagation import current_trace_carrier, remote_trace_context
-from ._scopes import BUCKET, ITERATION, PER_PROMPT
+from ._scopes import BUCKET, ITERATION, PER_PROMPT, SESSION_ID, TASK_ID
 
 __all__ = ["ContextThread", "bind_context", "context_executor", "to_thread"]
 
@@ -78,7 +78,7 @@ class ContextThread(threading.Thread):
 class _ScopeSnapshot:
     """Picklable copy of the trace context and scopes, for process pools."""
 
-    __slots__ = ("bucket", "carrier", "iteration", "per_prompt")
+    __slots__ = ("bucket", "carrier", "iteration", "per_prompt", "session_id", "task_id")
 
     def __init__(self) -> None:
         self.carrier = current_trace_carrier()
@@ -86,18 +86,36 @@ class _ScopeSnapshot:
         self.bucket = bucket.value if bucket is not None else None
         self.iteration = ITERATION.get()
         self.per_prompt = PER_PROMPT.get()
+        self.task_id = TASK_ID.get()
+        self.session_id = SESSION_ID.get()
 
     def __getstate__(self) -> tuple[Any, ...]:
-        return (self.carrier, self.bucket, self.iteration, self.per_prompt)
+        return (
+            self.carrier,
+            self.bucket,
+            self.iteration,
+            self.per_prompt,
+            self.task_id,
+            self.session_id,
+        )
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
-        self.carrier, self.bucket, self.iteration, self.per_prompt = state
+        (
+            self.carrier,
+            self.bucket,
+            self.iteration,
+            self.per_prompt,
+            self.task_id,
+            self.session_id,
+        ) = state
 
     def run(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
         def restored() -> R:
             ITERATION.set(self.iteration)
             BUCKET.set(Bucket(self.bucket) if self.bucket is not None else None)
             PER_PROMPT.set(bool(self.per_prompt))
+            TASK_ID.set(self.task_id)
+            SESSION_ID.set(self.session_id)
             with remote_trace_context(self.carrier):
                 return fn(*args, **kwargs)
 

@@ -8,6 +8,18 @@ import sys
 import asynctrace
 
 EXPECTED = {
+    "atrace_session_phase",
+    "current_session_id",
+    "current_task_id",
+    "increment_counter",
+    "register_phase",
+    "registered_phases",
+    "session_context",
+    "session_scope",
+    "task_scope",
+    "trace_session",
+    "trace_session_event",
+    "trace_session_phase",
     "SessionTracerConfig",
     "Telemetry",
     "TelemetryConfig",

@@ -9,7 +9,6 @@ opens files and returns a :class:`Pipeline`.
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProces
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from .._errors import ConfigurationError, MissingExtraError
+from .._files import writable_dir
 from .._settings import Settings
 from ._open_spans import OpenSpanTracker
 from ._queue import ExporterSink, ExportStats, QueuedSpanProcessor
@@ -58,7 +58,7 @@ def prepare(settings: Settings) -> Plan:
         elif not isinstance(exporter, str):
             plan.exporters.append((type(exporter).__name__, exporter))
     if settings.output_dir is not None:
-        directory = _writable_dir(settings.output_dir)
+        directory = writable_dir(settings.output_dir)
         if "chrome" in settings.exporters:
             plan.chrome_path = directory / settings.chrome_filename
             if plan.chrome_path.exists() and not os.access(plan.chrome_path, os.W_OK):
@@ -81,21 +81,6 @@ def _otlp_exporter() -> Any:
             f"exporters: the otlp exporter rejected its configuration ({exc}); check the "
             "OTEL_EXPORTER_OTLP_* environment variables"
         ) from exc
-
-
-def _writable_dir(raw: str) -> Path:
-    directory = Path(raw).expanduser()
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=directory):
-            pass
-    except OSError as exc:
-        raise ConfigurationError(
-            f"output_dir: {raw!r} is not a writable directory ({type(exc).__name__}: "
-            f"{exc.strerror or exc}); accepted: a directory path this process can create "
-            "and write to"
-        ) from exc
-    return directory
 
 
 class Pipeline:

@@ -1,0 +1,214 @@
+"""The background writer of session records: one JSON line per finished session.
+
+Finalizing a session only appends it to a list (under a short lock); this
+thread serializes and writes. It writes when ``flush_threshold`` sessions are
+waiting, when :meth:`SessionWriter.flush` asks, and at shutdown. It yields the
+GIL between small chunks, so a large flush never stalls an event loop for
+long, and each chunk is one ``write`` of whole lines, so a killed process
+leaves at most one torn last line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from ._sessions import _Record
+
+__all__ = ["SessionWriter", "record_json"]
+
+logger = logging.getLogger("asynctrace")
+
+_CHUNK: Final = 16  # records serialized between two GIL releases
+_encode = json.JSONEncoder(separators=(",", ":"), default=str, allow_nan=False).encode
+_NS: Final = 1e9
+
+
+def _union_ns(intervals: list[tuple[int, int]]) -> int:
+    """Length of the union of intervals: overlapping executions count once."""
+    total = 0
+    current_start = current_end = None
+    for start, end in sorted(intervals):
+        if current_end is None or start > current_end:
+            if current_end is not None and current_start is not None:
+                total += current_end - current_start
+            current_start, current_end = start, end
+        elif end > current_end:
+            current_end = end
+    if current_end is not None and current_start is not None:
+        total += current_end - current_start
+    return total
+
+
+def record_dict(
+    record: _Record,
+    status: str,
+    reason: str | None,
+    finalized_ns: int,
+    *,
+    rank: int,
+    role: str | None,
+    run_id: str,
+) -> dict[str, Any]:
+    """The JSON object written for one finished session.
+
+    Executions still open at finalization end at ``finalized_ts`` and are
+    flagged ``truncated``; every execution is clipped to
+    ``[submit_ts, finalized_ts]``, and ``<phase>_s`` is the length of the union
+    of its executions, so it never exceeds ``total_s``.
+    """
+    submit = record.submit_ns
+    finalized = max(finalized_ns, submit)
+    out: dict[str, Any] = {
+        "run_id": run_id,
+        "task_id": record.task_id,
+        "session_id": record.session_id,
+        "rank": rank,
+        "role": role,
+        "status": status,
+        "reason": reason,
+        "submit_ts": submit / _NS,
+        "finalized_ts": finalized / _NS,
+        "total_s": (finalized - submit) / _NS,
+    }
+    phases: dict[str, list[dict[str, Any]]] = {}
+    for name, runs in record.phases.items():
+        executions: list[dict[str, Any]] = []
+        intervals: list[tuple[int, int]] = []
+        for start_raw, end_raw in runs:
+            start = min(max(start_raw or submit, submit), finalized)
+            truncated = end_raw is None
+            end = finalized if end_raw is None else min(max(end_raw, start), finalized)
+            executions.append(
+                {"start_ts": start / _NS, "end_ts": end / _NS, "truncated": truncated}
+            )
+            intervals.append((start, end))
+        out[f"{name}_s"] = _union_ns(intervals) / _NS
+        phases[name] = executions
+    out["phases"] = phases
+    out["counters"] = dict(record.counters)
+    return out
+
+
+def record_json(*args: Any, **kwargs: Any) -> str:
+    """:func:`record_dict` as one JSON line (with the trailing newline)."""
+    return _encode(record_dict(*args, **kwargs)) + "\n"
+
+
+class SessionWriter:
+    """Appends finished sessions to a JSONL file from a daemon thread."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        rank: int,
+        role: str | None,
+        run_id: str,
+        flush_threshold: int,
+    ) -> None:
+        self.path = Path(path)
+        self._meta = {"rank": rank, "role": role, "run_id": run_id}
+        self._threshold = max(1, int(flush_threshold))
+        self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115 - closed by the thread
+        self._cond = threading.Condition()
+        self._pending: list[tuple[_Record, str, str | None, int]] = []
+        self._added = 0
+        self.written = 0
+        self.failed = 0
+        self._flush_requested = False
+        self._closing = False
+        self._warned = False
+        self._thread = threading.Thread(target=self._run, name="asynctrace-sessions", daemon=True)
+        self._thread.start()
+
+    def add(self, record: _Record, status: str, reason: str | None, finalized_ns: int) -> None:
+        """Queue a finished session (never blocks on I/O)."""
+        with self._cond:
+            self._pending.append((record, status, reason, finalized_ns))
+            self._added += 1
+            if len(self._pending) >= self._threshold:
+                self._cond.notify()
+
+    def flush(self, timeout_s: float) -> bool:
+        """Write everything queued so far; ``False`` after *timeout_s*."""
+        with self._cond:
+            target = self._added
+            if self.written + self.failed >= target:
+                return True
+            self._flush_requested = True
+            self._cond.notify_all()
+            return self._cond.wait_for(
+                lambda: self.written + self.failed >= target, max(0.0, timeout_s)
+            )
+
+    def shutdown(self, timeout_s: float) -> bool:
+        """Write what is queued, stop the thread and close the file."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        self._thread.join(max(0.0, timeout_s))
+        return not self._thread.is_alive()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(
+                    lambda: (
+                        self._closing
+                        or self._flush_requested
+                        or len(self._pending) >= self._threshold
+                    )
+                )
+                batch, self._pending = self._pending, []
+                self._flush_requested = False
+                closing = self._closing
+            self._write(batch)  # empties the list
+            if closing:
+                with self._cond:
+                    if not self._pending:
+                        break
+        try:
+            self._file.close()
+        except OSError:
+            pass
+
+    def _write(self, batch: list[tuple[_Record, str, str | None, int]]) -> None:
+        meta = self._meta
+        while batch:
+            # Consume the batch: a record is released as soon as it is written,
+            # before flush() can see it counted.
+            chunk = batch[:_CHUNK]
+            del batch[:_CHUNK]
+            written = failed = 0
+            try:
+                text = "".join(
+                    record_json(record, status, reason, finalized, **meta)
+                    for record, status, reason, finalized in chunk
+                )
+                data = memoryview(text.encode("utf-8"))
+                while data:
+                    data = data[self._file.write(data) or 0 :]
+                written = len(chunk)
+            except (OSError, ValueError, TypeError) as exc:
+                failed = len(chunk)
+                if not self._warned:
+                    self._warned = True
+                    logger.warning(
+                        "asynctrace: writing session records to %s failed (further failures "
+                        "are counted, not logged)",
+                        self.path,
+                        exc_info=exc,
+                    )
+            del chunk
+            with self._cond:
+                self.written += written
+                self.failed += failed
+                self._cond.notify_all()
+            time.sleep(0)  # let other threads (an event loop) take the GIL

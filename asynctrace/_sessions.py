@@ -1,0 +1,599 @@
+"""Per-sample session lifecycle: tasks own sessions, sessions run phases, then finalize.
+
+A *task* is a dataset item; each *session* is one sample generated for it.
+A session is registered (``submit_ts``), runs registered phases (each a list
+of executions with start and end), and is finalized with a status. Finalized
+sessions are handed to a background writer (:mod:`asynctrace._session_writer`)
+that appends one JSON line per session to ``sessions-r{rank}.jsonl``.
+
+The record of a live session is only ever changed through the tracer's live
+map, under its lock. Finalizing removes it from that map, so nothing can touch
+a record after it was finalized: a late phase end or event is dropped and
+counted instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import itertools
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, Final, TypeVar, cast
+
+from ._cm import SyncAndAsync
+from ._errors import ConfigurationError
+from ._scopes import SESSION_ID, TASK_ID
+from ._session_writer import SessionWriter
+
+__all__ = [
+    "SessionTracer",
+    "atrace_session_phase",
+    "current_session_id",
+    "current_task_id",
+    "increment_counter",
+    "register_phase",
+    "registered_phases",
+    "session_context",
+    "session_scope",
+    "task_scope",
+    "trace_session",
+    "trace_session_event",
+    "trace_session_phase",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+STATUSES: Final = ("accepted", "rejected", "failed", "dropped")
+FINALIZED: Final = "finalized"
+
+# phase name -> allow_multiple
+_phases: dict[str, bool] = {"generate": True, "reward": True, "toolcall": True}
+_phases_lock = threading.Lock()
+
+
+def register_phase(name: str, *, allow_multiple: bool = True) -> None:
+    """Declare a session phase; its time appears as ``<name>_s`` in the records.
+
+    ``generate``, ``reward`` and ``toolcall`` are pre-registered. Registering
+    the same definition again is a no-op; a different one raises.
+
+    Args:
+        name: lower-case identifier (``validation``, ``safety_filter``, ...).
+        allow_multiple: whether a session may run the phase more than once;
+            a second execution of a single-shot phase is dropped and counted.
+
+    Example:
+        >>> register_phase("validation", allow_multiple=False)
+    """
+    if not isinstance(name, str) or not name.isidentifier() or name != name.lower():
+        raise ConfigurationError(
+            f"register_phase(name): {name!r} is not accepted; accepted: a lower-case "
+            "identifier such as 'validation'"
+        )
+    if name in (FINALIZED, "total", "submit"):
+        raise ConfigurationError(f"register_phase(name): {name!r} is reserved")
+    with _phases_lock:
+        previous = _phases.get(name)
+        if previous is not None and previous != allow_multiple:
+            raise ConfigurationError(
+                f"register_phase({name!r}): already registered with "
+                f"allow_multiple={previous}, got allow_multiple={allow_multiple}"
+            )
+        _phases[name] = bool(allow_multiple)
+
+
+def registered_phases() -> dict[str, bool]:
+    """Registered phases and whether each may run more than once.
+
+    Example:
+        >>> registered_phases()["generate"]
+        True
+    """
+    with _phases_lock:
+        return dict(_phases)
+
+
+def _check_phase(phase: object) -> str:
+    if isinstance(phase, str) and phase in _phases:
+        return phase
+    raise ConfigurationError(
+        f"session phase {phase!r} is not registered; accepted: {', '.join(sorted(_phases))} "
+        "(declare new ones with register_phase())"
+    )
+
+
+class _Record:
+    """One live session. ``phases`` maps a phase to ``[start_ns, end_ns | None]`` lists."""
+
+    __slots__ = ("counters", "phases", "session_id", "submit_ns", "task_id")
+
+    def __init__(self, session_id: str, task_id: int | str | None, submit_ns: int) -> None:
+        self.session_id = session_id
+        self.task_id = task_id
+        self.submit_ns = submit_ns
+        self.phases: dict[str, list[list[int | None]]] = {}
+        self.counters: dict[str, float] = {}
+
+
+class SessionTracer:
+    """The process's session tracer: live sessions, task map, counters, writer.
+
+    Created by :func:`asynctrace.configure` when ``session_tracer.enabled``;
+    the module-level helpers are no-ops while none is running.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        rank: int = 0,
+        role: str | None = None,
+        run_id: str = "",
+        flush_threshold: int = 100,
+    ) -> None:
+        self._lock = threading.Lock()
+        self._live: dict[str, _Record] = {}
+        self._tasks: dict[int | str, set[str]] = {}
+        self._next = itertools.count(1).__next__
+        self._prefix = f"{rank}-{os.getpid():x}-"
+        self.dropped_events = 0
+        self._writer = SessionWriter(
+            path, rank=rank, role=role, run_id=run_id, flush_threshold=flush_threshold
+        )
+
+    # -- registration and phases ------------------------------------------------
+
+    def register(self, task_id: int | str | None) -> str:
+        """Register a new pending session under *task_id*; returns its id."""
+        session_id = self._prefix + str(self._next())
+        record = _Record(session_id, task_id, time.time_ns())
+        with self._lock:
+            self._live[session_id] = record
+            if task_id is not None:
+                pending = self._tasks.get(task_id)
+                if pending is None:
+                    self._tasks[task_id] = {session_id}
+                else:
+                    pending.add(session_id)
+        return session_id
+
+    def phase_start(self, session_id: str, phase: str) -> list[int | None] | None:
+        """Open an execution of *phase*; ``None`` if the session is gone or single-shot."""
+        execution: list[int | None] = [time.time_ns(), None]
+        with self._lock:
+            record = self._live.get(session_id)
+            if record is not None:
+                runs = record.phases.get(phase)
+                if runs is None:
+                    record.phases[phase] = [execution]
+                    return execution
+                if _phases[phase]:
+                    runs.append(execution)
+                    return execution
+            self.dropped_events += 1
+        return None
+
+    def phase_end(self, session_id: str, execution: list[int | None] | None) -> None:
+        """Close *execution*, unless its session was finalized meanwhile (then drop it)."""
+        now = time.time_ns()
+        with self._lock:
+            if execution is None or session_id not in self._live:
+                self.dropped_events += 1
+                return
+            execution[1] = now
+
+    def mark(self, session_id: str | None, phase: str, start: bool) -> None:
+        """``<phase>_start`` / ``<phase>_end`` sent as events."""
+        if session_id is None:
+            return
+        if start:
+            self.phase_start(session_id, phase)
+            return
+        now = time.time_ns()
+        with self._lock:
+            record = self._live.get(session_id)
+            runs = record.phases.get(phase) if record is not None else None
+            open_runs = [run for run in runs or () if run[1] is None]
+            if not open_runs:
+                self.dropped_events += 1
+                return
+            open_runs[-1][1] = now
+
+    def count(self, session_id: str, name: str, value: float) -> None:
+        """Add *value* to the session's counter *name*."""
+        with self._lock:
+            record = self._live.get(session_id)
+            if record is None:
+                self.dropped_events += 1
+                return
+            record.counters[name] = record.counters.get(name, 0) + value
+
+    # -- finalization -----------------------------------------------------------
+
+    def finalize(
+        self,
+        session_id: str | None,
+        task_id: int | str | None,
+        status: str,
+        reason: str | None,
+    ) -> int:
+        """Finalize one session, or every pending session of a task; returns how many."""
+        now = time.time_ns()
+        finished: list[_Record] = []
+        with self._lock:
+            if session_id is not None:
+                ids: Iterator[str] | set[str] = iter((session_id,))
+            elif task_id is not None:
+                ids = self._tasks.get(task_id, set()).copy()
+            else:
+                ids = set()
+            for sid in ids:
+                record = self._live.pop(sid, None)
+                if record is None:
+                    continue
+                finished.append(record)
+                if record.task_id is not None:
+                    pending = self._tasks.get(record.task_id)
+                    if pending is not None:
+                        pending.discard(sid)
+                        if not pending:
+                            del self._tasks[record.task_id]
+            if not finished:
+                self.dropped_events += 1
+                return 0
+        for record in finished:
+            self._writer.add(record, status, reason, now)
+        return len(finished)
+
+    def finalize_all_pending(self, reason: str) -> int:
+        """At shutdown: write every still-pending session as ``pending``."""
+        now = time.time_ns()
+        with self._lock:
+            records = list(self._live.values())
+            self._live.clear()
+            self._tasks.clear()
+        for record in records:
+            self._writer.add(record, "pending", reason, now)
+        return len(records)
+
+    # -- lifecycle --------------------------------------------------------------
+
+    @property
+    def path(self) -> str:
+        """The ``sessions-*.jsonl`` file."""
+        return str(self._writer.path)
+
+    def stats(self) -> dict[str, int]:
+        """Counters: live sessions, live tasks, written records, dropped events."""
+        with self._lock:
+            live, tasks = len(self._live), len(self._tasks)
+        return {
+            "live_sessions": live,
+            "live_tasks": tasks,
+            "written": self._writer.written,
+            "dropped_events": self.dropped_events,
+        }
+
+    def flush(self, timeout_s: float = 5.0) -> bool:
+        """Write every finalized session; ``False`` if that took longer than *timeout_s*."""
+        return self._writer.flush(timeout_s)
+
+    def shutdown(self, timeout_s: float = 5.0) -> bool:
+        """Write pending sessions as ``pending``, drain the writer and close the file."""
+        self.finalize_all_pending("unfinished at shutdown")
+        return self._writer.shutdown(timeout_s)
+
+
+_tracer: SessionTracer | None = None
+
+
+def install(tracer: SessionTracer | None) -> SessionTracer | None:
+    """Make *tracer* the process's session tracer; returns the previous one."""
+    global _tracer
+    previous, _tracer = _tracer, tracer
+    return previous
+
+
+def current_tracer() -> SessionTracer | None:
+    """The running session tracer, if any."""
+    return _tracer
+
+
+# ---------------------------------------------------------------------------
+# Scopes.
+
+
+def _check_task_id(task_id: object) -> int | str:
+    if isinstance(task_id, bool) or not isinstance(task_id, (int, str)):
+        raise ConfigurationError(f"task_scope(task_id): expected an int or str, got {task_id!r}")
+    return task_id
+
+
+class task_scope(SyncAndAsync["int | str"]):
+    """Run a block as dataset item *task_id*; sessions opened inside belong to it.
+
+    Stamps ``rl.task_id`` on every span started inside. ``with`` and
+    ``async with``.
+
+    Example:
+        >>> with task_scope(23):
+        ...     assert current_task_id() == 23
+    """
+
+    __slots__ = ("_task_id", "_token")
+
+    def __init__(self, task_id: int | str) -> None:
+        self._task_id = _check_task_id(task_id)
+        self._token: Any = None
+
+    def __enter__(self) -> int | str:
+        self._token = TASK_ID.set(self._task_id)
+        return self._task_id
+
+    def __exit__(self, *exc: object) -> None:
+        token, self._token = self._token, None
+        if token is not None:
+            TASK_ID.reset(token)
+
+
+class session_scope(SyncAndAsync[str]):
+    """Register a new session under the current task and make it current.
+
+    Stamps ``rl.session_id`` (and ``rl.task_id``) on every span started
+    inside, so spans and session records can be joined. An exception escaping
+    the block finalizes the session as ``failed``; otherwise the session stays
+    pending until :func:`trace_session_event` finalizes it (by session or by
+    task). With the session tracer off, a session id is still made, so spans
+    are stamped the same way.
+
+    Example:
+        >>> with task_scope(1), session_scope() as session_id:
+        ...     assert current_session_id() == session_id
+    """
+
+    __slots__ = ("_session_id", "_token")
+
+    def __init__(self) -> None:
+        self._session_id: str | None = None
+        self._token: Any = None
+
+    def __enter__(self) -> str:
+        tracer = _tracer
+        session_id = tracer.register(TASK_ID.get()) if tracer is not None else _untracked_id()
+        self._session_id = session_id
+        self._token = SESSION_ID.set(session_id)
+        return session_id
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        token, self._token = self._token, None
+        if token is not None:
+            SESSION_ID.reset(token)
+        tracer = _tracer
+        if exc_type is not None and tracer is not None and self._session_id is not None:
+            status = "failed" if issubclass(exc_type, Exception) else "dropped"
+            tracer.finalize(self._session_id, None, status, f"{exc_type.__name__}: {exc}")
+
+
+_untracked = itertools.count(1).__next__
+
+
+def _untracked_id() -> str:
+    return f"u{os.getpid():x}-{_untracked()}"
+
+
+def session_context() -> Callable[[F], F]:
+    """Decorator: each call of the function runs in a new :class:`session_scope`.
+
+    Works on plain and coroutine functions.
+
+    Example:
+        >>> @session_context()
+        ... async def collect_sample(engine, request): ...
+    """
+
+    def decorator(fn: F) -> F:
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                with session_scope():
+                    return await fn(*args, **kwargs)
+
+            return cast("F", async_wrapper)
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with session_scope():
+                return fn(*args, **kwargs)
+
+        return cast("F", wrapper)
+
+    return decorator
+
+
+def current_task_id() -> int | str | None:
+    """The task set by the innermost :class:`task_scope`, if any.
+
+    Example:
+        >>> current_task_id() is None
+        True
+    """
+    return TASK_ID.get()
+
+
+def current_session_id() -> str | None:
+    """The session set by the innermost :class:`session_scope`, if any.
+
+    Example:
+        >>> current_session_id() is None
+        True
+    """
+    return SESSION_ID.get()
+
+
+# ---------------------------------------------------------------------------
+# Phases, events, counters.
+
+
+class _PhaseExecution(SyncAndAsync[None]):
+    """One execution of a phase; ``with`` and ``async with``."""
+
+    __slots__ = ("_execution", "_phase", "_session_id", "_tracer")
+
+    def __init__(self, phase: str) -> None:
+        self._phase = _check_phase(phase)
+        self._tracer: SessionTracer | None = None
+        self._session_id: str | None = None
+        self._execution: list[int | None] | None = None
+
+    def __enter__(self) -> None:
+        tracer = _tracer
+        session_id = SESSION_ID.get()
+        if tracer is not None and session_id is not None:
+            self._tracer = tracer
+            self._session_id = session_id
+            self._execution = tracer.phase_start(session_id, self._phase)
+
+    def __exit__(self, *exc: object) -> None:
+        tracer, self._tracer = self._tracer, None
+        if tracer is not None and self._session_id is not None:
+            tracer.phase_end(self._session_id, self._execution)
+
+
+def trace_session_phase(phase: str) -> _PhaseExecution:
+    """Time one execution of *phase* for the current session (``with``).
+
+    Raises:
+        ConfigurationError: *phase* is not registered (checked even when the
+            session tracer is off).
+
+    Example:
+        >>> with trace_session_phase("reward"):
+        ...     pass
+    """
+    return _PhaseExecution(phase)
+
+
+def atrace_session_phase(phase: str) -> _PhaseExecution:
+    """The ``async with`` form of :func:`trace_session_phase`.
+
+    Example:
+        >>> async def generate(engine, request):
+        ...     async with atrace_session_phase("generate"):
+        ...         return await engine.agenerate(request)
+    """
+    return _PhaseExecution(phase)
+
+
+def trace_session(phase: str) -> Callable[[F], F]:
+    """Decorator: every call of the function is one execution of *phase*.
+
+    Works on plain and coroutine functions; the phase is validated when
+    decorating.
+
+    Example:
+        >>> @trace_session("reward")
+        ... async def compute_reward(response): ...
+    """
+    _check_phase(phase)
+
+    def decorator(fn: F) -> F:
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                with trace_session_phase(phase):
+                    return await fn(*args, **kwargs)
+
+            return cast("F", async_wrapper)
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with trace_session_phase(phase):
+                return fn(*args, **kwargs)
+
+        return cast("F", wrapper)
+
+    return decorator
+
+
+def trace_session_event(
+    event: str,
+    session_id: str | None = None,
+    task_id: int | str | None = None,
+    **payload: Any,
+) -> None:
+    """Record a lifecycle event for a session, or for every pending session of a task.
+
+    Events: ``finalized`` (``status`` one of accepted, rejected, failed,
+    dropped; optional ``reason``), and ``<phase>_start`` / ``<phase>_end`` for
+    every registered phase. Without *session_id* or *task_id* the current
+    session (else the current task) is meant. Finalizing closes open phase
+    executions at ``finalized_ts`` (flagged ``truncated``); events for a
+    session that was already finalized are dropped and counted.
+
+    Raises:
+        ConfigurationError: unknown event, bad status or payload (checked even
+            when the session tracer is off).
+
+    Example:
+        >>> trace_session_event("finalized", status="rejected", reason="stale_weight")
+    """
+    if event == FINALIZED:
+        status = payload.pop("status", None)
+        reason = payload.pop("reason", None)
+        if status not in STATUSES:
+            raise ConfigurationError(
+                f"trace_session_event('finalized', status=...): {status!r} is not accepted; "
+                f"accepted: {', '.join(STATUSES)}"
+            )
+        if reason is not None and not isinstance(reason, str):
+            reason = str(reason)
+        if payload:
+            raise ConfigurationError(
+                f"trace_session_event('finalized'): unknown payload {sorted(payload)}; "
+                "accepted: status, reason"
+            )
+        tracer = _tracer
+        if tracer is None:
+            return
+        if session_id is None and task_id is None:
+            session_id = SESSION_ID.get()
+            if session_id is None:
+                task_id = TASK_ID.get()
+        tracer.finalize(session_id, task_id, status, reason)
+        return
+    phase, _, edge = event.rpartition("_") if isinstance(event, str) else ("", "", "")
+    if edge not in ("start", "end") or phase not in _phases:
+        accepted = ", ".join([FINALIZED, *(f"{p}_start, {p}_end" for p in sorted(_phases))])
+        raise ConfigurationError(
+            f"trace_session_event(event): {event!r} is not accepted; accepted: {accepted}"
+        )
+    if payload:
+        raise ConfigurationError(
+            f"trace_session_event({event!r}): unexpected payload {sorted(payload)}"
+        )
+    tracer = _tracer
+    if tracer is not None:
+        tracer.mark(session_id or SESSION_ID.get(), phase, edge == "start")
+
+
+def increment_counter(name: str, value: float = 1) -> None:
+    """Add *value* to counter *name* of the current session (written in ``counters``).
+
+    Example:
+        >>> increment_counter("retries")
+    """
+    if not isinstance(name, str) or not name:
+        raise ConfigurationError(
+            f"increment_counter(name): expected a non-empty str, got {name!r}"
+        )
+    tracer = _tracer
+    session_id = SESSION_ID.get()
+    if tracer is not None and session_id is not None:
+        tracer.count(session_id, name, value)

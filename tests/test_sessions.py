@@ -1,0 +1,421 @@
+"""The session lifecycle tracer: model, truncation, concurrency, memory, processes, joins."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import tracemalloc
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import asynctrace as at
+from asynctrace import ConfigurationError
+from asynctrace._sessions import SessionTracer, install
+
+HERE = Path(__file__).parent
+
+
+@pytest.fixture
+def tracer(tmp_path: Path) -> Iterator[SessionTracer]:
+    """A running session tracer writing to tmp_path/sessions-r0.jsonl."""
+    tracer = SessionTracer(tmp_path / "sessions-r0.jsonl", run_id="t", flush_threshold=50)
+    previous = install(tracer)
+    yield tracer
+    install(previous)
+    tracer.shutdown(5.0)
+
+
+def records(path: Path) -> list[dict[str, Any]]:
+    """Every JSON line of a sessions file."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_record_format(tracer: SessionTracer, tmp_path: Path) -> None:
+    """One line per finished session with ids, status, timestamps, phases and counters."""
+    with at.task_scope(23), at.session_scope() as session_id:
+        with at.trace_session_phase("generate"):
+            pass
+        with at.trace_session_phase("reward"):
+            pass
+        at.increment_counter("tokens", 12)
+        at.increment_counter("tokens", 3)
+        at.trace_session_event("finalized", status="rejected", reason="stale_weight")
+    assert tracer.flush(5.0)
+    (record,) = records(tmp_path / "sessions-r0.jsonl")
+    assert record["task_id"] == 23
+    assert record["session_id"] == session_id
+    assert session_id.startswith(f"0-{os.getpid():x}-")
+    assert (record["rank"], record["role"], record["run_id"]) == (0, None, "t")
+    assert (record["status"], record["reason"]) == ("rejected", "stale_weight")
+    assert record["finalized_ts"] >= record["submit_ts"]
+    assert record["total_s"] == pytest.approx(
+        record["finalized_ts"] - record["submit_ts"], abs=1e-6
+    )
+    assert set(record["phases"]) == {"generate", "reward"}
+    assert "toolcall_s" not in record
+    for phase in ("generate", "reward"):
+        (execution,) = record["phases"][phase]
+        assert execution["truncated"] is False
+        assert execution["end_ts"] >= execution["start_ts"]
+        assert record[f"{phase}_s"] <= record["total_s"]
+    assert record["counters"] == {"tokens": 15}
+
+
+@pytest.mark.anyio
+async def test_finalized_while_a_sibling_is_generating(
+    tracer: SessionTracer, tmp_path: Path
+) -> None:
+    """gather re-raises one sample's error; the task is finalized while a sibling generates.
+
+    The sibling's open execution is closed at finalized_ts and flagged truncated;
+    its later phase end and events are dropped and counted, never applied.
+    """
+    sibling_inside = anyio.Event()
+    release = anyio.Event()
+
+    async def failing() -> None:
+        with at.session_scope():
+            async with at.atrace_session_phase("generate"):
+                await sibling_inside.wait()
+                raise RuntimeError("engine error")
+
+    async def sibling() -> None:
+        with at.session_scope():
+            async with at.atrace_session_phase("generate"):
+                sibling_inside.set()
+                await release.wait()  # still generating when the task is finalized
+            at.increment_counter("late")
+            at.trace_session_event("reward_start")
+            at.trace_session_event("finalized", status="accepted")
+
+    with at.task_scope("prompt-7"):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sibling)
+            try:
+                await failing()
+            except RuntimeError:
+                at.trace_session_event("finalized", task_id="prompt-7", status="failed")
+            dropped_before = tracer.stats()["dropped_events"]
+            release.set()
+    assert tracer.stats()["dropped_events"] - dropped_before == 4
+    assert tracer.flush(5.0)
+    by_status = {r["status"]: r for r in records(tmp_path / "sessions-r0.jsonl")}
+    assert len(by_status) == 1  # both failed: the erroring one on exit, the sibling by task
+    lines = records(tmp_path / "sessions-r0.jsonl")
+    assert len(lines) == 2
+    truncated = [r for r in lines if r["phases"]["generate"][0]["truncated"]]
+    assert len(truncated) == 1
+    record = truncated[0]
+    assert record["phases"]["generate"][0]["end_ts"] == record["finalized_ts"]
+    assert record["counters"] == {}
+    assert "reward" not in record["phases"]
+    for line in lines:
+        assert line["generate_s"] <= line["total_s"]
+    assert tracer.stats()["live_sessions"] == 0
+    assert tracer.stats()["live_tasks"] == 0
+
+
+def test_overlapping_executions_never_exceed_total(tracer: SessionTracer, tmp_path: Path) -> None:
+    """Concurrent executions of one phase count once: <phase>_s <= total_s."""
+    with at.session_scope() as session_id:
+        runs = [tracer.phase_start(session_id, "toolcall") for _ in range(5)]
+        for run in runs:
+            tracer.phase_end(session_id, run)
+        at.trace_session_event("finalized", status="accepted")
+    tracer.flush(5.0)
+    (record,) = records(tmp_path / "sessions-r0.jsonl")
+    assert len(record["phases"]["toolcall"]) == 5
+    assert record["toolcall_s"] <= record["total_s"]
+
+
+def test_single_shot_phase(tracer: SessionTracer, tmp_path: Path) -> None:
+    """A second execution of an allow_multiple=False phase is dropped and counted."""
+    at.register_phase("validation_once", allow_multiple=False)
+    with at.session_scope():
+        for _ in range(2):
+            with at.trace_session_phase("validation_once"):
+                pass
+        at.trace_session_event("finalized", status="accepted")
+    tracer.flush(5.0)
+    (record,) = records(tmp_path / "sessions-r0.jsonl")
+    assert len(record["phases"]["validation_once"]) == 1
+    assert tracer.stats()["dropped_events"] >= 2  # the refused start and its end
+
+
+@pytest.mark.parametrize("tracer_on", [False, True])
+def test_unknown_names_raise_at_the_call(tracer_on: bool, tmp_path: Path) -> None:
+    """Unknown phases, events and statuses raise ConfigurationError, tracer on or off."""
+    tracer = SessionTracer(tmp_path / "s.jsonl") if tracer_on else None
+    previous = install(tracer)
+    try:
+        with pytest.raises(ConfigurationError, match="generate"):
+            at.trace_session_phase("genrate")
+        with pytest.raises(ConfigurationError, match="generate"):
+            at.atrace_session_phase("nope")
+        with pytest.raises(ConfigurationError, match="register_phase"):
+            at.trace_session("nope")
+        with pytest.raises(ConfigurationError, match="finalized"):
+            at.trace_session_event("mark_finalized")
+        with pytest.raises(ConfigurationError, match="accepted"):
+            at.trace_session_event("finalized", status="done")
+        with pytest.raises(ConfigurationError, match="reason"):
+            at.trace_session_event("finalized", status="accepted", why="x")
+        with pytest.raises(ConfigurationError, match="lower-case"):
+            at.register_phase("Bad Name")
+        with pytest.raises(ConfigurationError, match="allow_multiple"):
+            at.register_phase("generate", allow_multiple=False)
+        with pytest.raises(ConfigurationError, match="int or str"):
+            at.task_scope(1.5)  # type: ignore[arg-type]
+    finally:
+        install(previous)
+        if tracer is not None:
+            tracer.shutdown(5.0)
+
+
+def test_decorators_sync_and_async(tracer: SessionTracer, tmp_path: Path) -> None:
+    """@session_context opens a session per call; @trace_session times a phase."""
+
+    @at.trace_session("reward")
+    def score() -> int:
+        return 1
+
+    @at.session_context()
+    def sample() -> str | None:
+        score()
+        at.trace_session_event("finalized", status="accepted")
+        return at.current_session_id()
+
+    @at.trace_session("generate")
+    async def agenerate() -> None:
+        await asyncio.sleep(0)
+
+    @at.session_context()
+    async def asample() -> str | None:
+        await agenerate()
+        at.trace_session_event("finalized", status="accepted")
+        return at.current_session_id()
+
+    ids = {sample(), asyncio.run(asample())}
+    tracer.flush(5.0)
+    lines = records(tmp_path / "sessions-r0.jsonl")
+    assert {r["session_id"] for r in lines} == ids
+    assert {next(iter(r["phases"])) for r in lines} == {"reward", "generate"}
+
+
+def test_exception_in_session_scope_finalizes_failed(
+    tracer: SessionTracer, tmp_path: Path
+) -> None:
+    """An exception escaping session_scope finalizes the session as failed."""
+    with pytest.raises(KeyError), at.session_scope():
+        raise KeyError("boom")
+    tracer.flush(5.0)
+    (record,) = records(tmp_path / "sessions-r0.jsonl")
+    assert record["status"] == "failed"
+    assert "KeyError" in record["reason"]
+
+
+def test_pending_sessions_written_at_shutdown(tmp_path: Path) -> None:
+    """Sessions never finalized are written as pending at shutdown, not lost."""
+    tracer = SessionTracer(tmp_path / "s.jsonl")
+    previous = install(tracer)
+    try:
+        with at.session_scope(), at.trace_session_phase("generate"):
+            tracer.shutdown(5.0)
+    finally:
+        install(previous)
+    (record,) = records(tmp_path / "s.jsonl")
+    assert record["status"] == "pending"
+    assert record["phases"]["generate"][0]["truncated"] is True
+
+
+def test_threads_and_tasks_write_every_session_exactly_once(
+    tracer: SessionTracer, tmp_path: Path
+) -> None:
+    """4 threads x 10,000 sessions + 1,000 concurrent asyncio sessions: each written once."""
+    made: list[list[str]] = [[] for _ in range(5)]
+
+    def thread_work(slot: int) -> None:
+        for i in range(10_000):
+            with at.task_scope(f"t{slot}-{i % 50}"), at.session_scope() as sid:
+                with at.trace_session_phase("generate"):
+                    pass
+                at.trace_session_event("finalized", status="accepted")
+            made[slot].append(sid)
+
+    async def async_work() -> None:
+        async def one(i: int) -> None:
+            with at.task_scope(f"a{i % 10}"), at.session_scope() as sid:
+                async with at.atrace_session_phase("generate"):
+                    await asyncio.sleep(0.001)
+                made[4].append(sid)
+            if i % 100 == 99:  # some finalized by task, some by session
+                at.trace_session_event("finalized", task_id=f"a{i % 10}", status="accepted")
+
+        await asyncio.gather(*(one(i) for i in range(1000)))
+        for task in range(10):
+            at.trace_session_event("finalized", task_id=f"a{task}", status="dropped")
+
+    threads = [threading.Thread(target=thread_work, args=(slot,)) for slot in range(4)]
+    for thread in threads:
+        thread.start()
+    asyncio.run(async_work())
+    for thread in threads:
+        thread.join()
+    assert tracer.flush(30.0)
+    written = [r["session_id"] for r in records(tmp_path / "sessions-r0.jsonl")]
+    expected = [sid for slot in made for sid in slot]
+    assert len(expected) == 41_000
+    assert len(written) == len(set(written)) == 41_000
+    assert set(written) == set(expected)
+    stats = tracer.stats()
+    assert (stats["live_sessions"], stats["live_tasks"]) == (0, 0)
+
+
+def test_memory_stays_flat(tracer: SessionTracer) -> None:
+    """100,000 sessions: task maps and written records are released."""
+
+    def run(count: int) -> None:
+        for i in range(count):
+            with at.task_scope(i), at.session_scope():
+                with at.trace_session_phase("generate"), at.trace_session_phase("reward"):
+                    pass
+                at.trace_session_event("finalized", status="accepted")
+        assert tracer.flush(30.0)
+
+    run(5_000)  # warm caches and allocator pools
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        run(100_000)
+        after = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert after - before < 512 * 1024, f"grew by {after - before} bytes"
+    stats = tracer.stats()
+    assert (stats["live_sessions"], stats["live_tasks"], stats["written"]) == (0, 0, 105_000)
+
+
+def test_spans_carry_ids_and_join_records(tmp_path: Path) -> None:
+    """Every span opened in a session carries its ids; spans join records by them."""
+    telemetry = at.configure(
+        {
+            "enabled": True,
+            "span_groups": "all",
+            "exporters": ["memory"],
+            "output_dir": str(tmp_path),
+            "session_tracer": {"enabled": True},
+        }
+    )
+    try:
+
+        async def sample(task: int) -> None:
+            with at.task_scope(task), at.session_scope():
+                with at.managed_span("generation", "gen"):
+                    async with at.atrace_session_phase("generate"):
+                        await asyncio.sleep(0)
+                with at.managed_span("reward", "score"):
+                    pass
+                at.trace_session_event("finalized", status="accepted")
+
+        async def main() -> None:
+            await asyncio.gather(*(sample(i) for i in range(20)))
+
+        asyncio.run(main())
+        assert telemetry.flush(10.0)
+        exporter = telemetry.memory_exporter
+        assert exporter is not None
+        spans = exporter.get_finished_spans()
+    finally:
+        telemetry.shutdown()
+    recs = {r["session_id"]: r for r in records(tmp_path / "sessions-r0.jsonl")}
+    assert len(spans) == 40
+    for span in spans:
+        attrs = dict(span.attributes or {})
+        record = recs[attrs["rl.session_id"]]
+        assert record["task_id"] == attrs["rl.task_id"]
+        assert record["submit_ts"] * 1e9 <= span.start_time  # type: ignore[operator]
+
+
+def _run_child(mode: str, tmp_path: Path, spans: bool) -> subprocess.Popen[str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            str(HERE / "_session_child.py"),
+            mode,
+            str(tmp_path),
+            "1" if spans else "0",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def _expect_all(tmp_path: Path) -> None:
+    lines = records(tmp_path / "sessions-r0.jsonl")
+    assert len(lines) == len({r["session_id"] for r in lines}) == 300
+    assert {r["task_id"] for r in lines} == {0, 1, 2}
+    assert all(r["status"] == "accepted" for r in lines)
+
+
+@pytest.mark.parametrize("spans", [False, True], ids=["sessions-only", "with-spans"])
+def test_process_exit_writes_every_session(tmp_path: Path, spans: bool) -> None:
+    """Normal exit: atexit writes every finished session, span tracing on or off."""
+    with _run_child("exit", tmp_path, spans) as child:
+        child.communicate(timeout=60)
+    assert child.returncode == 0
+    _expect_all(tmp_path)
+
+
+def test_flush_then_sigkill_loses_nothing(tmp_path: Path) -> None:
+    """flush() returns once sessions are written: a SIGKILL after it loses none."""
+    with _run_child("flush-kill", tmp_path, spans=False) as child:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "flushed True"
+        child.kill()
+        child.wait(timeout=30)
+    _expect_all(tmp_path)
+
+
+def test_sigterm_writes_every_session(tmp_path: Path) -> None:
+    """handle_sigterm: the sessions are written before the process dies of SIGTERM."""
+    with _run_child("sigterm", tmp_path, spans=True) as child:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
+        child.send_signal(signal.SIGTERM)
+        child.wait(timeout=30)
+    assert child.returncode == -signal.SIGTERM
+    _expect_all(tmp_path)
+
+
+@pytest.mark.anyio
+async def test_session_scopes_on_every_backend(tracer: SessionTracer, tmp_path: Path) -> None:
+    """Sessions in concurrent tasks stay separate on asyncio, uvloop and trio."""
+    seen: dict[int, str | None] = {}
+
+    async def one(i: int) -> None:
+        with at.task_scope(i), at.session_scope() as sid:
+            async with at.atrace_session_phase("generate"):
+                await anyio.sleep(0.001)
+            assert at.current_session_id() == sid
+            assert at.current_task_id() == i
+            seen[i] = sid
+            at.trace_session_event("finalized", status="accepted")
+
+    async with anyio.create_task_group() as tg:
+        for i in range(50):
+            tg.start_soon(one, i)
+    tracer.flush(5.0)
+    lines = records(tmp_path / "sessions-r0.jsonl")
+    assert {r["task_id"]: r["session_id"] for r in lines} == seen
