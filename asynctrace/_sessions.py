@@ -20,7 +20,7 @@ import itertools
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Final, TypeVar, cast
 
 from ._cm import SyncAndAsync
@@ -106,16 +106,22 @@ def _check_phase(phase: object) -> str:
 
 
 class _Record:
-    """One live session. ``phases`` maps a phase to ``[start_ns, end_ns | None]`` lists."""
+    """One live session.
 
-    __slots__ = ("counters", "phases", "session_id", "submit_ns", "task_id")
+    ``runs`` is flat, three slots per execution: ``phase, start_ns, end_ns``
+    (``end_ns`` is ``None`` while the execution is open). One list per session
+    instead of a dict of lists of lists keeps sessions cheap to make and to
+    collect.
+    """
+
+    __slots__ = ("counters", "runs", "session_id", "submit_ns", "task_id")
 
     def __init__(self, session_id: str, task_id: int | str | None, submit_ns: int) -> None:
         self.session_id = session_id
         self.task_id = task_id
         self.submit_ns = submit_ns
-        self.phases: dict[str, list[list[int | None]]] = {}
-        self.counters: dict[str, float] = {}
+        self.runs: list[Any] = []
+        self.counters: dict[str, float] | None = None  # made on first use
 
 
 class SessionTracer:
@@ -160,30 +166,28 @@ class SessionTracer:
                     pending.add(session_id)
         return session_id
 
-    def phase_start(self, session_id: str, phase: str) -> list[int | None] | None:
-        """Open an execution of *phase*; ``None`` if the session is gone or single-shot."""
-        execution: list[int | None] = [time.time_ns(), None]
+    def phase_start(self, session_id: str, phase: str) -> int:
+        """Open an execution of *phase*; returns its handle (-1: dropped and counted)."""
+        now = time.time_ns()
         with self._lock:
             record = self._live.get(session_id)
             if record is not None:
-                runs = record.phases.get(phase)
-                if runs is None:
-                    record.phases[phase] = [execution]
-                    return execution
-                if _phases[phase]:
-                    runs.append(execution)
-                    return execution
+                runs = record.runs
+                if _phases[phase] or phase not in runs[::3]:
+                    runs += (phase, now, None)
+                    return len(runs) - 3
             self.dropped_events += 1
-        return None
+        return -1
 
-    def phase_end(self, session_id: str, execution: list[int | None] | None) -> None:
-        """Close *execution*, unless its session was finalized meanwhile (then drop it)."""
+    def phase_end(self, session_id: str, handle: int) -> None:
+        """Close an execution, unless its session was finalized meanwhile (then drop it)."""
         now = time.time_ns()
         with self._lock:
-            if execution is None or session_id not in self._live:
+            record = self._live.get(session_id)
+            if record is None or handle < 0:
                 self.dropped_events += 1
                 return
-            execution[1] = now
+            record.runs[handle + 2] = now
 
     def mark(self, session_id: str | None, phase: str, start: bool) -> None:
         """``<phase>_start`` / ``<phase>_end`` sent as events."""
@@ -195,12 +199,12 @@ class SessionTracer:
         now = time.time_ns()
         with self._lock:
             record = self._live.get(session_id)
-            runs = record.phases.get(phase) if record is not None else None
-            open_runs = [run for run in runs or () if run[1] is None]
-            if not open_runs:
-                self.dropped_events += 1
-                return
-            open_runs[-1][1] = now
+            runs = record.runs if record is not None else []
+            for handle in range(len(runs) - 3, -1, -3):  # the latest open one
+                if runs[handle] == phase and runs[handle + 2] is None:
+                    runs[handle + 2] = now
+                    return
+            self.dropped_events += 1
 
     def count(self, session_id: str, name: str, value: float) -> None:
         """Add *value* to the session's counter *name*."""
@@ -209,7 +213,10 @@ class SessionTracer:
             if record is None:
                 self.dropped_events += 1
                 return
-            record.counters[name] = record.counters.get(name, 0) + value
+            counters = record.counters
+            if counters is None:
+                counters = record.counters = {}
+            counters[name] = counters.get(name, 0) + value
 
     # -- finalization -----------------------------------------------------------
 
@@ -222,31 +229,34 @@ class SessionTracer:
     ) -> int:
         """Finalize one session, or every pending session of a task; returns how many."""
         now = time.time_ns()
-        finished: list[_Record] = []
         with self._lock:
             if session_id is not None:
-                ids: Iterator[str] | set[str] = iter((session_id,))
+                record = self._take(session_id)
+                finished = [record] if record is not None else []
             elif task_id is not None:
-                ids = self._tasks.get(task_id, set()).copy()
+                finished = [
+                    record
+                    for sid in list(self._tasks.get(task_id, ()))
+                    if (record := self._take(sid)) is not None
+                ]
             else:
-                ids = set()
-            for sid in ids:
-                record = self._live.pop(sid, None)
-                if record is None:
-                    continue
-                finished.append(record)
-                if record.task_id is not None:
-                    pending = self._tasks.get(record.task_id)
-                    if pending is not None:
-                        pending.discard(sid)
-                        if not pending:
-                            del self._tasks[record.task_id]
+                finished = []
             if not finished:
                 self.dropped_events += 1
                 return 0
-        for record in finished:
-            self._writer.add(record, status, reason, now)
+        self._writer.add(finished, status, reason, now)
         return len(finished)
+
+    def _take(self, session_id: str) -> _Record | None:
+        """Remove a live session (and its task entry once empty); caller holds the lock."""
+        record = self._live.pop(session_id, None)
+        if record is not None and record.task_id is not None:
+            pending = self._tasks.get(record.task_id)
+            if pending is not None:
+                pending.discard(session_id)
+                if not pending:
+                    del self._tasks[record.task_id]
+        return record
 
     def finalize_all_pending(self, reason: str) -> int:
         """At shutdown: write every still-pending session as ``pending``."""
@@ -255,8 +265,8 @@ class SessionTracer:
             records = list(self._live.values())
             self._live.clear()
             self._tasks.clear()
-        for record in records:
-            self._writer.add(record, "pending", reason, now)
+        if records:
+            self._writer.add(records, "pending", reason, now)
         return len(records)
 
     # -- lifecycle --------------------------------------------------------------
@@ -443,26 +453,45 @@ def current_session_id() -> str | None:
 class _PhaseExecution(SyncAndAsync[None]):
     """One execution of a phase; ``with`` and ``async with``."""
 
-    __slots__ = ("_execution", "_phase", "_session_id", "_tracer")
+    __slots__ = ("_handle", "_phase", "_session_id", "_tracer")
 
     def __init__(self, phase: str) -> None:
         self._phase = _check_phase(phase)
         self._tracer: SessionTracer | None = None
         self._session_id: str | None = None
-        self._execution: list[int | None] | None = None
+        self._handle = -1
 
+    # phase_start/phase_end inlined: a session runs several phases, this is the hot path.
     def __enter__(self) -> None:
         tracer = _tracer
         session_id = SESSION_ID.get()
-        if tracer is not None and session_id is not None:
-            self._tracer = tracer
-            self._session_id = session_id
-            self._execution = tracer.phase_start(session_id, self._phase)
+        if tracer is None or session_id is None:
+            return
+        self._tracer = tracer
+        self._session_id = session_id
+        phase = self._phase
+        now = time.time_ns()
+        with tracer._lock:
+            record = tracer._live.get(session_id)
+            if record is not None:
+                runs = record.runs
+                if _phases[phase] or phase not in runs[::3]:
+                    runs += (phase, now, None)
+                    self._handle = len(runs) - 3
+                    return
+            tracer.dropped_events += 1
 
     def __exit__(self, *exc: object) -> None:
         tracer, self._tracer = self._tracer, None
-        if tracer is not None and self._session_id is not None:
-            tracer.phase_end(self._session_id, self._execution)
+        if tracer is None:
+            return
+        now = time.time_ns()
+        with tracer._lock:
+            record = tracer._live.get(self._session_id)  # type: ignore[arg-type]
+            if record is None or self._handle < 0:
+                tracer.dropped_events += 1
+            else:
+                record.runs[self._handle + 2] = now
 
 
 def trace_session_phase(phase: str) -> _PhaseExecution:
