@@ -68,5 +68,4 @@ def docs(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Side-by-side benchmarks; prints ratios and fails if a target is missed."""
     session.install("-e", ".[sdk]")
-    session.run("python", "benchmarks/run.py", *session.posargs)
-    session.run("python", "benchmarks/bench_export.py", *session.posargs)
+    session.run("python", "benchmarks/all.py", *session.posargs)
