@@ -72,7 +72,14 @@ from ._sessions import (
     trace_session_event,
     trace_session_phase,
 )
-from ._spans import detached_span, instant, managed_span, umbrella_span
+from ._spans import (
+    detached_span,
+    end_span,
+    instant,
+    managed_span,
+    start_span,
+    umbrella_span,
+)
 from ._state import (
     disable_telemetry,
     enable_telemetry,
@@ -117,6 +124,7 @@ __all__ = [
     "efficiency_span",
     "enable_telemetry",
     "enabled_span_groups",
+    "end_span",
     "extract_env",
     "flush",
     "get_tracer",
@@ -143,6 +151,7 @@ __all__ = [
     "set_span_groups",
     "shutdown",
     "start_efficiency_span",
+    "start_span",
     "task_scope",
     "to_thread",
     "trace_fn",

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Final
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import INVALID_SPAN_CONTEXT, NonRecordingSpan, Span, SpanContext
+from opentelemetry.trace import (
+    INVALID_SPAN_CONTEXT,
+    Link,
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+    SpanKind,
+)
 from opentelemetry.trace.status import Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
@@ -145,6 +152,9 @@ def start(
     attributes: Attributes | None,
     bucket: Bucket | None,
     start_time: int | None = None,
+    kind: SpanKind = SpanKind.INTERNAL,
+    context: otel_context.Context | None = None,
+    links: Sequence[Link] | None = None,
 ) -> Span | None:
     """Start (but do not attach) a span; ``None`` if anything failed."""
     try:
@@ -152,7 +162,9 @@ def start(
         if tracer is None:
             return None
         attrs = build_attributes(attributes, resolve_bucket(group, shape, bucket))
-        return tracer.start_span(name, attributes=attrs, start_time=start_time)
+        return tracer.start_span(
+            name, context, kind, attributes=attrs, links=links, start_time=start_time
+        )
     except Exception as exc:
         report_internal_error(("start", group, name), exc)
         return None
@@ -343,3 +355,52 @@ def detached_span(
     if (PER_PROMPT_GROUP if PER_PROMPT.get() else group) not in enabled:
         return NOOP_CM
     return LiveSpan(group, name, UMBRELLA, attributes, None)
+
+
+def start_span(
+    group: str,
+    name: str,
+    *,
+    kind: SpanKind = SpanKind.INTERNAL,
+    attributes: Attributes | None = None,
+    context: otel_context.Context | None = None,
+    links: Sequence[Link] | None = None,
+) -> Span:
+    """Start a span of *group* without making it current; the caller ends it.
+
+    For integrations whose spans start and end in different callbacks (an
+    HTTP client's request hooks, an ASGI middleware). Gating, scope stamps and
+    bucket rules are those of :func:`managed_span` (a span of an umbrella
+    group is an umbrella). *context* sets the parent (default: the current
+    context). When the group is disabled, or the span cannot start, the
+    shared disabled span is returned: ``end()`` and every setter on it are
+    no-ops, and ``is_recording()`` is false.
+
+    Example:
+        >>> from opentelemetry.trace import SpanKind
+        >>> span = start_span("per_prompt", "GET", kind=SpanKind.CLIENT)
+        >>> span.end()
+    """
+    enabled = GATE.enabled
+    if not enabled:
+        return AMBIENT_SPAN
+    if (PER_PROMPT_GROUP if PER_PROMPT.get() else group) not in enabled:
+        return AMBIENT_SPAN
+    span = start(name, group, LEAF, attributes, None, None, kind, context, links)
+    return AMBIENT_SPAN if span is None else span
+
+
+def end_span(span: Span, exc: BaseException | None = None) -> None:
+    """End a span from :func:`start_span`, recording how the work ended; never raises.
+
+    An ``Exception`` is recorded and sets status ERROR; a cancellation (any
+    other ``BaseException``: ``CancelledError``, ``GeneratorExit``, ...) sets
+    ``asynctrace.cancelled=true`` and leaves the status alone.
+
+    Example:
+        >>> span = start_span("per_prompt", "work")
+        >>> end_span(span, TimeoutError("took too long"))
+    """
+    if span is AMBIENT_SPAN:
+        return
+    finish(span, type(exc) if exc is not None else None, exc)

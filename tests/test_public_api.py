@@ -8,6 +8,8 @@ import sys
 import asynctrace
 
 EXPECTED = {
+    "end_span",
+    "start_span",
     "atrace_session_phase",
     "current_session_id",
     "current_task_id",

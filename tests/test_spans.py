@@ -273,3 +273,37 @@ def test_rl_bucket_attribute_cannot_override_the_rules(spans: CapturedSpans) -> 
         pass
     assert attrs(spans.by_name("leaf")[0])["rl.bucket"] == "productive"
     assert attrs(spans.by_name("rl.idle.x")[0])["rl.bucket"] == "idle"
+
+
+def test_start_span_and_end_span(spans: CapturedSpans) -> None:
+    """start_span: not current, gated, stamped, explicit parent and kind; end_span records."""
+    from opentelemetry.trace import SpanKind
+
+    from asynctrace import end_span, iteration_scope, start_span
+
+    with iteration_scope(4), umbrella_span("step", "parent") as parent:
+        client = start_span("per_prompt", "GET", kind=SpanKind.CLIENT, attributes={"a": 1})
+        assert trace.get_current_span() is parent
+        end_span(client, ValueError("bad"))
+        worker = start_span("generation", "gen")
+        end_span(worker, asyncio_cancelled())
+    set_span_groups("step")
+    off = start_span("per_prompt", "GET")
+    assert not off.is_recording()
+    end_span(off)
+    get = spans.by_name("GET")[0]
+    assert get.kind is SpanKind.CLIENT
+    assert get.parent is not None
+    assert get.parent.span_id == parent.get_span_context().span_id
+    assert attrs(get) == {"rl.iteration": 4, "a": 1}
+    assert get.status.status_code is StatusCode.ERROR
+    gen = spans.by_name("gen")[0]
+    assert attrs(gen)["rl.bucket"] == "productive"
+    assert attrs(gen)["asynctrace.cancelled"] is True
+
+
+def asyncio_cancelled() -> BaseException:
+    """A CancelledError instance."""
+    import asyncio
+
+    return asyncio.CancelledError()
