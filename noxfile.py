@@ -16,13 +16,15 @@ TEST_DEPS = [
     "hypothesis>=6.100",
     "trio>=0.25",
     "anyio>=4.4",
+    "uvicorn>=0.30",
+    "websockets>=12",
 ]
 
 
 @nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
     """Run the test suite (strict mode: hot-path failures re-raise)."""
-    session.install("-e", ".[sdk,otlp,uvloop]", *TEST_DEPS)
+    session.install("-e", ".[sdk,otlp,uvloop,aiohttp,fastapi]", *TEST_DEPS)
     session.run(
         "pytest",
         *session.posargs,
@@ -53,7 +55,7 @@ def lint(session: nox.Session) -> None:
 @nox.session(python="3.11")
 def typing(session: nox.Session) -> None:
     """mypy --strict on the package."""
-    session.install("-e", ".[sdk,otlp]", "mypy>=1.10", "pytest>=8")
+    session.install("-e", ".[sdk,otlp,aiohttp,fastapi]", "mypy>=1.10", "pytest>=8")
     session.run("mypy", "--strict")
 
 

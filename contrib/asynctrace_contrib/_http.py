@@ -1,0 +1,48 @@
+"""Shared HTTP helpers: URL redaction and header attribute names."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+__all__ = ["DEFAULT_SECRET_KEYS", "REDACTED", "header_attribute", "redact_url"]
+
+DEFAULT_SECRET_KEYS: Final = ("token", "key", "secret", "password", "sig", "signature", "auth")
+REDACTED: Final = "REDACTED"
+
+
+def redact_url(url: str, secret_keys: Iterable[str] = DEFAULT_SECRET_KEYS) -> str:
+    """*url* without userinfo, with the values of secret-like query keys replaced.
+
+    A query key is secret-like when one of *secret_keys* is a case-insensitive
+    substring of it (``api_key``, ``X-Amz-Signature``, ``access_token``...).
+
+    Example:
+        >>> redact_url("https://u:p@h.example/run?api_key=abc&n=1")
+        'https://h.example/run?api_key=REDACTED&n=1'
+    """
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return REDACTED
+    netloc = parts.netloc.rpartition("@")[2]
+    query = parts.query
+    if query:
+        keys = [k.lower() for k in secret_keys]
+        pairs = parse_qsl(query, keep_blank_values=True)
+        query = urlencode(
+            [(k, REDACTED if any(s in k.lower() for s in keys) else v) for k, v in pairs],
+            safe="",
+        )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment and REDACTED))
+
+
+def header_attribute(prefix: str, name: str) -> str:
+    """``http.request.header.<name>`` with the semantic-convention normalisation.
+
+    Example:
+        >>> header_attribute("http.request.header", "X-Request-ID")
+        'http.request.header.x-request-id'
+    """
+    return f"{prefix}.{name.lower()}"

@@ -1,0 +1,304 @@
+"""FastAPI / ASGI server instrumentation: one SERVER span per request, per app.
+
+:func:`instrument_fastapi` adds an ASGI middleware to one application (no
+global class swap; importing this module changes no framework state). Each
+HTTP request becomes a SERVER span named ``"{METHOD} {route template}"``
+(``GET /items/{item_id}``, never the raw path), continuing the caller's W3C
+context, covering the response to its last byte. Websocket connections get
+one span each; lifespan events pass through untouched.
+
+Server spans are gated on the ``http_server`` group, registered here as an
+umbrella with per-item cardinality (one span per request), so it is not part
+of ``per_step``: a server enables it in its own configuration, e.g.
+``span_groups: "default,http_server"``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
+
+import asynctrace
+
+try:
+    import starlette  # noqa: F401
+except ImportError as exc:  # pragma: no cover - exercised without the extra
+    raise asynctrace.MissingExtraError("fastapi", "starlette") from exc
+
+__all__ = ["SERVER_GROUP", "AsyncTraceMiddleware", "instrument_fastapi", "uninstrument_fastapi"]
+
+logger = logging.getLogger("asynctrace")
+
+SERVER_GROUP = "http_server"
+asynctrace.register_span_groups(
+    "asynctrace_contrib",
+    [
+        asynctrace.SpanGroup(
+            SERVER_GROUP,
+            None,
+            per_item=True,
+            description="one SERVER span per HTTP request or websocket (ASGI middleware)",
+        )
+    ],
+)
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+ServerHook = Callable[[Span, Scope], None]
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    """Trace headers of the request, decoded without ever failing."""
+    carrier: dict[str, str] = {}
+    for raw_name, raw_value in scope.get("headers") or ():
+        try:
+            name = bytes(raw_name).decode("latin-1").lower()
+        except Exception:
+            continue
+        if name in ("traceparent", "tracestate") and name not in carrier:
+            try:
+                carrier[name] = bytes(raw_value).decode("latin-1")
+            except Exception:
+                continue
+    return carrier
+
+
+def _route_template(scope: Scope) -> str | None:
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    if isinstance(path, str):
+        return scope.get("root_path", "") + path if scope.get("root_path") else path
+    return None
+
+
+class AsyncTraceMiddleware:
+    """The ASGI middleware behind :func:`instrument_fastapi` (usable on any ASGI app).
+
+    Args:
+        app: the wrapped ASGI application.
+        trust_incoming: continue the incoming ``traceparent``; when false, start
+            a new trace with a link to the incoming context instead.
+        excluded_urls: regular expressions (or one comma-separated string)
+            matched against the path; matching requests are not traced.
+        server_request_hook: ``(span, scope)`` called when a recorded span
+            starts; a hook that raises is logged once and ignored.
+
+    Example:
+        >>> from starlette.applications import Starlette
+        >>> app = AsyncTraceMiddleware(Starlette())
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        trust_incoming: bool = True,
+        excluded_urls: str | Iterable[str] | None = None,
+        server_request_hook: ServerHook | None = None,
+    ) -> None:
+        self.app = app
+        self.trust_incoming = trust_incoming
+        if isinstance(excluded_urls, str):
+            excluded_urls = [u.strip() for u in excluded_urls.split(",") if u.strip()]
+        patterns = list(excluded_urls or ())
+        self._excluded = re.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else None
+        self.server_request_hook = server_request_hook
+        self._hook_warned = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope.get("type")
+        if (
+            kind not in ("http", "websocket")
+            or not asynctrace.is_span_group_enabled(SERVER_GROUP)
+            or (self._excluded is not None and self._excluded.search(scope.get("path", "")))
+        ):
+            await self.app(scope, receive, send)
+            return
+        span = self._start(scope, kind)
+        if not span.is_recording():
+            await self.app(scope, receive, send)
+            return
+        state = _Exchange(span)
+        token = _attach(span)
+        try:
+            await self.app(scope, state.wrap_receive(receive), state.wrap_send(send))
+        except BaseException as exc:
+            state.failed(exc)
+            raise
+        finally:
+            _detach(token)
+            state.finish(scope)
+
+    def _start(self, scope: Scope, kind: str) -> Span:
+        method = "WEBSOCKET" if kind == "websocket" else str(scope.get("method", "GET"))
+        carrier = _headers(scope)
+        remote = asynctrace.remote_trace_context(carrier)
+        attributes: dict[str, Any] = {
+            "http.request.method": method,
+            "url.scheme": str(scope.get("scheme", "http")),
+            "url.path": str(scope.get("path", "")),
+        }
+        server = scope.get("server")
+        if server and server[0]:
+            attributes["server.address"] = str(server[0])
+            if server[1] is not None:
+                attributes["server.port"] = int(server[1])
+        client = scope.get("client")
+        if client and client[0]:
+            attributes["client.address"] = str(client[0])
+        version = scope.get("http_version")
+        if version:
+            attributes["network.protocol.version"] = str(version)
+        if self.trust_incoming or not remote.valid:
+            with remote:
+                span = asynctrace.start_span(
+                    SERVER_GROUP, method, kind=SpanKind.SERVER, attributes=attributes
+                )
+        else:
+            with remote:
+                incoming = trace.get_current_span().get_span_context()
+            span = asynctrace.start_span(
+                SERVER_GROUP,
+                method,
+                kind=SpanKind.SERVER,
+                attributes=attributes,
+                context=trace.set_span_in_context(trace.INVALID_SPAN),
+                links=[Link(incoming)],
+            )
+        if self.server_request_hook is not None and span.is_recording():
+            try:
+                self.server_request_hook(span, scope)
+            except Exception:
+                if not self._hook_warned:
+                    self._hook_warned = True
+                    logger.warning(
+                        "asynctrace: server_request_hook raised; ignored", exc_info=True
+                    )
+        return span
+
+
+def _attach(span: Span) -> object:
+    return otel_context.attach(trace.set_span_in_context(span))
+
+
+def _detach(token: object) -> None:
+    try:
+        otel_context.detach(token)  # type: ignore[arg-type]
+    except Exception:  # pragma: no cover - detach only logs
+        pass
+
+
+class _Exchange:
+    """Observes one request's messages (never changes them) and ends its span."""
+
+    __slots__ = ("complete", "disconnected", "error", "span", "status")
+
+    def __init__(self, span: Span) -> None:
+        self.span = span
+        self.status: int | None = None
+        self.complete = False
+        self.disconnected = False
+        self.error: BaseException | None = None
+
+    def wrap_receive(self, receive: Receive) -> Receive:
+        async def traced_receive() -> Message:
+            message = await receive()
+            if message.get("type") in ("http.disconnect", "websocket.disconnect"):
+                self.disconnected = True
+            return message
+
+        return traced_receive
+
+    def wrap_send(self, send: Send) -> Send:
+        async def traced_send(message: Message) -> None:
+            kind = message.get("type")
+            if kind == "http.response.start":
+                self.status = message.get("status")
+            await send(message)
+            if (
+                kind == "http.response.body" and not message.get("more_body", False)
+            ) or kind == "websocket.close":
+                self.complete = True
+
+        return traced_send
+
+    def failed(self, exc: BaseException) -> None:
+        self.error = exc
+
+    def finish(self, scope: Scope) -> None:
+        span = self.span
+        try:
+            template = _route_template(scope)
+            method = "WEBSOCKET" if scope.get("type") == "websocket" else scope.get("method")
+            if template is not None:
+                span.update_name(f"{method} {template}")
+                span.set_attribute("http.route", template)
+            if self.status is not None:
+                span.set_attribute("http.response.status_code", self.status)
+                if self.status >= 500:
+                    span.set_attribute("error.type", str(self.status))
+                    span.set_status(Status(StatusCode.ERROR))
+        except Exception:  # pragma: no cover - a broken span must not break the response
+            logger.debug("asynctrace: could not annotate the server span", exc_info=True)
+        error = self.error
+        if error is None and self.disconnected and not self.complete:
+            asynctrace.end_span(span, _ClientDisconnected())
+            return
+        asynctrace.end_span(span, error)
+
+
+class _ClientDisconnected(BaseException):
+    """Marks a request whose client went away: a cancellation, not an error."""
+
+
+def instrument_fastapi(
+    app: Any,
+    *,
+    trust_incoming: bool = True,
+    excluded_urls: str | Iterable[str] | None = None,
+    server_request_hook: ServerHook | None = None,
+) -> None:
+    """Add the tracing middleware to one FastAPI/Starlette *app* (before it starts).
+
+    Idempotent per app. See :class:`AsyncTraceMiddleware` for the arguments.
+
+    Raises:
+        RuntimeError: the application has already started serving (Starlette
+            builds its middleware stack once).
+
+    Example:
+        >>> from fastapi import FastAPI
+        >>> app = FastAPI()
+        >>> instrument_fastapi(app, excluded_urls=["^/healthz$"])
+        >>> uninstrument_fastapi(app)
+    """
+    if any(m.cls is AsyncTraceMiddleware for m in app.user_middleware):
+        return
+    app.add_middleware(
+        AsyncTraceMiddleware,
+        trust_incoming=trust_incoming,
+        excluded_urls=excluded_urls,
+        server_request_hook=server_request_hook,
+    )
+
+
+def uninstrument_fastapi(app: Any) -> None:
+    """Remove the tracing middleware from *app*; the stack is rebuilt on the next request.
+
+    Example:
+        >>> from fastapi import FastAPI
+        >>> uninstrument_fastapi(FastAPI())
+    """
+    kept = [m for m in app.user_middleware if m.cls is not AsyncTraceMiddleware]
+    if len(kept) != len(app.user_middleware):
+        app.user_middleware[:] = kept
+        app.middleware_stack = None

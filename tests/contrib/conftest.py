@@ -1,0 +1,114 @@
+"""Real servers on 127.0.0.1: a uvicorn-served FastAPI app and an aiohttp web server."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+pytest.importorskip("aiohttp")
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+
+import uvicorn
+from aiohttp import web
+
+
+@dataclass
+class Served:
+    """A server running in its own thread and event loop."""
+
+    url: str
+    stop: Any
+
+
+def serve_asgi(app: Any) -> Served:
+    """Serve *app* with uvicorn on a free port; returns its base URL."""
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
+    started = threading.Event()
+    port: list[int] = []
+
+    def run() -> None:
+        async def main() -> None:
+            task = asyncio.create_task(server.serve())
+            while not server.started:
+                await asyncio.sleep(0.01)
+            port.append(server.servers[0].sockets[0].getsockname()[1])
+            started.set()
+            await task
+
+        asyncio.run(main())
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert started.wait(20), "uvicorn did not start"
+
+    def stop() -> None:
+        server.should_exit = True
+        thread.join(10)
+
+    return Served(f"http://127.0.0.1:{port[0]}", stop)
+
+
+def serve_aiohttp(app: web.Application) -> Served:
+    """Serve an aiohttp web app on a free port in its own thread."""
+    started = threading.Event()
+    holder: dict[str, Any] = {}
+
+    def run() -> None:
+        loop = asyncio.new_event_loop()
+        holder["loop"] = loop
+        runner = web.AppRunner(app)
+        loop.run_until_complete(runner.setup())
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        loop.run_until_complete(site.start())
+        holder["port"] = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        started.set()
+        loop.run_forever()
+        loop.run_until_complete(runner.cleanup())
+        loop.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert started.wait(20)
+
+    def stop() -> None:
+        holder["loop"].call_soon_threadsafe(holder["loop"].stop)
+        thread.join(10)
+
+    return Served(f"http://127.0.0.1:{holder['port']}", stop)
+
+
+@pytest.fixture
+def asgi_server() -> Iterator[Any]:
+    """A factory serving ASGI apps, stopped after the test."""
+    servers: list[Served] = []
+
+    def start(app: Any) -> str:
+        served = serve_asgi(app)
+        servers.append(served)
+        return served.url
+
+    yield start
+    for served in servers:
+        served.stop()
+
+
+@pytest.fixture
+def aiohttp_server() -> Iterator[Any]:
+    """A factory serving aiohttp web apps, stopped after the test."""
+    servers: list[Served] = []
+
+    def start(app: web.Application) -> str:
+        served = serve_aiohttp(app)
+        servers.append(served)
+        return served.url
+
+    yield start
+    for served in servers:
+        served.stop()

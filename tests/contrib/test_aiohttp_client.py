@@ -1,0 +1,231 @@
+"""aiohttp client: propagation, per_prompt gating, body-covering spans, redaction, hooks."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from asynctrace_contrib.aiohttp_client import (
+    instrument_aiohttp_client,
+    trace_config,
+    uninstrument_aiohttp_client,
+)
+from opentelemetry.trace import SpanKind, StatusCode
+
+import asynctrace as at
+from asynctrace.testing import CapturedSpans, capture_spans
+
+
+def attrs(span: Any) -> dict[str, Any]:
+    """A span's attributes as a dict."""
+    return dict(span.attributes or {})
+
+
+def echo_app() -> web.Application:
+    """Echoes the trace headers; streams slowly on /stream; sleeps on /slow; 404s on /missing."""
+
+    async def echo(request: web.Request) -> web.Response:
+        return web.json_response(
+            {k: request.headers.get(k) for k in ("traceparent", "tracestate", "x-request-id")}
+        )
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        for _ in range(4):
+            await asyncio.sleep(0.06)
+            await response.write(b"x" * 100)
+        await response.write_eof()
+        return response
+
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(5)
+        return web.Response(text="late")
+
+    app = web.Application()
+    app.router.add_get("/echo", echo)
+    app.router.add_get("/stream", stream)
+    app.router.add_get("/slow", slow)
+    return app
+
+
+async def get_json(url: str, **session_kwargs: Any) -> Any:
+    """GET *url* with a fresh session and return the JSON body."""
+    async with aiohttp.ClientSession(**session_kwargs) as session:
+        async with session.get(url) as response:
+            return await response.json()
+
+
+def test_traceparent_always_sent_span_only_with_per_prompt(aiohttp_server: Any) -> None:
+    """The header carries the ambient context; a CLIENT span only while per_prompt is on."""
+    url = aiohttp_server(echo_app()) + "/echo"
+    with capture_spans("job") as captured:
+
+        async def main() -> Any:
+            with at.umbrella_span("job", "driver") as driver:
+                body = await get_json(url, trace_configs=[trace_config()])
+            return driver, body
+
+        driver, body = asyncio.run(main())
+    assert captured.names() == ["driver"]
+    trace_id = format(driver.get_span_context().trace_id, "032x")
+    span_id = format(driver.get_span_context().span_id, "016x")
+    assert body["traceparent"].split("-")[:3] == ["00", trace_id, span_id]
+
+    with capture_spans("job,per_prompt") as captured:
+        driver, body = asyncio.run(main())
+    (client,) = captured.by_name("GET")
+    assert client.kind is SpanKind.CLIENT
+    assert client.parent is not None
+    assert client.parent.span_id == driver.get_span_context().span_id
+    assert body["traceparent"].split("-")[2] == format(client.context.span_id, "016x")
+    assert attrs(client)["http.response.status_code"] == 200
+    assert attrs(client)["http.request.method"] == "GET"
+    assert "rl.bucket" not in attrs(client)
+
+
+def test_no_context_no_header(aiohttp_server: Any) -> None:
+    """Outside any span nothing is injected (and nothing breaks)."""
+    url = aiohttp_server(echo_app()) + "/echo"
+    body = asyncio.run(get_json(url, trace_configs=[trace_config()]))
+    assert body["traceparent"] is None
+
+
+def test_span_covers_the_streamed_body(aiohttp_server: Any, spans: CapturedSpans) -> None:
+    """A body streamed over ~240 ms gives a span of at least 200 ms."""
+    url = aiohttp_server(echo_app()) + "/stream"
+
+    async def main() -> int:
+        async with aiohttp.ClientSession(trace_configs=[trace_config()]) as session:
+            async with session.get(url) as response:
+                return len(await response.read())
+
+    assert asyncio.run(main()) == 400
+    (client,) = spans.by_name("GET")
+    assert (client.end_time - client.start_time) / 1e9 >= 0.2  # type: ignore[operator]
+
+
+def test_released_early_ends_once(aiohttp_server: Any, spans: CapturedSpans) -> None:
+    """A response released before its body is read still ends the span, exactly once."""
+    url = aiohttp_server(echo_app()) + "/stream"
+
+    async def main() -> None:
+        async with aiohttp.ClientSession(trace_configs=[trace_config()]) as session:
+            response = await session.get(url)
+            response.release()
+            response.close()
+
+    asyncio.run(main())
+    assert len(spans.by_name("GET")) == 1
+
+
+def test_cancelled_request_is_not_an_error(aiohttp_server: Any, spans: CapturedSpans) -> None:
+    """Cancelling a request ends its span with asynctrace.cancelled=true, status not ERROR."""
+    url = aiohttp_server(echo_app()) + "/slow"
+
+    async def main() -> None:
+        async with aiohttp.ClientSession(trace_configs=[trace_config()]) as session:
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(session.get(url), 0.2)
+
+    asyncio.run(main())
+    (client,) = spans.by_name("GET")
+    assert attrs(client)["asynctrace.cancelled"] is True
+    assert client.status.status_code is not StatusCode.ERROR
+
+
+def test_errors(aiohttp_server: Any, spans: CapturedSpans) -> None:
+    """Status >= 400 is ERROR; a connection failure is ERROR with the exception."""
+    base = aiohttp_server(echo_app())
+
+    async def main() -> None:
+        async with aiohttp.ClientSession(trace_configs=[trace_config()]) as session:
+            async with session.get(base + "/missing") as response:
+                assert response.status == 404
+            with pytest.raises(aiohttp.ClientConnectionError):
+                await session.get("http://127.0.0.1:1/")
+
+    asyncio.run(main())
+    missing, refused = spans.by_name("GET")
+    assert missing.status.status_code is StatusCode.ERROR
+    assert attrs(missing)["error.type"] == "404"
+    assert refused.status.status_code is StatusCode.ERROR
+    assert refused.events[0].name == "exception"
+
+
+def test_url_redaction_and_no_header_values(aiohttp_server: Any, spans: CapturedSpans) -> None:
+    """No userinfo, secret-like query values redacted, no header values unless asked."""
+    base = aiohttp_server(echo_app())
+    url = base.replace("http://", "http://user:pw@") + "/echo?api_key=abc&Token=t&n=1&X-Sig=s"
+
+    async def main() -> None:
+        async with aiohttp.ClientSession(
+            trace_configs=[trace_config(record_request_headers=["x-request-id"])]
+        ) as session:
+            async with session.get(url, headers={"x-request-id": "r-1", "x-api-key": "s"}):
+                pass
+
+    asyncio.run(main())
+    (client,) = spans.spans
+    recorded = attrs(client)
+    assert (
+        recorded["url.full"] == base + "/echo?api_key=REDACTED&Token=REDACTED&n=1&X-Sig=REDACTED"
+    )
+    assert recorded["http.request.header.x-request-id"] == ("r-1",)
+    assert not any("x-api-key" in key for key in recorded)
+    assert "user" not in recorded["url.full"]
+
+
+def test_a_raising_hook_is_contained(
+    aiohttp_server: Any, spans: CapturedSpans, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A request hook that raises is logged; the request succeeds and the span ends."""
+    url = aiohttp_server(echo_app()) + "/echo"
+
+    def hook(span: Any, params: Any) -> None:
+        raise RuntimeError("hook bug")
+
+    config = trace_config(request_hook=hook, response_hook=hook)
+    with caplog.at_level(logging.WARNING, "asynctrace"):
+        for _ in range(2):
+            body = asyncio.run(get_json(url, trace_configs=[config]))
+            assert "traceparent" in body
+    assert len(spans.by_name("GET")) == 2
+    assert any("hook" in r.getMessage() for r in caplog.records)
+
+
+def test_instrument_uninstrument_instrument_one_layer(aiohttp_server: Any) -> None:
+    """Global instrumentation is idempotent and reversible: exactly one layer, then none."""
+    original = aiohttp.ClientSession.__init__
+    url = aiohttp_server(echo_app()) + "/echo"
+
+    def ours(session: aiohttp.ClientSession) -> int:
+        return sum(1 for c in session._trace_configs if getattr(c, "asynctrace", False))
+
+    async def count() -> int:
+        async with aiohttp.ClientSession() as session:
+            return ours(session)
+
+    try:
+        instrument_aiohttp_client()
+        instrument_aiohttp_client()
+        assert asyncio.run(count()) == 1
+        uninstrument_aiohttp_client()
+        assert aiohttp.ClientSession.__init__ is original
+        assert asyncio.run(count()) == 0
+        instrument_aiohttp_client()
+        assert asyncio.run(count()) == 1
+        with capture_spans("job"):
+
+            async def main() -> Any:
+                with at.umbrella_span("job", "driver"):
+                    return await get_json(url)
+
+            assert asyncio.run(main())["traceparent"] is not None
+    finally:
+        uninstrument_aiohttp_client()
+    assert aiohttp.ClientSession.__init__ is original

@@ -1,0 +1,270 @@
+"""FastAPI/ASGI server spans over a real uvicorn server, joined with the aiohttp client."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from typing import Any
+
+import aiohttp
+import pytest
+from asynctrace_contrib.aiohttp_client import trace_config
+from asynctrace_contrib.fastapi import SERVER_GROUP, instrument_fastapi, uninstrument_fastapi
+from fastapi import FastAPI, WebSocket
+from fastapi.responses import StreamingResponse
+from opentelemetry.trace import SpanKind, StatusCode
+
+import asynctrace as at
+from asynctrace.testing import CapturedSpans, capture_spans
+
+VALID = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def attrs(span: Any) -> dict[str, Any]:
+    """A span's attributes as a dict."""
+    return dict(span.attributes or {})
+
+
+def server_spans(captured: CapturedSpans, name: str, count: int = 1) -> list[Any]:
+    """The server spans called *name*, once *count* of them ended (the server ends its
+    span after the last byte left, so the client may see the response first)."""
+    deadline = time.monotonic() + 10
+    while len(captured.by_name(name)) < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return captured.by_name(name)
+
+
+def make_app(**options: Any) -> FastAPI:
+    """A small Gym-style app, instrumented."""
+    app = FastAPI()
+
+    @app.get("/items/{item_id}")
+    async def item(item_id: int) -> dict[str, Any]:
+        with at.managed_span("reward", "score"):
+            return {"item": item_id}
+
+    @app.get("/boom")
+    async def boom() -> None:
+        raise RuntimeError("server bug")
+
+    @app.get("/stream")
+    async def stream() -> StreamingResponse:
+        async def body() -> Any:
+            for _ in range(4):
+                await asyncio.sleep(0.06)
+                yield b"y" * 10
+
+        return StreamingResponse(body())
+
+    @app.get("/endless")
+    async def endless() -> StreamingResponse:
+        async def body() -> Any:
+            while True:
+                await asyncio.sleep(0.01)
+                yield b"z"
+
+        return StreamingResponse(body())
+
+    @app.get("/healthz")
+    async def healthz() -> str:
+        return "ok"
+
+    @app.websocket("/ws")
+    async def ws(websocket: WebSocket) -> None:
+        await websocket.accept()
+        for _ in range(3):
+            await websocket.send_text(await websocket.receive_text())
+        await websocket.close()
+
+    instrument_fastapi(app, **options)
+    return app
+
+
+def test_client_and_server_join_the_driver_trace(asgi_server: Any) -> None:
+    """per_prompt on: driver → client → server; off: driver → server (header still sent)."""
+    url = asgi_server(make_app()) + "/items/7"
+
+    async def call() -> Any:
+        with at.umbrella_span("job", "driver") as driver:
+            async with aiohttp.ClientSession(trace_configs=[trace_config()]) as session:
+                async with session.get(url) as response:
+                    assert await response.json() == {"item": 7}
+        return driver
+
+    with capture_spans(f"job,per_prompt,reward,{SERVER_GROUP}") as captured:
+        driver = asyncio.run(call())
+    (client,) = captured.by_name("GET")
+    (server,) = server_spans(captured, "GET /items/{item_id}")
+    (score,) = server_spans(captured, "score")
+    trace_id = driver.get_span_context().trace_id
+    assert {client.context.trace_id, server.context.trace_id, score.context.trace_id} == {trace_id}
+    assert client.parent.span_id == driver.get_span_context().span_id  # type: ignore[union-attr]
+    assert server.parent.span_id == client.context.span_id  # type: ignore[union-attr]
+    assert score.parent.span_id == server.context.span_id  # type: ignore[union-attr]
+    assert server.kind is SpanKind.SERVER
+    assert attrs(server)["http.route"] == "/items/{item_id}"
+    assert attrs(server)["url.path"] == "/items/7"
+    assert attrs(server)["http.response.status_code"] == 200
+
+    with capture_spans(f"job,{SERVER_GROUP}") as captured:
+        driver = asyncio.run(call())
+    assert captured.by_name("GET") == []
+    (server,) = server_spans(captured, "GET /items/{item_id}")
+    assert server.parent.span_id == driver.get_span_context().span_id  # type: ignore[union-attr]
+
+
+async def fetch(url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    """GET *url*; status and body."""
+    async with aiohttp.ClientSession() as session:
+        async with session.get(url, headers=headers) as response:
+            return response.status, await response.read()
+
+
+def test_errors_are_recorded(asgi_server: Any, spans: CapturedSpans) -> None:
+    """An unhandled exception: 500, ERROR, the exception recorded."""
+    url = asgi_server(make_app()) + "/boom"
+    status, _ = asyncio.run(fetch(url))
+    assert status == 500
+    (server,) = server_spans(spans, "GET /boom")
+    assert server.status.status_code is StatusCode.ERROR
+    assert any(e.name == "exception" for e in server.events)
+
+
+def test_unknown_route_never_uses_the_raw_path(asgi_server: Any, spans: CapturedSpans) -> None:
+    """A 404 is named by method only; the raw path never becomes the span name."""
+    url = asgi_server(make_app()) + "/no/such/thing/123"
+    assert asyncio.run(fetch(url))[0] == 404
+    (server,) = server_spans(spans, "GET")
+    assert server.status.status_code is not StatusCode.ERROR
+
+
+def test_streaming_covered_to_the_last_byte(asgi_server: Any, spans: CapturedSpans) -> None:
+    """A ~240 ms streaming response gives a server span of at least 200 ms."""
+    url = asgi_server(make_app()) + "/stream"
+    assert asyncio.run(fetch(url)) == (200, b"y" * 40)
+    (server,) = server_spans(spans, "GET /stream")
+    assert (server.end_time - server.start_time) / 1e9 >= 0.2  # type: ignore[operator]
+
+
+def test_client_disconnect_is_a_cancellation(asgi_server: Any, spans: CapturedSpans) -> None:
+    """A client that goes away mid-stream ends the span with asynctrace.cancelled=true."""
+    url = asgi_server(make_app()) + "/endless"
+
+    async def main() -> None:
+        async with aiohttp.ClientSession() as session:
+            response = await session.get(url)
+            await response.content.read(3)
+            response.close()
+        for _ in range(200):
+            if spans.by_name("GET /endless"):
+                return
+            await asyncio.sleep(0.02)
+
+    asyncio.run(main())
+    (server,) = server_spans(spans, "GET /endless")
+    assert attrs(server)["asynctrace.cancelled"] is True
+    assert server.status.status_code is not StatusCode.ERROR
+
+
+def raw_request(url: str, header_lines: list[bytes]) -> bytes:
+    """Send a raw HTTP/1.1 GET with arbitrary header bytes; return the raw response."""
+    host, port = url.removeprefix("http://").split("/")[0].split(":")
+    path = "/" + url.split("/", 3)[3]
+    with socket.create_connection((host, int(port)), timeout=10) as conn:
+        request = b"GET " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        conn.sendall(request + b"".join(line + b"\r\n" for line in header_lines) + b"\r\n")
+        chunks = []
+        while chunk := conn.recv(65536):
+            chunks.append(chunk)
+    response = b"".join(chunks)
+    head, _, body = response.partition(b"\r\n\r\n")
+    return head.split(b"\r\n")[0] + b"|" + body
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [b"traceparent: garbage"],
+        [b"traceparent: " + VALID.encode(), b"tracestate: " + b"k=v," * 2048],
+        [b"traceparent: \xff\xfe-not-utf8\x80"],
+        [b"TraceParent: " + VALID.encode() + b"\xc3\x28"],
+        [b"tracestate: only-state"],
+    ],
+    ids=["invalid", "8kb-tracestate", "non-utf8", "trailing-bytes", "state-only"],
+)
+def test_hostile_headers_never_change_the_response(
+    asgi_server: Any, spans: CapturedSpans, headers: list[bytes]
+) -> None:
+    """Malformed or hostile trace headers: same response as without them, no error."""
+    url = asgi_server(make_app()) + "/items/3"
+    expected = raw_request(url, [])
+    assert raw_request(url, headers) == expected
+    assert b"200 OK" in expected
+    for server in server_spans(spans, "GET /items/{item_id}", 2):
+        assert server.status.status_code is not StatusCode.ERROR
+
+
+def test_untrusted_incoming_context_is_a_link(asgi_server: Any, spans: CapturedSpans) -> None:
+    """trust_incoming=False: a new trace, linked to the caller's context."""
+    url = asgi_server(make_app(trust_incoming=False)) + "/items/1"
+    asyncio.run(fetch(url, headers={"traceparent": VALID}))
+    (server,) = server_spans(spans, "GET /items/{item_id}")
+    assert server.parent is None
+    assert format(server.context.trace_id, "032x") != VALID.split("-")[1]
+    (link,) = server.links
+    assert format(link.context.trace_id, "032x") == VALID.split("-")[1]
+
+
+def test_trusted_incoming_context_is_continued(asgi_server: Any, spans: CapturedSpans) -> None:
+    """By default the incoming traceparent is the parent."""
+    url = asgi_server(make_app()) + "/items/1"
+    asyncio.run(fetch(url, headers={"traceparent": VALID}))
+    (server,) = server_spans(spans, "GET /items/{item_id}")
+    assert format(server.context.trace_id, "032x") == VALID.split("-")[1]
+    assert format(server.parent.span_id, "016x") == VALID.split("-")[2]  # type: ignore[union-attr]
+
+
+def test_excluded_urls_and_gating(asgi_server: Any) -> None:
+    """Excluded paths are not traced; with http_server off nothing is."""
+    url = asgi_server(make_app(excluded_urls="^/healthz$"))
+    with capture_spans(SERVER_GROUP) as captured:
+        asyncio.run(fetch(url + "/healthz"))
+        asyncio.run(fetch(url + "/items/2"))
+        server_spans(captured, "GET /items/{item_id}")
+        time.sleep(0.1)
+    assert captured.names() == ["GET /items/{item_id}"]
+    with capture_spans("default") as captured:
+        asyncio.run(fetch(url + "/items/2"))
+    assert captured.spans == []
+
+
+def test_websocket_one_span_per_connection(asgi_server: Any, spans: CapturedSpans) -> None:
+    """A websocket connection is one span, however many messages it carries."""
+    url = asgi_server(make_app()).replace("http://", "ws://") + "/ws"
+
+    async def main() -> list[str]:
+        async with aiohttp.ClientSession() as session, session.ws_connect(url) as ws:
+            replies = []
+            for text in ("a", "b", "c"):
+                await ws.send_str(text)
+                replies.append((await ws.receive()).data)
+            return replies
+
+    assert asyncio.run(main()) == ["a", "b", "c"]
+    (server,) = server_spans(spans, "WEBSOCKET /ws")
+    assert server.kind is SpanKind.SERVER
+    assert spans.names() == ["WEBSOCKET /ws"]
+
+
+def test_instrument_is_idempotent_and_reversible(asgi_server: Any) -> None:
+    """One middleware however often instrumented; none after uninstrument."""
+    app = make_app()
+    instrument_fastapi(app)
+    assert sum(1 for m in app.user_middleware if m.cls.__name__ == "AsyncTraceMiddleware") == 1
+    uninstrument_fastapi(app)
+    assert not app.user_middleware
+    url = asgi_server(app) + "/items/5"
+    with capture_spans("all") as captured:
+        assert asyncio.run(fetch(url))[0] == 200
+    assert captured.by_name("GET /items/{item_id}") == []
