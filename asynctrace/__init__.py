@@ -40,6 +40,7 @@ from ._propagation import (
     extract_env,
     inject_env,
     remote_trace_context,
+    span_carrier,
 )
 from ._runtime import (
     Telemetry,
@@ -150,6 +151,7 @@ __all__ = [
     "set_efficiency_bucket",
     "set_span_groups",
     "shutdown",
+    "span_carrier",
     "start_efficiency_span",
     "start_span",
     "task_scope",

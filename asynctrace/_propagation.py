@@ -24,6 +24,7 @@ __all__ = [
     "extract_env",
     "inject_env",
     "remote_trace_context",
+    "span_carrier",
 ]
 
 _W3C: Final = TraceContextTextMapPropagator()
@@ -51,15 +52,29 @@ def current_trace_carrier() -> dict[str, str]:
         {}
     """
     try:
-        span_context = trace.get_current_span().get_span_context()
-        if not span_context.is_valid:
-            return {}
-        carrier: dict[str, str] = {}
-        _W3C.inject(carrier)
-        return carrier
+        return span_carrier(trace.get_current_span())
     except Exception as exc:
         report_internal_error(("current_trace_carrier",), exc)
         return {}
+
+
+def span_carrier(span: trace.Span) -> dict[str, str]:
+    """The W3C carrier that names *span* as the parent; ``{}`` if its context is invalid.
+
+    For integrations that start a span without making it current (an HTTP
+    client's request hook) and must send it as the parent.
+
+    Example:
+        >>> span_carrier(trace.INVALID_SPAN)
+        {}
+    """
+    ctx = span.get_span_context()
+    if not ctx.is_valid:
+        return {}
+    carrier = {TRACEPARENT: f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{ctx.trace_flags:02x}"}
+    if ctx.trace_state:
+        carrier[TRACESTATE] = ctx.trace_state.to_header()
+    return carrier
 
 
 _KEY = r"(?:[a-z][_0-9a-z\-*/]{0,255}|[a-z0-9][_0-9a-z\-*/]{0,240}@[a-z][_0-9a-z\-*/]{0,13})"

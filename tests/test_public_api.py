@@ -8,6 +8,7 @@ import sys
 import asynctrace
 
 EXPECTED = {
+    "span_carrier",
     "end_span",
     "start_span",
     "atrace_session_phase",

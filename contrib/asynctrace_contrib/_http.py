@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-__all__ = ["DEFAULT_SECRET_KEYS", "REDACTED", "header_attribute", "redact_url"]
+__all__ = ["DEFAULT_SECRET_KEYS", "REDACTED", "SecretKeys", "header_attribute", "redact_url"]
 
 DEFAULT_SECRET_KEYS: Final = ("token", "key", "secret", "password", "sig", "signature", "auth")
 REDACTED: Final = "REDACTED"
+
+
+class SecretKeys(tuple[str, ...]):
+    """Secret-like query keys, with their case-insensitive matcher compiled once."""
+
+    pattern: re.Pattern[str]
+
+    def __new__(cls, keys: Iterable[str]) -> SecretKeys:
+        self = super().__new__(cls, tuple(k.lower() for k in keys))
+        self.pattern = re.compile("|".join(map(re.escape, self)) or "(?!)", re.IGNORECASE)
+        return self
 
 
 def redact_url(url: str, secret_keys: Iterable[str] = DEFAULT_SECRET_KEYS) -> str:
@@ -22,6 +34,9 @@ def redact_url(url: str, secret_keys: Iterable[str] = DEFAULT_SECRET_KEYS) -> st
         >>> redact_url("https://u:p@h.example/run?api_key=abc&n=1")
         'https://h.example/run?api_key=REDACTED&n=1'
     """
+    keys = secret_keys if isinstance(secret_keys, SecretKeys) else SecretKeys(secret_keys)
+    if "@" not in url and "#" not in url and not keys.pattern.search(url):
+        return url  # nothing to strip: the common case, no parsing
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -29,11 +44,9 @@ def redact_url(url: str, secret_keys: Iterable[str] = DEFAULT_SECRET_KEYS) -> st
     netloc = parts.netloc.rpartition("@")[2]
     query = parts.query
     if query:
-        keys = [k.lower() for k in secret_keys]
         pairs = parse_qsl(query, keep_blank_values=True)
         query = urlencode(
-            [(k, REDACTED if any(s in k.lower() for s in keys) else v) for k, v in pairs],
-            safe="",
+            [(k, REDACTED if keys.pattern.search(k) else v) for k, v in pairs], safe=""
         )
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment and REDACTED))
 

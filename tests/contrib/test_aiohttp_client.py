@@ -10,6 +10,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 from asynctrace_contrib.aiohttp_client import (
+    client_middleware,
     instrument_aiohttp_client,
     trace_config,
     uninstrument_aiohttp_client,
@@ -18,6 +19,18 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 import asynctrace as at
 from asynctrace.testing import CapturedSpans, capture_spans
+
+
+@pytest.fixture(params=["middleware", "trace_config"])
+def traced(request: pytest.FixtureRequest) -> Any:
+    """Session keyword arguments for either form, given the same options."""
+
+    def make(**options: Any) -> dict[str, Any]:
+        if request.param == "middleware":
+            return {"middlewares": (client_middleware(**options),)}
+        return {"trace_configs": [trace_config(**options)]}
+
+    return make
 
 
 def attrs(span: Any) -> dict[str, Any]:
@@ -60,14 +73,16 @@ async def get_json(url: str, **session_kwargs: Any) -> Any:
             return await response.json()
 
 
-def test_traceparent_always_sent_span_only_with_per_prompt(aiohttp_server: Any) -> None:
+def test_traceparent_always_sent_span_only_with_per_prompt(
+    traced: Any, aiohttp_server: Any
+) -> None:
     """The header carries the ambient context; a CLIENT span only while per_prompt is on."""
     url = aiohttp_server(echo_app()) + "/echo"
     with capture_spans("job") as captured:
 
         async def main() -> Any:
             with at.umbrella_span("job", "driver") as driver:
-                body = await get_json(url, trace_configs=[trace_config()])
+                body = await get_json(url, **traced())
             return driver, body
 
         driver, body = asyncio.run(main())
@@ -88,19 +103,21 @@ def test_traceparent_always_sent_span_only_with_per_prompt(aiohttp_server: Any) 
     assert "rl.bucket" not in attrs(client)
 
 
-def test_no_context_no_header(aiohttp_server: Any) -> None:
+def test_no_context_no_header(traced: Any, aiohttp_server: Any) -> None:
     """Outside any span nothing is injected (and nothing breaks)."""
     url = aiohttp_server(echo_app()) + "/echo"
-    body = asyncio.run(get_json(url, trace_configs=[trace_config()]))
+    body = asyncio.run(get_json(url, **traced()))
     assert body["traceparent"] is None
 
 
-def test_span_covers_the_streamed_body(aiohttp_server: Any, spans: CapturedSpans) -> None:
+def test_span_covers_the_streamed_body(
+    traced: Any, aiohttp_server: Any, spans: CapturedSpans
+) -> None:
     """A body streamed over ~240 ms gives a span of at least 200 ms."""
     url = aiohttp_server(echo_app()) + "/stream"
 
     async def main() -> int:
-        async with aiohttp.ClientSession(trace_configs=[trace_config()]) as session:
+        async with aiohttp.ClientSession(**traced()) as session:
             async with session.get(url) as response:
                 return len(await response.read())
 
@@ -109,12 +126,12 @@ def test_span_covers_the_streamed_body(aiohttp_server: Any, spans: CapturedSpans
     assert (client.end_time - client.start_time) / 1e9 >= 0.2  # type: ignore[operator]
 
 
-def test_released_early_ends_once(aiohttp_server: Any, spans: CapturedSpans) -> None:
+def test_released_early_ends_once(traced: Any, aiohttp_server: Any, spans: CapturedSpans) -> None:
     """A response released before its body is read still ends the span, exactly once."""
     url = aiohttp_server(echo_app()) + "/stream"
 
     async def main() -> None:
-        async with aiohttp.ClientSession(trace_configs=[trace_config()]) as session:
+        async with aiohttp.ClientSession(**traced()) as session:
             response = await session.get(url)
             response.release()
             response.close()
@@ -123,12 +140,14 @@ def test_released_early_ends_once(aiohttp_server: Any, spans: CapturedSpans) -> 
     assert len(spans.by_name("GET")) == 1
 
 
-def test_cancelled_request_is_not_an_error(aiohttp_server: Any, spans: CapturedSpans) -> None:
+def test_cancelled_request_is_not_an_error(
+    traced: Any, aiohttp_server: Any, spans: CapturedSpans
+) -> None:
     """Cancelling a request ends its span with asynctrace.cancelled=true, status not ERROR."""
     url = aiohttp_server(echo_app()) + "/slow"
 
     async def main() -> None:
-        async with aiohttp.ClientSession(trace_configs=[trace_config()]) as session:
+        async with aiohttp.ClientSession(**traced()) as session:
             with pytest.raises(asyncio.TimeoutError):
                 await asyncio.wait_for(session.get(url), 0.2)
 
@@ -138,12 +157,12 @@ def test_cancelled_request_is_not_an_error(aiohttp_server: Any, spans: CapturedS
     assert client.status.status_code is not StatusCode.ERROR
 
 
-def test_errors(aiohttp_server: Any, spans: CapturedSpans) -> None:
+def test_errors(traced: Any, aiohttp_server: Any, spans: CapturedSpans) -> None:
     """Status >= 400 is ERROR; a connection failure is ERROR with the exception."""
     base = aiohttp_server(echo_app())
 
     async def main() -> None:
-        async with aiohttp.ClientSession(trace_configs=[trace_config()]) as session:
+        async with aiohttp.ClientSession(**traced()) as session:
             async with session.get(base + "/missing") as response:
                 assert response.status == 404
             with pytest.raises(aiohttp.ClientConnectionError):
@@ -157,14 +176,16 @@ def test_errors(aiohttp_server: Any, spans: CapturedSpans) -> None:
     assert refused.events[0].name == "exception"
 
 
-def test_url_redaction_and_no_header_values(aiohttp_server: Any, spans: CapturedSpans) -> None:
+def test_url_redaction_and_no_header_values(
+    traced: Any, aiohttp_server: Any, spans: CapturedSpans
+) -> None:
     """No userinfo, secret-like query values redacted, no header values unless asked."""
     base = aiohttp_server(echo_app())
     url = base.replace("http://", "http://user:pw@") + "/echo?api_key=abc&Token=t&n=1&X-Sig=s"
 
     async def main() -> None:
         async with aiohttp.ClientSession(
-            trace_configs=[trace_config(record_request_headers=["x-request-id"])]
+            **traced(record_request_headers=["x-request-id"])
         ) as session:
             async with session.get(url, headers={"x-request-id": "r-1", "x-api-key": "s"}):
                 pass
@@ -181,7 +202,7 @@ def test_url_redaction_and_no_header_values(aiohttp_server: Any, spans: Captured
 
 
 def test_a_raising_hook_is_contained(
-    aiohttp_server: Any, spans: CapturedSpans, caplog: pytest.LogCaptureFixture
+    traced: Any, aiohttp_server: Any, spans: CapturedSpans, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A request hook that raises is logged; the request succeeds and the span ends."""
     url = aiohttp_server(echo_app()) + "/echo"
@@ -189,10 +210,10 @@ def test_a_raising_hook_is_contained(
     def hook(span: Any, params: Any) -> None:
         raise RuntimeError("hook bug")
 
-    config = trace_config(request_hook=hook, response_hook=hook)
+    config = traced(request_hook=hook, response_hook=hook)
     with caplog.at_level(logging.WARNING, "asynctrace"):
         for _ in range(2):
-            body = asyncio.run(get_json(url, trace_configs=[config]))
+            body = asyncio.run(get_json(url, **config))
             assert "traceparent" in body
     assert len(spans.by_name("GET")) == 2
     assert any("hook" in r.getMessage() for r in caplog.records)
@@ -204,7 +225,8 @@ def test_instrument_uninstrument_instrument_one_layer(aiohttp_server: Any) -> No
     url = aiohttp_server(echo_app()) + "/echo"
 
     def ours(session: aiohttp.ClientSession) -> int:
-        return sum(1 for c in session._trace_configs if getattr(c, "asynctrace", False))
+        layers = [*session._trace_configs, *session._middlewares]
+        return sum(1 for layer in layers if getattr(layer, "asynctrace", False))
 
     async def count() -> int:
         async with aiohttp.ClientSession() as session:
