@@ -69,5 +69,12 @@ def docs(session: nox.Session) -> None:
 @nox.session(python="3.11")
 def bench(session: nox.Session) -> None:
     """Side-by-side benchmarks; prints ratios and fails if a target is missed."""
-    session.install("-e", ".[sdk]")
+    session.install(
+        "-e",
+        ".[sdk,aiohttp,fastapi]",
+        "uvicorn>=0.30",
+        # OpenTelemetry's own instrumentations, measured in the same run:
+        "opentelemetry-instrumentation-aiohttp-client",
+        "opentelemetry-instrumentation-fastapi",
+    )
     session.run("python", "benchmarks/all.py", *session.posargs)
