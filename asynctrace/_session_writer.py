@@ -101,6 +101,20 @@ def record_json(*args: Any, **kwargs: Any) -> str:
     return _encode(record_dict(*args, **kwargs)) + "\n"
 
 
+def _line(item: tuple[_Record, str, str | None, int], meta: dict[str, Any]) -> str:
+    """One record's line; a value JSON cannot hold (infinity) is written as a string."""
+    record, status, reason, finalized = item
+    try:
+        return record_json(record, status, reason, finalized, **meta)
+    except ValueError:
+        fields = record_dict(record, status, reason, finalized, **meta)
+        fields["counters"] = {
+            k: v if v == v and abs(v) != float("inf") else repr(v)
+            for k, v in fields["counters"].items()
+        }
+        return _encode(fields) + "\n"
+
+
 class SessionWriter:
     """Appends finished sessions to a JSONL file from a daemon thread."""
 
@@ -192,10 +206,7 @@ class SessionWriter:
             del batch[:_CHUNK]
             written = failed = 0
             try:
-                text = "".join(
-                    record_json(record, status, reason, finalized, **meta)
-                    for record, status, reason, finalized in chunk
-                )
+                text = "".join(_line(item, meta) for item in chunk)
                 data = memoryview(text.encode("utf-8"))
                 while data:
                     data = data[self._file.write(data) or 0 :]

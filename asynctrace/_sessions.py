@@ -105,6 +105,10 @@ def _check_phase(phase: object) -> str:
     )
 
 
+_session_numbers = itertools.count(1).__next__
+_PROCESS_NONCE = os.urandom(2).hex()
+
+
 class _Record:
     """One live session.
 
@@ -143,8 +147,10 @@ class SessionTracer:
         self._lock = threading.Lock()
         self._live: dict[str, _Record] = {}
         self._tasks: dict[int | str, set[str]] = {}
-        self._next = itertools.count(1).__next__
-        self._prefix = f"{rank}-{os.getpid():x}-"
+        # The counter is process-wide (a reconfigured tracer never reuses an id)
+        # and the process tag carries random bits (two hosts may share a pid).
+        self._next = _session_numbers
+        self._prefix = f"{rank}-{os.getpid():x}{_PROCESS_NONCE}-"
         self.dropped_events = 0
         self._writer = SessionWriter(
             path, rank=rank, role=role, run_id=run_id, flush_threshold=flush_threshold
@@ -191,7 +197,9 @@ class SessionTracer:
 
     def mark(self, session_id: str | None, phase: str, start: bool) -> None:
         """``<phase>_start`` / ``<phase>_end`` sent as events."""
-        if session_id is None:
+        if session_id is None:  # no session to apply it to
+            with self._lock:
+                self.dropped_events += 1
             return
         if start:
             self.phase_start(session_id, phase)
@@ -621,6 +629,10 @@ def increment_counter(name: str, value: float = 1) -> None:
     if not isinstance(name, str) or not name:
         raise ConfigurationError(
             f"increment_counter(name): expected a non-empty str, got {name!r}"
+        )
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise ConfigurationError(
+            f"increment_counter(value): expected a finite int or float, got {value!r}"
         )
     tracer = _tracer
     session_id = SESSION_ID.get()

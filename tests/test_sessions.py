@@ -53,7 +53,7 @@ def test_record_format(tracer: SessionTracer, tmp_path: Path) -> None:
     (record,) = records(tmp_path / "sessions-r0.jsonl")
     assert record["task_id"] == 23
     assert record["session_id"] == session_id
-    assert session_id.startswith(f"0-{os.getpid():x}-")
+    assert session_id.startswith(f"0-{os.getpid():x}")
     assert (record["rank"], record["role"], record["run_id"]) == (0, None, "t")
     assert (record["status"], record["reason"]) == ("rejected", "stale_weight")
     assert record["finalized_ts"] >= record["submit_ts"]
@@ -175,6 +175,8 @@ def test_unknown_names_raise_at_the_call(tracer_on: bool, tmp_path: Path) -> Non
             at.register_phase("generate", allow_multiple=False)
         with pytest.raises(ConfigurationError, match="int or str"):
             at.task_scope(1.5)  # type: ignore[arg-type]
+        with pytest.raises(ConfigurationError, match="finite int or float"):
+            at.increment_counter("x", "a")  # type: ignore[arg-type]
     finally:
         install(previous)
         if tracer is not None:
@@ -419,3 +421,26 @@ async def test_session_scopes_on_every_backend(tracer: SessionTracer, tmp_path: 
     tracer.flush(5.0)
     lines = records(tmp_path / "sessions-r0.jsonl")
     assert {r["task_id"]: r["session_id"] for r in lines} == seen
+
+
+def test_ids_are_never_reused_by_a_new_tracer(tmp_path: Path) -> None:
+    """Two tracers in one process (reconfiguration) never hand out the same id."""
+    ids = set()
+    for name in ("a.jsonl", "b.jsonl"):
+        tracer = SessionTracer(tmp_path / name)
+        ids |= {tracer.register(None) for _ in range(3)}
+        tracer.shutdown(5.0)
+    assert len(ids) == 6
+
+
+def test_an_infinite_counter_costs_no_other_record(tracer: SessionTracer, tmp_path: Path) -> None:
+    """A counter JSON cannot hold is written as a string; its neighbours are unaffected."""
+    for i in range(5):
+        with at.session_scope() as sid:
+            if i == 2:
+                tracer.count(sid, "loss", float("inf"))
+            at.trace_session_event("finalized", status="accepted")
+    tracer.flush(5.0)
+    lines = records(tmp_path / "sessions-r0.jsonl")
+    assert len(lines) == 5
+    assert [r["counters"] for r in lines].count({"loss": "inf"}) == 1
