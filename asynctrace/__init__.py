@@ -42,6 +42,7 @@ from ._propagation import (
     remote_trace_context,
     span_carrier,
 )
+from ._pump import dispatch_scope, wait_until
 from ._runtime import (
     Telemetry,
     configure,
@@ -120,6 +121,7 @@ __all__ = [
     "current_trace_carrier",
     "detached_span",
     "disable_telemetry",
+    "dispatch_scope",
     "dispatch_with_trace_context",
     "efficiency_bucket",
     "efficiency_span",
@@ -162,4 +164,5 @@ __all__ = [
     "trace_session_phase",
     "umbrella_span",
     "umbrella_trace_fn",
+    "wait_until",
 ]

@@ -8,6 +8,8 @@ import sys
 import asynctrace
 
 EXPECTED = {
+    "dispatch_scope",
+    "wait_until",
     "span_carrier",
     "end_span",
     "start_span",

@@ -1,0 +1,133 @@
+"""Helpers for what every rollout pump does: per-dispatch umbrellas and starved polls."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Any
+
+import anyio
+
+from ._efficiency import start_efficiency_span
+from ._errors import ConfigurationError
+from ._groups import PER_PROMPT
+from ._scopes import per_prompt_scope
+from ._spans import Attributes, umbrella_span
+
+__all__ = ["dispatch_scope", "wait_until"]
+
+RL_ATTEMPT = "rl.rollout.attempt"
+RL_TARGET_STEP = "rl.target_step"
+
+
+class dispatch_scope:
+    """One dispatch attempt of a per-prompt rollout: a per-prompt scope plus its umbrella.
+
+    Enters :class:`per_prompt_scope` (so everything inside is gated on
+    ``per_prompt`` and unbucketed: dispatches overlap) and opens an umbrella span
+    carrying ``rl.rollout.attempt`` (0 for a first try, > 0 for a retry whose
+    earlier tokens were discarded) and, when given, ``rl.target_step`` (the
+    training step the rollout is generated for; pumps run on their own clock,
+    so they carry this instead of ``rl.iteration``). ``with`` and ``async with``;
+    yields the span.
+
+    Example:
+        >>> async def dispatch(prompt, attempt, step):
+        ...     async with dispatch_scope(attempt=attempt, target_step=step):
+        ...         ...  # generate, score, push
+    """
+
+    __slots__ = ("_scope", "_span")
+
+    def __init__(
+        self,
+        name: str = "rl.rollout.dispatch",
+        *,
+        attempt: int = 0,
+        target_step: int | None = None,
+        attributes: Attributes | None = None,
+    ) -> None:
+        if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 0:
+            raise ConfigurationError(
+                f"dispatch_scope(attempt): expected an int >= 0, got {attempt!r}"
+            )
+        attrs: dict[str, Any] = dict(attributes or {})
+        attrs[RL_ATTEMPT] = attempt
+        if target_step is not None:
+            attrs[RL_TARGET_STEP] = target_step
+        self._scope = per_prompt_scope()
+        self._span = umbrella_span(PER_PROMPT, name, attributes=attrs)
+
+    def __enter__(self) -> Any:
+        self._scope.__enter__()
+        try:
+            return self._span.__enter__()
+        except BaseException:
+            self._scope.__exit__(None, None, None)
+            raise
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            self._span.__exit__(exc_type, exc, tb)
+        finally:
+            self._scope.__exit__(exc_type, exc, tb)
+
+    async def __aenter__(self) -> Any:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+
+async def wait_until(
+    ready: Callable[[], bool | Awaitable[bool]],
+    *,
+    interval_s: float = 0.005,
+    category: str = "idle/buffer_starvation",
+    timeout_s: float | None = None,
+) -> int:
+    """Poll *ready* every *interval_s* until it is true; one coalesced wait span.
+
+    Returns at once (and records nothing) if *ready* is already true; otherwise
+    every starved poll is counted on one :class:`PollWait` span of *category*
+    (``rl.idle.polls``), ended when the wait ends. Works on asyncio, uvloop and
+    trio. Returns the number of starved polls.
+
+    Raises:
+        TimeoutError: *timeout_s* passed before *ready* became true (the wait
+            span ends with ERROR).
+
+    Example:
+        >>> async def next_batch(buffer, size):
+        ...     await wait_until(lambda: len(buffer) >= size)
+        ...     return [buffer.pop() for _ in range(size)]
+    """
+    if interval_s <= 0:
+        raise ConfigurationError(f"wait_until(interval_s): expected > 0, got {interval_s!r}")
+
+    async def check() -> bool:
+        result = ready()
+        if inspect.isawaitable(result):
+            result = await result
+        return bool(result)
+
+    if await check():
+        return 0
+    with start_efficiency_span(category) as wait, anyio.fail_after(timeout_s):
+        polls = wait.poll()
+        while True:
+            await anyio.sleep(interval_s)
+            if await check():
+                return polls
+            polls = wait.poll()

@@ -1,0 +1,78 @@
+"""dispatch_scope and wait_until: the rollout-pump helpers."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+import asynctrace as at
+from asynctrace import ConfigurationError
+from asynctrace.testing import CapturedSpans, capture_spans
+
+
+def attrs(span: object) -> dict[str, object]:
+    """A span's attributes as a dict."""
+    return dict(span.attributes or {})  # type: ignore[attr-defined]
+
+
+@pytest.mark.anyio
+async def test_dispatch_scope_is_a_per_prompt_umbrella(spans: CapturedSpans) -> None:
+    """Attempt and target step are stamped; everything inside is per-prompt and unbucketed."""
+    async with at.dispatch_scope(attempt=2, target_step=9) as span:
+        assert at.in_per_prompt_scope()
+        assert span.is_recording()
+        with at.managed_span("reward", "score"):
+            pass
+    assert not at.in_per_prompt_scope()
+    dispatch = spans.by_name("rl.rollout.dispatch")[0]
+    assert attrs(dispatch) == {"rl.rollout.attempt": 2, "rl.target_step": 9}
+    assert "rl.bucket" not in attrs(spans.by_name("score")[0])
+
+
+def test_dispatch_scope_follows_the_per_prompt_switch() -> None:
+    """With per_prompt off, nothing inside a dispatch is recorded."""
+    with capture_spans("per_step") as captured, at.dispatch_scope(attempt=0):
+        with at.managed_span("reward", "score"):
+            pass
+    assert captured.spans == []
+
+
+@pytest.mark.parametrize("bad", [-1, "1", True])
+def test_dispatch_scope_rejects_bad_attempts(bad: object) -> None:
+    """attempt must be an int >= 0."""
+    with pytest.raises(ConfigurationError, match="attempt"):
+        at.dispatch_scope(attempt=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.anyio
+async def test_wait_until_coalesces_polls(spans: CapturedSpans) -> None:
+    """A starved wait is one span with rl.idle.polls; a ready one records nothing."""
+    box: list[int] = []
+
+    async def fill() -> None:
+        await anyio.sleep(0.05)
+        box.append(1)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(fill)
+        polls = await at.wait_until(lambda: bool(box), interval_s=0.002)
+    assert polls >= 5
+    (wait,) = spans.spans
+    assert wait.name == "rl.idle.buffer_starvation"
+    assert attrs(wait)["rl.idle.polls"] == polls
+    assert attrs(wait)["rl.bucket"] == "idle"
+    assert await at.wait_until(lambda: True) == 0
+    assert len(spans.spans) == 1
+
+
+@pytest.mark.anyio
+async def test_wait_until_timeout_and_async_predicates(spans: CapturedSpans) -> None:
+    """An awaitable predicate works; a timeout raises and ends the wait as ERROR."""
+
+    async def never() -> bool:
+        return False
+
+    with pytest.raises(TimeoutError):
+        await at.wait_until(never, interval_s=0.001, timeout_s=0.02)
+    (wait,) = spans.spans
+    assert wait.status.status_code.name == "ERROR"
