@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -75,8 +75,20 @@ class _NoopSpanCM:
 
     __slots__ = ()
 
-    __enter__: Callable[[], Span] = staticmethod(itertools.repeat(AMBIENT_SPAN).__next__)
-    __exit__: Callable[..., str] = staticmethod("".format)
+    if TYPE_CHECKING:  # what type checkers see: an ordinary context manager
+
+        def __enter__(self) -> Span: ...
+
+        def __exit__(
+            self,
+            exc_type: type[BaseException] | None,
+            exc: BaseException | None,
+            tb: TracebackType | None,
+        ) -> None: ...
+
+    else:
+        __enter__ = staticmethod(itertools.repeat(AMBIENT_SPAN).__next__)
+        __exit__ = staticmethod("".format)
 
     async def __aenter__(self) -> Span:
         return AMBIENT_SPAN

@@ -1,56 +1,25 @@
-"""The two-span checkpoint: a blocking staging span and a durable-when finalize span.
+"""The two-span checkpoint recipe (see docs/boundaries.md); the code lives in the demo package.
 
-Staging (leaf, ``checkpoint`` group → overhead) is what blocks the loop. The
-finalize span is opened from a daemon thread as a *detached* child of the
-staging span: it ends when the checkpoint is durable, possibly steps later,
-keeps the triggering step's ``rl.iteration`` and carries no bucket (it overlaps
-later steps). A failed finalization ends the span with ERROR and is re-raised
-from the next ``finalize_pending()``; a failure to *open* the span is logged
-and the finalization still runs.
+Run ``python examples/checkpoint_two_spans.py`` to see the two spans.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 
 import asynctrace as at
+from asynctrace_contrib.demo.checkpoint import AsyncCheckpointer
 
+__all__ = ["AsyncCheckpointer"]
 
-class AsyncCheckpointer:
-    """Stage synchronously, finalize in the background, surface failures later."""
-
-    def __init__(self, finalize: Callable[[int], None]) -> None:
-        self._finalize = finalize
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
-
-    def save(self, step: int, stage: Callable[[int], None]) -> None:
-        """Stage the checkpoint of *step* (blocking), then hand off finalization."""
-        self.finalize_pending()
-        with at.managed_span("checkpoint", "rl.checkpointing"):
-            stage(step)
-            # Captured inside the staging span: the finalize span is its child
-            # and inherits the step's iteration scope.
-            self._thread = at.ContextThread(target=self._run_finalize, args=(step,), daemon=True)
-            self._thread.start()
-
-    def _run_finalize(self, step: int) -> None:
-        try:
-            with at.detached_span(
-                "checkpoint", "rl.checkpoint.finalize", attributes={"rl.iteration": step}
-            ):
-                self._finalize(step)
-        except BaseException as exc:  # re-raised from the caller's next call
-            self._error = exc
-
-    def finalize_pending(self, timeout: float | None = None) -> None:
-        """Wait for the last finalization; re-raise its failure, once."""
-        if self._thread is not None:
-            self._thread.join(timeout)
-            if self._thread.is_alive():
-                raise TimeoutError("checkpoint finalization still running")
-            self._thread = None
-        error, self._error = self._error, None
-        if error is not None:
-            raise error
+if __name__ == "__main__":
+    telemetry = at.configure({"enabled": True, "span_groups": "all", "exporters": ["memory"]})
+    durable = threading.Event()
+    checkpointer = AsyncCheckpointer(finalize=lambda step: durable.wait(0.1))
+    with at.iteration_scope(7), at.umbrella_span("step", "rl.step"):
+        checkpointer.save(7, stage=lambda step: None)
+    checkpointer.finalize_pending()
+    assert telemetry.memory_exporter is not None
+    for span in telemetry.memory_exporter.get_finished_spans():
+        print(span.name, dict(span.attributes or {}))
+    telemetry.shutdown()

@@ -1,4 +1,4 @@
-"""The two-span checkpoint recipe (examples/checkpoint_two_spans.py)."""
+"""The two-span checkpoint recipe (asynctrace_contrib.demo.checkpoint)."""
 
 from __future__ import annotations
 

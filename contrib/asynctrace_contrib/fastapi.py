@@ -270,6 +270,8 @@ def instrument_fastapi(
     """Add the tracing middleware to one FastAPI/Starlette *app* (before it starts).
 
     Idempotent per app. See :class:`AsyncTraceMiddleware` for the arguments.
+    On FastAPI versions with built-in telemetry, the app's own request tracing
+    is turned off meanwhile, so each request has exactly one server span.
 
     Raises:
         RuntimeError: the application has already started serving (Starlette
@@ -283,6 +285,7 @@ def instrument_fastapi(
     """
     if any(m.cls is AsyncTraceMiddleware for m in app.user_middleware):
         return
+    _native_tracing(app, enabled=False)
     app.add_middleware(
         AsyncTraceMiddleware,
         trust_incoming=trust_incoming,
@@ -302,3 +305,27 @@ def uninstrument_fastapi(app: Any) -> None:
     if len(kept) != len(app.user_middleware):
         app.user_middleware[:] = kept
         app.middleware_stack = None
+        _native_tracing(app, enabled=True)
+
+
+_NATIVE_KEY = "asynctrace.native_tracing"
+
+
+def _native_tracing(app: Any, *, enabled: bool) -> None:
+    """Turn FastAPI's own request spans off while this middleware traces the app.
+
+    FastAPI versions with built-in telemetry emit a server span (and spans per
+    dependency, endpoint and serialization) for every request as soon as a
+    global tracer provider exists, whatever the span groups say. With both, each
+    request would have two server spans. The previous setting is restored by
+    :func:`uninstrument_fastapi`.
+    """
+    config = getattr(app, "_telemetry", None)
+    if not isinstance(config, dict) or "tracing" not in config:
+        return  # a FastAPI without built-in telemetry
+    state = app.__dict__
+    if not enabled:
+        state.setdefault(_NATIVE_KEY, config["tracing"])
+        config["tracing"] = False
+    elif _NATIVE_KEY in state:
+        config["tracing"] = state.pop(_NATIVE_KEY)

@@ -268,3 +268,28 @@ def test_instrument_is_idempotent_and_reversible(asgi_server: Any) -> None:
     with capture_spans("all") as captured:
         assert asyncio.run(fetch(url))[0] == 200
     assert captured.by_name("GET /items/{item_id}") == []
+
+
+def test_one_server_span_even_with_a_global_provider(asgi_server: Any, tmp_path: Any) -> None:
+    """With OTel's global provider set (configure() claims it), FastAPI's built-in
+    request tracing is turned off for an instrumented app: one server span per request."""
+    app = make_app()
+    telemetry = at.configure(
+        {"enabled": True, "span_groups": f"{SERVER_GROUP}", "exporters": ["memory"]}
+    )
+    try:
+        url = asgi_server(app) + "/items/4"
+        assert asyncio.run(fetch(url))[0] == 200
+        exporter = telemetry.memory_exporter
+        assert exporter is not None
+        deadline = time.monotonic() + 10
+        while not exporter.get_finished_spans() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.1)
+        names = [s.name for s in exporter.get_finished_spans()]
+    finally:
+        telemetry.shutdown()
+    assert names == ["GET /items/{item_id}"]
+    uninstrument_fastapi(app)
+    native = getattr(app, "_telemetry", {"tracing": True})
+    assert native["tracing"] is True

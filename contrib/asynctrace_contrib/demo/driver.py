@@ -1,0 +1,133 @@
+"""The demo's driver: a training loop fed by the rollout pump, traced end to end.
+
+``job`` umbrella → per-step ``step`` umbrellas inside ``iteration_scope(step)``:
+wait for a full batch (a 5 ms poll loop, one coalesced ``idle/buffer_starvation``
+span per wait), ``policy_update`` (productive CPU work), validation inside
+``bucket_scope(OVERHEAD)`` every other step, and a two-span checkpoint every
+``checkpoint_every`` steps (staging blocks the loop; finalize runs in a daemon
+thread and ends after its step).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import queue
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import asynctrace as at
+
+from .checkpoint import AsyncCheckpointer
+from .gym import GymServer
+from .pump import Collector, Rollout, RolloutPump
+
+__all__ = ["DemoResult", "run_demo"]
+
+
+@dataclass
+class DemoResult:
+    """Where the demo wrote its files, and what it did."""
+
+    out: Path
+    trace_files: list[Path] = field(default_factory=list)
+    sessions_file: Path | None = None
+    rollouts: list[Rollout] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def _cpu(milliseconds: float) -> None:
+    """Busy work standing in for a GPU kernel."""
+    deadline = time.perf_counter() + milliseconds / 1000
+    digest = b"policy"
+    while time.perf_counter() < deadline:
+        digest = hashlib.sha256(digest).digest()
+
+
+async def _train(
+    collector: Collector, steps: int, checkpoint_every: int, rollouts: list[Rollout]
+) -> None:
+    checkpointer = AsyncCheckpointer(finalize=lambda step: time.sleep(0.15))
+    for step in range(1, steps + 1):
+        with at.iteration_scope(step), at.umbrella_span("step", "rl.step"):
+            await at.wait_until(lambda: bool(collector.batches), interval_s=0.005)
+            batch = collector.batches.popleft()
+            rollouts.extend(batch)
+            collector.refit_done.clear()
+            try:
+                with at.managed_span(
+                    "policy_update", "rl.policy_update", attributes={"rl.batch_size": len(batch)}
+                ):
+                    _cpu(25)
+            finally:
+                collector.refit_done.set()
+            if step % 2 == 0:
+                with at.bucket_scope(at.Bucket.OVERHEAD):
+                    with at.managed_span("generation", "rl.validate"):
+                        await asyncio.sleep(0.01)
+            if step % checkpoint_every == 0:
+                checkpointer.save(step, stage=lambda s: _cpu(8))
+    checkpointer.finalize_pending(timeout=10)
+
+
+async def _run(
+    out: Path,
+    steps: int,
+    prompts: int,
+    max_inflight: int,
+    checkpoint_every: int,
+    gym_url: str,
+) -> list[Rollout]:
+    rollouts: list[Rollout] = []
+    finished: queue.Queue[Rollout | None] = queue.Queue()
+    with at.umbrella_span("job", "rl.job", attributes={"rl.steps": steps}):
+        collector = Collector(finished, batch_size=prompts)
+        collector.start()  # a ContextThread: its spans join this trace
+        pump = RolloutPump(gym_url, steps, prompts, finished, max_inflight=max_inflight)
+        pump_task = asyncio.create_task(pump.run(), name="rollout-pump")
+        await _train(collector, steps, checkpoint_every, rollouts)
+        await pump_task
+        await at.to_thread(collector.thread.join, 10)
+    return rollouts
+
+
+def run_demo(
+    out: str | Path = "asynctrace-demo",
+    *,
+    steps: int = 6,
+    prompts: int = 8,
+    max_inflight: int = 4,
+    checkpoint_every: int = 2,
+    span_groups: str = "all",
+) -> DemoResult:
+    """Run the rollout-pump demo; traces and session records go to *out*.
+
+    Example:
+        >>> result = run_demo("/tmp/demo", steps=2)  # doctest: +SKIP
+        >>> result.trace_files  # doctest: +SKIP
+        [PosixPath('/tmp/demo/traces-driver-r0.jsonl')]
+    """
+    started = time.perf_counter()
+    out = Path(out)
+    telemetry = at.init_driver(
+        {
+            "enabled": True,
+            "span_groups": f"{span_groups},http_server" if span_groups == "all" else span_groups,
+            "exporters": ["chrome"],
+            "output_dir": str(out),
+            "session_tracer": {"enabled": True, "flush_threshold": 32},
+        }
+    )
+    gym = GymServer()
+    try:
+        gym.start()
+        rollouts = asyncio.run(_run(out, steps, prompts, max_inflight, checkpoint_every, gym.url))
+    finally:
+        gym.stop()
+        telemetry.shutdown()
+    result = DemoResult(out, rollouts=rollouts, seconds=time.perf_counter() - started)
+    result.trace_files = sorted(out.glob("traces-*.jsonl"))
+    sessions = sorted(out.glob("sessions-*.jsonl"))
+    result.sessions_file = sessions[0] if sessions else None
+    return result
