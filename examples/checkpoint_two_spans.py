@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import threading
 
-import asynctrace as at
 from asynctrace_contrib.demo.checkpoint import AsyncCheckpointer
+
+import asynctrace as at
 
 __all__ = ["AsyncCheckpointer"]
 

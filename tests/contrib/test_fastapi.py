@@ -94,9 +94,9 @@ def test_client_and_server_join_the_driver_trace(asgi_server: Any) -> None:
 
     with capture_spans(f"job,per_prompt,reward,{SERVER_GROUP}") as captured:
         driver = asyncio.run(call())
+        (server,) = server_spans(captured, "GET /items/{item_id}")  # ends after the response
     (client,) = captured.by_name("GET")
-    (server,) = server_spans(captured, "GET /items/{item_id}")
-    (score,) = server_spans(captured, "score")
+    (score,) = captured.by_name("score")
     trace_id = driver.get_span_context().trace_id
     assert {client.context.trace_id, server.context.trace_id, score.context.trace_id} == {trace_id}
     assert client.parent.span_id == driver.get_span_context().span_id  # type: ignore[union-attr]
@@ -109,8 +109,8 @@ def test_client_and_server_join_the_driver_trace(asgi_server: Any) -> None:
 
     with capture_spans(f"job,{SERVER_GROUP}") as captured:
         driver = asyncio.run(call())
+        (server,) = server_spans(captured, "GET /items/{item_id}")
     assert captured.by_name("GET") == []
-    (server,) = server_spans(captured, "GET /items/{item_id}")
     assert server.parent.span_id == driver.get_span_context().span_id  # type: ignore[union-attr]
 
 
