@@ -45,6 +45,13 @@ def ray(session: nox.Session) -> None:
 
 
 @nox.session(python="3.11")
+def demo(session: nox.Session) -> None:
+    """Run the rollout-pump demo; prints where its trace, report and goodput table are."""
+    session.install("-e", ".[demo]")
+    session.run("asynctrace", "demo", *session.posargs)
+
+
+@nox.session(python="3.11")
 def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check."""
     session.install("ruff>=0.6")

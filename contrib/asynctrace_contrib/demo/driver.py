@@ -95,8 +95,8 @@ async def _run(
 def run_demo(
     out: str | Path = "asynctrace-demo",
     *,
-    steps: int = 6,
-    prompts: int = 8,
+    steps: int = 8,
+    prompts: int = 16,
     max_inflight: int = 4,
     checkpoint_every: int = 2,
     span_groups: str = "all",
