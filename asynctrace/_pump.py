@@ -78,17 +78,6 @@ class dispatch_scope:
         finally:
             self._scope.__exit__(exc_type, exc, tb)
 
-    async def __aenter__(self) -> Any:
-        return self.__enter__()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.__exit__(exc_type, exc, tb)
-
 
 async def wait_until(
     ready: Callable[[], bool | Awaitable[bool]],
