@@ -9,6 +9,7 @@ from typing import Any
 
 import anyio
 
+from ._cm import SyncAndAsync
 from ._efficiency import start_efficiency_span
 from ._errors import ConfigurationError
 from ._groups import PER_PROMPT
@@ -21,7 +22,7 @@ RL_ATTEMPT = "rl.rollout.attempt"
 RL_TARGET_STEP = "rl.target_step"
 
 
-class dispatch_scope:
+class dispatch_scope(SyncAndAsync[Any]):
     """One dispatch attempt of a per-prompt rollout: a per-prompt scope plus its umbrella.
 
     Enters :class:`per_prompt_scope` (so everything inside is gated on
