@@ -18,6 +18,7 @@ TEST_DEPS = [
     "anyio>=4.4",
     "uvicorn>=0.30",
     "websockets>=12",
+    "selenium>=4.10",  # drives Debian's chromium for the HTML report test
 ]
 
 

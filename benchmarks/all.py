@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPTS = ["run.py", "bench_export.py", "bench_sessions.py", "bench_http.py"]
+SCRIPTS = ["run.py", "bench_export.py", "bench_sessions.py", "bench_http.py", "bench_cli.py"]
 
 
 def main() -> int:

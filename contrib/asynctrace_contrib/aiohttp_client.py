@@ -368,9 +368,9 @@ def instrument_aiohttp_client(**options: Any) -> None:
             @functools.wraps(original)
             def __init__(self: aiohttp.ClientSession, *args: Any, **kwargs: Any) -> None:
                 chain = tuple(kwargs.get("middlewares") or ())
-                if not any(getattr(m, "asynctrace", False) for m in chain):
-                    chain = (*chain, middleware)
-                kwargs["middlewares"] = chain
+                layers = (*chain, *(kwargs.get("trace_configs") or ()))
+                if not any(getattr(layer, "asynctrace", False) for layer in layers):
+                    kwargs["middlewares"] = (*chain, middleware)  # one layer of ours, at most
                 original(self, *args, **kwargs)
 
         else:  # aiohttp < 3.12: no client middlewares

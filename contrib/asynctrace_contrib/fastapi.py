@@ -116,12 +116,18 @@ class AsyncTraceMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope.get("type")
-        if (
-            kind not in ("http", "websocket")
-            or not asynctrace.is_span_group_enabled(SERVER_GROUP)
-            or (self._excluded is not None and self._excluded.search(scope.get("path", "")))
-        ):
+        if kind not in ("http", "websocket"):
             await self.app(scope, receive, send)
+            return
+        if not asynctrace.is_span_group_enabled(SERVER_GROUP) or (
+            self._excluded is not None and self._excluded.search(scope.get("path", ""))
+        ):
+            # No server span, but the handler's own spans still join the caller's trace.
+            if self.trust_incoming:
+                with asynctrace.remote_trace_context(_headers(scope)):
+                    await self.app(scope, receive, send)
+            else:
+                await self.app(scope, receive, send)
             return
         span = self._start(scope, kind)
         if not span.is_recording():
@@ -247,6 +253,9 @@ class _Exchange:
                 if self.status >= 500:
                     span.set_attribute("error.type", str(self.status))
                     span.set_status(Status(StatusCode.ERROR))
+            elif isinstance(self.error, Exception):
+                # Starlette's outermost error handler turns it into a 500 after us.
+                span.set_attribute("error.type", type(self.error).__qualname__)
         except Exception:  # pragma: no cover - a broken span must not break the response
             logger.debug("asynctrace: could not annotate the server span", exc_info=True)
         error = self.error
@@ -285,13 +294,13 @@ def instrument_fastapi(
     """
     if any(m.cls is AsyncTraceMiddleware for m in app.user_middleware):
         return
-    _native_tracing(app, enabled=False)
-    app.add_middleware(
+    app.add_middleware(  # raises if the app already started: then nothing changed
         AsyncTraceMiddleware,
         trust_incoming=trust_incoming,
         excluded_urls=excluded_urls,
         server_request_hook=server_request_hook,
     )
+    _native_tracing(app, enabled=False)
 
 
 def uninstrument_fastapi(app: Any) -> None:

@@ -251,3 +251,15 @@ def test_instrument_uninstrument_instrument_one_layer(aiohttp_server: Any) -> No
     finally:
         uninstrument_aiohttp_client()
     assert aiohttp.ClientSession.__init__ is original
+
+
+def test_global_instrumentation_never_doubles_a_traced_session(aiohttp_server: Any) -> None:
+    """A session that brings its own trace_config gets no second layer from the global one."""
+    url = aiohttp_server(echo_app()) + "/echo"
+    try:
+        instrument_aiohttp_client()
+        with capture_spans("job,per_prompt") as captured:
+            asyncio.run(get_json(url, trace_configs=[trace_config()]))
+    finally:
+        uninstrument_aiohttp_client()
+    assert captured.names() == ["GET"]

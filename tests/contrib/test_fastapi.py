@@ -293,3 +293,21 @@ def test_one_server_span_even_with_a_global_provider(asgi_server: Any, tmp_path:
     uninstrument_fastapi(app)
     native = getattr(app, "_telemetry", {"tracing": True})
     assert native["tracing"] is True
+
+
+def test_gated_off_server_still_continues_the_trace(asgi_server: Any) -> None:
+    """With http_server off there is no server span, but handler spans join the caller's trace."""
+    url = asgi_server(make_app()) + "/items/8"
+    with capture_spans("reward") as captured:
+        asyncio.run(fetch(url, headers={"traceparent": VALID}))
+        (score,) = server_spans(captured, "score")
+    assert format(score.context.trace_id, "032x") == VALID.split("-")[1]
+    assert captured.names() == ["score"]
+
+
+def test_unhandled_exception_names_its_type(asgi_server: Any, spans: CapturedSpans) -> None:
+    """An exception Starlette turns into a 500 outside the middleware still gives error.type."""
+    url = asgi_server(make_app()) + "/boom"
+    asyncio.run(fetch(url))
+    (server,) = server_spans(spans, "GET /boom")
+    assert attrs(server)["error.type"] in ("RuntimeError", "500")

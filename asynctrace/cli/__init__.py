@@ -1,0 +1,113 @@
+"""The ``asynctrace`` command line: convert, goodput, report, groups, demo.
+
+``import asynctrace`` never imports this package; the console script and
+``python -m asynctrace`` do.
+
+Example:
+    >>> from asynctrace.cli import main
+    >>> main(["groups", "--resolve", "default"])  # doctest: +SKIP
+    0
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+
+from . import convert, demo, goodput, groups, report
+from ._common import CliError, HelpFormatter, Parser
+
+__all__ = ["main"]
+
+EPILOG = """\
+examples:
+  asynctrace convert asynctrace-traces/<run_id>/ -o trace.json   # then open it in ui.perfetto.dev
+  asynctrace goodput asynctrace-traces/<run_id>/
+  asynctrace report asynctrace-traces/<run_id>/ -o report.html
+  asynctrace groups --resolve per_step
+  asynctrace demo
+
+Run 'asynctrace COMMAND --help' for the options of a command.
+"""
+
+
+def build_parser() -> Parser:
+    """The argument parser with every subcommand."""
+    parser = Parser(
+        prog="asynctrace",
+        description="Read asynctrace's trace and session files: convert them for Perfetto, "
+        "roll up goodput per step, write an offline HTML report, list span groups.",
+        epilog=EPILOG,
+        formatter_class=HelpFormatter,
+    )
+    from asynctrace import __version__
+
+    parser.add_argument("--version", action="version", version=f"asynctrace {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    convert.add_parser(commands)
+    goodput.add_parser(commands)
+    report.add_parser(commands)
+    groups.add_parser(commands)
+    demo.add_parser(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status.
+
+    0: success; 1: ``goodput``/``report`` found invariant violations; 2: bad
+    usage or unreadable input. Errors are one line on stderr, without a
+    traceback (set ``ASYNCTRACE_DEBUG=1`` to get one).
+
+    Example:
+        >>> main(["groups", "--resolve", "default"])  # doctest: +SKIP
+        checkpoint
+        ...
+        0
+    """
+    parser = build_parser()
+    prog = "asynctrace"
+    try:
+        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+        if args.command:
+            prog = f"asynctrace {args.command}"
+        run = getattr(args, "run", None)
+        if run is None:
+            parser.print_help(sys.stderr)
+            return 2
+        code: int = run(args)
+        sys.stdout.flush()
+        return code
+    except SystemExit as exc:  # --help, --version
+        return exc.code if isinstance(exc.code, int) else 0
+    except CliError as exc:
+        _error(prog, str(exc))
+        return exc.code
+    except BrokenPipeError:
+        # The reader went away (| head): not an error worth a message.
+        _silence_stdout()
+        return 0
+    except KeyboardInterrupt:
+        _error(prog, "interrupted")
+        return 130
+    except Exception as exc:
+        if os.environ.get("ASYNCTRACE_DEBUG"):
+            raise
+        _error(prog, f"internal error: {type(exc).__name__}: {exc} (ASYNCTRACE_DEBUG=1 shows it)")
+        return 2
+
+
+def _error(prog: str, message: str) -> None:
+    text = " ".join(message.split("\n"))
+    if not text.startswith("asynctrace"):
+        text = f"{prog}: error: {text}"
+    print(text, file=sys.stderr, flush=True)
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

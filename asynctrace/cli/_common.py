@@ -1,0 +1,127 @@
+"""What every subcommand shares: the error type, JSON codecs, the progress bar, argparse."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from collections.abc import Callable
+from typing import IO, Any, NoReturn
+
+__all__ = [
+    "CliError",
+    "Parser",
+    "Progress",
+    "dumps",
+    "loads",
+    "note",
+]
+
+
+class CliError(Exception):
+    """An error reported as one line on stderr, with an exit code (2 unless told).
+
+    Example:
+        >>> str(CliError("trace.jsonl: no such file"))
+        'trace.jsonl: no such file'
+    """
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _stdlib_codecs() -> tuple[Callable[[bytes], Any], Callable[[Any], bytes]]:
+    # NaN and Infinity are not JSON: a line holding one is malformed, so that
+    # what we pass through verbatim stays valid JSON.
+    decode = json.JSONDecoder(parse_constant=_reject_constant).decode
+    encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+
+    def loads(data: bytes) -> Any:
+        return decode(data.decode("utf-8"))
+
+    def dumps(obj: Any) -> bytes:
+        return encode(obj).encode("utf-8")
+
+    return loads, dumps
+
+
+def _codecs() -> tuple[Callable[[bytes], Any], Callable[[Any], bytes]]:
+    """orjson when it is installed (optional, faster), else the standard library."""
+    try:
+        orjson: Any = importlib.import_module("orjson")
+    except ImportError:
+        return _stdlib_codecs()
+    return orjson.loads, orjson.dumps
+
+
+loads, dumps = _codecs()
+
+
+def note(prog: str, message: str) -> None:
+    """One informational line on stderr, prefixed with the command's name."""
+    print(f"{prog}: {message}", file=sys.stderr, flush=True)
+
+
+class Progress:
+    """A progress bar over bytes read, on stderr, only when stderr is a terminal.
+
+    Uses tqdm when it is importable; otherwise (or when piped) it does nothing.
+
+    Example:
+        >>> bar = Progress(1000, "convert")
+        >>> bar.advance(500)
+        >>> bar.close()
+    """
+
+    def __init__(self, total_bytes: int, description: str, *, enabled: bool = True) -> None:
+        self._bar: Any = None
+        if not enabled or not _is_terminal(sys.stderr):
+            return
+        try:
+            tqdm: Any = importlib.import_module("tqdm")
+        except ImportError:
+            return
+        self._bar = tqdm.tqdm(
+            total=total_bytes,
+            desc=description,
+            unit="B",
+            unit_scale=True,
+            unit_divisor=1024,
+            file=sys.stderr,
+            leave=False,
+        )
+
+    def advance(self, nbytes: int) -> None:
+        """Count *nbytes* more as read."""
+        if self._bar is not None:
+            self._bar.update(nbytes)
+
+    def close(self) -> None:
+        """Remove the bar."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+def _is_terminal(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line (a :class:`CliError`)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise CliError(f"{self.prog}: error: {message} (see '{self.prog} --help')")
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the examples in the epilog as written."""

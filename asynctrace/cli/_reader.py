@@ -1,0 +1,347 @@
+"""Streaming readers for asynctrace's JSON-lines files: traces and session records.
+
+Inputs are files, directories (searched recursively) and glob patterns. Files
+are read line by line, so memory does not grow with their size. A line that
+is not a JSON object (the torn last line of a killed process, say) is skipped
+and counted. Lines ending in a comma are read too, which covers a Chrome JSON
+document written one event per line, such as the output of ``asynctrace
+convert``; any other whole-document JSON file is loaded at once as a fallback.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ._common import CliError, Progress, dumps, loads
+
+__all__ = [
+    "SESSION_PATTERN",
+    "TRACE_PATTERN",
+    "ProcessInfo",
+    "ReadStats",
+    "expand_inputs",
+    "iter_records",
+    "sniff_kind",
+]
+
+TRACE_PATTERN = "traces*.jsonl"
+SESSION_PATTERN = "sessions*.jsonl"
+
+_FILE_NAME = re.compile(r"^traces-(?:(?P<role>.+?)-)?r(?P<rank>\d+)\.jsonl$")
+_STRUCTURAL = (b'{"traceEvents":', b"],", b"]}")
+_PROGRESS_EVERY = 0x3FFF  # lines between two progress updates
+_SAMPLES = 3
+
+
+@dataclass
+class ReadStats:
+    """What reading the inputs skipped and found, for the one-line summary."""
+
+    files: int = 0
+    records: int = 0
+    malformed: int = 0
+    samples: list[str] = field(default_factory=list)
+    empty: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        """``"skipped 2 malformed lines (a.jsonl:7, b.jsonl:3)"``, or ``""``.
+
+        Example:
+            >>> ReadStats(malformed=1, samples=["traces-r1.jsonl:57"]).summary()
+            'skipped 1 malformed line (traces-r1.jsonl:57)'
+        """
+        parts = []
+        if self.malformed:
+            where = ", ".join(self.samples)
+            more = ", ..." if self.malformed > len(self.samples) else ""
+            plural = "s" if self.malformed != 1 else ""
+            parts.append(f"skipped {self.malformed} malformed line{plural} ({where}{more})")
+        if self.empty:
+            plural = "s" if len(self.empty) != 1 else ""
+            parts.append(f"{len(self.empty)} empty file{plural} ({', '.join(self.empty[:3])})")
+        return "; ".join(parts)
+
+
+def _has_magic(text: str) -> bool:
+    return any(c in text for c in "*?[")
+
+
+def _search(directory: Path, patterns: Sequence[str]) -> list[Path]:
+    found = {p for pattern in patterns for p in directory.rglob(pattern) if p.is_file()}
+    return sorted(found)
+
+
+def expand_inputs(specs: Iterable[str], patterns: Sequence[str], what: str) -> list[Path]:
+    """Files named by *specs*: files as given, directories searched, globs expanded.
+
+    Raises:
+        CliError: a path does not exist, a glob matches nothing, or a directory
+            holds no file matching *patterns*.
+
+    Example:
+        >>> expand_inputs(["run/"], [TRACE_PATTERN], "trace")  # doctest: +SKIP
+        [PosixPath('run/traces-r0.jsonl'), PosixPath('run/traces-r1.jsonl')]
+    """
+    out: list[Path] = []
+    seen: set[Path] = set()
+
+    def add(path: Path) -> None:
+        key = path.resolve()
+        if key not in seen:
+            seen.add(key)
+            out.append(path)
+
+    for spec in specs:
+        path = Path(spec)
+        if path.is_dir():
+            files = _search(path, patterns)
+            if not files:
+                raise CliError(
+                    f"{spec}: no {what} files ({', '.join(patterns)}) in this directory"
+                )
+            for file in files:
+                add(file)
+        elif path.exists():
+            add(path)
+        elif _has_magic(spec):
+            matches = sorted(glob.glob(spec, recursive=True))
+            if not matches:
+                raise CliError(f"{spec}: no file matches this pattern")
+            for match in matches:
+                matched = Path(match)
+                if matched.is_dir():
+                    for file in _search(matched, patterns):
+                        add(file)
+                else:
+                    add(matched)
+        else:
+            raise CliError(f"{spec}: no such file or directory")
+    return out
+
+
+def sniff_kind(path: Path) -> str | None:
+    """``"traces"`` or ``"sessions"`` from the first JSON object in the file, else the name."""
+    try:
+        with open(path, "rb") as stream:
+            for _, line in zip(range(64), stream, strict=False):
+                raw = line.strip().rstrip(b",")
+                if not raw:
+                    continue
+                try:
+                    obj = loads(raw)
+                except ValueError:
+                    continue
+                if isinstance(obj, dict):
+                    if "ph" in obj:
+                        return "traces"
+                    if "session_id" in obj or "submit_ts" in obj:
+                        return "sessions"
+    except OSError as exc:
+        raise CliError(f"{path}: {exc.strerror or exc}") from None
+    if path.name.startswith("sessions"):
+        return "sessions"
+    if path.name.startswith("traces"):
+        return "traces"
+    return None
+
+
+def iter_records(
+    paths: Sequence[Path], stats: ReadStats, progress: Progress | None = None
+) -> Iterator[tuple[int, dict[str, Any], bytes]]:
+    """Yield ``(file index, object, raw JSON bytes)`` for every JSON object line.
+
+    Raises:
+        CliError: a file cannot be read, or no line of it is a JSON object.
+    """
+    for index, path in enumerate(paths):
+        for obj, raw in iter_file(path, stats, progress):
+            yield index, obj, raw
+
+
+def iter_file(
+    path: Path, stats: ReadStats, progress: Progress | None = None
+) -> Iterator[tuple[dict[str, Any], bytes]]:
+    """Yield ``(object, raw JSON bytes)`` for every JSON object line of one file."""
+    stats.files += 1
+    valid = bad = lineno = pending_bytes = 0
+    samples: list[str] = []
+    first = b""
+    try:
+        stream = open(path, "rb")  # noqa: SIM115 - closed below, also on early exit
+    except OSError as exc:
+        raise CliError(f"{path}: {exc.strerror or exc}") from None
+    try:
+        for line in stream:
+            lineno += 1
+            pending_bytes += len(line)
+            if not lineno & _PROGRESS_EVERY and progress is not None:
+                progress.advance(pending_bytes)
+                pending_bytes = 0
+            raw = line.strip()
+            if not raw:
+                continue
+            if not first:
+                first = raw[:1]
+            if raw[-1] == 44:  # ",": one event per line of a JSON document
+                raw = raw[:-1].rstrip()
+            try:
+                obj = loads(raw)
+            except ValueError:
+                if raw in (b"[", b"]") or raw.startswith(_STRUCTURAL):
+                    continue
+                bad += 1
+                if len(samples) < _SAMPLES:
+                    samples.append(f"{path.name}:{lineno}")
+                continue
+            if obj.__class__ is not dict:
+                bad += 1
+                if len(samples) < _SAMPLES:
+                    samples.append(f"{path.name}:{lineno}")
+                continue
+            valid += 1
+            yield obj, raw
+    except OSError as exc:
+        raise CliError(f"{path}: {exc.strerror or exc}") from None
+    finally:
+        stream.close()
+        if progress is not None:
+            progress.advance(pending_bytes)
+    if not first:
+        stats.empty.append(path.name)
+        return
+    if not valid:
+        document = _whole_document(path) if first in (b"{", b"[") else None
+        if document is None:
+            raise CliError(
+                f"{path}: not a JSON-lines trace (none of its {lineno} lines is a JSON object)"
+            )
+        for obj in document:
+            stats.records += 1
+            yield obj, dumps(obj)
+        return
+    stats.records += valid
+    stats.malformed += bad
+    stats.samples.extend(samples[: max(0, _SAMPLES - len(stats.samples))])
+
+
+def _whole_document(path: Path) -> list[dict[str, Any]] | None:
+    """A Chrome JSON document (``{"traceEvents": [...]}`` or ``[...]``), loaded whole."""
+    try:
+        with open(path, "rb") as stream:
+            document = json.load(stream)
+    except (OSError, ValueError):
+        return None
+    events = document.get("traceEvents") if isinstance(document, dict) else document
+    if not isinstance(events, list):
+        return None
+    return [event for event in events if isinstance(event, dict)]
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """Who wrote an event: from the ``process_name`` metadata, else the file name.
+
+    Example:
+        >>> ProcessInfo.from_file_name("traces-driver-r0.jsonl").label
+        'driver r0'
+    """
+
+    rank: int | None = None
+    role: str | None = None
+    run_id: str | None = None
+    host: str | None = None
+    name: str | None = None
+
+    @property
+    def label(self) -> str:
+        """``"r1"``, ``"driver r0"``, or ``"?"`` when the rank is unknown."""
+        rank = f"r{self.rank}" if self.rank is not None else "?"
+        return f"{self.role} {rank}" if self.role and self.role != "worker" else rank
+
+    @classmethod
+    def from_file_name(cls, name: str) -> ProcessInfo:
+        """Rank and role from ``traces-r{rank}.jsonl`` / ``traces-{role}-r{rank}.jsonl``."""
+        match = _FILE_NAME.match(name)
+        if match is None:
+            return cls()
+        return cls(rank=int(match["rank"]), role=match["role"])
+
+    @classmethod
+    def from_metadata(cls, args: dict[str, Any], fallback: ProcessInfo) -> ProcessInfo:
+        """From the ``args`` of a ``process_name`` metadata event."""
+        rank = args.get("rank")
+        role = args.get("role")
+        return cls(
+            rank=rank if isinstance(rank, int) and not isinstance(rank, bool) else fallback.rank,
+            role=str(role) if role else fallback.role,
+            run_id=_opt_str(args.get("run_id")),
+            host=_opt_str(args.get("host")),
+            name=_opt_str(args.get("name")),
+        )
+
+
+def _opt_str(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def file_size(paths: Sequence[Path]) -> int:
+    """Total size of *paths* in bytes (for the progress bar)."""
+    total = 0
+    for path in paths:
+        try:
+            total += os.path.getsize(path)
+        except OSError:
+            pass
+    return total
+
+
+class Origins:
+    """One origin per (input file, pid): the process that wrote an event.
+
+    Example:
+        >>> origins = Origins([Path("traces-r1.jsonl")])
+        >>> origins.origin(0, 4242), origins.label(0)
+        (0, 'r1')
+    """
+
+    def __init__(self, paths: Sequence[Path]) -> None:
+        self.paths = list(paths)
+        self._ids: dict[tuple[int, object], int] = {}
+        self._meta: dict[tuple[int, object], ProcessInfo] = {}
+        self.infos: list[ProcessInfo] = []
+        self.keys: list[tuple[int, object]] = []
+
+    def set_metadata(self, file_index: int, pid: object, args: object) -> None:
+        """Record a ``process_name`` metadata event's ``args`` for *pid* in this file."""
+        if isinstance(args, dict):
+            fallback = ProcessInfo.from_file_name(self.paths[file_index].name)
+            self._meta[(file_index, pid)] = ProcessInfo.from_metadata(args, fallback)
+
+    def origin(self, file_index: int, pid: object) -> int:
+        """The origin id of *pid* in the file at *file_index* (made on first use)."""
+        key = (file_index, pid)
+        found = self._ids.get(key)
+        if found is None:
+            info = self._meta.get(key) or ProcessInfo.from_file_name(self.paths[file_index].name)
+            found = self._ids[key] = len(self.infos)
+            self.infos.append(info)
+            self.keys.append(key)
+        return found
+
+    def label(self, origin: int) -> str:
+        """``"r0"``, ``"driver r0"``; the pid is added when two processes share a label."""
+        info = self.infos[origin]
+        label = info.label
+        if label == "?":
+            label = self.paths[self.keys[origin][0]].name
+        same = sum(1 for other in self.infos if other.label == info.label)
+        if same > 1:
+            label += f" pid {self.keys[origin][1]}"
+        return label

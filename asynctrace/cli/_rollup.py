@@ -1,0 +1,625 @@
+"""The goodput rollup: per step, wall time and seconds per bucket, and the invariants.
+
+Spans arrive one by one, roughly in the order they ended (children before
+their parents, except detached children such as a checkpoint's finalize
+span). Nothing is kept per span beyond that order requires:
+
+- the children of a span that has not arrived yet wait in a *group* keyed by
+  that span's id: the bucketed leaves among them (start, end, bucket), plus
+  summed seconds of subtrees already folded;
+- when the span arrives, its group is folded into it and moves up to its own
+  parent's group, or, if the span is a step, is settled into the step's
+  sums (each leaf clipped to the step's interval);
+- a bounded window of recently arrived span ids remembers where each went,
+  so a detached child arriving after its parent still finds its step.
+
+Rules (see ``docs/reading-a-trace.md``):
+
+- A *step* is a span whose ``asynctrace.group`` attribute (or ``cat``) is
+  ``step``; or an unbucketed span with an integer ``rl.iteration`` and a
+  positive duration whose parent carries no ``rl.iteration`` and no bucket
+  (the outermost stamped umbrella: per-prompt spans and finalize spans sit
+  under a stamped parent, so they are never steps).
+- Per bucket, a step counts the seconds of the bucketed spans in its subtree
+  that have no bucketed descendant, clipped to the step's interval.
+  Unbucketed spans (umbrellas, per-prompt spans, the detached finalize span)
+  never count.
+- ``unattributed = wall - sum(buckets)``; ``goodput = productive / wall``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from asynctrace import Bucket
+
+__all__ = ["BUCKETS", "Rollup", "RollupResult", "StepRow", "Violation"]
+
+BUCKETS: Final = tuple(b.value for b in Bucket)  # productive, overhead, idle, wasted
+_BUCKET_INDEX: Final = {name: i for i, name in enumerate(BUCKETS)}
+_MASK: Final = (1 << 64) - 1
+_HAS_ITERATION: Final = 1
+_BUCKETED: Final = 2
+_STEP: Final = 4
+_DISQUALIFIES: Final = _HAS_ITERATION | _BUCKETED | _STEP
+_EXAMPLES: Final = 3
+_WALK_LIMIT: Final = 64
+_NAMES_LIMIT: Final = 65536
+_ZERO: Final = (0.0, 0.0, 0.0, 0.0)
+
+# A bucketed leaf: (start, end, bucket index or -1 if unknown, name, key).
+Leaf = tuple[float, float, int, str, int]
+Example = tuple[str, int]  # (span name, key)
+
+
+class _Settled:
+    """Where spans outside any step go."""
+
+    __slots__ = ()
+    fwd = None
+
+
+_OUTSIDE: Final = _Settled()
+
+
+class _Group:
+    """Arrived spans waiting for an ancestor that has not arrived yet."""
+
+    __slots__ = ("cands", "ex", "fwd", "leaves", "nb", "pre")
+
+    def __init__(self) -> None:
+        self.leaves: list[Leaf] = []
+        self.pre: list[float] | None = None  # bucket seconds already summed (folded steps)
+        self.nb = 0  # bucketed spans folded into ``pre``
+        self.ex: list[Example] | None = None  # a few bucketed spans of the subtree
+        self.cands: list[_Step] | None = None  # candidate steps whose parent is pending
+        self.fwd: _Container | None = None
+
+    def has_bucketed(self) -> bool:
+        return bool(self.leaves) or self.nb > 0
+
+    def examples(self) -> list[Example]:
+        out = [(leaf[3], leaf[4]) for leaf in self.leaves[:_EXAMPLES]]
+        if self.ex:
+            out.extend(self.ex[: _EXAMPLES - len(out)])
+        return out
+
+    def add_examples(self, examples: Sequence[Example]) -> None:
+        if not examples:
+            return
+        if self.ex is None:
+            self.ex = []
+        if len(self.ex) < _EXAMPLES:
+            self.ex.extend(examples[: _EXAMPLES - len(self.ex)])
+
+
+class _Step:
+    """A step, or a candidate that is one unless its parent carries an iteration."""
+
+    __slots__ = (
+        "child",
+        "end",
+        "ex",
+        "fwd",
+        "iteration",
+        "key",
+        "leaves",
+        "name",
+        "nb",
+        "origin",
+        "orphan",
+        "overlaps",
+        "start",
+        "sums",
+    )
+
+    def __init__(
+        self, name: str, key: int, origin: int, iteration: int | None, start: float, end: float
+    ) -> None:
+        self.name = name
+        self.key = key
+        self.origin = origin
+        self.iteration = iteration
+        self.start = start
+        self.end = end
+        self.sums: list[float] | tuple[float, ...] = _ZERO  # a list once written
+        self.leaves = 0  # bucketed leaves counted (unknown buckets included)
+        self.nb = 0
+        self.ex: Sequence[Example] = ()
+        self.overlaps: Sequence[tuple[Example, Example]] = ()
+        self.child: _Group | None = None  # the group of its children, forwarding here
+        self.orphan = False  # confirmed because its parent never arrived
+        self.fwd: _Container | None = None  # set when folded into its parent
+
+    def add_leaf(self, leaf: Leaf) -> None:
+        start, end, bucket = leaf[0], leaf[1], leaf[2]
+        self.leaves += 1
+        if bucket < 0:  # reported when it arrived; counts in no bucket
+            return
+        overlap = min(end, self.end) - max(start, self.start)
+        if overlap > 0:
+            self.writable_sums()[bucket] += overlap
+
+    def writable_sums(self) -> list[float]:
+        sums = self.sums
+        if isinstance(sums, tuple):
+            sums = self.sums = list(sums)
+        return sums
+
+
+_Container = _Group | _Step | _Settled
+# What the window remembers of an arrived span: (parent key, container, flags, name).
+_Entry = tuple[int | None, _Container, int, str]
+
+
+@dataclass
+class Violation:
+    """One broken invariant, with the spans involved as ``(name, span_id, trace_id)``."""
+
+    kind: str
+    message: str
+    spans: list[tuple[str, str, str]]
+
+
+@dataclass
+class StepRow:
+    """One step: where it ran, its wall time and its seconds per bucket (µs inside)."""
+
+    name: str
+    origin: int
+    iteration: int | None
+    trace_id: str
+    span_id: str
+    start: float
+    end: float
+    sums: list[float]
+    leaves: int
+    parent_missing: bool = False
+
+    @property
+    def wall(self) -> float:
+        return self.end - self.start
+
+    @property
+    def attributed(self) -> float:
+        return sum(self.sums)
+
+    @property
+    def unattributed(self) -> float:
+        return self.wall - self.attributed
+
+
+@dataclass
+class RollupResult:
+    """Steps in start order, the broken invariants, and a few counters."""
+
+    steps: list[StepRow]
+    violations: list[Violation]
+    spans: int = 0
+    without_ids: int = 0
+    duplicates: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+class Rollup:
+    """Feed complete (``"X"``) events with :meth:`add`, then call :meth:`finish`.
+
+    Args:
+        step_name: only spans whose name matches this regular expression can be
+            steps (``None``: any name).
+        window: how many arrived spans are remembered for detached children
+            that arrive after their parent.
+
+    Example:
+        >>> rollup = Rollup()
+        >>> rollup.add({"ph": "X", "name": "gen", "ts": 10, "dur": 5, "args": {
+        ...     "rl.bucket": "productive", "trace_id": "1", "span_id": "2",
+        ...     "parent_span_id": "1"}})
+        >>> rollup.add({"ph": "X", "name": "step", "ts": 0, "dur": 20, "args": {
+        ...     "rl.iteration": 1, "trace_id": "1", "span_id": "1"}})
+        >>> [(row.name, row.sums[0], row.wall) for row in rollup.finish().steps]
+        [('step', 5.0, 20.0)]
+    """
+
+    def __init__(self, *, step_name: re.Pattern[str] | None = None, window: int = 200_000) -> None:
+        self._step_name = step_name
+        self._window = window
+        self._pending: dict[int, _Group] = {}
+        self._home: dict[int, _Entry] = {}
+        self._order: deque[int] = deque()
+        self._traces: dict[str, int] = {}
+        self._trace_ids: list[str] = []
+        self._names: dict[str, str] = {}
+        self._steps: list[_Step] = []
+        self._violations: list[Violation] = []
+        self._spans = 0
+        self._without_ids = 0
+        self._duplicates = 0
+
+    # -- input ------------------------------------------------------------------
+
+    def add(self, event: dict[str, Any], origin: int = 0) -> None:
+        """Account one complete event (other phases are ignored)."""
+        if event.get("ph") != "X":
+            return
+        args = event.get("args")
+        if args.__class__ is not dict:
+            self._without_ids += 1
+            return
+        assert isinstance(args, dict)
+        span_id: Any = args.get("span_id")
+        trace_id: Any = args.get("trace_id")
+        try:
+            start = event["ts"]
+            end = start + event.get("dur", 0)
+            tix = self._traces.get(trace_id)
+            if tix is None:
+                tix = self._trace_index(str(trace_id))
+            key = int(span_id, 16) | tix << 64
+            parent_id: Any = args.get("parent_span_id")
+            pkey = int(parent_id, 16) | tix << 64 if parent_id else None
+        except (KeyError, TypeError, ValueError):
+            self._without_ids += 1
+            return
+        if key in self._home:
+            self._duplicates += 1
+            return
+        self._spans += 1
+        name = event.get("name")
+        name = self._intern(name if name.__class__ is str else str(name))
+        bucket: Any = args.get("rl.bucket")
+        iteration = args.get("rl.iteration")
+        if iteration.__class__ is not int:
+            iteration = None
+        group_step = args.get("asynctrace.group") == "step" or event.get("cat") == "step"
+        self._span(name, key, pkey, start, end, bucket, iteration, group_step, origin)
+
+    def _trace_index(self, trace_id: str) -> int:
+        index = self._traces[trace_id] = len(self._trace_ids)
+        self._trace_ids.append(trace_id)
+        return index
+
+    def _intern(self, name: str) -> str:
+        found = self._names.get(name)
+        if found is not None:
+            return found
+        if len(self._names) < _NAMES_LIMIT:
+            self._names[name] = name
+        return name
+
+    def _span(
+        self,
+        name: str,
+        key: int,
+        pkey: int | None,
+        start: float,
+        end: float,
+        bucket: Any,
+        iteration: int | None,
+        group_step: bool,
+        origin: int,
+    ) -> None:
+        children = self._pending.pop(key, None)
+        flags = (_HAS_ITERATION if iteration is not None else 0) | (_STEP if group_step else 0)
+        bucket_index = -1
+        if bucket is not None:
+            flags |= _BUCKETED
+            bucket_index = _BUCKET_INDEX.get(bucket, -1) if isinstance(bucket, str) else -1
+            if bucket_index < 0:
+                self._violation(
+                    "unknown-bucket",
+                    f"span {name!r} (span {key & _MASK:016x}) has an unknown bucket value "
+                    f"{bucket!r} (known: {', '.join(BUCKETS)})",
+                    [(name, key)],
+                )
+        if children is not None and children.cands:
+            # This span is the parent the candidates were waiting for.
+            if flags & _DISQUALIFIES:
+                for cand in children.cands:
+                    self._fold_step(cand, children)
+            else:
+                for cand in children.cands:
+                    self._confirm(cand)
+            children.cands = None
+        parent = self._home.get(pkey) if pkey is not None else None
+        candidate = (
+            bucket is None
+            and iteration is not None
+            and end > start
+            and (self._step_name is None or self._step_name.search(name) is not None)
+        )
+        if group_step or (candidate and (pkey is None or parent is not None)):
+            # A step for sure: marked as one, a root, or its parent is known.
+            if group_step or parent is None or not parent[2] & _DISQUALIFIES:
+                step = self._make_step(name, key, origin, iteration, start, end, children)
+                self._remember(key, (pkey, step, flags | _STEP, name))
+                self._confirm(step)
+                return
+        elif candidate and pkey is not None:
+            # Its parent has not arrived: a step unless the parent carries an iteration.
+            step = self._make_step(name, key, origin, iteration, start, end, children)
+            target = self._pending.get(pkey)
+            if target is None:
+                target = self._pending[pkey] = _Group()
+            if target.cands is None:
+                target.cands = []
+            target.cands.append(step)
+            self._remember(key, (pkey, step, flags, name))
+            return
+        if children is None and parent is None and pkey is not None:
+            # The common case, inlined: a childless span whose parent is still open.
+            target = self._pending.get(pkey)
+            if target is None:
+                target = self._pending[pkey] = _Group()
+            if bucket is not None:
+                target.leaves.append((start, end, bucket_index, name, key))
+            self._remember(key, (pkey, target, flags, name))
+            return
+        payload = children if children is not None else _Group()
+        if bucket is not None:
+            if payload.has_bucketed():
+                self._nested(name, key, payload.examples())
+            else:
+                payload.leaves.append((start, end, bucket_index, name, key))
+        self._attach(payload, key, pkey, parent, flags, name)
+
+    # -- moving subtrees up -----------------------------------------------------
+
+    def _attach(
+        self,
+        payload: _Group,
+        key: int,
+        pkey: int | None,
+        parent: _Entry | None,
+        flags: int,
+        name: str,
+    ) -> None:
+        if pkey is None:
+            payload.fwd = _OUTSIDE
+            self._remember(key, (None, _OUTSIDE, flags, name))
+            return
+        if parent is None:  # the parent is still open: wait in its group
+            target = self._pending.get(pkey)
+            if target is None:
+                target = self._pending[pkey] = _Group()
+            _merge(payload, target)
+            self._remember(key, (pkey, target, flags, name))
+            return
+        # A late child: its parent arrived (ended) before it.
+        container = _resolve(parent[1])
+        if payload.has_bucketed():
+            ancestor = self._bucketed_ancestor(pkey)
+            if ancestor is not None:
+                self._nested(ancestor[0], ancestor[1], payload.examples())
+                payload.leaves.clear()
+                payload.pre = None
+                payload.nb = 0
+        if isinstance(container, _Group):
+            _merge(payload, container)
+        elif isinstance(container, _Step):
+            for leaf in payload.leaves:
+                container.add_leaf(leaf)
+            _add_sums(container, payload)
+            payload.leaves.clear()
+            payload.fwd = container
+        else:
+            payload.fwd = _OUTSIDE
+        self._remember(key, (pkey, container, flags, name))
+
+    def _make_step(
+        self,
+        name: str,
+        key: int,
+        origin: int,
+        iteration: int | None,
+        start: float,
+        end: float,
+        children: _Group | None,
+    ) -> _Step:
+        step = _Step(name, key, origin, iteration, start, end)
+        if children is None:
+            return step
+        leaves = children.leaves
+        for leaf in leaves:
+            step.add_leaf(leaf)
+        _add_sums(step, children)
+        examples = children.examples()
+        if examples:
+            step.ex = examples
+        if sum(step.sums) > step.end - step.start:
+            step.overlaps = _overlapping(leaves)
+        leaves.clear()
+        children.fwd = step
+        step.child = children
+        return step
+
+    def _fold_step(self, step: _Step, into: _Group) -> None:
+        """A candidate turned out not to be a step: its sums join its parent's subtree."""
+        if isinstance(step.sums, list):
+            if into.pre is None:
+                into.pre = step.sums
+            else:
+                for i, seconds in enumerate(step.sums):
+                    into.pre[i] += seconds
+        into.nb += step.leaves + step.nb
+        into.add_examples(step.ex)
+        step.fwd = into
+        # Late children of the candidate (or of its subtree) now go straight to *into*,
+        # and the candidate itself can be freed.
+        if step.child is not None:
+            step.child.fwd = into
+            step.child = None
+        entry = self._home.get(step.key)
+        if entry is not None and entry[1] is step:
+            self._home[step.key] = (entry[0], into, entry[2], entry[3])
+
+    def _confirm(self, step: _Step) -> None:
+        self._steps.append(step)
+
+    def _remember(self, key: int, entry: _Entry) -> None:
+        home = self._home
+        home[key] = entry
+        order = self._order
+        order.append(key)
+        if len(order) > self._window:
+            home.pop(order.popleft(), None)
+
+    def _bucketed_ancestor(self, key: int | None) -> Example | None:
+        for _ in range(_WALK_LIMIT):
+            if key is None:
+                return None
+            entry = self._home.get(key)
+            if entry is None:
+                return None
+            if entry[2] & _BUCKETED:
+                return entry[3], key
+            if entry[2] & _STEP:
+                return None
+            key = entry[0]
+        return None
+
+    # -- results ----------------------------------------------------------------
+
+    def _nested(self, name: str, key: int, inner: list[Example]) -> None:
+        names = ", ".join(f"{n!r} (span {k & _MASK:016x})" for n, k in inner)
+        self._violation(
+            "nested-bucket",
+            f"bucketed span {name!r} (span {key & _MASK:016x}) has bucketed descendants: {names}",
+            [(name, key), *inner],
+        )
+
+    def _violation(self, kind: str, message: str, spans: list[Example]) -> None:
+        self._violations.append(
+            Violation(
+                kind,
+                message,
+                [(n, f"{k & _MASK:016x}", self._trace_ids[k >> 64]) for n, k in spans],
+            )
+        )
+
+    def finish(self) -> RollupResult:
+        """Settle what is still waiting (parents never seen) and return the steps."""
+        missing = len(self._pending)
+        for group in self._pending.values():
+            if group.cands:
+                for cand in group.cands:
+                    cand.orphan = True
+                    self._confirm(cand)
+                group.cands = None
+        self._pending.clear()
+        steps = sorted(self._steps, key=lambda s: (s.start, s.origin, s.key))
+        rows = []
+        for step in steps:
+            row = StepRow(
+                name=step.name,
+                origin=step.origin,
+                iteration=step.iteration,
+                trace_id=self._trace_ids[step.key >> 64],
+                span_id=f"{step.key & _MASK:016x}",
+                start=step.start,
+                end=step.end,
+                sums=list(step.sums),
+                leaves=step.leaves,
+                parent_missing=step.orphan,
+            )
+            rows.append(row)
+            if row.attributed > row.wall + 1e-3:
+                self._over_wall(step, row)
+        notes = []
+        if missing:
+            plural = "s" if missing != 1 else ""
+            notes.append(
+                f"{missing} parent span{plural} referenced but not found in the inputs "
+                "(another rank's file missing, or a detached span that arrived very late)"
+            )
+        return RollupResult(
+            rows,
+            self._violations,
+            spans=self._spans,
+            without_ids=self._without_ids,
+            duplicates=self._duplicates,
+            notes=notes,
+        )
+
+    def _over_wall(self, step: _Step, row: StepRow) -> None:
+        where = f"step {step.name!r} (span {step.key & _MASK:016x}" + (
+            f", rl.iteration={step.iteration})" if step.iteration is not None else ")"
+        )
+        spans: list[Example] = [(step.name, step.key)]
+        detail = ""
+        if step.overlaps:
+            pairs = "; ".join(
+                f"{a[0]!r} (span {a[1] & _MASK:016x}) overlaps {b[0]!r} (span {b[1] & _MASK:016x})"
+                for a, b in step.overlaps
+            )
+            detail = f"; overlapping bucketed spans: {pairs}"
+            for a, b in step.overlaps:
+                spans.extend((a, b))
+        self._violation(
+            "over-wall",
+            f"{where}: {row.attributed / 1e6:.6f} s in buckets exceed its wall time "
+            f"{row.wall / 1e6:.6f} s{detail}",
+            spans,
+        )
+
+
+def _resolve(container: _Container) -> _Container:
+    while container.fwd is not None:
+        container = container.fwd
+    return container
+
+
+def _add_sums(step: _Step, group: _Group) -> None:
+    if group.pre is not None:
+        sums = step.writable_sums()
+        for i, seconds in enumerate(group.pre):
+            sums[i] += seconds
+        group.pre = None
+    step.nb += group.nb
+    group.nb = 0
+
+
+def _merge(source: _Group, target: _Group) -> None:
+    """Move *source*'s content into *target*; *source* forwards there from now on."""
+    if source.leaves:
+        if len(source.leaves) > len(target.leaves):
+            source.leaves, target.leaves = target.leaves, source.leaves
+        target.leaves.extend(source.leaves)
+        source.leaves.clear()
+    if source.pre is not None:
+        if target.pre is None:
+            target.pre = source.pre
+        else:
+            for i, seconds in enumerate(source.pre):
+                target.pre[i] += seconds
+        source.pre = None
+    if source.nb:
+        target.nb += source.nb
+        source.nb = 0
+    if source.ex:
+        target.add_examples(source.ex)
+        source.ex = None
+    if source.cands:
+        if target.cands is None:
+            target.cands = []
+        target.cands.extend(source.cands)
+        source.cands = None
+    source.fwd = target
+
+
+def _overlapping(leaves: Iterable[Leaf]) -> list[tuple[Example, Example]]:
+    """A few pairs of bucketed leaves that overlap in time (why buckets exceed the wall)."""
+    pairs: list[tuple[Example, Example]] = []
+    latest: Leaf | None = None
+    for leaf in sorted(leaf for leaf in leaves if leaf[2] >= 0):
+        if latest is not None and leaf[0] < latest[1]:
+            pairs.append(((latest[3], latest[4]), (leaf[3], leaf[4])))
+            if len(pairs) >= _EXAMPLES:
+                break
+        if latest is None or leaf[1] > latest[1]:
+            latest = leaf
+    return pairs

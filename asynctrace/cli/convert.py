@@ -1,0 +1,322 @@
+"""``asynctrace convert``: merge per-rank JSONL traces into one Chrome Trace JSON file.
+
+The output opens in Perfetto (ui.perfetto.dev) and ``chrome://tracing``. Each
+writing process, keyed by (run, host, rank, role, pid), is one process of the
+output; its pid is kept unless two processes share one (containers often
+do), in which case one of them gets a fresh pid, its name (which shows the
+original pid) unchanged. Timestamps are wall-clock microseconds, so ranks
+line up as they are. Inputs are streamed, and events are written as they are
+read: an event that needs no change is copied byte for byte.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from bisect import bisect_left
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from ._common import CliError, HelpFormatter, Progress, dumps, note
+from ._reader import TRACE_PATTERN, ProcessInfo, ReadStats, expand_inputs, file_size, iter_file
+
+__all__ = ["add_parser", "run"]
+
+EPILOG = """\
+examples:
+  asynctrace convert asynctrace-traces/20261129-101500-ab12cd/ -o trace.json
+  asynctrace convert 'logs/**/traces-*.jsonl' -o merged.json --rebase
+  asynctrace convert traces-r0.jsonl -o - | gzip > trace.json.gz
+
+Then open https://ui.perfetto.dev, choose "Open trace file" and pick the
+output; the file never leaves your machine. Malformed lines (a torn last line
+of a killed process) are skipped and counted in the summary on stderr.
+"""
+
+_OVERFLOW_TID = 2_000_000_000  # first tid of the overflow tracks this command adds
+_MAX_INTERVALS = 512
+_HEADER = b'{"traceEvents":[\n'
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register the ``convert`` subcommand."""
+    parser = subparsers.add_parser(
+        "convert",
+        help="merge JSONL traces into one Perfetto / chrome://tracing JSON file",
+        description="Merge per-rank traces-*.jsonl files (directories are searched "
+        "recursively, globs are expanded) into one Chrome Trace JSON document.",
+        epilog=EPILOG,
+        formatter_class=HelpFormatter,
+    )
+    parser.add_argument(
+        "inputs", nargs="+", metavar="TRACES", help="trace files, directories or globs"
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        default="trace.json",
+        metavar="FILE",
+        help="where to write the JSON ('-' for stdout; default: trace.json)",
+    )
+    parser.add_argument(
+        "--rebase",
+        action="store_true",
+        help="subtract the earliest timestamp so the trace starts at 0 "
+        "(reads the inputs twice; ranks stay aligned either way)",
+    )
+    parser.add_argument(
+        "--no-progress", action="store_true", help="no progress bar, even on a terminal"
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="no summary line")
+    parser.set_defaults(run=run)
+
+
+class _Track:
+    """Top-level intervals of one output track (see ``fits``)."""
+
+    __slots__ = ("ends", "overflow", "starts")
+
+    def __init__(self) -> None:
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+        self.overflow: list[tuple[int, _Track]] | None = None
+
+    def fits(self, start: float, end: float) -> bool:
+        """Take ``[start, end]`` if it nests with every event already on the track.
+
+        Only top-level intervals are kept (children are absorbed), so an event
+        that starts inside one is refused even when it would nest: refusing is
+        always safe, it only sends the event to an overflow track.
+        """
+        starts, ends = self.starts, self.ends
+        if not ends or ends[-1] <= start:
+            starts.append(start)
+            ends.append(end)
+        else:
+            lo = bisect_left(starts, start)
+            if lo > 0 and ends[lo - 1] > start:
+                return False
+            hi = bisect_left(starts, end, lo)
+            if hi > lo and ends[hi - 1] > end:
+                return False
+            del starts[lo:hi]
+            del ends[lo:hi]
+            starts.insert(lo, start)
+            ends.insert(lo, end)
+        if len(starts) > _MAX_INTERVALS:  # merge the older half into one block
+            half = len(starts) // 2
+            starts[:half] = [starts[0]]
+            ends[:half] = [ends[half - 1]]
+        return True
+
+
+class _Merger:
+    """Output pids per process, and tracks on which every complete event nests."""
+
+    def __init__(self, paths: Sequence[Path], shift: float) -> None:
+        self.paths = paths
+        self.shift = shift
+        self._meta: dict[tuple[int, object], ProcessInfo] = {}
+        self._out: dict[tuple[int, object], object] = {}
+        self._by_process: dict[tuple[object, ...], object] = {}
+        self._used: set[object] = set()
+        self._next_free = 1
+        # Per output pid: tid -> track, tid -> thread name (nested: smaller keys).
+        self._tracks: dict[object, dict[object, _Track]] = {}
+        self._names: dict[object, dict[object, str]] = {}
+        self._overflow: list[tuple[object, int, object, int]] = []  # (pid, tid, base, n)
+        self._next_tid: dict[object, int] = {}
+        self.moved = 0
+
+    def out_pid(self, file_index: int, pid: object) -> object:
+        key = (file_index, pid)
+        found = self._out.get(key, key)
+        if found is not key:
+            return found
+        info = self._meta.get(key) or ProcessInfo.from_file_name(self.paths[file_index].name)
+        process = (info.run_id, info.host, info.rank, info.role, pid)
+        out = self._by_process.get(process)
+        if out is None:
+            out = pid if pid not in self._used else self._fresh_pid()
+            self._by_process[process] = out
+            self._used.add(out)
+        self._out[key] = out
+        return out
+
+    def _fresh_pid(self) -> int:
+        while self._next_free in self._used:
+            self._next_free += 1
+        return self._next_free
+
+    def event(self, file_index: int, event: dict[str, Any], raw: bytes) -> bytes:
+        """The bytes to write for one input event."""
+        pid = event.get("pid")
+        ph = event.get("ph")
+        if (
+            ph == "M"
+            and event.get("name") == "process_name"
+            and (file_index, pid) not in self._out
+        ):
+            args = event.get("args")
+            if isinstance(args, dict):
+                fallback = ProcessInfo.from_file_name(self.paths[file_index].name)
+                self._meta[(file_index, pid)] = ProcessInfo.from_metadata(args, fallback)
+        out = self.out_pid(file_index, pid)
+        changed = out != pid
+        if ph == "X":
+            tid = self._place(out, event)
+            if tid is not None:
+                event["tid"] = tid
+                changed = True
+        elif ph == "M" and event.get("name") == "thread_name":
+            args = event.get("args")
+            if isinstance(args, dict) and isinstance(args.get("name"), str):
+                names = self._names.get(out)
+                if names is None:
+                    names = self._names[out] = {}
+                names[event.get("tid")] = args["name"]
+        if self.shift and isinstance(event.get("ts"), (int, float)):
+            event["ts"] -= self.shift
+            changed = True
+        if not changed:
+            return raw
+        event["pid"] = out
+        return dumps(event)
+
+    def _place(self, pid: object, event: dict[str, Any]) -> int | None:
+        """``None`` if the event stays on its track, else the overflow tid it moves to."""
+        start = event.get("ts")
+        dur = event.get("dur", 0)
+        if not isinstance(start, (int, float)) or not isinstance(dur, (int, float)):
+            return None
+        end = start + max(dur, 0)
+        tid = event.get("tid")
+        tracks = self._tracks.get(pid)
+        if tracks is None:
+            tracks = self._tracks[pid] = {}
+        track = tracks.get(tid)
+        if track is None:
+            track = tracks[tid] = _Track()
+        if track.fits(start, end):
+            return None
+        self.moved += 1
+        if track.overflow is None:
+            track.overflow = []
+        for extra_tid, extra in track.overflow:
+            if extra.fits(start, end):
+                return extra_tid
+        extra_tid = self._next_tid.get(pid, _OVERFLOW_TID)
+        self._next_tid[pid] = extra_tid + 1
+        extra = _Track()
+        extra.fits(start, end)
+        track.overflow.append((extra_tid, extra))
+        self._overflow.append((pid, extra_tid, tid, len(track.overflow)))
+        return extra_tid
+
+    def trailer(self) -> list[bytes]:
+        """Names for the overflow tracks this command made."""
+        lines = []
+        for pid, tid, base, n in self._overflow:
+            name = self._names.get(pid, {}).get(base, f"tid {base}")
+            lines.append(
+                dumps(
+                    {
+                        "ph": "M",
+                        "name": "thread_name",
+                        "pid": pid,
+                        "tid": tid,
+                        "args": {"name": f"{name} (merge overflow {n})"},
+                    }
+                )
+            )
+        return lines
+
+    @property
+    def processes(self) -> int:
+        return len(self._by_process)
+
+
+def _earliest(paths: Sequence[Path]) -> float:
+    earliest: float | None = None
+    for path in paths:
+        for event, _ in iter_file(path, ReadStats()):
+            ts = event.get("ts")
+            if isinstance(ts, (int, float)) and (earliest is None or ts < earliest):
+                earliest = ts
+    return earliest or 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``asynctrace convert``."""
+    prog = "asynctrace convert"
+    paths = expand_inputs(args.inputs, [TRACE_PATTERN], "trace")
+    to_stdout = args.output == "-"
+    target = Path(args.output)
+    if not to_stdout and target.resolve() in {p.resolve() for p in paths}:
+        raise CliError(f"{args.output}: the output is also an input")
+    merger = _Merger(paths, _earliest(paths) if args.rebase else 0)
+    stats = ReadStats()
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        stream: IO[bytes] = sys.stdout.buffer if to_stdout else open(temporary, "wb")  # noqa: SIM115
+    except OSError as exc:
+        raise CliError(f"{args.output}: {exc.strerror or exc}") from None
+    events = 0
+    bar = Progress(file_size(paths), prog, enabled=not args.no_progress)
+    try:
+        chunk: list[bytes] = [_HEADER]
+        size = 0
+        separator = b""
+        for index, path in enumerate(paths):
+            for event, raw in iter_file(path, stats, bar):
+                line = merger.event(index, event, raw)
+                chunk.append(separator)
+                chunk.append(line)
+                separator = b",\n"
+                size += len(line)
+                events += 1
+                if size > 1 << 20:
+                    stream.write(b"".join(chunk))
+                    chunk.clear()
+                    size = 0
+        for line in merger.trailer():
+            chunk.append(separator)
+            chunk.append(line)
+            separator = b",\n"
+        if not events:
+            raise CliError(_nothing(paths, stats))
+        other = {"asynctrace": {"inputs": [str(p) for p in paths], "malformed": stats.malformed}}
+        chunk.append(b'\n],"displayTimeUnit":"ms","otherData":' + dumps(other) + b"}\n")
+        stream.write(b"".join(chunk))
+        stream.flush()
+        if not to_stdout:
+            stream.close()
+            os.replace(temporary, target)
+    except BaseException:
+        if not to_stdout:
+            stream.close()
+            temporary.unlink(missing_ok=True)
+        raise
+    finally:
+        bar.close()
+    if not args.quiet:
+        parts = [
+            f"wrote {'stdout' if to_stdout else args.output}: {events} events, "
+            f"{merger.processes} process{'es' if merger.processes != 1 else ''} "
+            f"from {len(paths)} file{'s' if len(paths) != 1 else ''}"
+        ]
+        summary = stats.summary()
+        if summary:
+            parts.append(summary)
+        if merger.moved:
+            parts.append(f"{merger.moved} spans moved to overflow tracks so every track nests")
+        note(prog, "; ".join(parts))
+    return 0
+
+
+def _nothing(paths: Sequence[Path], stats: ReadStats) -> str:
+    if len(paths) == 1 and stats.empty:
+        return f"{paths[0]}: empty file, no trace events"
+    return f"no trace events in the {len(paths)} input file(s) ({stats.summary() or 'all empty'})"

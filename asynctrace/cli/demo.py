@@ -1,0 +1,94 @@
+"""``asynctrace demo``: run the rollout-pump demo, then roll its trace up."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from ._common import CliError, HelpFormatter
+
+__all__ = ["add_parser", "run"]
+
+EPILOG = """\
+examples:
+  asynctrace demo
+  asynctrace demo --steps 4 --prompts 8 --out /tmp/demo
+  asynctrace demo --span-groups default      # only the preset's umbrellas
+
+It writes traces-*.jsonl and sessions-*.jsonl into --out, then trace.json (open
+it in ui.perfetto.dev), report.html (open it in any browser, offline) and
+prints the goodput table. Needs: pip install 'asynctrace[demo]'.
+"""
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register the ``demo`` subcommand."""
+    parser = subparsers.add_parser(
+        "demo",
+        help="run the rollout-pump demo and write its trace, report and goodput",
+        description="Run an async RL training loop against a FastAPI 'Gym' server "
+        "(no GPU, no model), traced end to end, then convert, roll up and report it.",
+        epilog=EPILOG,
+        formatter_class=HelpFormatter,
+    )
+    parser.add_argument("--steps", type=_positive, default=8, help="training steps (8)")
+    parser.add_argument(
+        "--prompts", type=_positive, default=16, help="prompt groups per step (16)"
+    )
+    parser.add_argument(
+        "--max-inflight", type=_positive, default=4, help="prompt groups in flight (4)"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=Path("asynctrace-demo"), help="output directory"
+    )
+    parser.add_argument(
+        "--span-groups", default="all", metavar="SPEC", help="span-group spec (all)"
+    )
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the demo, then ``convert``, ``report`` and ``goodput`` on its files."""
+    try:
+        from asynctrace_contrib.demo import run_demo
+    except ImportError as exc:
+        raise CliError(
+            f"the demo needs its extra ({exc}); install it with: pip install 'asynctrace[demo]'"
+        ) from exc
+    from . import main
+
+    result = run_demo(
+        args.out,
+        steps=args.steps,
+        prompts=args.prompts,
+        max_inflight=args.max_inflight,
+        span_groups=args.span_groups,
+    )
+    out: Path = result.out
+    trace_json, report_html = out / "trace.json", out / "report.html"
+    traces = [str(p) for p in result.trace_files]
+    sessions = [str(result.sessions_file)] if result.sessions_file else []
+    print(
+        f"demo: {len(result.rollouts)} rollouts in {args.steps} steps, "
+        f"{result.seconds:.1f} s; files in {out}"
+    )
+    codes = [
+        main(["convert", *traces, "-o", str(trace_json)]),
+        main(["report", *traces, *sessions, "-o", str(report_html)]),
+    ]
+    print(f"  Perfetto trace: {trace_json}  (open it in https://ui.perfetto.dev)")
+    print(f"  report:         {report_html}")
+    print(f"  sessions:       {', '.join(sessions) or '-'}")
+    print()
+    sys.stdout.flush()
+    codes.append(main(["goodput", *traces]))
+    return max(codes)

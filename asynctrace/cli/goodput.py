@@ -1,0 +1,357 @@
+"""``asynctrace goodput``: per step, wall time, seconds per bucket and the goodput ratio.
+
+Also checks the accounting invariants: a bucketed span has no bucketed
+descendant, a step's bucket seconds never exceed its wall time, and every
+bucket value is a known one. Exit status: 0 clean, 1 violations, 2 unreadable
+input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import heapq
+import io
+import re
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ._common import CliError, HelpFormatter, Progress, note
+from ._reader import TRACE_PATTERN, Origins, ReadStats, expand_inputs, file_size, iter_file
+from ._rollup import BUCKETS, Rollup, RollupResult, StepRow
+
+__all__ = ["Collected", "add_parser", "collect", "run", "to_json"]
+
+STEP_RULE = (
+    "a step is a span of group 'step', or an unbucketed span carrying an integer "
+    "rl.iteration whose parent carries neither rl.iteration nor rl.bucket"
+)
+
+EPILOG = """\
+examples:
+  asynctrace goodput asynctrace-traces/20261129-101500-ab12cd/
+  asynctrace goodput 'run/traces-*.jsonl' --json > goodput.json
+  asynctrace goodput run/ --csv --step-name '\\.step$'
+
+A step is a span of group 'step', or an unbucketed span carrying an integer
+rl.iteration whose parent carries neither rl.iteration nor rl.bucket (the
+outermost stamped umbrella). Per bucket, a step counts the bucketed spans of
+its subtree that have no bucketed descendant, clipped to the step's interval;
+unbucketed spans (umbrellas, per-prompt spans, a detached finalize span)
+never count. unattributed = wall - sum of buckets; goodput = productive / wall.
+
+exit status: 0 no violation, 1 invariant violations, 2 unreadable input
+"""
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register the ``goodput`` subcommand."""
+    parser = subparsers.add_parser(
+        "goodput",
+        help="per-step goodput table and invariant checks",
+        description="Per step: wall time, seconds per bucket (productive, overhead, idle, "
+        "wasted), unattributed time and the goodput ratio; a run total; and the "
+        "accounting invariants.",
+        epilog=EPILOG,
+        formatter_class=HelpFormatter,
+    )
+    parser.add_argument(
+        "inputs", nargs="+", metavar="TRACES", help="trace files, directories or globs"
+    )
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="print JSON")
+    output.add_argument("--csv", action="store_true", help="print CSV (violations on stderr)")
+    add_step_options(parser)
+    parser.set_defaults(run=run)
+
+
+def add_step_options(parser: argparse.ArgumentParser) -> None:
+    """Options shared with ``report``."""
+    parser.add_argument(
+        "--step-name",
+        metavar="REGEX",
+        help="only spans whose name matches REGEX can be steps (default: any name)",
+    )
+    parser.add_argument(
+        "--no-progress", action="store_true", help="no progress bar, even on a terminal"
+    )
+
+
+@dataclass
+class Collected:
+    """The rollup of a set of trace files."""
+
+    paths: list[Path]
+    result: RollupResult
+    origins: Origins
+    stats: ReadStats
+
+
+def _step_pattern(text: str | None) -> re.Pattern[str] | None:
+    if text is None:
+        return None
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise CliError(f"--step-name: invalid regular expression {text!r}: {exc}") from None
+
+
+def collect(
+    paths: Sequence[Path], *, step_name: str | None, progress: bool, prog: str
+) -> Collected:
+    """Read *paths* (merged in end-time order) through a :class:`Rollup`."""
+    pattern = _step_pattern(step_name)
+    stats = ReadStats()
+    origins = Origins(paths)
+    rollup = Rollup(step_name=pattern)
+    bar = Progress(file_size(paths), prog, enabled=progress)
+    try:
+        streams = [_complete_events(i, p, stats, bar, origins) for i, p in enumerate(paths)]
+        merged = streams[0] if len(streams) == 1 else heapq.merge(*streams)
+        add = rollup.add
+        origin = origins.origin
+        for _, index, _, pid, event in merged:
+            add(event, origin(index, pid))
+    finally:
+        bar.close()
+    if not stats.records:
+        raise CliError(_nothing_read(paths, stats))
+    return Collected(list(paths), rollup.finish(), origins, stats)
+
+
+def _nothing_read(paths: Sequence[Path], stats: ReadStats) -> str:
+    if len(paths) == 1 and stats.empty:
+        return f"{paths[0]}: empty file, no trace events"
+    return f"no trace events in the {len(paths)} input file(s) ({stats.summary() or 'all empty'})"
+
+
+def _complete_events(
+    index: int, path: Path, stats: ReadStats, bar: Progress, origins: Origins
+) -> Iterator[tuple[float, int, int, object, dict[str, Any]]]:
+    """``(end, file index, sequence, pid, event)`` for the complete events of one file.
+
+    The file's ``process_name`` metadata is recorded as it passes; it precedes
+    the spans in files asynctrace writes.
+    """
+    seq = 0
+    for event, _ in iter_file(path, stats, bar):
+        ph = event.get("ph")
+        if ph == "X":
+            ts = event.get("ts")
+            dur = event.get("dur", 0)
+            try:
+                end = float(ts + dur)
+            except TypeError:
+                end = 0.0
+            seq += 1
+            yield end, index, seq, event.get("pid"), event
+        elif ph == "M" and event.get("name") == "process_name":
+            origins.set_metadata(index, event.get("pid"), event.get("args"))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``asynctrace goodput``."""
+    prog = "asynctrace goodput"
+    paths = expand_inputs(args.inputs, [TRACE_PATTERN], "trace")
+    collected = collect(paths, step_name=args.step_name, progress=not args.no_progress, prog=prog)
+    result = collected.result
+    if args.json:
+        sys.stdout.write(_json_text(to_json(collected)))
+    elif args.csv:
+        sys.stdout.write(to_csv(collected))
+        for violation in result.violations:
+            note(prog, f"violation [{violation.kind}] {violation.message}")
+    else:
+        sys.stdout.write(to_text(collected))
+    for line in _notes(collected):
+        note(prog, line)
+    return 1 if result.violations else 0
+
+
+def _notes(collected: Collected) -> list[str]:
+    result = collected.result
+    lines = []
+    summary = collected.stats.summary()
+    if summary:
+        lines.append(summary)
+    if result.without_ids:
+        lines.append(f"{result.without_ids} complete events without trace/span ids were ignored")
+    if result.duplicates:
+        lines.append(f"{result.duplicates} duplicate spans were ignored")
+    lines.extend(result.notes)
+    if not result.steps:
+        lines.append(f"no step spans found ({STEP_RULE})")
+    return lines
+
+
+# -- numbers -------------------------------------------------------------------
+
+
+def _seconds(us: float) -> float:
+    return round(us / 1e6, 6)
+
+
+def _ratio(part: float, whole: float) -> float | None:
+    return round(part / whole, 6) if whole > 0 else None
+
+
+def _totals(rows: Sequence[StepRow]) -> tuple[float, list[float]]:
+    wall = sum(row.wall for row in rows)
+    sums = [sum(row.sums[i] for row in rows) for i in range(len(BUCKETS))]
+    return wall, sums
+
+
+def _row_dict(row: StepRow, origins: Origins) -> dict[str, Any]:
+    info = origins.infos[row.origin]
+    out: dict[str, Any] = {
+        "name": row.name,
+        "iteration": row.iteration,
+        "process": origins.label(row.origin),
+        "rank": info.rank,
+        "role": info.role,
+        "pid": origins.keys[row.origin][1],
+        "trace_id": row.trace_id,
+        "span_id": row.span_id,
+        "start_us": row.start,
+        "wall_s": _seconds(row.wall),
+    }
+    for i, bucket in enumerate(BUCKETS):
+        out[f"{bucket}_s"] = _seconds(row.sums[i])
+    out["unattributed_s"] = _seconds(row.unattributed)
+    out["goodput"] = _ratio(row.sums[0], row.wall)
+    out["leaves"] = row.leaves
+    out["parent_missing"] = row.parent_missing
+    return out
+
+
+def to_json(collected: Collected) -> dict[str, Any]:
+    """The goodput document: steps, run total, violations, inputs."""
+    rows = collected.result.steps
+    wall, sums = _totals(rows)
+    total: dict[str, Any] = {"steps": len(rows), "wall_s": _seconds(wall)}
+    for i, bucket in enumerate(BUCKETS):
+        total[f"{bucket}_s"] = _seconds(sums[i])
+    total["unattributed_s"] = _seconds(wall - sum(sums))
+    total["goodput"] = _ratio(sums[0], wall)
+    result = collected.result
+    return {
+        "step_rule": STEP_RULE,
+        "steps": [_row_dict(row, collected.origins) for row in rows],
+        "total": total,
+        "violations": [
+            {
+                "kind": v.kind,
+                "message": v.message,
+                "spans": [{"name": n, "span_id": s, "trace_id": t} for n, s, t in v.spans],
+            }
+            for v in result.violations
+        ],
+        "inputs": {
+            "files": [str(p) for p in collected.paths],
+            "spans": result.spans,
+            "malformed_lines": collected.stats.malformed,
+            "empty_files": collected.stats.empty,
+        },
+    }
+
+
+def _json_text(document: dict[str, Any]) -> str:
+    import json
+
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
+CSV_COLUMNS = [
+    "process",
+    "iteration",
+    "name",
+    "span_id",
+    "wall_s",
+    *(f"{b}_s" for b in BUCKETS),
+    "unattributed_s",
+    "goodput",
+]
+
+
+def to_csv(collected: Collected) -> str:
+    """One CSV row per step, then a ``total`` row."""
+    document = to_json(collected)
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for step in document["steps"]:
+        writer.writerow(["" if step[c] is None else step[c] for c in CSV_COLUMNS])
+    total = dict(document["total"], process="total", iteration="", name="", span_id="")
+    writer.writerow(["" if total[c] is None else total[c] for c in CSV_COLUMNS])
+    return out.getvalue()
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.1f}%"
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def to_text(collected: Collected) -> str:
+    """The table, the run total and the invariant summary, for a terminal."""
+    document = to_json(collected)
+    headers = ["process", "iter", "step", "wall s", *BUCKETS, "unattributed", "goodput"]
+    table: list[list[str]] = []
+    for step in document["steps"]:
+        table.append(
+            [
+                step["process"],
+                "-" if step["iteration"] is None else str(step["iteration"]),
+                _clip(step["name"], 40) + ("*" if step["parent_missing"] else ""),
+                f"{step['wall_s']:.4f}",
+                *(f"{step[f'{b}_s']:.4f}" for b in BUCKETS),
+                f"{step['unattributed_s']:.4f}",
+                _percent(step["goodput"]),
+            ]
+        )
+    total = document["total"]
+    table.append(
+        [
+            "total",
+            "",
+            f"{total['steps']} step{'s' if total['steps'] != 1 else ''}",
+            f"{total['wall_s']:.4f}",
+            *(f"{total[f'{b}_s']:.4f}" for b in BUCKETS),
+            f"{total['unattributed_s']:.4f}",
+            _percent(total["goodput"]),
+        ]
+    )
+    widths = [max(len(r[i]) for r in [headers, *table]) for i in range(len(headers))]
+    left = {0, 2}
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(
+            c.ljust(w) if i in left else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    lines = [line(headers), line(["-" * w for w in widths])]
+    lines.extend(line(row) for row in table[:-1])
+    lines.append(line(["-" * w for w in widths]))
+    lines.append(line(table[-1]))
+    violations = collected.result.violations
+    if any(step["parent_missing"] for step in document["steps"]):
+        lines.append(
+            "* its parent span is not in the inputs (another rank's file, or a killed run)"
+        )
+    lines.append("")
+    if violations:
+        plural = "s" if len(violations) != 1 else ""
+        lines.append(f"invariants: {len(violations)} violation{plural}")
+        lines.extend(f"  [{v.kind}] {v.message}" for v in violations)
+    else:
+        lines.append(
+            "invariants: ok (no bucketed span has a bucketed descendant; no step's bucket "
+            "seconds exceed its wall time; every bucket value is known)"
+        )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,373 @@
+"""``asynctrace report``: one self-contained HTML file about a run.
+
+Goodput per step (stacked bars), the waterfall of one step, the invariant
+checks and, when session files are given, the session lifecycle timeline and
+per-phase duration histograms. Everything is inline (no network needed to
+view it) and every name, attribute and path in it is HTML-escaped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+from array import array
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ._common import CliError, HelpFormatter, Progress, note
+from ._html import render
+from ._reader import (
+    SESSION_PATTERN,
+    TRACE_PATTERN,
+    Origins,
+    ReadStats,
+    expand_inputs,
+    file_size,
+    iter_file,
+    sniff_kind,
+)
+from ._rollup import StepRow
+from .goodput import Collected, add_step_options, collect, to_json
+
+__all__ = [
+    "ReportData",
+    "SessionRow",
+    "Sessions",
+    "Waterfall",
+    "WaterfallSpan",
+    "add_parser",
+    "run",
+]
+
+EPILOG = """\
+examples:
+  asynctrace report asynctrace-traces/20261129-101500-ab12cd/ -o report.html
+  asynctrace report 'run/traces-*.jsonl' run/sessions-r0.jsonl --step 12 -o report.html
+
+A directory contributes its traces-*.jsonl and sessions-*.jsonl files; a file
+is recognised by its content. The report needs no network to view.
+exit status: 0 no violation, 1 invariant violations, 2 unreadable input
+"""
+
+MAX_WATERFALL_ROWS = 400
+MAX_WATERFALL_COLLECT = 50_000
+TIMELINE_SESSIONS = 200
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register the ``report`` subcommand."""
+    parser = subparsers.add_parser(
+        "report",
+        help="write a self-contained HTML report (goodput, waterfall, sessions)",
+        description="Write one self-contained HTML file: goodput per step, the waterfall "
+        "of one step, the invariant checks, and session lifecycles when session files "
+        "are given.",
+        epilog=EPILOG,
+        formatter_class=HelpFormatter,
+    )
+    parser.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="TRACES_OR_SESSIONS",
+        help="trace and session files, directories or globs",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        default="report.html",
+        metavar="FILE",
+        help="where to write the HTML (default: report.html)",
+    )
+    parser.add_argument(
+        "--step",
+        type=int,
+        metavar="N",
+        help="draw the waterfall of the step with rl.iteration N (default: the slowest step)",
+    )
+    parser.add_argument("--title", default="asynctrace report", help="the page title")
+    add_step_options(parser)
+    parser.set_defaults(run=run)
+
+
+@dataclass
+class WaterfallSpan:
+    """One row of the waterfall."""
+
+    depth: int
+    name: str
+    start: float
+    end: float
+    bucket: str | None
+    span_id: str
+    process: str
+    attributes: list[tuple[str, str]]
+
+
+@dataclass
+class Waterfall:
+    """The spans of one step, depth first."""
+
+    step: StepRow
+    process: str
+    spans: list[WaterfallSpan]
+    hidden: int = 0
+    chosen_by: str = "slowest step"
+
+
+@dataclass
+class SessionRow:
+    """One session on the lifecycle timeline."""
+
+    session_id: str
+    task_id: str
+    status: str
+    submit: float
+    finalized: float
+    phases: list[tuple[str, float, float]]
+
+
+@dataclass
+class Sessions:
+    """Session records, summarised: counts, durations and a timeline sample."""
+
+    files: list[Path]
+    count: int = 0
+    statuses: Counter[str] = field(default_factory=Counter)
+    durations: dict[str, array[float]] = field(default_factory=dict)
+    timeline: list[SessionRow] = field(default_factory=list)
+    phases: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ReportData:
+    """Everything the HTML shows."""
+
+    title: str
+    goodput: dict[str, Any]
+    waterfall: Waterfall | None
+    sessions: Sessions | None
+    notes: list[str]
+    trace_files: list[Path]
+    processes: list[str]
+
+
+def _classify(specs: Sequence[str]) -> tuple[list[Path], list[Path]]:
+    traces: list[Path] = []
+    sessions: list[Path] = []
+    for path in expand_inputs(specs, [TRACE_PATTERN, SESSION_PATTERN], "trace or session"):
+        kind = sniff_kind(path)
+        if kind == "traces":
+            traces.append(path)
+        elif kind == "sessions":
+            sessions.append(path)
+        elif path.stat().st_size == 0:
+            raise CliError(f"{path}: empty file, neither traces nor session records")
+        else:
+            raise CliError(f"{path}: neither an asynctrace trace nor a sessions file")
+    if not traces:
+        raise CliError("no trace files among the inputs (traces-*.jsonl)")
+    return traces, sessions
+
+
+def _choose_step(rows: list[StepRow], wanted: int | None) -> tuple[StepRow, str] | None:
+    if not rows:
+        return None
+    if wanted is None:
+        return max(rows, key=lambda r: r.wall), "slowest step"
+    matching = [row for row in rows if row.iteration == wanted]
+    if not matching:
+        known = sorted({r.iteration for r in rows if r.iteration is not None})
+        shown = ", ".join(str(i) for i in known[:20]) + (", ..." if len(known) > 20 else "")
+        raise CliError(f"--step {wanted}: no step has rl.iteration={wanted} (steps: {shown})")
+    return max(matching, key=lambda r: r.wall), f"--step {wanted}"
+
+
+_SHOWN_ATTRIBUTES = ("rl.iteration", "rl.bucket", "rl.efficiency.category", "rl.idle.polls")
+
+
+def _waterfall(collected: Collected, step: StepRow, chosen_by: str, progress: bool) -> Waterfall:
+    """Second pass: the spans of the step's trace that start inside it, as a tree."""
+    by_parent: dict[str, list[tuple[float, int, dict[str, Any], int]]] = {}
+    root: tuple[float, int, dict[str, Any], int] | None = None
+    collected_spans = 0
+    seq = 0
+    bar = Progress(file_size(collected.paths), "asynctrace report", enabled=progress)
+    try:
+        for index, path in enumerate(collected.paths):
+            for event, _ in iter_file(path, ReadStats(), bar):
+                if event.get("ph") != "X":
+                    continue
+                args = event.get("args")
+                if not isinstance(args, dict) or args.get("trace_id") != step.trace_id:
+                    continue
+                ts = event.get("ts")
+                if not isinstance(ts, (int, float)) or not step.start <= ts <= step.end:
+                    continue
+                seq += 1
+                origin = collected.origins.origin(index, event.get("pid"))
+                item = (float(ts), seq, event, origin)
+                if args.get("span_id") == step.span_id:
+                    root = item
+                elif collected_spans < MAX_WATERFALL_COLLECT:
+                    collected_spans += 1
+                    parent = str(args.get("parent_span_id"))
+                    by_parent.setdefault(parent, []).append(item)
+    finally:
+        bar.close()
+    spans: list[WaterfallSpan] = []
+    hidden = 0
+    stack = [(0, root)] if root is not None else []
+    while stack:
+        depth, item = stack.pop()
+        assert item is not None
+        if len(spans) >= MAX_WATERFALL_ROWS:
+            hidden += 1
+        else:
+            spans.append(_row(collected.origins, depth, item))
+        span_id = item[2]["args"].get("span_id")
+        children = by_parent.pop(str(span_id), [])
+        for child in sorted(children, reverse=True):
+            stack.append((depth + 1, child))
+    return Waterfall(step, collected.origins.label(step.origin), spans, hidden, chosen_by)
+
+
+def _row(
+    origins: Origins, depth: int, item: tuple[float, int, dict[str, Any], int]
+) -> WaterfallSpan:
+    ts, _, event, origin = item
+    args = event["args"]
+    dur = event.get("dur", 0)
+    end = ts + (dur if isinstance(dur, (int, float)) else 0)
+    bucket = args.get("rl.bucket")
+    attributes = [(k, str(args[k])) for k in _SHOWN_ATTRIBUTES if k in args]
+    attributes.extend(
+        (str(k), str(v))
+        for k, v in list(args.items())[:12]
+        if k not in _SHOWN_ATTRIBUTES and k not in ("trace_id", "parent_span_id")
+    )
+    return WaterfallSpan(
+        depth=depth,
+        name=str(event.get("name")),
+        start=ts,
+        end=end,
+        bucket=None if bucket is None else str(bucket),
+        span_id=str(args.get("span_id")),
+        process=origins.label(origin),
+        attributes=attributes,
+    )
+
+
+def _sessions(paths: list[Path], stats: ReadStats, progress: bool) -> Sessions:
+    out = Sessions(paths)
+    sample = random.Random(0)
+    reservoir: list[SessionRow] = []
+    phase_order: dict[str, None] = {}
+    bar = Progress(file_size(paths), "asynctrace report", enabled=progress)
+    try:
+        for path in paths:
+            for record, _ in iter_file(path, stats, bar):
+                if "session_id" not in record:
+                    continue
+                out.count += 1
+                out.statuses[str(record.get("status"))] += 1
+                for key, value in record.items():
+                    if key.endswith("_s") and isinstance(value, (int, float)):
+                        if key not in out.durations:
+                            out.durations[key] = array("d")
+                        out.durations[key].append(float(value))
+                row = _session_row(record, phase_order)
+                if row is None:
+                    continue
+                if len(reservoir) < TIMELINE_SESSIONS:
+                    reservoir.append(row)
+                else:
+                    slot = sample.randrange(out.count)
+                    if slot < TIMELINE_SESSIONS:
+                        reservoir[slot] = row
+    finally:
+        bar.close()
+    out.timeline = sorted(reservoir, key=lambda r: (r.submit, r.session_id))
+    out.phases = list(phase_order)
+    return out
+
+
+def _session_row(record: dict[str, Any], phase_order: dict[str, None]) -> SessionRow | None:
+    submit = record.get("submit_ts")
+    finalized = record.get("finalized_ts")
+    if not isinstance(submit, (int, float)):
+        return None
+    if not isinstance(finalized, (int, float)):
+        finalized = submit
+    phases: list[tuple[str, float, float]] = []
+    raw = record.get("phases")
+    if isinstance(raw, dict):
+        for name, runs in raw.items():
+            phase_order.setdefault(str(name), None)
+            if not isinstance(runs, list):
+                continue
+            for run in runs:
+                if not isinstance(run, dict):
+                    continue
+                start = run.get("start_ts")
+                end = run.get("end_ts")
+                if isinstance(start, (int, float)):
+                    stop = end if isinstance(end, (int, float)) else finalized
+                    phases.append((str(name), float(start), float(stop)))
+    return SessionRow(
+        session_id=str(record.get("session_id")),
+        task_id=str(record.get("task_id")),
+        status=str(record.get("status")),
+        submit=float(submit),
+        finalized=float(finalized),
+        phases=phases,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``asynctrace report``."""
+    prog = "asynctrace report"
+    trace_paths, session_paths = _classify(args.inputs)
+    progress = not args.no_progress
+    collected = collect(trace_paths, step_name=args.step_name, progress=progress, prog=prog)
+    chosen = _choose_step(collected.result.steps, args.step)
+    waterfall = None
+    if chosen is not None:
+        waterfall = _waterfall(collected, chosen[0], chosen[1], progress)
+    session_stats = ReadStats()
+    sessions = _sessions(session_paths, session_stats, progress) if session_paths else None
+    notes = [n for n in (collected.stats.summary(), session_stats.summary()) if n]
+    notes.extend(collected.result.notes)
+    if not collected.result.steps:
+        notes.append("no step spans found")
+    data = ReportData(
+        title=args.title,
+        goodput=to_json(collected),
+        waterfall=waterfall,
+        sessions=sessions,
+        notes=notes,
+        trace_files=trace_paths,
+        processes=sorted(collected.origins.label(i) for i in range(len(collected.origins.infos))),
+    )
+    text = render(data)
+    target = Path(args.output)
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, target)
+    except OSError as exc:
+        temporary.unlink(missing_ok=True)
+        raise CliError(f"{args.output}: {exc.strerror or exc}") from None
+    violations = len(collected.result.violations)
+    summary = [
+        f"wrote {args.output}: {len(collected.result.steps)} steps",
+        f"{violations} invariant violation{'s' if violations != 1 else ''}",
+    ]
+    if sessions is not None:
+        summary.append(f"{sessions.count} sessions")
+    summary.extend(notes)
+    note(prog, "; ".join(summary))
+    return 1 if violations else 0

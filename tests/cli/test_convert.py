@@ -1,0 +1,193 @@
+"""``asynctrace convert``: one Chrome Trace JSON document from per-rank JSONL files."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from asynctrace.cli import main
+
+from ._helpers import GOLDEN, Result, nesting_errors, one_line, read_lines, write_lines
+
+Run = Callable[..., Result]
+
+
+def _convert(run: Run, *args: object) -> tuple[dict[str, Any], Result]:
+    result = run("convert", *args)
+    assert result.code == 0, result.err
+    output = Path(str(args[args.index("-o") + 1]))
+    document: dict[str, Any] = json.loads(output.read_text())
+    return document, result
+
+
+def _processes(events: list[dict[str, Any]]) -> dict[Any, str]:
+    return {
+        e["pid"]: e["args"]["name"]
+        for e in events
+        if e.get("ph") == "M" and e.get("name") == "process_name"
+    }
+
+
+def test_golden_merge(run: Run, tmp_path: Path) -> None:
+    """Two ranks sharing pid 100 become two processes; names, tracks and times are kept."""
+    document, result = _convert(run, GOLDEN, "-o", tmp_path / "trace.json")
+    events = document["traceEvents"]
+    inputs = read_lines(GOLDEN / "traces-r0.jsonl") + read_lines(GOLDEN / "traces-r1.jsonl")
+    assert len(events) == len(inputs)
+    processes = _processes(events)
+    assert sorted(processes.values()) == [
+        "trainer rank 0/2 (pid 100)",
+        "trainer rank 1/2 (pid 100)",
+    ]
+    assert len(processes) == 2
+    rank0 = next(p for p, n in processes.items() if "rank 0/2" in n)
+    rank1 = next(p for p, n in processes.items() if "rank 1/2" in n)
+    assert rank0 == 100  # the first keeps its pid, the second gets a free one
+    threads = {
+        (e["pid"], e["tid"]): e["args"]["name"]
+        for e in events
+        if e.get("ph") == "M" and e.get("name") == "thread_name"
+    }
+    assert threads[(rank0, 7)] == "thread: checkpoint-finalize"
+    assert threads[(rank1, 1)] == "thread: MainThread"
+    # Wall-clock timestamps are kept, so the worker's span lines up inside the driver's step.
+    by_name = {(e["pid"], e["name"]): e for e in events if e.get("ph") == "X"}
+    step = next(e for e in events if e.get("name") == "rl.step" and e["args"]["rl.iteration"] == 1)
+    logprob = by_name[(rank1, "rl.logprob")]
+    assert step["ts"] <= logprob["ts"]
+    assert logprob["ts"] + logprob["dur"] <= step["ts"] + step["dur"]
+    assert logprob["ts"] == 1_200_000
+    assert nesting_errors(events) == []
+    assert document["displayTimeUnit"] == "ms"
+    assert one_line(result.err) == (
+        f"asynctrace convert: wrote {tmp_path / 'trace.json'}: 37 events, 2 processes from 2 files"
+    )
+
+
+def test_unchanged_events_are_copied_verbatim(run: Run, tmp_path: Path) -> None:
+    """Events of a process that keeps its pid are written byte for byte."""
+    out = tmp_path / "trace.json"
+    run("convert", GOLDEN / "traces-r0.jsonl", "-o", out)
+    written = out.read_text().splitlines()
+    source = (GOLDEN / "traces-r0.jsonl").read_text().splitlines()
+    assert [line.rstrip(",") for line in written[1:-1]] == source
+
+
+def test_rebase(run: Run, tmp_path: Path) -> None:
+    """--rebase subtracts the earliest timestamp from every event."""
+    document, _ = _convert(run, GOLDEN, "-o", tmp_path / "trace.json", "--rebase")
+    stamps = [e["ts"] for e in document["traceEvents"] if "ts" in e]
+    assert min(stamps) == 0
+    job = next(e for e in document["traceEvents"] if e.get("name") == "rl.job")
+    assert job["ts"] == 800_000 - 100_000
+
+
+def test_stdout(run: Run) -> None:
+    """``-o -`` writes the document to stdout."""
+    result = run("convert", GOLDEN / "traces-r1.jsonl", "-o", "-", "--quiet")
+    assert result.code == 0
+    assert result.err == ""
+    assert len(json.loads(result.out)["traceEvents"]) == 6
+
+
+def test_torn_last_line(run: Run, golden: Path, tmp_path: Path) -> None:
+    """A torn last line is skipped and counted in the one summary line."""
+    with open(golden / "traces-r0.jsonl", "a") as stream:
+        stream.write('{"ph":"X","name":"rl.ste')
+    document, result = _convert(run, golden, "-o", tmp_path / "trace.json")
+    assert len(document["traceEvents"]) == 37
+    assert one_line(result.err).endswith(
+        "37 events, 2 processes from 2 files; skipped 1 malformed line (traces-r0.jsonl:32)"
+    )
+    assert document["otherData"]["asynctrace"]["malformed"] == 1
+
+
+def test_same_process_twice_still_nests(run: Run, golden: Path, tmp_path: Path) -> None:
+    """Two files of one process (same run, host, rank, pid): colliding tracks overflow."""
+    shifted = read_lines(golden / "traces-r0.jsonl")
+    for event in shifted:
+        if "ts" in event:
+            event["ts"] += 50_000
+        if "args" in event and "span_id" in event["args"]:
+            event["args"]["span_id"] = "f" + event["args"]["span_id"][1:]
+    write_lines(golden / "traces-r0.1.jsonl", shifted)
+    document, result = _convert(run, golden, "-o", tmp_path / "trace.json")
+    events = document["traceEvents"]
+    assert len(_processes(events)) == 2
+    assert nesting_errors(events) == []
+    assert "moved to overflow tracks so every track nests" in result.err
+    names = [e["args"]["name"] for e in events if e.get("name") == "thread_name"]
+    assert "task: Task-1 [MainThread] (merge overflow 1)" in names
+
+
+def test_errors(run: Run, tmp_path: Path) -> None:
+    """Empty input, output that is an input, unwritable output: one line, exit 2."""
+    empty = tmp_path / "traces-r0.jsonl"
+    empty.write_text("\n")
+    result = run("convert", empty, "-o", tmp_path / "t.json")
+    assert result.code == 2
+    assert one_line(result.err).endswith("traces-r0.jsonl: empty file, no trace events")
+    assert not (tmp_path / "t.json").exists()
+    assert list(tmp_path.iterdir()) == [empty]  # no temporary file left behind
+    same = run("convert", GOLDEN / "traces-r0.jsonl", "-o", GOLDEN / "traces-r0.jsonl")
+    assert same.code == 2
+    assert one_line(same.err).endswith("the output is also an input")
+    nowhere = run("convert", GOLDEN, "-o", tmp_path / "missing-dir" / "t.json")
+    assert nowhere.code == 2
+    assert "No such file or directory" in one_line(nowhere.err)
+    empty_dir = tmp_path / "empty"
+    empty_dir.mkdir()
+    no_traces = run("convert", empty_dir, "-o", tmp_path / "t.json")
+    assert no_traces.code == 2
+    assert "no trace files" in one_line(no_traces.err)
+
+
+def test_help_has_an_example(run: Run) -> None:
+    """--help exits 0 and shows examples."""
+    result = run("convert", "--help")
+    assert result.code == 0
+    assert "examples:" in result.out
+    assert "ui.perfetto.dev" in result.out
+
+
+_intervals = st.lists(
+    st.tuples(st.integers(0, 1_000), st.integers(0, 300), st.integers(1, 3)),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(_intervals)
+def test_any_input_converts_to_nesting_tracks(spans: list[tuple[int, int, int]]) -> None:
+    """Whatever overlaps the input has, every output track nests and no event is lost."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "traces-r0.jsonl"
+        write_lines(
+            path,
+            [
+                {"ph": "X", "name": f"s{i}", "ts": ts, "dur": dur, "pid": 1, "tid": tid}
+                for i, (ts, dur, tid) in enumerate(spans)
+            ],
+        )
+        out = Path(directory) / "trace.json"
+        assert main(["convert", str(path), "-o", str(out), "--quiet"]) == 0
+        events = json.loads(out.read_text())["traceEvents"]
+        complete = [e for e in events if e["ph"] == "X"]
+        assert sorted(e["name"] for e in complete) == sorted(f"s{i}" for i in range(len(spans)))
+        assert nesting_errors(events) == []
+
+
+def test_converted_output_is_an_input(run: Run, tmp_path: Path) -> None:
+    """Converting a converted document again gives the same events."""
+    first, _ = _convert(run, GOLDEN, "-o", tmp_path / "a.json")
+    shutil.copy(tmp_path / "a.json", tmp_path / "copy.json")
+    second, _ = _convert(run, tmp_path / "copy.json", "-o", tmp_path / "b.json")
+    assert second["traceEvents"] == first["traceEvents"]

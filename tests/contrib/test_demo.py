@@ -1,0 +1,115 @@
+"""The rollout-pump demo, end to end: one trace, clean goodput, consistent sessions."""
+
+from __future__ import annotations
+
+import collections
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from asynctrace_contrib.demo import run_demo
+from asynctrace_contrib.demo.gym import fails
+from asynctrace_contrib.demo.pump import MAX_ATTEMPTS
+
+
+def complete_events(path: Path) -> list[dict[str, Any]]:
+    """The complete ("X") events of a chrome JSONL file."""
+    events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [e for e in events if e.get("ph") == "X"]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The demo with default arguments, timed."""
+    out = tmp_path_factory.mktemp("demo")
+    started = time.monotonic()
+    result = run_demo(out)
+    result.wall = time.monotonic() - started
+    return result
+
+
+def test_finishes_within_a_minute(demo: Any) -> None:
+    """Default arguments finish in <= 60 s on this machine kind."""
+    assert demo.wall <= 60
+    assert len(demo.rollouts) == 8 * 16
+
+
+def test_one_trace_for_everything(demo: Any) -> None:
+    """Driver, pump tasks, collector thread, finalize thread and Gym server: one trace id."""
+    (trace_file,) = demo.trace_files
+    events = complete_events(trace_file)
+    assert {e["args"]["trace_id"] for e in events} == {events[0]["args"]["trace_id"]}
+    names = collections.Counter(e["name"] for e in events)
+    for name in (
+        "rl.job",
+        "rl.step",
+        "rl.rollout.dispatch",
+        "POST",
+        "POST /score/{prompt_id}",
+        "gym.score",
+        "rl.collector.batch",
+        "rl.checkpoint.finalize",
+        "rl.policy_update",
+    ):
+        assert names[name] > 0, name
+    assert names["rl.step"] == 8
+    assert names["POST /score/{prompt_id}"] == names["POST"]  # exactly one server span each
+
+
+def test_waits_and_retries_are_shaped_right(demo: Any) -> None:
+    """One starvation span per wait (with rl.idle.polls); retries carry attempt > 0."""
+    events = complete_events(demo.trace_files[0])
+    waits = [e for e in events if e["name"] == "rl.idle.buffer_starvation"]
+    assert 0 < len(waits) <= 8
+    assert all(e["args"]["rl.idle.polls"] >= 1 for e in waits)
+    assert len({e["args"]["rl.iteration"] for e in waits}) == len(waits)  # one per step's wait
+    expected_retries = sum(
+        1
+        for prompt in range(8 * 16)
+        for attempt in range(1, MAX_ATTEMPTS)
+        if fails(prompt, attempt - 1)
+    )
+    retries = [
+        e
+        for e in events
+        if e["name"] == "rl.rollout.dispatch" and e["args"]["rl.rollout.attempt"] > 0
+    ]
+    assert len(retries) == expected_retries > 0
+
+
+def test_goodput_is_clean(demo: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """asynctrace goodput: zero violations; per step the buckets never exceed the wall."""
+    from asynctrace.cli import main
+
+    assert main(["goodput", "--json", str(demo.out)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["violations"] == []
+    assert len(report["steps"]) == 8
+    for step in report["steps"]:
+        buckets = sum(step[f"{b}_s"] for b in ("productive", "overhead", "idle", "wasted"))
+        assert buckets <= step["wall_s"] + 1e-6
+        assert step["productive_s"] > 0
+
+
+def test_one_session_per_prompt_group(demo: Any) -> None:
+    """One record per prompt group; statuses follow the injected failures."""
+    assert demo.sessions_file is not None
+    records = [json.loads(line) for line in demo.sessions_file.read_text().splitlines()]
+    assert len(records) == len({r["task_id"] for r in records}) == 8 * 16
+    for record in records:
+        prompt = record["task_id"]
+        always_fails = all(fails(prompt, a) for a in range(MAX_ATTEMPTS))
+        assert record["status"] == ("failed" if always_fails else "accepted"), prompt
+        assert record["generate_s"] <= record["total_s"]
+        assert len(record["phases"]["reward"]) == (
+            MAX_ATTEMPTS if always_fails else 1 + int(fails(prompt, 0))
+        )
+
+
+def test_default_preset_keeps_only_its_umbrellas(tmp_path: Path) -> None:
+    """With span_groups=default only the preset's spans remain; with all, client spans appear."""
+    result = run_demo(tmp_path, steps=2, prompts=4, span_groups="default")
+    names = {e["name"] for e in complete_events(result.trace_files[0])}
+    assert names == {"rl.job", "rl.checkpointing", "rl.checkpoint.finalize"}
