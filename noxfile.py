@@ -63,7 +63,7 @@ def lint(session: nox.Session) -> None:
 @nox.session(python="3.11")
 def typing(session: nox.Session) -> None:
     """mypy --strict on the package."""
-    session.install("-e", ".[sdk,otlp,aiohttp,fastapi]", "mypy>=1.10", "pytest>=8")
+    session.install("-e", ".[sdk,otlp,aiohttp,fastapi,demo]", "mypy>=1.10", "pytest>=8")
     session.run("mypy", "--strict")
 
 
