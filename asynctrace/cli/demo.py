@@ -15,7 +15,7 @@ EPILOG = """\
 examples:
   asynctrace demo
   asynctrace demo --steps 4 --prompts 8 --out /tmp/demo
-  asynctrace demo --span-groups default      # only the preset's umbrellas
+  asynctrace demo --span-groups default      # only the preset's coarse spans
 
 It writes traces-*.jsonl and sessions-*.jsonl into --out, then trace.json (open
 it in ui.perfetto.dev), report.html (open it in any browser, offline) and
@@ -48,7 +48,13 @@ def add_parser(subparsers: Any) -> None:
         "--max-inflight", type=_positive, default=4, help="prompt groups in flight (4)"
     )
     parser.add_argument(
-        "--out", type=Path, default=Path("asynctrace-demo"), help="output directory"
+        "--checkpoint-every", type=_positive, default=2, help="steps between checkpoints (2)"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("asynctrace-demo"),
+        help="output directory (asynctrace-demo); earlier demo files there are replaced",
     )
     parser.add_argument(
         "--span-groups", default="all", metavar="SPEC", help="span-group spec (all)"
@@ -71,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
         steps=args.steps,
         prompts=args.prompts,
         max_inflight=args.max_inflight,
+        checkpoint_every=args.checkpoint_every,
         span_groups=args.span_groups,
     )
     out: Path = result.out

@@ -29,12 +29,17 @@ class AsyncCheckpointer:
 
     def save(self, step: int, stage: Callable[[int], None]) -> None:
         """Stage the checkpoint of *step* (blocking), then hand off finalization."""
-        self.finalize_pending()
         with at.managed_span("checkpoint", "rl.checkpointing"):
+            self.finalize_pending()  # the previous save must be durable first: part of the cost
             stage(step)
             # Captured inside the staging span: the finalize span is its child
             # and inherits the step's iteration scope.
-            self._thread = at.ContextThread(target=self._run_finalize, args=(step,), daemon=True)
+            self._thread = at.ContextThread(
+                target=self._run_finalize,
+                args=(step,),
+                name=f"checkpoint-finalize-{step}",
+                daemon=True,
+            )
             self._thread.start()
 
     def _run_finalize(self, step: int) -> None:

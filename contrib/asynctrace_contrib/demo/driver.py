@@ -37,12 +37,15 @@ class DemoResult:
     seconds: float = 0.0
 
 
+_BLOCK = bytes(256 * 1024)
+
+
 def _cpu(milliseconds: float) -> None:
-    """Busy work standing in for a GPU kernel."""
+    """Real CPU work standing in for a GPU kernel: hashing large blocks, which
+    releases the GIL as an accelerator call would, so the loop keeps running."""
     deadline = time.perf_counter() + milliseconds / 1000
-    digest = b"policy"
     while time.perf_counter() < deadline:
-        digest = hashlib.sha256(digest).digest()
+        hashlib.sha256(_BLOCK).digest()
 
 
 async def _train(
@@ -59,7 +62,8 @@ async def _train(
                 with at.managed_span(
                     "policy_update", "rl.policy_update", attributes={"rl.batch_size": len(batch)}
                 ):
-                    _cpu(25)
+                    # The "GPU" works while the loop keeps serving the pump.
+                    await at.to_thread(_cpu, 25)
             finally:
                 collector.refit_done.set()
             if step % 2 == 0:
@@ -86,6 +90,7 @@ async def _run(
         collector.start()  # a ContextThread: its spans join this trace
         pump = RolloutPump(gym_url, steps, prompts, finished, max_inflight=max_inflight)
         pump_task = asyncio.create_task(pump.run(), name="rollout-pump")
+        asyncio.current_task().set_name("driver")  # type: ignore[union-attr]
         await _train(collector, steps, checkpoint_every, rollouts)
         await pump_task
         await at.to_thread(collector.thread.join, 10)
@@ -110,10 +115,12 @@ def run_demo(
     """
     started = time.perf_counter()
     out = Path(out)
+    for stale in [*out.glob("traces-*.jsonl"), *out.glob("sessions-*.jsonl")]:
+        stale.unlink()  # trace files are appended to: start this run clean
     telemetry = at.init_driver(
         {
             "enabled": True,
-            "span_groups": f"{span_groups},http_server" if span_groups == "all" else span_groups,
+            "span_groups": span_groups,
             "exporters": ["chrome"],
             "output_dir": str(out),
             "session_tracer": {"enabled": True, "flush_threshold": 32},

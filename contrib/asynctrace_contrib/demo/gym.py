@@ -32,7 +32,7 @@ def fails(prompt_id: int, attempt: int) -> bool:
 
 def _score(tokens: list[int], rounds: int = 400) -> float:
     digest = repr(tokens).encode()
-    for _ in range(rounds):  # a little real CPU work, about a millisecond
+    for _ in range(rounds):  # a little real CPU work, a fraction of a millisecond
         digest = hashlib.sha256(digest).digest()
     return digest[0] / 255.0
 
@@ -50,7 +50,12 @@ def make_app() -> Any:
     @app.post("/score/{prompt_id}")
     async def score(prompt_id: int, payload: dict[str, Any]) -> dict[str, Any]:
         attempt = int(payload.get("attempt", 0))
-        with at.managed_span("reward", "gym.score", attributes={"gym.prompt_id": prompt_id}):
+        # One request per prompt attempt: per-item work that overlaps, so it is
+        # gated on per_prompt and unbucketed, like the client's side of it.
+        with (
+            at.per_prompt_scope(),
+            at.managed_span("reward", "gym.score", attributes={"gym.prompt_id": prompt_id}),
+        ):
             if fails(prompt_id, attempt):
                 raise HTTPException(status_code=500, detail="environment error")
             reward = _score(list(payload.get("tokens", [])))
@@ -78,7 +83,9 @@ class GymServer:
         """Start serving; returns the base URL once the server accepts connections."""
         import uvicorn
 
-        sock = socket.socket()
+        # proto=IPPROTO_TCP: asyncio then sets TCP_NODELAY on accepted connections;
+        # without it, small keep-alive responses can stall ~40 ms (Nagle + delayed ACK).
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
         config = uvicorn.Config(make_app(), log_level="warning", access_log=False, lifespan="off")

@@ -64,9 +64,9 @@ class RolloutPump:
                     await self._group(http, prompt_id, target_step)
 
             tasks = [
-                asyncio.create_task(group((step - 1) * self.prompts + i, step), name=f"prompt-{i}")
+                asyncio.create_task(group(prompt, step), name=f"prompt-{prompt}")
                 for step in range(1, self.steps + 1)
-                for i in range(self.prompts)
+                for prompt in range((step - 1) * self.prompts, step * self.prompts)
             ]
             await asyncio.gather(*tasks)
         self.out.put(None)
@@ -74,7 +74,7 @@ class RolloutPump:
     async def _group(self, http: aiohttp.ClientSession, prompt_id: int, target_step: int) -> None:
         with at.task_scope(prompt_id), at.session_scope():
             async with at.atrace_session_phase("generate"):
-                with at.managed_span("generation", "rl.generate"):
+                with at.per_prompt_scope(), at.managed_span("generation", "rl.generate"):
                     await asyncio.sleep(self._random.uniform(0.005, 0.03))  # the "model"
                 tokens = [self._random.randrange(32_000) for _ in range(16)]
             reward = None
@@ -85,7 +85,8 @@ class RolloutPump:
                         reward = await self._score(http, prompt_id, attempt, tokens)
                 if reward is not None:
                     break
-                at.increment_counter("retries")
+                if attempt + 1 < MAX_ATTEMPTS:
+                    at.increment_counter("retries")
             status = "accepted" if reward is not None else "failed"
             reason = None if reward is not None else "gym error on every attempt"
             at.trace_session_event("finalized", status=status, reason=reason)
@@ -126,13 +127,14 @@ class Collector:
             item = self.source.get()
             if item is None:
                 break
+            if not self.refit_done.is_set():
+                # The weights are being updated: the collection loop parks until the
+                # refit is done. This thread's wall clock overlaps the driver's, so
+                # the wait is kept out of the goodput buckets (unbucketed category).
+                with at.efficiency_span("idle/refit_event_wait"):
+                    self.refit_done.wait()
             pending.append(item)
             if len(pending) == self.batch_size:
-                if not self.refit_done.is_set():
-                    # The driver is refitting: this thread's wall clock overlaps the
-                    # driver's, so the wait is kept out of the goodput buckets.
-                    with at.efficiency_span("idle/refit_event_wait"):
-                        self.refit_done.wait()
                 with at.umbrella_span("rollout", "rl.collector.batch") as span:
                     span.set_attribute("rl.num_prompt_groups", len(pending))
                     self.batches.append(pending)
