@@ -43,16 +43,6 @@ class MissingExtraError(ImportError):
         self.extra = extra
 
 
-def import_extra(module: str, extra: str) -> object:
-    """Import *module* or raise :class:`MissingExtraError` naming *extra*."""
-    import importlib
-
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        raise MissingExtraError(extra, module) from exc
-
-
 # ---------------------------------------------------------------------------
 # Hot-path failures: logged once per call site, swallowed, unless strict.
 

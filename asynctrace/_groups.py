@@ -275,12 +275,6 @@ def registered_presets() -> dict[str, frozenset[str]]:
         return {name: _expand_preset(name, ()) for name in _REGISTRY.presets}
 
 
-def group_namespaces(name: str) -> frozenset[str]:
-    """The namespaces that registered group *name*."""
-    with _REGISTRY.lock:
-        return frozenset(_REGISTRY.owners.get(name, ()))
-
-
 def _expand_preset(name: str, stack: tuple[str, ...]) -> frozenset[str]:
     if name in stack:
         raise ConfigurationError(f"span_groups: preset cycle {' -> '.join((*stack, name))}")

@@ -91,12 +91,6 @@ def _recompute() -> None:
 _groups.add_registry_listener(_recompute)
 
 
-def pending_span_groups() -> tuple[str, ...]:
-    """Names in the active spec that no registration has declared yet."""
-    with _lock:
-        return _groups.resolve_tokens(GATE.tokens)[1]
-
-
 def enable_telemetry(
     tracer_provider: trace.TracerProvider, *, span_groups: str = "default"
 ) -> None:
