@@ -85,12 +85,14 @@ async def _run(
 ) -> list[Rollout]:
     rollouts: list[Rollout] = []
     finished: queue.Queue[Rollout | None] = queue.Queue()
+    current = asyncio.current_task()
+    if current is not None:
+        current.set_name("driver")  # names its trace track: before its first span
     with at.umbrella_span("job", "rl.job", attributes={"rl.steps": steps}):
         collector = Collector(finished, batch_size=prompts)
         collector.start()  # a ContextThread: its spans join this trace
         pump = RolloutPump(gym_url, steps, prompts, finished, max_inflight=max_inflight)
         pump_task = asyncio.create_task(pump.run(), name="rollout-pump")
-        asyncio.current_task().set_name("driver")  # type: ignore[union-attr]
         await _train(collector, steps, checkpoint_every, rollouts)
         await pump_task
         await at.to_thread(collector.thread.join, 10)
