@@ -361,12 +361,9 @@ def detached_span(
         >>> with detached_span("checkpoint", "rl.checkpoint.finalize"):
         ...     pass  # wait for the writers, then rename
     """
-    enabled = GATE.enabled
-    if not enabled:
-        return NOOP_CM
-    if (PER_PROMPT_GROUP if PER_PROMPT.get() else group) not in enabled:
-        return NOOP_CM
-    return LiveSpan(group, name, UMBRELLA, attributes, None)
+    # The same span as an umbrella: no bucket; only its intent (outliving
+    # its parent) differs, which is why it has its own name.
+    return umbrella_span(group, name, attributes=attributes)
 
 
 def start_span(

@@ -288,16 +288,7 @@ def client_middleware(
         ...         async with session.get(url) as response:
         ...             return await response.text()
     """
-    return _make_middleware(
-        _Options(
-            span_name=span_name,
-            secret_keys=secret_keys,
-            record_request_headers=record_request_headers,
-            record_response_headers=record_response_headers,
-            request_hook=request_hook,
-            response_hook=response_hook,
-        )
-    )
+    return _make_middleware(_Options(**locals()))  # exactly the keyword arguments above
 
 
 def trace_config(
@@ -329,16 +320,7 @@ def trace_config(
         ...         async with session.get(url) as response:
         ...             return await response.text()
     """
-    return _make_trace_config(
-        _Options(
-            span_name=span_name,
-            secret_keys=secret_keys,
-            record_request_headers=record_request_headers,
-            record_response_headers=record_response_headers,
-            request_hook=request_hook,
-            response_hook=response_hook,
-        )
-    )
+    return _make_trace_config(_Options(**locals()))  # exactly the keyword arguments above
 
 
 _install_lock = threading.Lock()
