@@ -101,9 +101,9 @@ def record_json(*args: Any, **kwargs: Any) -> str:
     return _encode(record_dict(*args, **kwargs)) + "\n"
 
 
-def _line(item: tuple[_Record, str, str | None, int], meta: dict[str, Any]) -> str:
+def _line(record: _Record, meta: dict[str, Any]) -> str:
     """One record's line; a value JSON cannot hold (infinity) is written as a string."""
-    record, status, reason, finalized = item
+    status, reason, finalized = record.status, record.reason, record.finalized_ns
     try:
         return record_json(record, status, reason, finalized, **meta)
     except ValueError:
@@ -132,7 +132,7 @@ class SessionWriter:
         self._threshold = max(1, int(flush_threshold))
         self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115 - closed by the thread
         self._cond = threading.Condition(threading.Lock())  # a plain lock: add() is hot
-        self._pending: list[tuple[_Record, str, str | None, int]] = []
+        self._pending: list[_Record] = []
         self._added = 0
         self.written = 0
         self.failed = 0
@@ -146,10 +146,11 @@ class SessionWriter:
         self, records: list[_Record], status: str, reason: str | None, finalized_ns: int
     ) -> None:
         """Queue finished sessions (never blocks on I/O)."""
+        for record in records:
+            record.status, record.reason, record.finalized_ns = status, reason, finalized_ns
         with self._cond:
             pending = self._pending
-            for record in records:
-                pending.append((record, status, reason, finalized_ns))
+            pending += records
             self._added += len(records)
             if len(pending) >= self._threshold:
                 self._cond.notify()
@@ -197,7 +198,7 @@ class SessionWriter:
         except OSError:
             pass
 
-    def _write(self, batch: list[tuple[_Record, str, str | None, int]]) -> None:
+    def _write(self, batch: list[_Record]) -> None:
         meta = self._meta
         while batch:
             # Consume the batch: a record is released as soon as it is written,
@@ -206,7 +207,7 @@ class SessionWriter:
             del batch[:_CHUNK]
             written = failed = 0
             try:
-                text = "".join(_line(item, meta) for item in chunk)
+                text = "".join(_line(record, meta) for record in chunk)
                 data = memoryview(text.encode("utf-8"))
                 while data:
                     data = data[self._file.write(data) or 0 :]

@@ -105,6 +105,13 @@ def _check_phase(phase: object) -> str:
     )
 
 
+def _ids(pending: str | set[str] | None) -> list[str]:
+    """The session ids of a task entry."""
+    if pending is None:
+        return []
+    return [pending] if isinstance(pending, str) else list(pending)
+
+
 _session_numbers = itertools.count(1).__next__
 _PROCESS_NONCE = os.urandom(2).hex()
 
@@ -118,7 +125,16 @@ class _Record:
     collect.
     """
 
-    __slots__ = ("counters", "runs", "session_id", "submit_ns", "task_id")
+    __slots__ = (
+        "counters",
+        "finalized_ns",
+        "reason",
+        "runs",
+        "session_id",
+        "status",
+        "submit_ns",
+        "task_id",
+    )
 
     def __init__(self, session_id: str, task_id: int | str | None, submit_ns: int) -> None:
         self.session_id = session_id
@@ -126,6 +142,10 @@ class _Record:
         self.submit_ns = submit_ns
         self.runs: list[Any] = []
         self.counters: dict[str, float] | None = None  # made on first use
+        # Set once, by finalization (after which nothing else touches the record):
+        self.status = "pending"
+        self.reason: str | None = None
+        self.finalized_ns = 0
 
 
 class SessionTracer:
@@ -146,7 +166,9 @@ class SessionTracer:
     ) -> None:
         self._lock = threading.Lock()
         self._live: dict[str, _Record] = {}
-        self._tasks: dict[int | str, set[str]] = {}
+        # task -> its pending sessions: one id (the common case, no set to make
+        # and collect), or a set once a task has several.
+        self._tasks: dict[int | str, str | set[str]] = {}
         # The counter is process-wide (a reconfigured tracer never reuses an id)
         # and the process tag carries random bits (two hosts may share a pid).
         self._next = _session_numbers
@@ -167,7 +189,9 @@ class SessionTracer:
             if task_id is not None:
                 pending = self._tasks.get(task_id)
                 if pending is None:
-                    self._tasks[task_id] = {session_id}
+                    self._tasks[task_id] = session_id
+                elif isinstance(pending, str):
+                    self._tasks[task_id] = {pending, session_id}
                 else:
                     pending.add(session_id)
         return session_id
@@ -244,7 +268,7 @@ class SessionTracer:
             elif task_id is not None:
                 finished = [
                     record
-                    for sid in list(self._tasks.get(task_id, ()))
+                    for sid in _ids(self._tasks.get(task_id))
                     if (record := self._take(sid)) is not None
                 ]
             else:
@@ -260,7 +284,10 @@ class SessionTracer:
         record = self._live.pop(session_id, None)
         if record is not None and record.task_id is not None:
             pending = self._tasks.get(record.task_id)
-            if pending is not None:
+            if isinstance(pending, str):
+                if pending == session_id:
+                    del self._tasks[record.task_id]
+            elif pending is not None:
                 pending.discard(session_id)
                 if not pending:
                     del self._tasks[record.task_id]
