@@ -133,16 +133,24 @@ def resolve_bucket(group: str, shape: int, explicit: object) -> Bucket | None:
     return bucket if isinstance(bucket, Bucket) else None
 
 
-def build_attributes(user: Attributes | None, bucket: Bucket | None) -> dict[str, AttributeValue]:
-    """Scope stamps first, then the caller's attributes (which win)."""
-    attrs: dict[str, AttributeValue] = {}
+def build_attributes(user: Attributes | None, bucket: Bucket | None) -> Attributes | None:
+    """Scope stamps first, then the caller's attributes (which win).
+
+    Without stamps, the caller's mapping is returned as it is: the SDK copies
+    attributes when a span or event takes them, so no copy is needed here.
+    """
     iteration = ITERATION.get()
+    task = TASK_ID.get()
+    session = SESSION_ID.get()
+    if iteration is None and task is None and session is None and bucket is None:
+        if not user or RL_BUCKET not in user:
+            return user
+        return {k: v for k, v in user.items() if k != RL_BUCKET}  # no bucket: never a raw one
+    attrs: dict[str, AttributeValue] = {}
     if iteration is not None:
         attrs[RL_ITERATION] = iteration
-    task = TASK_ID.get()
     if task is not None:
         attrs[RL_TASK_ID] = task
-    session = SESSION_ID.get()
     if session is not None:
         attrs[RL_SESSION_ID] = session
     if bucket is not None:
@@ -174,9 +182,8 @@ def start(
         if tracer is None:
             return None
         attrs = build_attributes(attributes, resolve_bucket(group, shape, bucket))
-        return tracer.start_span(
-            name, context, kind, attributes=attrs, links=links, start_time=start_time
-        )
+        # positional: the API's parameter order, cheaper than keywords per span
+        return tracer.start_span(name, context, kind, attrs, links, start_time)
     except Exception as exc:
         report_internal_error(("start", group, name), exc)
         return None

@@ -74,9 +74,9 @@ def main() -> None:
         from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
         FastAPIInstrumentor.instrument_app(fastapi_app, tracer_provider=provider())
-        # proto=IPPROTO_TCP: asyncio then sets TCP_NODELAY on accepted connections;
-        # without it, small keep-alive responses can stall ~40 ms (Nagle + delayed ACK).
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    # proto=IPPROTO_TCP: asyncio then sets TCP_NODELAY on accepted connections;
+    # without it, small keep-alive responses can stall ~40 ms (Nagle + delayed ACK).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     port_file.write_text(str(sock.getsockname()[1]))
     config = uvicorn.Config(fastapi_app, log_level="warning", access_log=False, lifespan="off")

@@ -4,7 +4,8 @@ Usage: python benchmarks/bench_http.py [--quick]
 
 Servers run in their own processes on 127.0.0.1; the client sends sequential
 GETs over one keep-alive aiohttp session. Each figure is the time per request
-relative to the uninstrumented run, interleaved and repeated (minimum kept).
+relative to the uninstrumented run: every round runs every variant back to
+back, and the figure is the median over rounds of the in-round ratio.
 
 - aiohttp client (the client middleware), span recorded (per_prompt on) [<= 1.25x]
 - aiohttp client (the client middleware), per_prompt off (header only)  [<= 1.10x]
@@ -12,7 +13,9 @@ relative to the uninstrumented run, interleaved and repeated (minimum kept).
   about 8% here)
 - FastAPI on uvicorn, server span recorded            [<= 1.30x]
 and, for reference, OpenTelemetry's aiohttp-client instrumentation (sampled
-and unsampled) and its FastAPI instrumentation in the same run.
+and unsampled) and its FastAPI instrumentation in the same run, plus a floor:
+a middleware doing nothing but start and end a bare SDK span and set the
+traceparent header.
 Exits 1 if one of our targets is missed.
 """
 
@@ -22,6 +25,7 @@ import argparse
 import asyncio
 import contextlib
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,6 +38,7 @@ import aiohttp
 from asynctrace_contrib.aiohttp_client import client_middleware, trace_config
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+from opentelemetry.trace import SpanKind
 
 import asynctrace as at
 
@@ -88,22 +93,48 @@ async def _requests(url: str, count: int, session_kwargs: dict[str, Any]) -> flo
             return (time.perf_counter() - start) / count
 
 
+Setup = Callable[[], tuple[dict[str, Any], Callable[[], None]]]
+
+
 def measure(
-    variants: dict[str, Callable[[], tuple[dict[str, Any], Callable[[], None]]]],
-    url: str,
-    count: int,
-    repeats: int,
-) -> dict[str, float]:
-    """Seconds per request of each variant: interleaved repeats, minimum kept."""
-    best = {name: float("inf") for name in variants}
-    for _ in range(repeats):
-        for name, setup in variants.items():
+    variants: dict[str, tuple[str, Setup]], count: int, rounds: int
+) -> dict[str, list[float]]:
+    """Seconds per request of each variant (server URL, client setup), one per round.
+
+    Every round runs every variant once, back to back, so a ratio taken within
+    a round compares runs that saw the same machine.
+    """
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, (url, setup) in variants.items():
             kwargs, teardown = setup()
             try:
-                best[name] = min(best[name], asyncio.run(_requests(url, count, kwargs)))
+                times[name].append(asyncio.run(_requests(url, count, kwargs)))
             finally:
                 teardown()
-    return best
+    return times
+
+
+def ratio(times: dict[str, list[float]], name: str, base: str) -> float:
+    """The median over rounds of *name*'s time over *base*'s in the same round."""
+    return statistics.median(t / b for t, b in zip(times[name], times[base], strict=True))
+
+
+def report(times: dict[str, list[float]], base: str, targets: dict[str, float]) -> bool:
+    """Print each variant against *base*; False if a target is missed."""
+    ok = True
+    for name in times:
+        if name == base:
+            continue
+        r = ratio(times, name, base)
+        target = targets.get(name)
+        good = target is None or r <= target
+        ok = ok and good
+        limit = f" (target <= {target:.2f}x)" if target else " (reference)"
+        mark = "" if target is None else ("  ok" if good else "  MISS")
+        us = statistics.median(times[name]) * 1e6
+        print(f"  {name:34s} {us:7.0f} us  {r:5.2f}x{limit}{mark}")
+    return ok
 
 
 def _ours(spec: str, form: str = "middleware") -> tuple[dict[str, Any], Callable[[], None]]:
@@ -121,6 +152,34 @@ def _otel(sampled: bool) -> tuple[dict[str, Any], Callable[[], None]]:
     return {"trace_configs": [create_trace_config(tracer_provider=p)]}, at.disable_telemetry
 
 
+def _floor() -> tuple[dict[str, Any], Callable[[], None]]:
+    """The least a recorded client span can cost: a bare SDK span and a traceparent.
+
+    No gating, no redaction, no error status, no body coverage: a reference
+    for how much of the recorded figure is the SDK span itself.
+    """
+    tracer = provider().get_tracer("floor")
+
+    async def bare_span(request: Any, handler: Any) -> Any:
+        url = request.url
+        attributes = {
+            "http.request.method": request.method,
+            "url.full": str(url),
+            "server.address": url.host,
+            "server.port": url.port,
+        }
+        span = tracer.start_span(request.method, None, SpanKind.CLIENT, attributes)
+        ctx = span.get_span_context()
+        request.headers["traceparent"] = f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-01"
+        response = await handler(request)
+        span.set_attribute("http.response.status_code", response.status)
+        span.end()
+        return response
+
+    at.enable_telemetry(provider(), span_groups="job")
+    return {"middlewares": (bare_span,)}, at.disable_telemetry
+
+
 def _plain() -> tuple[dict[str, Any], Callable[[], None]]:
     at.enable_telemetry(provider(), span_groups="job")
     return {}, at.disable_telemetry
@@ -130,49 +189,34 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
-    count, repeats = (300, 3) if args.quick else (2000, 5)
+    count, rounds = (300, 3) if args.quick else (1000, 15)
     print(f"python {platform.python_version()} on {platform.machine()}")
-    ok = True
     with server("aiohttp") as url:
         client = measure(
             {
-                "plain": _plain,
-                "asynctrace, span recorded": lambda: _ours("job,per_prompt"),
-                "asynctrace, per_prompt off": lambda: _ours("job"),
-                "asynctrace trace_config, recorded": lambda: _ours("job,per_prompt", "tc"),
-                "asynctrace trace_config, off": lambda: _ours("job", "tc"),
-                "OpenTelemetry contrib, sampled": lambda: _otel(True),
-                "OpenTelemetry contrib, unsampled": lambda: _otel(False),
+                "plain": (url, _plain),
+                "asynctrace, span recorded": (url, lambda: _ours("job,per_prompt")),
+                "asynctrace, per_prompt off": (url, lambda: _ours("job")),
+                "asynctrace trace_config, recorded": (url, lambda: _ours("job,per_prompt", "tc")),
+                "asynctrace trace_config, off": (url, lambda: _ours("job", "tc")),
+                "floor: bare SDK span middleware": (url, _floor),
+                "OpenTelemetry contrib, sampled": (url, lambda: _otel(True)),
+                "OpenTelemetry contrib, unsampled": (url, lambda: _otel(False)),
             },
-            url,
             count,
-            repeats,
+            rounds,
         )
-    base = client["plain"]
-    print(f"aiohttp client, sequential GETs: plain {base * 1e6:.0f} us/request")
+    plain_us = statistics.median(client["plain"]) * 1e6
+    print(f"aiohttp client, sequential GETs: plain {plain_us:.0f} us/request")
     targets = {"asynctrace, span recorded": 1.25, "asynctrace, per_prompt off": 1.10}
-    for name, seconds in client.items():
-        if name == "plain":
-            continue
-        ratio = seconds / base
-        target = targets.get(name)
-        mark = "" if target is None else ("  ok" if ratio <= target else "  MISS")
-        ok = ok and (target is None or ratio <= target)
-        limit = f" (target <= {target:.2f}x)" if target else " (reference)"
-        print(f"  {name:34s} {seconds * 1e6:7.0f} us  {ratio:5.2f}x{limit}{mark}")
-    server_times: dict[str, float] = {}
-    for kind in ("fastapi-plain", "fastapi-asynctrace", "fastapi-otel"):
-        with server(kind) as url:
-            server_times[kind] = measure({kind: _plain}, url, count, repeats)[kind]
-    base = server_times["fastapi-plain"]
-    print(f"FastAPI on uvicorn: plain {base * 1e6:.0f} us/request")
-    for kind, target in (("fastapi-asynctrace", 1.30), ("fastapi-otel", None)):
-        ratio = server_times[kind] / base
-        good = target is None or ratio <= target
-        ok = ok and good
-        limit = f" (target <= {target:.2f}x)" if target else " (reference)"
-        mark = "" if target is None else ("  ok" if good else "  MISS")
-        print(f"  {kind:34s} {server_times[kind] * 1e6:7.0f} us  {ratio:5.2f}x{limit}{mark}")
+    ok = report(client, "plain", targets)
+    with contextlib.ExitStack() as stack:
+        kinds = ("fastapi-plain", "fastapi-asynctrace", "fastapi-otel")
+        servers = {kind: (stack.enter_context(server(kind)), _plain) for kind in kinds}
+        fastapi = measure(servers, count, rounds)
+    plain_us = statistics.median(fastapi["fastapi-plain"]) * 1e6
+    print(f"FastAPI on uvicorn: plain {plain_us:.0f} us/request")
+    ok = report(fastapi, "fastapi-plain", {"fastapi-asynctrace": 1.30}) and ok
     return 0 if ok else 1
 
 

@@ -35,7 +35,8 @@ def redact_url(url: str, secret_keys: Iterable[str] = DEFAULT_SECRET_KEYS) -> st
         'https://h.example/run?api_key=REDACTED&n=1'
     """
     keys = secret_keys if isinstance(secret_keys, SecretKeys) else SecretKeys(secret_keys)
-    if "@" not in url and "#" not in url and not keys.pattern.search(url):
+    _, question, query = url.partition("?")
+    if "@" not in url and "#" not in url and not (question and keys.pattern.search(query)):
         return url  # nothing to strip: the common case, no parsing
     try:
         parts = urlsplit(url)

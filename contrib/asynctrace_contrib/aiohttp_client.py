@@ -23,7 +23,6 @@ import functools
 import inspect
 import logging
 import threading
-import weakref
 from collections.abc import Callable, Iterable
 from types import SimpleNamespace
 from typing import Any
@@ -85,12 +84,8 @@ class _Options:
         self.warned: set[str] = set()
 
 
-def _run_hook(
-    options: _Options, name: str, hook: RequestHook | None, span: Span, params: Any
-) -> None:
+def _run_hook(options: _Options, name: str, hook: RequestHook, span: Span, params: Any) -> None:
     """Call a user hook; a failure is logged once per hook of this config, never raised."""
-    if hook is None:
-        return
     try:
         hook(span, params)
     except Exception:
@@ -105,42 +100,12 @@ def _inject(headers: Any, carrier: dict[str, str]) -> None:
             headers[key] = value
 
 
-def _end_when_body_done(response: aiohttp.ClientResponse, span: Span) -> None:
-    """End *span* once: at end of body, on release()/close(), or when collected."""
-    done = threading.Lock()
-
-    def end() -> None:
-        if done.acquire(blocking=False):  # the first caller ends it, later ones return
-            asynctrace.end_span(span)
-
-    try:
-        response.content.on_eof(end)
-    except Exception:  # no stream (e.g. an upgraded connection): end at release
-        pass
-    # Instance attributes shadow the methods for this one response only. They
-    # reach the response through a weak reference: a strong one would make
-    # every response a reference cycle, left for the garbage collector.
-    cls = type(response)
-    ref = weakref.ref(response)
-
-    def release_and_end() -> Any:
-        end()
-        owner = ref()
-        return cls.release(owner) if owner is not None else None
-
-    def close_and_end() -> None:
-        end()
-        owner = ref()
-        if owner is not None:
-            cls.close(owner)
-
-    response.release = release_and_end  # type: ignore[method-assign]
-    response.close = close_and_end  # type: ignore[method-assign]
-    weakref.finalize(response, end)  # never read, never released: end when collected
-
-
 class _Requests:
-    """The per-request work shared by the middleware and the TraceConfig forms."""
+    """The per-request work shared by the middleware and the TraceConfig forms.
+
+    Written flat on purpose: every Python call here shows in the per-request
+    figure, so helpers are inlined on the recorded path.
+    """
 
     __slots__ = ("options",)
 
@@ -159,32 +124,69 @@ class _Requests:
                 name = options.span_name(method, params)
             except Exception:
                 logger.warning("asynctrace: span_name raised; using %r", method, exc_info=True)
-        span = asynctrace.start_span(
-            GATE_GROUP,
-            name,
-            kind=SpanKind.CLIENT,
-            attributes=_request_attributes(method, url, headers, options),
+        full = str(url)
+        if "?" in full or "@" in full or "#" in full:  # redact_url's own fast path, inline
+            full = redact_url(full, options.secret_keys)
+        attrs: dict[str, Any] = {
+            "http.request.method": method,
+            "url.full": full,
+            "server.address": url.host,
+            "server.port": url.port,
+        }
+        if not attrs["server.address"]:
+            del attrs["server.address"]
+        if not attrs["server.port"]:
+            del attrs["server.port"]
+        if options.record_request_headers:
+            _record_request_headers(attrs, headers, options.record_request_headers)
+        span = asynctrace.start_span(GATE_GROUP, name, kind=SpanKind.CLIENT, attributes=attrs)
+        carrier = (
+            asynctrace.span_carrier(span)
+            if span.is_recording()
+            else asynctrace.current_trace_carrier()
         )
+        for key, value in carrier.items():
+            if key not in headers:  # a caller's own traceparent wins
+                headers[key] = value
         if not span.is_recording():
-            _inject(headers, asynctrace.current_trace_carrier())
             return None
-        _inject(headers, asynctrace.span_carrier(span))
-        _run_hook(options, "request_hook", options.request_hook, span, params)
+        if options.request_hook is not None:
+            _run_hook(options, "request_hook", options.request_hook, span, params)
         return span
 
     def response(self, span: Span, response: aiohttp.ClientResponse, params: Any) -> None:
-        """Record the status; end the span when the body is done."""
+        """Record the status; end the span when the response lets go of its connection.
+
+        aiohttp releases the connection at the end of the body, on
+        ``release()``, on ``close()`` and when an unreleased response is
+        collected, and calls the connection's callbacks exactly once, so one
+        callback covers every way a response ends. A response whose body
+        arrived with its headers has released its connection already: the
+        span ends here.
+        """
+        options = self.options
         status = response.status
         span.set_attribute("http.response.status_code", status)
-        for header in self.options.record_response_headers:
-            values = response.headers.getall(header, ())
-            if values:
-                span.set_attribute(header_attribute("http.response.header", header), list(values))
+        if options.record_response_headers:
+            for header in options.record_response_headers:
+                values = response.headers.getall(header, ())
+                if values:
+                    name = header_attribute("http.response.header", header)
+                    span.set_attribute(name, list(values))
         if status >= 400:
             span.set_attribute("error.type", str(status))
             span.set_status(Status(StatusCode.ERROR))
-        _run_hook(self.options, "response_hook", self.options.response_hook, span, params)
-        _end_when_body_done(response, span)
+        if options.response_hook is not None:
+            _run_hook(options, "response_hook", options.response_hook, span, params)
+        connection = response.connection
+        if connection is None:
+            asynctrace.end_span(span)
+            return
+        try:
+            connection.add_callback(functools.partial(asynctrace.end_span, span))
+        except Exception:  # an aiohttp without connection callbacks: end at the headers
+            logger.warning("asynctrace: cannot follow the response body", exc_info=True)
+            asynctrace.end_span(span)
 
     @staticmethod
     def failed(span: Span, exc: BaseException) -> None:
@@ -248,22 +250,14 @@ def _make_trace_config(options: _Options) -> aiohttp.TraceConfig:
     return config
 
 
-def _request_attributes(method: str, url: Any, headers: Any, options: _Options) -> dict[str, Any]:
-    attrs: dict[str, Any] = {
-        "http.request.method": method,
-        "url.full": redact_url(str(url), options.secret_keys),
-    }
-    host = getattr(url, "host", None)
-    if host:
-        attrs["server.address"] = host
-    port = getattr(url, "port", None)
-    if port:
-        attrs["server.port"] = port
-    for header in options.record_request_headers:
-        values = headers.getall(header, ()) if hasattr(headers, "getall") else ()
+def _record_request_headers(attrs: dict[str, Any], headers: Any, names: tuple[str, ...]) -> None:
+    """Add ``http.request.header.<name>`` for the request headers asked for."""
+    if not hasattr(headers, "getall"):
+        return
+    for header in names:
+        values = headers.getall(header, ())
         if values:
             attrs[header_attribute("http.request.header", header)] = list(values)
-    return attrs
 
 
 def client_middleware(

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
+import time
 from typing import Any
 
 import aiohttp
@@ -138,6 +140,42 @@ def test_released_early_ends_once(traced: Any, aiohttp_server: Any, spans: Captu
 
     asyncio.run(main())
     assert len(spans.by_name("GET")) == 1
+
+
+def test_span_ends_at_release_close_or_body_end(
+    traced: Any, aiohttp_server: Any, spans: CapturedSpans
+) -> None:
+    """An unread streamed body: the span ends at release(), at close(), or, for a
+    response dropped unread, when its body has arrived (nobody reading it)."""
+    url = aiohttp_server(echo_app()) + "/stream"
+
+    async def main() -> list[int]:
+        ended_by = []
+        async with aiohttp.ClientSession(**traced()) as session:
+            for how in ("release", "close", "drop"):
+                response = await session.get(url)
+                assert len(spans.by_name("GET")) == len(ended_by)  # body still streaming
+                if how == "release":
+                    response.release()
+                elif how == "close":
+                    response.close()
+                else:
+                    del response
+                    gc.collect()
+                    await asyncio.sleep(0.5)
+                ended_by.append(time.time_ns())
+        return ended_by
+
+    ended_by = asyncio.run(main())
+    clients = spans.by_name("GET")
+    assert len(clients) == 3
+    durations = []
+    for client, deadline in zip(clients, ended_by):
+        assert client.end_time is not None and client.start_time is not None
+        assert client.end_time <= deadline  # ended then, not at session close
+        durations.append((client.end_time - client.start_time) / 1e9)
+    assert durations[0] < 0.2 and durations[1] < 0.2  # before the body
+    assert durations[2] >= 0.2  # with the body
 
 
 def test_cancelled_request_is_not_an_error(
