@@ -131,7 +131,8 @@ class SessionWriter:
         self._meta = {"rank": rank, "role": role, "run_id": run_id}
         self._threshold = max(1, int(flush_threshold))
         self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115 - closed by the thread
-        self._cond = threading.Condition(threading.Lock())  # a plain lock: add() is hot
+        self._lock = threading.Lock()  # a plain lock: add() is hot
+        self._cond = threading.Condition(self._lock)
         self._pending: list[_Record] = []
         self._added = 0
         self.written = 0
@@ -141,6 +142,16 @@ class SessionWriter:
         self._warned = False
         self._thread = threading.Thread(target=self._run, name="asynctrace-sessions", daemon=True)
         self._thread.start()
+
+    def add_one(self, record: _Record, status: str, reason: str | None, finalized_ns: int) -> None:
+        """Queue one finished session: :meth:`add` without the list."""
+        record.status, record.reason, record.finalized_ns = status, reason, finalized_ns
+        with self._lock:  # the condition's own lock, without its Python-level wrapper
+            pending = self._pending
+            pending.append(record)
+            self._added += 1
+            if len(pending) >= self._threshold:
+                self._cond.notify()
 
     def add(
         self, records: list[_Record], status: str, reason: str | None, finalized_ns: int

@@ -136,16 +136,18 @@ class _Record:
         "task_id",
     )
 
+    status: str
+    reason: str | None
+    finalized_ns: int
+
     def __init__(self, session_id: str, task_id: int | str | None, submit_ns: int) -> None:
         self.session_id = session_id
         self.task_id = task_id
         self.submit_ns = submit_ns
         self.runs: list[Any] = []
         self.counters: dict[str, float] | None = None  # made on first use
-        # Set once, by finalization (after which nothing else touches the record):
-        self.status = "pending"
-        self.reason: str | None = None
-        self.finalized_ns = 0
+        # status, reason and finalized_ns are set once, by finalization (see
+        # SessionWriter.add), after which nothing else touches the record.
 
 
 class SessionTracer:
@@ -261,11 +263,26 @@ class SessionTracer:
     ) -> int:
         """Finalize one session, or every pending session of a task; returns how many."""
         now = time.time_ns()
+        if session_id is not None:  # the common case: one session, no list
+            with self._lock:
+                record = self._live.pop(session_id, None)
+                if record is None:
+                    self.dropped_events += 1
+                    return 0
+                task = record.task_id
+                if task is not None:  # _take's task-map upkeep, inline
+                    tasks = self._tasks
+                    pending = tasks.get(task)
+                    if pending == session_id:
+                        del tasks[task]
+                    elif type(pending) is set:
+                        pending.discard(session_id)
+                        if not pending:
+                            del tasks[task]
+            self._writer.add_one(record, status, reason, now)
+            return 1
         with self._lock:
-            if session_id is not None:
-                record = self._take(session_id)
-                finished = [record] if record is not None else []
-            elif task_id is not None:
+            if task_id is not None:
                 finished = [
                     record
                     for sid in _ids(self._tasks.get(task_id))
@@ -371,14 +388,15 @@ class task_scope(SyncAndAsync["int | str"]):
     __slots__ = ("_task_id", "_token")
 
     def __init__(self, task_id: int | str) -> None:
-        self._task_id = _check_task_id(task_id)
+        cls = type(task_id)
+        self._task_id = task_id if cls is int or cls is str else _check_task_id(task_id)
         self._token: Any = None
 
     def __enter__(self) -> int | str:
         self._token = TASK_ID.set(self._task_id)
         return self._task_id
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         token, self._token = self._token, None
         if token is not None:
             TASK_ID.reset(token)
@@ -407,7 +425,23 @@ class session_scope(SyncAndAsync[str]):
 
     def __enter__(self) -> str:
         tracer = _tracer
-        session_id = tracer.register(TASK_ID.get()) if tracer is not None else _untracked_id()
+        if tracer is None:
+            session_id = _untracked_id()
+        else:  # SessionTracer.register, inline: this is the hot path
+            task_id = TASK_ID.get()
+            session_id = tracer._prefix + str(tracer._next())
+            record = _Record(session_id, task_id, time.time_ns())
+            with tracer._lock:
+                tracer._live[session_id] = record
+                if task_id is not None:
+                    tasks = tracer._tasks
+                    pending = tasks.get(task_id)
+                    if pending is None:
+                        tasks[task_id] = session_id
+                    elif isinstance(pending, str):
+                        tasks[task_id] = {pending, session_id}
+                    else:
+                        pending.add(session_id)
         self._session_id = session_id
         self._token = SESSION_ID.set(session_id)
         return session_id
@@ -485,13 +519,22 @@ def current_session_id() -> str | None:
 # Phases, events, counters.
 
 
-class _PhaseExecution(SyncAndAsync[None]):
-    """One execution of a phase; ``with`` and ``async with``."""
+class trace_session_phase(SyncAndAsync[None]):
+    """Time one execution of *phase* for the current session (``with``).
+
+    Raises:
+        ConfigurationError: *phase* is not registered (checked even when the
+            session tracer is off).
+
+    Example:
+        >>> with trace_session_phase("reward"):
+        ...     pass
+    """
 
     __slots__ = ("_handle", "_phase", "_session_id", "_tracer")
 
     def __init__(self, phase: str) -> None:
-        self._phase = _check_phase(phase)
+        self._phase = phase if type(phase) is str and phase in _phases else _check_phase(phase)
         self._tracer: SessionTracer | None = None
         self._session_id: str | None = None
         self._handle = -1
@@ -516,7 +559,7 @@ class _PhaseExecution(SyncAndAsync[None]):
                     return
             tracer.dropped_events += 1
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         tracer, self._tracer = self._tracer, None
         if tracer is None:
             return
@@ -529,29 +572,16 @@ class _PhaseExecution(SyncAndAsync[None]):
                 record.runs[self._handle + 2] = now
 
 
-def trace_session_phase(phase: str) -> _PhaseExecution:
-    """Time one execution of *phase* for the current session (``with``).
-
-    Raises:
-        ConfigurationError: *phase* is not registered (checked even when the
-            session tracer is off).
-
-    Example:
-        >>> with trace_session_phase("reward"):
-        ...     pass
-    """
-    return _PhaseExecution(phase)
-
-
-def atrace_session_phase(phase: str) -> _PhaseExecution:
-    """The ``async with`` form of :func:`trace_session_phase`.
+class atrace_session_phase(trace_session_phase):
+    """The ``async with`` form of :class:`trace_session_phase`.
 
     Example:
         >>> async def generate(engine, request):
         ...     async with atrace_session_phase("generate"):
         ...         return await engine.agenerate(request)
     """
-    return _PhaseExecution(phase)
+
+    __slots__ = ()
 
 
 def trace_session(phase: str) -> Callable[[F], F]:
@@ -590,6 +620,9 @@ def trace_session_event(
     event: str,
     session_id: str | None = None,
     task_id: int | str | None = None,
+    *,
+    status: str | None = None,
+    reason: object = None,
     **payload: Any,
 ) -> None:
     """Record a lifecycle event for a session, or for every pending session of a task.
@@ -609,15 +642,12 @@ def trace_session_event(
         >>> trace_session_event("finalized", status="rejected", reason="stale_weight")
     """
     if event == FINALIZED:
-        status = payload.pop("status", None)
-        reason = payload.pop("reason", None)
         if status not in STATUSES:
             raise ConfigurationError(
                 f"trace_session_event('finalized', status=...): {status!r} is not accepted; "
                 f"accepted: {', '.join(STATUSES)}"
             )
-        if reason is not None and not isinstance(reason, str):
-            reason = str(reason)
+        text = reason if reason is None or isinstance(reason, str) else str(reason)
         if payload:
             raise ConfigurationError(
                 f"trace_session_event('finalized'): unknown payload {sorted(payload)}; "
@@ -630,7 +660,7 @@ def trace_session_event(
             session_id = SESSION_ID.get()
             if session_id is None:
                 task_id = TASK_ID.get()
-        tracer.finalize(session_id, task_id, status, reason)
+        tracer.finalize(session_id, task_id, status, text)
         return
     phase, _, edge = event.rpartition("_") if isinstance(event, str) else ("", "", "")
     if edge not in ("start", "end") or phase not in _phases:
@@ -638,10 +668,10 @@ def trace_session_event(
         raise ConfigurationError(
             f"trace_session_event(event): {event!r} is not accepted; accepted: {accepted}"
         )
-    if payload:
-        raise ConfigurationError(
-            f"trace_session_event({event!r}): unexpected payload {sorted(payload)}"
-        )
+    if payload or status is not None or reason is not None:
+        named = (("status", status), ("reason", reason))
+        given = sorted([*payload, *(key for key, value in named if value is not None)])
+        raise ConfigurationError(f"trace_session_event({event!r}): unexpected payload {given}")
     tracer = _tracer
     if tracer is not None:
         tracer.mark(session_id or SESSION_ID.get(), phase, edge == "start")

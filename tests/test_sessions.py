@@ -169,6 +169,10 @@ def test_unknown_names_raise_at_the_call(tracer_on: bool, tmp_path: Path) -> Non
             at.trace_session_event("finalized", status="done")
         with pytest.raises(ConfigurationError, match="reason"):
             at.trace_session_event("finalized", status="accepted", why="x")
+        with pytest.raises(ConfigurationError, match=r"unexpected payload \['status'\]"):
+            at.trace_session_event("generate_start", status="accepted")
+        with pytest.raises(ConfigurationError, match=r"\['extra', 'reason'\]"):
+            at.trace_session_event("reward_end", reason="x", extra=1)
         with pytest.raises(ConfigurationError, match="lower-case"):
             at.register_phase("Bad Name")
         with pytest.raises(ConfigurationError, match="allow_multiple"):

@@ -170,11 +170,13 @@ def test_span_ends_at_release_close_or_body_end(
     clients = spans.by_name("GET")
     assert len(clients) == 3
     durations = []
-    for client, deadline in zip(clients, ended_by):
-        assert client.end_time is not None and client.start_time is not None
+    for client, deadline in zip(clients, ended_by, strict=True):
+        assert client.end_time is not None
+        assert client.start_time is not None
         assert client.end_time <= deadline  # ended then, not at session close
         durations.append((client.end_time - client.start_time) / 1e9)
-    assert durations[0] < 0.2 and durations[1] < 0.2  # before the body
+    assert durations[0] < 0.2  # released before the body
+    assert durations[1] < 0.2  # closed before the body
     assert durations[2] >= 0.2  # with the body
 
 
