@@ -20,9 +20,9 @@ Figures (targets in brackets); exits 1 if a target is missed:
      the spans: what the instrumented code itself pays, serialization being
      on the writer thread) [<= 20% of the SDK span];
    - in total (wall time including the final flush, so every microsecond of
-     the writer thread is counted). Reported, no target: on CPython the
-     writer shares the GIL, so on a CPU-bound loop its ~1.5 us of
-     serialization per span shows up here.
+     the writer thread is counted) [<= 20%]: on CPython the writer shares the
+     GIL, so on a CPU-bound loop its ~1.3 us of encoding and writing per span
+     shows up here.
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ def main() -> int:
     million = 200_000 if options.quick else 1_000_000
     sdk_count = 50_000 if options.quick else 200_000
     overhead_n = 30_000 if options.quick else 100_000
-    repeats = 3 if options.quick else 5
+    repeats = 3 if options.quick else 9
     results: dict[str, Any] = {"python": sys.version.split()[0], "machine": platform.machine()}
     ok = True
 
@@ -164,6 +164,9 @@ def main() -> int:
         rss_after = rss_bytes()
         stats = processor.stats()
         processor.shutdown()
+        # Delete each figure's file once measured: hundreds of MB of dirty pages
+        # left behind would slow the writes of the next figure (kernel writeback).
+        Path(tmp, "keepup.jsonl").unlink()
         growth_mb = (rss_after - rss_before) / 2**20
         keep_ok = rate >= 100_000 and stats.dropped == 0 and flushed
         mem_ok = growth_mb <= 50
@@ -193,6 +196,7 @@ def main() -> int:
         chrome.force_flush(30_000)
         sdk_stats = chrome.stats()
         provider.shutdown()
+        Path(tmp, "sdk.jsonl").unlink()
         sdk_ok = sdk_stats.dropped == 0
         results["sdk"] = {"spans": sdk_count, "rate_per_s": round(produced)}
         results["sdk"]["dropped"] = sdk_stats.dropped
@@ -243,11 +247,13 @@ def main() -> int:
             f"{chrome_cpu * 1e6:.2f} us: +{extra_cpu:.1%}  [target <= 20%] "
             f"{'ok' if over_ok else 'MISSED'}"
         )
+        total_ok = extra_wall <= 0.20
         print(
             f"          total incl. writer thread: {base_wall * 1e6:.2f} us -> "
-            f"{chrome_wall * 1e6:.2f} us: +{extra_wall:.1%}  (reported, see docstring)"
+            f"{chrome_wall * 1e6:.2f} us: +{extra_wall:.1%}  [target <= 20%] "
+            f"{'ok' if total_ok else 'MISSED'}"
         )
-        ok &= over_ok
+        ok &= over_ok and total_ok
 
     if options.json:
         options.json.write_text(json.dumps(results, indent=2) + "\n")

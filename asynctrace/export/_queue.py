@@ -140,6 +140,8 @@ class QueuedSpanProcessor(SpanProcessor):
         self._exported = 0
         self._failed = 0
         self._dropped = 0
+        self._markers = 0  # flush markers queued and not yet honoured
+        self._marker_lock = threading.Lock()
         self._drop_lock = threading.Lock()
         self._warned_failure = False
         self._thread = threading.Thread(
@@ -204,6 +206,8 @@ class QueuedSpanProcessor(SpanProcessor):
         if self._closing or not self._thread.is_alive():
             return None
         marker = _Marker()
+        with self._marker_lock:  # flushes may be requested from any thread
+            self._markers += 1  # before the append: _drain relies on this order
         self._queue.append(marker)
         self._wake.set()
         return marker.done
@@ -265,9 +269,15 @@ class QueuedSpanProcessor(SpanProcessor):
     def _drain(self) -> None:
         queue = self._queue
         while queue and not self._abandoned:
+            count = min(len(queue), self._batch_size)
+            # Read after the length: a marker counted in *count* was counted here first.
+            if not self._markers:  # no flush waiting: take the items in bulk
+                popleft = queue.popleft
+                self._export([popleft() for _ in range(count)])
+                continue
             batch: list[Any] = []
             markers: list[_Marker] = []
-            for _ in range(min(len(queue), self._batch_size)):
+            for _ in range(count):
                 item = queue.popleft()
                 if item.__class__ is _Marker:
                     markers.append(item)
@@ -281,6 +291,8 @@ class QueuedSpanProcessor(SpanProcessor):
                 except Exception as exc:
                     self._report(exc, "flush")
                 for marker in markers:
+                    with self._marker_lock:
+                        self._markers -= 1
                     marker.done.set()
 
     def _export(self, batch: list[Any]) -> None:
@@ -316,6 +328,8 @@ class QueuedSpanProcessor(SpanProcessor):
         self._closing = True
         self._queue = deque()
         self._drop_lock = threading.Lock()  # it may have been held by a thread that is gone
+        self._marker_lock = threading.Lock()
+        self._markers = 0
 
 
 def summarize(stats: Sequence[ExportStats]) -> None:

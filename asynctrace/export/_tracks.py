@@ -91,8 +91,9 @@ class TrackAssigner:
     ) -> None:
         self._new_tid = new_tid
         self._on_new_track = on_new_track
-        self._max = max_intervals
+        self._max = self.max_intervals = max_intervals
         self._tracks: dict[int, _Track] = {}
+        self.primary = self._tracks  # read-only view for callers inlining place()
         self._late: _Track | None = None
 
     def open(self, tid: int, name: str) -> None:

@@ -10,7 +10,8 @@ would not nest on its track (it ended on another task, or outlived its parent)
 goes to an overflow track instead (see :mod:`asynctrace.export._tracks`).
 
 The hot path (``on_start``/``on_end``) only records a track id and appends
-the span's plain values (a tuple) to a bounded deque; serialization, track
+the span's fields (a tuple: plain values and the ended span's own attribute
+mapping) to a bounded deque; encoding, track
 placement and the ``write`` happen on the exporter's daemon thread
 (:mod:`asynctrace.export._chrome_writer`), one ``write`` of whole lines per
 batch, so a killed process leaves at most one torn last line.
@@ -42,6 +43,7 @@ __all__ = ["ChromeTrace", "ChromeTraceProcessor", "read_chrome_trace"]
 
 _get_running_loop = asyncio._get_running_loop
 _current_asyncio_task = asyncio.current_task
+_modules = sys.modules
 
 
 class _ThreadToken:
@@ -50,10 +52,8 @@ class _ThreadToken:
     __slots__ = ("__weakref__",)
 
 
-def _trio_task() -> object | None:
-    trio = sys.modules.get("trio")
-    if trio is None:
-        return None
+def _trio_task(trio: Any) -> object | None:
+    """The current trio task, if this thread runs one."""
     try:
         lowlevel = trio.lowlevel
         in_task = getattr(lowlevel, "in_trio_task", None)
@@ -116,18 +116,25 @@ class ChromeTraceProcessor(QueuedSpanProcessor):
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         """Remember the track (thread and task) the span starts on."""
         try:
-            self._tids[span.context.span_id] = self._current_tid()
+            try:
+                span_id = span._context.span_id  # type: ignore[union-attr]  # SDK field
+            except AttributeError:
+                span_id = span.get_span_context().span_id
+            self._tids[span_id] = self._current_tid()
         except Exception as exc:
             report_internal_error(("chrome", "on_start"), exc)
 
     def on_end(self, span: ReadableSpan) -> None:
-        """Queue the span's fields (plain values) and its track for the writer thread."""
-        try:
-            record = span_fields(span)
-            tid = self._tids.pop(record[1], None)
-            if tid is None:  # started before this processor was added
-                tid = self._current_tid()
-            self._put((*record, tid))
+        """Queue the span's fields and its track for the writer thread."""
+        try:  # the track is the one it started on, else (started before we were added) ours
+            record = span_fields(span, self._tids, self._current_tid)
+            queue = self._queue  # QueuedSpanProcessor._put, inline: once per span
+            if len(queue) >= self._max_queue_size or self._closing:
+                self._drop(1)
+                return
+            queue.append(record)
+            if len(queue) >= self._batch_size and not self._wake.is_set():
+                self._wake.set()
         except Exception as exc:
             report_internal_error(("chrome", "on_end"), exc)
 
@@ -138,7 +145,11 @@ class ChromeTraceProcessor(QueuedSpanProcessor):
         except AttributeError:
             tasks = self._open_thread(local)
         loop = _get_running_loop()
-        task: object | None = _current_asyncio_task(loop) if loop is not None else _trio_task()
+        if loop is not None:
+            task: object | None = _current_asyncio_task(loop)
+        else:
+            trio = _modules.get("trio")
+            task = None if trio is None else _trio_task(trio)
         if task is None:
             tid: int = local.tid
             return tid

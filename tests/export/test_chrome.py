@@ -463,4 +463,8 @@ def test_sdk_fast_path_matches_the_public_properties() -> None:
         span.add_event("e", {"k": "v"})
         span.set_status(Status(StatusCode.ERROR, "bad"))
     (finished,) = exporter.get_finished_spans()
-    assert span_fields(finished) == _public_fields(finished)
+    tid = iter([7, 7]).__next__
+    assert span_fields(finished, {}, tid) == _public_fields(finished, {}, tid)
+    tids = {finished.context.span_id: 3}
+    assert span_fields(finished, dict(tids), tid)[-1] == 3
+    assert _public_fields(finished, dict(tids), tid)[-1] == 3
