@@ -96,8 +96,7 @@ def _run_hook(options: _Options, name: str, hook: RequestHook, span: Span, param
 
 def _inject(headers: Any, carrier: dict[str, str]) -> None:
     for key, value in carrier.items():
-        if key not in headers:  # a caller's own traceparent wins
-            headers[key] = value
+        headers.setdefault(key, value)  # a caller's own traceparent wins
 
 
 class _Requests:
@@ -140,16 +139,10 @@ class _Requests:
         if options.record_request_headers:
             _record_request_headers(attrs, headers, options.record_request_headers)
         span = asynctrace.start_span(GATE_GROUP, name, kind=SpanKind.CLIENT, attributes=attrs)
-        carrier = (
-            asynctrace.span_carrier(span)
-            if span.is_recording()
-            else asynctrace.current_trace_carrier()
-        )
-        for key, value in carrier.items():
-            if key not in headers:  # a caller's own traceparent wins
-                headers[key] = value
         if not span.is_recording():
+            _inject(headers, asynctrace.current_trace_carrier())
             return None
+        _inject(headers, asynctrace.span_carrier(span))
         if options.request_hook is not None:
             _run_hook(options, "request_hook", options.request_hook, span, params)
         return span
