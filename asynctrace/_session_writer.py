@@ -10,13 +10,15 @@ leaves at most one torn last line.
 
 from __future__ import annotations
 
-import json
 import logging
+import math
 import os
 import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
 
 if TYPE_CHECKING:
     from ._sessions import _Record
@@ -25,9 +27,12 @@ __all__ = ["SessionWriter", "record_json"]
 
 logger = logging.getLogger("asynctrace")
 
-_CHUNK: Final = 16  # records serialized between two GIL releases (about 0.1 ms)
+_CHUNK: Final = 32  # records serialized between two GIL releases (about 0.1 ms)
 _PAUSE_S: Final = 0.0001
-_encode = json.JSONEncoder(separators=(",", ":"), default=str, allow_nan=False).encode
+# msgspec: about ten times faster than the standard library on these records
+# (mostly floats). It would write a non-finite float as null: counters, the only
+# values that can be one, are made finite first (see _counters).
+_encode_lines = msgspec.json.Encoder(enc_hook=str).encode_lines
 _NS: Final = 1e9
 
 
@@ -92,27 +97,27 @@ def record_dict(
     for name, spans in intervals.items():
         out[f"{name}_s"] = _union_ns(spans) / _NS
     out["phases"] = phases
-    out["counters"] = dict(record.counters or {})
+    out["counters"] = _counters(record.counters)
     return out
+
+
+def _counters(counters: dict[str, float] | None) -> dict[str, Any]:
+    """A copy; a value JSON cannot hold (an infinite sum) is written as a string."""
+    if not counters:
+        return {}
+    return {k: v if math.isfinite(v) else repr(v) for k, v in counters.items()}
 
 
 def record_json(*args: Any, **kwargs: Any) -> str:
     """:func:`record_dict` as one JSON line (with the trailing newline)."""
-    return _encode(record_dict(*args, **kwargs)) + "\n"
+    return _encode_lines([record_dict(*args, **kwargs)]).decode()
 
 
-def _line(record: _Record, meta: dict[str, Any]) -> str:
-    """One record's line; a value JSON cannot hold (infinity) is written as a string."""
-    status, reason, finalized = record.status, record.reason, record.finalized_ns
-    try:
-        return record_json(record, status, reason, finalized, **meta)
-    except ValueError:
-        fields = record_dict(record, status, reason, finalized, **meta)
-        fields["counters"] = {
-            k: v if v == v and abs(v) != float("inf") else repr(v)
-            for k, v in fields["counters"].items()
-        }
-        return _encode(fields) + "\n"
+def _lines(records: list[_Record], meta: dict[str, Any]) -> bytes:
+    """The JSON lines of finished records (finalization fields set)."""
+    return _encode_lines(
+        [record_dict(r, r.status, r.reason, r.finalized_ns, **meta) for r in records]
+    )
 
 
 class SessionWriter:
@@ -218,8 +223,7 @@ class SessionWriter:
             del batch[:_CHUNK]
             written = failed = 0
             try:
-                text = "".join(_line(record, meta) for record in chunk)
-                data = memoryview(text.encode("utf-8"))
+                data = memoryview(_lines(chunk, meta))
                 while data:
                     data = data[self._file.write(data) or 0 :]
                 written = len(chunk)
