@@ -197,6 +197,38 @@ def test_cancelled_request_is_not_an_error(
     assert client.status.status_code is not StatusCode.ERROR
 
 
+def test_websocket_span_lasts_as_long_as_the_connection(
+    traced: Any, aiohttp_server: Any, spans: CapturedSpans
+) -> None:
+    """ws_connect(): the GET span covers the websocket until it closes, and ends once."""
+
+    async def echo(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        async for message in ws:
+            await ws.send_str(message.data)
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/ws", echo)
+    url = aiohttp_server(app) + "/ws"
+
+    async def main() -> tuple[str, int, int]:
+        async with aiohttp.ClientSession(**traced()) as session:
+            async with session.ws_connect(url) as ws:
+                await ws.send_str("ping")
+                reply = await ws.receive_str()
+                await asyncio.sleep(0.3)
+                open_spans = len(spans.by_name("GET"))
+            return reply, open_spans, len(spans.by_name("GET"))
+
+    reply, while_open, after_close = asyncio.run(main())
+    assert (reply, while_open, after_close) == ("ping", 0, 1)
+    (client,) = spans.by_name("GET")
+    assert attrs(client)["http.response.status_code"] == 101
+    assert (client.end_time - client.start_time) / 1e9 >= 0.3  # type: ignore[operator]
+
+
 def test_errors(traced: Any, aiohttp_server: Any, spans: CapturedSpans) -> None:
     """Status >= 400 is ERROR; a connection failure is ERROR with the exception."""
     base = aiohttp_server(echo_app())
