@@ -437,6 +437,24 @@ def test_ids_are_never_reused_by_a_new_tracer(tmp_path: Path) -> None:
     assert len(ids) == 6
 
 
+def test_values_the_fast_encoder_refuses_cost_no_record(
+    tracer: SessionTracer, tmp_path: Path
+) -> None:
+    """A lone surrogate in a reason and a huge integer counter: every record is written."""
+    for i in range(5):
+        with at.session_scope() as sid:
+            if i == 1:
+                tracer.count(sid, "tokens", 10**400)
+            reason = "bad path caf\udcff" if i == 3 else None
+            at.trace_session_event("finalized", status="rejected", reason=reason)
+    assert tracer.flush(5.0)
+    lines = records(tmp_path / "sessions-r0.jsonl")
+    assert len(lines) == 5
+    assert [r["counters"] for r in lines].count({"tokens": 10**400}) == 1
+    assert [r["reason"] for r in lines].count("bad path caf\udcff") == 1
+    assert tracer.stats()["written"] == 5
+
+
 def test_an_infinite_counter_costs_no_other_record(tracer: SessionTracer, tmp_path: Path) -> None:
     """A counter JSON cannot hold is written as a string; its neighbours are unaffected."""
     for i in range(5):

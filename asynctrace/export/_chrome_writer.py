@@ -20,6 +20,7 @@ import msgspec
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
+from .._jsonl import encode_lines
 from ._tracks import TrackAssigner
 
 __all__ = ["ChromeWriter", "NewTrack", "span_fields"]
@@ -28,7 +29,6 @@ logger = logging.getLogger("asynctrace")
 
 _INTERNAL = SpanKind.INTERNAL
 _ERROR = StatusCode.ERROR
-_encode_lines = msgspec.json.Encoder(enc_hook=str).encode_lines
 
 
 class _Complete(msgspec.Struct, gc=False):
@@ -67,7 +67,7 @@ class ChromeWriter:
         self._last_trace_id = 0
         self._last_trace_hex = ""
         self._warned = False
-        self._write(_encode(self._process_events(resource)))
+        self._write(_encode(self._process_events(resource))[0])
 
     # -- Sink API ---------------------------------------------------------------
 
@@ -125,11 +125,12 @@ class ChromeWriter:
         if self._pending:
             events.extend(self._pending)
             self._pending.clear()
-        try:
-            data = _encode(events)
-        except Exception as exc:  # not expected (enc_hook=str): one event at a time
-            self._warn("a batch could not be serialized; encoding it event by event", exc)
-            data = b"".join(_encode_each(events))
+        data, skipped = _encode(events)
+        if skipped:  # counted against the spans: an event is at most one span
+            self._warn(f"{skipped} events could not be serialized", ValueError("left out"))
+            moved = min(skipped, written)
+            written -= moved
+            failed += moved
         try:
             self._write(data)
         except OSError as exc:
@@ -244,29 +245,18 @@ def _instant_events(
         )
 
 
-def _encode(events: list[Any]) -> bytes:
-    """JSON lines; NaN and infinities as strings (``"nan"``), never as ``null``.
+def _encode(events: list[Any]) -> tuple[bytes, int]:
+    """JSON lines, and how many events were left out (could not be encoded at all).
 
     msgspec writes NaN and infinities as ``null``. OpenTelemetry attributes
     never hold ``None`` except inside sequences, so a batch without ``null``
     anywhere (the common case) is written as encoded; otherwise it is encoded
-    again with non-finite floats turned into strings first.
+    again with non-finite floats turned into strings (``"nan"``) first.
     """
-    data = _encode_lines(events)
+    data, skipped = encode_lines(events, _finite_event)
     if b"null" not in data:
-        return data
-    return _encode_lines([_finite_event(event) for event in events])
-
-
-def _encode_each(events: list[Any]) -> list[bytes]:
-    """Encode event by event, leaving out (only) those that cannot be encoded."""
-    out = []
-    for event in events:
-        try:
-            out.append(_encode([event]))
-        except Exception:
-            continue
-    return out
+        return data, skipped
+    return encode_lines([_finite_event(event) for event in events], _finite_event)
 
 
 def _finite_event(event: Any) -> Any:

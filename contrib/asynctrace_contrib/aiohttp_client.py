@@ -5,8 +5,9 @@ whether or not a span is recorded, so a server downstream joins the caller's
 trace. A CLIENT span per request is recorded only while the ``per_prompt``
 group is enabled (checked per request, before any attribute work): HTTP calls
 scale with prompts x turns x tool calls, which is the volume ``per_prompt``
-exists to fence off. The span covers the response body: it ends when the body
-has been read, or when the response is released or closed.
+exists to fence off. The span covers the response body: it ends when aiohttp
+lets go of the connection — the body has been read, or the response is
+released, closed or collected; for a websocket, when it closes.
 
 Two ways in, both reversible and without side effects on import:
 

@@ -11,6 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from asynctrace_contrib._http import redact_url
 from asynctrace_contrib.aiohttp_client import (
     client_middleware,
     instrument_aiohttp_client,
@@ -271,6 +272,22 @@ def test_url_redaction_and_no_header_values(
     assert recorded["http.request.header.x-request-id"] == ("r-1",)
     assert not any("x-api-key" in key for key in recorded)
     assert "user" not in recorded["url.full"]
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("http://h/run?n=1", "http://h/run?n=1"),
+        ("http://h/run", "http://h/run"),
+        ("http://h/run?%74oken=abc&n=1", "http://h/run?token=REDACTED&n=1"),
+        ("http://u:p@h/run", "http://h/run"),
+        ("http://h/run?a=1#frag", "http://h/run?a=1#REDACTED"),
+        ("http://h/run?SIGNATURE=x", "http://h/run?SIGNATURE=REDACTED"),
+    ],
+)
+def test_redact_url(url: str, expected: str) -> None:
+    """Userinfo dropped, fragments and secret-like values redacted, percent-encoded keys too."""
+    assert redact_url(url) == expected
 
 
 def test_a_raising_hook_is_contained(

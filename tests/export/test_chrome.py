@@ -157,6 +157,20 @@ def test_every_line_is_one_json_object(pipeline: Pipeline) -> None:
     assert event["args"]["x"] == "nan"
 
 
+def test_a_value_the_fast_encoder_refuses_is_still_written(pipeline: Pipeline) -> None:
+    """A lone surrogate (from a non-UTF-8 path, say) costs no span: the batch is kept."""
+    for i in range(3):
+        with pipeline.tracer.start_as_current_span(
+            f"s{i}", attributes={"path": "caf\udcff" if i == 1 else "ok", "x": math.inf}
+        ):
+            pass
+    events = [e for e in pipeline.events() if e["ph"] == "X"]
+    assert sorted(e["name"] for e in events) == ["s0", "s1", "s2"]
+    (odd,) = [e for e in events if e["name"] == "s1"]
+    assert odd["args"]["path"] == "caf\udcff"
+    assert {e["args"]["x"] for e in events} == {"inf"}
+
+
 def test_concurrent_asyncio_tasks_get_their_own_tracks(pipeline: Pipeline) -> None:
     """Overlapping spans of concurrent tasks land on one track per task, named after it."""
 
