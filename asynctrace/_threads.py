@@ -51,11 +51,34 @@ def bind_context(fn: Callable[P, R]) -> Callable[P, R]:
     return bound
 
 
+def _in_captured_context(run: Callable[[Any], None]) -> Callable[[Any], None]:
+    """Wrap a ``run`` method so that it runs in the thread's captured context, once.
+
+    The outermost ``run`` enters the context; a ``super().run()`` inside it
+    (already in the context) calls straight through, so the context is never
+    entered twice.
+    """
+
+    @functools.wraps(run)
+    def run_in_context(self: Any) -> None:
+        if self._asynctrace_entered:
+            run(self)
+            return
+        self._asynctrace_entered = True
+        try:
+            self._asynctrace_context.run(run, self)
+        finally:
+            self._asynctrace_entered = False
+
+    return run_in_context
+
+
 class ContextThread(threading.Thread):
     """A ``threading.Thread`` that runs in the context of the code that created it.
 
     The active span and every scope (iteration, bucket, per-prompt) are
-    captured in ``__init__`` and are current inside ``run()``.
+    captured in ``__init__`` and are current inside ``run()`` — including a
+    ``run()`` that a subclass overrides.
 
     Example:
         >>> from asynctrace import iteration_scope, current_iteration
@@ -69,10 +92,18 @@ class ContextThread(threading.Thread):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._asynctrace_context = contextvars.copy_context()
+        self._asynctrace_entered = False
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        run = cls.__dict__.get("run")
+        if run is not None and callable(run):  # a subclass's own run() gets the context too
+            cls.run = _in_captured_context(run)  # type: ignore[method-assign]
+
+    @_in_captured_context
     def run(self) -> None:
         """Run the thread's target inside the captured context."""
-        self._asynctrace_context.run(super().run)
+        super().run()
 
 
 class _ScopeSnapshot:

@@ -155,6 +155,38 @@ def test_every_scope_travels(spans: CapturedSpans) -> None:
     assert current_iteration() is None
 
 
+def test_a_subclass_that_overrides_run_keeps_the_context() -> None:
+    """A ContextThread subclass's own run(), and a super().run() inside it, see the scopes."""
+    seen: list[Any] = []
+
+    class Worker(ContextThread):
+        def run(self) -> None:
+            seen.append(("own", current_iteration()))
+            super().run()  # the target, in the same (already entered) context
+
+    class Deeper(Worker):
+        def run(self) -> None:
+            seen.append(("deeper", current_iteration()))
+            super().run()
+
+    with iteration_scope(6):
+        workers = [
+            Worker(target=lambda: seen.append(("target", current_iteration()))),
+            Deeper(target=lambda: seen.append(("target", current_iteration()))),
+        ]
+    for worker in workers:
+        worker.start()
+        worker.join()
+    assert seen == [
+        ("own", 6),
+        ("target", 6),
+        ("deeper", 6),
+        ("own", 6),
+        ("target", 6),
+    ]
+    assert current_iteration() is None
+
+
 def test_bound_callable_is_reentrant_across_threads() -> None:
     """One bound callable may run in several threads at once."""
     barrier = threading.Barrier(4)
