@@ -26,33 +26,34 @@ _ascii = json.JSONEncoder(
 
 def encode_lines(
     items: Sequence[Any], sanitize: Callable[[Any], Any] | None = None
-) -> tuple[bytes, int]:
-    """*items* as JSON lines, and how many could not be encoded at all (left out).
+) -> tuple[bytes, list[int]]:
+    """*items* as JSON lines, and the indexes of those that could not be encoded at all.
 
-    *sanitize* prepares an item for the standard library (which refuses NaN
-    and infinities); msgspec structs are turned into dicts for it.
+    *sanitize* prepares an item for the standard library, which refuses NaN
+    and infinities; ``msgspec.to_builtins`` then gives it what msgspec would
+    have written (structs as objects, bytes as base64, ...), surrogates kept.
 
     Example:
         >>> encode_lines([{"a": 1}, {"b": "\\udcff"}])
-        (b'{"a":1}\\n{"b":"\\\\udcff"}\\n', 0)
+        (b'{"a":1}\\n{"b":"\\\\udcff"}\\n', [])
     """
     try:
-        return _fast(items), 0
+        return _fast(items), []
     except Exception:
         pass
     lines: list[bytes] = []
-    skipped = 0
-    for item in items:
+    skipped: list[int] = []
+    for index, item in enumerate(items):
         try:
             lines.append(_fast((item,)))
             continue
         except Exception:
             pass
         try:
-            ready = sanitize(item) if sanitize is not None else item
-            if isinstance(ready, msgspec.Struct):
-                ready = msgspec.structs.asdict(ready)
+            ready = msgspec.to_builtins(
+                sanitize(item) if sanitize is not None else item, enc_hook=str
+            )
             lines.append((_ascii(ready) + "\n").encode("ascii"))
         except Exception:
-            skipped += 1
+            skipped.append(index)
     return b"".join(lines), skipped

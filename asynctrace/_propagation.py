@@ -74,10 +74,13 @@ def span_carrier(span: trace.Span) -> dict[str, str]:
     ctx = span.get_span_context()
     if not ctx.is_valid:
         return {}
-    # int.to_bytes().hex(): about twice as fast as a format spec, on every request
-    trace_hex = ctx.trace_id.to_bytes(16, "big").hex()
-    span_hex = ctx.span_id.to_bytes(8, "big").hex()
-    carrier = {TRACEPARENT: f"00-{trace_hex}-{span_hex}-{_HEX_BYTE[ctx.trace_flags & 0xFF]}"}
+    trace_id, span_id, flags = ctx.trace_id, ctx.span_id, ctx.trace_flags
+    try:  # int.to_bytes().hex(): about twice as fast as a format spec, on every request
+        parent = f"{trace_id.to_bytes(16, 'big').hex()}-{span_id.to_bytes(8, 'big').hex()}"
+        flags_hex = _HEX_BYTE[flags]
+    except (AttributeError, OverflowError, TypeError, IndexError):  # not a plain W3C value
+        parent, flags_hex = f"{trace_id:032x}-{span_id:016x}", f"{flags:02x}"
+    carrier = {TRACEPARENT: f"00-{parent}-{flags_hex}"}
     if ctx.trace_state:
         carrier[TRACESTATE] = ctx.trace_state.to_header()
     return carrier

@@ -101,24 +101,49 @@ def _counters(counters: dict[str, float] | None) -> dict[str, Any]:
     """A copy; a value JSON cannot hold (an infinite sum) is written as a string."""
     if not counters:
         return {}
-    return {k: v if type(v) is int or math.isfinite(v) else repr(v) for k, v in counters.items()}
+    return {k: _counter_value(v) for k, v in counters.items()}
+
+
+def _counter_value(value: Any) -> Any:
+    if type(value) is int:  # any size: JSON holds it
+        return value
+    try:
+        if math.isfinite(value):
+            return value
+    except (TypeError, OverflowError):
+        pass
+    return repr(value)
 
 
 def record_json(*args: Any, **kwargs: Any) -> str:
-    """:func:`record_dict` as one JSON line (with the trailing newline)."""
-    return encode_lines([record_dict(*args, **kwargs)])[0].decode()
+    """:func:`record_dict` as one JSON line (with the trailing newline).
+
+    Raises:
+        ValueError: the record cannot be written as JSON.
+    """
+    data, skipped = encode_lines([record_dict(*args, **kwargs)])
+    if skipped:
+        raise ValueError("the session record cannot be written as JSON")
+    return data.decode()
 
 
 def _lines(records: list[_Record], meta: dict[str, Any]) -> tuple[bytes, int]:
-    """The JSON lines of finished records, and how many could not be encoded.
+    """The JSON lines of finished records, and how many could not be written.
 
     msgspec encodes them (about ten times faster than the standard library on
     these mostly-float records). It would write a non-finite float as null:
-    counters, the only values that can be one, are made finite first.
+    counters, the only values that can be one, are made finite first. A
+    record that cannot be turned into a dict costs only itself.
     """
-    return encode_lines(
-        [record_dict(r, r.status, r.reason, r.finalized_ns, **meta) for r in records]
-    )
+    dicts = []
+    broken = 0
+    for r in records:
+        try:
+            dicts.append(record_dict(r, r.status, r.reason, r.finalized_ns, **meta))
+        except Exception:
+            broken += 1
+    data, skipped = encode_lines(dicts)
+    return data, broken + len(skipped)
 
 
 class SessionWriter:

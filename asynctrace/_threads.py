@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextvars
 import functools
+import inspect
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, ParamSpec, TypeVar
@@ -51,25 +52,35 @@ def bind_context(fn: Callable[P, R]) -> Callable[P, R]:
     return bound
 
 
-def _in_captured_context(run: Callable[[Any], None]) -> Callable[[Any], None]:
-    """Wrap a ``run`` method so that it runs in the thread's captured context, once.
+# Inside a ContextThread's captured context: the thread whose run() entered it.
+_ENTERED: contextvars.ContextVar[object] = contextvars.ContextVar(
+    "asynctrace_context_thread", default=None
+)
+
+
+def _enter(thread: Any, run: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+    _ENTERED.set(thread)  # in the fresh copy only
+    return run(thread, *args, **kwargs)
+
+
+def _in_captured_context(run: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap a ``run`` method so that it runs in a copy of the thread's captured context.
 
     The outermost ``run`` enters the context; a ``super().run()`` inside it
-    (already in the context) calls straight through, so the context is never
-    entered twice.
+    (already in that context, marked by ``_ENTERED``) calls straight through,
+    so changes the outer ``run`` made to the context reach the inner one. A
+    thread whose ``ContextThread.__init__`` never ran has no captured context:
+    its ``run`` runs as it is.
     """
 
     @functools.wraps(run)
-    def run_in_context(self: Any) -> None:
-        if self._asynctrace_entered:
-            run(self)
-            return
-        self._asynctrace_entered = True
-        try:
-            self._asynctrace_context.run(run, self)
-        finally:
-            self._asynctrace_entered = False
+    def run_in_context(self: Any, *args: Any, **kwargs: Any) -> Any:
+        captured = getattr(self, "_asynctrace_context", None)
+        if captured is None or _ENTERED.get() is self:
+            return run(self, *args, **kwargs)
+        return captured.copy().run(_enter, self, run, args, kwargs)
 
+    run_in_context._asynctrace_wrapped = True  # type: ignore[attr-defined]
     return run_in_context
 
 
@@ -78,7 +89,7 @@ class ContextThread(threading.Thread):
 
     The active span and every scope (iteration, bucket, per-prompt) are
     captured in ``__init__`` and are current inside ``run()`` — including a
-    ``run()`` that a subclass overrides.
+    ``run()`` that a subclass (or a mixin listed before this class) defines.
 
     Example:
         >>> from asynctrace import iteration_scope, current_iteration
@@ -92,12 +103,14 @@ class ContextThread(threading.Thread):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._asynctrace_context = contextvars.copy_context()
-        self._asynctrace_entered = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        run = cls.__dict__.get("run")
-        if run is not None and callable(run):  # a subclass's own run() gets the context too
+        # The run() this class resolves to (its own, or a mixin's) gets the context,
+        # unless it is already wrapped. Only plain functions: a staticmethod or
+        # another callable object is left as it is.
+        run = inspect.getattr_static(cls, "run", None)
+        if inspect.isfunction(run) and not getattr(run, "_asynctrace_wrapped", False):
             cls.run = _in_captured_context(run)  # type: ignore[method-assign]
 
     @_in_captured_context

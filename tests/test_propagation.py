@@ -19,6 +19,7 @@ from asynctrace import (
     inject_env,
     managed_span,
     remote_trace_context,
+    span_carrier,
     umbrella_span,
 )
 from asynctrace.testing import CapturedSpans, capture_spans
@@ -265,3 +266,12 @@ def test_hostile_mapping_never_raises() -> None:
 
     with remote_trace_context(Hostile()) as remote:
         assert not remote.valid
+
+
+@pytest.mark.parametrize("flags", [0, 1, 2, 0x7F, 0xFF])
+def test_span_carrier_matches_the_w3c_format(flags: int) -> None:
+    """Ids at their limits and every kind of flags byte give the exact W3C traceparent."""
+    for trace_id, span_id in ((1, 1), (2**128 - 1, 2**64 - 1), (0xABC, 0xDEF)):
+        ctx = trace.SpanContext(trace_id, span_id, False, trace.TraceFlags(flags))
+        carrier = span_carrier(trace.NonRecordingSpan(ctx))
+        assert carrier["traceparent"] == f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"

@@ -445,12 +445,13 @@ def test_values_the_fast_encoder_refuses_cost_no_record(
         with at.session_scope() as sid:
             if i == 1:
                 tracer.count(sid, "tokens", 10**400)
+                tracer.count(sid, "odd", 1j)  # type: ignore[arg-type]  # not a real number
             reason = "bad path caf\udcff" if i == 3 else None
             at.trace_session_event("finalized", status="rejected", reason=reason)
     assert tracer.flush(5.0)
     lines = records(tmp_path / "sessions-r0.jsonl")
     assert len(lines) == 5
-    assert [r["counters"] for r in lines].count({"tokens": 10**400}) == 1
+    assert [r["counters"] for r in lines].count({"tokens": 10**400, "odd": "1j"}) == 1
     assert [r["reason"] for r in lines].count("bad path caf\udcff") == 1
     assert tracer.stats()["written"] == 5
 

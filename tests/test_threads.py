@@ -187,6 +187,49 @@ def test_a_subclass_that_overrides_run_keeps_the_context() -> None:
     assert current_iteration() is None
 
 
+def test_context_thread_subclasses_of_every_shape() -> None:
+    """A mixin's run(), a scope entered before super().run(), arguments, and subclasses
+    that skip ContextThread.__init__ or define run() as a staticmethod all keep working."""
+    seen: list[Any] = []
+
+    class Mixin:
+        def run(self) -> None:
+            seen.append(("mixin", current_iteration()))
+            with iteration_scope(9):
+                super().run()  # type: ignore[misc]
+
+    class Mixed(Mixin, ContextThread):
+        pass
+
+    class NoInit(ContextThread):
+        def __init__(self) -> None:
+            threading.Thread.__init__(self)
+
+        def run(self, extra: int = 0) -> None:
+            seen.append(("no-init", current_iteration(), extra))
+
+    class Static(ContextThread):
+        @staticmethod
+        def run() -> None:  # type: ignore[override]
+            seen.append(("static",))
+
+    with iteration_scope(6):
+        mixed = Mixed(target=lambda: seen.append(("target", current_iteration())))
+        no_init = NoInit()
+    for thread in (mixed, no_init):
+        thread.start()
+        thread.join()
+    no_init.run(3)  # called directly, with an argument
+    Static().run()
+    assert seen == [
+        ("mixin", 6),
+        ("target", 9),  # the scope the mixin entered reaches the target
+        ("no-init", None, 0),  # no captured context: runs as it is
+        ("no-init", None, 3),
+        ("static",),
+    ]
+
+
 def test_bound_callable_is_reentrant_across_threads() -> None:
     """One bound callable may run in several threads at once."""
     barrier = threading.Barrier(4)

@@ -67,7 +67,10 @@ class ChromeWriter:
         self._last_trace_id = 0
         self._last_trace_hex = ""
         self._warned = False
-        self._write(_encode(self._process_events(resource))[0])
+        data, skipped = _encode(self._process_events(resource))
+        if skipped:
+            self._warn("the process metadata could not be serialized", ValueError("left out"))
+        self._write(data)
 
     # -- Sink API ---------------------------------------------------------------
 
@@ -126,11 +129,11 @@ class ChromeWriter:
             events.extend(self._pending)
             self._pending.clear()
         data, skipped = _encode(events)
-        if skipped:  # counted against the spans: an event is at most one span
-            self._warn(f"{skipped} events could not be serialized", ValueError("left out"))
-            moved = min(skipped, written)
-            written -= moved
-            failed += moved
+        if skipped:
+            self._warn(f"{len(skipped)} events could not be serialized", ValueError("left out"))
+            lost = sum(1 for i in skipped if events[i].__class__ is _Complete)  # spans only
+            written -= lost
+            failed += lost
         try:
             self._write(data)
         except OSError as exc:
@@ -245,8 +248,8 @@ def _instant_events(
         )
 
 
-def _encode(events: list[Any]) -> tuple[bytes, int]:
-    """JSON lines, and how many events were left out (could not be encoded at all).
+def _encode(events: list[Any]) -> tuple[bytes, list[int]]:
+    """JSON lines, and the indexes of the events left out (could not be encoded at all).
 
     msgspec writes NaN and infinities as ``null``. OpenTelemetry attributes
     never hold ``None`` except inside sequences, so a batch without ``null``
@@ -256,7 +259,11 @@ def _encode(events: list[Any]) -> tuple[bytes, int]:
     data, skipped = encode_lines(events, _finite_event)
     if b"null" not in data:
         return data, skipped
-    return encode_lines([_finite_event(event) for event in events], _finite_event)
+    try:
+        finite = [_finite_event(event) for event in events]
+    except Exception:  # not expected: keep the nulls rather than lose the batch
+        return data, skipped
+    return encode_lines(finite, _finite_event)
 
 
 def _finite_event(event: Any) -> Any:

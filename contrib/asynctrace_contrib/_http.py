@@ -47,9 +47,10 @@ def redact_url(url: str, secret_keys: Iterable[str] = DEFAULT_SECRET_KEYS) -> st
     query = parts.query
     if query:
         pairs = parse_qsl(query, keep_blank_values=True)
-        query = urlencode(
-            [(k, REDACTED if keys.pattern.search(k) else v) for k, v in pairs], safe=""
-        )
+        if any(keys.pattern.search(k) for k, _ in pairs):  # else the query stays as sent
+            query = urlencode(
+                [(k, REDACTED if keys.pattern.search(k) else v) for k, v in pairs], safe=""
+            )
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment and REDACTED))
 
 

@@ -283,6 +283,7 @@ def test_url_redaction_and_no_header_values(
         ("http://u:p@h/run", "http://h/run"),
         ("http://h/run?a=1#frag", "http://h/run?a=1#REDACTED"),
         ("http://h/run?SIGNATURE=x", "http://h/run?SIGNATURE=REDACTED"),
+        ("http://h/run?q=a%20b&pct=100%", "http://h/run?q=a%20b&pct=100%"),  # left as sent
     ],
 )
 def test_redact_url(url: str, expected: str) -> None:

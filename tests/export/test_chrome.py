@@ -171,6 +171,18 @@ def test_a_value_the_fast_encoder_refuses_is_still_written(pipeline: Pipeline) -
     assert {e["args"]["x"] for e in events} == {"inf"}
 
 
+def test_a_span_no_encoder_can_write_is_counted_failed(pipeline: Pipeline) -> None:
+    """An integer past the standard library's digit limit: that span fails, alone."""
+    for i in range(3):
+        attrs = {"n": 10**5000} if i == 1 else {"n": i}
+        with pipeline.tracer.start_as_current_span(f"s{i}", attributes=attrs):
+            pass
+    events = [e for e in pipeline.events() if e["ph"] == "X"]
+    assert sorted(e["name"] for e in events) == ["s0", "s2"]
+    stats = pipeline.chrome.stats()
+    assert (stats.exported, stats.failed) == (2, 1)
+
+
 def test_concurrent_asyncio_tasks_get_their_own_tracks(pipeline: Pipeline) -> None:
     """Overlapping spans of concurrent tasks land on one track per task, named after it."""
 
