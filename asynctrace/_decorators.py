@@ -95,17 +95,16 @@ def _decorate(fn: F, group: str, name: str | None, shape: int, attributes: Attri
 
     if inspect.isgeneratorfunction(fn):
 
-        @functools.wraps(fn)
-        def generator_wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
+        def run_generator(gen: Generator[Any, Any, Any]) -> Generator[Any, Any, Any]:
             enabled = GATE.enabled
             if not enabled or (PER_PROMPT_GROUP if PER_PROMPT.get() else group) not in enabled:
-                return (yield from fn(*args, **kwargs))
+                return (yield from gen)
             span = start(span_name, group, shape, attrs, None)
             if span is None:
-                return (yield from fn(*args, **kwargs))
-            return (yield from _traced_sync(fn(*args, **kwargs), span))
+                return (yield from gen)
+            return (yield from _traced_sync(gen, span))
 
-        return cast("F", generator_wrapper)
+        return _generator_wrapper(fn, run_generator)
 
     def traced_call(*args: Any, **kwargs: Any) -> Any:
         span = start(span_name, group, shape, attrs, None)
@@ -203,6 +202,31 @@ def _gated_wrapper(fn: F, group: str, traced: Callable[..., Any], *, is_async: b
         f"{p}traced": traced,
         **defaults,
     }
+    filename = f"<asynctrace wrapper of {getattr(fn, '__qualname__', fn)!r}>"
+    exec(compile(source, filename, "exec"), namespace)
+    wrapper = namespace[f"{p}wrapper"]
+    functools.update_wrapper(wrapper, fn)
+    return cast("F", wrapper)
+
+
+def _generator_wrapper(
+    fn: F, run: Callable[[Generator[Any, Any, Any]], Generator[Any, Any, Any]]
+) -> F:
+    """Build the generator function ``wrapper(<fn's parameters>)``: ``yield from run(fn(...))``.
+
+    With *fn*'s own parameters, a call with bad arguments raises at the call,
+    as calling *fn* would, not at the first ``next()``; and the wrapper is
+    still a generator function (frameworks such as FastAPI and pytest look).
+    The gate is read, and the span started, when iteration starts.
+    """
+    forwarding = _forwarding(fn)
+    params, call = "*args, **kwargs", "*args, **kwargs"
+    defaults: dict[str, Any] = {}
+    if forwarding is not None:
+        params, call, defaults = forwarding
+    p = _PREFIX
+    source = f"def {p}wrapper({params}):\n    return (yield from {p}run({p}fn({call})))\n"
+    namespace: dict[str, Any] = {f"{p}fn": fn, f"{p}run": run, **defaults}
     filename = f"<asynctrace wrapper of {getattr(fn, '__qualname__', fn)!r}>"
     exec(compile(source, filename, "exec"), namespace)
     wrapper = namespace[f"{p}wrapper"]

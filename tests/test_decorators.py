@@ -188,6 +188,24 @@ def test_generator_send_throw_and_return_value(spans: CapturedSpans) -> None:
     assert spans.names() == ["echo"]
 
 
+def test_generator_arguments_are_checked_at_the_call(spans: CapturedSpans) -> None:
+    """Like an undecorated generator function: a bad call raises at once, not at next()."""
+
+    @trace_fn("reward")
+    def count(start: int, *, step: int = 1) -> Iterator[int]:
+        yield start
+        yield start + step
+
+    assert inspect.isgeneratorfunction(count)
+    assert inspect.signature(count) == inspect.signature(count.__wrapped__)  # type: ignore[attr-defined]
+    with pytest.raises(TypeError):
+        count(1, 2)  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        count(step=2)  # type: ignore[call-arg]
+    assert list(count(1, step=5)) == [1, 6]
+    assert [name.rsplit(".", 1)[-1] for name in spans.names()] == ["count"]
+
+
 def test_disabled_generator_passes_through() -> None:
     """With telemetry off a decorated generator behaves exactly like the original."""
 
