@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import operator
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 
 import msgspec
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.trace import SpanContext, SpanKind, StatusCode
 
 from .._jsonl import encode_lines
 from ._tracks import TrackAssigner
@@ -27,6 +28,21 @@ __all__ = ["ChromeWriter", "NewTrack", "span_fields"]
 
 logger = logging.getLogger("asynctrace")
 
+
+def _id_getters() -> tuple[Callable[[Any], int], Callable[[Any], int]]:
+    """Read a ``SpanContext``'s ids by tuple index when that is its layout.
+
+    ``SpanContext`` is a tuple whose ``trace_id``/``span_id`` properties cost a
+    Python call each; indexing is a C call. The layout is checked once, here,
+    and the properties are used if it ever changes.
+    """
+    probe = SpanContext(0xA, 0xB, False)
+    if isinstance(probe, tuple) and probe[0] == 0xA and probe[1] == 0xB:
+        return operator.itemgetter(0), operator.itemgetter(1)
+    return operator.attrgetter("trace_id"), operator.attrgetter("span_id")
+
+
+context_trace_id, context_span_id = _id_getters()
 _INTERNAL = SpanKind.INTERNAL
 _ERROR = StatusCode.ERROR
 
@@ -307,7 +323,7 @@ def _sdk_fields(
 ) -> tuple[Any, ...]:
     """The same tuple from the SDK span's own fields (its properties copy)."""
     ctx = fields["_context"]
-    span_id = ctx.span_id
+    span_id = context_span_id(ctx)
     parent = fields["_parent"]
     attrs = fields["_attributes"]
     raw = getattr(attrs, "_dict", attrs)
@@ -319,8 +335,8 @@ def _sdk_fields(
     return (
         fields["_name"],
         span_id,
-        ctx.trace_id,
-        parent.span_id if parent is not None else 0,
+        context_trace_id(ctx),
+        context_span_id(parent) if parent is not None else 0,
         fields["_start_time"],
         fields["_end_time"],
         raw or None,

@@ -36,7 +36,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span
 
 from .._errors import report_internal_error
-from ._chrome_writer import ChromeWriter, NewTrack, span_fields
+from ._chrome_writer import ChromeWriter, NewTrack, context_span_id, span_fields
 from ._queue import QueuedSpanProcessor
 
 __all__ = ["ChromeTrace", "ChromeTraceProcessor", "read_chrome_trace"]
@@ -117,8 +117,8 @@ class ChromeTraceProcessor(QueuedSpanProcessor):
         """Remember the track (thread and task) the span starts on."""
         try:
             try:
-                span_id = span._context.span_id  # type: ignore[union-attr]  # SDK field
-            except AttributeError:
+                span_id = context_span_id(span._context)  # the SDK's field: no property call
+            except (AttributeError, TypeError):
                 span_id = span.get_span_context().span_id
             self._tids[span_id] = self._current_tid()
         except Exception as exc:
@@ -139,17 +139,17 @@ class ChromeTraceProcessor(QueuedSpanProcessor):
             report_internal_error(("chrome", "on_end"), exc)
 
     def _current_tid(self) -> int:
-        local = self._local
-        try:
-            tasks: dict[int, int] = local.tasks
-        except AttributeError:
-            tasks = self._open_thread(local)
         loop = _get_running_loop()
         if loop is not None:
             task: object | None = _current_asyncio_task(loop)
         else:
             trio = _modules.get("trio")
             task = None if trio is None else _trio_task(trio)
+        local = self._local
+        try:
+            tasks: dict[int, int] = local.tasks
+        except AttributeError:
+            tasks = self._open_thread(local)
         if task is None:
             tid: int = local.tid
             return tid
