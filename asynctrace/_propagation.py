@@ -61,6 +61,21 @@ def current_trace_carrier() -> dict[str, str]:
 _HEX_BYTE: Final = tuple(f"{i:02x}" for i in range(256))
 
 
+def _context_is_a_plain_tuple() -> bool:
+    """Whether ``SpanContext`` is ``(trace_id, span_id, is_remote, flags, state, is_valid)``.
+
+    Its properties cost a Python call each; unpacking the tuple is one C
+    operation. Checked once, here; the properties are used if the layout ever
+    differs.
+    """
+    state = trace.TraceState([("k", "v")])
+    probe = trace.SpanContext(0xA, 0xB, True, trace.TraceFlags(1), state)
+    return isinstance(probe, tuple) and tuple(probe) == (0xA, 0xB, True, 1, state, True)
+
+
+_PLAIN_CONTEXT: Final = _context_is_a_plain_tuple()
+
+
 def span_carrier(span: trace.Span) -> dict[str, str]:
     """The W3C carrier that names *span* as the parent; ``{}`` if its context is invalid.
 
@@ -72,17 +87,21 @@ def span_carrier(span: trace.Span) -> dict[str, str]:
         {}
     """
     ctx = span.get_span_context()
-    if not ctx.is_valid:
+    if _PLAIN_CONTEXT and ctx.__class__ is trace.SpanContext:
+        trace_id, span_id, _, flags, state, valid = ctx
+    else:
+        trace_id, span_id, flags = ctx.trace_id, ctx.span_id, ctx.trace_flags
+        state, valid = ctx.trace_state, ctx.is_valid
+    if not valid:
         return {}
-    trace_id, span_id, flags = ctx.trace_id, ctx.span_id, ctx.trace_flags
     try:  # int.to_bytes().hex(): about twice as fast as a format spec, on every request
         parent = f"{trace_id.to_bytes(16, 'big').hex()}-{span_id.to_bytes(8, 'big').hex()}"
         flags_hex = _HEX_BYTE[flags]
     except (AttributeError, OverflowError, TypeError, IndexError):  # not a plain W3C value
         parent, flags_hex = f"{trace_id:032x}-{span_id:016x}", f"{flags:02x}"
     carrier = {TRACEPARENT: f"00-{parent}-{flags_hex}"}
-    if ctx.trace_state:
-        carrier[TRACESTATE] = ctx.trace_state.to_header()
+    if state:
+        carrier[TRACESTATE] = state.to_header()
     return carrier
 
 
