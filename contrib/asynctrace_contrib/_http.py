@@ -46,7 +46,8 @@ def redact_url(url: str, secret_keys: Iterable[str] = DEFAULT_SECRET_KEYS) -> st
     netloc = parts.netloc.rpartition("@")[2]
     query = parts.query
     if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
+        # ";" separates pairs for some servers: treat it as "&" so no value hides behind it
+        pairs = parse_qsl(query.replace(";", "&"), keep_blank_values=True)
         if any(keys.pattern.search(k) for k, _ in pairs):  # else the query stays as sent
             query = urlencode(
                 [(k, REDACTED if keys.pattern.search(k) else v) for k, v in pairs], safe=""

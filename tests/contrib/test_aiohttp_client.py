@@ -284,6 +284,7 @@ def test_url_redaction_and_no_header_values(
         ("http://h/run?a=1#frag", "http://h/run?a=1#REDACTED"),
         ("http://h/run?SIGNATURE=x", "http://h/run?SIGNATURE=REDACTED"),
         ("http://h/run?q=a%20b&pct=100%", "http://h/run?q=a%20b&pct=100%"),  # left as sent
+        ("http://h/run?a=1;token=x", "http://h/run?a=1&token=REDACTED"),
     ],
 )
 def test_redact_url(url: str, expected: str) -> None:
