@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import AsyncGenerator, Callable, Generator
+from keyword import iskeyword
 from typing import Any, TypeVar, cast
 
 from ._errors import ConfigurationError
@@ -51,11 +52,11 @@ def _decorate(fn: F, group: str, name: str | None, shape: int, attributes: Attri
 
         @functools.wraps(fn)
         async def asyncgen_wrapper(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
+            agen = fn(*args, **kwargs)  # bad arguments raise here, before any span starts
             enabled = GATE.enabled
             span = None
             if enabled and (PER_PROMPT_GROUP if PER_PROMPT.get() else group) in enabled:
                 span = start(span_name, group, shape, attrs, None)
-            agen = fn(*args, **kwargs)
             send_value: Any = None
             throw: BaseException | None = None
             try:
@@ -134,6 +135,8 @@ def _forwarding(fn: Callable[..., Any]) -> tuple[str, str, dict[str, Any]] | Non
     ``*args, **kwargs`` on every call, which is most of the disabled-path
     cost. ``None`` when the signature cannot be mirrored.
     """
+    if "__signature__" in getattr(fn, "__dict__", {}):
+        return None  # an advertised signature may not be what the code accepts
     try:
         signature = inspect.signature(fn, follow_wrapped=False)
     except (TypeError, ValueError):
@@ -145,7 +148,7 @@ def _forwarding(fn: Callable[..., Any]) -> tuple[str, str, dict[str, Any]] | Non
     saw_star = False
     positional_only_done = False
     for i, p in enumerate(signature.parameters.values()):
-        if p.name.startswith(_PREFIX) or not p.name.isidentifier():
+        if p.name.startswith(_PREFIX) or not p.name.isidentifier() or iskeyword(p.name):
             return None
         if p.kind is not kinds.POSITIONAL_ONLY and not positional_only_done:
             positional_only_done = True

@@ -90,8 +90,10 @@ def span_carrier(span: trace.Span) -> dict[str, str]:
     if _PLAIN_CONTEXT and ctx.__class__ is trace.SpanContext:
         trace_id, span_id, _, flags, state, valid = ctx
     else:
+        if not ctx.is_valid:
+            return {}
         trace_id, span_id, flags = ctx.trace_id, ctx.span_id, ctx.trace_flags
-        state, valid = ctx.trace_state, ctx.is_valid
+        state, valid = ctx.trace_state, True
     if not valid:
         return {}
     try:  # int.to_bytes().hex(): about twice as fast as a format spec, on every request

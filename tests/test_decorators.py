@@ -6,6 +6,7 @@ import contextlib
 import inspect
 import logging
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import anyio
 import pytest
@@ -199,13 +200,40 @@ def test_generator_arguments_are_checked_at_the_call(spans: CapturedSpans) -> No
         yield start + step
 
     assert inspect.isgeneratorfunction(count)
-    assert inspect.signature(count) == inspect.signature(count.__wrapped__)  # type: ignore[attr-defined]
+    assert str(inspect.signature(count, follow_wrapped=False)) == str(inspect.signature(count))
     with pytest.raises(TypeError):
         count(1, 2)  # type: ignore[misc]
     with pytest.raises(TypeError):
         count(step=2)  # type: ignore[call-arg]
     assert list(count(1, step=5)) == [1, 6]
     assert [name.rsplit(".", 1)[-1] for name in spans.names()] == ["count"]
+
+
+def test_an_advertised_signature_is_not_trusted(spans: CapturedSpans) -> None:
+    """A function whose __signature__ differs from its code is forwarded as called."""
+
+    def gen(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        yield args, kwargs
+
+    gen.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter("x", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    )
+    traced = trace_fn("reward")(gen)
+    assert list(traced(x=1)) == [((), {"x": 1})]
+
+
+@pytest.mark.anyio
+async def test_async_generator_bad_arguments_leave_no_span_open(spans: CapturedSpans) -> None:
+    """Wrong arguments raise at the first __anext__() and no span is left open."""
+
+    @trace_fn("reward")
+    async def numbers(n: int) -> AsyncIterator[int]:
+        yield n
+
+    agen = numbers(1, 2)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        await agen.__anext__()
+    assert spans.spans == []
 
 
 def test_disabled_generator_passes_through() -> None:

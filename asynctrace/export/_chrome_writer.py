@@ -314,7 +314,7 @@ def span_fields(
     """
     try:
         return _sdk_fields(span.__dict__, tids, current_tid)
-    except (KeyError, AttributeError):  # not the SDK's layout: the public properties
+    except (KeyError, AttributeError, TypeError):  # not the SDK's layout: the properties
         return _public_fields(span, tids, current_tid)
 
 

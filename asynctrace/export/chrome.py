@@ -34,6 +34,7 @@ from typing import Any
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span
+from opentelemetry.trace import SpanContext
 
 from .._errors import report_internal_error
 from ._chrome_writer import ChromeWriter, NewTrack, context_span_id, span_fields
@@ -116,9 +117,10 @@ class ChromeTraceProcessor(QueuedSpanProcessor):
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         """Remember the track (thread and task) the span starts on."""
         try:
-            try:
-                span_id = context_span_id(span._context)  # the SDK's field: no property call
-            except (AttributeError, TypeError):
+            ctx = getattr(span, "_context", None)  # the SDK's field: no property call
+            if ctx.__class__ is SpanContext:
+                span_id = context_span_id(ctx)
+            else:
                 span_id = span.get_span_context().span_id
             self._tids[span_id] = self._current_tid()
         except Exception as exc:

@@ -40,9 +40,13 @@ def redact_url(url: str, secret_keys: Iterable[str] = DEFAULT_SECRET_KEYS) -> st
     if "@" not in url and "#" not in url and not secret_like:
         return url  # nothing to strip: the common case, no parsing
     try:
-        parts = urlsplit(url)
-    except ValueError:
+        return _redact_slowly(url, keys)
+    except Exception:  # hostile input (a bad IPv6 host, a lone surrogate): nothing of it
         return REDACTED
+
+
+def _redact_slowly(url: str, keys: SecretKeys) -> str:
+    parts = urlsplit(url)
     netloc = parts.netloc.rpartition("@")[2]
     query = parts.query
     if query:

@@ -285,6 +285,7 @@ def test_url_redaction_and_no_header_values(
         ("http://h/run?SIGNATURE=x", "http://h/run?SIGNATURE=REDACTED"),
         ("http://h/run?q=a%20b&pct=100%", "http://h/run?q=a%20b&pct=100%"),  # left as sent
         ("http://h/run?a=1;token=x", "http://h/run?a=1&token=REDACTED"),
+        ("http://h/run?token=x&a=\ud800", "REDACTED"),  # cannot be re-encoded: nothing of it
     ],
 )
 def test_redact_url(url: str, expected: str) -> None:

@@ -489,6 +489,10 @@ def test_sdk_fast_path_matches_the_public_properties() -> None:
         span.add_event("e", {"k": "v"})
         span.set_status(Status(StatusCode.ERROR, "bad"))
     (finished,) = exporter.get_finished_spans()
+    from opentelemetry.sdk.trace import ReadableSpan
+
+    orphan = ReadableSpan(name="x", context=None, start_time=1, end_time=2)
+    assert span_fields(orphan, {}, lambda: 5)[:2] == ("x", 0)  # the properties, not a crash
     tid = iter([7, 7]).__next__
     assert span_fields(finished, {}, tid) == _public_fields(finished, {}, tid)
     tids = {finished.context.span_id: 3}
