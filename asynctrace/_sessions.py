@@ -265,20 +265,10 @@ class SessionTracer:
         now = time.time_ns()
         if session_id is not None:  # the common case: one session, no list
             with self._lock:
-                record = self._live.pop(session_id, None)
+                record = self._take(session_id)
                 if record is None:
                     self.dropped_events += 1
                     return 0
-                task = record.task_id
-                if task is not None:  # _take's task-map upkeep, inline
-                    tasks = self._tasks
-                    pending = tasks.get(task)
-                    if pending == session_id:
-                        del tasks[task]
-                    elif type(pending) is set:
-                        pending.discard(session_id)
-                        if not pending:
-                            del tasks[task]
             self._writer.add_one(record, status, reason, now)
             return 1
         with self._lock:
@@ -425,23 +415,7 @@ class session_scope(SyncAndAsync[str]):
 
     def __enter__(self) -> str:
         tracer = _tracer
-        if tracer is None:
-            session_id = _untracked_id()
-        else:  # SessionTracer.register, inline: this is the hot path
-            task_id = TASK_ID.get()
-            session_id = tracer._prefix + str(tracer._next())
-            record = _Record(session_id, task_id, time.time_ns())
-            with tracer._lock:
-                tracer._live[session_id] = record
-                if task_id is not None:
-                    tasks = tracer._tasks
-                    pending = tasks.get(task_id)
-                    if pending is None:
-                        tasks[task_id] = session_id
-                    elif isinstance(pending, str):
-                        tasks[task_id] = {pending, session_id}
-                    else:
-                        pending.add(session_id)
+        session_id = tracer.register(TASK_ID.get()) if tracer is not None else _untracked_id()
         self._session_id = session_id
         self._token = SESSION_ID.set(session_id)
         return session_id
