@@ -73,7 +73,7 @@ def _context_is_a_plain_tuple() -> bool:
     return isinstance(probe, tuple) and tuple(probe) == (0xA, 0xB, True, 1, state, True)
 
 
-_PLAIN_CONTEXT: Final = _context_is_a_plain_tuple()
+PLAIN_CONTEXT: Final = _context_is_a_plain_tuple()
 
 
 def span_carrier(span: trace.Span) -> dict[str, str]:
@@ -87,7 +87,7 @@ def span_carrier(span: trace.Span) -> dict[str, str]:
         {}
     """
     ctx = span.get_span_context()
-    if _PLAIN_CONTEXT and ctx.__class__ is trace.SpanContext:
+    if PLAIN_CONTEXT and ctx.__class__ is trace.SpanContext:
         trace_id, span_id, _, flags, state, valid = ctx
     else:
         if not ctx.is_valid:

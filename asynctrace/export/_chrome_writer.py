@@ -19,9 +19,10 @@ from typing import Any
 
 import msgspec
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.trace import SpanContext, SpanKind, StatusCode
+from opentelemetry.trace import SpanKind, StatusCode
 
 from .._jsonl import encode_lines
+from .._propagation import PLAIN_CONTEXT
 from ._tracks import TrackAssigner
 
 __all__ = ["ChromeWriter", "NewTrack", "span_fields"]
@@ -29,20 +30,14 @@ __all__ = ["ChromeWriter", "NewTrack", "span_fields"]
 logger = logging.getLogger("asynctrace")
 
 
-def _id_getters() -> tuple[Callable[[Any], int], Callable[[Any], int]]:
-    """Read a ``SpanContext``'s ids by tuple index when that is its layout.
-
-    ``SpanContext`` is a tuple whose ``trace_id``/``span_id`` properties cost a
-    Python call each; indexing is a C call. The layout is checked once, here,
-    and the properties are used if it ever changes.
-    """
-    probe = SpanContext(0xA, 0xB, False)
-    if isinstance(probe, tuple) and probe[0] == 0xA and probe[1] == 0xB:
-        return operator.itemgetter(0), operator.itemgetter(1)
-    return operator.attrgetter("trace_id"), operator.attrgetter("span_id")
-
-
-context_trace_id, context_span_id = _id_getters()
+# SpanContext's trace_id/span_id properties cost a Python call each; when it is
+# the plain tuple _propagation checks for at import, indexing is a C call.
+context_trace_id: Callable[[Any], int] = (
+    operator.itemgetter(0) if PLAIN_CONTEXT else operator.attrgetter("trace_id")
+)
+context_span_id: Callable[[Any], int] = (
+    operator.itemgetter(1) if PLAIN_CONTEXT else operator.attrgetter("span_id")
+)
 _INTERNAL = SpanKind.INTERNAL
 _ERROR = StatusCode.ERROR
 
