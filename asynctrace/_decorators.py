@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import AsyncGenerator, Callable, Generator
+from collections.abc import Callable, Generator
 from keyword import iskeyword
 from typing import Any, TypeVar, cast
 
@@ -49,50 +49,7 @@ def _decorate(fn: F, group: str, name: str | None, shape: int, attributes: Attri
         return _gated_wrapper(fn, group, traced_coroutine, is_async=True)
 
     if inspect.isasyncgenfunction(fn):
-
-        @functools.wraps(fn)
-        async def asyncgen_wrapper(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
-            agen = fn(*args, **kwargs)  # bad arguments raise here, before any span starts
-            enabled = GATE.enabled
-            span = None
-            if enabled and (PER_PROMPT_GROUP if PER_PROMPT.get() else group) in enabled:
-                span = start(span_name, group, shape, attrs, None)
-            send_value: Any = None
-            throw: BaseException | None = None
-            try:
-                while True:
-                    # The span is current only while the body runs; no token
-                    # is held across the yield below.
-                    token = attach(span) if span is not None else None
-                    try:
-                        if throw is not None:
-                            exc, throw = throw, None
-                            item = await agen.athrow(exc)
-                        else:
-                            item = await agen.asend(send_value)
-                    except StopAsyncIteration:
-                        break
-                    finally:
-                        detach(token)
-                    try:
-                        send_value = yield item
-                    except GeneratorExit:
-                        token = attach(span) if span is not None else None
-                        try:
-                            await agen.aclose()
-                        finally:
-                            detach(token)
-                        raise
-                    except BaseException as exc:  # athrow(): forward into the body
-                        throw = exc
-            except BaseException as exc:
-                if span is not None:
-                    finish(span, type(exc), exc)
-                raise
-            if span is not None:
-                finish(span, None, None)
-
-        return cast("F", asyncgen_wrapper)
+        return _asyncgen_wrapper(fn, group, span_name, shape, attrs)
 
     if inspect.isgeneratorfunction(fn):
 
@@ -230,6 +187,91 @@ def _generator_wrapper(
     p = _PREFIX
     source = f"def {p}wrapper({params}):\n    return (yield from {p}run({p}fn({call})))\n"
     namespace: dict[str, Any] = {f"{p}fn": fn, f"{p}run": run, **defaults}
+    filename = f"<asynctrace wrapper of {getattr(fn, '__qualname__', fn)!r}>"
+    exec(compile(source, filename, "exec"), namespace)
+    wrapper = namespace[f"{p}wrapper"]
+    functools.update_wrapper(wrapper, fn)
+    return cast("F", wrapper)
+
+
+# The body of a traced async generator. Async generators cannot ``yield from``,
+# so the driving loop is the wrapper's own body; every local carries the
+# prefix that _forwarding refuses in parameter names, so none can shadow one.
+_ASYNCGEN_BODY = """\
+    _at_agen = _at_fn({call})
+    _at_on = _at_gate.enabled
+    _at_span = None
+    if _at_on and (_at_ppg if _at_pp.get() else _at_group) in _at_on:
+        _at_span = _at_start(_at_name, _at_group, _at_shape, _at_attrs, None)
+    _at_send = None
+    _at_throw = None
+    try:
+        while True:
+            # The span is current only while the body runs; no token is held
+            # across the yield below.
+            _at_token = _at_attach(_at_span) if _at_span is not None else None
+            try:
+                if _at_throw is not None:
+                    _at_exc, _at_throw = _at_throw, None
+                    _at_item = await _at_agen.athrow(_at_exc)
+                else:
+                    _at_item = await _at_agen.asend(_at_send)
+            except StopAsyncIteration:
+                break
+            finally:
+                _at_detach(_at_token)
+            try:
+                _at_send = yield _at_item
+            except GeneratorExit:
+                _at_token = _at_attach(_at_span) if _at_span is not None else None
+                try:
+                    await _at_agen.aclose()
+                finally:
+                    _at_detach(_at_token)
+                raise
+            except BaseException as _at_raised:  # athrow(): forward into the body
+                _at_throw = _at_raised
+    except BaseException as _at_raised:
+        if _at_span is not None:
+            _at_finish(_at_span, type(_at_raised), _at_raised)
+        raise
+    if _at_span is not None:
+        _at_finish(_at_span, None, None)
+"""
+
+
+def _asyncgen_wrapper(
+    fn: F, group: str, span_name: str, shape: int, attrs: dict[str, Any] | None
+) -> F:
+    """Build the async generator function ``wrapper(<fn's parameters>)`` around *fn*.
+
+    With *fn*'s own parameters, a call with bad arguments raises at the call,
+    as calling *fn* would, before any span starts; the wrapper is still an
+    async generator function. The gate is read, and the span started, when
+    iteration starts; ``asend``, ``athrow`` and ``aclose`` reach *fn*'s body.
+    """
+    forwarding = _forwarding(fn)
+    params, call = "*args, **kwargs", "*args, **kwargs"
+    defaults: dict[str, Any] = {}
+    if forwarding is not None:
+        params, call, defaults = forwarding
+    p = _PREFIX
+    source = f"async def {p}wrapper({params}):\n" + _ASYNCGEN_BODY.format(call=call)
+    namespace: dict[str, Any] = {
+        f"{p}fn": fn,
+        f"{p}gate": GATE,
+        f"{p}ppg": PER_PROMPT_GROUP,
+        f"{p}pp": PER_PROMPT,
+        f"{p}group": group,
+        f"{p}name": span_name,
+        f"{p}shape": shape,
+        f"{p}attrs": attrs,
+        f"{p}start": start,
+        f"{p}attach": attach,
+        f"{p}detach": detach,
+        f"{p}finish": finish,
+        **defaults,
+    }
     filename = f"<asynctrace wrapper of {getattr(fn, '__qualname__', fn)!r}>"
     exec(compile(source, filename, "exec"), namespace)
     wrapper = namespace[f"{p}wrapper"]

@@ -223,17 +223,39 @@ def test_an_advertised_signature_is_not_trusted(spans: CapturedSpans) -> None:
 
 
 @pytest.mark.anyio
-async def test_async_generator_bad_arguments_leave_no_span_open(spans: CapturedSpans) -> None:
-    """Wrong arguments raise at the first __anext__() and no span is left open."""
+async def test_async_generator_bad_arguments_raise_at_the_call(spans: CapturedSpans) -> None:
+    """Like an undecorated async generator function: a bad call raises at once, no span."""
 
     @trace_fn("reward")
-    async def numbers(n: int) -> AsyncIterator[int]:
-        yield n
+    async def numbers(n: int, *, step: int = 1, span: int = 0) -> AsyncIterator[int]:
+        yield n + span
+        yield n + step
 
-    agen = numbers(1, 2)  # type: ignore[call-arg]
+    assert inspect.isasyncgenfunction(numbers)
+    assert str(inspect.signature(numbers, follow_wrapped=False)) == str(inspect.signature(numbers))
     with pytest.raises(TypeError):
-        await agen.__anext__()
+        numbers(1, 2)  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        numbers(step=2)  # type: ignore[call-arg]
     assert spans.spans == []
+    # A parameter may share a name with the wrapper's machinery ("span").
+    assert [x async for x in numbers(1, step=5, span=10)] == [11, 6]
+    assert [name.rsplit(".", 1)[-1] for name in spans.names()] == ["numbers"]
+
+
+@pytest.mark.anyio
+async def test_async_generator_with_unmirrorable_signature(spans: CapturedSpans) -> None:
+    """A signature that cannot be mirrored is forwarded as called."""
+
+    async def agen(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        yield args, kwargs
+
+    agen.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter("x", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    )
+    traced = trace_fn("reward")(agen)
+    assert [x async for x in traced(1, y=2)] == [((1,), {"y": 2})]
+    assert len(spans.spans) == 1
 
 
 def test_disabled_generator_passes_through() -> None:
