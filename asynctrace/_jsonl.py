@@ -1,27 +1,53 @@
-"""JSON lines for the writer threads: msgspec first, the standard library as a fallback.
+"""JSON lines for the writer threads: msgspec when installed, the standard library otherwise.
 
-msgspec encodes a whole batch in one call, about ten times faster than the
-standard library. It refuses a few values the standard library accepts (a
-string holding a lone surrogate, which a non-UTF-8 path or exception message
-can produce): then the batch is encoded item by item, and an item msgspec
-refuses is written by the standard library as ASCII JSON, so nothing is lost
-for the sake of speed.
+msgspec (installed by the ``sdk`` extra) encodes a whole batch in one call,
+about ten times faster than the standard library. The core package does not
+need it: without it, lines are written by the standard library's C encoder.
+msgspec refuses a few values the standard library accepts (a string holding a
+lone surrogate, which a non-UTF-8 path or exception message can produce): then
+the batch is encoded item by item, and an item msgspec refuses is written by
+the standard library as ASCII JSON, so nothing is lost for the sake of speed.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-import msgspec
+__all__ = ["HAVE_MSGSPEC", "encode_lines"]
 
-__all__ = ["encode_lines"]
-
-_fast = msgspec.json.Encoder(enc_hook=str).encode_lines
+_SEPARATORS = (",", ":")
 _ascii = json.JSONEncoder(
-    separators=(",", ":"), default=str, allow_nan=False, ensure_ascii=True
+    separators=_SEPARATORS, default=str, allow_nan=False, ensure_ascii=True
 ).encode
+_utf8 = json.JSONEncoder(
+    separators=_SEPARATORS, default=str, allow_nan=False, ensure_ascii=False
+).encode
+
+
+def _stdlib_lines(items: Iterable[Any]) -> bytes:
+    # Refuses NaN and infinities (allow_nan=False): the caller's sanitize then
+    # writes them as strings. A lone surrogate fails at encode().
+    return "".join([_utf8(item) + "\n" for item in items]).encode()
+
+
+_fast: Callable[[Iterable[Any]], bytes]
+try:
+    import msgspec
+except ImportError:  # the core package runs without it
+    HAVE_MSGSPEC = False
+    _fast = _stdlib_lines
+
+    def _builtins(item: Any) -> Any:
+        return item
+
+else:
+    HAVE_MSGSPEC = True
+    _fast = msgspec.json.Encoder(enc_hook=str).encode_lines
+
+    def _builtins(item: Any) -> Any:
+        return msgspec.to_builtins(item, enc_hook=str)
 
 
 def encode_lines(
@@ -30,8 +56,9 @@ def encode_lines(
     """*items* as JSON lines, and the indexes of those that could not be encoded at all.
 
     *sanitize* prepares an item for the standard library, which refuses NaN
-    and infinities; ``msgspec.to_builtins`` then gives it what msgspec would
-    have written (structs as objects, bytes as base64, ...), surrogates kept.
+    and infinities; with msgspec, ``msgspec.to_builtins`` then gives it what
+    msgspec would have written (structs as objects, bytes as base64, ...),
+    surrogates kept.
 
     Example:
         >>> encode_lines([{"a": 1}, {"b": "\\udcff"}])
@@ -50,9 +77,7 @@ def encode_lines(
         except Exception:
             pass
         try:
-            ready = msgspec.to_builtins(
-                sanitize(item) if sanitize is not None else item, enc_hook=str
-            )
+            ready = _builtins(sanitize(item) if sanitize is not None else item)
             lines.append((_ascii(ready) + "\n").encode("ascii"))
         except Exception:
             skipped.append(index)

@@ -130,9 +130,10 @@ def record_json(*args: Any, **kwargs: Any) -> str:
 def _lines(records: list[_Record], meta: dict[str, Any]) -> tuple[bytes, int]:
     """The JSON lines of finished records, and how many could not be written.
 
-    msgspec encodes them (about ten times faster than the standard library on
-    these mostly-float records). It would write a non-finite float as null:
-    counters, the only values that can be one, are made finite first. A
+    msgspec, when installed, encodes them (about ten times faster than the
+    standard library on these mostly-float records). It would write a
+    non-finite float as null: counters, the only values that can be one, are
+    made finite first. A
     record that cannot be turned into a dict costs only itself.
     """
     dicts = []

@@ -110,6 +110,58 @@ def test_import_pulls_in_no_sdk_or_web_stack() -> None:
     assert out.strip() == ""
 
 
+_WITHOUT_MSGSPEC = r"""
+import json, sys, tempfile
+from pathlib import Path
+
+class Block:  # as if msgspec were not installed
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "msgspec":
+            raise ImportError("No module named 'msgspec'")
+        return None
+
+sys.meta_path.insert(0, Block())
+import asynctrace as at
+from asynctrace._jsonl import HAVE_MSGSPEC, encode_lines
+
+assert not HAVE_MSGSPEC
+data, skipped = encode_lines(
+    [{"a": 1.5, "s": "\u00e9"}, {"b": "\udcff"}, {"n": float("nan")}, {"o": object}],
+    lambda item: {k: repr(v) if isinstance(v, float) else v for k, v in item.items()},
+)
+lines = [json.loads(line) for line in data.decode().splitlines()]
+assert lines[:3] == [{"a": 1.5, "s": "\u00e9"}, {"b": "\udcff"}, {"n": "nan"}], lines
+assert lines[3]["o"] == str(object) and skipped == [], (lines, skipped)
+out = Path(tempfile.mkdtemp())
+telemetry = at.configure(
+    {"enabled": False, "output_dir": str(out), "session_tracer": {"enabled": True}}
+)
+with at.task_scope(7), at.session_scope():
+    with at.trace_session_phase("generate"):
+        pass
+    at.trace_session_event("finalized", status="accepted")
+telemetry.shutdown()
+record = json.loads((out / "sessions-r0.jsonl").read_text().splitlines()[-1])
+assert (record["task_id"], record["status"]) == (7, "accepted"), record
+try:
+    at.configure({"enabled": True, "exporters": ["chrome"], "output_dir": str(out)})
+except at.MissingExtraError as exc:
+    print(exc)
+print(sorted(m for m in sys.modules if m.startswith("msgspec")))
+"""
+
+
+def test_core_runs_without_msgspec() -> None:
+    """Without msgspec, sessions are written by the standard library; chrome names its extra."""
+    out = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_MSGSPEC], check=True, capture_output=True, text=True
+    ).stdout.splitlines()
+    assert out == [
+        "msgspec is not installed; install it with: pip install 'asynctrace[sdk]'",
+        "[]",
+    ]
+
+
 def test_missing_extra_names_the_pip_line() -> None:
     """MissingExtraError is an ImportError that says what to pip install."""
     err = asynctrace.MissingExtraError("fastapi", "fastapi")

@@ -17,13 +17,18 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import msgspec
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
+from .._errors import MissingExtraError
 from .._jsonl import encode_lines
 from .._propagation import PLAIN_CONTEXT
 from ._tracks import TrackAssigner
+
+try:
+    import msgspec
+except ImportError as exc:  # installed by the sdk extra, like the SDK itself
+    raise MissingExtraError("sdk", "msgspec") from exc
 
 __all__ = ["ChromeWriter", "NewTrack", "span_fields"]
 
