@@ -26,7 +26,7 @@ from ._cm import SyncAndAsync
 from ._errors import report_internal_error
 from ._groups import Bucket
 from ._scopes import BUCKET, ITERATION, PER_PROMPT, SESSION_ID, TASK_ID
-from ._semconv import CANCELLED, RL_BUCKET, RL_ITERATION, RL_SESSION_ID, RL_TASK_ID
+from ._semconv import CANCELLED, GROUP, RL_BUCKET, RL_ITERATION, RL_SESSION_ID, RL_TASK_ID
 from ._state import GATE
 
 __all__ = ["instant", "managed_span", "umbrella_span"]
@@ -133,7 +133,23 @@ def resolve_bucket(group: str, shape: int, explicit: object) -> Bucket | None:
     return bucket if isinstance(bucket, Bucket) else None
 
 
-def build_attributes(user: Attributes | None, bucket: Bucket | None) -> Attributes | None:
+def group_stamp(group: str, shape: int) -> str | None:
+    """The ``asynctrace.group`` an unbucketed span carries, or ``None``.
+
+    Umbrellas (and other unbucketed spans) name their group, so a reader can
+    tell a step from any other span whatever scopes were open; per-item spans
+    (per-prompt, HTTP) do not, to keep their volume cheap, nor do efficiency
+    spans, which carry their category.
+    """
+    if shape == EFFICIENCY or PER_PROMPT.get():
+        return None
+    definition = _groups._REGISTRY.groups.get(group)
+    return group if definition is None or not definition.per_item else None
+
+
+def build_attributes(
+    user: Attributes | None, bucket: Bucket | None, group: str | None = None
+) -> Attributes | None:
     """Scope stamps first, then the caller's attributes (which win).
 
     Without stamps, the caller's mapping is returned as it is: the SDK copies
@@ -142,11 +158,19 @@ def build_attributes(user: Attributes | None, bucket: Bucket | None) -> Attribut
     iteration = ITERATION.get()
     task = TASK_ID.get()
     session = SESSION_ID.get()
-    if iteration is None and task is None and session is None and bucket is None:
+    if (
+        iteration is None
+        and task is None
+        and session is None
+        and bucket is None
+        and group is None
+    ):
         if not user or RL_BUCKET not in user:
             return user
         return {k: v for k, v in user.items() if k != RL_BUCKET}  # no bucket: never a raw one
     attrs: dict[str, AttributeValue] = {}
+    if group is not None:
+        attrs[GROUP] = group
     if iteration is not None:
         attrs[RL_ITERATION] = iteration
     if task is not None:
@@ -181,7 +205,9 @@ def start(
         tracer = GATE.tracer
         if tracer is None:
             return None
-        attrs = build_attributes(attributes, resolve_bucket(group, shape, bucket))
+        resolved = resolve_bucket(group, shape, bucket)
+        stamp = None if resolved is not None else group_stamp(group, shape)
+        attrs = build_attributes(attributes, resolved, stamp)
         # positional: the API's parameter order, cheaper than keywords per span
         return tracer.start_span(name, context, kind, attrs, links, start_time)
     except Exception as exc:

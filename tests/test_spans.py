@@ -52,6 +52,19 @@ def test_umbrella_never_bucketed_even_in_scope(spans: CapturedSpans) -> None:
         assert "rl.bucket" not in attrs(span), span.name
 
 
+def test_unbucketed_spans_name_their_group(spans: CapturedSpans) -> None:
+    """Umbrellas carry asynctrace.group; bucketed, per-prompt and efficiency spans do not."""
+    with umbrella_span("step", "step"), managed_span("rollout", "umbrella-group-leaf"):
+        with managed_span("generation", "leaf"), efficiency_span("init/total"):
+            pass
+        with per_prompt_scope(), umbrella_span("rollout", "per-prompt"):
+            pass
+    assert attrs(spans.by_name("step")[0])["asynctrace.group"] == "step"
+    assert attrs(spans.by_name("umbrella-group-leaf")[0])["asynctrace.group"] == "rollout"
+    for name in ("leaf", "rl.init.total", "per-prompt"):
+        assert "asynctrace.group" not in attrs(spans.by_name(name)[0]), name
+
+
 def test_bucket_scope_and_explicit_bucket(spans: CapturedSpans) -> None:
     """bucket_scope overrides a leaf's bucket; an explicit bucket= wins over the scope."""
     with bucket_scope(Bucket.OVERHEAD):

@@ -495,3 +495,33 @@ def test_streaming_does_not_depend_on_arrival_order(spans: list[dict[str, Any]],
     assert steps.keys() == reference.keys()
     for sid, sums in reference.items():
         assert steps[sid] == pytest.approx(sums)
+
+
+def test_steps_without_iteration_scope_are_found(run: Run, tmp_path: Path) -> None:
+    """A real run whose step umbrellas have no iteration_scope: the group marks them."""
+    import time
+
+    import asynctrace as at
+
+    telemetry = at.configure(
+        {
+            "enabled": True,
+            "span_groups": "job,step,policy_update",
+            "exporters": ["chrome"],
+            "output_dir": str(tmp_path),
+        }
+    )
+    try:
+        with at.umbrella_span("job", "train"):
+            for _ in range(2):
+                with at.umbrella_span("step", "train.step"):
+                    with at.managed_span("policy_update", "optimizer"):
+                        time.sleep(0.02)
+                    time.sleep(0.01)
+    finally:
+        telemetry.shutdown()
+    document = _goodput(run, *sorted(tmp_path.glob("traces-*.jsonl")))
+    steps = document["steps"]
+    assert [(s["name"], s["iteration"]) for s in steps] == [("train.step", None)] * 2
+    for step in steps:
+        assert 0.02 <= step["productive_s"] < step["wall_s"]

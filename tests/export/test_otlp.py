@@ -129,5 +129,8 @@ def test_spans_reach_an_otlp_receiver(receiver: Receiver, monkeypatch: pytest.Mo
     assert generate.trace_id == step.trace_id
     attrs = {a.key: _value(a.value) for a in generate.attributes}
     assert attrs == {"rl.iteration": 7, "rl.bucket": "productive", "rl.rollout.attempt": 2}
-    assert {a.key: _value(a.value) for a in step.attributes} == {"rl.iteration": 7}
+    assert {a.key: _value(a.value) for a in step.attributes} == {
+        "rl.iteration": 7,
+        "asynctrace.group": "step",
+    }
     assert telemetry.stats()["otlp"].exported == 2
