@@ -158,13 +158,7 @@ def build_attributes(
     iteration = ITERATION.get()
     task = TASK_ID.get()
     session = SESSION_ID.get()
-    if (
-        iteration is None
-        and task is None
-        and session is None
-        and bucket is None
-        and group is None
-    ):
+    if iteration is None and task is None and session is None and bucket is None and group is None:
         if not user or RL_BUCKET not in user:
             return user
         return {k: v for k, v in user.items() if k != RL_BUCKET}  # no bucket: never a raw one
