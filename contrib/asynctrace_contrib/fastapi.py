@@ -254,8 +254,11 @@ class _Exchange:
                     span.set_attribute("error.type", str(self.status))
                     span.set_status(Status(StatusCode.ERROR))
             elif isinstance(self.error, Exception):
-                # Starlette's outermost error handler turns it into a 500 after us.
+                # No response started: Starlette's outermost error handler (or
+                # the server) answers 500 after us.
                 span.set_attribute("error.type", type(self.error).__qualname__)
+                if scope.get("type") == "http":
+                    span.set_attribute("http.response.status_code", 500)
         except Exception:  # pragma: no cover - a broken span must not break the response
             logger.debug("asynctrace: could not annotate the server span", exc_info=True)
         error = self.error
