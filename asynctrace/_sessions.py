@@ -20,7 +20,7 @@ import itertools
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeVar, cast
 
 from ._cm import SyncAndAsync
@@ -105,6 +105,28 @@ def _check_phase(phase: object) -> str:
     )
 
 
+def _check_payload(payload: object, where: str) -> dict[str, Any] | None:
+    """A copy of a payload mapping with string keys (``None`` when empty), or raise."""
+    if payload is None:
+        return None
+    if not isinstance(payload, Mapping) or not all(isinstance(k, str) for k in payload):
+        raise ConfigurationError(
+            f"{where}: expected a mapping with str keys (or None), got {payload!r}"
+        )
+    return dict(payload) or None
+
+
+def _merge_payload(record: _Record, key: int, payload: dict[str, Any]) -> None:
+    """Add *payload* to the record's payload *key* (-1: the session; else an execution)."""
+    payloads = record.payloads
+    if payloads is None:
+        record.payloads = {key: dict(payload)}
+    elif key in payloads:
+        payloads[key].update(payload)
+    else:
+        payloads[key] = dict(payload)
+
+
 def _ids(pending: str | set[str] | None) -> list[str]:
     """The session ids of a task entry."""
     if pending is None:
@@ -122,12 +144,15 @@ class _Record:
     ``runs`` is flat, three slots per execution: ``phase, start_ns, end_ns``
     (``end_ns`` is ``None`` while the execution is open). One list per session
     instead of a dict of lists of lists keeps sessions cheap to make and to
-    collect.
+    collect. ``payloads`` holds what callers attached, made on first use:
+    key ``-1`` for the session, an execution's handle (its index in ``runs``)
+    for that execution.
     """
 
     __slots__ = (
         "counters",
         "finalized_ns",
+        "payloads",
         "reason",
         "runs",
         "session_id",
@@ -146,6 +171,7 @@ class _Record:
         self.submit_ns = submit_ns
         self.runs: list[Any] = []
         self.counters: dict[str, float] | None = None  # made on first use
+        self.payloads: dict[int, dict[str, Any]] | None = None  # made on first use
         # status, reason and finalized_ns are set once, by finalization (see
         # SessionWriter.add), after which nothing else touches the record.
 
@@ -198,7 +224,9 @@ class SessionTracer:
                     pending.add(session_id)
         return session_id
 
-    def phase_start(self, session_id: str, phase: str) -> int:
+    def phase_start(
+        self, session_id: str, phase: str, payload: dict[str, Any] | None = None
+    ) -> int:
         """Open an execution of *phase*; returns its handle (-1: dropped and counted)."""
         now = time.time_ns()
         with self._lock:
@@ -207,11 +235,16 @@ class SessionTracer:
                 runs = record.runs
                 if _phases[phase] or phase not in runs[::3]:
                     runs += (phase, now, None)
-                    return len(runs) - 3
+                    handle = len(runs) - 3
+                    if payload:
+                        _merge_payload(record, handle, payload)
+                    return handle
             self.dropped_events += 1
         return -1
 
-    def phase_end(self, session_id: str, handle: int) -> None:
+    def phase_end(
+        self, session_id: str, handle: int, payload: dict[str, Any] | None = None
+    ) -> None:
         """Close an execution, unless its session was finalized meanwhile (then drop it)."""
         now = time.time_ns()
         with self._lock:
@@ -220,15 +253,23 @@ class SessionTracer:
                 self.dropped_events += 1
                 return
             record.runs[handle + 2] = now
+            if payload:
+                _merge_payload(record, handle, payload)
 
-    def mark(self, session_id: str | None, phase: str, start: bool) -> None:
+    def mark(
+        self,
+        session_id: str | None,
+        phase: str,
+        start: bool,
+        payload: dict[str, Any] | None = None,
+    ) -> None:
         """``<phase>_start`` / ``<phase>_end`` sent as events."""
         if session_id is None:  # no session to apply it to
             with self._lock:
                 self.dropped_events += 1
             return
         if start:
-            self.phase_start(session_id, phase)
+            self.phase_start(session_id, phase, payload)
             return
         now = time.time_ns()
         with self._lock:
@@ -237,8 +278,26 @@ class SessionTracer:
             for handle in range(len(runs) - 3, -1, -3):  # the latest open one
                 if runs[handle] == phase and runs[handle + 2] is None:
                     runs[handle + 2] = now
+                    if payload and record is not None:
+                        _merge_payload(record, handle, payload)
                     return
             self.dropped_events += 1
+
+    def mark_task(
+        self,
+        task_id: int | str,
+        phase: str,
+        start: bool,
+        payload: dict[str, Any] | None = None,
+    ) -> None:
+        """A phase event for every pending session of *task_id*."""
+        with self._lock:
+            session_ids = _ids(self._tasks.get(task_id))
+            if not session_ids:
+                self.dropped_events += 1
+                return
+        for session_id in session_ids:
+            self.mark(session_id, phase, start, payload)
 
     def count(self, session_id: str, name: str, value: float) -> None:
         """Add *value* to the session's counter *name*."""
@@ -260,6 +319,7 @@ class SessionTracer:
         task_id: int | str | None,
         status: str,
         reason: str | None,
+        payload: dict[str, Any] | None = None,
     ) -> int:
         """Finalize one session, or every pending session of a task; returns how many."""
         now = time.time_ns()
@@ -269,6 +329,8 @@ class SessionTracer:
                 if record is None:
                     self.dropped_events += 1
                     return 0
+                if payload:
+                    _merge_payload(record, -1, payload)
             self._writer.add_one(record, status, reason, now)
             return 1
         with self._lock:
@@ -283,6 +345,9 @@ class SessionTracer:
             if not finished:
                 self.dropped_events += 1
                 return 0
+            if payload:
+                for record in finished:
+                    _merge_payload(record, -1, payload)
         self._writer.add(finished, status, reason, now)
         return len(finished)
 
@@ -496,22 +561,39 @@ def current_session_id() -> str | None:
 class trace_session_phase(SyncAndAsync[None]):
     """Time one execution of *phase* for the current session (``with``).
 
+    *start_payload* and *end_payload* (mappings with string keys) are attached
+    to this execution in the record, as its ``payload``; on a key in both, the
+    end wins.
+
     Raises:
-        ConfigurationError: *phase* is not registered (checked even when the
-            session tracer is off).
+        ConfigurationError: *phase* is not registered, or a payload is not a
+            mapping with string keys (checked even when the session tracer is
+            off).
 
     Example:
-        >>> with trace_session_phase("reward"):
+        >>> with trace_session_phase("reward", end_payload={"accepted": True}):
         ...     pass
     """
 
-    __slots__ = ("_handle", "_phase", "_session_id", "_tracer")
+    __slots__ = ("_end", "_handle", "_phase", "_session_id", "_start", "_tracer")
 
-    def __init__(self, phase: str) -> None:
+    def __init__(
+        self,
+        phase: str,
+        start_payload: Mapping[str, Any] | None = None,
+        end_payload: Mapping[str, Any] | None = None,
+    ) -> None:
         self._phase = phase if type(phase) is str and phase in _phases else _check_phase(phase)
         self._tracer: SessionTracer | None = None
         self._session_id: str | None = None
         self._handle = -1
+        # The checks cost a call each: only made when a payload is given.
+        self._start = None
+        self._end = None
+        if start_payload is not None:
+            self._start = _check_payload(start_payload, "trace_session_phase(start_payload)")
+        if end_payload is not None:
+            self._end = _check_payload(end_payload, "trace_session_phase(end_payload)")
 
     # phase_start/phase_end inlined: a session runs several phases, this is the hot path.
     def __enter__(self) -> None:
@@ -530,6 +612,8 @@ class trace_session_phase(SyncAndAsync[None]):
                 if _phases[phase] or phase not in runs[::3]:
                     runs += (phase, now, None)
                     self._handle = len(runs) - 3
+                    if self._start is not None:
+                        _merge_payload(record, self._handle, self._start)
                     return
             tracer.dropped_events += 1
 
@@ -544,6 +628,8 @@ class trace_session_phase(SyncAndAsync[None]):
                 tracer.dropped_events += 1
             else:
                 record.runs[self._handle + 2] = now
+                if self._end is not None:
+                    _merge_payload(record, self._handle, self._end)
 
 
 class atrace_session_phase(trace_session_phase):
@@ -608,12 +694,17 @@ def trace_session_event(
     executions at ``finalized_ts`` (flagged ``truncated``); events for a
     session that was already finalized are dropped and counted.
 
+    Any other keyword is *payload*: on ``finalized`` it joins the record's
+    ``payload``; on a phase event, the execution's ``payload``. Values that
+    JSON cannot hold are written as their ``str()``.
+
     Raises:
-        ConfigurationError: unknown event, bad status or payload (checked even
-            when the session tracer is off).
+        ConfigurationError: unknown event, bad status, or ``status``/``reason``
+            on a phase event (checked even when the session tracer is off).
 
     Example:
         >>> trace_session_event("finalized", status="rejected", reason="stale_weight")
+        >>> trace_session_event("finalized", status="accepted", reward=0.75)
     """
     if event == FINALIZED:
         if status not in STATUSES:
@@ -622,11 +713,6 @@ def trace_session_event(
                 f"accepted: {', '.join(STATUSES)}"
             )
         text = reason if reason is None or isinstance(reason, str) else str(reason)
-        if payload:
-            raise ConfigurationError(
-                f"trace_session_event('finalized'): unknown payload {sorted(payload)}; "
-                "accepted: status, reason"
-            )
         tracer = _tracer
         if tracer is None:
             return
@@ -634,7 +720,7 @@ def trace_session_event(
             session_id = SESSION_ID.get()
             if session_id is None:
                 task_id = TASK_ID.get()
-        tracer.finalize(session_id, task_id, status, text)
+        tracer.finalize(session_id, task_id, status, text, payload or None)
         return
     phase, _, edge = event.rpartition("_") if isinstance(event, str) else ("", "", "")
     if edge not in ("start", "end") or phase not in _phases:
@@ -642,13 +728,19 @@ def trace_session_event(
         raise ConfigurationError(
             f"trace_session_event(event): {event!r} is not accepted; accepted: {accepted}"
         )
-    if payload or status is not None or reason is not None:
+    if status is not None or reason is not None:
         named = (("status", status), ("reason", reason))
-        given = sorted([*payload, *(key for key, value in named if value is not None)])
-        raise ConfigurationError(f"trace_session_event({event!r}): unexpected payload {given}")
+        given = sorted(key for key, value in named if value is not None)
+        raise ConfigurationError(
+            f"trace_session_event({event!r}): {', '.join(given)} only apply to 'finalized'"
+        )
     tracer = _tracer
-    if tracer is not None:
-        tracer.mark(session_id or SESSION_ID.get(), phase, edge == "start")
+    if tracer is None:
+        return
+    if session_id is None and task_id is not None:  # every pending session of the task
+        tracer.mark_task(task_id, phase, edge == "start", payload or None)
+        return
+    tracer.mark(session_id or SESSION_ID.get(), phase, edge == "start", payload or None)
 
 
 def increment_counter(name: str, value: float = 1) -> None:
