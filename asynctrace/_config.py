@@ -154,8 +154,10 @@ class TelemetryConfig:
     ) -> TelemetryConfig:
         """Overlay ``ASYNCTRACE_*`` variables on *base* (defaults when omitted).
 
-        Only variables that are set (and not empty) change a field. Queue
-        limits fall back to the standard ``OTEL_BSP_*`` variables, and
+        Only variables that are set (and not empty) change a field. The
+        exporters fall back to the standard ``OTEL_TRACES_EXPORTER``
+        (``otlp``, ``console``, ``none``, or any of asynctrace's names), queue
+        limits to the standard ``OTEL_BSP_*`` variables, and
         ``OTEL_SDK_DISABLED=true`` turns telemetry off whatever else says.
         *base* is not mutated.
 
@@ -210,6 +212,7 @@ ENV_VARS: dict[str, str] = {
 """Environment variable → field (``session_tracer.*`` are nested fields)."""
 
 _OTEL_FALLBACKS = {
+    "exporters": "OTEL_TRACES_EXPORTER",
     "max_queue_size": "OTEL_BSP_MAX_QUEUE_SIZE",
     "max_export_batch_size": "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
     "schedule_delay_millis": "OTEL_BSP_SCHEDULE_DELAY",

@@ -158,6 +158,21 @@ def test_from_env_falls_back_to_otel_bsp_variables() -> None:
     assert config.schedule_delay_millis == 250.0
 
 
+def test_from_env_falls_back_to_otel_traces_exporter() -> None:
+    """OTEL_TRACES_EXPORTER picks the exporters unless ASYNCTRACE_EXPORTERS is set."""
+    assert TelemetryConfig.from_env({"OTEL_TRACES_EXPORTER": "otlp, console"}).exporters == [
+        "otlp",
+        "console",
+    ]
+    assert TelemetryConfig.from_env({"OTEL_TRACES_EXPORTER": "none"}).exporters == []
+    env = {"OTEL_TRACES_EXPORTER": "zipkin", "ASYNCTRACE_EXPORTERS": "chrome"}
+    assert TelemetryConfig.from_env(env).exporters == ["chrome"]
+    with pytest.raises(
+        ConfigurationError, match=r"OTEL_TRACES_EXPORTER: unknown exporter 'zipkin'"
+    ):
+        TelemetryConfig.from_env({"OTEL_TRACES_EXPORTER": "zipkin"})
+
+
 def test_otel_sdk_disabled_wins() -> None:
     """OTEL_SDK_DISABLED=true turns telemetry off whatever ASYNCTRACE_ENABLED says."""
     env = {"ASYNCTRACE_ENABLED": "1", "OTEL_SDK_DISABLED": "true"}
