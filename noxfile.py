@@ -25,7 +25,7 @@ TEST_DEPS = [
 @nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
     """Run the test suite (strict mode: hot-path failures re-raise)."""
-    session.install("-e", ".[sdk,otlp,uvloop,aiohttp,fastapi]", *TEST_DEPS)
+    session.install("-e", ".[sdk,otlp,uvloop,aiohttp,fastapi,cli]", *TEST_DEPS)
     session.run(
         "pytest",
         *session.posargs,

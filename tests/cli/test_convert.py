@@ -191,3 +191,64 @@ def test_converted_output_is_an_input(run: Run, tmp_path: Path) -> None:
     shutil.copy(tmp_path / "a.json", tmp_path / "copy.json")
     second, _ = _convert(run, tmp_path / "copy.json", "-o", tmp_path / "b.json")
     assert second["traceEvents"] == first["traceEvents"]
+
+
+def test_progress_bar_on_a_terminal(tmp_path: Path) -> None:
+    """On a terminal, convert draws a progress bar (tqdm, from the cli extra) on stderr."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    import pytest
+
+    pytest.importorskip("tqdm")
+    import fcntl
+    import struct
+    import termios
+
+    primary, secondary = pty.openpty()
+    fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # 100 columns
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "asynctrace", "convert", str(GOLDEN), "-o", tmp_path / "t.json"],
+            stderr=secondary,
+            stdout=subprocess.PIPE,
+            timeout=60,
+            check=False,
+        )
+        os.close(secondary)
+        secondary = -1
+        drawn = b""
+        while True:
+            try:
+                chunk = os.read(primary, 65536)
+            except OSError:  # the terminal closed: everything is read
+                break
+            if not chunk:
+                break
+            drawn += chunk
+    finally:
+        os.close(primary)
+        if secondary >= 0:
+            os.close(secondary)
+    assert proc.returncode == 0
+    assert b"convert" in drawn
+    assert b"convert:   0%|" in drawn, drawn[-400:]
+
+
+def test_both_json_codecs_agree() -> None:
+    """orjson (cli extra) and the standard library read and write the same JSON."""
+    import pytest
+
+    from asynctrace.cli import _common
+
+    codecs = [_common._stdlib_codecs()]
+    orjson = pytest.importorskip("orjson")
+    codecs.append((orjson.loads, orjson.dumps))
+    for loads, dumps in codecs:
+        assert loads(b'{"a":[1,2.5,"\xc3\xa9"]}') == {"a": [1, 2.5, "\u00e9"]}
+        assert dumps({"a": "\u00e9", "b": [1, None]}) == b'{"a":"\xc3\xa9","b":[1,null]}'
+        for bad in (b'{"a":NaN}', b'{"a":Infinity}', b"{"):
+            with pytest.raises(ValueError):
+                loads(bad)
