@@ -211,7 +211,7 @@ def test_progress_bar_on_a_terminal(tmp_path: Path) -> None:
     fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # 100 columns
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "asynctrace", "convert", str(GOLDEN), "-o", tmp_path / "t.json"],
+            [sys.executable, "-m", "asynctrace", "convert", GOLDEN, "-o", tmp_path / "t.json"],
             stderr=secondary,
             stdout=subprocess.PIPE,
             timeout=60,
