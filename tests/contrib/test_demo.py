@@ -113,3 +113,26 @@ def test_default_preset_keeps_only_its_umbrellas(tmp_path: Path) -> None:
     result = run_demo(tmp_path, steps=2, prompts=4, span_groups="default")
     names = {e["name"] for e in complete_events(result.trace_files[0])}
     assert names == {"rl.job", "rl.checkpointing", "rl.checkpoint.finalize"}
+
+
+def test_the_example_script_runs_the_demo(tmp_path: Path) -> None:
+    """``python examples/rollout_pump.py OUT``: demo, trace.json, report and goodput table."""
+    import os
+    import subprocess
+    import sys
+
+    script = Path(__file__).parents[2] / "examples" / "rollout_pump.py"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path), "--steps", "2", "--prompts", "4"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "8 rollouts in" in proc.stdout
+    assert "goodput" in proc.stdout
+    assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    assert (tmp_path / "report.html").read_text().startswith("<!DOCTYPE html>")
