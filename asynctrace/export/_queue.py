@@ -55,17 +55,20 @@ class ExporterSink:
         self.exporter = exporter
 
     def export(self, batch: list[Any]) -> tuple[int, int]:
+        """Hand *batch* to the exporter; ``(exported, failed)``: all or none."""
         result = self.exporter.export(batch)
         if getattr(result, "name", "SUCCESS") == "FAILURE":  # SpanExportResult.FAILURE
             return 0, len(batch)
         return len(batch), 0
 
     def flush(self) -> None:
+        """Call the exporter's ``force_flush`` when it has one."""
         force_flush = getattr(self.exporter, "force_flush", None)
         if callable(force_flush):
             force_flush()
 
     def shutdown(self) -> None:
+        """Shut the exporter down."""
         self.exporter.shutdown()
 
 
