@@ -133,7 +133,7 @@ def report(times: dict[str, list[float]], base: str, targets: dict[str, float]) 
         limit = f" (target <= {target:.2f}x)" if target else " (reference)"
         mark = "" if target is None else ("  ok" if good else "  MISS")
         us = statistics.median(times[name]) * 1e6
-        print(f"  {name:34s} {us:7.0f} us  {r:5.2f}x{limit}{mark}")
+        print(f"  {name:34s} {us:7.0f} us  {r:6.3f}x{limit}{mark}")
     return ok
 
 

@@ -1,0 +1,98 @@
+"""Where a recorded aiohttp client span's cost goes: client middlewares that do less and less.
+
+Usage: python benchmarks/http_floor.py [--rounds N]
+
+Same harness as ``bench_http.py`` (a server in its own process, sequential
+GETs over one keep-alive session, the median of in-round ratios against the
+plain client). The variants are: a middleware that does nothing; one that
+sets a constant ``traceparent``; one that starts and ends an unsampled SDK
+span; one with a sampled SDK span and no header; the floor (that span plus
+its header); and asynctrace, recorded and with ``per_prompt`` off. A
+reference script: it has no target and always exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+from opentelemetry.trace import SpanKind
+
+import asynctrace as at
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_http import _floor, _ours, _plain, measure, provider, ratio, server
+
+Setup = tuple[dict[str, Any], Callable[[], None]]
+_TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+_ATTRS = {"http.request.method": "GET", "url.full": "u", "server.address": "h", "server.port": 1}
+
+
+def _with(middleware: Any) -> Setup:
+    at.enable_telemetry(provider(), span_groups="job")
+    return {"middlewares": (middleware,)}, at.disable_telemetry
+
+
+def _noop() -> Setup:
+    async def noop(request: Any, handler: Any) -> Any:
+        return await handler(request)
+
+    return _with(noop)
+
+
+def _header() -> Setup:
+    async def header(request: Any, handler: Any) -> Any:
+        request.headers["traceparent"] = _TRACEPARENT
+        return await handler(request)
+
+    return _with(header)
+
+
+def _span(sampled: bool) -> Setup:
+    tracer = (provider() if sampled else TracerProvider(sampler=ALWAYS_OFF)).get_tracer("x")
+
+    async def span_only(request: Any, handler: Any) -> Any:
+        span = tracer.start_span(request.method, None, SpanKind.CLIENT, _ATTRS)
+        response = await handler(request)
+        span.set_attribute("http.response.status_code", response.status)
+        span.end()
+        return response
+
+    return _with(span_only)
+
+
+def main() -> int:
+    """Measure and print the ratios."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=9)
+    args = parser.parse_args()
+    with server("aiohttp") as url:
+        times = measure(
+            {
+                "plain": (url, _plain),
+                "middleware doing nothing": (url, _noop),
+                "constant traceparent": (url, _header),
+                "unsampled SDK span": (url, lambda: _span(False)),
+                "sampled SDK span, no header": (url, lambda: _span(True)),
+                "floor: span + traceparent": (url, _floor),
+                "asynctrace, span recorded": (url, lambda: _ours("job,per_prompt")),
+                "asynctrace, per_prompt off": (url, lambda: _ours("job")),
+            },
+            1000,
+            args.rounds,
+        )
+    print(f"plain: {statistics.median(times['plain']) * 1e6:.0f} us per request")
+    for name in times:
+        if name != "plain":
+            print(f"  {name:30s} {ratio(times, name, 'plain'):6.3f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
