@@ -195,8 +195,9 @@ def _generator_wrapper(
 
 
 # The body of a traced async generator. Async generators cannot ``yield from``,
-# so the driving loop is the wrapper's own body; every local carries the
-# prefix that _forwarding refuses in parameter names, so none can shadow one.
+# so the driving loop is the wrapper's own body. Every name it uses, locals and
+# builtins alike, carries the prefix that _forwarding refuses in parameter
+# names, so a parameter (``type``, say) can shadow none of them.
 _ASYNCGEN_BODY = """\
     _at_agen = _at_fn({call})
     _at_on = _at_gate.enabled
@@ -216,24 +217,24 @@ _ASYNCGEN_BODY = """\
                     _at_item = await _at_agen.athrow(_at_exc)
                 else:
                     _at_item = await _at_agen.asend(_at_send)
-            except StopAsyncIteration:
+            except _at_StopAsyncIteration:
                 break
             finally:
                 _at_detach(_at_token)
             try:
                 _at_send = yield _at_item
-            except GeneratorExit:
+            except _at_GeneratorExit:
                 _at_token = _at_attach(_at_span) if _at_span is not None else None
                 try:
                     await _at_agen.aclose()
                 finally:
                     _at_detach(_at_token)
                 raise
-            except BaseException as _at_raised:  # athrow(): forward into the body
+            except _at_BaseException as _at_raised:  # athrow(): forward into the body
                 _at_throw = _at_raised
-    except BaseException as _at_raised:
+    except _at_BaseException as _at_raised:
         if _at_span is not None:
-            _at_finish(_at_span, type(_at_raised), _at_raised)
+            _at_finish(_at_span, _at_type(_at_raised), _at_raised)
         raise
     if _at_span is not None:
         _at_finish(_at_span, None, None)
@@ -270,6 +271,10 @@ def _asyncgen_wrapper(
         f"{p}attach": attach,
         f"{p}detach": detach,
         f"{p}finish": finish,
+        f"{p}type": type,
+        f"{p}BaseException": BaseException,
+        f"{p}GeneratorExit": GeneratorExit,
+        f"{p}StopAsyncIteration": StopAsyncIteration,
         **defaults,
     }
     filename = f"<asynctrace wrapper of {getattr(fn, '__qualname__', fn)!r}>"

@@ -244,6 +244,31 @@ async def test_async_generator_bad_arguments_raise_at_the_call(spans: CapturedSp
 
 
 @pytest.mark.anyio
+async def test_async_generator_parameters_may_shadow_builtins(spans: CapturedSpans) -> None:
+    """Parameters named like the builtins the wrapper uses shadow nothing of it."""
+
+    @trace_fn("reward")
+    async def stream(
+        type: str = "text",
+        BaseException: int = 0,
+        GeneratorExit: int = 0,
+        StopAsyncIteration: int = 0,
+    ) -> AsyncIterator[str]:
+        yield type
+        raise ValueError("boom")
+
+    agen = stream("a")
+    assert await agen.__anext__() == "a"
+    with pytest.raises(ValueError, match="boom"):
+        await agen.__anext__()
+    early = stream("b")
+    assert await early.__anext__() == "b"
+    await early.aclose()  # GeneratorExit path
+    assert [s.status.status_code for s in spans.spans] == [StatusCode.ERROR, StatusCode.UNSET]
+    assert dict(spans.spans[1].attributes or {})["asynctrace.cancelled"] is True
+
+
+@pytest.mark.anyio
 async def test_async_generator_with_unmirrorable_signature(spans: CapturedSpans) -> None:
     """A signature that cannot be mirrored is forwarded as called."""
 
