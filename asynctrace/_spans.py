@@ -37,6 +37,7 @@ Attributes = Mapping[str, AttributeValue]
 LEAF: Final = 0
 UMBRELLA: Final = 1
 EFFICIENCY: Final = 2
+MARKER: Final = 3  # instant()'s zero-length span: unbucketed, names no group
 
 PER_PROMPT_GROUP: Final = _groups.PER_PROMPT
 
@@ -115,7 +116,7 @@ def is_on(group: str) -> bool:
 
 def resolve_bucket(group: str, shape: int, explicit: object) -> Bucket | None:
     """Apply the bucket rules of the spec to one span about to start."""
-    if shape == UMBRELLA or PER_PROMPT.get():
+    if shape in (UMBRELLA, MARKER) or PER_PROMPT.get():
         return None
     if shape == EFFICIENCY:  # the category's bucket, computed by the caller
         return explicit if isinstance(explicit, Bucket) else None
@@ -139,9 +140,10 @@ def group_stamp(group: str, shape: int) -> str | None:
     Umbrellas (and other unbucketed spans) name their group, so a reader can
     tell a step from any other span whatever scopes were open; per-item spans
     (per-prompt, HTTP) do not, to keep their volume cheap, nor do efficiency
-    spans, which carry their category.
+    spans, which carry their category, nor ``instant`` markers, which are
+    points in time, not spans of the group's work.
     """
-    if shape == EFFICIENCY or PER_PROMPT.get():
+    if shape in (EFFICIENCY, MARKER) or PER_PROMPT.get():
         return None
     definition = _groups._REGISTRY.groups.get(group)
     return group if definition is None or not definition.per_item else None
@@ -366,7 +368,7 @@ def instant(group: str, name: str, *, attributes: Attributes | None = None) -> N
         report_internal_error(("instant", group, name), exc)
         return
     now = time.time_ns()
-    span = start(name, group, UMBRELLA, attributes, None, start_time=now)
+    span = start(name, group, MARKER, attributes, None, start_time=now)
     if span is not None:
         finish(span, None, None, end_time=now)
 

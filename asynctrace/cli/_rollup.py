@@ -15,9 +15,10 @@ span). Nothing is kept per span beyond that order requires:
 
 Rules (see ``docs/reading-a-trace.md``):
 
-- A *step* is a span whose ``asynctrace.group`` attribute (or ``cat``) is
-  ``step``; or an unbucketed span with an integer ``rl.iteration`` and a
-  positive duration whose parent carries no ``rl.iteration`` and no bucket
+- A *step* is a span of positive duration whose ``asynctrace.group``
+  attribute (or ``cat``) is ``step``; or an unbucketed span with an integer
+  ``rl.iteration`` and a positive duration whose parent carries no
+  ``rl.iteration`` and no bucket
   (the outermost stamped umbrella: per-prompt spans and finalize spans sit
   under a stamped parent, so they are never steps).
 - Per bucket, a step counts the seconds of the bucketed spans in its subtree
@@ -275,7 +276,9 @@ class Rollup:
         iteration = args.get("rl.iteration")
         if iteration.__class__ is not int:
             iteration = None
-        group_step = args.get("asynctrace.group") == "step" or event.get("cat") == "step"
+        group_step = end > start and (
+            args.get("asynctrace.group") == "step" or event.get("cat") == "step"
+        )
         self._span(name, key, pkey, start, end, bucket, iteration, group_step, origin)
 
     def _trace_index(self, trace_id: str) -> int:
