@@ -143,6 +143,8 @@ with at.task_scope(7), at.session_scope():
 telemetry.shutdown()
 record = json.loads((out / "sessions-r0.jsonl").read_text().splitlines()[-1])
 assert (record["task_id"], record["status"]) == (7, "accepted"), record
+for exporters in (["memory"], ["console"], []):  # only chrome needs msgspec
+    at.configure({"enabled": True, "exporters": exporters, "output_dir": str(out)}).shutdown()
 try:
     at.configure({"enabled": True, "exporters": ["chrome"], "output_dir": str(out)})
 except at.MissingExtraError as exc:

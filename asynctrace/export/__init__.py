@@ -10,8 +10,14 @@ Example:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ._queue import ExporterSink, ExportStats, QueuedSpanProcessor
-from .chrome import ChromeTrace, ChromeTraceProcessor, read_chrome_trace
+
+if TYPE_CHECKING:
+    from .chrome import ChromeTrace, ChromeTraceProcessor, read_chrome_trace
+
+_CHROME = frozenset({"ChromeTrace", "ChromeTraceProcessor", "read_chrome_trace"})
 
 __all__ = [
     "ChromeTrace",
@@ -21,3 +27,12 @@ __all__ = [
     "QueuedSpanProcessor",
     "read_chrome_trace",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The chrome names, imported on first use: they need msgspec (the sdk extra)."""
+    if name in _CHROME:
+        from . import chrome
+
+        return getattr(chrome, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

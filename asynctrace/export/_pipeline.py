@@ -24,7 +24,6 @@ from .._files import writable_dir
 from .._settings import Settings
 from ._open_spans import OpenSpanTracker
 from ._queue import ExporterSink, ExportStats, QueuedSpanProcessor
-from .chrome import ChromeTraceProcessor
 
 __all__ = ["Pipeline", "Plan", "build", "prepare"]
 
@@ -60,6 +59,8 @@ def prepare(settings: Settings) -> Plan:
     if settings.output_dir is not None:
         directory = writable_dir(settings.output_dir)
         if "chrome" in settings.exporters:
+            from . import chrome  # noqa: F401  # fails here, before anything changes, without msgspec
+
             plan.chrome_path = directory / settings.chrome_filename
             if plan.chrome_path.exists() and not os.access(plan.chrome_path, os.W_OK):
                 raise ConfigurationError(
@@ -147,6 +148,8 @@ def build(plan: Plan) -> Pipeline:
     queued: list[QueuedSpanProcessor] = []
     try:
         if plan.chrome_path is not None:
+            from .chrome import ChromeTraceProcessor
+
             queued.append(
                 ChromeTraceProcessor(
                     plan.chrome_path,
