@@ -89,22 +89,15 @@ def record_dict(
         end = finalized if end_raw is None else min(max(end_raw, start), finalized)
         execution = {"start_ts": start / _NS, "end_ts": end / _NS, "truncated": end_raw is None}
         if handle in payloads:
-            execution["payload"] = _finite_values(payloads[handle])
+            execution["payload"] = payloads[handle]  # plain JSON values (made at the call)
         phases.setdefault(name, []).append(execution)
         intervals.setdefault(name, []).append((start, end))
     for name, spans in intervals.items():
         out[f"{name}_s"] = _union_ns(spans) / _NS
     out["phases"] = phases
     out["counters"] = _counters(record.counters)
-    out["payload"] = _finite_values(payloads[-1]) if -1 in payloads else {}
+    out["payload"] = payloads.get(-1, {})
     return out
-
-
-def _finite_values(payload: dict[str, Any]) -> dict[str, Any]:
-    """A payload whose top-level non-finite floats are strings (JSON has no NaN)."""
-    if any(type(v) is float and not math.isfinite(v) for v in payload.values()):
-        return {k: _counter_value(v) if type(v) is float else v for k, v in payload.items()}
-    return payload
 
 
 def _counters(counters: dict[str, float] | None) -> dict[str, Any]:

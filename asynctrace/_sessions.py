@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
+import math
 import os
 import threading
 import time
@@ -106,14 +107,46 @@ def _check_phase(phase: object) -> str:
 
 
 def _check_payload(payload: object, where: str) -> dict[str, Any] | None:
-    """A copy of a payload mapping with string keys (``None`` when empty), or raise."""
+    """A JSON-ready copy of a payload mapping with string keys (``None`` when empty), or raise."""
     if payload is None:
         return None
     if not isinstance(payload, Mapping) or not all(isinstance(k, str) for k in payload):
         raise ConfigurationError(
             f"{where}: expected a mapping with str keys (or None), got {payload!r}"
         )
-    return dict(payload) or None
+    return _plain_payload(payload) or None
+
+
+_PAYLOAD_DEPTH = 16
+
+
+def _plain_payload(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy made of JSON values only, taken when the payload is given.
+
+    Copying now means a caller may change its objects afterwards without
+    changing the record; converting now means the record reads the same
+    whichever JSON encoder writes it: non-finite floats become ``"nan"``,
+    ``"inf"``, ``"-inf"``; keys become strings; tuples and sets become lists;
+    anything else (and anything nested deeper than 16 levels) its ``str()``.
+    """
+    return {key: _plain(value, _PAYLOAD_DEPTH) for key, value in payload.items()}
+
+
+def _plain(value: Any, depth: int) -> Any:
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    if kind is float:
+        return value if math.isfinite(value) else repr(value)
+    if depth <= 0:
+        return str(value)
+    if isinstance(value, Mapping):
+        return {(k if type(k) is str else str(k)): _plain(v, depth - 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_plain(v, depth - 1) for v in value]
+    if isinstance(value, (int, float)):  # int and float subclasses (enums, numpy scalars)
+        return _plain(int(value) if isinstance(value, int) else float(value), depth)
+    return str(value)
 
 
 def _merge_payload(record: _Record, key: int, payload: dict[str, Any]) -> None:
@@ -695,8 +728,9 @@ def trace_session_event(
     session that was already finalized are dropped and counted.
 
     Any other keyword is *payload*: on ``finalized`` it joins the record's
-    ``payload``; on a phase event, the execution's ``payload``. Values that
-    JSON cannot hold are written as their ``str()``.
+    ``payload``; on a phase event, the execution's ``payload``. It is copied
+    now, as plain JSON values (NaN as ``"nan"``, other objects as their
+    ``str()``).
 
     Raises:
         ConfigurationError: unknown event, bad status, or ``status``/``reason``
@@ -720,7 +754,9 @@ def trace_session_event(
             session_id = SESSION_ID.get()
             if session_id is None:
                 task_id = TASK_ID.get()
-        tracer.finalize(session_id, task_id, status, text, payload or None)
+        tracer.finalize(
+            session_id, task_id, status, text, _plain_payload(payload) if payload else None
+        )
         return
     phase, _, edge = event.rpartition("_") if isinstance(event, str) else ("", "", "")
     if edge not in ("start", "end") or phase not in _phases:
@@ -738,9 +774,10 @@ def trace_session_event(
     if tracer is None:
         return
     if session_id is None and task_id is not None:  # every pending session of the task
-        tracer.mark_task(task_id, phase, edge == "start", payload or None)
+        tracer.mark_task(task_id, phase, edge == "start", _plain_payload(payload) or None)
         return
-    tracer.mark(session_id or SESSION_ID.get(), phase, edge == "start", payload or None)
+    plain = _plain_payload(payload) if payload else None
+    tracer.mark(session_id or SESSION_ID.get(), phase, edge == "start", plain)
 
 
 def increment_counter(name: str, value: float = 1) -> None:

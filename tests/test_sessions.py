@@ -163,7 +163,16 @@ def test_payloads_reach_the_record(tracer: SessionTracer, tmp_path: Path) -> Non
                 pass
             at.trace_session_event("toolcall_start", tool="search")
             at.trace_session_event("toolcall_end", ok=False, latency=float("nan"))
-            at.trace_session_event("finalized", status="accepted", reward=0.75, path=Path("/x"))
+            scores = [float("inf"), 1.5]
+            at.trace_session_event(
+                "finalized",
+                status="accepted",
+                reward=0.75,
+                path=Path("/x"),
+                scores=scores,
+                nested={(1, 2): {"deep": float("-inf")}, "s": {3}, "b": b"\xff"},
+            )
+            scores.clear()  # the record keeps what was given
         with at.session_scope(), at.session_scope():
             pass  # two more sessions of the task, finalized together below
         at.trace_session_event("generate_start", task_id="t1", engine="a")
@@ -177,7 +186,12 @@ def test_payloads_reach_the_record(tracer: SessionTracer, tmp_path: Path) -> Non
         "ok": False,
         "latency": "nan",
     }
-    assert first["payload"] == {"reward": 0.75, "path": "/x"}
+    assert first["payload"] == {
+        "reward": 0.75,
+        "path": "/x",
+        "scores": ["inf", 1.5],
+        "nested": {"(1, 2)": {"deep": "-inf"}, "s": [3], "b": "b'\\xff'"},
+    }
     assert len(rest) == 2
     for record in rest:
         assert record["status"] == "dropped"
