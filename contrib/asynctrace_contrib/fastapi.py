@@ -255,9 +255,10 @@ class _Exchange:
                     span.set_status(Status(StatusCode.ERROR))
             elif isinstance(self.error, Exception):
                 # No response started: Starlette's outermost error handler (or
-                # the server) answers 500 after us.
+                # the server) answers after us: 500, unless the app installed
+                # its own handler for 500/Exception, whose status we cannot see.
                 span.set_attribute("error.type", type(self.error).__qualname__)
-                if scope.get("type") == "http":
+                if scope.get("type") == "http" and not _custom_error_handler(scope):
                     span.set_attribute("http.response.status_code", 500)
         except Exception:  # pragma: no cover - a broken span must not break the response
             logger.debug("asynctrace: could not annotate the server span", exc_info=True)
@@ -266,6 +267,15 @@ class _Exchange:
             asynctrace.end_span(span, _ClientDisconnected())
             return
         asynctrace.end_span(span, error)
+
+
+def _custom_error_handler(scope: Scope) -> bool:
+    """Whether the app answers unhandled errors with its own handler (any status)."""
+    handlers = getattr(scope.get("app"), "exception_handlers", None)
+    try:
+        return bool(handlers) and (500 in handlers or Exception in handlers)
+    except TypeError:
+        return True  # not a mapping we understand: claim nothing
 
 
 class _ClientDisconnected(BaseException):

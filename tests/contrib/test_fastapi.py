@@ -131,6 +131,26 @@ def test_errors_are_recorded(asgi_server: Any, spans: CapturedSpans) -> None:
     assert any(e.name == "exception" for e in server.events)
 
 
+def test_custom_error_handler_status_is_not_guessed(
+    asgi_server: Any, spans: CapturedSpans
+) -> None:
+    """An app's own handler for Exception answers with its status: none is recorded."""
+    from fastapi.responses import JSONResponse
+
+    app = make_app()
+
+    @app.exception_handler(Exception)
+    async def unavailable(request: Any, exc: Exception) -> JSONResponse:
+        return JSONResponse({"error": str(exc)}, status_code=503)
+
+    status, _ = asyncio.run(fetch(asgi_server(app) + "/boom"))
+    assert status == 503
+    (server,) = server_spans(spans, "GET /boom")
+    assert attrs(server)["error.type"] == "RuntimeError"
+    assert "http.response.status_code" not in attrs(server)
+    assert server.status.status_code is StatusCode.ERROR
+
+
 def test_unknown_route_never_uses_the_raw_path(asgi_server: Any, spans: CapturedSpans) -> None:
     """A 404 is named by method only; the raw path never becomes the span name."""
     url = asgi_server(make_app()) + "/no/such/thing/123"
