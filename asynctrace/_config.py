@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -156,7 +157,8 @@ class TelemetryConfig:
 
         Only variables that are set (and not empty) change a field. The
         exporters fall back to the standard ``OTEL_TRACES_EXPORTER``
-        (``otlp``, ``console``, ``none``, or any of asynctrace's names), queue
+        (``otlp``, ``console``, ``none``, or any of asynctrace's names; other
+        names are ignored with a warning), queue
         limits to the standard ``OTEL_BSP_*`` variables, and
         ``OTEL_SDK_DISABLED=true`` turns telemetry off whatever else says.
         *base* is not mutated.
@@ -184,12 +186,24 @@ class TelemetryConfig:
             if key.startswith("session_tracer."):
                 continue  # handled below, as one nested value
             updates[key] = _parse_env(var, key, raw)
+        ignored: list[str] = []
+        if "exporters" not in updates:
+            otel, ignored = _otel_exporters(env)
+            if otel is not None:
+                updates["exporters"] = otel
         session = _session_from_env(env, config.session_tracer)
         if session is not None:
             updates["session_tracer"] = session
         config = dataclasses.replace(config, **updates)
         if otel_sdk_disabled(env):
             config.enabled = False
+        if ignored and config.enabled:
+            warnings.warn(
+                f"OTEL_TRACES_EXPORTER: ignoring {', '.join(map(repr, ignored))}; asynctrace "
+                f"exports to {', '.join(EXPORTER_NAMES)} (set ASYNCTRACE_EXPORTERS to choose)",
+                UserWarning,
+                stacklevel=2,
+            )
         return config
 
 
@@ -212,11 +226,29 @@ ENV_VARS: dict[str, str] = {
 """Environment variable → field (``session_tracer.*`` are nested fields)."""
 
 _OTEL_FALLBACKS = {
-    "exporters": "OTEL_TRACES_EXPORTER",
     "max_queue_size": "OTEL_BSP_MAX_QUEUE_SIZE",
     "max_export_batch_size": "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
     "schedule_delay_millis": "OTEL_BSP_SCHEDULE_DELAY",
 }
+
+
+def _otel_exporters(env: Mapping[str, str]) -> tuple[list[str] | None, list[str]]:
+    """The exporters the standard ``OTEL_TRACES_EXPORTER`` names (or ``None``), and the rest.
+
+    Lenient, since the variable may be set for other tools: names asynctrace
+    does not have (``jaeger``, ``zipkin``, ...) are returned to be ignored
+    (with a warning when telemetry is on); ``none`` alone means no exporter;
+    a value with no usable name leaves the exporters as they are.
+    """
+    raw = _env_value(env, "OTEL_TRACES_EXPORTER")
+    if raw is None:
+        return None, []
+    names = [part.strip().lower() for part in raw.split(",") if part.strip()]
+    known = [name for name in dict.fromkeys(names) if name in EXPORTER_NAMES]
+    unknown = [name for name in names if name not in EXPORTER_NAMES and name != "none"]
+    if known:
+        return known, unknown
+    return ([] if "none" in names else None), unknown
 
 
 def otel_sdk_disabled(environ: Mapping[str, str] | None = None) -> bool:
