@@ -41,23 +41,48 @@ def _stdlib_codecs() -> tuple[Callable[[bytes], Any], Callable[[Any], bytes]]:
     # what we pass through verbatim stays valid JSON.
     decode = json.JSONDecoder(parse_constant=_reject_constant).decode
     encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+    ascii_encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
     def loads(data: bytes) -> Any:
         return decode(data.decode("utf-8"))
 
     def dumps(obj: Any) -> bytes:
-        return encode(obj).encode("utf-8")
+        text = encode(obj)
+        try:
+            return text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate, kept by the writers as an escape
+            return ascii_encode(obj).encode("ascii")
 
     return loads, dumps
 
 
 def _codecs() -> tuple[Callable[[bytes], Any], Callable[[Any], bytes]]:
-    """orjson when it is installed (optional, faster), else the standard library."""
+    """orjson when it is installed (the ``cli`` extra; faster), else the standard library.
+
+    orjson refuses strings holding a lone surrogate, which the writers keep
+    (as a ``\\udcff`` escape, say, from a non-UTF-8 path): such a line is
+    read, and such an event written, by the standard library instead.
+    """
     try:
         orjson: Any = importlib.import_module("orjson")
     except ImportError:
         return _stdlib_codecs()
-    return orjson.loads, orjson.dumps
+    fast_loads, fast_dumps = orjson.loads, orjson.dumps
+    slow_loads, slow_dumps = _stdlib_codecs()
+
+    def loads(data: bytes) -> Any:
+        try:
+            return fast_loads(data)
+        except ValueError:
+            return slow_loads(data)
+
+    def dumps(obj: Any) -> bytes:
+        try:
+            return fast_dumps(obj)  # type: ignore[no-any-return]
+        except TypeError:
+            return slow_dumps(obj)
+
+    return loads, dumps
 
 
 loads, dumps = _codecs()

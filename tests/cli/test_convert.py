@@ -243,12 +243,35 @@ def test_both_json_codecs_agree() -> None:
 
     from asynctrace.cli import _common
 
-    codecs = [_common._stdlib_codecs()]
-    orjson = pytest.importorskip("orjson")
-    codecs.append((orjson.loads, orjson.dumps))
-    for loads, dumps in codecs:
+    pytest.importorskip("orjson")
+    for loads, dumps in (_common._stdlib_codecs(), _common._codecs()):
         assert loads(b'{"a":[1,2.5,"\xc3\xa9"]}') == {"a": [1, 2.5, "\u00e9"]}
         assert dumps({"a": "\u00e9", "b": [1, None]}) == b'{"a":"\xc3\xa9","b":[1,null]}'
+        # A lone surrogate, as the writers keep one from a non-UTF-8 path.
+        assert loads(b'{"p":"\\udcff"}') == {"p": "\udcff"}
+        assert loads(dumps({"p": "\udcff"})) == {"p": "\udcff"}
         for bad in (b'{"a":NaN}', b'{"a":Infinity}', b"{"):
             with pytest.raises(ValueError):
                 loads(bad)
+
+
+def test_a_surrogate_attribute_survives_convert(run: Run, tmp_path: Path) -> None:
+    """A span whose attribute holds a lone surrogate is converted, not skipped."""
+    import asynctrace as at
+
+    telemetry = at.configure(
+        {"enabled": True, "span_groups": "all", "exporters": ["chrome"], "output_dir": tmp_path}
+    )
+    try:
+        with at.umbrella_span("job", "ok-step"):
+            pass
+        path = b"/data/\xff.bin".decode("utf-8", "surrogateescape")
+        with at.umbrella_span("job", "bad-step", attributes={"path": path}):
+            pass
+    finally:
+        telemetry.shutdown()
+    document, result = _convert(run, tmp_path, "-o", tmp_path / "trace.json", "--rebase")
+    names = [e["name"] for e in document["traceEvents"] if e.get("ph") == "X"]
+    assert sorted(names) == ["bad-step", "ok-step"], result.err
+    (bad,) = [e for e in document["traceEvents"] if e.get("name") == "bad-step"]
+    assert bad["args"]["path"] == path
