@@ -271,9 +271,11 @@ class _Exchange:
 
 def _custom_error_handler(scope: Scope) -> bool:
     """Whether the app answers unhandled errors with its own handler (any status)."""
-    handlers = getattr(scope.get("app"), "exception_handlers", None)
+    handlers: Any = getattr(scope.get("app"), "exception_handlers", None)
+    if not handlers:
+        return False
     try:
-        return bool(handlers) and (500 in handlers or Exception in handlers)
+        return 500 in handlers or Exception in handlers
     except TypeError:
         return True  # not a mapping we understand: claim nothing
 
