@@ -128,8 +128,16 @@ def _plain_payload(payload: Mapping[str, Any]) -> dict[str, Any]:
     whichever JSON encoder writes it: non-finite floats become ``"nan"``,
     ``"inf"``, ``"-inf"``; keys become strings; tuples and sets become lists;
     anything else (and anything nested deeper than 16 levels) its ``str()``.
+    A value that cannot be read (its ``str()`` raises, say) is written as
+    ``"<unreadable TYPE>"``: a payload never breaks the caller.
     """
-    return {key: _plain(value, _PAYLOAD_DEPTH) for key, value in payload.items()}
+    out: dict[str, Any] = {}
+    for key, value in payload.items():
+        try:
+            out[key] = _plain(value, _PAYLOAD_DEPTH)
+        except Exception:
+            out[key] = f"<unreadable {type(value).__name__}>"
+    return out
 
 
 def _plain(value: Any, depth: int) -> Any:

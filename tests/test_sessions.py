@@ -151,6 +151,11 @@ def test_single_shot_phase(tracer: SessionTracer, tmp_path: Path) -> None:
     assert tracer.stats()["dropped_events"] >= 2  # the refused start and its end
 
 
+class _Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
 def test_payloads_reach_the_record(tracer: SessionTracer, tmp_path: Path) -> None:
     """Phase and finalize payloads are written where they were attached."""
     with at.task_scope("t1"):
@@ -171,6 +176,7 @@ def test_payloads_reach_the_record(tracer: SessionTracer, tmp_path: Path) -> Non
                 path=Path("/x"),
                 scores=scores,
                 nested={(1, 2): {"deep": float("-inf")}, "s": {3}, "b": b"\xff"},
+                broken=_Unprintable(),
             )
             scores.clear()  # the record keeps what was given
         with at.session_scope(), at.session_scope():
@@ -191,6 +197,7 @@ def test_payloads_reach_the_record(tracer: SessionTracer, tmp_path: Path) -> Non
         "path": "/x",
         "scores": ["inf", 1.5],
         "nested": {"(1, 2)": {"deep": "-inf"}, "s": [3], "b": "b'\\xff'"},
+        "broken": "<unreadable _Unprintable>",
     }
     assert len(rest) == 2
     for record in rest:
