@@ -157,8 +157,8 @@ class TelemetryConfig:
 
         Only variables that are set (and not empty) change a field. The
         exporters fall back to the standard ``OTEL_TRACES_EXPORTER``
-        (``otlp``, ``console``, ``none``, or any of asynctrace's names; other
-        names are ignored with a warning), queue
+        (``otlp``, ``console``, ``none`` or asynctrace's own names; other
+        names are ignored, with a warning when telemetry is on), the queue
         limits to the standard ``OTEL_BSP_*`` variables, and
         ``OTEL_SDK_DISABLED=true`` turns telemetry off whatever else says.
         *base* is not mutated.
