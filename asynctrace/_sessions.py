@@ -798,7 +798,11 @@ def increment_counter(name: str, value: float = 1) -> None:
         raise ConfigurationError(
             f"increment_counter(name): expected a non-empty str, got {name!r}"
         )
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or (isinstance(value, float) and not math.isfinite(value))
+    ):
         raise ConfigurationError(
             f"increment_counter(value): expected a finite int or float, got {value!r}"
         )

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import asynctrace
+import asynctrace.testing
+
+REFERENCE = Path(__file__).parents[1] / "docs" / "reference.md"
 
 EXPECTED = {
     "dispatch_scope",
@@ -86,6 +91,13 @@ def test_all_is_pinned() -> None:
     assert set(asynctrace.__all__) == EXPECTED
     for name in asynctrace.__all__:
         assert hasattr(asynctrace, name), name
+
+
+def test_reference_lists_every_public_name() -> None:
+    """docs/reference.md has a ### heading for each name in both public `__all__` lists."""
+    headings = set(re.findall(r"^### `([^`]+)`", REFERENCE.read_text(encoding="utf-8"), re.M))
+    public = {*asynctrace.__all__, *asynctrace.testing.__all__}
+    assert sorted(public - headings) == []
 
 
 def test_every_public_name_has_a_docstring() -> None:

@@ -240,6 +240,9 @@ def test_unknown_names_raise_at_the_call(tracer_on: bool, tmp_path: Path) -> Non
             at.task_scope(1.5)  # type: ignore[arg-type]
         with pytest.raises(ConfigurationError, match="finite int or float"):
             at.increment_counter("x", "a")  # type: ignore[arg-type]
+        for bad in (float("nan"), float("inf"), float("-inf"), True):
+            with pytest.raises(ConfigurationError, match="finite int or float"):
+                at.increment_counter("x", bad)
     finally:
         install(previous)
         if tracer is not None:
