@@ -137,36 +137,44 @@ def _forwarding(fn: Callable[..., Any]) -> tuple[str, str, dict[str, Any]] | Non
     return ", ".join(params), ", ".join(call), defaults
 
 
-def _gated_wrapper(fn: F, group: str, traced: Callable[..., Any], *, is_async: bool) -> F:
-    """Build ``wrapper(<fn's parameters>)``: the gate check, then *fn* or *traced*."""
+def _compile_wrapper(fn: F, source: Callable[[str, str], str], names: dict[str, Any]) -> F:
+    """Compile ``_at_wrapper`` with *fn*'s own parameter list and wrap it around *fn*.
+
+    *source* turns ``(parameters, forwarding call)`` into the function's
+    source; *names* (given without the ``_at_`` prefix, which is added) are
+    its globals. When the parameters cannot be mirrored, the wrapper takes
+    and forwards ``*args, **kwargs``.
+    """
     forwarding = _forwarding(fn)
     params, call = "*args, **kwargs", "*args, **kwargs"
     defaults: dict[str, Any] = {}
     if forwarding is not None:
         params, call, defaults = forwarding
-    awaiting = "await " if is_async else ""
-    p = _PREFIX
-    source = (
-        f"{'async ' if is_async else ''}def {p}wrapper({params}):\n"
-        f"    {p}on = {p}gate.enabled\n"
-        f"    if not {p}on or ({p}ppg if {p}pp.get() else {p}group) not in {p}on:\n"
-        f"        return {awaiting}{p}fn({call})\n"
-        f"    return {awaiting}{p}traced({call})\n"
-    )
-    namespace: dict[str, Any] = {
-        f"{p}gate": GATE,
-        f"{p}ppg": PER_PROMPT_GROUP,
-        f"{p}pp": PER_PROMPT,
-        f"{p}group": group,
-        f"{p}fn": fn,
-        f"{p}traced": traced,
-        **defaults,
-    }
+    namespace = {f"{_PREFIX}{key}": value for key, value in names.items()}
+    namespace.update(defaults)
     filename = f"<asynctrace wrapper of {getattr(fn, '__qualname__', fn)!r}>"
-    exec(compile(source, filename, "exec"), namespace)
-    wrapper = namespace[f"{p}wrapper"]
+    exec(compile(source(params, call), filename, "exec"), namespace)
+    wrapper = namespace[f"{_PREFIX}wrapper"]
     functools.update_wrapper(wrapper, fn)
     return cast("F", wrapper)
+
+
+def _gated_wrapper(fn: F, group: str, traced: Callable[..., Any], *, is_async: bool) -> F:
+    """Build ``wrapper(<fn's parameters>)``: the gate check, then *fn* or *traced*."""
+    awaiting = "await " if is_async else ""
+    p = _PREFIX
+
+    def source(params: str, call: str) -> str:
+        return (
+            f"{'async ' if is_async else ''}def {p}wrapper({params}):\n"
+            f"    {p}on = {p}gate.enabled\n"
+            f"    if not {p}on or ({p}ppg if {p}pp.get() else {p}group) not in {p}on:\n"
+            f"        return {awaiting}{p}fn({call})\n"
+            f"    return {awaiting}{p}traced({call})\n"
+        )
+
+    names = {"gate": GATE, "ppg": PER_PROMPT_GROUP, "pp": PER_PROMPT, "group": group}
+    return _compile_wrapper(fn, source, {**names, "fn": fn, "traced": traced})
 
 
 def _generator_wrapper(
@@ -179,19 +187,12 @@ def _generator_wrapper(
     still a generator function (frameworks such as FastAPI and pytest look).
     The gate is read, and the span started, when iteration starts.
     """
-    forwarding = _forwarding(fn)
-    params, call = "*args, **kwargs", "*args, **kwargs"
-    defaults: dict[str, Any] = {}
-    if forwarding is not None:
-        params, call, defaults = forwarding
     p = _PREFIX
-    source = f"def {p}wrapper({params}):\n    return (yield from {p}run({p}fn({call})))\n"
-    namespace: dict[str, Any] = {f"{p}fn": fn, f"{p}run": run, **defaults}
-    filename = f"<asynctrace wrapper of {getattr(fn, '__qualname__', fn)!r}>"
-    exec(compile(source, filename, "exec"), namespace)
-    wrapper = namespace[f"{p}wrapper"]
-    functools.update_wrapper(wrapper, fn)
-    return cast("F", wrapper)
+
+    def source(params: str, call: str) -> str:
+        return f"def {p}wrapper({params}):\n    return (yield from {p}run({p}fn({call})))\n"
+
+    return _compile_wrapper(fn, source, {"fn": fn, "run": run})
 
 
 # The body of a traced async generator. Async generators cannot ``yield from``,
@@ -251,37 +252,29 @@ def _asyncgen_wrapper(
     async generator function. The gate is read, and the span started, when
     iteration starts; ``asend``, ``athrow`` and ``aclose`` reach *fn*'s body.
     """
-    forwarding = _forwarding(fn)
-    params, call = "*args, **kwargs", "*args, **kwargs"
-    defaults: dict[str, Any] = {}
-    if forwarding is not None:
-        params, call, defaults = forwarding
-    p = _PREFIX
-    source = f"async def {p}wrapper({params}):\n" + _ASYNCGEN_BODY.format(call=call)
-    namespace: dict[str, Any] = {
-        f"{p}fn": fn,
-        f"{p}gate": GATE,
-        f"{p}ppg": PER_PROMPT_GROUP,
-        f"{p}pp": PER_PROMPT,
-        f"{p}group": group,
-        f"{p}name": span_name,
-        f"{p}shape": shape,
-        f"{p}attrs": attrs,
-        f"{p}start": start,
-        f"{p}attach": attach,
-        f"{p}detach": detach,
-        f"{p}finish": finish,
-        f"{p}type": type,
-        f"{p}BaseException": BaseException,
-        f"{p}GeneratorExit": GeneratorExit,
-        f"{p}StopAsyncIteration": StopAsyncIteration,
-        **defaults,
+
+    def source(params: str, call: str) -> str:
+        return f"async def {_PREFIX}wrapper({params}):\n" + _ASYNCGEN_BODY.format(call=call)
+
+    names = {
+        "fn": fn,
+        "gate": GATE,
+        "ppg": PER_PROMPT_GROUP,
+        "pp": PER_PROMPT,
+        "group": group,
+        "name": span_name,
+        "shape": shape,
+        "attrs": attrs,
+        "start": start,
+        "attach": attach,
+        "detach": detach,
+        "finish": finish,
+        "type": type,
+        "BaseException": BaseException,
+        "GeneratorExit": GeneratorExit,
+        "StopAsyncIteration": StopAsyncIteration,
     }
-    filename = f"<asynctrace wrapper of {getattr(fn, '__qualname__', fn)!r}>"
-    exec(compile(source, filename, "exec"), namespace)
-    wrapper = namespace[f"{p}wrapper"]
-    functools.update_wrapper(wrapper, fn)
-    return cast("F", wrapper)
+    return _compile_wrapper(fn, source, names)
 
 
 def _traced_sync(gen: Generator[Any, Any, Any], span: Any) -> Generator[Any, Any, Any]:
