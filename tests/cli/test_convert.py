@@ -243,7 +243,7 @@ def test_both_json_codecs_agree() -> None:
 
     from asynctrace.cli import _common
 
-    pytest.importorskip("orjson")
+    # _codecs() is orjson's pair when installed (CI installs the cli extra).
     for loads, dumps in (_common._stdlib_codecs(), _common._codecs()):
         assert loads(b'{"a":[1,2.5,"\xc3\xa9"]}') == {"a": [1, 2.5, "\u00e9"]}
         assert dumps({"a": "\u00e9", "b": [1, None]}) == b'{"a":"\xc3\xa9","b":[1,null]}'
