@@ -21,6 +21,7 @@ from ._groups import split_spec
 __all__ = ["SessionTracerConfig", "TelemetryConfig"]
 
 EXPORTER_NAMES = ("chrome", "otlp", "console", "memory")
+PROVIDER_NAMES = ("fast", "sdk")
 
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -100,6 +101,18 @@ class TelemetryConfig:
             it is exported (a full batch goes at once).
         shutdown_timeout_s: time :meth:`Telemetry.shutdown` waits for exporters
             at exit and on SIGTERM.
+        provider: ``"fast"`` (asynctrace's own OpenTelemetry provider, the
+            default), ``"sdk"`` (a new OpenTelemetry SDK ``TracerProvider``),
+            or your own SDK ``TracerProvider``: asynctrace then records
+            through it and adds its exporters to it (and never shuts it down).
+        sampling_ratio: share of traces recorded, in ``[0, 1]``, parent based
+            (a span follows its parent's decision). ``None``: the standard
+            ``OTEL_TRACES_SAMPLER`` / ``OTEL_TRACES_SAMPLER_ARG``, else all.
+        span_limits: ``max_attributes``, ``max_attribute_length``,
+            ``max_events``, ``max_links``, ``max_event_attributes``,
+            ``max_link_attributes`` (``None``: unlimited); unset keys come from
+            the standard ``OTEL_*_LIMIT`` variables, else OpenTelemetry's
+            defaults (128 of each, no length limit).
 
     Example:
         >>> TelemetryConfig(enabled=True, exporters=["chrome"]).span_groups
@@ -121,6 +134,9 @@ class TelemetryConfig:
     max_export_batch_size: int = 512
     schedule_delay_millis: float = 1000.0
     shutdown_timeout_s: float = 5.0
+    provider: Any = "fast"
+    sampling_ratio: float | None = None
+    span_limits: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any] | None) -> TelemetryConfig:
@@ -222,6 +238,8 @@ ENV_VARS: dict[str, str] = {
     "ASYNCTRACE_MAX_EXPORT_BATCH_SIZE": "max_export_batch_size",
     "ASYNCTRACE_SCHEDULE_DELAY_MILLIS": "schedule_delay_millis",
     "ASYNCTRACE_SHUTDOWN_TIMEOUT_S": "shutdown_timeout_s",
+    "ASYNCTRACE_PROVIDER": "provider",
+    "ASYNCTRACE_SAMPLING_RATIO": "sampling_ratio",
 }
 """Environment variable → field (``session_tracer.*`` are nested fields)."""
 
@@ -342,6 +360,23 @@ def coerce_field(key: str, name: str, value: Any) -> Any:
         return value if isinstance(value, str) else ",".join(value)
     if name == "output_dir":
         return _path(key, value)
+    if name == "provider":
+        return _provider(key, value)
+    if name == "sampling_ratio":
+        if value is None:
+            return None
+        number = _number(key, value, 0.0, strict=False)
+        if number > 1.0:
+            raise ConfigurationError(
+                f"{key}: {value!r} is not accepted; accepted: a number in [0, 1], or null"
+            )
+        return number
+    if name == "span_limits":
+        if not isinstance(value, Mapping):
+            raise ConfigurationError(
+                f"{key}: expected a mapping of limit names to integers, got {value!r}"
+            )
+        return dict(value)
     if name in ("service_name", "run_id"):
         if not isinstance(value, str):
             raise ConfigurationError(f"{key}: expected a string, got {value!r}")
@@ -453,6 +488,25 @@ def _attributes(key: str, value: Any) -> dict[str, Any]:
                 "or a list of them"
             )
     return out
+
+
+def _provider(key: str, value: Any) -> Any:
+    """``"fast"``, ``"sdk"``, or an SDK ``TracerProvider`` object."""
+    if isinstance(value, str):
+        name = value.strip().lower()
+        if name in PROVIDER_NAMES:
+            return name
+    elif callable(getattr(value, "add_span_processor", None)) and callable(
+        getattr(value, "get_tracer", None)
+    ):
+        if type(value).__module__.startswith("opentelemetry.sdk"):
+            return value
+        if not type(value).__module__.startswith("asynctrace"):
+            return value  # an SDK TracerProvider subclass of the user's
+    raise ConfigurationError(
+        f"{key}: {value!r} is not accepted; accepted: {', '.join(PROVIDER_NAMES)}, or an "
+        "OpenTelemetry SDK TracerProvider object"
+    )
 
 
 def _path(key: str, value: Any) -> str:

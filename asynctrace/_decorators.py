@@ -10,7 +10,7 @@ from typing import Any, TypeVar, cast
 
 from ._errors import ConfigurationError
 from ._groups import PER_PROMPT as PER_PROMPT_GROUP
-from ._scopes import PER_PROMPT
+from ._scopes import SCOPES
 from ._spans import LEAF, UMBRELLA, Attributes, attach, detach, finish, start
 from ._state import GATE
 
@@ -55,7 +55,7 @@ def _decorate(fn: F, group: str, name: str | None, shape: int, attributes: Attri
 
         def run_generator(gen: Generator[Any, Any, Any]) -> Generator[Any, Any, Any]:
             enabled = GATE.enabled
-            if not enabled or (PER_PROMPT_GROUP if PER_PROMPT.get() else group) not in enabled:
+            if not enabled or (PER_PROMPT_GROUP if SCOPES.get().per_prompt else group) not in enabled:
                 return (yield from gen)
             span = start(span_name, group, shape, attrs, None)
             if span is None:
@@ -168,12 +168,12 @@ def _gated_wrapper(fn: F, group: str, traced: Callable[..., Any], *, is_async: b
         return (
             f"{'async ' if is_async else ''}def {p}wrapper({params}):\n"
             f"    {p}on = {p}gate.enabled\n"
-            f"    if not {p}on or ({p}ppg if {p}pp.get() else {p}group) not in {p}on:\n"
+            f"    if not {p}on or ({p}ppg if {p}pp.get().per_prompt else {p}group) not in {p}on:\n"
             f"        return {awaiting}{p}fn({call})\n"
             f"    return {awaiting}{p}traced({call})\n"
         )
 
-    names = {"gate": GATE, "ppg": PER_PROMPT_GROUP, "pp": PER_PROMPT, "group": group}
+    names = {"gate": GATE, "ppg": PER_PROMPT_GROUP, "pp": SCOPES, "group": group}
     return _compile_wrapper(fn, source, {**names, "fn": fn, "traced": traced})
 
 
@@ -203,7 +203,7 @@ _ASYNCGEN_BODY = """\
     _at_agen = _at_fn({call})
     _at_on = _at_gate.enabled
     _at_span = None
-    if _at_on and (_at_ppg if _at_pp.get() else _at_group) in _at_on:
+    if _at_on and (_at_ppg if _at_pp.get().per_prompt else _at_group) in _at_on:
         _at_span = _at_start(_at_name, _at_group, _at_shape, _at_attrs, None)
     _at_send = None
     _at_throw = None
@@ -260,7 +260,7 @@ def _asyncgen_wrapper(
         "fn": fn,
         "gate": GATE,
         "ppg": PER_PROMPT_GROUP,
-        "pp": PER_PROMPT,
+        "pp": SCOPES,
         "group": group,
         "name": span_name,
         "shape": shape,

@@ -15,7 +15,7 @@ from ._errors import ConfigurationError, report_internal_error
 from ._groups import EFFICIENCY as EFFICIENCY_GROUP
 from ._groups import PER_PROMPT as PER_PROMPT_GROUP
 from ._groups import Bucket, validate_bucket
-from ._scopes import PER_PROMPT
+from ._scopes import SCOPES
 from ._semconv import RL_EFFICIENCY_CATEGORY, RL_IDLE_POLLS
 from ._spans import AMBIENT_SPAN, EFFICIENCY, NOOP_CM, Attributes, _NoopSpanCM, finish, start
 from ._state import GATE
@@ -113,7 +113,7 @@ def _gate_open() -> bool:
     enabled = GATE.enabled
     if not enabled:
         return False
-    return (PER_PROMPT_GROUP if PER_PROMPT.get() else EFFICIENCY_GROUP) in enabled
+    return (PER_PROMPT_GROUP if SCOPES.get().per_prompt else EFFICIENCY_GROUP) in enabled
 
 
 def _start_wait(category: str, attributes: Attributes | None) -> Span | None:

@@ -26,8 +26,9 @@ from ._errors import ConfigurationError, MissingExtraError
 from ._sessions import SessionTracer
 from ._state import GATE, disable_telemetry, enable_telemetry
 
+from opentelemetry import trace
+
 if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     from ._settings import Settings
@@ -101,8 +102,13 @@ class Telemetry:
         return self.settings.run_id
 
     @property
-    def provider(self) -> TracerProvider | None:
-        """The SDK ``TracerProvider`` (``None`` when disabled); add your own processors here."""
+    def provider(self) -> trace.TracerProvider | None:
+        """The tracer provider spans are recorded by (``None`` when disabled).
+
+        A :class:`~asynctrace.FastTracerProvider` (``provider="fast"``) or an
+        SDK ``TracerProvider``; both take SDK span processors through
+        ``add_span_processor``.
+        """
         return self._pipeline.provider if self._pipeline is not None else None
 
     @property

@@ -1,14 +1,24 @@
-"""Scopes: one ContextVar per concern, set for a block and reset by token."""
+"""Scopes: set for a block and reset by token, all in one ContextVar.
+
+Every span reads every scope, so they live together in one immutable
+:class:`ScopeState` behind one ContextVar: a span pays one ContextVar read
+instead of five (each read after a context change is a lookup), and the
+state carries the scope stamps ready-made, with a small cache of finished
+attribute sets per group. Each concern keeps its own handle
+(:data:`ITERATION`, :data:`BUCKET`, ...) with ``get``/``set``/``reset``;
+``set`` installs a copy of the state with that one field changed.
+"""
 
 from __future__ import annotations
 
 from contextvars import ContextVar, Token
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from ._cm import SyncAndAsync
 from ._errors import ConfigurationError
 from ._groups import Bucket, validate_bucket
+from ._semconv import RL_ITERATION, RL_SESSION_ID, RL_TASK_ID
 
 __all__ = [
     "bucket_scope",
@@ -19,13 +29,80 @@ __all__ = [
     "per_prompt_scope",
 ]
 
-BUCKET: ContextVar[Bucket | None] = ContextVar("asynctrace.bucket", default=None)
-PER_PROMPT: ContextVar[bool] = ContextVar("asynctrace.per_prompt", default=False)
-ITERATION: ContextVar[int | None] = ContextVar("asynctrace.iteration", default=None)
-TASK_ID: ContextVar[int | str | None] = ContextVar("asynctrace.task_id", default=None)
-SESSION_ID: ContextVar[str | None] = ContextVar("asynctrace.session_id", default=None)
-
 T = TypeVar("T")
+
+
+class ScopeState:
+    """The scopes in effect: immutable; a scope entry installs a modified copy.
+
+    ``stamps`` holds the ``rl.iteration`` / ``rl.task_id`` / ``rl.session_id``
+    attributes in that order; ``cache`` is for :mod:`asynctrace._spans` (the
+    finished attributes of a span shape, per group).
+    """
+
+    __slots__ = ("bucket", "cache", "iteration", "per_prompt", "session_id", "stamps", "task_id")
+
+    def __init__(
+        self,
+        bucket: Bucket | None = None,
+        per_prompt: bool = False,
+        iteration: int | None = None,
+        task_id: int | str | None = None,
+        session_id: str | None = None,
+    ) -> None:
+        self.bucket = bucket
+        self.per_prompt = per_prompt
+        self.iteration = iteration
+        self.task_id = task_id
+        self.session_id = session_id
+        stamps: dict[str, Any] = {}
+        if iteration is not None:
+            stamps[RL_ITERATION] = iteration
+        if task_id is not None:
+            stamps[RL_TASK_ID] = task_id
+        if session_id is not None:
+            stamps[RL_SESSION_ID] = session_id
+        self.stamps = stamps
+        self.cache: dict[Any, Any] = {}
+
+    def replace(self, field: str, value: Any) -> ScopeState:
+        """A copy with *field* set to *value*."""
+        values = {name: getattr(self, name) for name in _FIELDS}
+        values[field] = value
+        return ScopeState(**values)
+
+
+_FIELDS = ("bucket", "per_prompt", "iteration", "task_id", "session_id")
+SCOPES: ContextVar[ScopeState] = ContextVar("asynctrace.scopes", default=ScopeState())
+
+
+class ScopeField(Generic[T]):
+    """One concern of :class:`ScopeState`, used like a ContextVar of its own."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def get(self) -> T:
+        """The value in the current context."""
+        value: T = getattr(SCOPES.get(), self._name)
+        return value
+
+    def set(self, value: T) -> Token[ScopeState]:
+        """Set it in the current context; the token resets the whole state."""
+        return SCOPES.set(SCOPES.get().replace(self._name, value))
+
+    def reset(self, token: Token[ScopeState]) -> None:
+        """Put back the state from before :meth:`set` returned *token*."""
+        SCOPES.reset(token)
+
+
+BUCKET: ScopeField[Bucket | None] = ScopeField("bucket")
+PER_PROMPT: ScopeField[bool] = ScopeField("per_prompt")
+ITERATION: ScopeField[int | None] = ScopeField("iteration")
+TASK_ID: ScopeField[int | str | None] = ScopeField("task_id")
+SESSION_ID: ScopeField[str | None] = ScopeField("session_id")
 
 
 class _Scope(SyncAndAsync[T]):
@@ -36,11 +113,11 @@ class _Scope(SyncAndAsync[T]):
     """
 
     __slots__ = ("_token", "_value")
-    _var: ContextVar[Any]
+    _var: ScopeField[Any]
 
     def __init__(self, value: T) -> None:
         self._value = value
-        self._token: Token[T] | None = None
+        self._token: Token[ScopeState] | None = None
 
     def __enter__(self) -> T:
         if self._token is not None:

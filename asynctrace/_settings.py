@@ -25,6 +25,7 @@ from ._config import (
     otel_sdk_disabled,
 )
 from ._errors import ConfigurationError
+from ._fast import Sampling, SpanLimits, limits_from, sampling_from
 from ._groups import split_spec
 
 __all__ = ["Settings", "new_run_id", "resolve"]
@@ -67,6 +68,9 @@ class Settings:
     world_size: int
     local_rank: int | None
     role: str | None
+    provider: Any = "fast"
+    sampling: Sampling = dataclasses.field(default_factory=Sampling)
+    span_limits: SpanLimits = dataclasses.field(default_factory=SpanLimits)
 
     @property
     def exporter_names(self) -> tuple[str, ...]:
@@ -170,6 +174,9 @@ def resolve(
         world_size=world_size,
         local_rank=local_rank,
         role=role,
+        provider=values["provider"],
+        sampling=sampling_from(values["sampling_ratio"], env),
+        span_limits=limits_from(values["span_limits"], env),
     )
 
 

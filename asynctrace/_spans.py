@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from types import TracebackType
 from typing import TYPE_CHECKING, Final
 
@@ -24,12 +25,20 @@ from opentelemetry.util.types import AttributeValue
 from . import _groups
 from ._cm import SyncAndAsync
 from ._errors import report_internal_error
+from ._fast import FastSpan, FastTracer
 from ._groups import Bucket
-from ._scopes import BUCKET, ITERATION, PER_PROMPT, SESSION_ID, TASK_ID
+from ._scopes import SCOPES, ScopeState
 from ._semconv import CANCELLED, GROUP, RL_BUCKET, RL_ITERATION, RL_SESSION_ID, RL_TASK_ID
 from ._state import GATE
 
 __all__ = ["instant", "managed_span", "umbrella_span"]
+
+
+def _span_key() -> str:
+    """The context key OpenTelemetry keeps the current span under."""
+    from opentelemetry.trace.propagation import _SPAN_KEY as key
+
+    return key
 
 Attributes = Mapping[str, AttributeValue]
 
@@ -111,12 +120,16 @@ def is_on(group: str) -> bool:
     enabled = GATE.enabled
     if not enabled:
         return False
-    return (PER_PROMPT_GROUP if PER_PROMPT.get() else group) in enabled
+    return (PER_PROMPT_GROUP if SCOPES.get().per_prompt else group) in enabled
 
 
 def resolve_bucket(group: str, shape: int, explicit: object) -> Bucket | None:
     """Apply the bucket rules of the spec to one span about to start."""
-    if shape in (UMBRELLA, MARKER) or PER_PROMPT.get():
+    return _resolve_bucket(SCOPES.get(), group, shape, explicit)
+
+
+def _resolve_bucket(state: ScopeState, group: str, shape: int, explicit: object) -> Bucket | None:
+    if shape in (UMBRELLA, MARKER) or state.per_prompt:
         return None
     if shape == EFFICIENCY:  # the category's bucket, computed by the caller
         return explicit if isinstance(explicit, Bucket) else None
@@ -127,7 +140,7 @@ def resolve_bucket(group: str, shape: int, explicit: object) -> Bucket | None:
         if isinstance(explicit, Bucket):
             return explicit
         report_internal_error(("bucket", group), TypeError(f"bucket={explicit!r} is not a Bucket"))
-    scoped = BUCKET.get()
+    scoped = state.bucket
     if scoped is not None:
         return scoped
     bucket = definition.bucket
@@ -143,7 +156,11 @@ def group_stamp(group: str, shape: int) -> str | None:
     spans, which carry their category, nor ``instant`` markers, which are
     points in time, not spans of the group's work.
     """
-    if shape in (EFFICIENCY, MARKER) or PER_PROMPT.get():
+    return _group_stamp(SCOPES.get(), group, shape)
+
+
+def _group_stamp(state: ScopeState, group: str, shape: int) -> str | None:
+    if shape in (EFFICIENCY, MARKER) or state.per_prompt:
         return None
     definition = _groups._REGISTRY.groups.get(group)
     return group if definition is None or not definition.per_item else None
@@ -157,31 +174,79 @@ def build_attributes(
     Without stamps, the caller's mapping is returned as it is: the SDK copies
     attributes when a span or event takes them, so no copy is needed here.
     """
-    iteration = ITERATION.get()
-    task = TASK_ID.get()
-    session = SESSION_ID.get()
-    if iteration is None and task is None and session is None and bucket is None and group is None:
+    stamps = SCOPES.get().stamps
+    if not stamps and bucket is None and group is None:
         if not user or RL_BUCKET not in user:
             return user
         return {k: v for k, v in user.items() if k != RL_BUCKET}  # no bucket: never a raw one
-    attrs: dict[str, AttributeValue] = {}
-    if group is not None:
-        attrs[GROUP] = group
-    if iteration is not None:
-        attrs[RL_ITERATION] = iteration
-    if task is not None:
-        attrs[RL_TASK_ID] = task
-    if session is not None:
-        attrs[RL_SESSION_ID] = session
-    if bucket is not None:
-        attrs[RL_BUCKET] = bucket.value
+    return _merge(_base(stamps, bucket, group), user, bucket)
+
+
+def _base(
+    stamps: dict[str, AttributeValue], bucket: Bucket | None, group: str | None
+) -> dict[str, AttributeValue]:
+    """The stamps of a span: group, iteration, task, session, bucket (in this order)."""
+    attrs: dict[str, AttributeValue] = {GROUP: group} if group is not None else {}
+    attrs.update(stamps)
+    if bucket is not None:  # _value_: the member's plain field (.value is a Python property)
+        attrs[RL_BUCKET] = bucket._value_
+    return attrs
+
+
+def _merge(
+    attrs: dict[str, AttributeValue], user: Attributes | None, bucket: Bucket | None
+) -> dict[str, AttributeValue]:
+    """The caller's attributes over the stamps (*attrs*, changed in place)."""
     if user:
         attrs.update(user)
         if RL_BUCKET in user:  # the bucket rules decide, never a raw attribute
             if bucket is None:
                 del attrs[RL_BUCKET]
             else:
-                attrs[RL_BUCKET] = bucket.value
+                attrs[RL_BUCKET] = bucket._value_
+        if _LIST in map(type, user.values()):
+            for key, value in user.items():
+                if value.__class__ is _LIST:
+                    attrs[key] = tuple(value)  # type: ignore[arg-type]
+    return attrs
+
+
+_LIST: Final = list
+_generation = 0  # bumped when the registry changes: cached stamps are then stale
+
+
+def _registry_changed() -> None:
+    global _generation
+    _generation += 1
+
+
+_groups.add_registry_listener(_registry_changed)
+
+
+def span_attributes(
+    group: str, shape: int, user: Attributes | None, explicit: object
+) -> dict[str, AttributeValue]:
+    """:func:`resolve_bucket`, :func:`group_stamp` and :func:`build_attributes` at once.
+
+    The same rules and key order, for the hot path: the stamps of a (group,
+    shape) are computed once per scope state and cached on it; the result is
+    always a new dict the span may keep (the caller's list values become
+    tuples).
+    """
+    state = SCOPES.get()
+    if explicit is not None:  # rare: no cache
+        bucket = _resolve_bucket(state, group, shape, explicit)
+        stamp = None if bucket is not None else _group_stamp(state, group, shape)
+        return _merge(_base(state.stamps, bucket, stamp), user, bucket)
+    key = group if shape == LEAF else (shape, group)
+    entry = state.cache.get(key)
+    if entry is None or entry[2] != _generation:
+        bucket = _resolve_bucket(state, group, shape, None)
+        stamp = None if bucket is not None else _group_stamp(state, group, shape)
+        entry = state.cache[key] = (_base(state.stamps, bucket, stamp), bucket, _generation)
+    attrs = entry[0].copy()
+    if user:
+        return _merge(attrs, user, entry[1])
     return attrs
 
 
@@ -201,9 +266,9 @@ def start(
         tracer = GATE.tracer
         if tracer is None:
             return None
-        resolved = resolve_bucket(group, shape, bucket)
-        stamp = None if resolved is not None else group_stamp(group, shape)
-        attrs = build_attributes(attributes, resolved, stamp)
+        attrs = span_attributes(group, shape, attributes, bucket)
+        if tracer.__class__ is FastTracer:
+            return tracer.start_owned(name, context, kind, attrs, links, start_time)  # type: ignore[attr-defined]
         # positional: the API's parameter order, cheaper than keywords per span
         return tracer.start_span(name, context, kind, attrs, links, start_time)
     except Exception as exc:
@@ -211,10 +276,38 @@ def start(
         return None
 
 
+def _context_var() -> ContextVar[otel_context.Context] | None:
+    """OpenTelemetry's context variable, when the runtime context is the ContextVar one.
+
+    Setting it is what ``otel_context.attach`` does then; doing it here saves
+    that function's layers on every span. Any other runtime context goes
+    through the API.
+    """
+    from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
+
+    runtime = getattr(otel_context, "_RUNTIME_CONTEXT", None)
+    if type(runtime) is not ContextVarsRuntimeContext:
+        return None
+    var = getattr(runtime, "_current_context", None)
+    return var if isinstance(var, ContextVar) else None
+
+
+_CONTEXT_VAR: Final = _context_var()
+_SPAN_KEY: Final = _span_key()
+_Context: Final = otel_context.Context
+_new: Final = object.__new__
+_INTERNAL: Final = SpanKind.INTERNAL
+
+
 def attach(span: Span) -> object | None:
     """Make *span* current; returns the token or ``None`` on failure."""
     try:
-        return otel_context.attach(trace.set_span_in_context(span))
+        var = _CONTEXT_VAR
+        if var is None:
+            return otel_context.attach(trace.set_span_in_context(span))
+        values = var.get().copy()  # set_span_in_context, without its layers
+        values[_SPAN_KEY] = span
+        return var.set(otel_context.Context(values))
     except Exception as exc:
         report_internal_error(("attach", type(span).__name__), exc)
         return None
@@ -225,8 +318,12 @@ def detach(token: object | None) -> None:
     if token is None:
         return
     try:
-        otel_context.detach(token)  # type: ignore[arg-type]
-    except Exception as exc:  # pragma: no cover - detach logs instead of raising
+        var = _CONTEXT_VAR
+        if var is None:
+            otel_context.detach(token)  # type: ignore[arg-type]
+        else:
+            var.reset(token)  # type: ignore[arg-type]
+    except Exception as exc:  # a token of another context (a generator resumed elsewhere)
         report_internal_error(("detach",), exc)
 
 
@@ -277,6 +374,24 @@ class LiveSpan(SyncAndAsync[Span]):
         self._token: object | None = None
 
     def __enter__(self) -> Span:
+        try:
+            tracer = GATE.tracer
+            var = _CONTEXT_VAR
+            if tracer.__class__ is not FastTracer or var is None:
+                return self._enter_api()
+            # The fast provider, inline: start_owned and attach without their layers.
+            attrs = span_attributes(self._group, self._shape, self._attributes, self._bucket)
+            span = tracer.start_owned(self._name, None, _INTERNAL, attrs, None, None)  # type: ignore[union-attr]
+            values = var.get().copy()
+            values[_SPAN_KEY] = span
+            self._token = var.set(_Context(values))
+            self._span = span
+            return span
+        except Exception as exc:
+            report_internal_error(("start", self._group, self._name), exc)
+            return AMBIENT_SPAN
+
+    def _enter_api(self) -> Span:
         span = start(self._name, self._group, self._shape, self._attributes, self._bucket)
         if span is None:
             return AMBIENT_SPAN
@@ -295,8 +410,34 @@ class LiveSpan(SyncAndAsync[Span]):
             return
         self._span = None
         token, self._token = self._token, None
+        var = _CONTEXT_VAR
+        if span.__class__ is FastSpan and var is not None and token is not None:
+            try:  # detach and finish, inline
+                var.reset(token)  # type: ignore[arg-type]
+            except Exception as err:  # a token of another context
+                report_internal_error(("detach",), err)
+            try:
+                if exc_type is not None:
+                    mark_exit(span, exc_type, exc)
+                span.end()
+            except Exception as err:
+                report_internal_error(("end", "FastSpan"), err)
+            return
         detach(token)
         finish(span, exc_type, exc)
+
+
+def _live(group: str, name: str, shape: int, attributes: Attributes | None, bucket: object) -> LiveSpan:
+    """``LiveSpan(...)`` without the ``__init__`` frame (this runs once per span)."""
+    live = _new(LiveSpan)
+    live._group = group
+    live._name = name
+    live._shape = shape
+    live._attributes = attributes
+    live._bucket = bucket
+    live._span = None
+    live._token = None
+    return live
 
 
 def managed_span(
@@ -321,9 +462,9 @@ def managed_span(
     enabled = GATE.enabled
     if not enabled:
         return NOOP_CM
-    if (PER_PROMPT_GROUP if PER_PROMPT.get() else group) not in enabled:
+    if (PER_PROMPT_GROUP if SCOPES.get().per_prompt else group) not in enabled:
         return NOOP_CM
-    return LiveSpan(group, name, LEAF, attributes, bucket)
+    return _live(group, name, LEAF, attributes, bucket)
 
 
 def umbrella_span(
@@ -340,9 +481,9 @@ def umbrella_span(
     enabled = GATE.enabled
     if not enabled:
         return NOOP_CM
-    if (PER_PROMPT_GROUP if PER_PROMPT.get() else group) not in enabled:
+    if (PER_PROMPT_GROUP if SCOPES.get().per_prompt else group) not in enabled:
         return NOOP_CM
-    return LiveSpan(group, name, UMBRELLA, attributes, None)
+    return _live(group, name, UMBRELLA, attributes, None)
 
 
 def instant(group: str, name: str, *, attributes: Attributes | None = None) -> None:
@@ -357,7 +498,7 @@ def instant(group: str, name: str, *, attributes: Attributes | None = None) -> N
     enabled = GATE.enabled
     if not enabled:
         return
-    if (PER_PROMPT_GROUP if PER_PROMPT.get() else group) not in enabled:
+    if (PER_PROMPT_GROUP if SCOPES.get().per_prompt else group) not in enabled:
         return
     try:
         current = trace.get_current_span()
@@ -422,7 +563,7 @@ def start_span(
     enabled = GATE.enabled
     if not enabled:
         return AMBIENT_SPAN
-    if (PER_PROMPT_GROUP if PER_PROMPT.get() else group) not in enabled:
+    if (PER_PROMPT_GROUP if SCOPES.get().per_prompt else group) not in enabled:
         return AMBIENT_SPAN
     span = start(name, group, LEAF, attributes, None, None, kind, context, links)
     return AMBIENT_SPAN if span is None else span

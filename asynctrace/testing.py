@@ -1,4 +1,4 @@
-"""Test helpers: capture finished spans through a real OpenTelemetry SDK pipeline.
+"""Test helpers: capture finished spans through a real pipeline, on either provider.
 
 Example:
     >>> from asynctrace import managed_span
@@ -13,15 +13,18 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ._errors import MissingExtraError
+from ._config import PROVIDER_NAMES
+from ._errors import ConfigurationError, MissingExtraError
 from ._state import enable_telemetry, restore, snapshot
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import TracerProvider
 
 __all__ = ["CapturedSpans", "capture_spans", "span_tree"]
 
@@ -84,29 +87,59 @@ class CapturedSpans:
         return self.spans[index]
 
 
-def _sdk() -> tuple[type[TracerProvider], type[InMemorySpanExporter], type[object]]:
+PROVIDER_ENV = "ASYNCTRACE_PROVIDER"
+
+
+def _memory_pipeline(provider: str) -> tuple[Any, InMemorySpanExporter]:
+    """A provider of kind *provider* and the in-memory exporter it feeds at once."""
     try:
+        from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor
         from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
             InMemorySpanExporter,
         )
+
+        from .export._adapters import LazyMemoryExporter
+        from .export._convert import Converter
     except ImportError as exc:
         raise MissingExtraError("sdk", "opentelemetry.sdk") from exc
-    return TracerProvider, InMemorySpanExporter, SimpleSpanProcessor
+    from ._fast import IDS, FastTracerProvider, SpanLimits
+
+    if provider == "fast":
+        resource = Resource.create({})
+        fast = FastTracerProvider(resource)
+        memory = LazyMemoryExporter(Converter(resource, fast.limits))
+        fast.add_queue(memory)
+        return fast, memory
+    exporter = InMemorySpanExporter()
+    sdk = TracerProvider(
+        shutdown_on_exit=False,
+        span_limits=SpanLimits().to_sdk(),
+        id_generator=IDS,  # type: ignore[arg-type]
+    )
+    sdk.add_span_processor(SimpleSpanProcessor(exporter))
+    return sdk, exporter
 
 
 @contextlib.contextmanager
-def capture_spans(span_groups: str = "all") -> Iterator[CapturedSpans]:
-    """Turn telemetry on for *span_groups* with an in-memory SDK pipeline.
+def capture_spans(span_groups: str = "all", *, provider: str | None = None) -> Iterator[CapturedSpans]:
+    """Turn telemetry on for *span_groups* with an in-memory pipeline.
 
-    Installs a fresh SDK ``TracerProvider`` with a ``SimpleSpanProcessor`` and
-    an ``InMemorySpanExporter``, so spans are available as soon as they end.
-    The previous telemetry state is restored on exit, even on error. The OTel
-    global tracer provider is not touched.
+    The spans are recorded by *provider*: ``"fast"`` (asynctrace's own
+    provider), ``"sdk"`` (an OpenTelemetry SDK ``TracerProvider`` with a
+    ``SimpleSpanProcessor``), or, when ``None``, the ``ASYNCTRACE_PROVIDER``
+    variable, else ``"fast"`` (what :func:`asynctrace.configure` uses). Either
+    way the spans are SDK ``ReadableSpan`` objects in an in-memory exporter,
+    available as soon as they end. The previous telemetry state is restored on
+    exit, even on error. The OTel global tracer provider is not touched.
 
     Args:
         span_groups: the span-group spec to enable (default ``"all"``).
+        provider: ``"fast"``, ``"sdk"`` or ``None``.
+
+    Raises:
+        ConfigurationError: *provider* (or ``ASYNCTRACE_PROVIDER``) names no provider.
 
     Example:
         >>> with capture_spans("per_step") as captured:
@@ -114,17 +147,20 @@ def capture_spans(span_groups: str = "all") -> Iterator[CapturedSpans]:
         >>> len(captured)
         0
     """
-    provider_cls, exporter_cls, processor_cls = _sdk()
-    exporter = exporter_cls()
-    provider = provider_cls()
-    provider.add_span_processor(processor_cls(exporter))  # type: ignore[call-arg, arg-type]
+    name = provider if provider is not None else os.environ.get(PROVIDER_ENV, "") or "fast"
+    if name.strip().lower() not in PROVIDER_NAMES:
+        where = "provider" if provider is not None else PROVIDER_ENV
+        raise ConfigurationError(
+            f"{where}: {name!r} is not accepted; accepted: {', '.join(PROVIDER_NAMES)}"
+        )
+    tracer_provider, exporter = _memory_pipeline(name.strip().lower())
     previous = snapshot()
-    enable_telemetry(provider, span_groups=span_groups)
+    enable_telemetry(tracer_provider, span_groups=span_groups)
     try:
-        yield CapturedSpans(exporter, provider)
+        yield CapturedSpans(exporter, tracer_provider)
     finally:
         restore(previous)
-        provider.shutdown()
+        tracer_provider.shutdown()
 
 
 def span_tree(spans: Sequence[ReadableSpan]) -> dict[int | None, list[ReadableSpan]]:

@@ -112,6 +112,8 @@ def test_from_env_reads_every_variable() -> None:
         "ASYNCTRACE_MAX_EXPORT_BATCH_SIZE": "8",
         "ASYNCTRACE_SCHEDULE_DELAY_MILLIS": "20",
         "ASYNCTRACE_SHUTDOWN_TIMEOUT_S": "1.5",
+        "ASYNCTRACE_PROVIDER": "SDK",
+        "ASYNCTRACE_SAMPLING_RATIO": "0.25",
     }
     assert set(env) == set(ENV_VARS)
     config = TelemetryConfig.from_env(env)
@@ -129,6 +131,8 @@ def test_from_env_reads_every_variable() -> None:
         max_export_batch_size=8,
         schedule_delay_millis=20.0,
         shutdown_timeout_s=1.5,
+        provider="sdk",
+        sampling_ratio=0.25,
     )
 
 

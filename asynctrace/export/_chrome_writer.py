@@ -13,6 +13,8 @@ import logging
 import math
 import operator
 import os
+import threading
+import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -21,8 +23,11 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
 from .._errors import MissingExtraError
+from .._fast import FastSpan
+from .._semconv import GROUP, RL_BUCKET
 from .._jsonl import encode_lines
 from .._propagation import PLAIN_CONTEXT
+from ._convert import finish_event
 from ._tracks import TrackAssigner
 
 try:
@@ -73,12 +78,22 @@ class NewTrack:
 class ChromeWriter:
     """The sink: turns queued items into lines and writes them (writer thread only)."""
 
-    def __init__(self, path: Path, resource: dict[str, Any], new_tid: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        path: Path,
+        resource: dict[str, Any],
+        new_tid: Callable[[], int],
+        max_attribute_length: int | None = None,
+    ) -> None:
         self.path = path
+        self._new_tid = new_tid
+        self._max_len = max_attribute_length
+        self._owners: dict[int, int] = {}  # id(task or thread) -> its track, while it lives
         self.pid = os.getpid()
         self._file = open(path, "ab", buffering=0)  # noqa: SIM115 - closed in shutdown()
         self._close_torn_tail()
         self._pending: list[dict[str, Any]] = []
+        self._refs: dict[int, weakref.ref[Any]] = {}
         self._tracks = TrackAssigner(new_tid, self._track_made)
         self._last_trace_id = 0
         self._last_trace_hex = ""
@@ -98,15 +113,41 @@ class ChromeWriter:
         most = self._tracks.max_intervals
         pid = self.pid
         written = failed = 0
+        owners = self._owners
+        max_len = self._max_len
         for item in batch:
-            if item.__class__ is not tuple:
-                self._control(item)
-                continue
             # A span, inline (this loop runs once per span). Ids are hex-encoded
             # with int.to_bytes().hex(), about twice as fast as a format spec.
             try:
-                (name, span_id, trace_id, parent_id, start_ns, end_ns, raw, span_events,
-                 error, kind, scope, category, tid) = item  # fmt: skip
+                cls = item.__class__
+                if cls is FastSpan:  # the fast provider's span: read its slots
+                    name = item._name
+                    span_id = item._span_id
+                    trace_id = item._trace_id
+                    parent_id = item._parent_id
+                    start_ns = item._start
+                    end_ns = item._end
+                    raw = item._attributes
+                    span_events = item._events
+                    error = item._status
+                    if error is not None and error.status_code is not _ERROR:
+                        error = None
+                    kind = item._kind
+                    kind = None if kind is _INTERNAL else kind.name
+                    scope = item._tracer.scope.name
+                    category = (raw.get(GROUP) or raw.get(RL_BUCKET)) if raw else None
+                    owner = item._owner
+                    tid = owners.get(id(owner))
+                    if tid is None:
+                        tid = self._owner_track(owner)
+                    if max_len is not None and raw:
+                        raw = _truncated(raw, max_len)
+                elif cls is tuple:
+                    (name, span_id, trace_id, parent_id, start_ns, end_ns, raw, span_events,
+                     error, kind, scope, category, tid) = item  # fmt: skip
+                else:
+                    self._control(item)
+                    continue
                 start = start_ns // 1000
                 dur = end_ns // 1000 - start
                 if dur < 0:
@@ -164,6 +205,31 @@ class ChromeWriter:
             self._track_made(item.tid, item.name)
         else:
             self._tracks.retire(item)
+
+    def _owner_track(self, owner: object) -> int:
+        """The track of a fast-provider span's task or thread, opened on first sight.
+
+        The span holds its owner, so the owner is alive here; when it dies,
+        its track is retired (a later object with the same ``id`` gets a new one).
+        """
+        tid = self._new_tid()
+        key = id(owner)
+        name = _owner_name(owner) if owner is not None else "spans started before the exporter"
+        self._owners[key] = tid
+        self._tracks.open(tid, name)
+        self._track_made(tid, name)
+        owners, tracks = self._owners, self._tracks
+
+        def gone(_ref: object) -> None:
+            if owners.get(key) == tid:
+                owners.pop(key, None)
+            tracks.retire(tid)
+
+        try:
+            self._refs[tid] = weakref.ref(owner, gone)
+        except TypeError:  # not weak-referenceable: the track lives on
+            pass
+        return tid
 
     def flush(self) -> None:
         """Lines are written unbuffered, batch by batch: nothing is held back."""
@@ -249,6 +315,8 @@ def _instant_events(
 ) -> None:
     """A span's events, as instant events on its track."""
     for event in span_events:
+        if getattr(event, "exception", None) is not None:
+            finish_event(event)  # a fast-provider exception: its stack trace, formatted once
         ev_attrs = event.attributes
         events.append(
             {
@@ -375,6 +443,33 @@ def _public_fields(
         (attrs.get("asynctrace.group") or attrs.get("rl.bucket")) if attrs else None,
         tids.pop(span_id, None) or current_tid(),
     )
+
+
+def _owner_name(owner: object) -> str:
+    """``thread: NAME``, or ``task: NAME [THREAD]`` (the thread of the task's loop, if known)."""
+    if isinstance(owner, threading.Thread):
+        return f"thread: {owner.name}"
+    get_name = getattr(owner, "get_name", None)
+    name = str(get_name()) if callable(get_name) else str(getattr(owner, "name", "") or "task")
+    thread = None
+    get_loop = getattr(owner, "get_loop", None)
+    if callable(get_loop):
+        ident = getattr(get_loop(), "_thread_id", None)
+        found = threading._active.get(ident) if ident is not None else None  # type: ignore[attr-defined]
+        thread = found.name if found is not None else None
+    return f"task: {name} [{thread}]" if thread else f"task: {name}"
+
+
+def _truncated(raw: dict[str, Any], limit: int) -> dict[str, Any]:
+    """Strings (also inside sequences) cut to *limit* characters, as the SDK cuts them."""
+    out = dict(raw)
+    for key, value in raw.items():
+        if value.__class__ is str:
+            if len(value) > limit:
+                out[key] = value[:limit]
+        elif isinstance(value, (tuple, list)):
+            out[key] = [v[:limit] if v.__class__ is str else v for v in value]
+    return out
 
 
 def _finite(value: Any) -> Any:

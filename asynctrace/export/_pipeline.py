@@ -1,15 +1,21 @@
-"""Build the SDK pipeline (provider, processors, exporters) from validated settings.
+"""Build the pipeline (provider, export queues, exporters) from validated settings.
 
 Two steps, so that :func:`asynctrace.configure` can fail before it changes
 anything: :func:`prepare` imports extras, constructs exporters and checks the
 output directory (nothing runs yet); :func:`build` starts the worker threads,
 opens files and returns a :class:`Pipeline`.
+
+The provider is asynctrace's fast provider (``provider="fast"``, the
+default), a new SDK ``TracerProvider`` (``"sdk"``), or the user's own SDK
+provider, to which asynctrace adds its processors (and which it never shuts
+down: it is the user's).
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,9 +25,15 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from opentelemetry import trace
+
 from .._errors import ConfigurationError, MissingExtraError
+from .._fast import IDS, FastTracerProvider
 from .._files import writable_dir
+from .._semconv import TRUNCATED
 from .._settings import Settings
+from ._adapters import ConvertingSink, LazyMemoryExporter
+from ._convert import Converter
 from ._open_spans import OpenSpanTracker
 from ._queue import ExporterSink, ExportStats, QueuedSpanProcessor
 
@@ -34,7 +46,7 @@ class Plan:
 
     settings: Settings
     exporters: list[tuple[str, Any]] = field(default_factory=list)
-    memory: InMemorySpanExporter | None = None
+    memory: bool = False
     chrome_path: Path | None = None
 
 
@@ -53,7 +65,7 @@ def prepare(settings: Settings) -> Plan:
         elif exporter == "console":
             plan.exporters.append(("console", ConsoleSpanExporter()))
         elif exporter == "memory":
-            plan.memory = InMemorySpanExporter()
+            plan.memory = True
         elif not isinstance(exporter, str):
             plan.exporters.append((type(exporter).__name__, exporter))
     if settings.output_dir is not None:
@@ -85,21 +97,24 @@ def _otlp_exporter() -> Any:
 
 
 class Pipeline:
-    """A running provider and its processors."""
+    """A running provider and its export queues."""
 
     def __init__(
         self,
-        provider: TracerProvider,
-        tracker: OpenSpanTracker,
+        provider: trace.TracerProvider,
+        end_open_spans: Callable[[], int],
         queued: list[QueuedSpanProcessor],
         memory: InMemorySpanExporter | None,
         chrome_path: Path | None,
+        *,
+        owns_provider: bool = True,
     ) -> None:
         self.provider = provider
-        self.tracker = tracker
+        self.end_open_spans = end_open_spans
         self.queued = queued
         self.memory = memory
         self.chrome_path = chrome_path
+        self.owns_provider = owns_provider
 
     def flush(self, timeout_s: float) -> bool:
         """Export everything ended so far, waiting at most *timeout_s* in total."""
@@ -117,14 +132,17 @@ class Pipeline:
         Returns ``(finished in time, number of truncated spans)``.
         """
         deadline = time.monotonic() + max(0.0, timeout_s)
-        truncated = self.tracker.end_open_spans()
+        truncated = self.end_open_spans()
         for processor in self.queued:
             processor.begin_shutdown()
         ok = True
         for processor in self.queued:
             if not processor.wait_shutdown(deadline - time.monotonic()):
                 ok = False
-        self.provider.shutdown()  # the tracker, the memory processor, and any user processor
+        if self.owns_provider:  # the tracker, the memory exporter, and any user processor
+            self.provider.shutdown()  # type: ignore[attr-defined]
+        elif self.memory is not None:
+            self.memory.shutdown()
         return ok, truncated
 
     def stats(self) -> list[ExportStats]:
@@ -135,16 +153,25 @@ class Pipeline:
 def build(plan: Plan) -> Pipeline:
     """Start the pipeline described by *plan*."""
     settings = plan.settings
-    provider = TracerProvider(
-        resource=Resource.create(dict(settings.resource_attributes)), shutdown_on_exit=False
-    )
-    tracker = OpenSpanTracker()
-    provider.add_span_processor(tracker)  # first: truncated spans reach every processor
-    limits = {
+    if settings.provider == "fast":
+        return _build_fast(plan)
+    return _build_sdk(plan)
+
+
+def _limits(settings: Settings) -> dict[str, Any]:
+    return {
         "max_queue_size": settings.max_queue_size,
         "max_export_batch_size": settings.max_export_batch_size,
         "schedule_delay_millis": settings.schedule_delay_millis,
     }
+
+
+def _start_queues(
+    plan: Plan, resource_attributes: Any, sink: Callable[[Any], Any]
+) -> list[QueuedSpanProcessor]:
+    """The chrome processor and one queue per exporter (*sink* wraps each exporter)."""
+    settings = plan.settings
+    limits = _limits(settings)
     queued: list[QueuedSpanProcessor] = []
     try:
         if plan.chrome_path is not None:
@@ -153,18 +180,65 @@ def build(plan: Plan) -> Pipeline:
             queued.append(
                 ChromeTraceProcessor(
                     plan.chrome_path,
-                    resource_attributes=provider.resource.attributes,
-                    **limits,  # type: ignore[arg-type]
+                    resource_attributes=resource_attributes,
+                    max_attribute_length=settings.span_limits.max_attribute_length,
+                    **limits,
                 )
             )
         for name, exporter in plan.exporters:
-            queued.append(QueuedSpanProcessor(ExporterSink(exporter), name=name, **limits))  # type: ignore[arg-type]
+            queued.append(QueuedSpanProcessor(sink(exporter), name=name, **limits))
     except BaseException:
         for processor in queued:
             processor.shutdown_within(1.0)
         raise
+    return queued
+
+
+def _build_fast(plan: Plan) -> Pipeline:
+    settings = plan.settings
+    resource = Resource.create(dict(settings.resource_attributes))
+    limits = settings.span_limits
+    provider = FastTracerProvider(resource, sampling=settings.sampling, limits=limits)
+    converter = Converter(resource, limits)
+    queued = _start_queues(
+        plan, resource.attributes, lambda exporter: ConvertingSink(exporter, converter)
+    )
+    for processor in queued:
+        provider.add_queue(processor, tracks=processor.name == "chrome")
+    memory = None
+    if plan.memory:
+        memory = LazyMemoryExporter(converter)
+        provider.add_queue(memory)
+    return Pipeline(
+        provider, lambda: provider.end_open_spans(TRUNCATED), queued, memory, plan.chrome_path
+    )
+
+
+def _build_sdk(plan: Plan) -> Pipeline:
+    settings = plan.settings
+    own = settings.provider == "sdk"
+    provider: TracerProvider
+    if own:
+        provider = TracerProvider(
+            resource=Resource.create(dict(settings.resource_attributes)),
+            shutdown_on_exit=False,
+            sampler=settings.sampling.to_sdk(),
+            span_limits=settings.span_limits.to_sdk(),
+            id_generator=IDS,  # type: ignore[arg-type]  # the SDK's interface, not its class
+        )
+        chrome_resource: Any = provider.resource.attributes
+    else:
+        provider = settings.provider  # type: ignore[assignment]  # the user's, checked
+        chrome_resource = {**provider.resource.attributes, **settings.resource_attributes}
+    tracker = OpenSpanTracker()
+    provider.add_span_processor(tracker)  # first: truncated spans reach every processor
+    queued = _start_queues(plan, chrome_resource, ExporterSink)
     for processor in queued:
         provider.add_span_processor(processor)
-    if plan.memory is not None:
-        provider.add_span_processor(SimpleSpanProcessor(plan.memory))
-    return Pipeline(provider, tracker, queued, plan.memory, plan.chrome_path)
+    memory = None
+    if plan.memory:
+        memory = InMemorySpanExporter()
+        provider.add_span_processor(SimpleSpanProcessor(memory))
+    return Pipeline(
+        provider, tracker.end_open_spans, queued, memory, plan.chrome_path, owns_provider=own
+    )

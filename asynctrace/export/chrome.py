@@ -83,6 +83,8 @@ class ChromeTraceProcessor(QueuedSpanProcessor):
         max_queue_size: spans buffered before new ones are dropped.
         max_export_batch_size: lines per ``write``.
         schedule_delay_millis: longest time a span waits before it is written.
+        max_attribute_length: strings longer than this are cut (for spans of
+            the fast provider; the SDK cuts its own).
 
     Example:
         >>> from opentelemetry.sdk.trace import TracerProvider
@@ -99,10 +101,13 @@ class ChromeTraceProcessor(QueuedSpanProcessor):
         max_queue_size: int = 8192,
         max_export_batch_size: int = 512,
         schedule_delay_millis: float = 1000.0,
+        max_attribute_length: int | None = None,
     ) -> None:
         self.path = Path(path)
         self._next_tid = itertools.count(1).__next__
-        self._writer = ChromeWriter(self.path, dict(resource_attributes or {}), self._next_tid)
+        self._writer = ChromeWriter(
+            self.path, dict(resource_attributes or {}), self._next_tid, max_attribute_length
+        )
         self._local = threading.local()
         self._tids: dict[int, int] = {}
         self._refs: dict[int, weakref.ref[Any]] = {}

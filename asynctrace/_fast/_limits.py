@@ -1,0 +1,116 @@
+"""Span limits: how many attributes, events and links a span keeps, and how long a value is.
+
+The defaults and the environment variables are OpenTelemetry's (128 of each,
+no length limit; ``OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT`` and friends), and both
+providers apply the same numbers. The hot path only counts and evicts (a
+span never holds more than ``max_attributes`` attributes); values are cut to
+``max_attribute_length`` on the export thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from .._errors import ConfigurationError
+
+__all__ = ["SpanLimits", "limits_from"]
+
+_DEFAULT = 128
+
+# field -> (its own variable, the general one)
+_ENV = {
+    "max_attributes": ("OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "OTEL_ATTRIBUTE_COUNT_LIMIT"),
+    "max_attribute_length": (
+        "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT",
+        "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT",
+    ),
+    "max_events": ("OTEL_SPAN_EVENT_COUNT_LIMIT", ""),
+    "max_links": ("OTEL_SPAN_LINK_COUNT_LIMIT", ""),
+    "max_event_attributes": ("OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT", "OTEL_ATTRIBUTE_COUNT_LIMIT"),
+    "max_link_attributes": ("OTEL_LINK_ATTRIBUTE_COUNT_LIMIT", "OTEL_ATTRIBUTE_COUNT_LIMIT"),
+}
+
+
+@dataclass(frozen=True)
+class SpanLimits:
+    """Per-span limits (``None``: unlimited).
+
+    Example:
+        >>> SpanLimits().max_attributes, SpanLimits().max_attribute_length
+        (128, None)
+    """
+
+    max_attributes: int | None = _DEFAULT
+    max_attribute_length: int | None = None
+    max_events: int | None = _DEFAULT
+    max_links: int | None = _DEFAULT
+    max_event_attributes: int | None = _DEFAULT
+    max_link_attributes: int | None = _DEFAULT
+
+    def to_sdk(self) -> Any:
+        """The equivalent SDK ``SpanLimits``."""
+        from opentelemetry.sdk.trace import SpanLimits as SdkLimits
+
+        # The SDK reads "unset" as "from the environment", and its own
+        # constant as "unlimited": hand it explicit values only.
+        unlimited = SdkLimits.UNSET
+
+        def value(number: int | None) -> int:
+            return unlimited if number is None else number
+
+        return SdkLimits(
+            max_attributes=value(self.max_attributes),
+            max_span_attributes=value(self.max_attributes),
+            max_span_attribute_length=value(self.max_attribute_length),
+            max_attribute_length=value(self.max_attribute_length),
+            max_events=value(self.max_events),
+            max_links=value(self.max_links),
+            max_event_attributes=value(self.max_event_attributes),
+            max_link_attributes=value(self.max_link_attributes),
+        )
+
+
+FIELDS = tuple(f.name for f in fields(SpanLimits))
+
+
+def limits_from(config: Mapping[str, Any], environ: Mapping[str, str]) -> SpanLimits:
+    """Limits from the ``span_limits`` mapping, then the ``OTEL_*`` variables, then defaults.
+
+    Raises:
+        ConfigurationError: an unknown key, or a value that is not an integer
+            ``>= 0`` (or ``None``: unlimited).
+    """
+    unknown = [key for key in config if key not in FIELDS]
+    if unknown:
+        raise ConfigurationError(
+            f"span_limits: unknown key {unknown[0]!r}; accepted keys: {', '.join(FIELDS)}"
+        )
+    values: dict[str, int | None] = {}
+    for name in FIELDS:
+        if name in config:
+            values[name] = _count(f"span_limits.{name}", config[name])
+            continue
+        own, general = _ENV[name]
+        for var in (own, general):
+            raw = environ.get(var, "").strip() if var else ""
+            if raw:
+                values[name] = _count(var, raw)
+                break
+    return SpanLimits(**values)
+
+
+def _count(key: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = int(value.strip())
+        except ValueError:
+            pass
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigurationError(
+            f"{key}: {value!r} is not accepted; accepted: an integer >= 0, or null for no limit"
+        )
+    return value

@@ -1,0 +1,397 @@
+"""The fast provider: asynctrace's own OpenTelemetry API ``TracerProvider`` and ``Tracer``.
+
+Installed as the global provider, any OpenTelemetry instrumentation records
+through it; its spans (:class:`FastSpan`) are plain slotted objects that
+export threads read after they end. Processors are export queues: on
+``end()`` a span is appended to each queue and the work (limits, conversion
+to the SDK's ``ReadableSpan`` for SDK exporters and processors, encoding)
+happens on the queue's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, TraceFlags
+from opentelemetry.trace.propagation import _SPAN_KEY
+from opentelemetry.util import types
+
+from ._ids import IDS, IdGenerator
+from ._limits import SpanLimits
+from ._sampling import Sampling
+from ._span import FastSpan, _copy_attributes
+
+try:  # the API's decorator-and-context-manager helper (1.24+)
+    from opentelemetry.util._decorator import _agnosticcontextmanager as _cm_factory
+except ImportError:  # pragma: no cover - older opentelemetry-api
+    from contextlib import contextmanager as _cm_factory  # type: ignore[assignment]
+
+__all__ = ["FastTracer", "FastTracerProvider", "Scope"]
+
+_INTERNAL = SpanKind.INTERNAL
+_time_ns = time.time_ns
+_get_running_loop = asyncio._get_running_loop
+_current_task = asyncio.current_task
+_current_thread = threading.current_thread
+_modules = sys.modules
+_SAMPLED = 0x01
+_RANDOM = 0x02  # W3C trace-context level 2: the trace id is random (as the SDK sets it)
+_LOW_64 = (1 << 64) - 1
+_new = object.__new__
+
+
+def _context_getter() -> Callable[[], Mapping[str, object]]:
+    """The current OTel context, read straight from its ContextVar when that is the runtime."""
+    runtime = getattr(otel_context, "_RUNTIME_CONTEXT", None)
+    var = getattr(runtime, "_current_context", None)
+    get = getattr(var, "get", None)
+    return get if callable(get) else otel_context.get_current
+
+
+_current_context = _context_getter()
+
+
+class Scope:
+    """The instrumentation scope of a tracer (name, version, schema URL, attributes)."""
+
+    __slots__ = ("attributes", "name", "schema_url", "version")
+
+    def __init__(
+        self,
+        name: str,
+        version: str | None = None,
+        schema_url: str | None = None,
+        attributes: types.Attributes = None,
+    ) -> None:
+        self.name = name
+        self.version = version
+        self.schema_url = schema_url
+        self.attributes = dict(attributes) if attributes else None
+
+    def __repr__(self) -> str:
+        return f"Scope({self.name!r}, {self.version!r})"
+
+
+def _owner() -> object:
+    """The track a span starts on: its asyncio (or trio) task, else its thread."""
+    loop = _get_running_loop()
+    if loop is not None:
+        task = _current_task(loop)
+        if task is not None:
+            return task
+    else:
+        trio = _modules.get("trio")
+        if trio is not None:
+            try:
+                if trio.lowlevel.in_trio_task():
+                    return trio.lowlevel.current_task()
+            except Exception:  # RuntimeError outside trio, or an unexpected trio
+                pass
+    return _current_thread()
+
+
+class FastTracer(trace.Tracer):
+    """A tracer of :class:`FastTracerProvider` (get one with ``provider.get_tracer``)."""
+
+    __slots__ = ("_limits", "_provider", "scope")
+
+    def __init__(self, provider: FastTracerProvider, scope: Scope) -> None:
+        self._provider = provider
+        self._limits = provider.limits
+        self.scope = scope
+
+    def start_span(
+        self,
+        name: str,
+        context: otel_context.Context | None = None,
+        kind: SpanKind = _INTERNAL,
+        attributes: types.Attributes = None,
+        links: Sequence[Link] | None = None,
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+    ) -> trace.Span:
+        """Start a span (not made current), child of the span in *context* (default: current)."""
+        span = self.start_owned(
+            name, context, kind, _copy_attributes(attributes), links, start_time
+        )
+        if not (record_exception and set_status_on_exception) and span.__class__ is FastSpan:
+            span._opts = (1 if record_exception else 0) | (2 if set_status_on_exception else 0)  # type: ignore[attr-defined]
+        return span
+
+    def start_owned(
+        self,
+        name: str,
+        context: Mapping[str, object] | None,
+        kind: SpanKind,
+        attributes: dict[str, Any],
+        links: Sequence[Link] | None,
+        start_time: int | None,
+    ) -> trace.Span:
+        """:meth:`start_span` for a private *attributes* dict the span may keep as it is."""
+        provider = self._provider
+        parent = (context if context is not None else _current_context()).get(_SPAN_KEY)
+        bits = IDS.bits
+        if parent is None:
+            trace_id = bits(128) or 1
+            parent_id = 0
+            remote = False
+            flags = _RANDOM
+            state = None
+            sampled = trace_id & _LOW_64 < provider._bound
+        elif parent.__class__ is FastSpan:
+            trace_id = parent._trace_id  # type: ignore[attr-defined]
+            parent_id = parent._span_id  # type: ignore[attr-defined]
+            remote = False
+            flags = parent._flags  # type: ignore[attr-defined]
+            state = parent._state  # type: ignore[attr-defined]
+            sampled = bool(flags & _SAMPLED) if provider._parent_based else (
+                trace_id & _LOW_64 < provider._bound
+            )
+        else:
+            parent_context = parent.get_span_context()  # type: ignore[attr-defined]
+            if parent_context is not None and parent_context.is_valid:
+                trace_id = parent_context.trace_id
+                parent_id = parent_context.span_id
+                remote = parent_context.is_remote
+                flags = int(parent_context.trace_flags)
+                state = parent_context.trace_state or None
+                sampled = bool(flags & _SAMPLED) if provider._parent_based else (
+                    trace_id & _LOW_64 < provider._bound
+                )
+            else:
+                trace_id = bits(128) or 1
+                parent_id = 0
+                remote = False
+                flags = _RANDOM
+                state = None
+                sampled = trace_id & _LOW_64 < provider._bound
+        span_id = bits(64) or 1
+        if not sampled or provider._closed:
+            return NonRecordingSpan(
+                SpanContext(
+                    trace_id, span_id, False, TraceFlags(flags & ~_SAMPLED), state or None
+                )
+            )
+        limit = self._limits.max_attributes
+        if limit is not None and len(attributes) > limit:
+            return self._start_trimmed(
+                name, trace_id, span_id, flags, state, parent_id, remote, kind, attributes,
+                links, start_time, limit,
+            )  # fmt: skip
+        # FastSpan.__init__, inline: one frame less per span.
+        span = _new(FastSpan)
+        span._tracer = self
+        span._name = name
+        span._trace_id = trace_id
+        span._span_id = span_id
+        span._flags = flags | _SAMPLED
+        span._state = state
+        span._parent_id = parent_id
+        span._parent_remote = remote
+        span._kind = kind
+        span._attributes = attributes
+        span._start = start_time or _time_ns()
+        if provider._wants_owner:  # the chrome exporter's track: task, else thread
+            loop = _get_running_loop()
+            owner = _current_task(loop) if loop is not None else None
+            span._owner = owner if owner is not None else _owner()
+        else:
+            span._owner = None
+        span._end = span._events = span._links = span._status = span._context = None
+        span._dropped = 0
+        span._opts = 3
+        if links:
+            for link in links:
+                span.add_link(link.context, link.attributes)
+        provider._open[span_id] = span
+        return span
+
+    def _start_trimmed(
+        self,
+        name: str,
+        trace_id: int,
+        span_id: int,
+        flags: int,
+        state: Any,
+        parent_id: int,
+        remote: bool,
+        kind: SpanKind,
+        attributes: dict[str, Any],
+        links: Sequence[Link] | None,
+        start_time: int | None,
+        limit: int,
+    ) -> FastSpan:
+        """A span given more attributes than the limit: it keeps the newest, as the SDK does."""
+        dropped = len(attributes) - limit
+        kept = dict(list(attributes.items())[dropped:]) if limit else {}
+        span = FastSpan(
+            self,
+            name,
+            trace_id,
+            span_id,
+            flags | _SAMPLED,
+            state,
+            parent_id,
+            remote,
+            kind,
+            kept,
+            start_time or _time_ns(),
+            _owner() if self._provider._wants_owner else None,
+        )
+        span._dropped = dropped
+        if links:
+            for link in links:
+                span.add_link(link.context, link.attributes)
+        self._provider._open[span_id] = span
+        return span
+
+    @_cm_factory
+    def start_as_current_span(
+        self,
+        name: str,
+        context: otel_context.Context | None = None,
+        kind: SpanKind = _INTERNAL,
+        attributes: types.Attributes = None,
+        links: Sequence[Link] | None = None,
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+        end_on_exit: bool = True,
+    ) -> Iterator[trace.Span]:
+        """Start a span and make it current for the block (also a decorator)."""
+        span = self.start_span(
+            name, context, kind, attributes, links, start_time, record_exception,
+            set_status_on_exception,
+        )  # fmt: skip
+        with trace.use_span(
+            span,
+            end_on_exit=end_on_exit,
+            record_exception=record_exception,
+            set_status_on_exception=set_status_on_exception,
+        ) as current:
+            yield current
+
+
+class FastTracerProvider(trace.TracerProvider):
+    """asynctrace's OpenTelemetry API tracer provider, built for cost.
+
+    Spans are compact slotted objects with no locks; ids come from a
+    per-process generator (independent of ``random.seed``, reseeded after
+    ``fork``); ``end()`` only appends the span to each export queue.
+    :func:`asynctrace.configure` builds one (``provider="fast"``, the default)
+    and connects the exporters; SDK ``SpanProcessor`` objects can be added
+    with :meth:`add_span_processor` (they run on an export thread, see the
+    docs).
+
+    Args:
+        resource: the resource (an SDK ``Resource`` or anything with
+            ``attributes``); exported with every span.
+        sampling: the sampling policy (default: always on, parent based).
+        limits: span limits (default: OpenTelemetry's).
+        id_generator: where ids come from (default: the process's).
+
+    Example:
+        >>> provider = FastTracerProvider()
+        >>> with provider.get_tracer("demo").start_as_current_span("work") as span:
+        ...     span.set_attribute("items", 3)
+    """
+
+    def __init__(
+        self,
+        resource: Any = None,
+        *,
+        sampling: Sampling | None = None,
+        limits: SpanLimits | None = None,
+        id_generator: IdGenerator | None = None,
+    ) -> None:
+        self.resource = resource
+        self.sampling = sampling if sampling is not None else Sampling()
+        self.limits = limits if limits is not None else SpanLimits()
+        self.id_generator = id_generator if id_generator is not None else IDS
+        self._bound = self.sampling.bound
+        self._parent_based = self.sampling.parent_based
+        self._open: dict[int, FastSpan] = {}
+        self._puts: tuple[Callable[[FastSpan], None], ...] = ()
+        self._queued: tuple[Any, ...] = ()  # QueuedSpanProcessor objects: appended to inline
+        self._queues: list[Any] = []  # what add_queue/add_span_processor connected
+        self._wants_owner = False
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def get_tracer(
+        self,
+        instrumenting_module_name: str,
+        instrumenting_library_version: str | None = None,
+        schema_url: str | None = None,
+        attributes: types.Attributes = None,
+    ) -> FastTracer:
+        """A tracer for the instrumentation scope *instrumenting_module_name*."""
+        return FastTracer(
+            self,
+            Scope(instrumenting_module_name, instrumenting_library_version, schema_url, attributes),
+        )
+
+    # -- export queues -------------------------------------------------------------
+
+    def add_queue(self, queue: Any, *, tracks: bool = False) -> None:
+        """Hand every ended span to *queue*, an export queue of asynctrace's.
+
+        *queue* is a ``QueuedSpanProcessor`` (its bounded deque is appended to
+        on the ending thread) or any object with ``put(span)`` (which must only
+        queue), ``force_flush(timeout_millis)`` and ``shutdown()``. *tracks*
+        asks for each span's starting task or thread (``span._owner``), which
+        the chrome exporter draws tracks from.
+        """
+        with self._lock:
+            if hasattr(queue, "_queue") and hasattr(queue, "_max_queue_size"):
+                self._queued = (*self._queued, queue)
+            else:
+                self._puts = (*self._puts, queue.put)
+            self._queues.append(queue)
+            self._wants_owner = self._wants_owner or tracks
+
+    def add_span_processor(self, span_processor: Any) -> None:
+        """Run an SDK ``SpanProcessor`` on every ended span, on an export thread.
+
+        Spans reach it as SDK ``ReadableSpan`` objects: ``on_start`` and
+        ``on_end`` are both called when the span has ended, on that thread.
+        """
+        from ..export._adapters import processor_queue
+
+        self.add_queue(processor_queue(span_processor, self))
+
+    def open_spans(self) -> list[FastSpan]:
+        """Spans started and not ended yet (a copy)."""
+        return list(self._open.copy().values())
+
+    def end_open_spans(self, attribute: str) -> int:
+        """End every open span now with *attribute* = true, latest first; returns how many."""
+        spans = sorted(self.open_spans(), key=lambda span: span._start, reverse=True)
+        now = _time_ns()
+        for span in spans:
+            span.set_attribute(attribute, True)
+            span.end(max(now, span._start))
+        return len(spans)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Export everything ended so far; ``False`` if a queue did not finish in time."""
+        deadline = time.monotonic() + timeout_millis / 1000.0
+        ok = True
+        for queue in list(self._queues):
+            left = max(0.0, deadline - time.monotonic())
+            ok = bool(queue.force_flush(int(left * 1000))) and ok
+        return ok
+
+    def shutdown(self) -> None:
+        """Stop recording (new spans are non-recording) and shut every queue down."""
+        self._closed = True
+        for queue in list(self._queues):
+            queue.shutdown()

@@ -1,0 +1,107 @@
+"""Sampling: parent-based, with an always-on or a trace-id-ratio root sampler.
+
+The decisions are those of the SDK's ``ParentBased(TraceIdRatioBased(r))``
+(the low 64 bits of the trace id against ``round(r * 2**64)``), so both
+providers keep or drop the same traces. Chosen by ``sampling_ratio`` in the
+configuration or the standard ``OTEL_TRACES_SAMPLER`` /
+``OTEL_TRACES_SAMPLER_ARG`` variables.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .._errors import ConfigurationError
+
+__all__ = ["Sampling", "sampling_from"]
+
+_LOW_64 = (1 << 64) - 1
+_SAMPLERS = (
+    "always_on",
+    "always_off",
+    "traceidratio",
+    "parentbased_always_on",
+    "parentbased_always_off",
+    "parentbased_traceidratio",
+)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """A sampling policy.
+
+    Attributes:
+        ratio: share of root traces kept, in ``[0, 1]``.
+        parent_based: a span with a valid parent follows the parent's
+            ``sampled`` flag instead of the ratio.
+
+    Example:
+        >>> Sampling(0.5).keeps(0xFFFF_FFFF_FFFF_FFFF)
+        False
+    """
+
+    ratio: float = 1.0
+    parent_based: bool = True
+
+    @property
+    def bound(self) -> int:
+        """Trace ids whose low 64 bits are below this are kept."""
+        return round(self.ratio * (_LOW_64 + 1))
+
+    def keeps(self, trace_id: int) -> bool:
+        """The ratio decision for a root span of *trace_id*."""
+        return trace_id & _LOW_64 < self.bound
+
+    def to_sdk(self) -> Any:
+        """The equivalent SDK sampler."""
+        from opentelemetry.sdk.trace import sampling
+
+        root: Any
+        if self.ratio >= 1.0:
+            root = sampling.ALWAYS_ON
+        elif self.ratio <= 0.0:
+            root = sampling.ALWAYS_OFF
+        else:
+            root = sampling.TraceIdRatioBased(self.ratio)
+        return sampling.ParentBased(root) if self.parent_based else root
+
+
+def sampling_from(ratio: float | None, environ: Mapping[str, str]) -> Sampling:
+    """The policy: *ratio* when given, else ``OTEL_TRACES_SAMPLER(_ARG)``, else always on.
+
+    Raises:
+        ConfigurationError: an unknown sampler name or a ratio outside ``[0, 1]``.
+    """
+    if ratio is not None:
+        return Sampling(_ratio("sampling_ratio", ratio))
+    name = environ.get("OTEL_TRACES_SAMPLER", "").strip().lower()
+    if not name:
+        return Sampling()
+    if name not in _SAMPLERS:
+        raise ConfigurationError(
+            f"OTEL_TRACES_SAMPLER: {name!r} is not accepted; accepted: {', '.join(_SAMPLERS)}"
+        )
+    parent_based = name.startswith("parentbased_")
+    root = name.removeprefix("parentbased_")
+    if root == "always_on":
+        return Sampling(1.0, parent_based)
+    if root == "always_off":
+        return Sampling(0.0, parent_based)
+    raw = environ.get("OTEL_TRACES_SAMPLER_ARG", "").strip()
+    try:
+        value = float(raw) if raw else 1.0
+    except ValueError:
+        raise ConfigurationError(
+            f"OTEL_TRACES_SAMPLER_ARG: {raw!r} is not accepted; accepted: a number in [0, 1]"
+        ) from None
+    return Sampling(_ratio("OTEL_TRACES_SAMPLER_ARG", value), parent_based)
+
+
+def _ratio(key: str, value: Any) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ok and math.isfinite(value) and 0.0 <= value <= 1.0:
+        return float(value)
+    raise ConfigurationError(f"{key}: {value!r} is not accepted; accepted: a number in [0, 1]")

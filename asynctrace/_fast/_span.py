@@ -1,0 +1,372 @@
+"""The fast provider's span: a compact, lock-free record of one operation.
+
+A :class:`FastSpan` is both the live span (the OpenTelemetry API's ``Span``)
+and, once ended, the record the exporters read: ``end()`` stamps the end time
+and hands the object itself to each export queue, nothing more. Its fields
+never change after that, so the export threads read them without locks.
+
+The hot path only stores values. Everything that costs (attribute value
+checks and length limits, exception stack traces, conversion to the SDK's
+``ReadableSpan``, encoding) happens on the export threads. What the hot path
+does bound is memory: a span keeps at most ``max_attributes`` attributes,
+``max_events`` events and ``max_links`` links, evicting the oldest as the SDK
+does, and counts what it dropped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import trace
+from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags, TraceState
+from opentelemetry.trace.status import Status, StatusCode
+from opentelemetry.util import types
+
+if TYPE_CHECKING:
+    from ._provider import FastTracer
+
+__all__ = ["FastSpan", "SpanEvent"]
+
+_time_ns = time.time_ns
+_new_tuple = tuple.__new__
+_OK = StatusCode.OK
+_UNSET = StatusCode.UNSET
+_ERROR = StatusCode.ERROR
+_LIST = list
+
+
+class SpanEvent:
+    """An event recorded on a :class:`FastSpan` (converted on the export thread).
+
+    ``exception`` is set for ``record_exception`` events: the exception and
+    its traceback as they were when recorded (one tuple, read at once by
+    whichever export thread formats the stack trace first).
+    """
+
+    __slots__ = ("attributes", "exception", "name", "timestamp")
+
+    def __init__(
+        self,
+        name: str,
+        attributes: dict[str, Any],
+        timestamp: int,
+        exception: tuple[BaseException, TracebackType | None] | None = None,
+    ) -> None:
+        self.name = name
+        self.attributes = attributes
+        self.timestamp = timestamp
+        self.exception = exception
+
+
+def _copy_attributes(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A private copy; list values become tuples (so later changes do not show)."""
+    if not attributes:
+        return {}
+    copied = dict(attributes)
+    if _LIST in map(type, copied.values()):
+        for key, value in copied.items():
+            if value.__class__ is _LIST:
+                copied[key] = tuple(value)
+    return copied
+
+
+class FastSpan(trace.Span):
+    """A recording span of :class:`asynctrace.FastTracerProvider`.
+
+    Implements the whole OpenTelemetry API ``Span``. Calls on an ended span
+    change nothing, as in the SDK (``end()`` a second time included).
+    """
+
+    __slots__ = (
+        "_attributes",
+        "_context",
+        "_dropped",
+        "_dropped_events",
+        "_dropped_links",
+        "_end",
+        "_events",
+        "_flags",
+        "_kind",
+        "_links",
+        "_name",
+        "_opts",
+        "_owner",
+        "_parent_id",
+        "_parent_remote",
+        "_span_id",
+        "_start",
+        "_state",
+        "_status",
+        "_trace_id",
+        "_tracer",
+    )
+
+    def __init__(
+        self,
+        tracer: FastTracer,
+        name: str,
+        trace_id: int,
+        span_id: int,
+        flags: int,
+        state: TraceState | None,
+        parent_id: int,
+        parent_remote: bool,
+        kind: SpanKind,
+        attributes: dict[str, Any],
+        start: int,
+        owner: object,
+    ) -> None:
+        self._tracer = tracer
+        self._name = name
+        self._trace_id = trace_id
+        self._span_id = span_id
+        self._flags = flags
+        self._state = state
+        self._parent_id = parent_id
+        self._parent_remote = parent_remote
+        self._kind = kind
+        self._attributes = attributes
+        self._start = start
+        self._owner = owner
+        self._end: int | None = None
+        self._events: list[SpanEvent] | None = None
+        self._links: list[Link] | None = None
+        self._status: Status | None = None
+        self._context: SpanContext | None = None
+        self._dropped = 0  # attributes evicted by the count limit
+        self._opts = 3  # bit 0: record exceptions, bit 1: set status on them (as a `with`)
+
+    # -- identity ----------------------------------------------------------------
+
+    def get_span_context(self) -> SpanContext:
+        """The span's context (built on first use, then kept)."""
+        context = self._context
+        if context is None:
+            context = self._context = _new_tuple(
+                SpanContext,
+                (
+                    self._trace_id,
+                    self._span_id,
+                    False,
+                    TraceFlags(self._flags),
+                    self._state if self._state is not None else trace.DEFAULT_TRACE_STATE,
+                    True,
+                ),
+            )
+        return context
+
+    def is_recording(self) -> bool:
+        """True until the span ends."""
+        return self._end is None
+
+    @property
+    def name(self) -> str:
+        """The span's name."""
+        return self._name
+
+    # -- setters -----------------------------------------------------------------
+
+    def set_attribute(self, key: str, value: types.AttributeValue) -> None:
+        """Set one attribute; the oldest is evicted past ``max_attributes``."""
+        if self._end is not None:
+            return
+        attributes = self._attributes
+        if key not in attributes:
+            limit = self._tracer._limits.max_attributes
+            if limit is not None and len(attributes) >= limit:
+                if not limit:
+                    self._dropped += 1
+                    return
+                del attributes[next(iter(attributes))]
+                self._dropped += 1
+        attributes[key] = tuple(value) if value.__class__ is _LIST else value  # type: ignore[arg-type]
+
+    def set_attributes(self, attributes: Mapping[str, types.AttributeValue]) -> None:
+        """Set several attributes (see :meth:`set_attribute`)."""
+        if self._end is not None or not attributes:
+            return
+        own = self._attributes
+        limit = self._tracer._limits.max_attributes
+        if limit is None or len(own) + len(attributes) <= limit:
+            own.update(_copy_attributes(attributes))
+            return
+        for key, value in attributes.items():
+            self.set_attribute(key, value)
+
+    def add_event(
+        self,
+        name: str,
+        attributes: types.Attributes = None,
+        timestamp: int | None = None,
+    ) -> None:
+        """Record an event; the oldest is evicted past ``max_events``."""
+        if self._end is not None:
+            return
+        self._add(SpanEvent(name, _copy_attributes(attributes), timestamp or _time_ns()))
+
+    def _add(self, event: SpanEvent) -> None:
+        events = self._events
+        if events is None:
+            events = self._events = []
+        limit = self._tracer._limits.max_events
+        if limit is not None and len(events) >= limit:
+            self._dropped_events = getattr(self, "_dropped_events", 0) + 1  # set only when used
+            if not limit:
+                return
+            del events[0]
+        events.append(event)
+
+    def add_link(self, context: SpanContext, attributes: types.Attributes = None) -> None:
+        """Link to another span's context (ignored when invalid and without attributes)."""
+        if self._end is not None:
+            return
+        if not context.is_valid and not attributes:
+            return  # what the SDK does: an invalid link is kept only for its attributes
+        links = self._links
+        if links is None:
+            links = self._links = []
+        limit = self._tracer._limits.max_links
+        if limit is not None and len(links) >= limit:
+            self._dropped_links = getattr(self, "_dropped_links", 0) + 1
+            if not limit:
+                return
+            del links[0]
+        links.append(Link(context, _copy_attributes(attributes)))
+
+    def update_name(self, name: str) -> None:
+        """Rename the span."""
+        if self._end is None:
+            self._name = name
+
+    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
+        """Set the status; as in the SDK, ``UNSET`` is ignored and ``OK`` is final."""
+        if self._end is not None:
+            return
+        current = self._status
+        if current is not None and current.status_code is _OK:
+            return
+        if isinstance(status, Status):
+            if status.status_code is not _UNSET:
+                self._status = status
+        elif status is not _UNSET:
+            self._status = Status(status, description)
+
+    def record_exception(
+        self,
+        exception: BaseException,
+        attributes: types.Attributes = None,
+        timestamp: int | None = None,
+        escaped: bool = False,
+    ) -> None:
+        """Record *exception* as an ``exception`` event (its stack trace is formatted later)."""
+        if self._end is not None:
+            return
+        cls = type(exception)
+        module = cls.__module__
+        qualname = cls.__qualname__
+        attrs: dict[str, Any] = {
+            "exception.type": f"{module}.{qualname}" if module and module != "builtins" else qualname,
+            "exception.message": _message(exception),
+            "exception.stacktrace": "",  # filled in on the export thread
+            "exception.escaped": str(escaped),
+        }
+        if attributes:
+            attrs.update(_copy_attributes(attributes))
+        self._add(
+            SpanEvent(
+                "exception", attrs, timestamp or _time_ns(), (exception, exception.__traceback__)
+            )
+        )
+
+    # -- end ---------------------------------------------------------------------
+
+    def end(self, end_time: int | None = None) -> None:
+        """End the span and hand it to the export queues; later calls do nothing."""
+        if self._end is not None:
+            return
+        self._end = end_time if end_time is not None else _time_ns()
+        provider = self._tracer._provider
+        provider._open.pop(self._span_id, None)
+        for queue in provider._queued:  # QueuedSpanProcessor._put, inline
+            items = queue._queue
+            if len(items) < queue._max_queue_size and not queue._closing:
+                items.append(self)
+                if len(items) >= queue._batch_size and not queue._wake.is_set():
+                    queue._wake.set()
+            else:
+                queue._drop(1)
+        for put in provider._puts:
+            put(self)
+
+    def __enter__(self) -> FastSpan:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        """End the span; an exception is recorded and sets ERROR, as the SDK's span does."""
+        if exc_val is not None and self._end is None:
+            if self._opts & 1:
+                self.record_exception(exc_val, escaped=True)
+            if self._opts & 2:
+                self.set_status(Status(_ERROR, f"{type(exc_val).__name__}: {exc_val}"))
+        self.end()
+
+    def __repr__(self) -> str:
+        state = "recording" if self._end is None else "ended"
+        return f"<FastSpan {self._name!r} {self._span_id:016x} {state}>"
+
+    # -- what the exporters read (ended spans only) ------------------------------
+
+    @property
+    def attributes(self) -> Mapping[str, Any]:
+        """The attributes as recorded (unchecked; the exporters apply the limits)."""
+        return self._attributes
+
+    @property
+    def start_time(self) -> int:
+        """Start, in nanoseconds since the epoch."""
+        return self._start
+
+    @property
+    def end_time(self) -> int | None:
+        """End, in nanoseconds since the epoch (``None`` while recording)."""
+        return self._end
+
+    @property
+    def events(self) -> Sequence[SpanEvent]:
+        """The recorded events, oldest first."""
+        return tuple(self._events or ())
+
+    @property
+    def links(self) -> Sequence[Link]:
+        """The links, oldest first."""
+        return tuple(self._links or ())
+
+    @property
+    def parent_span_id(self) -> int:
+        """The parent's span id (``0`` for a root)."""
+        return self._parent_id
+
+    @property
+    def kind(self) -> SpanKind:
+        """The span's kind."""
+        return self._kind
+
+    @property
+    def status(self) -> Status:
+        """The status (``UNSET`` unless set)."""
+        return self._status if self._status is not None else Status(_UNSET)
+
+
+def _message(exception: BaseException) -> str:
+    try:
+        return str(exception)
+    except Exception:
+        return f"<unprintable {type(exception).__name__}>"

@@ -1,0 +1,132 @@
+"""SDK exporters and processors behind the fast provider's export queues.
+
+Every adapter runs on its queue's thread and turns the fast provider's
+spans into SDK ``ReadableSpan`` objects there (:mod:`._convert`):
+
+- :class:`ConvertingSink`: an SDK ``SpanExporter`` (OTLP, console, a user's);
+- :class:`ProcessorSink`: an SDK ``SpanProcessor`` added to the provider;
+  both its ``on_start`` and ``on_end`` see the ended span;
+- :class:`LazyMemoryExporter`: the in-memory exporter of tests, which
+  converts when it is read, so spans are there as soon as they end.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Any
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from .._fast import FastSpan, FastTracerProvider
+from ._convert import Converter
+from ._queue import ExporterSink, QueuedSpanProcessor
+
+__all__ = ["ConvertingSink", "LazyMemoryExporter", "ProcessorSink", "converter_for", "processor_queue"]
+
+
+def converter_for(provider: FastTracerProvider) -> Converter:
+    """A converter with *provider*'s resource (an SDK ``Resource``, else built) and limits."""
+    resource = provider.resource
+    if not isinstance(resource, Resource):
+        attributes = getattr(resource, "attributes", None) or {}
+        resource = Resource.create(dict(attributes))
+    return Converter(resource, provider.limits)
+
+
+class ConvertingSink(ExporterSink):
+    """Converts each batch, then hands it to an SDK ``SpanExporter``."""
+
+    def __init__(self, exporter: Any, converter: Converter) -> None:
+        super().__init__(exporter)
+        self._readable = converter.readable
+
+    def export(self, batch: list[Any]) -> tuple[int, int]:
+        """Convert and export; ``(exported, failed)``."""
+        readable = self._readable
+        return super().export([readable(span) for span in batch])
+
+
+class ProcessorSink:
+    """Runs an SDK ``SpanProcessor``: ``on_start`` then ``on_end``, per ended span."""
+
+    def __init__(self, processor: Any, converter: Converter) -> None:
+        self.processor = processor
+        self._converter = converter
+
+    def export(self, batch: list[Any]) -> tuple[int, int]:
+        """Hand each span to the processor; ``(handed, failed)``."""
+        readable, parent_context = self._converter.readable, self._converter.parent_context
+        done = failed = 0
+        for span in batch:
+            try:
+                view = readable(span)
+                self.processor.on_start(view, parent_context(view))
+                self.processor.on_end(view)
+                done += 1
+            except Exception:
+                failed += 1
+        return done, failed
+
+    def flush(self) -> None:
+        """The processor's ``force_flush``."""
+        self.processor.force_flush()
+
+    def shutdown(self) -> None:
+        """The processor's ``shutdown``."""
+        self.processor.shutdown()
+
+
+def processor_queue(processor: Any, provider: FastTracerProvider) -> QueuedSpanProcessor:
+    """A started export queue that feeds *processor* with *provider*'s spans."""
+    return QueuedSpanProcessor(
+        ProcessorSink(processor, converter_for(provider)), name=type(processor).__name__
+    )
+
+
+class LazyMemoryExporter(InMemorySpanExporter):
+    """An ``InMemorySpanExporter`` fed by the fast provider without converting on ``end()``.
+
+    Ended spans are kept as they are; the first read converts them, in end
+    order, so a test sees every span that has ended.
+    """
+
+    def __init__(self, converter: Converter) -> None:
+        super().__init__()
+        self._converter = converter
+        self._pending: deque[FastSpan] = deque()
+        self._convert_lock = threading.Lock()
+
+    def put(self, span: FastSpan) -> None:
+        """Keep an ended span (the hot path: one append); ignored after shutdown."""
+        if not self._stopped:
+            self._pending.append(span)
+
+    def _drain(self) -> None:
+        with self._convert_lock:
+            pending = self._pending
+            if pending:
+                readable, popleft = self._converter.readable, pending.popleft
+                self.export([readable(popleft()) for _ in range(len(pending))])
+
+    def get_finished_spans(self) -> tuple[ReadableSpan, ...]:
+        """Every span ended so far, converted, in end order."""
+        self._drain()
+        return super().get_finished_spans()
+
+    def clear(self) -> None:
+        """Forget every span ended so far."""
+        with self._convert_lock:
+            self._pending.clear()
+        super().clear()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Nothing is queued elsewhere."""
+        return True
+
+    def shutdown(self) -> None:
+        """Keep what has ended so far readable, then refuse new spans."""
+        self._drain()
+        super().shutdown()

@@ -1,0 +1,137 @@
+"""Fast-provider spans to SDK ``ReadableSpan`` objects, on the export thread.
+
+SDK exporters (OTLP, console, in-memory, a user's own) and SDK span
+processors take ``ReadableSpan`` objects. The fast provider's spans are
+turned into them here, off the hot path, with the span limits applied the
+way the SDK applies them (``BoundedAttributes``: count, value length, value
+checks), exception stack traces formatted, and the resource and
+instrumentation scope the span was recorded with.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.context import Context
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.util import BoundedList
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags, set_span_in_context
+from opentelemetry.trace.status import Status, StatusCode
+
+from .._fast import FastSpan, Scope, SpanEvent, SpanLimits
+
+__all__ = ["Converter", "finish_event"]
+
+_UNSET = Status(StatusCode.UNSET)
+_STACKTRACE = "exception.stacktrace"
+
+
+def finish_event(event: SpanEvent) -> None:
+    """Format a recorded exception's stack trace into its event (once; any thread)."""
+    pending = event.exception
+    if pending is None:
+        return
+    exception, tb = pending
+    try:
+        text = "".join(traceback.format_exception(type(exception), exception, tb))
+    except Exception as exc:  # a broken __str__ in the chain, say
+        text = f"<stack trace unavailable: {type(exc).__name__}>"
+    event.attributes[_STACKTRACE] = text  # the key exists: no resize under a reader
+    event.exception = None  # release the frames
+
+
+class Converter:
+    """Builds ``ReadableSpan`` objects from ended :class:`FastSpan` objects.
+
+    Args:
+        resource: the SDK resource every span carries.
+        limits: the span limits to apply.
+    """
+
+    def __init__(self, resource: Resource, limits: SpanLimits) -> None:
+        self.resource = resource
+        self.limits = limits
+        self._scopes: dict[Scope, InstrumentationScope] = {}
+
+    def scope(self, scope: Scope) -> InstrumentationScope:
+        """The SDK scope for a tracer's :class:`Scope` (cached)."""
+        found = self._scopes.get(scope)
+        if found is None:
+            found = self._scopes[scope] = InstrumentationScope(
+                scope.name, scope.version, scope.schema_url, scope.attributes
+            )
+        return found
+
+    def readable(self, span: FastSpan) -> ReadableSpan:
+        """The SDK view of an ended *span*."""
+        limits = self.limits
+        length = limits.max_attribute_length
+        attributes = BoundedAttributes(limits.max_attributes, span._attributes, True, length)
+        attributes.dropped += span._dropped
+        context = span.get_span_context()
+        parent = None
+        if span._parent_id:
+            parent = SpanContext(
+                span._trace_id,
+                span._parent_id,
+                span._parent_remote,
+                TraceFlags(span._flags),
+                context.trace_state,
+            )
+        return ReadableSpan(
+            name=span._name,
+            context=context,
+            parent=parent,
+            resource=self.resource,
+            attributes=attributes,
+            events=self._events(span),
+            links=self._links(span),
+            kind=span._kind,
+            status=span._status or _UNSET,
+            start_time=span._start,
+            end_time=span._end,
+            instrumentation_scope=self.scope(span._tracer.scope),
+        )
+
+    def parent_context(self, span: ReadableSpan) -> Context | None:
+        """A context holding *span*'s parent, for an SDK processor's ``on_start``."""
+        if span.parent is None:
+            return None
+        return set_span_in_context(NonRecordingSpan(span.parent))
+
+    def _events(self, span: FastSpan) -> Any:
+        events = span._events
+        limits = self.limits
+        out: BoundedList = BoundedList(limits.max_events)
+        if events:
+            for event in events:
+                finish_event(event)
+                attrs = BoundedAttributes(
+                    limits.max_event_attributes,
+                    event.attributes,
+                    True,
+                    limits.max_attribute_length,
+                )
+                out.append(Event(event.name, attrs, event.timestamp))
+        out.dropped += getattr(span, "_dropped_events", 0)
+        return out
+
+    def _links(self, span: FastSpan) -> Any:
+        links = span._links
+        limits = self.limits
+        out: BoundedList = BoundedList(limits.max_links)
+        if links:
+            for link in links:
+                attrs = BoundedAttributes(
+                    limits.max_link_attributes,
+                    link.attributes,
+                    True,
+                    limits.max_attribute_length,
+                )
+                out.append(Link(link.context, attrs))
+        out.dropped += getattr(span, "_dropped_links", 0)
+        return out
