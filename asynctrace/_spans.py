@@ -26,6 +26,7 @@ from . import _groups
 from ._cm import SyncAndAsync
 from ._errors import report_internal_error
 from ._fast import FastSpan, FastTracer
+from ._fast._span import SPAN_TYPES
 from ._groups import Bucket
 from ._scopes import SCOPES, ScopeState
 from ._semconv import CANCELLED, GROUP, RL_BUCKET, RL_ITERATION, RL_SESSION_ID, RL_TASK_ID
@@ -295,6 +296,7 @@ def _context_var() -> ContextVar[otel_context.Context] | None:
 _CONTEXT_VAR: Final = _context_var()
 _SPAN_KEY: Final = _span_key()
 _Context: Final = otel_context.Context
+_time_ns: Final = time.time_ns
 _new: Final = object.__new__
 _INTERNAL: Final = SpanKind.INTERNAL
 
@@ -307,7 +309,7 @@ def attach(span: Span) -> object | None:
             return otel_context.attach(trace.set_span_in_context(span))
         values = var.get().copy()  # set_span_in_context, without its layers
         values[_SPAN_KEY] = span
-        return var.set(otel_context.Context(values))
+        return var.set(_Context(values))
     except Exception as exc:
         report_internal_error(("attach", type(span).__name__), exc)
         return None
@@ -379,10 +381,18 @@ class LiveSpan(SyncAndAsync[Span]):
             var = _CONTEXT_VAR
             if tracer.__class__ is not FastTracer or var is None:
                 return self._enter_api()
-            # The fast provider, inline: start_owned and attach without their layers.
-            attrs = span_attributes(self._group, self._shape, self._attributes, self._bucket)
-            span = tracer.start_owned(self._name, None, _INTERNAL, attrs, None, None)  # type: ignore[union-attr]
-            values = var.get().copy()
+            # The fast provider, inline: span_attributes' cached case, start_owned
+            # given the context it reads the parent from, and attach without its layers.
+            group, shape, user = self._group, self._shape, self._attributes
+            state = SCOPES.get()
+            entry = state.cache.get(group if shape == LEAF else (shape, group))
+            if entry is None or entry[2] != _generation or self._bucket is not None or user:
+                attrs = span_attributes(group, shape, user, self._bucket)
+            else:
+                attrs = entry[0].copy()
+            context = var.get()
+            span = tracer.start_owned(self._name, context, _INTERNAL, attrs, None, None)  # type: ignore[union-attr]
+            values = context.copy()  # set_span_in_context, without its layers
             values[_SPAN_KEY] = span
             self._token = var.set(_Context(values))
             self._span = span
@@ -419,7 +429,20 @@ class LiveSpan(SyncAndAsync[Span]):
             try:
                 if exc_type is not None:
                     mark_exit(span, exc_type, exc)
-                span.end()
+                if span._end is None:  # FastSpan.end, inline
+                    span._end = _time_ns()
+                    provider = span._tracer._provider
+                    provider._open.pop(span._span_id, None)
+                    for queue in provider._queued:
+                        items = queue._queue
+                        if len(items) < queue._max_queue_size and not queue._closing:
+                            items.append(span)
+                            if len(items) >= queue._batch_size and not queue._wake.is_set():
+                                queue._wake.set()
+                        else:
+                            queue._drop(1)
+                    for put in provider._puts:
+                        put(span)
             except Exception as err:
                 report_internal_error(("end", "FastSpan"), err)
             return
@@ -440,13 +463,127 @@ def _live(group: str, name: str, shape: int, attributes: Attributes | None, buck
     return live
 
 
+class ManagedSpan(FastSpan):
+    """A fast-provider span of :func:`managed_span` / :func:`umbrella_span`.
+
+    The object is both the context manager and (once entered, if sampled) the
+    span: ``__enter__`` starts it in place, makes it current and returns it;
+    ``__exit__`` detaches it and ends it. One object per span instead of two.
+    Like the spans it stands for, it is entered once; entering it again yields
+    the shared disabled span.
+    """
+
+    __slots__ = ("_bucket", "_group", "_other", "_shape", "_token")
+
+    def __enter__(self) -> Span:
+        try:
+            if self._token is not None or self._other is not None:
+                raise RuntimeError("this managed_span() was entered already; make a new one")
+            tracer = GATE.tracer
+            var = _CONTEXT_VAR
+            if tracer.__class__ is not FastTracer or var is None:  # reconfigured since
+                live = self._other = _live(
+                    self._group, self._name, self._shape, self._attributes, self._bucket
+                )
+                return live.__enter__()
+            group, shape, user = self._group, self._shape, self._attributes
+            state = SCOPES.get()  # span_attributes' cached case, inline
+            entry = state.cache.get(group if shape == LEAF else (shape, group))
+            if entry is None or entry[2] != _generation or self._bucket is not None or user:
+                attrs = span_attributes(group, shape, user, self._bucket)
+            else:
+                attrs = entry[0].copy()
+            context = var.get()  # the parent comes from it, and the new context copies it
+            span = tracer.start_owned(self._name, context, _INTERNAL, attrs, None, None, self)  # type: ignore[union-attr]
+            if span is not self:
+                self._other = span  # not sampled: a non-recording span carries the context on
+            values = context.copy()  # set_span_in_context, without its layers
+            values[_SPAN_KEY] = span
+            self._token = var.set(_Context(values))
+            return span
+        except Exception as exc:
+            report_internal_error(("start", self._group, self._name), exc)
+            return AMBIENT_SPAN
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        other = self._other
+        if other.__class__ is LiveSpan:
+            other.__exit__(exc_type, exc, tb)  # type: ignore[union-attr]
+            return
+        token = self._token
+        if token is None:
+            return  # never started (entering failed), or already exited
+        self._token = _DONE
+        try:
+            _CONTEXT_VAR.reset(token)  # type: ignore[union-attr]
+        except Exception as err:  # a token of another context
+            report_internal_error(("detach",), err)
+        if other is not None:
+            return  # the non-recording span: nothing to end
+        try:
+            if exc_type is not None:
+                mark_exit(self, exc_type, exc)
+            if self._end is None:  # FastSpan.end, inline
+                self._end = _time_ns()
+                provider = self._tracer._provider
+                provider._open.pop(self._span_id, None)
+                for queue in provider._queued:
+                    items = queue._queue
+                    if len(items) < queue._max_queue_size and not queue._closing:
+                        items.append(self)
+                        if len(items) >= queue._batch_size and not queue._wake.is_set():
+                            queue._wake.set()
+                    else:
+                        queue._drop(1)
+                for put in provider._puts:
+                    put(self)
+        except Exception as err:
+            report_internal_error(("end", "FastSpan"), err)
+
+    async def __aenter__(self) -> Span:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+
+SPAN_TYPES.add(ManagedSpan)
+_DONE: Final = object()  # ManagedSpan._token once exited
+
+
+def _managed(
+    group: str, name: str, shape: int, attributes: Attributes | None, bucket: object
+) -> LiveSpan | ManagedSpan:
+    """The context manager of an enabled span: a :class:`ManagedSpan` on the fast provider."""
+    if GATE.tracer.__class__ is not FastTracer or _CONTEXT_VAR is None:
+        return _live(group, name, shape, attributes, bucket)
+    span = _new(ManagedSpan)
+    span._group = group
+    span._name = name
+    span._shape = shape
+    span._attributes = attributes  # the caller's, until __enter__ builds the span's own
+    span._bucket = bucket
+    span._token = span._other = None
+    return span
+
+
 def managed_span(
     group: str,
     name: str,
     *,
     attributes: Attributes | None = None,
     bucket: Bucket | None = None,
-) -> LiveSpan | _NoopSpanCM:
+) -> LiveSpan | ManagedSpan | _NoopSpanCM:
     """Open a *leaf* span of *group*, current for the block.
 
     Usable with ``with`` and ``async with``; yields the span. The leaf is
@@ -464,12 +601,12 @@ def managed_span(
         return NOOP_CM
     if (PER_PROMPT_GROUP if SCOPES.get().per_prompt else group) not in enabled:
         return NOOP_CM
-    return _live(group, name, LEAF, attributes, bucket)
+    return _managed(group, name, LEAF, attributes, bucket)
 
 
 def umbrella_span(
     group: str, name: str, *, attributes: Attributes | None = None
-) -> LiveSpan | _NoopSpanCM:
+) -> LiveSpan | ManagedSpan | _NoopSpanCM:
     """Open a span that encloses other spans; it never carries a bucket.
 
     Usable with ``with`` and ``async with``; yields the span.
@@ -483,7 +620,7 @@ def umbrella_span(
         return NOOP_CM
     if (PER_PROMPT_GROUP if SCOPES.get().per_prompt else group) not in enabled:
         return NOOP_CM
-    return _live(group, name, UMBRELLA, attributes, None)
+    return _managed(group, name, UMBRELLA, attributes, None)
 
 
 def instant(group: str, name: str, *, attributes: Attributes | None = None) -> None:
@@ -516,7 +653,7 @@ def instant(group: str, name: str, *, attributes: Attributes | None = None) -> N
 
 def detached_span(
     group: str, name: str, *, attributes: Attributes | None = None
-) -> LiveSpan | _NoopSpanCM:
+) -> LiveSpan | ManagedSpan | _NoopSpanCM:
     """Open a span that may end after its parent; it never carries a bucket.
 
     For work handed to another thread that outlives the step that started it

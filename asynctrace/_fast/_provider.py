@@ -26,7 +26,7 @@ from opentelemetry.util import types
 from ._ids import IDS, IdGenerator
 from ._limits import SpanLimits
 from ._sampling import Sampling
-from ._span import FastSpan, _copy_attributes
+from ._span import SPAN_TYPES, FastSpan, _copy_attributes
 
 try:  # the API's decorator-and-context-manager helper (1.24+)
     from opentelemetry.util._decorator import _agnosticcontextmanager as _cm_factory
@@ -40,6 +40,8 @@ _time_ns = time.time_ns
 _get_running_loop = asyncio._get_running_loop
 _current_task = asyncio.current_task
 _current_thread = threading.current_thread
+_threads = threading._active  # type: ignore[attr-defined]  # ident -> Thread, as current_thread reads
+_get_ident = threading.get_ident
 _modules = sys.modules
 _SAMPLED = 0x01
 _RANDOM = 0x02  # W3C trace-context level 2: the trace id is random (as the SDK sets it)
@@ -134,8 +136,13 @@ class FastTracer(trace.Tracer):
         attributes: dict[str, Any],
         links: Sequence[Link] | None,
         start_time: int | None,
+        span: FastSpan | None = None,
     ) -> trace.Span:
-        """:meth:`start_span` for a private *attributes* dict the span may keep as it is."""
+        """:meth:`start_span` for a private *attributes* dict the span may keep as it is.
+
+        *span*, when given, is a blank :class:`FastSpan` (of a subclass) to
+        fill in instead of a new one; it is not used if the span is not sampled.
+        """
         provider = self._provider
         parent = (context if context is not None else _current_context()).get(_SPAN_KEY)
         bits = IDS.bits
@@ -146,7 +153,7 @@ class FastTracer(trace.Tracer):
             flags = _RANDOM
             state = None
             sampled = trace_id & _LOW_64 < provider._bound
-        elif parent.__class__ is FastSpan:
+        elif parent.__class__ in SPAN_TYPES:
             trace_id = parent._trace_id  # type: ignore[attr-defined]
             parent_id = parent._span_id  # type: ignore[attr-defined]
             remote = False
@@ -187,7 +194,8 @@ class FastTracer(trace.Tracer):
                 links, start_time, limit,
             )  # fmt: skip
         # FastSpan.__init__, inline: one frame less per span.
-        span = _new(FastSpan)
+        if span is None:
+            span = _new(FastSpan)
         span._tracer = self
         span._name = name
         span._trace_id = trace_id
@@ -201,13 +209,16 @@ class FastTracer(trace.Tracer):
         span._start = start_time or _time_ns()
         if provider._wants_owner:  # the chrome exporter's track: task, else thread
             loop = _get_running_loop()
-            owner = _current_task(loop) if loop is not None else None
+            if loop is not None:
+                owner = _current_task(loop)
+            elif "trio" in _modules:
+                owner = None
+            else:  # threading.current_thread(), without its frame
+                owner = _threads.get(_get_ident())
             span._owner = owner if owner is not None else _owner()
         else:
             span._owner = None
-        span._end = span._events = span._links = span._status = span._context = None
-        span._dropped = 0
-        span._opts = 3
+        span._end = span._events = span._status = span._context = None  # the rest: on demand
         if links:
             for link in links:
                 span.add_link(link.context, link.attributes)

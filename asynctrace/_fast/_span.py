@@ -133,11 +133,11 @@ class FastSpan(trace.Span):
         self._owner = owner
         self._end: int | None = None
         self._events: list[SpanEvent] | None = None
-        self._links: list[Link] | None = None
         self._status: Status | None = None
         self._context: SpanContext | None = None
-        self._dropped = 0  # attributes evicted by the count limit
-        self._opts = 3  # bit 0: record exceptions, bit 1: set status on them (as a `with`)
+        # Set only when used (read with getattr and a default): _links; _dropped,
+        # _dropped_events, _dropped_links (what the limits evicted); _opts (bit 0:
+        # record exceptions, bit 1: set ERROR on them, when used as a `with`; 3).
 
     # -- identity ----------------------------------------------------------------
 
@@ -178,10 +178,10 @@ class FastSpan(trace.Span):
             limit = self._tracer._limits.max_attributes
             if limit is not None and len(attributes) >= limit:
                 if not limit:
-                    self._dropped += 1
+                    self._dropped = getattr(self, "_dropped", 0) + 1
                     return
                 del attributes[next(iter(attributes))]
-                self._dropped += 1
+                self._dropped = getattr(self, "_dropped", 0) + 1
         attributes[key] = tuple(value) if value.__class__ is _LIST else value  # type: ignore[arg-type]
 
     def set_attributes(self, attributes: Mapping[str, types.AttributeValue]) -> None:
@@ -225,7 +225,7 @@ class FastSpan(trace.Span):
             return
         if not context.is_valid and not attributes:
             return  # what the SDK does: an invalid link is kept only for its attributes
-        links = self._links
+        links: list[Link] | None = getattr(self, "_links", None)
         if links is None:
             links = self._links = []
         limit = self._tracer._limits.max_links
@@ -301,7 +301,7 @@ class FastSpan(trace.Span):
         for put in provider._puts:
             put(self)
 
-    def __enter__(self) -> FastSpan:
+    def __enter__(self) -> trace.Span:
         return self
 
     def __exit__(
@@ -312,9 +312,10 @@ class FastSpan(trace.Span):
     ) -> None:
         """End the span; an exception is recorded and sets ERROR, as the SDK's span does."""
         if exc_val is not None and self._end is None:
-            if self._opts & 1:
+            opts = getattr(self, "_opts", 3)
+            if opts & 1:
                 self.record_exception(exc_val, escaped=True)
-            if self._opts & 2:
+            if opts & 2:
                 self.set_status(Status(_ERROR, f"{type(exc_val).__name__}: {exc_val}"))
         self.end()
 
@@ -347,7 +348,7 @@ class FastSpan(trace.Span):
     @property
     def links(self) -> Sequence[Link]:
         """The links, oldest first."""
-        return tuple(self._links or ())
+        return tuple(getattr(self, "_links", None) or ())
 
     @property
     def parent_span_id(self) -> int:
@@ -363,6 +364,10 @@ class FastSpan(trace.Span):
     def status(self) -> Status:
         """The status (``UNSET`` unless set)."""
         return self._status if self._status is not None else Status(_UNSET)
+
+
+SPAN_TYPES: set[type] = {FastSpan}
+"""The classes whose objects are fast-provider spans (subclasses register here)."""
 
 
 def _message(exception: BaseException) -> str:

@@ -71,7 +71,7 @@ class Converter:
         limits = self.limits
         length = limits.max_attribute_length
         attributes = BoundedAttributes(limits.max_attributes, span._attributes, True, length)
-        attributes.dropped += span._dropped
+        attributes.dropped += getattr(span, "_dropped", 0)
         context = span.get_span_context()
         parent = None
         if span._parent_id:
@@ -121,7 +121,7 @@ class Converter:
         return out
 
     def _links(self, span: FastSpan) -> Any:
-        links = span._links
+        links = getattr(span, "_links", None)
         limits = self.limits
         out: BoundedList = BoundedList(limits.max_links)
         if links:

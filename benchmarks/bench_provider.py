@@ -1,0 +1,207 @@
+"""Recording cost: the fast provider against AReaL's tracer and the OpenTelemetry SDK.
+
+Usage: python benchmarks/bench_provider.py [--quick] [--json PATH]
+
+Every figure is measured in one process, in interleaved rounds, as a ratio:
+
+1. ``with managed_span("generation", ...)`` inside ``iteration_scope`` (so
+   ``rl.bucket`` and ``rl.iteration`` are set and the OTel context is
+   attached), fast provider, chrome exporter; and AReaL 1.0.4's
+   ``trace_scope(..., args={"global_step": step})`` recording into its own
+   buffer. Each as a ratio to ``with contextlib.nullcontext()`` in the same
+   round [ours <= 0.8x AReaL's]. The writer thread is kept idle while a round
+   runs (its queue holds a whole round and is flushed after it), so both
+   sides are the cost on the producing thread; AReaL's buffer is emptied
+   after each round, as its ``save()`` would.
+2. The same span on the fast provider against the SDK provider, both with the
+   chrome exporter [<= 0.2x].
+3. Writer thread included: process CPU per span (the producing loop plus the
+   flush that writes its lines) over the producing thread's CPU per span
+   [<= 1.5x]. Here the exporter runs as configured by default (batches of
+   512, written while the loop runs), with a queue large enough that nothing
+   is dropped; the producing thread's CPU then includes what sharing the GIL
+   with the writer costs it.
+
+AReaL's tracer is installed for the benchmark only (``pip install --no-deps
+areal==1.0.4 orjson colorlog``) and loaded by ``_areal.py``; if it cannot be
+loaded, figure 1 is reported as MISSING (loudly) and the script exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import asynctrace as at
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _areal import AnchorMissing, PerfTracerConfig, load_perf_tracer
+
+
+def loop_ns(body: Callable[[], None], n: int, clock: Callable[[], int]) -> float:
+    """Nanoseconds per call of *body* over *n* calls, on *clock*."""
+    start = clock()
+    for _ in range(n):
+        body()
+    return (clock() - start) / n
+
+
+def configure(provider: str, tmp: str, n: int, *, idle_writer: bool = True) -> at.Telemetry:
+    """Chrome exporter; with *idle_writer* it does not run during a round of *n* spans."""
+    batching = {"max_export_batch_size": n + 16, "schedule_delay_millis": 600_000}
+    return at.configure(
+        {
+            "enabled": True,
+            "provider": provider,
+            "span_groups": "all",
+            "exporters": ["chrome"],
+            "output_dir": f"{tmp}/{provider}",
+            "max_queue_size": n + 16,
+            **(batching if idle_writer else {}),
+        }
+    )
+
+
+def ours_body() -> None:
+    with at.managed_span("generation", "rl.generate"):
+        pass
+
+
+def null_body() -> None:
+    with contextlib.nullcontext():
+        pass
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer rounds")
+    parser.add_argument("--json", type=Path, help="also write the figures as JSON")
+    options = parser.parse_args()
+    n, rounds = (5_000, 7) if options.quick else (10_000, 25)
+    clock = time.perf_counter_ns
+    results: dict[str, Any] = {"python": platform.python_version(), "machine": platform.machine()}
+    ok = True
+    print(f"python {platform.python_version()} on {platform.machine()}, {n:,} spans x {rounds}")
+
+    try:
+        perf_tracer = load_perf_tracer()
+    except AnchorMissing as exc:
+        perf_tracer = None
+        print(f"!!! MISSING: AReaL's tracer could not be loaded ({exc}); figure 1 not measured")
+        ok = False
+
+    with tempfile.TemporaryDirectory() as tmp:
+        areal_body: Callable[[], None] | None = None
+        if perf_tracer is not None:
+            perf_tracer.configure(
+                PerfTracerConfig(
+                    experiment_name="bench", trial_name="t", fileroot=tmp, enabled=True
+                ),
+                rank=0,
+            )
+            scope = perf_tracer.trace_scope
+            areal_tracer = perf_tracer.get_tracer()
+
+            def areal_body() -> None:
+                with scope("rl.generate", category="compute", args={"global_step": 3}):
+                    pass
+
+        null: list[float] = []
+        fast: list[float] = []
+        areal: list[float] = []
+        sdk: list[float] = []
+        fast_cpu: list[float] = []
+        total_cpu: list[float] = []
+        with at.iteration_scope(3):
+            for _ in range(rounds):
+                null.append(loop_ns(null_body, n, clock))
+                telemetry = configure("fast", tmp, n)
+                loop_ns(ours_body, 1000, clock)  # warm
+                telemetry.flush(30)
+                fast.append(loop_ns(ours_body, n, clock))
+                telemetry.shutdown()
+                telemetry = configure("fast", tmp, n, idle_writer=False)
+                telemetry.flush(30)
+                cpu0, proc0 = time.thread_time_ns(), time.process_time_ns()
+                loop_ns(ours_body, n, clock)
+                cpu1 = time.thread_time_ns()
+                telemetry.flush(30)
+                proc1 = time.process_time_ns()
+                fast_cpu.append((cpu1 - cpu0) / n)
+                total_cpu.append((proc1 - proc0) / n)
+                dropped = telemetry.dropped_spans
+                telemetry.shutdown()
+                if dropped:
+                    print(f"!!! the fast provider dropped {dropped} spans")
+                    ok = False
+                if areal_body is not None:
+                    areal.append(loop_ns(areal_body, n, clock))
+                    areal_tracer._events.clear()  # what save() does, untimed
+                telemetry = configure("sdk", tmp, n)
+                sdk.append(loop_ns(ours_body, n // 4, clock))
+                telemetry.shutdown()
+    null_ns, fast_ns, sdk_ns = min(null), min(fast), min(sdk)
+
+    # 1. against AReaL, both as ratios to nullcontext
+    if areal:
+        areal_ns = min(areal)
+        ours_ratio, areal_ratio = fast_ns / null_ns, areal_ns / null_ns
+        rel = ours_ratio / areal_ratio
+        good = rel <= 0.8
+        ok = ok and good
+        print(
+            f"{'ok  ' if good else 'MISS'} recorded leaf span, fast provider + chrome: "
+            f"{fast_ns:.0f} ns = {ours_ratio:.2f}x nullcontext; AReaL trace_scope {areal_ns:.0f} ns "
+            f"= {areal_ratio:.2f}x; ours/AReaL {rel:.2f} (target <= 0.80)"
+        )
+        results["vs_areal"] = {
+            "nullcontext_ns": round(null_ns, 1),
+            "fast_ns": round(fast_ns, 1),
+            "areal_ns": round(areal_ns, 1),
+            "fast_x_null": round(ours_ratio, 2),
+            "areal_x_null": round(areal_ratio, 2),
+            "ratio": round(rel, 3),
+        }
+    # 2. against the SDK provider
+    rel_sdk = fast_ns / sdk_ns
+    good = rel_sdk <= 0.2
+    ok = ok and good
+    print(
+        f"{'ok  ' if good else 'MISS'} same span, fast vs SDK provider (chrome both): "
+        f"{fast_ns:.0f} vs {sdk_ns:.0f} ns = {rel_sdk:.3f}x (target <= 0.20)"
+    )
+    results["vs_sdk"] = {"fast_ns": round(fast_ns, 1), "sdk_ns": round(sdk_ns, 1)}
+    results["vs_sdk"]["ratio"] = round(rel_sdk, 3)
+    # 3. writer thread included
+    producing, total = min(fast_cpu), min(total_cpu)
+    ratios = sorted(t / p for t, p in zip(total_cpu, fast_cpu, strict=True))
+    rel_total = statistics.median(ratios)
+    print("    per round:", " ".join(f"{r:.2f}" for r in ratios))
+    good = rel_total <= 1.5
+    ok = ok and good
+    print(
+        f"{'ok  ' if good else 'MISS'} CPU per span, writer thread included: {total:.0f} ns vs "
+        f"{producing:.0f} ns on the producing thread (fastest rounds); median of the per-round "
+        f"ratios {rel_total:.2f}x (target <= 1.50)"
+    )
+    results["writer_included"] = {
+        "producing_cpu_ns": round(producing, 1),
+        "total_cpu_ns": round(total, 1),
+        "ratio": round(rel_total, 3),
+    }
+    if options.json:
+        options.json.write_text(json.dumps(results, indent=2) + "\n")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
