@@ -24,13 +24,20 @@ TEST_DEPS = [
 
 @nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
-    """Run the test suite (strict mode: hot-path failures re-raise)."""
+    """Run the test suite (strict mode: hot-path failures re-raise).
+
+    On every Python on the fast provider (the default); on 3.11 the core,
+    boundary, session, export and contrib tests run a second time on the SDK
+    provider (``ASYNCTRACE_PROVIDER=sdk``: ``configure`` and ``capture_spans``
+    then build SDK pipelines).
+    """
     session.install("-e", ".[sdk,otlp,uvloop,aiohttp,fastapi,cli]", *TEST_DEPS)
-    session.run(
-        "pytest",
-        *session.posargs,
-        env={"ASYNCTRACE_STRICT": "1", "PYTHONWARNINGS": os.environ.get("PYTHONWARNINGS", "")},
-    )
+    env = {"ASYNCTRACE_STRICT": "1", "PYTHONWARNINGS": os.environ.get("PYTHONWARNINGS", "")}
+    session.run("pytest", *session.posargs, env=env)
+    if session.python == "3.11" and not session.posargs:
+        session.run(
+            "pytest", "-q", "--ignore=tests/cli", env={**env, "ASYNCTRACE_PROVIDER": "sdk"}
+        )
 
 
 @nox.session(python="3.11")

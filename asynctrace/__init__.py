@@ -24,6 +24,7 @@ from ._efficiency import (
     start_efficiency_span,
 )
 from ._errors import ConfigurationError, MissingExtraError
+from ._fast import FastTracerProvider, Sampling, SpanLimits
 from ._groups import (
     BY_CATEGORY,
     Bucket,
@@ -100,10 +101,13 @@ __all__ = [
     "ConfigurationError",
     "ContextExecutor",
     "ContextThread",
+    "FastTracerProvider",
     "MissingExtraError",
     "PollWait",
+    "Sampling",
     "SessionTracerConfig",
     "SpanGroup",
+    "SpanLimits",
     "Telemetry",
     "TelemetryConfig",
     "__version__",

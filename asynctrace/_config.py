@@ -101,10 +101,11 @@ class TelemetryConfig:
             it is exported (a full batch goes at once).
         shutdown_timeout_s: time :meth:`Telemetry.shutdown` waits for exporters
             at exit and on SIGTERM.
-        provider: ``"fast"`` (asynctrace's own OpenTelemetry provider, the
-            default), ``"sdk"`` (a new OpenTelemetry SDK ``TracerProvider``),
-            or your own SDK ``TracerProvider``: asynctrace then records
-            through it and adds its exporters to it (and never shuts it down).
+        provider: ``"fast"`` (asynctrace's own OpenTelemetry provider),
+            ``"sdk"`` (a new OpenTelemetry SDK ``TracerProvider``), or your own
+            SDK ``TracerProvider``: asynctrace then records through it and adds
+            its exporters to it (and never shuts it down). ``None`` (the
+            default): the ``ASYNCTRACE_PROVIDER`` variable, else ``"fast"``.
         sampling_ratio: share of traces recorded, in ``[0, 1]``, parent based
             (a span follows its parent's decision). ``None``: the standard
             ``OTEL_TRACES_SAMPLER`` / ``OTEL_TRACES_SAMPLER_ARG``, else all.
@@ -134,7 +135,7 @@ class TelemetryConfig:
     max_export_batch_size: int = 512
     schedule_delay_millis: float = 1000.0
     shutdown_timeout_s: float = 5.0
-    provider: Any = "fast"
+    provider: Any = None
     sampling_ratio: float | None = None
     span_limits: dict[str, Any] = field(default_factory=dict)
 
@@ -361,7 +362,7 @@ def coerce_field(key: str, name: str, value: Any) -> Any:
     if name == "output_dir":
         return _path(key, value)
     if name == "provider":
-        return _provider(key, value)
+        return None if value is None else _provider(key, value)
     if name == "sampling_ratio":
         if value is None:
             return None

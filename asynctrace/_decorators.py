@@ -55,7 +55,10 @@ def _decorate(fn: F, group: str, name: str | None, shape: int, attributes: Attri
 
         def run_generator(gen: Generator[Any, Any, Any]) -> Generator[Any, Any, Any]:
             enabled = GATE.enabled
-            if not enabled or (PER_PROMPT_GROUP if SCOPES.get().per_prompt else group) not in enabled:
+            if (
+                not enabled
+                or (PER_PROMPT_GROUP if SCOPES.get().per_prompt else group) not in enabled
+            ):
                 return (yield from gen)
             span = start(span_name, group, shape, attrs, None)
             if span is None:

@@ -20,13 +20,13 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Union
 
+from opentelemetry import trace
+
 from . import _otel_global, _sessions
 from ._config import TelemetryConfig
 from ._errors import ConfigurationError, MissingExtraError
 from ._sessions import SessionTracer
 from ._state import GATE, disable_telemetry, enable_telemetry
-
-from opentelemetry import trace
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter

@@ -73,7 +73,9 @@ class ScopeState:
 
 
 _FIELDS = ("bucket", "per_prompt", "iteration", "task_id", "session_id")
-SCOPES: ContextVar[ScopeState] = ContextVar("asynctrace.scopes", default=ScopeState())
+# The default is never replaced in place (only its stamps cache fills up, which is shared
+# on purpose): one empty state for every context that set no scope.
+SCOPES: ContextVar[ScopeState] = ContextVar("asynctrace.scopes", default=ScopeState())  # noqa: B039
 
 
 class ScopeField(Generic[T]):

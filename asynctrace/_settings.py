@@ -174,7 +174,7 @@ def resolve(
         world_size=world_size,
         local_rank=local_rank,
         role=role,
-        provider=values["provider"],
+        provider=_provider(values["provider"], env),
         sampling=sampling_from(values["sampling_ratio"], env),
         span_limits=limits_from(values["span_limits"], env),
     )
@@ -191,6 +191,14 @@ def new_run_id() -> str:
         3
     """
     return f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(3)}"
+
+
+def _provider(value: Any, env: Mapping[str, str]) -> Any:
+    """The configured provider; unset: ``ASYNCTRACE_PROVIDER``, else ``"fast"``."""
+    if value is not None:
+        return value
+    raw = env.get("ASYNCTRACE_PROVIDER", "").strip()
+    return coerce_field("ASYNCTRACE_PROVIDER", "provider", raw) if raw else "fast"
 
 
 def _local_rank(env: Mapping[str, str]) -> int | None:

@@ -7,7 +7,7 @@ import time
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from types import TracebackType
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -29,7 +29,7 @@ from ._fast import FastSpan, FastTracer
 from ._fast._span import SPAN_TYPES
 from ._groups import Bucket
 from ._scopes import SCOPES, ScopeState
-from ._semconv import CANCELLED, GROUP, RL_BUCKET, RL_ITERATION, RL_SESSION_ID, RL_TASK_ID
+from ._semconv import CANCELLED, GROUP, RL_BUCKET
 from ._state import GATE
 
 __all__ = ["instant", "managed_span", "umbrella_span"]
@@ -40,6 +40,7 @@ def _span_key() -> str:
     from opentelemetry.trace.propagation import _SPAN_KEY as key
 
     return key
+
 
 Attributes = Mapping[str, AttributeValue]
 
@@ -208,7 +209,7 @@ def _merge(
         if _LIST in map(type, user.values()):
             for key, value in user.items():
                 if value.__class__ is _LIST:
-                    attrs[key] = tuple(value)  # type: ignore[arg-type]
+                    attrs[key] = tuple(value)
     return attrs
 
 
@@ -269,7 +270,7 @@ def start(
             return None
         attrs = span_attributes(group, shape, attributes, bucket)
         if tracer.__class__ is FastTracer:
-            return tracer.start_owned(name, context, kind, attrs, links, start_time)  # type: ignore[attr-defined]
+            return tracer.start_owned(name, context, kind, attrs, links, start_time)
         # positional: the API's parameter order, cheaper than keywords per span
         return tracer.start_span(name, context, kind, attrs, links, start_time)
     except Exception as exc:
@@ -355,7 +356,10 @@ def mark_exit(span: Span, exc_type: type[BaseException], exc: BaseException | No
 
 
 class LiveSpan(SyncAndAsync[Span]):
-    """Context manager of an enabled span: starts, attaches, detaches, ends."""
+    """Context manager of an enabled span: starts, attaches, detaches, ends.
+
+    Used on any provider but the fast one (which has :class:`ManagedSpan`).
+    """
 
     __slots__ = ("_attributes", "_bucket", "_group", "_name", "_shape", "_span", "_token")
 
@@ -376,32 +380,6 @@ class LiveSpan(SyncAndAsync[Span]):
         self._token: object | None = None
 
     def __enter__(self) -> Span:
-        try:
-            tracer = GATE.tracer
-            var = _CONTEXT_VAR
-            if tracer.__class__ is not FastTracer or var is None:
-                return self._enter_api()
-            # The fast provider, inline: span_attributes' cached case, start_owned
-            # given the context it reads the parent from, and attach without its layers.
-            group, shape, user = self._group, self._shape, self._attributes
-            state = SCOPES.get()
-            entry = state.cache.get(group if shape == LEAF else (shape, group))
-            if entry is None or entry[2] != _generation or self._bucket is not None or user:
-                attrs = span_attributes(group, shape, user, self._bucket)
-            else:
-                attrs = entry[0].copy()
-            context = var.get()
-            span = tracer.start_owned(self._name, context, _INTERNAL, attrs, None, None)  # type: ignore[union-attr]
-            values = context.copy()  # set_span_in_context, without its layers
-            values[_SPAN_KEY] = span
-            self._token = var.set(_Context(values))
-            self._span = span
-            return span
-        except Exception as exc:
-            report_internal_error(("start", self._group, self._name), exc)
-            return AMBIENT_SPAN
-
-    def _enter_api(self) -> Span:
         span = start(self._name, self._group, self._shape, self._attributes, self._bucket)
         if span is None:
             return AMBIENT_SPAN
@@ -420,37 +398,13 @@ class LiveSpan(SyncAndAsync[Span]):
             return
         self._span = None
         token, self._token = self._token, None
-        var = _CONTEXT_VAR
-        if span.__class__ is FastSpan and var is not None and token is not None:
-            try:  # detach and finish, inline
-                var.reset(token)  # type: ignore[arg-type]
-            except Exception as err:  # a token of another context
-                report_internal_error(("detach",), err)
-            try:
-                if exc_type is not None:
-                    mark_exit(span, exc_type, exc)
-                if span._end is None:  # FastSpan.end, inline
-                    span._end = _time_ns()
-                    provider = span._tracer._provider
-                    provider._open.pop(span._span_id, None)
-                    for queue in provider._queued:
-                        items = queue._queue
-                        if len(items) < queue._max_queue_size and not queue._closing:
-                            items.append(span)
-                            if len(items) >= queue._batch_size and not queue._wake.is_set():
-                                queue._wake.set()
-                        else:
-                            queue._drop(1)
-                    for put in provider._puts:
-                        put(span)
-            except Exception as err:
-                report_internal_error(("end", "FastSpan"), err)
-            return
         detach(token)
         finish(span, exc_type, exc)
 
 
-def _live(group: str, name: str, shape: int, attributes: Attributes | None, bucket: object) -> LiveSpan:
+def _live(
+    group: str, name: str, shape: int, attributes: Attributes | None, bucket: Bucket | None
+) -> LiveSpan:
     """``LiveSpan(...)`` without the ``__init__`` frame (this runs once per span)."""
     live = _new(LiveSpan)
     live._group = group
@@ -474,6 +428,11 @@ class ManagedSpan(FastSpan):
     """
 
     __slots__ = ("_bucket", "_group", "_other", "_shape", "_token")
+    _bucket: Bucket | None
+    _group: str
+    _other: Any  # a LiveSpan (reconfigured since), the non-recording span, or None
+    _shape: int
+    _token: Any
 
     def __enter__(self) -> Span:
         try:
@@ -494,7 +453,7 @@ class ManagedSpan(FastSpan):
             else:
                 attrs = entry[0].copy()
             context = var.get()  # the parent comes from it, and the new context copies it
-            span = tracer.start_owned(self._name, context, _INTERNAL, attrs, None, None, self)  # type: ignore[union-attr]
+            span = tracer.start_owned(self._name, context, _INTERNAL, attrs, None, None, self)
             if span is not self:
                 self._other = span  # not sampled: a non-recording span carries the context on
             values = context.copy()  # set_span_in_context, without its layers
@@ -513,7 +472,7 @@ class ManagedSpan(FastSpan):
     ) -> None:
         other = self._other
         if other.__class__ is LiveSpan:
-            other.__exit__(exc_type, exc, tb)  # type: ignore[union-attr]
+            other.__exit__(exc_type, exc, tb)
             return
         token = self._token
         if token is None:
@@ -562,7 +521,7 @@ _DONE: Final = object()  # ManagedSpan._token once exited
 
 
 def _managed(
-    group: str, name: str, shape: int, attributes: Attributes | None, bucket: object
+    group: str, name: str, shape: int, attributes: Attributes | None, bucket: Bucket | None
 ) -> LiveSpan | ManagedSpan:
     """The context manager of an enabled span: a :class:`ManagedSpan` on the fast provider."""
     if GATE.tracer.__class__ is not FastTracer or _CONTEXT_VAR is None:
@@ -571,7 +530,7 @@ def _managed(
     span._group = group
     span._name = name
     span._shape = shape
-    span._attributes = attributes  # the caller's, until __enter__ builds the span's own
+    span._attributes = attributes  # type: ignore[assignment]  # the caller's, until __enter__
     span._bucket = bucket
     span._token = span._other = None
     return span

@@ -123,7 +123,9 @@ def _memory_pipeline(provider: str) -> tuple[Any, InMemorySpanExporter]:
 
 
 @contextlib.contextmanager
-def capture_spans(span_groups: str = "all", *, provider: str | None = None) -> Iterator[CapturedSpans]:
+def capture_spans(
+    span_groups: str = "all", *, provider: str | None = None
+) -> Iterator[CapturedSpans]:
     """Turn telemetry on for *span_groups* with an in-memory pipeline.
 
     The spans are recorded by *provider*: ``"fast"`` (asynctrace's own

@@ -1,8 +1,10 @@
 """A benchmark server in its own process. Usage: python _http_server.py KIND PORT_FILE
 
-KIND: aiohttp | fastapi-plain | fastapi-asynctrace | fastapi-otel. Writes the
-bound port to PORT_FILE once listening. Spans go to a SimpleSpanProcessor with
-a discarding exporter, so the figure is the instrumentation, not an exporter.
+KIND: aiohttp | fastapi-plain | fastapi-asynctrace (the fast provider) |
+fastapi-asynctrace-sdk (the SDK provider) | fastapi-otel. Writes the bound port
+to PORT_FILE once listening. SDK spans go to a SimpleSpanProcessor with a
+discarding exporter, fast-provider spans to an export queue whose thread
+discards them, so the figure is the instrumentation, not an exporter.
 """
 
 from __future__ import annotations
@@ -26,6 +28,29 @@ def provider() -> TracerProvider:
     """An SDK provider that discards what it records."""
     p = TracerProvider()
     p.add_span_processor(SimpleSpanProcessor(Discard()))
+    return p
+
+
+class _DiscardSink:
+    """An export queue's sink that keeps nothing."""
+
+    def export(self, batch: list[Any]) -> tuple[int, int]:
+        return len(batch), 0
+
+    def flush(self) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+
+def fast_provider() -> Any:
+    """asynctrace's fast provider, its spans handed to a queue whose thread discards them."""
+    from asynctrace import FastTracerProvider
+    from asynctrace.export import QueuedSpanProcessor
+
+    p = FastTracerProvider()
+    p.add_queue(QueuedSpanProcessor(_DiscardSink(), name="discard"))
     return p
 
 
@@ -63,12 +88,13 @@ def main() -> None:
     async def item(item_id: int) -> dict[str, Any]:
         return {"item": item_id}
 
-    if kind == "fastapi-asynctrace":
+    if kind in ("fastapi-asynctrace", "fastapi-asynctrace-sdk"):
         from asynctrace_contrib.fastapi import instrument_fastapi
 
         import asynctrace
 
-        asynctrace.enable_telemetry(provider(), span_groups="http_server")
+        chosen = fast_provider() if kind == "fastapi-asynctrace" else provider()
+        asynctrace.enable_telemetry(chosen, span_groups="http_server")
         instrument_fastapi(fastapi_app)
     elif kind == "fastapi-otel":
         from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor

@@ -160,8 +160,8 @@ def main() -> int:
         ok = ok and good
         print(
             f"{'ok  ' if good else 'MISS'} recorded leaf span, fast provider + chrome: "
-            f"{fast_ns:.0f} ns = {ours_ratio:.2f}x nullcontext; AReaL trace_scope {areal_ns:.0f} ns "
-            f"= {areal_ratio:.2f}x; ours/AReaL {rel:.2f} (target <= 0.80)"
+            f"{fast_ns:.0f} ns = {ours_ratio:.2f}x nullcontext; AReaL trace_scope "
+            f"{areal_ns:.0f} ns = {areal_ratio:.2f}x; ours/AReaL {rel:.2f} (target <= 0.80)"
         )
         results["vs_areal"] = {
             "nullcontext_ns": round(null_ns, 1),

@@ -125,7 +125,7 @@ class FastTracer(trace.Tracer):
             name, context, kind, _copy_attributes(attributes), links, start_time
         )
         if not (record_exception and set_status_on_exception) and span.__class__ is FastSpan:
-            span._opts = (1 if record_exception else 0) | (2 if set_status_on_exception else 0)  # type: ignore[attr-defined]
+            span._opts = (1 if record_exception else 0) | (2 if set_status_on_exception else 0)
         return span
 
     def start_owned(
@@ -159,8 +159,10 @@ class FastTracer(trace.Tracer):
             remote = False
             flags = parent._flags  # type: ignore[attr-defined]
             state = parent._state  # type: ignore[attr-defined]
-            sampled = bool(flags & _SAMPLED) if provider._parent_based else (
-                trace_id & _LOW_64 < provider._bound
+            sampled = (
+                bool(flags & _SAMPLED)
+                if provider._parent_based
+                else (trace_id & _LOW_64 < provider._bound)
             )
         else:
             parent_context = parent.get_span_context()  # type: ignore[attr-defined]
@@ -170,8 +172,10 @@ class FastTracer(trace.Tracer):
                 remote = parent_context.is_remote
                 flags = int(parent_context.trace_flags)
                 state = parent_context.trace_state or None
-                sampled = bool(flags & _SAMPLED) if provider._parent_based else (
-                    trace_id & _LOW_64 < provider._bound
+                sampled = (
+                    bool(flags & _SAMPLED)
+                    if provider._parent_based
+                    else (trace_id & _LOW_64 < provider._bound)
                 )
             else:
                 trace_id = bits(128) or 1
@@ -183,9 +187,7 @@ class FastTracer(trace.Tracer):
         span_id = bits(64) or 1
         if not sampled or provider._closed:
             return NonRecordingSpan(
-                SpanContext(
-                    trace_id, span_id, False, TraceFlags(flags & ~_SAMPLED), state or None
-                )
+                SpanContext(trace_id, span_id, False, TraceFlags(flags & ~_SAMPLED), state or None)
             )
         limit = self._limits.max_attributes
         if limit is not None and len(attributes) > limit:
@@ -347,7 +349,9 @@ class FastTracerProvider(trace.TracerProvider):
         """A tracer for the instrumentation scope *instrumenting_module_name*."""
         return FastTracer(
             self,
-            Scope(instrumenting_module_name, instrumenting_library_version, schema_url, attributes),
+            Scope(
+                instrumenting_module_name, instrumenting_library_version, schema_url, attributes
+            ),
         )
 
     # -- export queues -------------------------------------------------------------

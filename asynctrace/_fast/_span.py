@@ -103,6 +103,11 @@ class FastSpan(trace.Span):
         "_trace_id",
         "_tracer",
     )
+    _links: list[Link]
+    _dropped: int
+    _dropped_events: int
+    _dropped_links: int
+    _opts: int
 
     def __init__(
         self,
@@ -182,7 +187,7 @@ class FastSpan(trace.Span):
                     return
                 del attributes[next(iter(attributes))]
                 self._dropped = getattr(self, "_dropped", 0) + 1
-        attributes[key] = tuple(value) if value.__class__ is _LIST else value  # type: ignore[arg-type]
+        attributes[key] = tuple(value) if value.__class__ is _LIST else value
 
     def set_attributes(self, attributes: Mapping[str, types.AttributeValue]) -> None:
         """Set several attributes (see :meth:`set_attribute`)."""
@@ -227,7 +232,8 @@ class FastSpan(trace.Span):
             return  # what the SDK does: an invalid link is kept only for its attributes
         links: list[Link] | None = getattr(self, "_links", None)
         if links is None:
-            links = self._links = []
+            links = []
+            self._links = links
         limit = self._tracer._limits.max_links
         if limit is not None and len(links) >= limit:
             self._dropped_links = getattr(self, "_dropped_links", 0) + 1
@@ -268,7 +274,9 @@ class FastSpan(trace.Span):
         module = cls.__module__
         qualname = cls.__qualname__
         attrs: dict[str, Any] = {
-            "exception.type": f"{module}.{qualname}" if module and module != "builtins" else qualname,
+            "exception.type": f"{module}.{qualname}"
+            if module and module != "builtins"
+            else qualname,
             "exception.message": _message(exception),
             "exception.stacktrace": "",  # filled in on the export thread
             "exception.escaped": str(escaped),

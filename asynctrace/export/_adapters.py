@@ -24,7 +24,13 @@ from .._fast import FastSpan, FastTracerProvider
 from ._convert import Converter
 from ._queue import ExporterSink, QueuedSpanProcessor
 
-__all__ = ["ConvertingSink", "LazyMemoryExporter", "ProcessorSink", "converter_for", "processor_queue"]
+__all__ = [
+    "ConvertingSink",
+    "LazyMemoryExporter",
+    "ProcessorSink",
+    "converter_for",
+    "processor_queue",
+]
 
 
 def converter_for(provider: FastTracerProvider) -> Converter:

@@ -24,9 +24,9 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from .._errors import MissingExtraError
 from .._fast._span import SPAN_TYPES
-from .._semconv import GROUP, RL_BUCKET
 from .._jsonl import encode_lines
 from .._propagation import PLAIN_CONTEXT
+from .._semconv import GROUP, RL_BUCKET
 from ._convert import finish_event
 from ._tracks import TrackAssigner
 
@@ -198,10 +198,8 @@ class ChromeWriter:
                 if trace_id != last_trace:
                     last_trace = trace_id
                     last_trace_hex = trace_id.to_bytes(16, "big").hex()
-                if raw:
-                    args = {**raw, "trace_id": last_trace_hex}
-                else:
-                    args = {"trace_id": last_trace_hex}
+                args = raw.copy() if raw else {}
+                args["trace_id"] = last_trace_hex
                 args["span_id"] = span_id.to_bytes(8, "big").hex()
                 if parent_id:
                     if parent_id != last_parent:  # siblings in a row share it

@@ -19,7 +19,13 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util import BoundedList
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags, set_span_in_context
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    SpanContext,
+    TraceFlags,
+    set_span_in_context,
+)
 from opentelemetry.trace.status import Status, StatusCode
 
 from .._fast import FastSpan, Scope, SpanEvent, SpanLimits
@@ -106,7 +112,7 @@ class Converter:
     def _events(self, span: FastSpan) -> Any:
         events = span._events
         limits = self.limits
-        out: BoundedList = BoundedList(limits.max_events)
+        out: BoundedList[Event] = BoundedList(limits.max_events)
         if events:
             for event in events:
                 finish_event(event)
@@ -123,7 +129,7 @@ class Converter:
     def _links(self, span: FastSpan) -> Any:
         links = getattr(span, "_links", None)
         limits = self.limits
-        out: BoundedList = BoundedList(limits.max_links)
+        out: BoundedList[Link] = BoundedList(limits.max_links)
         if links:
             for link in links:
                 attrs = BoundedAttributes(

@@ -20,12 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-from opentelemetry import trace
 
 from .._errors import ConfigurationError, MissingExtraError
 from .._fast import IDS, FastTracerProvider
@@ -228,7 +227,7 @@ def _build_sdk(plan: Plan) -> Pipeline:
         )
         chrome_resource: Any = provider.resource.attributes
     else:
-        provider = settings.provider  # type: ignore[assignment]  # the user's, checked
+        provider = settings.provider  # the user's, checked by the configuration
         chrome_resource = {**provider.resource.attributes, **settings.resource_attributes}
     tracker = OpenSpanTracker()
     provider.add_span_processor(tracker)  # first: truncated spans reach every processor
