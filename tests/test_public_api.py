@@ -13,6 +13,9 @@ import asynctrace.testing
 REFERENCE = Path(__file__).parents[1] / "docs" / "reference.md"
 
 EXPECTED = {
+    "FastTracerProvider",
+    "Sampling",
+    "SpanLimits",
     "dispatch_scope",
     "wait_until",
     "span_carrier",
