@@ -50,7 +50,7 @@ def _span_record(span: Any) -> dict[str, Any]:
         "parent_remote": parent.is_remote if parent is not None else None,
         "kind": span.kind.name,
         "scope": span.instrumentation_scope.name if span.instrumentation_scope else None,
-        "attributes": {k: v for k, v in (span.attributes or {}).items()},
+        "attributes": dict(span.attributes or {}),
         "status": span.status.status_code.name,
     }
 
@@ -77,7 +77,9 @@ async def _asgi_echo(scope: dict[str, Any], receive: Any, send: Any) -> None:
 
 def _start_uvicorn() -> tuple[str, Any]:
     """Serve the ASGI echo app with uvicorn on a free port, in its own thread."""
-    config = uvicorn.Config(_asgi_echo, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+    config = uvicorn.Config(
+        _asgi_echo, host="127.0.0.1", port=0, log_level="warning", lifespan="off"
+    )
     server = uvicorn.Server(config)
     started = threading.Event()
     port: list[int] = []

@@ -383,6 +383,11 @@ class FastTracerProvider(trace.TracerProvider):
 
         self.add_queue(processor_queue(span_processor, self))
 
+    def queues(self) -> list[Any]:
+        """The export queues connected so far (a copy)."""
+        with self._lock:
+            return list(self._queues)
+
     def open_spans(self) -> list[FastSpan]:
         """Spans started and not ended yet (a copy)."""
         return list(self._open.copy().values())

@@ -16,6 +16,10 @@ __all__ = ["OpenSpanTracker"]
 class OpenSpanTracker(SpanProcessor):
     """Keeps a dict of open spans by span id; each entry is removed when its span ends.
 
+    With *scope*, only spans of the tracer of that instrumentation scope are
+    kept: on a provider the user owns, asynctrace truncates its own spans and
+    leaves the application's alone.
+
     At shutdown :meth:`end_open_spans` ends what is left, tagged
     ``asynctrace.truncated=true``, so that processors after it still export
     those spans. It must be the first processor of the provider.
@@ -26,12 +30,17 @@ class OpenSpanTracker(SpanProcessor):
         0
     """
 
-    def __init__(self) -> None:
+    def __init__(self, scope: str | None = None) -> None:
         self._open: dict[int, Span] = {}
+        self._scope = scope
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        """Remember *span* until it ends."""
+        """Remember *span* until it ends (only spans of *scope*'s tracer, if given)."""
         try:
+            if self._scope is not None:
+                scope = span.instrumentation_scope
+                if scope is None or scope.name != self._scope:
+                    return
             self._open[span.context.span_id] = span
         except Exception as exc:
             report_internal_error(("open_spans", "on_start"), exc)

@@ -14,6 +14,7 @@ down: it is the user's).
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,11 +27,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from .._errors import ConfigurationError, MissingExtraError
+from .._errors import ConfigurationError, MissingExtraError, report_internal_error
 from .._fast import IDS, FastTracerProvider
 from .._files import writable_dir
 from .._semconv import TRUNCATED
 from .._settings import Settings
+from .._state import INSTRUMENTATION_NAME
 from ._adapters import ConvertingSink, LazyMemoryExporter
 from ._convert import Converter
 from ._open_spans import OpenSpanTracker
@@ -116,13 +118,29 @@ class Pipeline:
         self.owns_provider = owns_provider
 
     def flush(self, timeout_s: float) -> bool:
-        """Export everything ended so far, waiting at most *timeout_s* in total."""
+        """Export everything ended so far, waiting at most *timeout_s* in total.
+
+        The user's span processors added to the provider are flushed too: on
+        the fast provider each has an export queue, flushed like asynctrace's
+        own (its ``force_flush`` runs on that queue's thread); on an SDK
+        provider, ``provider.force_flush`` runs on a helper thread that is
+        waited for until the deadline, since an SDK processor's flush may not
+        honour its timeout.
+        """
         deadline = time.monotonic() + max(0.0, timeout_s)
-        waits = [processor.request_flush() for processor in self.queued]
+        queues = list(self.queued)
+        provider = self.provider
+        if isinstance(provider, FastTracerProvider):
+            for queue in provider.queues():
+                if isinstance(queue, QueuedSpanProcessor) and queue not in queues:
+                    queues.append(queue)
+        waits = [processor.request_flush() for processor in queues]
         ok = True
         for done in waits:
             if done is not None and not done.wait(max(0.0, deadline - time.monotonic())):
                 ok = False
+        if not isinstance(provider, FastTracerProvider):
+            ok = _flush_sdk_provider(provider, deadline) and ok
         return ok
 
     def shutdown(self, timeout_s: float) -> tuple[bool, int]:
@@ -147,6 +165,24 @@ class Pipeline:
     def stats(self) -> list[ExportStats]:
         """Counters of every queued exporter."""
         return [processor.stats() for processor in self.queued]
+
+
+def _flush_sdk_provider(provider: Any, deadline: float) -> bool:
+    """``provider.force_flush`` on a helper thread, waited for until *deadline*."""
+    left = max(0.0, deadline - time.monotonic())
+    result: list[bool] = []
+
+    def run() -> None:
+        try:
+            result.append(bool(provider.force_flush(int(left * 1000))))
+        except Exception as exc:
+            report_internal_error(("flush", "provider"), exc)
+            result.append(False)
+
+    helper = threading.Thread(target=run, name="asynctrace-flush", daemon=True)
+    helper.start()
+    helper.join(left)
+    return bool(result) and result[0]
 
 
 def build(plan: Plan) -> Pipeline:
@@ -229,7 +265,7 @@ def _build_sdk(plan: Plan) -> Pipeline:
     else:
         provider = settings.provider  # the user's, checked by the configuration
         chrome_resource = {**provider.resource.attributes, **settings.resource_attributes}
-    tracker = OpenSpanTracker()
+    tracker = OpenSpanTracker(None if own else INSTRUMENTATION_NAME)
     provider.add_span_processor(tracker)  # first: truncated spans reach every processor
     queued = _start_queues(plan, chrome_resource, ExporterSink)
     for processor in queued:
