@@ -42,16 +42,20 @@ def _pipeline(mode: str, output_dir: str) -> tuple[Any, Any]:
         provider = TracerProvider(shutdown_on_exit=False)
         asynctrace.enable_telemetry(provider, span_groups="all")
         return provider.get_tracer("ids"), provider
-    config = {"enabled": True, "span_groups": "all", "exporters": [], "output_dir": output_dir}
-    if mode == "sdk":
-        config["provider"] = "sdk"
+    config: dict[str, Any] = {
+        "enabled": True,
+        "span_groups": "all",
+        "exporters": [],
+        "output_dir": output_dir,
+        "provider": mode,  # explicit: ASYNCTRACE_PROVIDER may be set in the environment
+    }
     telemetry = asynctrace.configure(config)
-    provider = telemetry.provider
+    configured: Any = telemetry.provider
     if mode == "fast":
-        assert isinstance(provider, FastTracerProvider), provider
+        assert isinstance(configured, FastTracerProvider), configured
     else:
-        assert provider.id_generator is IDS, provider.id_generator  # type: ignore[union-attr]
-    return provider.get_tracer("ids"), telemetry  # type: ignore[union-attr]
+        assert configured.id_generator is IDS, configured.id_generator
+    return configured.get_tracer("ids"), telemetry
 
 
 def main() -> None:

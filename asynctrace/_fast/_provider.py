@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from itertools import islice
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -121,9 +122,16 @@ class FastTracer(trace.Tracer):
         set_status_on_exception: bool = True,
     ) -> trace.Span:
         """Start a span (not made current), child of the span in *context* (default: current)."""
+        limit = self._limits.max_attributes
+        extra = 0
+        if attributes and limit is not None and len(attributes) > limit:
+            extra = len(attributes) - limit  # the newest are kept, as the SDK keeps them
+            attributes = dict(islice(attributes.items(), extra, None))
         span = self.start_owned(
             name, context, kind, _copy_attributes(attributes), links, start_time
         )
+        if extra and span.__class__ is FastSpan:
+            span._dropped = extra
         if not (record_exception and set_status_on_exception) and span.__class__ is FastSpan:
             span._opts = (1 if record_exception else 0) | (2 if set_status_on_exception else 0)
         return span
@@ -244,7 +252,7 @@ class FastTracer(trace.Tracer):
     ) -> FastSpan:
         """A span given more attributes than the limit: it keeps the newest, as the SDK does."""
         dropped = len(attributes) - limit
-        kept = dict(list(attributes.items())[dropped:]) if limit else {}
+        kept = dict(islice(attributes.items(), dropped, None)) if limit else {}
         span = FastSpan(
             self,
             name,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from itertools import islice
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -179,7 +180,9 @@ class FastSpan(trace.Span):
         if self._end is not None:
             return
         attributes = self._attributes
-        if key not in attributes:
+        if key in attributes:
+            del attributes[key]  # as the SDK does: a key set again moves to the end
+        else:
             limit = self._tracer._limits.max_attributes
             if limit is not None and len(attributes) >= limit:
                 if not limit:
@@ -196,10 +199,20 @@ class FastSpan(trace.Span):
         own = self._attributes
         limit = self._tracer._limits.max_attributes
         if limit is None or len(own) + len(attributes) <= limit:
+            if not own.keys().isdisjoint(attributes):
+                for key in attributes:  # keys set again move to the end, as in the SDK
+                    own.pop(key, None)
             own.update(_copy_attributes(attributes))
             return
-        for key, value in attributes.items():
-            self.set_attribute(key, value)
+        # Past the limit: what setting them one by one would leave (the newest
+        # `limit`, the rest counted as dropped), in C-level passes, not a loop.
+        merged = {key: value for key, value in own.items() if key not in attributes}
+        merged.update(attributes)
+        excess = len(merged) - limit
+        if excess > 0:
+            merged = dict(islice(merged.items(), excess, None))
+            self._dropped = getattr(self, "_dropped", 0) + excess
+        self._attributes = _copy_attributes(merged)
 
     def add_event(
         self,
