@@ -16,6 +16,7 @@ does, and counts what it dropped.
 from __future__ import annotations
 
 import time
+from traceback import TracebackException
 from collections.abc import Mapping, Sequence
 from itertools import islice
 from types import TracebackType
@@ -42,9 +43,9 @@ _LIST = list
 class SpanEvent:
     """An event recorded on a :class:`FastSpan` (converted on the export thread).
 
-    ``exception`` is set for ``record_exception`` events: the exception and
-    its traceback as they were when recorded (one tuple, read at once by
-    whichever export thread formats the stack trace first).
+    ``exception`` is set for ``record_exception`` events: the stack trace
+    as it was when recorded (a ``traceback.TracebackException``), formatted
+    by whichever export thread reads the event first.
     """
 
     __slots__ = ("attributes", "exception", "name", "timestamp")
@@ -54,7 +55,7 @@ class SpanEvent:
         name: str,
         attributes: dict[str, Any],
         timestamp: int,
-        exception: tuple[BaseException, TracebackType | None] | None = None,
+        exception: TracebackException | None = None,
     ) -> None:
         self.name = name
         self.attributes = attributes
@@ -241,8 +242,8 @@ class FastSpan(trace.Span):
         """Link to another span's context (ignored when invalid and without attributes)."""
         if self._end is not None:
             return
-        if not context.is_valid and not attributes:
-            return  # what the SDK does: an invalid link is kept only for its attributes
+        if not context.is_valid and not attributes and not context.trace_state:
+            return  # the SDK's rule: kept if valid, or for its attributes or trace state
         links: list[Link] | None = getattr(self, "_links", None)
         if links is None:
             links = []
@@ -296,11 +297,7 @@ class FastSpan(trace.Span):
         }
         if attributes:
             attrs.update(_copy_attributes(attributes))
-        self._add(
-            SpanEvent(
-                "exception", attrs, timestamp or _time_ns(), (exception, exception.__traceback__)
-            )
-        )
+        self._add(SpanEvent("exception", attrs, timestamp or _time_ns(), _captured(exception)))
 
     # -- end ---------------------------------------------------------------------
 
@@ -389,6 +386,21 @@ class FastSpan(trace.Span):
 
 SPAN_TYPES: set[type] = {FastSpan}
 """The classes whose objects are fast-provider spans (subclasses register here)."""
+
+
+def _captured(exception: BaseException) -> TracebackException | None:
+    """The exception's stack trace as it is now (notes, chain and frames), not yet text.
+
+    What ``traceback.format_exception`` builds before it formats; the source
+    lines are read, and the text made, on the export thread. It keeps no frame
+    alive.
+    """
+    try:
+        return TracebackException(
+            type(exception), exception, exception.__traceback__, lookup_lines=False, compact=True
+        )
+    except Exception:  # a broken __str__ or __notes__ in the chain, say
+        return None
 
 
 def _message(exception: BaseException) -> str:

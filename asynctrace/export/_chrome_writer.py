@@ -15,7 +15,8 @@ import operator
 import os
 import threading
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -85,10 +86,12 @@ class ChromeWriter:
         resource: dict[str, Any],
         new_tid: Callable[[], int],
         max_attribute_length: int | None = None,
+        max_event_attributes: int | None = 128,
     ) -> None:
         self.path = path
         self._new_tid = new_tid
         self._max_len = max_attribute_length
+        self._event_limits = (max_event_attributes, max_attribute_length)
         self._owners: dict[int, int] = {}  # id(task or thread) -> its track, while it lives
         self.pid = os.getpid()
         self._file = open(path, "ab", buffering=0)  # noqa: SIM115 - closed in shutdown()
@@ -116,6 +119,7 @@ class ChromeWriter:
         written = failed = 0
         owners = self._owners
         max_len = self._max_len
+        event_limits = self._event_limits
         span_types = SPAN_TYPES
         last_trace, last_trace_hex = self._last_trace_id, self._last_trace_hex
         last_parent, last_parent_hex = 0, ""
@@ -172,7 +176,7 @@ class ChromeWriter:
                     append(_Complete("X", item._name, cat, start, end - start, pid, track, args))
                     span_events = item._events
                     if span_events:
-                        _instant_events(span_events, cat, pid, track, events)
+                        _instant_events(span_events, cat, pid, track, events, event_limits)
                     written += 1
                     continue
                 if cls is tuple:
@@ -352,13 +356,29 @@ def _status_and_kind(args: dict[str, Any], error: Any, kind: str | None) -> None
 
 
 def _instant_events(
-    span_events: tuple[Any, ...], cat: str, pid: int, track: int, events: list[Any]
+    span_events: Sequence[Any],
+    cat: str,
+    pid: int,
+    track: int,
+    events: list[Any],
+    limits: tuple[int | None, int | None] | None = None,
 ) -> None:
-    """A span's events, as instant events on its track."""
+    """A span's events, as instant events on its track.
+
+    *limits* (``max_event_attributes``, ``max_attribute_length``) is given for
+    fast-provider spans, whose events are limited here, as the SDK limits its
+    own when they are added: the newest attributes kept, strings cut.
+    """
     for event in span_events:
         if getattr(event, "exception", None) is not None:
             finish_event(event)  # a fast-provider exception: its stack trace, formatted once
         ev_attrs = event.attributes
+        if limits is not None and ev_attrs:
+            most, length = limits
+            if most is not None and len(ev_attrs) > most:
+                ev_attrs = dict(islice(ev_attrs.items(), len(ev_attrs) - most, None))
+            if length is not None:
+                ev_attrs = _truncated(ev_attrs, length)
         events.append(
             {
                 "ph": "i",

@@ -10,7 +10,6 @@ instrumentation scope the span was recorded with.
 
 from __future__ import annotations
 
-import traceback
 from typing import Any
 
 from opentelemetry.attributes import BoundedAttributes
@@ -41,13 +40,12 @@ def finish_event(event: SpanEvent) -> None:
     pending = event.exception
     if pending is None:
         return
-    exception, tb = pending
     try:
-        text = "".join(traceback.format_exception(type(exception), exception, tb))
+        text = "".join(pending.format())
     except Exception as exc:  # a broken __str__ in the chain, say
         text = f"<stack trace unavailable: {type(exc).__name__}>"
     event.attributes[_STACKTRACE] = text  # the key exists: no resize under a reader
-    event.exception = None  # release the frames
+    event.exception = None
 
 
 class Converter:

@@ -217,6 +217,7 @@ def _start_queues(
                     plan.chrome_path,
                     resource_attributes=resource_attributes,
                     max_attribute_length=settings.span_limits.max_attribute_length,
+                    max_event_attributes=settings.span_limits.max_event_attributes,
                     **limits,
                 )
             )

@@ -85,6 +85,7 @@ class ChromeTraceProcessor(QueuedSpanProcessor):
         schedule_delay_millis: longest time a span waits before it is written.
         max_attribute_length: strings longer than this are cut (for spans of
             the fast provider; the SDK cuts its own).
+        max_event_attributes: attributes kept per span event (fast provider).
 
     Example:
         >>> from opentelemetry.sdk.trace import TracerProvider
@@ -102,11 +103,16 @@ class ChromeTraceProcessor(QueuedSpanProcessor):
         max_export_batch_size: int = 512,
         schedule_delay_millis: float = 1000.0,
         max_attribute_length: int | None = None,
+        max_event_attributes: int | None = 128,
     ) -> None:
         self.path = Path(path)
         self._next_tid = itertools.count(1).__next__
         self._writer = ChromeWriter(
-            self.path, dict(resource_attributes or {}), self._next_tid, max_attribute_length
+            self.path,
+            dict(resource_attributes or {}),
+            self._next_tid,
+            max_attribute_length,
+            max_event_attributes,
         )
         self._local = threading.local()
         self._tids: dict[int, int] = {}
