@@ -16,9 +16,9 @@ does, and counts what it dropped.
 from __future__ import annotations
 
 import time
-from traceback import TracebackException
 from collections.abc import Mapping, Sequence
 from itertools import islice
+from traceback import TracebackException
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
