@@ -9,7 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPTS = ["run.py", "bench_export.py", "bench_sessions.py", "bench_http.py", "bench_cli.py"]
+SCRIPTS = [
+    "run.py",
+    "bench_export.py",
+    "bench_sessions.py",
+    "bench_http.py",
+    "bench_cli.py",
+    "bench_demo.py",
+]
 
 
 def main() -> int:
