@@ -40,7 +40,7 @@ class ScopeState:
     finished attributes of a span shape, per group).
     """
 
-    __slots__ = ("bucket", "cache", "iteration", "per_prompt", "session_id", "stamps", "task_id")
+    __slots__ = ("_stamps", "bucket", "cache", "iteration", "per_prompt", "session_id", "task_id")
 
     def __init__(
         self,
@@ -55,24 +55,43 @@ class ScopeState:
         self.iteration = iteration
         self.task_id = task_id
         self.session_id = session_id
-        stamps: dict[str, Any] = {}
-        if iteration is not None:
-            stamps[RL_ITERATION] = iteration
-        if task_id is not None:
-            stamps[RL_TASK_ID] = task_id
-        if session_id is not None:
-            stamps[RL_SESSION_ID] = session_id
-        self.stamps = stamps
+        self._stamps: dict[str, Any] | None = None  # made when a span first needs them
         self.cache: dict[Any, Any] = {}
 
+    @property
+    def stamps(self) -> dict[str, Any]:
+        """``rl.iteration`` / ``rl.task_id`` / ``rl.session_id``, in that order (do not change)."""
+        stamps = self._stamps
+        if stamps is None:
+            stamps = {}
+            if self.iteration is not None:
+                stamps[RL_ITERATION] = self.iteration
+            if self.task_id is not None:
+                stamps[RL_TASK_ID] = self.task_id
+            if self.session_id is not None:
+                stamps[RL_SESSION_ID] = self.session_id
+            self._stamps = stamps
+        return stamps
+
     def replace(self, field: str, value: Any) -> ScopeState:
-        """A copy with *field* set to *value*."""
-        values = {name: getattr(self, name) for name in _FIELDS}
-        values[field] = value
-        return ScopeState(**values)
+        """A copy with *field* set to *value* (positional: this runs per scope entry)."""
+        bucket, per_prompt, iteration = self.bucket, self.per_prompt, self.iteration
+        task_id, session_id = self.task_id, self.session_id
+        if field == "session_id":
+            session_id = value
+        elif field == "task_id":
+            task_id = value
+        elif field == "iteration":
+            iteration = value
+        elif field == "bucket":
+            bucket = value
+        elif field == "per_prompt":
+            per_prompt = value
+        else:
+            raise AttributeError(f"ScopeState has no field {field!r}")
+        return ScopeState(bucket, per_prompt, iteration, task_id, session_id)
 
 
-_FIELDS = ("bucket", "per_prompt", "iteration", "task_id", "session_id")
 # The default is never replaced in place (only its stamps cache fills up, which is shared
 # on purpose): one empty state for every context that set no scope.
 SCOPES: ContextVar[ScopeState] = ContextVar("asynctrace.scopes", default=ScopeState())  # noqa: B039

@@ -26,7 +26,7 @@ from typing import Any, Final, TypeVar, cast
 
 from ._cm import SyncAndAsync
 from ._errors import ConfigurationError
-from ._scopes import SESSION_ID, TASK_ID
+from ._scopes import SCOPES, ScopeState
 from ._session_writer import SessionWriter
 
 __all__ = [
@@ -489,13 +489,18 @@ class task_scope(SyncAndAsync["int | str"]):
         self._token: Any = None
 
     def __enter__(self) -> int | str:
-        self._token = TASK_ID.set(self._task_id)
+        state = SCOPES.get()  # ScopeState.replace, inline: this runs once per sample
+        self._token = SCOPES.set(
+            ScopeState(
+                state.bucket, state.per_prompt, state.iteration, self._task_id, state.session_id
+            )
+        )
         return self._task_id
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         token, self._token = self._token, None
         if token is not None:
-            TASK_ID.reset(token)
+            SCOPES.reset(token)
 
 
 class session_scope(SyncAndAsync[str]):
@@ -521,9 +526,12 @@ class session_scope(SyncAndAsync[str]):
 
     def __enter__(self) -> str:
         tracer = _tracer
-        session_id = tracer.register(TASK_ID.get()) if tracer is not None else _untracked_id()
+        session_id = tracer.register(SCOPES.get().task_id) if tracer is not None else _untracked_id()
         self._session_id = session_id
-        self._token = SESSION_ID.set(session_id)
+        state = SCOPES.get()  # ScopeState.replace, inline: this runs once per sample
+        self._token = SCOPES.set(
+            ScopeState(state.bucket, state.per_prompt, state.iteration, state.task_id, session_id)
+        )
         return session_id
 
     def __exit__(
@@ -531,7 +539,7 @@ class session_scope(SyncAndAsync[str]):
     ) -> None:
         token, self._token = self._token, None
         if token is not None:
-            SESSION_ID.reset(token)
+            SCOPES.reset(token)
         tracer = _tracer
         if exc_type is not None and tracer is not None and self._session_id is not None:
             status = "failed" if issubclass(exc_type, Exception) else "dropped"
@@ -582,7 +590,7 @@ def current_task_id() -> int | str | None:
         >>> current_task_id() is None
         True
     """
-    return TASK_ID.get()
+    return SCOPES.get().task_id
 
 
 def current_session_id() -> str | None:
@@ -592,7 +600,7 @@ def current_session_id() -> str | None:
         >>> current_session_id() is None
         True
     """
-    return SESSION_ID.get()
+    return SCOPES.get().session_id
 
 
 # ---------------------------------------------------------------------------
@@ -639,7 +647,7 @@ class trace_session_phase(SyncAndAsync[None]):
     # phase_start/phase_end inlined: a session runs several phases, this is the hot path.
     def __enter__(self) -> None:
         tracer = _tracer
-        session_id = SESSION_ID.get()
+        session_id = SCOPES.get().session_id
         if tracer is None or session_id is None:
             return
         self._tracer = tracer
@@ -759,9 +767,9 @@ def trace_session_event(
         if tracer is None:
             return
         if session_id is None and task_id is None:
-            session_id = SESSION_ID.get()
+            session_id = SCOPES.get().session_id
             if session_id is None:
-                task_id = TASK_ID.get()
+                task_id = SCOPES.get().task_id
         tracer.finalize(
             session_id, task_id, status, text, _plain_payload(payload) if payload else None
         )
@@ -785,7 +793,7 @@ def trace_session_event(
         tracer.mark_task(task_id, phase, edge == "start", _plain_payload(payload) or None)
         return
     plain = _plain_payload(payload) if payload else None
-    tracer.mark(session_id or SESSION_ID.get(), phase, edge == "start", plain)
+    tracer.mark(session_id or SCOPES.get().session_id, phase, edge == "start", plain)
 
 
 def increment_counter(name: str, value: float = 1) -> None:
@@ -807,6 +815,6 @@ def increment_counter(name: str, value: float = 1) -> None:
             f"increment_counter(value): expected a finite int or float, got {value!r}"
         )
     tracer = _tracer
-    session_id = SESSION_ID.get()
+    session_id = SCOPES.get().session_id
     if tracer is not None and session_id is not None:
         tracer.count(session_id, name, value)
