@@ -526,9 +526,9 @@ class session_scope(SyncAndAsync[str]):
 
     def __enter__(self) -> str:
         tracer = _tracer
-        session_id = tracer.register(SCOPES.get().task_id) if tracer is not None else _untracked_id()
+        state = SCOPES.get()  # read once; ScopeState.replace below, inline (once per sample)
+        session_id = tracer.register(state.task_id) if tracer is not None else _untracked_id()
         self._session_id = session_id
-        state = SCOPES.get()  # ScopeState.replace, inline: this runs once per sample
         self._token = SCOPES.set(
             ScopeState(state.bucket, state.per_prompt, state.iteration, state.task_id, session_id)
         )
