@@ -92,4 +92,7 @@ def bench(session: nox.Session) -> None:
         "opentelemetry-instrumentation-aiohttp-client",
         "opentelemetry-instrumentation-fastapi",
     )
+    # AReaL's released tracer, the anchor of bench_provider.py, without its
+    # training stack (benchmarks/_areal.py loads just the tracer).
+    session.install("--no-deps", "areal==1.0.4", "orjson", "colorlog")
     session.run("python", "benchmarks/all.py", *session.posargs)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 SCRIPTS = [
     "run.py",
+    "bench_provider.py",
     "bench_export.py",
     "bench_sessions.py",
     "bench_http.py",
