@@ -19,6 +19,8 @@ TEST_DEPS = [
     "uvicorn>=0.30",
     "websockets>=12",
     "selenium>=4.10",  # drives Debian's chromium for the HTML report test
+    # a third-party instrumentation recording through asynctrace's providers (interop tests)
+    "opentelemetry-instrumentation-aiohttp-client",
 ]
 
 

@@ -52,6 +52,7 @@ context_span_id: Callable[[Any], int] = (
 _INTERNAL = SpanKind.INTERNAL
 _ERROR = StatusCode.ERROR
 _NO_OWNER = object()
+_MAX_ARG_TYPES = 256
 
 
 class _Complete(msgspec.Struct, gc=False):
@@ -64,7 +65,7 @@ class _Complete(msgspec.Struct, gc=False):
     dur: int
     pid: int
     tid: int
-    args: dict[str, Any]
+    args: Any  # a dict, or a struct of _learn_args (encoded as the same object)
 
 
 class NewTrack:
@@ -98,6 +99,11 @@ class ChromeWriter:
         self._close_torn_tail()
         self._pending: list[dict[str, Any]] = []
         self._refs: dict[int, weakref.ref[Any]] = {}
+        # has a parent -> attribute keys -> a struct type for the args of such spans
+        self._arg_types: dict[bool, dict[tuple[str, ...], type[msgspec.Struct]]] = {
+            True: {},
+            False: {},
+        }
         self._tracks = TrackAssigner(new_tid, self._track_made)
         self._last_trace_id = 0
         self._last_trace_hex = ""
@@ -120,6 +126,8 @@ class ChromeWriter:
         owners = self._owners
         max_len = self._max_len
         event_limits = self._event_limits
+        child_args, root_args = self._arg_types[True], self._arg_types[False]
+        line: Any = None
         span_types = SPAN_TYPES
         last_trace, last_trace_hex = self._last_trace_id, self._last_trace_hex
         last_parent, last_parent_hex = 0, ""
@@ -137,11 +145,11 @@ class ChromeWriter:
                     if owner is not last_owner:
                         last_tid = owners.get(id(owner)) or self._owner_track(owner)
                         last_owner = owner
+                        line = primary.get(last_tid)  # a primary track lives as long as its owner
                     start = item._start // 1000
                     end = item._end // 1000
                     if end < start:
                         end = start
-                    line = primary.get(last_tid)
                     if line is not None and (not line.ends or line.ends[-1] <= start):
                         line.starts.append(start)  # TrackAssigner.place's common case, inline
                         line.ends.append(end)
@@ -157,19 +165,32 @@ class ChromeWriter:
                     raw = item._attributes
                     if max_len is not None:
                         raw = _truncated(raw, max_len)
-                    args = raw.copy()  # a copy and stores: cheaper than {**raw, ...}
-                    args["trace_id"] = last_trace_hex
-                    args["span_id"] = item._span_id.to_bytes(8, "big").hex()
                     parent_id = item._parent_id
-                    if parent_id:
-                        if parent_id != last_parent:  # siblings in a row share it
-                            last_parent = parent_id
-                            last_parent_hex = parent_id.to_bytes(8, "big").hex()
-                        args["parent_span_id"] = last_parent_hex
+                    if parent_id and parent_id != last_parent:  # siblings in a row share it
+                        last_parent = parent_id
+                        last_parent_hex = parent_id.to_bytes(8, "big").hex()
+                    span_hex = item._span_id.to_bytes(8, "big").hex()
                     status = item._status
                     kind = item._kind
-                    if status is not None or kind is not _INTERNAL:
-                        _fast_status_and_kind(args, status, kind)
+                    # The common case: the attributes' keys seen before, no status or kind
+                    # to add. Then args is a struct made for that key set (no dict to
+                    # build, and its keys are encoded once, by msgspec).
+                    shape = (child_args if parent_id else root_args).get(tuple(raw))
+                    if shape is not None and status is None and kind is _INTERNAL:
+                        if parent_id:
+                            args = shape(*raw.values(), last_trace_hex, span_hex, last_parent_hex)
+                        else:
+                            args = shape(*raw.values(), last_trace_hex, span_hex)
+                    else:
+                        args = raw.copy()  # a copy and stores: cheaper than {**raw, ...}
+                        args["trace_id"] = last_trace_hex
+                        args["span_id"] = span_hex
+                        if parent_id:
+                            args["parent_span_id"] = last_parent_hex
+                        if status is not None or kind is not _INTERNAL:
+                            _fast_status_and_kind(args, status, kind)
+                        elif shape is None:
+                            self._learn_args(raw, parent_id != 0)
                     cat = raw.get(GROUP) or raw.get(RL_BUCKET) or item._tracer.scope.name
                     if cat.__class__ is not str:
                         cat = str(cat)
@@ -244,6 +265,24 @@ class ChromeWriter:
             self._track_made(item.tid, item.name)
         else:
             self._tracks.retire(item)
+
+    def _learn_args(self, raw: dict[str, Any], parent: bool) -> None:
+        """Make the args struct of spans with *raw*'s keys (at most 256 key sets).
+
+        Its fields are the attributes in their order, then the ids, renamed to
+        the keys they stand for: the JSON is the same as the dict's.
+        """
+        known = self._arg_types[parent]
+        if len(known) >= _MAX_ARG_TYPES:
+            return
+        keys = (*raw, "trace_id", "span_id", *(("parent_span_id",) if parent else ()))
+        if len(set(keys)) != len(keys) or not all(key.__class__ is str for key in keys):
+            return  # an attribute named like an id: it overrides it in the dict form
+        fields = [f"f{i}" for i in range(len(keys))]
+        shape = msgspec.defstruct(
+            "_Args", fields, rename=dict(zip(fields, keys, strict=True)), gc=False
+        )
+        known[tuple(raw)] = shape
 
     def _owner_track(self, owner: object) -> int:
         """The track of a fast-provider span's task or thread, opened on first sight.
@@ -414,7 +453,10 @@ def _encode(events: list[Any]) -> tuple[bytes, list[int]]:
 def _finite_event(event: Any) -> Any:
     """*event* with non-finite floats in its ``args`` turned into strings."""
     if isinstance(event, _Complete):
-        return msgspec.structs.replace(event, args=_finite_args(event.args))
+        args = event.args
+        if not isinstance(args, dict):  # an args struct: its JSON object
+            args = msgspec.to_builtins(args)
+        return msgspec.structs.replace(event, args=_finite_args(args))
     args = event.get("args")
     if not isinstance(args, dict):
         return event
