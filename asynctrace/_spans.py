@@ -270,7 +270,7 @@ def start(
             return None
         attrs = span_attributes(group, shape, attributes, bucket)
         if tracer.__class__ is FastTracer:
-            return tracer.start_owned(name, context, kind, attrs, links, start_time)
+            return tracer.start_owned(name, context, attrs, None, kind, links, start_time)
         # positional: the API's parameter order, cheaper than keywords per span
         return tracer.start_span(name, context, kind, attrs, links, start_time)
     except Exception as exc:
@@ -436,11 +436,12 @@ class ManagedSpan(FastSpan):
 
     def __enter__(self) -> Span:
         try:
-            if self._token is not None or self._other is not None:
+            if self._token is not None:
                 raise RuntimeError("this managed_span() was entered already; make a new one")
             tracer = GATE.tracer
-            var = _CONTEXT_VAR
+            var = _CONTEXT_VAR  # not None: _managed makes ManagedSpan objects only then
             if tracer.__class__ is not FastTracer or var is None:  # reconfigured since
+                self._token = _DONE
                 live = self._other = _live(
                     self._group, self._name, self._shape, self._attributes, self._bucket
                 )
@@ -453,7 +454,7 @@ class ManagedSpan(FastSpan):
             else:
                 attrs = entry[0].copy()
             context = var.get()  # the parent comes from it, and the new context copies it
-            span = tracer.start_owned(self._name, context, _INTERNAL, attrs, None, None, self)
+            span = tracer.start_owned(self._name, context, attrs, self)
             if span is not self:
                 self._other = span  # not sampled: a non-recording span carries the context on
             values = context.copy()  # set_span_in_context, without its layers
@@ -470,14 +471,15 @@ class ManagedSpan(FastSpan):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        other = self._other
-        if other.__class__ is LiveSpan:
-            other.__exit__(exc_type, exc, tb)
-            return
         token = self._token
-        if token is None:
-            return  # never started (entering failed), or already exited
+        if token is None or token is _DONE:
+            other = self._other
+            if other.__class__ is LiveSpan:  # the reconfigured path of __enter__
+                self._other = None
+                other.__exit__(exc_type, exc, tb)
+            return  # never entered (entering failed), or already exited
         self._token = _DONE
+        other = self._other
         try:
             _CONTEXT_VAR.reset(token)  # type: ignore[union-attr]
         except Exception as err:  # a token of another context
@@ -493,7 +495,7 @@ class ManagedSpan(FastSpan):
                 provider._open.pop(self._span_id, None)
                 for queue in provider._queued:
                     items = queue._queue
-                    if len(items) < queue._max_queue_size and not queue._closing:
+                    if len(items) < queue._room:  # not full, not closing
                         items.append(self)
                         if len(items) >= queue._batch_size and not queue._wake.is_set():
                             queue._wake.set()

@@ -103,11 +103,13 @@ def _owner() -> object:
 class FastTracer(trace.Tracer):
     """A tracer of :class:`FastTracerProvider` (get one with ``provider.get_tracer``)."""
 
-    __slots__ = ("_limits", "_provider", "scope")
+    __slots__ = ("_limits", "_max_attributes", "_provider", "scope")
 
     def __init__(self, provider: FastTracerProvider, scope: Scope) -> None:
         self._provider = provider
         self._limits = provider.limits
+        limit = provider.limits.max_attributes
+        self._max_attributes = sys.maxsize if limit is None else limit  # one test per span
         self.scope = scope
 
     def start_span(
@@ -128,7 +130,7 @@ class FastTracer(trace.Tracer):
             extra = len(attributes) - limit  # the newest are kept, as the SDK keeps them
             attributes = dict(islice(attributes.items(), extra, None))
         span = self.start_owned(
-            name, context, kind, _copy_attributes(attributes), links, start_time
+            name, context, _copy_attributes(attributes), None, kind, links, start_time
         )
         if extra and span.__class__ is FastSpan:
             span._dropped = extra
@@ -140,11 +142,11 @@ class FastTracer(trace.Tracer):
         self,
         name: str,
         context: Mapping[str, object] | None,
-        kind: SpanKind,
         attributes: dict[str, Any],
-        links: Sequence[Link] | None,
-        start_time: int | None,
         span: FastSpan | None = None,
+        kind: SpanKind = _INTERNAL,
+        links: Sequence[Link] | None = None,
+        start_time: int | None = None,
     ) -> trace.Span:
         """:meth:`start_span` for a private *attributes* dict the span may keep as it is.
 
@@ -160,15 +162,15 @@ class FastTracer(trace.Tracer):
             remote = False
             flags = _RANDOM
             state = None
-            sampled = trace_id & _LOW_64 < provider._bound
+            sampled: int | bool = trace_id & _LOW_64 < provider._bound
         elif parent.__class__ in SPAN_TYPES:
             trace_id = parent._trace_id  # type: ignore[attr-defined]
             parent_id = parent._span_id  # type: ignore[attr-defined]
             remote = False
             flags = parent._flags  # type: ignore[attr-defined]
             state = parent._state  # type: ignore[attr-defined]
-            sampled = (
-                bool(flags & _SAMPLED)
+            sampled = (  # an int: truthy when sampled
+                flags & _SAMPLED
                 if provider._parent_based
                 else (trace_id & _LOW_64 < provider._bound)
             )
@@ -181,7 +183,7 @@ class FastTracer(trace.Tracer):
                 flags = int(parent_context.trace_flags)
                 state = parent_context.trace_state or None
                 sampled = (
-                    bool(flags & _SAMPLED)
+                    flags & _SAMPLED
                     if provider._parent_based
                     else (trace_id & _LOW_64 < provider._bound)
                 )
@@ -197,8 +199,8 @@ class FastTracer(trace.Tracer):
             return NonRecordingSpan(
                 SpanContext(trace_id, span_id, False, TraceFlags(flags & ~_SAMPLED), state or None)
             )
-        limit = self._limits.max_attributes
-        if limit is not None and len(attributes) > limit:
+        limit = self._max_attributes
+        if len(attributes) > limit:
             return self._start_trimmed(
                 name, trace_id, span_id, flags, state, parent_id, remote, kind, attributes,
                 links, start_time, limit,

@@ -310,7 +310,7 @@ class FastSpan(trace.Span):
         provider._open.pop(self._span_id, None)
         for queue in provider._queued:  # QueuedSpanProcessor._put, inline
             items = queue._queue
-            if len(items) < queue._max_queue_size and not queue._closing:
+            if len(items) < queue._room:  # not full, not closing
                 items.append(self)
                 if len(items) >= queue._batch_size and not queue._wake.is_set():
                     queue._wake.set()

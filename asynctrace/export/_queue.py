@@ -139,6 +139,7 @@ class QueuedSpanProcessor(SpanProcessor):
         self._queue: deque[Any] = deque()
         self._wake = threading.Event()
         self._closing = False
+        self._room = max_queue_size  # items accepted: 0 once closing (one test on the hot path)
         self._abandoned = False
         self._exported = 0
         self._failed = 0
@@ -223,6 +224,7 @@ class QueuedSpanProcessor(SpanProcessor):
     def begin_shutdown(self) -> None:
         """Stop accepting spans and let the worker drain the queue and exit."""
         self._closing = True
+        self._room = 0
         self._wake.set()
 
     def wait_shutdown(self, timeout_s: float) -> bool:
@@ -329,6 +331,7 @@ class QueuedSpanProcessor(SpanProcessor):
     def _after_fork_in_child(self) -> None:
         """A forked child does not inherit the worker: this processor goes inert there."""
         self._closing = True
+        self._room = 0
         self._queue = deque()
         self._drop_lock = threading.Lock()  # it may have been held by a thread that is gone
         self._marker_lock = threading.Lock()
