@@ -366,8 +366,11 @@ def coerce_field(key: str, name: str, value: Any) -> Any:
     if name == "sampling_ratio":
         if value is None:
             return None
-        number = _number(key, value, 0.0, strict=False)
-        if number > 1.0:
+        try:
+            number = _number(key, value, 0.0, strict=False)
+        except ConfigurationError:
+            number = -1.0
+        if not 0.0 <= number <= 1.0:
             raise ConfigurationError(
                 f"{key}: {value!r} is not accepted; accepted: a number in [0, 1], or null"
             )

@@ -97,26 +97,45 @@ class ScopeState:
 SCOPES: ContextVar[ScopeState] = ContextVar("asynctrace.scopes", default=ScopeState())  # noqa: B039
 
 
+_EMPTY = SCOPES.get()
+
+
+def leave(field: str, token: Token[ScopeState], state: ScopeState) -> None:
+    """Undo the entry of one scope that set *field* (and installed *state*).
+
+    When it is the innermost scope (the usual case: ``with`` blocks nest),
+    the state before it is put back by *token*, exactly. Exited out of order
+    (scopes entered and exited by hand), only its own field goes back to what
+    it was, so the scopes entered after it keep their values, as separate
+    context variables would.
+    """
+    if SCOPES.get() is state:
+        try:
+            SCOPES.reset(token)
+            return
+        except ValueError:  # a token of another context: restore the field instead
+            pass
+    old = token.old_value
+    value = getattr(old if isinstance(old, ScopeState) else _EMPTY, field)
+    SCOPES.set(SCOPES.get().replace(field, value))
+
+
 class ScopeField(Generic[T]):
     """One concern of :class:`ScopeState`, used like a ContextVar of its own."""
 
-    __slots__ = ("_name",)
+    __slots__ = ("name",)
 
     def __init__(self, name: str) -> None:
-        self._name = name
+        self.name = name
 
     def get(self) -> T:
         """The value in the current context."""
-        value: T = getattr(SCOPES.get(), self._name)
+        value: T = getattr(SCOPES.get(), self.name)
         return value
 
     def set(self, value: T) -> Token[ScopeState]:
-        """Set it in the current context; the token resets the whole state."""
-        return SCOPES.set(SCOPES.get().replace(self._name, value))
-
-    def reset(self, token: Token[ScopeState]) -> None:
-        """Put back the state from before :meth:`set` returned *token*."""
-        SCOPES.reset(token)
+        """Set it in the current context (for a context that is thrown away after)."""
+        return SCOPES.set(SCOPES.get().replace(self.name, value))
 
 
 BUCKET: ScopeField[Bucket | None] = ScopeField("bucket")
@@ -133,17 +152,19 @@ class _Scope(SyncAndAsync[T]):
     per entry, so a token never outlives the block that set it.
     """
 
-    __slots__ = ("_token", "_value")
+    __slots__ = ("_state", "_token", "_value")
     _var: ScopeField[Any]
 
     def __init__(self, value: T) -> None:
         self._value = value
         self._token: Token[ScopeState] | None = None
+        self._state: ScopeState | None = None
 
     def __enter__(self) -> T:
         if self._token is not None:
             raise RuntimeError(f"{type(self).__name__} is already entered")
-        self._token = self._var.set(self._value)
+        state = self._state = SCOPES.get().replace(self._var.name, self._value)
+        self._token = SCOPES.set(state)
         return self._value
 
     def __exit__(
@@ -153,8 +174,8 @@ class _Scope(SyncAndAsync[T]):
         tb: TracebackType | None,
     ) -> None:
         token, self._token = self._token, None
-        if token is not None:
-            self._var.reset(token)
+        if token is not None and self._state is not None:
+            leave(self._var.name, token, self._state)
 
 
 class bucket_scope(_Scope[Bucket]):

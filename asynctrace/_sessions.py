@@ -26,7 +26,7 @@ from typing import Any, Final, TypeVar, cast
 
 from ._cm import SyncAndAsync
 from ._errors import ConfigurationError
-from ._scopes import SCOPES, ScopeState
+from ._scopes import SCOPES, ScopeState, leave
 from ._session_writer import SessionWriter
 
 __all__ = [
@@ -481,26 +481,26 @@ class task_scope(SyncAndAsync["int | str"]):
         ...     assert current_task_id() == 23
     """
 
-    __slots__ = ("_task_id", "_token")
+    __slots__ = ("_state", "_task_id", "_token")
 
     def __init__(self, task_id: int | str) -> None:
         cls = type(task_id)
         self._task_id = task_id if cls is int or cls is str else _check_task_id(task_id)
         self._token: Any = None
+        self._state: Any = None
 
     def __enter__(self) -> int | str:
         state = SCOPES.get()  # ScopeState.replace, inline: this runs once per sample
-        self._token = SCOPES.set(
-            ScopeState(
-                state.bucket, state.per_prompt, state.iteration, self._task_id, state.session_id
-            )
+        self._state = state = ScopeState(
+            state.bucket, state.per_prompt, state.iteration, self._task_id, state.session_id
         )
+        self._token = SCOPES.set(state)
         return self._task_id
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         token, self._token = self._token, None
         if token is not None:
-            SCOPES.reset(token)
+            leave("task_id", token, self._state)
 
 
 class session_scope(SyncAndAsync[str]):
@@ -518,20 +518,22 @@ class session_scope(SyncAndAsync[str]):
         ...     assert current_session_id() == session_id
     """
 
-    __slots__ = ("_session_id", "_token")
+    __slots__ = ("_session_id", "_state", "_token")
 
     def __init__(self) -> None:
         self._session_id: str | None = None
         self._token: Any = None
+        self._state: Any = None
 
     def __enter__(self) -> str:
         tracer = _tracer
         state = SCOPES.get()  # read once; ScopeState.replace below, inline (once per sample)
         session_id = tracer.register(state.task_id) if tracer is not None else _untracked_id()
         self._session_id = session_id
-        self._token = SCOPES.set(
-            ScopeState(state.bucket, state.per_prompt, state.iteration, state.task_id, session_id)
+        self._state = state = ScopeState(
+            state.bucket, state.per_prompt, state.iteration, state.task_id, session_id
         )
+        self._token = SCOPES.set(state)
         return session_id
 
     def __exit__(
@@ -539,7 +541,7 @@ class session_scope(SyncAndAsync[str]):
     ) -> None:
         token, self._token = self._token, None
         if token is not None:
-            SCOPES.reset(token)
+            leave("session_id", token, self._state)
         tracer = _tracer
         if exc_type is not None and tracer is not None and self._session_id is not None:
             status = "failed" if issubclass(exc_type, Exception) else "dropped"

@@ -337,9 +337,12 @@ def finish(
     end_time: int | None = None,
 ) -> None:
     """Record how the block ended and end *span*; never raises."""
-    try:
-        if exc_type is not None:
+    if exc_type is not None:
+        try:
             mark_exit(span, exc_type, exc)
+        except Exception as err:  # the span still ends
+            report_internal_error(("exit", type(span).__name__), err)
+    try:
         span.end(end_time)
     except Exception as err:
         report_internal_error(("end", type(span).__name__), err)
@@ -349,10 +352,21 @@ def mark_exit(span: Span, exc_type: type[BaseException], exc: BaseException | No
     """Exceptions are errors; cancellation and other BaseExceptions are not."""
     if issubclass(exc_type, Exception):
         if exc is not None:
-            span.record_exception(exc, escaped=True)
-        span.set_status(Status(StatusCode.ERROR, f"{exc_type.__name__}: {exc}"))
+            try:
+                span.record_exception(exc, escaped=True)
+            except Exception as err:  # the SDK reads str(exc), which may raise: status still set
+                report_internal_error(("record_exception", exc_type.__name__), err)
+        span.set_status(Status(StatusCode.ERROR, f"{exc_type.__name__}: {_text(exc)}"))
     else:
         span.set_attribute(CANCELLED, True)
+
+
+def _text(exc: BaseException | None) -> str:
+    """``str(exc)``, or a placeholder when its ``__str__`` raises."""
+    try:
+        return str(exc)
+    except Exception:
+        return f"<unprintable {type(exc).__name__}>"
 
 
 class LiveSpan(SyncAndAsync[Span]):
@@ -435,9 +449,9 @@ class ManagedSpan(FastSpan):
     _token: Any
 
     def __enter__(self) -> Span:
+        if self._token is not None:
+            return self._refuse()
         try:
-            if self._token is not None:
-                raise RuntimeError("this managed_span() was entered already; make a new one")
             tracer = GATE.tracer
             var = _CONTEXT_VAR  # not None: _managed makes ManagedSpan objects only then
             if tracer.__class__ is not FastTracer or var is None:  # reconfigured since
@@ -465,6 +479,20 @@ class ManagedSpan(FastSpan):
             report_internal_error(("start", self._group, self._name), exc)
             return AMBIENT_SPAN
 
+    def _refuse(self) -> Span:
+        """A second ``with`` on this object: the disabled span, and its exit will do nothing."""
+        report_internal_error(
+            ("reenter", self._group, self._name),
+            RuntimeError("this managed_span() was entered already; make a new one"),
+        )
+        if self._token is not _DONE:  # nested on itself: its exit comes before ours
+            other = self._other
+            if other.__class__ is _Reentered:
+                other.count += 1
+            else:
+                self._other = _Reentered(other)
+        return AMBIENT_SPAN
+
     def __exit__(
         self,
         exc_type: type[BaseException] | None,
@@ -472,27 +500,35 @@ class ManagedSpan(FastSpan):
         tb: TracebackType | None,
     ) -> None:
         token = self._token
-        if token is None or token is _DONE:
-            other = self._other
+        other = self._other
+        if other is not None:
+            if other.__class__ is _Reentered:  # a `with` on an object already entered
+                if other.count:
+                    other.count -= 1
+                    return  # the exit of that refused entry: the span goes on
+                self._other = other = other.previous
             if other.__class__ is LiveSpan:  # the reconfigured path of __enter__
                 self._other = None
                 other.__exit__(exc_type, exc, tb)
+                return
+        if token is None or token is _DONE:
             return  # never entered (entering failed), or already exited
         self._token = _DONE
-        other = self._other
         try:
             _CONTEXT_VAR.reset(token)  # type: ignore[union-attr]
         except Exception as err:  # a token of another context
             report_internal_error(("detach",), err)
         if other is not None:
             return  # the non-recording span: nothing to end
-        try:
-            if exc_type is not None:
+        if exc_type is not None:
+            try:
                 mark_exit(self, exc_type, exc)
-            if self._end is None:  # FastSpan.end, inline
+            except Exception as err:  # the span still ends
+                report_internal_error(("exit", "FastSpan"), err)
+        try:
+            provider = self._tracer._provider
+            if provider._open.pop(self._span_id, None) is not None:  # FastSpan.end, inline
                 self._end = _time_ns()
-                provider = self._tracer._provider
-                provider._open.pop(self._span_id, None)
                 for queue in provider._queued:
                     items = queue._queue
                     if len(items) < queue._room:  # not full, not closing
@@ -520,6 +556,16 @@ class ManagedSpan(FastSpan):
 
 SPAN_TYPES.add(ManagedSpan)
 _DONE: Final = object()  # ManagedSpan._token once exited
+
+
+class _Reentered:
+    """ManagedSpan._other while refused nested entries are open (their exits are skipped)."""
+
+    __slots__ = ("count", "previous")
+
+    def __init__(self, previous: Any) -> None:
+        self.previous = previous
+        self.count = 1
 
 
 def _managed(

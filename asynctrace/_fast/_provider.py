@@ -64,7 +64,7 @@ _current_context = _context_getter()
 class Scope:
     """The instrumentation scope of a tracer (name, version, schema URL, attributes)."""
 
-    __slots__ = ("attributes", "name", "schema_url", "version")
+    __slots__ = ("attributes", "name", "schema_url", "sdk", "version")
 
     def __init__(
         self,
@@ -77,6 +77,7 @@ class Scope:
         self.version = version
         self.schema_url = schema_url
         self.attributes = dict(attributes) if attributes else None
+        self.sdk: Any = None  # the SDK's InstrumentationScope, made by the first conversion
 
     def __repr__(self) -> str:
         return f"Scope({self.name!r}, {self.version!r})"
@@ -155,7 +156,7 @@ class FastTracer(trace.Tracer):
         """
         provider = self._provider
         parent = (context if context is not None else _current_context()).get(_SPAN_KEY)
-        bits = IDS.bits
+        bits = provider._bits
         if parent is None:
             trace_id = bits(128) or 1
             parent_id = 0
@@ -180,7 +181,7 @@ class FastTracer(trace.Tracer):
                 trace_id = parent_context.trace_id
                 parent_id = parent_context.span_id
                 remote = parent_context.is_remote
-                flags = int(parent_context.trace_flags)
+                flags = int(parent_context.trace_flags) & 0x03  # sampled, random: as the SDK
                 state = parent_context.trace_state or None
                 sampled = (
                     flags & _SAMPLED
@@ -203,7 +204,7 @@ class FastTracer(trace.Tracer):
         if len(attributes) > limit:
             return self._start_trimmed(
                 name, trace_id, span_id, flags, state, parent_id, remote, kind, attributes,
-                links, start_time, limit,
+                links, start_time, limit, span,
             )  # fmt: skip
         # FastSpan.__init__, inline: one frame less per span.
         if span is None:
@@ -251,11 +252,18 @@ class FastTracer(trace.Tracer):
         links: Sequence[Link] | None,
         start_time: int | None,
         limit: int,
+        span: FastSpan | None,
     ) -> FastSpan:
-        """A span given more attributes than the limit: it keeps the newest, as the SDK does."""
+        """A span given more attributes than the limit: it keeps the newest, as the SDK does.
+
+        *span* is the blank to fill (a :class:`ManagedSpan`, say), or ``None``.
+        """
         dropped = len(attributes) - limit
         kept = dict(islice(attributes.items(), dropped, None)) if limit else {}
-        span = FastSpan(
+        if span is None:
+            span = _new(FastSpan)
+        FastSpan.__init__(
+            span,
             self,
             name,
             trace_id,
@@ -339,6 +347,9 @@ class FastTracerProvider(trace.TracerProvider):
         self.sampling = sampling if sampling is not None else Sampling()
         self.limits = limits if limits is not None else SpanLimits()
         self.id_generator = id_generator if id_generator is not None else IDS
+        self._bits: Callable[[int], int] = getattr(self.id_generator, "bits", None) or (
+            self._generated_bits
+        )
         self._bound = self.sampling.bound
         self._parent_based = self.sampling.parent_based
         self._open: dict[int, FastSpan] = {}
@@ -348,6 +359,11 @@ class FastTracerProvider(trace.TracerProvider):
         self._wants_owner = False
         self._closed = False
         self._lock = threading.Lock()
+
+    def _generated_bits(self, count: int) -> int:
+        """Ids from an SDK-style generator (``generate_trace_id``/``generate_span_id``)."""
+        generator: Any = self.id_generator
+        return int(generator.generate_trace_id() if count == 128 else generator.generate_span_id())
 
     def get_tracer(
         self,
@@ -403,13 +419,22 @@ class FastTracerProvider(trace.TracerProvider):
         return list(self._open.copy().values())
 
     def end_open_spans(self, attribute: str) -> int:
-        """End every open span now with *attribute* = true, latest first; returns how many."""
+        """End every open span now with *attribute* = true, latest first; returns how many.
+
+        Each span is claimed first (taken out of the open spans, as ``end()``
+        does), so a span its owner ends at the same moment is queued once,
+        and the attribute is set before any export thread can see the span.
+        """
         spans = sorted(self.open_spans(), key=lambda span: span._start, reverse=True)
         now = _time_ns()
+        ended = 0
         for span in spans:
+            if self._open.pop(span._span_id, None) is None:
+                continue  # its owner ended it meanwhile
             span.set_attribute(attribute, True)
-            span.end(max(now, span._start))
-        return len(spans)
+            span.finish(max(now, span._start))
+            ended += 1
+        return ended
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Export everything ended so far; ``False`` if a queue did not finish in time."""

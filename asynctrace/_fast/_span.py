@@ -302,12 +302,20 @@ class FastSpan(trace.Span):
     # -- end ---------------------------------------------------------------------
 
     def end(self, end_time: int | None = None) -> None:
-        """End the span and hand it to the export queues; later calls do nothing."""
-        if self._end is not None:
+        """End the span and hand it to the export queues; later calls do nothing.
+
+        Taking the span out of its provider's open spans is the claim: one
+        atomic ``dict.pop``, so of two threads ending it at once (the owner and
+        the shutdown's truncation) exactly one queues it.
+        """
+        if self._end is not None or self._tracer._provider._open.pop(self._span_id, None) is None:
             return
-        self._end = end_time if end_time is not None else _time_ns()
+        self.finish(end_time if end_time is not None else _time_ns())
+
+    def finish(self, end_time: int) -> None:
+        """Stamp *end_time* and hand the span to the export queues (the caller claimed it)."""
+        self._end = end_time
         provider = self._tracer._provider
-        provider._open.pop(self._span_id, None)
         for queue in provider._queued:  # QueuedSpanProcessor._put, inline
             items = queue._queue
             if len(items) < queue._room:  # not full, not closing

@@ -20,6 +20,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from .._errors import report_internal_error
 from .._fast import FastSpan, FastTracerProvider
 from ._convert import Converter
 from ._queue import ExporterSink, QueuedSpanProcessor
@@ -50,9 +51,20 @@ class ConvertingSink(ExporterSink):
         self._readable = converter.readable
 
     def export(self, batch: list[Any]) -> tuple[int, int]:
-        """Convert and export; ``(exported, failed)``."""
+        """Convert and export; ``(exported, failed)``; a span that fails to convert fails alone."""
         readable = self._readable
-        return super().export([readable(span) for span in batch])
+        converted = []
+        failed = 0
+        for span in batch:
+            try:
+                converted.append(readable(span))
+            except Exception as exc:
+                failed += 1
+                report_internal_error(("convert", type(span).__name__), exc)
+        if not converted:
+            return 0, failed
+        exported, lost = super().export(converted)
+        return exported, lost + failed
 
 
 class ProcessorSink:

@@ -94,6 +94,8 @@ class ChromeWriter:
         self._max_len = max_attribute_length
         self._event_limits = (max_event_attributes, max_attribute_length)
         self._owners: dict[int, int] = {}  # id(task or thread) -> its track, while it lives
+        # How a retired track reaches the writer thread (the processor's control queue).
+        self.post: Callable[[Any], None] | None = None
         self.pid = os.getpid()
         self._file = open(path, "ab", buffering=0)  # noqa: SIM115 - closed in shutdown()
         self._close_torn_tail()
@@ -296,12 +298,19 @@ class ChromeWriter:
         self._owners[key] = tid
         self._tracks.open(tid, name)
         self._track_made(tid, name)
-        owners, tracks = self._owners, self._tracks
+        owners, refs = self._owners, self._refs
 
         def gone(_ref: object) -> None:
+            # Any thread: forget the owner at once (its id may be reused), and
+            # retire the track on the writer thread, after the spans before it.
             if owners.get(key) == tid:
                 owners.pop(key, None)
-            tracks.retire(tid)
+            refs.pop(tid, None)
+            post = self.post
+            if post is not None:
+                post(tid)
+            else:  # a writer used on its own, without a queue
+                self._tracks.retire(tid)
 
         try:
             self._refs[tid] = weakref.ref(owner, gone)

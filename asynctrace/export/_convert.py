@@ -59,16 +59,15 @@ class Converter:
     def __init__(self, resource: Resource, limits: SpanLimits) -> None:
         self.resource = resource
         self.limits = limits
-        self._scopes: dict[Scope, InstrumentationScope] = {}
 
     def scope(self, scope: Scope) -> InstrumentationScope:
         """The SDK scope for a tracer's :class:`Scope` (cached)."""
-        found = self._scopes.get(scope)
+        found = scope.sdk  # kept on the scope: no cache that grows with get_tracer calls
         if found is None:
-            found = self._scopes[scope] = InstrumentationScope(
+            found = scope.sdk = InstrumentationScope(
                 scope.name, scope.version, scope.schema_url, scope.attributes
             )
-        return found
+        return found  # type: ignore[no-any-return]
 
     def readable(self, span: FastSpan) -> ReadableSpan:
         """The SDK view of an ended *span*."""

@@ -150,10 +150,14 @@ class Pipeline:
         """
         deadline = time.monotonic() + max(0.0, timeout_s)
         truncated = self.end_open_spans()
-        for processor in self.queued:
+        queues = list(self.queued)
+        if isinstance(self.provider, FastTracerProvider):  # the user's processors' queues too
+            queues += [q for q in self.provider.queues() if isinstance(q, QueuedSpanProcessor)]
+            queues = list(dict.fromkeys(queues))
+        for processor in queues:
             processor.begin_shutdown()
         ok = True
-        for processor in self.queued:
+        for processor in queues:
             if not processor.wait_shutdown(deadline - time.monotonic()):
                 ok = False
         if self.owns_provider:  # the tracker, the memory exporter, and any user processor

@@ -117,6 +117,7 @@ class ChromeTraceProcessor(QueuedSpanProcessor):
         self._local = threading.local()
         self._tids: dict[int, int] = {}
         self._refs: dict[int, weakref.ref[Any]] = {}
+        self._writer.post = self._put_control  # bound now, called once the queue exists
         super().__init__(
             self._writer,
             name="chrome",

@@ -1,0 +1,173 @@
+"""The fast provider's own guarantees: one end per span, scopes, re-entry, ids, memory."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+import asynctrace as at
+from asynctrace import FastTracerProvider, _errors
+from asynctrace._fast import IdGenerator
+from asynctrace.export import read_chrome_trace
+from asynctrace.testing import capture_spans
+
+
+def test_a_managed_span_past_the_attribute_limit_still_ends() -> None:
+    """More attributes than max_attributes: the span keeps the newest and is exported."""
+    many = {f"k{i}": i for i in range(200)}
+    with capture_spans("all", provider="fast") as captured:
+        with at.managed_span("reward", "big", attributes=many) as span:
+            assert span.is_recording()
+        assert not span.is_recording()
+        (exported,) = captured.by_name("big")
+    assert len(exported.attributes) == 128
+    assert exported.attributes["k199"] == 199
+    assert exported.dropped_attributes == 200 + 1 - 128  # rl.bucket came first
+
+
+def test_end_and_truncation_racing_queue_a_span_once() -> None:
+    """end() on the owner thread and end_open_spans on another: each span is exported once."""
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        with capture_spans("all", provider="fast") as captured:
+            provider = captured.provider
+            assert isinstance(provider, FastTracerProvider)
+            tracer = provider.get_tracer("race")
+            spans = [tracer.start_span(f"s{i}") for i in range(20_000)]
+            stop = threading.Event()
+
+            def truncate() -> None:
+                while not stop.is_set():
+                    provider.end_open_spans("asynctrace.truncated")
+
+            thread = threading.Thread(target=truncate)
+            thread.start()
+            for span in spans:
+                span.end()
+            stop.set()
+            thread.join()
+            names = captured.names()
+    finally:
+        sys.setswitchinterval(switch)
+    assert len(names) == len(set(names)) == 20_000
+
+
+def test_scopes_exited_out_of_order_keep_the_later_ones() -> None:
+    """Entered and exited by hand in the wrong order, each scope undoes only its own field."""
+    iteration = at.iteration_scope(3)
+    bucket = at.bucket_scope(at.Bucket.IDLE)
+    iteration.__enter__()
+    bucket.__enter__()
+    iteration.__exit__(None, None, None)
+    assert at.current_iteration() is None
+    assert at.current_bucket() is at.Bucket.IDLE
+    bucket.__exit__(None, None, None)
+    assert at.current_iteration() is None
+    assert at.current_bucket() is None
+
+
+def test_entering_a_managed_span_again_leaves_the_first_entry_alone() -> None:
+    """A nested `with` on the same object yields the disabled span; its exit ends nothing."""
+    strict = _errors.set_strict(False)
+    try:
+        with capture_spans("all", provider="fast") as captured:
+            outer = at.managed_span("reward", "outer")
+            with outer as span:
+                with outer as again:
+                    assert not again.is_recording()
+                assert span.is_recording()
+                with at.managed_span("reward", "child"):
+                    pass
+            spans = {s.name: s for s in captured.spans}
+    finally:
+        _errors.set_strict(strict)
+    assert set(spans) == {"outer", "child"}
+    assert spans["child"].parent is not None
+    assert spans["child"].parent.span_id == spans["outer"].context.span_id
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+@pytest.mark.parametrize("provider", ["fast", "sdk"])
+def test_an_exception_without_text_still_ends_the_span(provider: str) -> None:
+    """An escaping exception whose __str__ raises: the span ends, marked ERROR."""
+    strict = _errors.set_strict(False)
+    try:
+        with capture_spans("all", provider=provider) as captured:
+            with pytest.raises(_Unprintable), at.managed_span("reward", "broken"):
+                raise _Unprintable
+            (span,) = captured.by_name("broken")
+    finally:
+        _errors.set_strict(strict)
+    assert span.status.status_code.name == "ERROR"
+    assert "_Unprintable" in (span.status.description or "")
+
+
+def test_the_provider_uses_the_id_generator_it_is_given() -> None:
+    """FastTracerProvider(id_generator=...) draws its ids from that generator."""
+
+    class Counting(IdGenerator):
+        def __init__(self) -> None:
+            super().__init__()
+            self.next = 0x1000
+
+            def bits(count: int) -> int:
+                self.next += 1
+                return self.next
+
+            self.bits = bits
+
+    provider = FastTracerProvider(id_generator=Counting())
+    span = provider.get_tracer("t").start_span("x")
+    context = span.get_span_context()
+    assert (context.trace_id, context.span_id) == (0x1001, 0x1002)
+
+
+def test_chrome_tracks_of_finished_tasks_are_forgotten(tmp_path: Path) -> None:
+    """Thousands of short tasks: the writer keeps no reference or track per dead task."""
+    telemetry = at.configure(
+        {"enabled": True, "span_groups": "all", "exporters": ["chrome"], "output_dir": tmp_path}
+    )
+
+    async def one() -> None:
+        with at.managed_span("reward", "t"):
+            await asyncio.sleep(0)
+
+    async def main() -> None:
+        for _ in range(20):
+            await asyncio.gather(*(one() for _ in range(100)))
+
+    asyncio.run(main())
+    gc.collect()
+    assert telemetry.flush(10)
+    gc.collect()
+    assert telemetry.flush(10)
+    processor = telemetry._pipeline.queued[0]  # type: ignore[union-attr]
+    writer = processor._writer  # type: ignore[attr-defined]
+    assert len(writer._refs) < 50
+    assert len(writer._owners) < 50
+    assert len(writer._tracks) < 50
+    path = telemetry.trace_file
+    telemetry.shutdown()
+    assert path is not None
+    assert len(read_chrome_trace(path).complete_events()) == 2000
+
+
+def test_get_tracer_many_times_does_not_grow_the_conversion_cache() -> None:
+    """The SDK scope made for a tracer's scope lives on that scope, not in a growing map."""
+    with capture_spans("all", provider="fast") as captured:
+        provider = captured.provider
+        for _ in range(1000):
+            provider.get_tracer("same.lib", "1.0").start_span("x").end()
+        spans = captured.spans
+    assert len(spans) == 1000
+    assert {s.instrumentation_scope.name for s in spans} == {"same.lib"}
