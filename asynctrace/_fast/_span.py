@@ -38,6 +38,7 @@ _OK = StatusCode.OK
 _UNSET = StatusCode.UNSET
 _ERROR = StatusCode.ERROR
 _LIST = list
+_TRACE_FLAGS = tuple(TraceFlags(flags) for flags in range(256))  # made once, not per context
 
 
 class SpanEvent:
@@ -158,7 +159,7 @@ class FastSpan(trace.Span):
                     self._trace_id,
                     self._span_id,
                     False,
-                    TraceFlags(self._flags),
+                    _TRACE_FLAGS[self._flags & 0xFF],
                     self._state if self._state is not None else trace.DEFAULT_TRACE_STATE,
                     True,
                 ),
