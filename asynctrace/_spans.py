@@ -431,7 +431,7 @@ def _live(
     return live
 
 
-class ManagedSpan(FastSpan):
+class ManagedSpan(FastSpan, SyncAndAsync[Span]):
     """A fast-provider span of :func:`managed_span` / :func:`umbrella_span`.
 
     The object is both the context manager and (once entered, if sampled) the
@@ -541,17 +541,6 @@ class ManagedSpan(FastSpan):
                     put(self)
         except Exception as err:
             report_internal_error(("end", "FastSpan"), err)
-
-    async def __aenter__(self) -> Span:
-        return self.__enter__()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.__exit__(exc_type, exc, tb)
 
 
 SPAN_TYPES.add(ManagedSpan)
