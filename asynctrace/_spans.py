@@ -26,7 +26,7 @@ from . import _groups
 from ._cm import SyncAndAsync
 from ._errors import report_internal_error
 from ._fast import FastSpan, FastTracer
-from ._fast._span import SPAN_TYPES
+from ._fast._span import _SUSPECT, NONFINITE, SPAN_TYPES, note_floats
 from ._groups import Bucket
 from ._scopes import SCOPES, ScopeState
 from ._semconv import CANCELLED, GROUP, RL_BUCKET
@@ -206,10 +206,13 @@ def _merge(
                 del attrs[RL_BUCKET]
             else:
                 attrs[RL_BUCKET] = bucket._value_
-        if _LIST in map(type, user.values()):
+        kinds = set(map(type, user.values()))
+        if _LIST in kinds:
             for key, value in user.items():
                 if value.__class__ is _LIST:
                     attrs[key] = tuple(value)
+        if not NONFINITE[0] and not _SUSPECT.isdisjoint(kinds):
+            note_floats(user.values())
     return attrs
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import math
 import sys
 import threading
 from pathlib import Path
@@ -171,3 +172,43 @@ def test_get_tracer_many_times_does_not_grow_the_conversion_cache() -> None:
         spans = captured.spans
     assert len(spans) == 1000
     assert {s.instrumentation_scope.name for s in spans} == {"same.lib"}
+
+
+def test_non_finite_floats_reach_the_chrome_file_as_strings(tmp_path: Path) -> None:
+    """NaN and infinities, set any way on fast spans, are written as "nan"/"inf", never null.
+
+    Each way is checked with the process's "a non-finite float was seen" flag
+    cleared first, so each one must raise it itself.
+    """
+    from asynctrace._fast._span import NONFINITE
+
+    telemetry = at.configure(
+        {"enabled": True, "span_groups": "all", "exporters": ["chrome"], "output_dir": tmp_path}
+    )
+    tracer = at.get_tracer()
+    ways = {
+        "given": lambda: at.managed_span("reward", "given", attributes={"x": float("nan")}),
+        "start": lambda: tracer.start_as_current_span("start", attributes={"x": (1.0, -math.inf)}),
+    }
+    try:
+        for name, open_span in ways.items():
+            NONFINITE[0] = False
+            with open_span():
+                pass
+            assert telemetry.flush(10), name
+        NONFINITE[0] = False
+        with at.managed_span("reward", "set") as span:
+            span.set_attribute("x", math.inf)
+        assert telemetry.flush(10)
+        NONFINITE[0] = False
+        with at.managed_span("reward", "many") as span:
+            span.set_attributes({"x": math.nan, "y": 1})
+        path = telemetry.trace_file
+    finally:
+        telemetry.shutdown()
+    assert path is not None
+    args = {e["name"]: e["args"] for e in read_chrome_trace(path).complete_events()}
+    assert args["given"]["x"] == "nan"
+    assert args["start"]["x"] == [1.0, "-inf"]
+    assert args["set"]["x"] == "inf"
+    assert args["many"]["x"] == "nan"

@@ -64,15 +64,41 @@ class SpanEvent:
         self.exception = exception
 
 
+NONFINITE: list[bool] = [False]
+"""Set (for good) once a span stores a float that is NaN or infinite, alone or in a sequence.
+
+The chrome writer searches its lines for the ``null`` msgspec writes for such a
+float only after that; until then a batch of fast-provider spans is written as
+encoded.
+"""
+
+
+def note_floats(values: Any) -> None:
+    """Set :data:`NONFINITE` if any of *values* is (or holds) a NaN or an infinity."""
+    for value in values:
+        if value.__class__ is float:
+            if value - value != 0.0:  # NaN and the infinities only
+                NONFINITE[0] = True
+                return
+        elif isinstance(value, (tuple, list)):
+            note_floats(value)
+
+
+_SUSPECT = frozenset({float, tuple, list})
+
+
 def _copy_attributes(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
     """A private copy; list values become tuples (so later changes do not show)."""
     if not attributes:
         return {}
     copied = dict(attributes)
-    if _LIST in map(type, copied.values()):
+    kinds = set(map(type, copied.values()))
+    if _LIST in kinds:
         for key, value in copied.items():
             if value.__class__ is _LIST:
                 copied[key] = tuple(value)
+    if not NONFINITE[0] and not _SUSPECT.isdisjoint(kinds):
+        note_floats(copied.values())
     return copied
 
 
@@ -192,7 +218,12 @@ class FastSpan(trace.Span):
                     return
                 del attributes[next(iter(attributes))]
                 self._dropped = getattr(self, "_dropped", 0) + 1
-        attributes[key] = tuple(value) if value.__class__ is _LIST else value
+        cls = value.__class__
+        if cls is _LIST:
+            value = tuple(value)  # type: ignore[arg-type]
+        if (cls is float or cls is _LIST or cls is tuple) and not NONFINITE[0]:
+            note_floats((value,))
+        attributes[key] = value
 
     def set_attributes(self, attributes: Mapping[str, types.AttributeValue]) -> None:
         """Set several attributes (see :meth:`set_attribute`)."""

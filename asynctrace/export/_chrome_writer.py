@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
 from .._errors import MissingExtraError
-from .._fast._span import SPAN_TYPES
+from .._fast._span import NONFINITE, SPAN_TYPES
 from .._jsonl import encode_lines
 from .._propagation import PLAIN_CONTEXT
 from .._semconv import GROUP, RL_BUCKET
@@ -124,7 +124,8 @@ class ChromeWriter:
         primary = self._tracks.primary
         most = self._tracks.max_intervals
         pid = self.pid
-        written = failed = 0
+        failed = controls = 0
+        nonfinite = NONFINITE[0]  # a NaN or infinity was ever stored: search the lines
         owners = self._owners
         max_len = self._max_len
         event_limits = self._event_limits
@@ -199,13 +200,15 @@ class ChromeWriter:
                     append(_Complete("X", item._name, cat, start, end - start, pid, track, args))
                     span_events = item._events
                     if span_events:
+                        nonfinite = True  # event attributes are not watched: search
                         _instant_events(span_events, cat, pid, track, events, event_limits)
-                    written += 1
                     continue
                 if cls is tuple:
+                    nonfinite = True  # an SDK span: its attributes are not watched here
                     (name, span_id, trace_id, parent_id, start_ns, end_ns, raw, span_events,
                      error, kind, scope, category, tid) = item  # fmt: skip
                 else:
+                    controls += 1
                     self._control(item)
                     continue
                 start = start_ns // 1000
@@ -239,15 +242,15 @@ class ChromeWriter:
                 append(_Complete("X", name, cat, start, dur, pid, track, args))
                 if span_events:
                     _instant_events(span_events, cat, pid, track, events)
-                written += 1
             except Exception as exc:
                 failed += 1
                 self._warn("a span could not be serialized; it is skipped", exc)
+        written = len(batch) - controls - failed
         self._last_trace_id, self._last_trace_hex = last_trace, last_trace_hex
         if self._pending:
             events.extend(self._pending)
             self._pending.clear()
-        data, skipped = _encode(events)
+        data, skipped = _encode(events, nonfinite)
         if skipped:
             self._warn(f"{len(skipped)} events could not be serialized", ValueError("left out"))
             lost = sum(1 for i in skipped if events[i].__class__ is _Complete)  # spans only
@@ -441,16 +444,18 @@ def _instant_events(
         )
 
 
-def _encode(events: list[Any]) -> tuple[bytes, list[int]]:
+def _encode(events: list[Any], nonfinite: bool = True) -> tuple[bytes, list[int]]:
     """JSON lines, and the indexes of the events left out (could not be encoded at all).
 
     msgspec writes NaN and infinities as ``null``. OpenTelemetry attributes
     never hold ``None`` except inside sequences, so a batch without ``null``
     anywhere (the common case) is written as encoded; otherwise it is encoded
     again with non-finite floats turned into strings (``"nan"``) first.
+    With *nonfinite* false (no span of the batch can hold one: see
+    :data:`asynctrace._fast._span.NONFINITE`), the bytes are not searched.
     """
     data, skipped = encode_lines(events, _finite_event)
-    if b"null" not in data:
+    if not nonfinite or b"null" not in data:
         return data, skipped
     try:
         finite = [_finite_event(event) for event in events]
