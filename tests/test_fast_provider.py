@@ -212,3 +212,38 @@ def test_non_finite_floats_reach_the_chrome_file_as_strings(tmp_path: Path) -> N
     assert args["start"]["x"] == [1.0, "-inf"]
     assert args["set"]["x"] == "inf"
     assert args["many"]["x"] == "nan"
+
+
+def test_sampler_variables_are_read_as_the_sdk_reads_them() -> None:
+    """OTEL_TRACES_SAMPLER(_ARG): the standard names; unknown ones warned about, never fatal."""
+    from asynctrace._fast import sampling_from
+
+    ratio = sampling_from(None, {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+                                 "OTEL_TRACES_SAMPLER_ARG": "0.25"})  # fmt: skip
+    assert (ratio.ratio, ratio.parent_based) == (0.25, True)
+    assert sampling_from(None, {"OTEL_TRACES_SAMPLER": "always_off"}).ratio == 0.0
+    with pytest.warns(UserWarning, match="jaeger_remote"):
+        assert sampling_from(None, {"OTEL_TRACES_SAMPLER": "jaeger_remote"}).ratio == 1.0
+    with pytest.warns(UserWarning, match="OTEL_TRACES_SAMPLER_ARG"):
+        odd = sampling_from(
+            None, {"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "half"}
+        )
+    assert (odd.ratio, odd.parent_based) == (1.0, False)
+    with pytest.raises(at.ConfigurationError, match=r"sampling_ratio.*\[0, 1\]"):
+        at.configure({"enabled": True, "exporters": [], "sampling_ratio": 2})
+
+
+def test_a_sampled_out_root_records_nothing_but_carries_its_context() -> None:
+    """sampling_ratio=0: spans are non-recording, with valid unsampled contexts."""
+    telemetry = at.configure(
+        {"enabled": True, "span_groups": "all", "exporters": ["memory"], "sampling_ratio": 0}
+    )
+    try:
+        with at.managed_span("reward", "dropped") as span:
+            carrier = at.current_trace_carrier()
+        assert not span.is_recording()
+        assert carrier["traceparent"].endswith("-02")  # valid ids, not sampled, random
+        assert telemetry.memory_exporter is not None
+        assert telemetry.memory_exporter.get_finished_spans() == ()
+    finally:
+        telemetry.shutdown()

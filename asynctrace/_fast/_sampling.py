@@ -10,6 +10,7 @@ configuration or the standard ``OTEL_TRACES_SAMPLER`` /
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -72,8 +73,12 @@ class Sampling:
 def sampling_from(ratio: float | None, environ: Mapping[str, str]) -> Sampling:
     """The policy: *ratio* when given, else ``OTEL_TRACES_SAMPLER(_ARG)``, else always on.
 
+    The variables are read as the SDK reads them, leniently (they may be set
+    for other tools): a sampler name asynctrace does not have, or a bad
+    argument, is warned about and the default is used.
+
     Raises:
-        ConfigurationError: an unknown sampler name or a ratio outside ``[0, 1]``.
+        ConfigurationError: *ratio* outside ``[0, 1]``.
     """
     if ratio is not None:
         return Sampling(_ratio("sampling_ratio", ratio))
@@ -81,9 +86,13 @@ def sampling_from(ratio: float | None, environ: Mapping[str, str]) -> Sampling:
     if not name:
         return Sampling()
     if name not in _SAMPLERS:
-        raise ConfigurationError(
-            f"OTEL_TRACES_SAMPLER: {name!r} is not accepted; accepted: {', '.join(_SAMPLERS)}"
+        warnings.warn(
+            f"OTEL_TRACES_SAMPLER: ignoring {name!r}; asynctrace samples with "
+            f"{', '.join(_SAMPLERS)} (set sampling_ratio to choose); recording every trace",
+            UserWarning,
+            stacklevel=3,
         )
+        return Sampling()
     parent_based = name.startswith("parentbased_")
     root = name.removeprefix("parentbased_")
     if root == "always_on":
@@ -92,12 +101,17 @@ def sampling_from(ratio: float | None, environ: Mapping[str, str]) -> Sampling:
         return Sampling(0.0, parent_based)
     raw = environ.get("OTEL_TRACES_SAMPLER_ARG", "").strip()
     try:
-        value = float(raw) if raw else 1.0
-    except ValueError:
-        raise ConfigurationError(
-            f"OTEL_TRACES_SAMPLER_ARG: {raw!r} is not accepted; accepted: a number in [0, 1]"
-        ) from None
-    return Sampling(_ratio("OTEL_TRACES_SAMPLER_ARG", value), parent_based)
+        return Sampling(
+            _ratio("OTEL_TRACES_SAMPLER_ARG", float(raw) if raw else 1.0), parent_based
+        )
+    except (ValueError, ConfigurationError):
+        warnings.warn(
+            f"OTEL_TRACES_SAMPLER_ARG: ignoring {raw!r} (accepted: a number in [0, 1]); "
+            "using 1.0, as the SDK does",
+            UserWarning,
+            stacklevel=3,
+        )
+        return Sampling(1.0, parent_based)
 
 
 def _ratio(key: str, value: Any) -> float:
