@@ -528,20 +528,9 @@ class ManagedSpan(FastSpan, SyncAndAsync[Span]):
                 mark_exit(self, exc_type, exc)
             except Exception as err:  # the span still ends
                 report_internal_error(("exit", "FastSpan"), err)
-        try:
-            provider = self._tracer._provider
-            if provider._open.pop(self._span_id, None) is not None:  # FastSpan.end, inline
-                self._end = _time_ns()
-                for queue in provider._queued:
-                    items = queue._queue
-                    if len(items) < queue._room:  # not full, not closing
-                        items.append(self)
-                        if len(items) >= queue._batch_size and not queue._wake.is_set():
-                            queue._wake.set()
-                    else:
-                        queue._drop(1)
-                for put in provider._puts:
-                    put(self)
+        try:  # FastSpan.end: the claim inline, the hand-over shared
+            if self._tracer._provider._open.pop(self._span_id, None) is not None:
+                self.finish(_time_ns())
         except Exception as err:
             report_internal_error(("end", "FastSpan"), err)
 

@@ -19,18 +19,33 @@ headers each server saw, and what the global provider is.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import sys
-import threading
+from pathlib import Path
 from typing import Any
 
 import aiohttp
-import uvicorn
 from aiohttp import web
 from opentelemetry import trace
 from opentelemetry.instrumentation.aiohttp_client import AioHttpClientInstrumentor
 
 import asynctrace
+
+
+def _load_servers() -> Any:
+    """tests/contrib/conftest.py, whose real servers the suite already uses, loaded by path."""
+    path = Path(__file__).parent / "contrib" / "conftest.py"
+    spec = importlib.util.spec_from_file_location("_contrib_servers", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks itself up there
+    spec.loader.exec_module(module)
+    return module
+
+
+serve_asgi = _load_servers().serve_asgi
 
 EARLY = trace.get_tracer("interop.early")  # taken before configure, as libraries do
 
@@ -75,38 +90,6 @@ async def _asgi_echo(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def _start_uvicorn() -> tuple[str, Any]:
-    """Serve the ASGI echo app with uvicorn on a free port, in its own thread."""
-    config = uvicorn.Config(
-        _asgi_echo, host="127.0.0.1", port=0, log_level="warning", lifespan="off"
-    )
-    server = uvicorn.Server(config)
-    started = threading.Event()
-    port: list[int] = []
-
-    def run() -> None:
-        async def main() -> None:
-            task = asyncio.create_task(server.serve())
-            while not server.started:
-                await asyncio.sleep(0.01)
-            port.append(server.servers[0].sockets[0].getsockname()[1])
-            started.set()
-            await task
-
-        asyncio.run(main())
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    if not started.wait(20):
-        raise RuntimeError("uvicorn did not start")
-
-    def stop() -> None:
-        server.should_exit = True
-        thread.join(10)
-
-    return f"http://127.0.0.1:{port[0]}", stop
-
-
 async def _get_json(session: aiohttp.ClientSession, url: str) -> Any:
     async with session.get(url) as response:
         return await response.json()
@@ -123,7 +106,8 @@ async def _scenario() -> dict[str, Any]:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     aiohttp_url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/echo"  # type: ignore[union-attr]
-    uvicorn_url, stop_uvicorn = _start_uvicorn()
+    uvicorn = serve_asgi(_asgi_echo)
+    uvicorn_url, stop_uvicorn = uvicorn.url, uvicorn.stop
     try:
         async with aiohttp.ClientSession() as session:
             # 1. HTTP client spans of the third-party instrumentation under asynctrace spans.
