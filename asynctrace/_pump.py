@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
 from types import TracebackType
 from typing import Any
 
@@ -108,16 +109,22 @@ async def wait_until(
 
     async def check() -> bool:
         result = ready()
+        if result is True or result is False:  # the common case: a plain predicate
+            return result
         if inspect.isawaitable(result):
             result = await result
         return bool(result)
 
     if await check():
         return 0
-    with start_efficiency_span(category) as wait, anyio.fail_after(timeout_s):
+    sleep = anyio.sleep
+    with start_efficiency_span(category) as wait:
         polls = wait.poll()
-        while True:
-            await anyio.sleep(interval_s)
-            if await check():
-                return polls
-            polls = wait.poll()
+        # Without a timeout there is nothing to cancel: no cancel scope (it costs
+        # a task hook per poll on asyncio).
+        with anyio.fail_after(timeout_s) if timeout_s is not None else nullcontext():
+            while True:
+                await sleep(interval_s)
+                if await check():
+                    return polls
+                polls = wait.poll()
