@@ -114,6 +114,11 @@ class TelemetryConfig:
             ``max_link_attributes`` (``None``: unlimited); unset keys come from
             the standard ``OTEL_*_LIMIT`` variables, else OpenTelemetry's
             defaults (128 of each, no length limit).
+        propagate_scopes: carriers (``current_trace_carrier``, the env
+            carriers, the HTTP integrations) also send the iteration,
+            per-prompt, task and session scopes as W3C ``baggage`` entries
+            under ``asynctrace.``, and restore the ones they receive. Off by
+            default; the bucket scope never travels.
 
     Example:
         >>> TelemetryConfig(enabled=True, exporters=["chrome"]).span_groups
@@ -138,6 +143,7 @@ class TelemetryConfig:
     provider: Any = None
     sampling_ratio: float | None = None
     span_limits: dict[str, Any] = field(default_factory=dict)
+    propagate_scopes: bool = False
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any] | None) -> TelemetryConfig:
@@ -241,6 +247,7 @@ ENV_VARS: dict[str, str] = {
     "ASYNCTRACE_SHUTDOWN_TIMEOUT_S": "shutdown_timeout_s",
     "ASYNCTRACE_PROVIDER": "provider",
     "ASYNCTRACE_SAMPLING_RATIO": "sampling_ratio",
+    "ASYNCTRACE_PROPAGATE_SCOPES": "propagate_scopes",
 }
 """Environment variable → field (``session_tracer.*`` are nested fields)."""
 
@@ -342,7 +349,7 @@ def _check_keys(mapping: Mapping[str, Any], cls: type, where: str) -> None:
 
 def coerce_field(key: str, name: str, value: Any) -> Any:
     """Check one field's value; strings are accepted for booleans and numbers."""
-    if name in ("enabled", "handle_sigterm"):
+    if name in ("enabled", "handle_sigterm", "propagate_scopes"):
         return _bool(key, value)
     if name in ("max_queue_size", "max_export_batch_size", "flush_threshold"):
         return check_int(key, value, 1)

@@ -7,15 +7,19 @@ import inspect
 import os
 import re
 from collections.abc import Callable, Mapping, MutableMapping
+from contextvars import Token
 from types import TracebackType
 from typing import Any, Final, TypeVar, cast
 
+from opentelemetry import baggage, trace
 from opentelemetry import context as otel_context
-from opentelemetry import trace
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from ._baggage import ScopeValues, encode
+from ._baggage import decode as decode_baggage
 from ._cm import SyncAndAsync
 from ._errors import ConfigurationError, report_internal_error
+from ._scopes import SCOPES, ScopeState, leave_all
+from ._state import GATE
 
 __all__ = [
     "accepts_trace_context",
@@ -27,16 +31,17 @@ __all__ = [
     "span_carrier",
 ]
 
-_W3C: Final = TraceContextTextMapPropagator()
 TRACEPARENT: Final = "traceparent"
 TRACESTATE: Final = "tracestate"
+BAGGAGE: Final = "baggage"
 ENV_TRACEPARENT: Final = "TRACEPARENT"
 ENV_TRACESTATE: Final = "TRACESTATE"
+ENV_BAGGAGE: Final = "BAGGAGE"
 CARRIER_KWARG: Final = "trace_carrier"
 # A version-00 traceparent is 55 characters; later versions may append fields.
 _MAX_TRACEPARENT: Final = 512
-# W3C: at most 32 list members of at most 256 characters each.
-_MAX_TRACESTATE: Final = 32 * 257
+# The combined tracestate OpenTelemetry's propagator reads (longer ones are discarded).
+_MAX_TRACESTATE: Final = 8192
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -45,14 +50,22 @@ def current_trace_carrier() -> dict[str, str]:
     """The current span context as a W3C carrier (``traceparent``/``tracestate``).
 
     An empty dict when there is no valid span context (nothing recording and
-    no remote parent attached), so passing it on is always safe.
+    no remote parent attached), so passing it on is always safe. With
+    ``propagate_scopes`` on, a ``baggage`` entry carries the iteration,
+    per-prompt, task and session scopes (under ``asynctrace.``) and the
+    caller's own OpenTelemetry baggage, when there is any of either.
 
     Example:
         >>> current_trace_carrier()
         {}
     """
     try:
-        return span_carrier(trace.get_current_span())
+        carrier = span_carrier(trace.get_current_span())
+        if GATE.propagate_scopes:
+            value = encode(baggage.get_all())
+            if value:
+                carrier[BAGGAGE] = value
+        return carrier
     except Exception as exc:
         report_internal_error(("current_trace_carrier",), exc)
         return {}
@@ -109,58 +122,169 @@ def span_carrier(span: trace.Span) -> dict[str, str]:
 
 _KEY = r"(?:[a-z][_0-9a-z\-*/]{0,255}|[a-z0-9][_0-9a-z\-*/]{0,240}@[a-z][_0-9a-z\-*/]{0,13})"
 _VALUE = r"[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]"
-_MEMBER: Final = re.compile(rf"[ \t]*{_KEY}={_VALUE}[ \t]*")
+_MEMBER: Final = re.compile(rf"({_KEY})=({_VALUE})")
+# OpenTelemetry's own pattern: optional whitespace around, a future version may add fields.
+_TRACEPARENT: Final = re.compile(
+    r"[ \t]*([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-[^\r\n]*)?[ \t]*"
+)
+# Version 00: the sampled flag, plus the random flag of Trace Context Level 2 (which a
+# Level 1 reader ignores); every other bit is reserved and is not passed on. A later
+# version: the sampled flag only, which is all the spec lets a reader of 00 parse.
+_FLAGS_00: Final = 0x03
+_FLAGS_LATER: Final = 0x01
+_FLAGS: Final = tuple(trace.TraceFlags(i) for i in range(4))
+_NAMES: Final = {TRACEPARENT: 0, TRACESTATE: 1, BAGGAGE: 2}
+_HEADER_NAMES: Final = (TRACEPARENT, TRACESTATE, BAGGAGE)
 
 
-def _valid_tracestate(value: str) -> bool:
-    """W3C tracestate syntax; an invalid header is discarded whole (W3C §3.3.1.1)."""
-    members = [m for m in value.split(",") if m.strip(" \t")]
-    return len(members) <= 32 and all(_MEMBER.fullmatch(m) for m in members)
+def parse_traceparent(value: str) -> trace.SpanContext | None:
+    """The remote span context of one ``traceparent`` value; ``None`` if it is not valid.
 
-
-def _clean_carrier(carrier: object) -> dict[str, str] | None:
-    """Keep only well-typed, bounded W3C entries (keys case-insensitive)."""
-    try:
-        return _clean(carrier)
-    except Exception:  # a hostile mapping: treat as no carrier
+    W3C Trace Context Level 1: lower-case hex only; version ``ff``, all-zero
+    ids and a version-00 value with anything after its flags are invalid; a
+    later version is read for its first four fields, which must end the value
+    or be followed by ``-``. Leading and trailing spaces and tabs are allowed.
+    """
+    if len(value) > _MAX_TRACEPARENT:
         return None
+    match = _TRACEPARENT.fullmatch(value)
+    if match is None:
+        return None
+    version, trace_hex, span_hex, flags_hex, rest = match.groups()
+    if version == "ff" or (version == "00" and rest):
+        return None
+    trace_id, span_id = int(trace_hex, 16), int(span_hex, 16)
+    if not trace_id or not span_id:
+        return None
+    flags = int(flags_hex, 16) & (_FLAGS_00 if version == "00" else _FLAGS_LATER)
+    return trace.SpanContext(trace_id, span_id, True, _FLAGS[flags])
 
 
-def _clean(carrier: object) -> dict[str, str] | None:
+def parse_tracestate(values: list[str]) -> trace.TraceState | None:
+    """The ``tracestate`` of one or more header values, combined in order; ``None`` to discard.
+
+    Empty members (and empty headers) are skipped, spaces and tabs around
+    members allowed. The whole tracestate is discarded when a member is not
+    W3C syntax, a key repeats, there are more than 32 members, or the
+    combined value is over 8,192 characters (OpenTelemetry's limit).
+    """
+    if len(values) > 1 and sum(map(len, values)) + len(values) - 1 > _MAX_TRACESTATE:
+        return None
+    pairs: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for header in values:
+        if len(header) > _MAX_TRACESTATE:
+            return None
+        for raw in header.split(","):
+            member = raw.strip(" \t")
+            if not member:
+                continue
+            match = _MEMBER.fullmatch(member)
+            if match is None:
+                return None
+            key = match.group(1)
+            if key in seen or len(pairs) == 32:
+                return None
+            seen.add(key)
+            pairs.append((key, match.group(2)))
+    return trace.TraceState(pairs) if pairs else None
+
+
+def read_carrier(carrier: object) -> tuple[list[str], list[str], list[str]] | None:
+    """The ``traceparent``, ``tracestate`` and ``baggage`` values of *carrier*, in order.
+
+    Header names are matched case-insensitively and every value is kept, so a
+    repeated header is seen as repeated: a plain mapping (keys differing in
+    case count as repeats), a multi-value mapping (``getall``, ``get_all`` or
+    ``getlist``), or anything with ``get``. Only ``str`` values are read.
+    ``None`` for what is not a carrier.
+    """
     if carrier is None or isinstance(carrier, (str, bytes)):
         return None
+    found: tuple[list[str], list[str], list[str]] = ([], [], [])
+    if type(carrier) is dict or (
+        isinstance(carrier, Mapping)
+        and not hasattr(carrier, "getall")
+        and not hasattr(carrier, "getlist")
+    ):
+        for key, value in carrier.items():
+            if key.__class__ is str and 7 <= len(key) <= 11 and value.__class__ is str:
+                index = _NAMES.get(key)
+                if index is None:
+                    index = _NAMES.get(key.lower())
+                if index is not None:
+                    found[index].append(value)
+        return found
+    many: Callable[[str], Any] | None = None
+    for method in ("getall", "get_all"):  # multidict, email.message.Message: (name, default)
+        bound = getattr(carrier, method, None)
+        if callable(bound):
+            many = functools.partial(bound, default=None) if method == "getall" else bound
+            break
+    else:
+        getlist = getattr(carrier, "getlist", None)  # starlette's Headers
+        if callable(getlist):
+            many = getlist
+    if many is not None:
+        for index, name in enumerate(_HEADER_NAMES):
+            for value in many(name) or ():
+                if isinstance(value, str):
+                    found[index].append(value)
+        return found
     getter = getattr(carrier, "get", None)
     if not callable(getter):
         return None
-    items = getattr(carrier, "items", None)
-    clean: dict[str, str] = {}
-    for key, limit in ((TRACEPARENT, _MAX_TRACEPARENT), (TRACESTATE, _MAX_TRACESTATE)):
-        value = getter(key)
-        if value is None and isinstance(carrier, Mapping) and callable(items):
-            for raw_key, raw_value in items():
-                if isinstance(raw_key, str) and raw_key.lower() == key:
-                    value = raw_value
-                    break
-        if isinstance(value, str) and value.isascii() and len(value) <= limit:
-            if key == TRACESTATE and not _valid_tracestate(value):
-                continue
-            clean[key] = value
-    return clean if TRACEPARENT in clean else None
+    for index, name in enumerate(_HEADER_NAMES):
+        value = getter(name)
+        if isinstance(value, str):
+            found[index].append(value)
+    return found
+
+
+class _Remote:
+    """What one carrier holds: a span context, the caller's baggage, the scope values."""
+
+    __slots__ = ("baggage", "scopes", "span_context")
+
+    def __init__(self, carrier: object, *, scopes: bool) -> None:
+        self.span_context: trace.SpanContext | None = None
+        self.baggage: dict[str, str] | None = None
+        self.scopes: ScopeValues | None = None
+        found = read_carrier(carrier)
+        if found is None:
+            return
+        parents, states, bags = found
+        if len(parents) == 1:  # two traceparent headers are invalid: a new trace
+            span_context = parse_traceparent(parents[0])
+            if span_context is not None and states:
+                state = parse_tracestate(states)
+                if state is not None:
+                    span_context = trace.SpanContext(
+                        span_context.trace_id,
+                        span_context.span_id,
+                        True,
+                        span_context.trace_flags,
+                        state,
+                    )
+            self.span_context = span_context
+        if bags and scopes:
+            user, values = decode_baggage(bags)
+            self.baggage = user or None
+            self.scopes = values or None
 
 
 def context_from_carrier(carrier: object) -> otel_context.Context | None:
     """The OTel context a carrier describes, or ``None`` if it is not valid W3C."""
-    clean = _clean_carrier(carrier)
-    if clean is None:
-        return None
     try:
-        extracted = trace.get_current_span(_W3C.extract(clean)).get_span_context()
-    except Exception:
+        remote = _Remote(carrier, scopes=False)
+    except Exception:  # a hostile mapping: treat as no carrier
         return None
-    if not extracted.is_valid:
+    if remote.span_context is None:
         return None
     # Keep the caller's other context values (baggage, ...): only the span changes.
-    return trace.set_span_in_context(trace.NonRecordingSpan(extracted), otel_context.get_current())
+    return trace.set_span_in_context(
+        trace.NonRecordingSpan(remote.span_context), otel_context.get_current()
+    )
 
 
 class remote_trace_context(SyncAndAsync["remote_trace_context"]):
@@ -168,31 +292,54 @@ class remote_trace_context(SyncAndAsync["remote_trace_context"]):
 
     Attaches on enter and detaches on exit (``with`` and ``async with``). An
     empty, ``None`` or malformed carrier makes it a no-op: it never raises.
+    With ``propagate_scopes`` on, the scopes the carrier's ``baggage`` brings
+    (iteration, per-prompt, task and session) are entered for the block too,
+    and the sender's own baggage entries are put in the OpenTelemetry context.
 
     Example:
         >>> with remote_trace_context({"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}):
         ...     pass
     """
 
-    __slots__ = ("_ctx", "_token")
+    __slots__ = ("_remote", "_scope_state", "_scope_token", "_token")
 
     def __init__(self, carrier: Mapping[str, str] | None) -> None:
-        self._ctx = context_from_carrier(carrier)
+        self._remote: _Remote | None = None
         self._token: object | None = None
+        self._scope_token: Token[ScopeState] | None = None
+        self._scope_state: ScopeState | None = None
+        if not carrier:
+            return
+        try:
+            self._remote = _Remote(carrier, scopes=GATE.propagate_scopes)
+        except Exception:  # a hostile mapping: treat as no carrier
+            self._remote = None
 
     @property
     def valid(self) -> bool:
         """Whether the carrier held a valid W3C span context."""
-        return self._ctx is not None
+        remote = self._remote
+        return remote is not None and remote.span_context is not None
 
     def __enter__(self) -> remote_trace_context:
-        if self._ctx is not None:
-            try:
-                span = trace.get_current_span(self._ctx)
-                ctx = trace.set_span_in_context(span, otel_context.get_current())
+        remote = self._remote
+        if remote is None:
+            return self
+        try:
+            if remote.span_context is not None or remote.baggage:
+                ctx = otel_context.get_current()
+                if remote.span_context is not None:
+                    ctx = trace.set_span_in_context(
+                        trace.NonRecordingSpan(remote.span_context), ctx
+                    )
+                for key, value in (remote.baggage or {}).items():
+                    ctx = baggage.set_baggage(key, value, ctx)
                 self._token = otel_context.attach(ctx)
-            except Exception as exc:
-                report_internal_error(("remote_trace_context",), exc)
+            if remote.scopes is not None:
+                state = self._scope_state = remote.scopes.applied_to(SCOPES.get())
+                self._scope_token = SCOPES.set(state)
+        except Exception as exc:
+            report_internal_error(("remote_trace_context",), exc)
         return self
 
     def __exit__(
@@ -201,6 +348,9 @@ class remote_trace_context(SyncAndAsync["remote_trace_context"]):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        scope_token, self._scope_token = self._scope_token, None
+        if scope_token is not None and self._scope_state is not None:
+            leave_all(scope_token, self._scope_state)
         token, self._token = self._token, None
         if token is not None:
             otel_context.detach(token)  # type: ignore[arg-type]
@@ -311,7 +461,9 @@ def inject_env(env: MutableMapping[str, str] | None = None) -> MutableMapping[st
 
     *env* defaults to a copy of ``os.environ``. Stale values are removed when
     there is no valid span context, so a child never inherits an old parent.
-    Returns *env*, ready for ``subprocess.run(..., env=...)``.
+    With ``propagate_scopes`` on, ``BAGGAGE`` carries the scopes (and is
+    removed likewise when there are none). Returns *env*, ready for
+    ``subprocess.run(..., env=...)``.
 
     Example:
         >>> env = inject_env({"PATH": "/usr/bin"})
@@ -320,7 +472,8 @@ def inject_env(env: MutableMapping[str, str] | None = None) -> MutableMapping[st
     """
     target: MutableMapping[str, str] = dict(os.environ) if env is None else env
     carrier = current_trace_carrier()
-    for env_key, key in ((ENV_TRACEPARENT, TRACEPARENT), (ENV_TRACESTATE, TRACESTATE)):
+    pairs = ((ENV_TRACEPARENT, TRACEPARENT), (ENV_TRACESTATE, TRACESTATE), (ENV_BAGGAGE, BAGGAGE))
+    for env_key, key in pairs:
         if key in carrier:
             target[env_key] = carrier[key]
         else:
@@ -332,8 +485,9 @@ def extract_env(environ: Mapping[str, str] | None = None) -> remote_trace_contex
     """The trace context carried in ``TRACEPARENT``/``TRACESTATE`` (default ``os.environ``).
 
     Returns a :class:`remote_trace_context`: ``with extract_env(): ...`` runs
-    the block under the parent process's span. Missing or malformed values
-    make it a no-op.
+    the block under the parent process's span (and, with ``propagate_scopes``
+    on, in the scopes ``BAGGAGE`` carries). Missing or malformed values make
+    it a no-op.
 
     Example:
         >>> with extract_env({}):
@@ -344,10 +498,13 @@ def extract_env(environ: Mapping[str, str] | None = None) -> remote_trace_contex
     try:
         parent = source.get(ENV_TRACEPARENT)
         state = source.get(ENV_TRACESTATE)
+        bag = source.get(ENV_BAGGAGE)
     except Exception:
-        parent = state = None
+        parent = state = bag = None
     if isinstance(parent, str):
         carrier[TRACEPARENT] = parent
         if isinstance(state, str):
             carrier[TRACESTATE] = state
+    if isinstance(bag, str):
+        carrier[BAGGAGE] = bag
     return remote_trace_context(carrier)

@@ -225,7 +225,11 @@ class Telemetry:
     def _install(self) -> None:
         pipeline = self._pipeline
         if pipeline is not None:
-            enable_telemetry(pipeline.provider, span_groups=self.settings.span_groups)
+            enable_telemetry(
+                pipeline.provider,
+                span_groups=self.settings.span_groups,
+                propagate_scopes=self.settings.propagate_scopes,
+            )
             self._owns_global = _otel_global.claim(pipeline.provider)
         if self._sessions is not None:
             _sessions.install(self._sessions)

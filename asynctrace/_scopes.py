@@ -120,6 +120,30 @@ def leave(field: str, token: Token[ScopeState], state: ScopeState) -> None:
     SCOPES.set(SCOPES.get().replace(field, value))
 
 
+_FIELDS = ("bucket", "per_prompt", "iteration", "task_id", "session_id")
+
+
+def leave_all(token: Token[ScopeState], state: ScopeState) -> None:
+    """Undo an entry that installed *state* whole (a carrier's scopes, say).
+
+    By token when it is the innermost; otherwise every field that the entry
+    changed goes back to what it was, and the rest stays as later entries left it.
+    """
+    if SCOPES.get() is state:
+        try:
+            SCOPES.reset(token)
+            return
+        except ValueError:  # a token of another context: restore the fields instead
+            pass
+    old = token.old_value
+    before = old if isinstance(old, ScopeState) else _EMPTY
+    current = SCOPES.get()
+    for name in _FIELDS:
+        if getattr(state, name) != getattr(before, name):
+            current = current.replace(name, getattr(before, name))
+    SCOPES.set(current)
+
+
 class ScopeField(Generic[T]):
     """One concern of :class:`ScopeState`, used like a ContextVar of its own."""
 

@@ -71,6 +71,7 @@ class Settings:
     provider: Any = "fast"
     sampling: Sampling = dataclasses.field(default_factory=Sampling)
     span_limits: SpanLimits = dataclasses.field(default_factory=SpanLimits)
+    propagate_scopes: bool = False
 
     @property
     def exporter_names(self) -> tuple[str, ...]:
@@ -177,6 +178,7 @@ def resolve(
         provider=_provider(values["provider"], env),
         sampling=sampling_from(values["sampling_ratio"], env),
         span_limits=limits_from(values["span_limits"], env),
+        propagate_scopes=values["propagate_scopes"],
     )
 
 

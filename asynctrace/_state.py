@@ -30,13 +30,15 @@ class _Gate:
     telemetry is off, so ``if not GATE.enabled`` is the whole disabled path.
     """
 
-    __slots__ = ("enabled", "provider", "tokens", "tracer")
+    __slots__ = ("enabled", "propagate_scopes", "provider", "tokens", "tracer")
 
     def __init__(self) -> None:
         self.enabled: frozenset[str] = frozenset()
         self.tracer: trace.Tracer | None = None
         self.provider: trace.TracerProvider | None = None
         self.tokens: tuple[str, ...] = ()
+        # Carriers send and restore the scopes (W3C baggage); off unless configured.
+        self.propagate_scopes = False
 
 
 GATE = _Gate()
@@ -52,12 +54,15 @@ class GateSnapshot:
     tracer: trace.Tracer | None
     provider: trace.TracerProvider | None
     tokens: tuple[str, ...]
+    propagate_scopes: bool = False
 
 
 def snapshot() -> GateSnapshot:
     """Capture the current gate state."""
     with _lock:
-        return GateSnapshot(GATE.enabled, GATE.tracer, GATE.provider, GATE.tokens)
+        return GateSnapshot(
+            GATE.enabled, GATE.tracer, GATE.provider, GATE.tokens, GATE.propagate_scopes
+        )
 
 
 def restore(state: GateSnapshot) -> None:
@@ -67,6 +72,7 @@ def restore(state: GateSnapshot) -> None:
         GATE.provider = state.provider
         GATE.tokens = state.tokens
         GATE.enabled = state.enabled
+        GATE.propagate_scopes = state.propagate_scopes
         # Groups registered meanwhile may now match the restored spec.
         _recompute()
 
@@ -92,14 +98,20 @@ _groups.add_registry_listener(_recompute)
 
 
 def enable_telemetry(
-    tracer_provider: trace.TracerProvider, *, span_groups: str = "default"
+    tracer_provider: trace.TracerProvider,
+    *,
+    span_groups: str = "default",
+    propagate_scopes: bool = False,
 ) -> None:
     """Record spans of the groups in *span_groups* through *tracer_provider*.
 
     The low-level switch that :func:`asynctrace.configure` builds on. It does
     not touch OpenTelemetry's global tracer provider. Names that are not
     registered yet are kept pending (with one warning) and turn on when they
-    are registered.
+    are registered. With *propagate_scopes*, carriers also send the
+    iteration, per-prompt, task and session scopes as W3C ``baggage`` and
+    restore the ones they receive (the ``propagate_scopes`` key of the
+    configuration).
 
     Raises:
         ConfigurationError: *span_groups* is malformed, or the provider is not
@@ -114,11 +126,16 @@ def enable_telemetry(
         raise ConfigurationError(
             f"tracer_provider: expected an opentelemetry TracerProvider, got {tracer_provider!r}"
         )
+    if not isinstance(propagate_scopes, bool):
+        raise ConfigurationError(
+            f"propagate_scopes: {propagate_scopes!r} is not accepted; accepted: true or false"
+        )
     tracer = tracer_provider.get_tracer(INSTRUMENTATION_NAME, _version())
     with _lock:
         GATE.provider = tracer_provider
         GATE.tracer = tracer
         GATE.tokens = tokens
+        GATE.propagate_scopes = propagate_scopes
         _recompute()
 
 
@@ -135,6 +152,7 @@ def disable_telemetry() -> None:
         GATE.tracer = None
         GATE.provider = None
         GATE.tokens = ()
+        GATE.propagate_scopes = False
 
 
 def set_span_groups(spec: str) -> frozenset[str]:

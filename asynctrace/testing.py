@@ -124,7 +124,7 @@ def _memory_pipeline(provider: str) -> tuple[Any, InMemorySpanExporter]:
 
 @contextlib.contextmanager
 def capture_spans(
-    span_groups: str = "all", *, provider: str | None = None
+    span_groups: str = "all", *, provider: str | None = None, propagate_scopes: bool = False
 ) -> Iterator[CapturedSpans]:
     """Turn telemetry on for *span_groups* with an in-memory pipeline.
 
@@ -139,6 +139,8 @@ def capture_spans(
     Args:
         span_groups: the span-group spec to enable (default ``"all"``).
         provider: ``"fast"``, ``"sdk"`` or ``None``.
+        propagate_scopes: carriers send and restore the scopes (the
+            configuration key of the same name).
 
     Raises:
         ConfigurationError: *provider* (or ``ASYNCTRACE_PROVIDER``) names no provider.
@@ -157,7 +159,7 @@ def capture_spans(
         )
     tracer_provider, exporter = _memory_pipeline(name.strip().lower())
     previous = snapshot()
-    enable_telemetry(tracer_provider, span_groups=span_groups)
+    enable_telemetry(tracer_provider, span_groups=span_groups, propagate_scopes=propagate_scopes)
     try:
         yield CapturedSpans(exporter, tracer_provider)
     finally:

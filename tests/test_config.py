@@ -73,6 +73,8 @@ def test_session_tracer_mapping_rejects_unknown_keys() -> None:
     ("key", "value", "accepted"),
     [
         ("enabled", "maybe", "true/false"),
+        ("propagate_scopes", "sometimes", "true/false"),
+        ("propagate_scopes", 2, "true/false"),
         ("max_queue_size", -1, "an integer >= 1"),
         ("max_queue_size", True, "an integer >= 1"),
         ("max_export_batch_size", 0, "an integer >= 1"),
@@ -114,6 +116,7 @@ def test_from_env_reads_every_variable() -> None:
         "ASYNCTRACE_SHUTDOWN_TIMEOUT_S": "1.5",
         "ASYNCTRACE_PROVIDER": "SDK",
         "ASYNCTRACE_SAMPLING_RATIO": "0.25",
+        "ASYNCTRACE_PROPAGATE_SCOPES": "yes",
     }
     assert set(env) == set(ENV_VARS)
     config = TelemetryConfig.from_env(env)
@@ -133,6 +136,7 @@ def test_from_env_reads_every_variable() -> None:
         shutdown_timeout_s=1.5,
         provider="sdk",
         sampling_ratio=0.25,
+        propagate_scopes=True,
     )
 
 
