@@ -23,11 +23,15 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from types import SimpleNamespace
 from typing import Any
 
+from opentelemetry import context as otel_context
+from opentelemetry.context import _SUPPRESS_HTTP_INSTRUMENTATION_KEY as _SUPPRESS_HTTP
+from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY as _SUPPRESS
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 import asynctrace
@@ -97,7 +101,23 @@ def _run_hook(options: _Options, name: str, hook: RequestHook, span: Span, param
 
 def _inject(headers: Any, carrier: dict[str, str]) -> None:
     for key, value in carrier.items():
-        headers.setdefault(key, value)  # a caller's own traceparent wins
+        if key == "baggage" and key in headers:
+            _add_scope_baggage(headers, value)
+        else:
+            headers.setdefault(key, value)  # a caller's own traceparent wins
+
+
+def _add_scope_baggage(headers: Any, value: str) -> None:
+    """Add asynctrace's scope members to a ``baggage`` header someone else set."""
+    existing = headers["baggage"]
+    ours = [m for m in value.split(",") if m.startswith("asynctrace.")]
+    if ours and "asynctrace." not in existing:
+        headers["baggage"] = ",".join((existing, *ours))
+
+
+def _suppressed() -> bool:
+    """Whether an outer layer asked HTTP instrumentations to stand aside (OpenTelemetry's key)."""
+    return bool(otel_context.get_value(_SUPPRESS_HTTP) or otel_context.get_value(_SUPPRESS))
 
 
 class _Requests:
@@ -113,8 +133,17 @@ class _Requests:
         self.options = options
 
     def begin(self, method: str, url: Any, headers: Any, params: Any) -> Span | None:
-        """Inject the context; start the CLIENT span when per_prompt is on."""
-        if not asynctrace.is_span_group_enabled(GATE_GROUP):
+        """Inject the context; start the CLIENT span when per_prompt is on.
+
+        A request whose ``traceparent`` is already set (by the caller, or by
+        another HTTP instrumentation that ran first) names its parent already:
+        a span of ours would not be the one the server sees, so none is
+        started. Inside OpenTelemetry's ``suppress_http_instrumentation``,
+        nothing is done at all.
+        """
+        if otel_context.get_value(_SUPPRESS_HTTP) or otel_context.get_value(_SUPPRESS):
+            return None
+        if not asynctrace.is_span_group_enabled(GATE_GROUP) or "traceparent" in headers:
             _inject(headers, asynctrace.current_trace_carrier())
             return None
         options = self.options
@@ -216,13 +245,21 @@ def _make_trace_config(options: _Options) -> aiohttp.TraceConfig:
     async def on_request_start(
         session: aiohttp.ClientSession, ctx: SimpleNamespace, params: Any
     ) -> None:
+        ctx.asynctrace_token = None
+        if _suppressed():
+            ctx.asynctrace_span = None
+            return
         ctx.asynctrace_span = requests.begin(
             params.method.upper(), params.url, params.headers, params
         )
+        # This request is handled: the trace configs after ours (OpenTelemetry's
+        # aiohttp instrumentation) stand aside, as OpenTelemetry's own layers do.
+        ctx.asynctrace_token = otel_context.attach(otel_context.set_value(_SUPPRESS_HTTP, True))
 
     async def on_request_end(
         session: aiohttp.ClientSession, ctx: SimpleNamespace, params: Any
     ) -> None:
+        _release(ctx)
         span: Span | None = getattr(ctx, "asynctrace_span", None)
         if span is not None:
             ctx.asynctrace_span = None
@@ -231,6 +268,7 @@ def _make_trace_config(options: _Options) -> aiohttp.TraceConfig:
     async def on_request_exception(
         session: aiohttp.ClientSession, ctx: SimpleNamespace, params: Any
     ) -> None:
+        _release(ctx)
         span: Span | None = getattr(ctx, "asynctrace_span", None)
         if span is not None:
             ctx.asynctrace_span = None
@@ -242,6 +280,17 @@ def _make_trace_config(options: _Options) -> aiohttp.TraceConfig:
     config.on_request_exception.append(on_request_exception)
     config.asynctrace = True  # type: ignore[attr-defined]  # marks ours
     return config
+
+
+def _release(ctx: SimpleNamespace) -> None:
+    """Lift the suppression that on_request_start set for this request."""
+    token = getattr(ctx, "asynctrace_token", None)
+    if token is not None:
+        ctx.asynctrace_token = None
+        try:
+            otel_context.detach(token)
+        except Exception:  # pragma: no cover - detach only logs
+            pass
 
 
 def _record_request_headers(attrs: dict[str, Any], headers: Any, names: tuple[str, ...]) -> None:
@@ -332,30 +381,35 @@ def instrument_aiohttp_client(**options: Any) -> None:
         if _original_init is not None:
             return
         original = aiohttp.ClientSession.__init__
-        if _HAS_MIDDLEWARES:
-            middleware = client_middleware(**options)
+        config = trace_config(**options)
+        middleware = client_middleware(**options) if _HAS_MIDDLEWARES else None
 
-            @functools.wraps(original)
-            def __init__(self: aiohttp.ClientSession, *args: Any, **kwargs: Any) -> None:
-                chain = tuple(kwargs.get("middlewares") or ())
-                layers = (*chain, *(kwargs.get("trace_configs") or ()))
-                if not any(getattr(layer, "asynctrace", False) for layer in layers):
+        @functools.wraps(original)
+        def __init__(self: aiohttp.ClientSession, *args: Any, **kwargs: Any) -> None:
+            chain = tuple(kwargs.get("middlewares") or ())
+            configs = list(kwargs.get("trace_configs") or ())
+            if not any(getattr(layer, "asynctrace", False) for layer in (*chain, *configs)):
+                if middleware is not None and not configs and not _otel_aiohttp_active():
                     kwargs["middlewares"] = (*chain, middleware)  # one layer of ours, at most
-                original(self, *args, **kwargs)
-
-        else:  # aiohttp < 3.12: no client middlewares
-            config = trace_config(**options)
-
-            @functools.wraps(original)
-            def __init__(self: aiohttp.ClientSession, *args: Any, **kwargs: Any) -> None:
-                configs = list(kwargs.get("trace_configs") or ())
-                if not any(getattr(c, "asynctrace", False) for c in configs):
-                    configs.append(config)
-                kwargs["trace_configs"] = configs
-                original(self, *args, **kwargs)
+                else:
+                    # Other trace configs run before any middleware: ours goes first among
+                    # them, so the request is handled once (OpenTelemetry's stands aside).
+                    kwargs["trace_configs"] = [config, *configs]
+            original(self, *args, **kwargs)
 
         _original_init = original
         aiohttp.ClientSession.__init__ = __init__  # type: ignore[method-assign]
+
+
+def _otel_aiohttp_active() -> bool:
+    """Whether OpenTelemetry's aiohttp instrumentation adds its trace config to new sessions."""
+    module = sys.modules.get("opentelemetry.instrumentation.aiohttp_client")
+    if module is None:
+        return False
+    try:
+        return bool(module.AioHttpClientInstrumentor().is_instrumented_by_opentelemetry)
+    except Exception:
+        return False
 
 
 def uninstrument_aiohttp_client() -> None:

@@ -22,6 +22,8 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.context import _SUPPRESS_HTTP_INSTRUMENTATION_KEY as _SUPPRESS_HTTP
+from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY as _SUPPRESS
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 
 import asynctrace
@@ -56,20 +58,51 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 ServerHook = Callable[[Span, Scope], None]
 
 
-def _headers(scope: Scope) -> dict[str, str]:
-    """Trace headers of the request, decoded without ever failing."""
-    carrier: dict[str, str] = {}
+_TRACE_HEADERS = {"traceparent": 0, "tracestate": 1, "baggage": 2}
+
+
+def _headers(scope: Scope, *, trust: bool = True) -> dict[str, str]:
+    """The request's trace headers as one carrier, decoded without ever failing.
+
+    Header names are matched case-insensitively. Repeated ``tracestate`` and
+    ``baggage`` headers are combined in order, as HTTP combines repeated
+    headers; a repeated ``traceparent`` is invalid (W3C: start a new trace),
+    so it is left out, and so is the ``tracestate`` that came with it.
+    Without *trust*, no ``baggage`` is read.
+    """
+    found: tuple[list[str], list[str], list[str]] = ([], [], [])
     for raw_name, raw_value in scope.get("headers") or ():
         try:
-            name = bytes(raw_name).decode("latin-1").lower()
+            if len(raw_name) > 11:
+                continue
+            index = _TRACE_HEADERS.get(bytes(raw_name).decode("latin-1").lower())
+            if index is not None:
+                found[index].append(bytes(raw_value).decode("latin-1"))
         except Exception:
             continue
-        if name in ("traceparent", "tracestate") and name not in carrier:
-            try:
-                carrier[name] = bytes(raw_value).decode("latin-1")
-            except Exception:
-                continue
+    parents, states, bags = found
+    carrier: dict[str, str] = {}
+    if len(parents) == 1:
+        carrier["traceparent"] = parents[0]
+        if states:
+            carrier["tracestate"] = ",".join(states)
+    if bags and trust:
+        carrier["baggage"] = ",".join(bags)
     return carrier
+
+
+def _outer_server_span() -> bool:
+    """Whether another instrumentation already handles this request on the server side.
+
+    OpenTelemetry's ASGI middleware (``opentelemetry-instrumentation-fastapi``)
+    wraps the whole application and makes its SERVER span current, and any
+    HTTP instrumentation may ask the ones below it to stand aside with
+    OpenTelemetry's ``suppress_http_instrumentation`` context key.
+    """
+    if otel_context.get_value(_SUPPRESS_HTTP) or otel_context.get_value(_SUPPRESS):
+        return True
+    span = trace.get_current_span()
+    return getattr(span, "kind", None) is SpanKind.SERVER and span.is_recording()
 
 
 def _route_template(scope: Scope) -> str | None:
@@ -119,6 +152,13 @@ class AsyncTraceMiddleware:
         if kind not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
+        if _outer_server_span():
+            # The server span is another layer's: only the caller's scopes are restored.
+            carrier = _headers(scope, trust=self.trust_incoming)
+            carrier.pop("traceparent", None)
+            with asynctrace.remote_trace_context(carrier):
+                await self.app(scope, receive, send)
+            return
         if not asynctrace.is_span_group_enabled(SERVER_GROUP) or (
             self._excluded is not None and self._excluded.search(scope.get("path", ""))
         ):
@@ -129,25 +169,31 @@ class AsyncTraceMiddleware:
             else:
                 await self.app(scope, receive, send)
             return
-        span = self._start(scope, kind)
-        if not span.is_recording():
-            await self.app(scope, receive, send)
-            return
-        state = _Exchange(span)
-        token = _attach(span)
-        try:
-            await self.app(scope, state.wrap_receive(receive), state.wrap_send(send))
-        except BaseException as exc:
-            state.failed(exc)
-            raise
-        finally:
-            _detach(token)
-            state.finish(scope)
+        carrier = _headers(scope, trust=self.trust_incoming)
+        # The caller's scopes (per-prompt above all) decide the server span's gate too.
+        with asynctrace.remote_trace_context(carrier) as remote:
+            span = self._start(scope, kind, remote)
+            token = _attach(span)
+            try:
+                if not span.is_recording():
+                    # Sampled out or gated off: the span still carries the trace id and
+                    # flags on, so the app's own calls continue the caller's trace.
+                    await self.app(scope, receive, send)
+                    return
+                state = _Exchange(span)
+                try:
+                    await self.app(scope, state.wrap_receive(receive), state.wrap_send(send))
+                except BaseException as exc:
+                    state.failed(exc)
+                    raise
+                finally:
+                    state.finish(scope)
+            finally:
+                _detach(token)
 
-    def _start(self, scope: Scope, kind: str) -> Span:
+    def _start(self, scope: Scope, kind: str, remote: asynctrace.remote_trace_context) -> Span:
+        """Start the SERVER span inside the entered *remote* context."""
         method = "WEBSOCKET" if kind == "websocket" else str(scope.get("method", "GET"))
-        carrier = _headers(scope)
-        remote = asynctrace.remote_trace_context(carrier)
         attributes: dict[str, Any] = {
             "http.request.method": method,
             "url.scheme": str(scope.get("scheme", "http")),
@@ -165,13 +211,11 @@ class AsyncTraceMiddleware:
         if version:
             attributes["network.protocol.version"] = str(version)
         if self.trust_incoming or not remote.valid:
-            with remote:
-                span = asynctrace.start_span(
-                    SERVER_GROUP, method, kind=SpanKind.SERVER, attributes=attributes
-                )
+            span = asynctrace.start_span(
+                SERVER_GROUP, method, kind=SpanKind.SERVER, attributes=attributes
+            )
         else:
-            with remote:
-                incoming = trace.get_current_span().get_span_context()
+            incoming = trace.get_current_span().get_span_context()
             span = asynctrace.start_span(
                 SERVER_GROUP,
                 method,
