@@ -6,7 +6,8 @@ import os
 
 import nox
 
-nox.options.default_venv_backend = "venv"
+# uv when it is installed (`pip install 'nox[uv]'`): environments in seconds; else venv + pip.
+nox.options.default_venv_backend = "uv|venv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["tests", "ray", "lint", "typing"]
 
@@ -21,31 +22,46 @@ TEST_DEPS = [
     "selenium>=4.10",  # drives Debian's chromium for the HTML report test
     # a third-party instrumentation recording through asynctrace's providers (interop tests)
     "opentelemetry-instrumentation-aiohttp-client",
+    "pytest-xdist>=3.5",  # the suite runs on every core (-n auto)
 ]
 
 
 @nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
-    """Run the test suite (strict mode: hot-path failures re-raise).
+    """Run the test suite on every core (strict mode: hot-path failures re-raise).
 
     On every Python on the fast provider (the default); on 3.11 the core,
     boundary, session, export and contrib tests run a second time on the SDK
     provider (``ASYNCTRACE_PROVIDER=sdk``: ``configure`` and ``capture_spans``
-    then build SDK pipelines).
+    then build SDK pipelines). Property tests run with small budgets here;
+    ``nox -s fuzz`` runs them with large ones.
     """
-    session.install("-e", ".[sdk,otlp,uvloop,aiohttp,fastapi,cli]", *TEST_DEPS)
+    session.install("-e", ".[sdk,otlp,uvloop,aiohttp,fastapi,cli]", *TEST_DEPS, silent=False)
     env = {"ASYNCTRACE_STRICT": "1", "PYTHONWARNINGS": os.environ.get("PYTHONWARNINGS", "")}
-    session.run("pytest", *session.posargs, env=env)
+    session.run("pytest", "-n", "auto", *session.posargs, env=env)
     if session.python == "3.11" and not session.posargs:
         session.run(
-            "pytest", "-q", "--ignore=tests/cli", env={**env, "ASYNCTRACE_PROVIDER": "sdk"}
+            "pytest",
+            "-n",
+            "auto",
+            "-q",
+            "--ignore=tests/cli",
+            env={**env, "ASYNCTRACE_PROVIDER": "sdk"},
         )
+
+
+@nox.session(python="3.11")
+def fuzz(session: nox.Session) -> None:
+    """The property tests (marked ``fuzz``) with their large budgets (ASYNCTRACE_FUZZ=1)."""
+    session.install("-e", ".[sdk,otlp,uvloop,aiohttp,fastapi,cli]", *TEST_DEPS, silent=False)
+    env = {"ASYNCTRACE_STRICT": "1", "ASYNCTRACE_FUZZ": "1"}
+    session.run("pytest", "-n", "auto", "-m", "fuzz", *session.posargs, env=env)
 
 
 @nox.session(python="3.11")
 def ray(session: nox.Session) -> None:
     """The Ray boundary test on a real local cluster (ray.init(num_cpus=2))."""
-    session.install("-e", ".[sdk]", "ray>=2.9", *TEST_DEPS)
+    session.install("-e", ".[sdk]", "ray>=2.9", *TEST_DEPS, silent=False)
     session.run(
         "pytest",
         "tests/test_ray.py",
@@ -57,7 +73,7 @@ def ray(session: nox.Session) -> None:
 @nox.session(python="3.11")
 def demo(session: nox.Session) -> None:
     """Run the rollout-pump demo; prints where its trace, report and goodput table are."""
-    session.install("-e", ".[demo]")
+    session.install("-e", ".[demo]", silent=False)
     session.run("asynctrace", "demo", *session.posargs)
 
 

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+from _budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -164,7 +166,8 @@ _intervals = st.lists(
 )
 
 
-@settings(max_examples=40, deadline=None)
+@pytest.mark.fuzz
+@settings(max_examples=examples(40, 1_000), deadline=None)
 @given(_intervals)
 def test_any_input_converts_to_nesting_tracks(spans: list[tuple[int, int, int]]) -> None:
     """Whatever overlaps the input has, every output track nests and no event is lost."""

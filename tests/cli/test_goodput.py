@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _budget import examples
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -472,7 +473,8 @@ def _stream(events: list[dict[str, Any]]) -> tuple[dict[int, list[float]], int]:
     return steps, nested
 
 
-@settings(max_examples=150, deadline=None)
+@pytest.mark.fuzz
+@settings(max_examples=examples(60, 1_500), deadline=None)
 @given(_runs())
 def test_streaming_matches_the_whole_tree_in_end_order(spans: list[dict[str, Any]]) -> None:
     """Fed in end order (children first), the stream finds the reference's steps and sums."""
@@ -483,7 +485,8 @@ def test_streaming_matches_the_whole_tree_in_end_order(spans: list[dict[str, Any
     assert _stream([_event(s) for s in ordered]) == _reference(spans)
 
 
-@settings(max_examples=150, deadline=None)
+@pytest.mark.fuzz
+@settings(max_examples=examples(40, 1_500), deadline=None)
 @given(_runs(), st.randoms(use_true_random=False))
 def test_streaming_does_not_depend_on_arrival_order(spans: list[dict[str, Any]], rng: Any) -> None:
     """Without nested buckets, any arrival order gives the reference's steps and sums."""

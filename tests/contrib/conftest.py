@@ -63,7 +63,8 @@ def serve_aiohttp(app: web.Application) -> Served:
     def run() -> None:
         loop = asyncio.new_event_loop()
         holder["loop"] = loop
-        runner = web.AppRunner(app)
+        # Handlers still running at stop (a test's slow response) are not waited for.
+        runner = web.AppRunner(app, shutdown_timeout=0.2)
         loop.run_until_complete(runner.setup())
         site = web.TCPSite(runner, "127.0.0.1", 0)
         loop.run_until_complete(site.start())

@@ -19,6 +19,7 @@ from typing import Any
 
 import anyio
 import pytest
+from _budget import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry import trace
@@ -359,8 +360,9 @@ class Runner:
             thread.join()
 
 
+@pytest.mark.fuzz
 @settings(
-    max_examples=40,
+    max_examples=examples(40, 400),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
@@ -391,7 +393,8 @@ intervals = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@pytest.mark.fuzz
+@settings(max_examples=examples(300, 5_000), deadline=None)
 @given(intervals, st.integers(2, 8))
 def test_track_assigner_always_nests(ops: list[tuple[int, int, int]], max_intervals: int) -> None:
     """Any sequence of intervals, in any order, with retired tracks and a tiny memory bound:
