@@ -60,7 +60,7 @@ def current_trace_carrier() -> dict[str, str]:
         {}
     """
     try:
-        carrier = span_carrier(trace.get_current_span())
+        carrier = _span_fields(trace.get_current_span())
         if GATE.propagate_scopes:
             value = encode(baggage.get_all())
             if value:
@@ -93,12 +93,24 @@ def span_carrier(span: trace.Span) -> dict[str, str]:
     """The W3C carrier that names *span* as the parent; ``{}`` if its context is invalid.
 
     For integrations that start a span without making it current (an HTTP
-    client's request hook) and must send it as the parent.
+    client's request hook) and must send it as the parent. With
+    ``propagate_scopes`` on, the current scopes travel in ``baggage`` too,
+    as with :func:`current_trace_carrier`.
 
     Example:
         >>> span_carrier(trace.INVALID_SPAN)
         {}
     """
+    carrier = _span_fields(span)
+    if carrier and GATE.propagate_scopes:
+        value = encode(baggage.get_all())
+        if value:
+            carrier[BAGGAGE] = value
+    return carrier
+
+
+def _span_fields(span: trace.Span) -> dict[str, str]:
+    """``traceparent``/``tracestate`` naming *span*; ``{}`` if its context is invalid."""
     ctx = span.get_span_context()
     if PLAIN_CONTEXT and ctx.__class__ is trace.SpanContext:
         trace_id, span_id, _, flags, state, valid = ctx
