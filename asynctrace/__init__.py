@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+from ._baggage import carrier_stats
 from ._config import SessionTracerConfig, TelemetryConfig
 from ._decorators import trace_fn, umbrella_trace_fn
 from ._efficiency import (
@@ -115,6 +116,7 @@ __all__ = [
     "atrace_session_phase",
     "bind_context",
     "bucket_scope",
+    "carrier_stats",
     "configure",
     "context_executor",
     "current_bucket",

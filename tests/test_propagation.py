@@ -280,3 +280,241 @@ def test_span_carrier_matches_the_w3c_format(flags: int) -> None:
         ctx = trace.SpanContext(trace_id, span_id, False, trace.TraceFlags(flags))
         carrier = span_carrier(trace.NonRecordingSpan(ctx))
         assert carrier["traceparent"] == f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"
+
+
+# ---------------------------------------------------------------------------
+# W3C processing model at the carrier level.
+
+
+@pytest.mark.parametrize(
+    ("traceparent", "flags"),
+    [
+        ("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00", 0),
+        ("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-ff", 3),  # reserved bits dropped
+        ("cc-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-03-future", 1),  # sampled only
+        (" \t00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\t ", 1),
+    ],
+)
+def test_traceparent_flags_and_versions(traceparent: str, flags: int) -> None:
+    """Known flags pass on; a later version is read for its sampled flag; OWS is allowed."""
+    with remote_trace_context({"traceparent": traceparent}) as remote:
+        assert remote.valid
+        (sent,) = [current_trace_carrier()["traceparent"]]
+    assert sent == f"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-{flags:02x}"
+
+
+def test_repeated_traceparent_is_invalid() -> None:
+    """Two traceparent values (keys differing in case, or a multi-value carrier): no parent."""
+    from multidict import CIMultiDict
+
+    other = VALID.replace("0af7", "1af7")
+    for carrier in (
+        {"traceparent": VALID, "Traceparent": other},
+        CIMultiDict([("traceparent", VALID), ("TraceParent", VALID)]),
+    ):
+        with remote_trace_context(carrier) as remote:  # type: ignore[arg-type]
+            assert not remote.valid
+
+
+def test_tracestate_headers_are_combined_in_order() -> None:
+    """Several tracestate values are one list, in order; a repeated key discards it all."""
+    from multidict import CIMultiDict
+
+    carrier = CIMultiDict(
+        [("traceparent", VALID), ("tracestate", "a=1, b=2"), ("TraceState", "\tc=3")]
+    )
+    with remote_trace_context(carrier):  # type: ignore[arg-type]
+        assert current_trace_carrier()["tracestate"] == "a=1,b=2,c=3"
+    carrier.add("tracestate", "a=9")
+    with remote_trace_context(carrier):  # type: ignore[arg-type]
+        assert "tracestate" not in current_trace_carrier()
+
+
+@pytest.mark.parametrize(
+    ("tracestate", "kept"),
+    [
+        ("foo=1,,bar=2", "foo=1,bar=2"),
+        (",".join(f"k{i}=v" for i in range(32)), ",".join(f"k{i}=v" for i in range(32))),
+        (",".join(f"k{i}=v" for i in range(33)), None),
+        ("t" * 241 + "@" + "v" * 14 + "=x", "t" * 241 + "@" + "v" * 14 + "=x"),
+        ("t" * 242 + "@v=x", None),
+        ("@v=x", None),
+        ("a=1," + "z" * 257 + "=1", None),
+        ("", None),
+        ("k=v" + ",x=y" * 3000, None),  # over 8,192 characters
+    ],
+)
+def test_tracestate_limits(tracestate: str, kept: str | None) -> None:
+    """Empty members skipped; 32 members; tenant@vendor lengths; invalid → discarded whole."""
+    with remote_trace_context({"traceparent": VALID, "tracestate": tracestate}) as remote:
+        assert remote.valid
+        assert current_trace_carrier().get("tracestate") == kept
+
+
+# ---------------------------------------------------------------------------
+# Scopes across carriers (W3C baggage).
+
+
+def scoped_carrier() -> dict[str, str]:
+    """A carrier taken inside every scope, with the caller's own baggage entry."""
+    from opentelemetry import baggage
+    from opentelemetry import context as otel_context
+
+    import asynctrace as at
+
+    token = otel_context.attach(baggage.set_baggage("user.tag", "a b,c"))
+    try:
+        with (
+            at.iteration_scope(9),
+            at.task_scope("item-4"),
+            at.session_scope(),
+            at.per_prompt_scope(),
+            at.bucket_scope(at.Bucket.OVERHEAD),
+            umbrella_span("job", "caller"),
+        ):
+            return current_trace_carrier()
+    finally:
+        otel_context.detach(token)
+
+
+def test_scopes_travel_only_when_propagated() -> None:
+    """propagate_scopes: iteration, per-prompt, task and session cross; the bucket does not."""
+    import asynctrace as at
+
+    with capture_spans("all"):
+        assert "baggage" not in scoped_carrier()
+    with capture_spans("all", propagate_scopes=True) as captured:
+        carrier = scoped_carrier()
+        assert "asynctrace.bucket" not in carrier["baggage"]
+        with remote_trace_context(carrier):
+            assert at.current_iteration() == 9
+            assert at.current_task_id() == "item-4"
+            assert at.in_per_prompt_scope()
+            assert at.current_bucket() is None
+            with managed_span("reward", "far"):
+                pass
+        assert at.current_iteration() is None
+        assert not at.in_per_prompt_scope()
+    (far,) = captured.by_name("far")
+    attrs = dict(far.attributes or {})
+    assert attrs["rl.iteration"] == 9
+    assert attrs["rl.task_id"] == "item-4"
+    assert attrs["rl.session_id"]
+    assert not any(key.startswith("user") for key in attrs)  # baggage never becomes attributes
+
+
+def test_user_baggage_passes_through_untouched() -> None:
+    """The caller's own baggage entries arrive as OpenTelemetry baggage, and go on from there."""
+    from opentelemetry import baggage
+
+    with capture_spans("all", propagate_scopes=True):
+        carrier = scoped_carrier()
+        with remote_trace_context(carrier):
+            assert baggage.get_all() == {"user.tag": "a b,c"}
+            onward = current_trace_carrier()
+        assert "user.tag=a+b%2Cc" in onward["baggage"].split(",")
+        assert baggage.get_all() == {}
+
+
+def test_a_receiver_without_propagate_scopes_ignores_them() -> None:
+    """Scopes are restored only by a process that propagates them itself."""
+    import asynctrace as at
+
+    with capture_spans("all", propagate_scopes=True):
+        carrier = scoped_carrier()
+    with capture_spans("all"), remote_trace_context(carrier) as remote:
+        assert remote.valid
+        assert at.current_iteration() is None
+
+
+@pytest.mark.anyio
+async def test_restored_scopes_reach_tasks(anyio_backend: Any) -> None:
+    """On asyncio, uvloop and trio: tasks started inside the block see the restored scopes."""
+    import anyio
+
+    import asynctrace as at
+
+    seen: list[Any] = []
+
+    async def child() -> None:
+        await anyio.sleep(0)
+        seen.append((at.current_iteration(), at.current_task_id(), at.in_per_prompt_scope()))
+
+    with capture_spans("all", propagate_scopes=True):
+        carrier = scoped_carrier()
+        async with remote_trace_context(carrier), anyio.create_task_group() as group:
+            group.start_soon(child)
+            group.start_soon(child)
+    assert seen == [(9, "item-4", True)] * 2
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "k=v," * 3000,  # oversized
+        ",".join(f"k{i}=v" for i in range(10_000)),  # 10,000 entries
+        ",".join(f"k{i}=v" for i in range(400)),  # past 180 entries, under 8,192 bytes
+        "asynctrace.iteration=ü,ключ=значение,\u2028=1,a=\ud800",  # non-ASCII
+        "=,;,==,a=b;;;,asynctrace.task_id=%ZZ,asynctrace.iteration=1e9,asynctrace.per_prompt=2",
+        "asynctrace.task_id=" + "9" * 4000,
+        "a=" + "v" * 5000,
+    ],
+    ids=["oversized", "10k-entries", "400-entries", "non-ascii", "malformed", "huge-int", "long"],
+)
+def test_hostile_baggage_never_raises_and_is_cheap(value: str) -> None:
+    """Hostile baggage: no error, no log, no scope from a bad value, under 1 ms."""
+    import time
+
+    import asynctrace as at
+
+    before = at.carrier_stats()
+    with capture_spans("all", propagate_scopes=True):
+        best = float("inf")
+        for _ in range(5):
+            start = time.perf_counter()
+            with remote_trace_context({"traceparent": VALID, "baggage": value}) as remote:
+                best = min(best, time.perf_counter() - start)
+                assert remote.valid
+                assert at.current_task_id() is None
+                assert not at.in_per_prompt_scope()
+    assert best < 1e-3
+    after = at.carrier_stats()
+    assert sum(after.values()) > sum(before.values())
+
+
+def test_env_carries_the_scopes_to_a_subprocess() -> None:
+    """inject_env → a real child process: its spans carry the caller's scopes only when on."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    child = Path(__file__).parent / "_scopes_child.py"
+
+    def run(mode: str, *, per_prompt: bool, propagate: bool) -> Any:
+        import asynctrace as at
+
+        with capture_spans("all", propagate_scopes=propagate):
+            with at.iteration_scope(12), at.task_scope(3), at.session_scope() as session:
+                with umbrella_span("job", "parent") as parent:
+                    if per_prompt:
+                        with at.per_prompt_scope():
+                            env = inject_env()
+                    else:
+                        env = inject_env()
+        out = subprocess.run(
+            [sys.executable, str(child), mode], env=env, capture_output=True, text=True, check=True
+        )
+        return json.loads(out.stdout), session, parent.get_span_context().trace_id
+
+    result, session, trace_id = run("on", per_prompt=False, propagate=True)
+    (span,) = result["spans"]
+    assert span["trace_id"] == trace_id
+    assert (span["rl.iteration"], span["rl.task_id"], span["rl.session_id"]) == (12, 3, session)
+    result, _, _ = run("on", per_prompt=True, propagate=True)
+    assert result["per_prompt"] is True
+    assert result["spans"] == []  # per-prompt work, and per_prompt is off over there
+    result, _, _ = run("on", per_prompt=True, propagate=False)
+    (span,) = result["spans"]
+    assert "rl.iteration" not in span
+    assert result["per_prompt"] is False

@@ -46,6 +46,7 @@ EXPECTED = {
     "ContextThread",
     "accepts_trace_context",
     "bind_context",
+    "carrier_stats",
     "context_executor",
     "current_trace_carrier",
     "detached_span",
