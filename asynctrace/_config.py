@@ -119,6 +119,9 @@ class TelemetryConfig:
             per-prompt, task and session scopes as W3C ``baggage`` entries
             under ``asynctrace.``, and restore the ones they receive. Off by
             default; the bucket scope never travels.
+        loop_stall_threshold_ms: with the ``loop_stall`` group on, an event
+            loop that has not run for longer than this (milliseconds, from 1
+            to 60000) is recorded as one stall span with the blocking frames.
 
     Example:
         >>> TelemetryConfig(enabled=True, exporters=["chrome"]).span_groups
@@ -144,6 +147,7 @@ class TelemetryConfig:
     sampling_ratio: float | None = None
     span_limits: dict[str, Any] = field(default_factory=dict)
     propagate_scopes: bool = False
+    loop_stall_threshold_ms: float = 50.0
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any] | None) -> TelemetryConfig:
@@ -248,6 +252,7 @@ ENV_VARS: dict[str, str] = {
     "ASYNCTRACE_PROVIDER": "provider",
     "ASYNCTRACE_SAMPLING_RATIO": "sampling_ratio",
     "ASYNCTRACE_PROPAGATE_SCOPES": "propagate_scopes",
+    "ASYNCTRACE_LOOP_STALL_THRESHOLD_MS": "loop_stall_threshold_ms",
 }
 """Environment variable → field (``session_tracer.*`` are nested fields)."""
 
@@ -388,11 +393,28 @@ def coerce_field(key: str, name: str, value: Any) -> Any:
                 f"{key}: expected a mapping of limit names to integers, got {value!r}"
             )
         return dict(value)
+    if name == "loop_stall_threshold_ms":
+        return _stall_threshold(key, value)
     if name in ("service_name", "run_id"):
         if not isinstance(value, str):
             raise ConfigurationError(f"{key}: expected a string, got {value!r}")
         return value.strip()
     raise ConfigurationError(f"{key}: unknown key")  # pragma: no cover - guarded by _check_keys
+
+
+def _stall_threshold(key: str, value: Any) -> float:
+    """Milliseconds in [1, 60000]: below 1 ms the heartbeat would cost the loop, and a
+    value in seconds (``0.05``) is refused rather than read as 50 µs."""
+    try:
+        number = _number(key, value, 0.0, strict=True)
+    except ConfigurationError:
+        number = -1.0
+    if not 1.0 <= number <= 60_000.0:
+        raise ConfigurationError(
+            f"{key}: {value!r} is not accepted; accepted: a number of milliseconds "
+            "from 1 to 60000 (default 50)"
+        )
+    return number
 
 
 def _bool(key: str, value: Any) -> bool:

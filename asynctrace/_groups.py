@@ -368,6 +368,7 @@ def resolve_span_groups(spec: str) -> frozenset[str]:
 
 PER_PROMPT = "per_prompt"
 EFFICIENCY = "efficiency"
+LOOP_STALL = "loop_stall"
 
 _BUILTIN_GROUPS = [
     SpanGroup("job", None, description="the whole-run root span"),
@@ -391,6 +392,13 @@ _BUILTIN_GROUPS = [
     SpanGroup("logprob", Bucket.OVERHEAD, description="policy/reference log-probs"),
     SpanGroup("advantage", Bucket.OVERHEAD, description="advantage computation"),
     SpanGroup(EFFICIENCY, BY_CATEGORY, description="idle and wasted waits (efficiency spans)"),
+    # Next to efficiency: time the event loop lost, never bucketed (a stall
+    # overlaps the spans it stretched).
+    SpanGroup(
+        LOOP_STALL,
+        None,
+        description="event-loop stalls: one unbucketed span per blocking call over the threshold",
+    ),
 ]
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 from opentelemetry import trace
 
-from . import _otel_global, _sessions
+from . import _otel_global, _sessions, _stalls
 from ._config import TelemetryConfig
 from ._errors import ConfigurationError, MissingExtraError
 from ._sessions import SessionTracer
@@ -197,6 +197,8 @@ class Telemetry:
             return ok
         if GATE.provider is pipeline.provider:
             disable_telemetry()
+            _stalls.stop_all()  # loop-stall watchdogs end now (within 100 ms)
+            _stalls.set_threshold(_stalls.DEFAULT_THRESHOLD_MS)
         _otel_global.release(pipeline.provider)
         pipeline_ok, truncated = pipeline.shutdown(max(0.0, deadline - time.monotonic()))
         ok = ok and pipeline_ok
@@ -225,6 +227,7 @@ class Telemetry:
     def _install(self) -> None:
         pipeline = self._pipeline
         if pipeline is not None:
+            _stalls.set_threshold(self.settings.loop_stall_threshold_ms)
             enable_telemetry(
                 pipeline.provider,
                 span_groups=self.settings.span_groups,

@@ -72,6 +72,7 @@ class Settings:
     sampling: Sampling = dataclasses.field(default_factory=Sampling)
     span_limits: SpanLimits = dataclasses.field(default_factory=SpanLimits)
     propagate_scopes: bool = False
+    loop_stall_threshold_ms: float = 50.0
 
     @property
     def exporter_names(self) -> tuple[str, ...]:
@@ -179,6 +180,7 @@ def resolve(
         sampling=sampling_from(values["sampling_ratio"], env),
         span_limits=limits_from(values["span_limits"], env),
         propagate_scopes=values["propagate_scopes"],
+        loop_stall_threshold_ms=values["loop_stall_threshold_ms"],
     )
 
 

@@ -30,6 +30,7 @@ from ._fast._span import _SUSPECT, NONFINITE, SPAN_TYPES, note_floats
 from ._groups import Bucket
 from ._scopes import SCOPES, ScopeState
 from ._semconv import CANCELLED, GROUP, RL_BUCKET
+from ._stalls import LOOP_STALL, notice_loop
 from ._state import GATE
 
 __all__ = ["instant", "managed_span", "umbrella_span"]
@@ -271,6 +272,8 @@ def start(
         tracer = GATE.tracer
         if tracer is None:
             return None
+        if shape == UMBRELLA and LOOP_STALL in GATE.enabled:
+            notice_loop()  # an umbrella (a step) starts: watch this thread's event loop
         attrs = span_attributes(group, shape, attributes, bucket)
         if tracer.__class__ is FastTracer:
             return tracer.start_owned(name, context, attrs, None, kind, links, start_time)
@@ -608,6 +611,8 @@ def umbrella_span(
         return NOOP_CM
     if (PER_PROMPT_GROUP if SCOPES.get().per_prompt else group) not in enabled:
         return NOOP_CM
+    if LOOP_STALL in enabled:
+        notice_loop()  # a step starts: watch this thread's event loop (see _stalls)
     return _managed(group, name, UMBRELLA, attributes, None)
 
 

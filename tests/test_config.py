@@ -86,6 +86,7 @@ def test_session_tracer_mapping_rejects_unknown_keys() -> None:
         ("span_groups", 5, "comma-separated string"),
         ("resource_attributes", {"a": {"b": 1}}, "str, bool, int, float"),
         ("output_dir", "", "non-empty directory path"),
+        ("loop_stall_threshold_ms", 0.05, "milliseconds from 1 to 60000"),
     ],
 )
 def test_bad_values_name_key_value_and_accepted(key: str, value: Any, accepted: str) -> None:
@@ -117,6 +118,7 @@ def test_from_env_reads_every_variable() -> None:
         "ASYNCTRACE_PROVIDER": "SDK",
         "ASYNCTRACE_SAMPLING_RATIO": "0.25",
         "ASYNCTRACE_PROPAGATE_SCOPES": "yes",
+        "ASYNCTRACE_LOOP_STALL_THRESHOLD_MS": "20",
     }
     assert set(env) == set(ENV_VARS)
     config = TelemetryConfig.from_env(env)
@@ -137,6 +139,7 @@ def test_from_env_reads_every_variable() -> None:
         provider="sdk",
         sampling_ratio=0.25,
         propagate_scopes=True,
+        loop_stall_threshold_ms=20.0,
     )
 
 

@@ -38,6 +38,7 @@ STATUS_COLORS = {
     "dropped": "#6d4c41",
     "pending": "#8e8e9e",
 }
+STALL_COLOR = "#ad1457"  # event-loop stalls: a marker, in no bucket
 PHASE_PALETTE = ["#5e35b1", "#00897b", "#d81b60", "#3949ab", "#7cb342", "#fb8c00", "#546e7a"]
 MAX_BARS = 240
 
@@ -206,7 +207,8 @@ def _goodput_chart(steps: list[dict[str, Any]]) -> str:
 
 
 def _goodput_table(document: dict[str, Any]) -> str:
-    headers = ["process", "iteration", "step", "span", "wall", *BUCKETS, "unattributed", "goodput"]
+    headers = ["process", "iteration", "step", "span", "wall", *BUCKETS, "unattributed"]
+    headers += ["goodput", "stalled"]
     rows = []
     for step in document["steps"]:
         rows.append(
@@ -219,6 +221,7 @@ def _goodput_table(document: dict[str, Any]) -> str:
                 *((_seconds(step[f"{b}_s"]), "") for b in BUCKETS),
                 (_seconds(step["unattributed_s"]), ""),
                 (_pct(step["goodput"]), ""),
+                (_seconds(step["stalled_s"]), ""),
             ]
         )
     total = document["total"]
@@ -232,6 +235,7 @@ def _goodput_table(document: dict[str, Any]) -> str:
             *((_seconds(total[f"{b}_s"]), "") for b in BUCKETS),
             (_seconds(total["unattributed_s"]), ""),
             (_pct(total["goodput"]), ""),
+            (_seconds(total["stalled_s"]), ""),
         ]
     )
     head = "".join(
@@ -275,6 +279,16 @@ def _waterfall(waterfall: Waterfall) -> str:
             f'<text x="{_num(x)}" y="{top_pad - 8}" text-anchor="middle">'
             f"{esc(_seconds(tick))}</text>"
         )
+    for span in spans:  # each event-loop stall: a band across the rows it stretched
+        if span.stall:
+            x = label_w + (span.start - step.start) * scale
+            w = max(1.0, (min(span.end, domain_end) - span.start) * scale)
+            tip = f"event-loop stall {_seconds((span.end - span.start) / 1e6)} (in no bucket)"
+            parts.append(
+                f'<rect class="stall-band" x="{_num(x)}" y="{top_pad - 4}" width="{_num(w)}" '
+                f'height="{height - top_pad + 4}" fill="{STALL_COLOR}" fill-opacity="0.12">'
+                f"<title>{esc(tip)}</title></rect>"
+            )
     end_x = label_w + wall * scale
     parts.append(
         f'<line class="axis" x1="{_num(end_x)}" x2="{_num(end_x)}" y1="{top_pad - 4}" '
@@ -285,10 +299,11 @@ def _waterfall(waterfall: Waterfall) -> str:
         x = label_w + (span.start - step.start) * scale
         clipped_end = min(span.end, domain_end)
         w = max(1.0, (clipped_end - span.start) * scale)
-        color = COLORS.get(span.bucket, "#6a1b9a")
+        color = STALL_COLOR if span.stall else COLORS.get(span.bucket, "#6a1b9a")
+        kind = "event-loop stall, in no bucket" if span.stall else span.bucket or "unbucketed"
         details = [
             span.name,
-            f"{_seconds((span.end - span.start) / 1e6)} · {span.bucket or 'unbucketed'}",
+            f"{_seconds((span.end - span.start) / 1e6)} · {kind}",
             f"span {span.span_id} · {span.process}",
             *(f"{k} = {v}" for k, v in span.attributes[:8]),
         ]
@@ -302,7 +317,8 @@ def _waterfall(waterfall: Waterfall) -> str:
                 'text-anchor="end">▸</text>'
             )
         parts.append(
-            f'<g class="span-row" data-bucket="{esc(span.bucket or "")}">'
+            f'<g class="span-row{" stall" if span.stall else ""}" '
+            f'data-bucket="{esc(span.bucket or "")}">'
             f'<text class="span-name" x="{6 + depth * 12}" y="{_num(y + 12)}">{label}</text>'
             f'<rect class="span-bar hit" x="{_num(x)}" y="{_num(y + 3)}" width="{_num(w)}" '
             f'height="{row_h - 5}" fill="{color}" data-tip="{esc(tip)}">'
@@ -491,6 +507,7 @@ def render(data: ReportData) -> str:
         ("goodput", _pct(total["goodput"]), False),
         ("productive", _seconds(total["productive_s"]), False),
         ("unattributed", _seconds(total["unattributed_s"]), False),
+        ("loop stalled", _seconds(total["stalled_s"]), False),
         ("violations", str(violations), violations > 0),
     ]
     if data.sessions is not None:
@@ -534,7 +551,10 @@ def render(data: ReportData) -> str:
             + " The dashed line is the step's end; ▸ marks a span that continues.</p>"
         )
         body.append(
-            _legend([(n, COLORS[n]) for n in BUCKETS] + [("unbucketed", str(COLORS[None]))])
+            _legend(
+                [(n, COLORS[n]) for n in BUCKETS]
+                + [("unbucketed", str(COLORS[None])), ("event-loop stall", STALL_COLOR)]
+            )
         )
         body.append(_waterfall(data.waterfall))
     if data.sessions is not None:

@@ -26,6 +26,9 @@ Rules (see ``docs/reading-a-trace.md``):
   Unbucketed spans (umbrellas, per-prompt spans, the detached finalize span)
   never count.
 - ``unattributed = wall - sum(buckets)``; ``goodput = productive / wall``.
+- Event-loop stalls (spans of group ``loop_stall``) are unbucketed: they
+  overlap the spans they stretched. A step reports their seconds apart
+  (``stalled``), clipped to its interval, and never counts them in a bucket.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ _EXAMPLES: Final = 3
 _WALK_LIMIT: Final = 64
 _NAMES_LIMIT: Final = 65536
 _ZERO: Final = (0.0, 0.0, 0.0, 0.0)
+LOOP_STALL: Final = "loop_stall"
 
 # A bucketed leaf: (start, end, bucket index or -1 if unknown, name, key).
 Leaf = tuple[float, float, int, str, int]
@@ -70,10 +74,12 @@ _OUTSIDE: Final = _Settled()
 class _Group:
     """Arrived spans waiting for an ancestor that has not arrived yet."""
 
-    __slots__ = ("cands", "ex", "fwd", "leaves", "nb", "pre")
+    __slots__ = ("cands", "ex", "fwd", "leaves", "nb", "pre", "stalled", "stalls")
 
     def __init__(self) -> None:
         self.leaves: list[Leaf] = []
+        self.stalls: list[tuple[float, float]] | None = None  # loop-stall spans (start, end)
+        self.stalled = 0.0  # stall seconds already clipped to a folded step
         self.pre: list[float] | None = None  # bucket seconds already summed (folded steps)
         self.nb = 0  # bucketed spans folded into ``pre``
         self.ex: list[Example] | None = None  # a few bucketed spans of the subtree
@@ -114,6 +120,7 @@ class _Step:
         "origin",
         "orphan",
         "overlaps",
+        "stalled",
         "start",
         "sums",
     )
@@ -129,6 +136,7 @@ class _Step:
         self.end = end
         self.sums: list[float] | tuple[float, ...] = _ZERO  # a list once written
         self.leaves = 0  # bucketed leaves counted (unknown buckets included)
+        self.stalled = 0.0  # loop-stall seconds inside the step (in no bucket)
         self.nb = 0
         self.ex: Sequence[Example] = ()
         self.overlaps: Sequence[tuple[Example, Example]] = ()
@@ -144,6 +152,17 @@ class _Step:
         overlap = min(end, self.end) - max(start, self.start)
         if overlap > 0:
             self.writable_sums()[bucket] += overlap
+
+    def add_stalls(self, group: _Group) -> None:
+        """Take *group*'s stall spans (clipped to the step) and stall seconds."""
+        if group.stalls:
+            for start, end in group.stalls:
+                overlap = min(end, self.end) - max(start, self.start)
+                if overlap > 0:
+                    self.stalled += overlap
+            group.stalls = None
+        self.stalled += group.stalled
+        group.stalled = 0.0
 
     def writable_sums(self) -> list[float]:
         sums = self.sums
@@ -180,6 +199,7 @@ class StepRow:
     sums: list[float]
     leaves: int
     parent_missing: bool = False
+    stalled: float = 0.0  # event-loop stall µs inside the step, counted in no bucket
 
     @property
     def wall(self) -> float:
@@ -276,10 +296,23 @@ class Rollup:
         iteration = args.get("rl.iteration")
         if iteration.__class__ is not int:
             iteration = None
-        group_step = end > start and (
-            args.get("asynctrace.group") == "step" or event.get("cat") == "step"
-        )
+        group = args.get("asynctrace.group")
+        if group == LOOP_STALL and bucket is None:
+            self._stall(name, key, pkey, start, end)
+            return
+        group_step = end > start and (group == "step" or event.get("cat") == "step")
         self._span(name, key, pkey, start, end, bucket, iteration, group_step, origin)
+
+    def _stall(self, name: str, key: int, pkey: int | None, start: float, end: float) -> None:
+        """A loop-stall span: never a step, in no bucket; its seconds go to its step apart."""
+        payload = self._pending.pop(key, None) or _Group()
+        if end > start:
+            if payload.stalls is None:
+                payload.stalls = []
+            payload.stalls.append((start, end))
+        self._attach(
+            payload, key, pkey, self._home.get(pkey) if pkey is not None else None, 0, name
+        )
 
     def _trace_index(self, trace_id: str) -> int:
         index = self._traces[trace_id] = len(self._trace_ids)
@@ -407,6 +440,7 @@ class Rollup:
             for leaf in payload.leaves:
                 container.add_leaf(leaf)
             _add_sums(container, payload)
+            container.add_stalls(payload)
             payload.leaves.clear()
             payload.fwd = container
         else:
@@ -430,6 +464,7 @@ class Rollup:
         for leaf in leaves:
             step.add_leaf(leaf)
         _add_sums(step, children)
+        step.add_stalls(children)
         examples = children.examples()
         if examples:
             step.ex = examples
@@ -449,6 +484,7 @@ class Rollup:
                 for i, seconds in enumerate(step.sums):
                     into.pre[i] += seconds
         into.nb += step.leaves + step.nb
+        into.stalled += step.stalled
         into.add_examples(step.ex)
         step.fwd = into
         # Late children of the candidate (or of its subtree) now go straight to *into*,
@@ -528,6 +564,7 @@ class Rollup:
                 sums=list(step.sums),
                 leaves=step.leaves,
                 parent_missing=step.orphan,
+                stalled=step.stalled,
             )
             rows.append(row)
             if row.attributed > row.wall + 1e-3:
@@ -603,6 +640,14 @@ def _merge(source: _Group, target: _Group) -> None:
     if source.nb:
         target.nb += source.nb
         source.nb = 0
+    if source.stalls:
+        if target.stalls is None:
+            target.stalls = []
+        target.stalls.extend(source.stalls)
+        source.stalls = None
+    if source.stalled:
+        target.stalled += source.stalled
+        source.stalled = 0.0
     if source.ex:
         target.add_examples(source.ex)
         source.ex = None

@@ -42,6 +42,9 @@ outermost stamped umbrella). Per bucket, a step counts the bucketed spans of
 its subtree that have no bucketed descendant, clipped to the step's interval;
 unbucketed spans (umbrellas, per-prompt spans, a detached finalize span)
 never count. unattributed = wall - sum of buckets; goodput = productive / wall.
+stalled = seconds the event loop was blocked inside the step (spans of group
+loop_stall), shown apart: they overlap the spans they stretched, so they are
+in no bucket.
 
 exit status: 0 no violation, 1 invariant violations, 2 unreadable input
 """
@@ -222,6 +225,7 @@ def _row_dict(row: StepRow, origins: Origins) -> dict[str, Any]:
         out[f"{bucket}_s"] = _seconds(row.sums[i])
     out["unattributed_s"] = _seconds(row.unattributed)
     out["goodput"] = _ratio(row.sums[0], row.wall)
+    out["stalled_s"] = _seconds(row.stalled)
     out["leaves"] = row.leaves
     out["parent_missing"] = row.parent_missing
     return out
@@ -236,6 +240,7 @@ def to_json(collected: Collected) -> dict[str, Any]:
         total[f"{bucket}_s"] = _seconds(sums[i])
     total["unattributed_s"] = _seconds(wall - sum(sums))
     total["goodput"] = _ratio(sums[0], wall)
+    total["stalled_s"] = _seconds(sum(row.stalled for row in rows))
     result = collected.result
     return {
         "step_rule": STEP_RULE,
@@ -273,6 +278,7 @@ CSV_COLUMNS = [
     *(f"{b}_s" for b in BUCKETS),
     "unattributed_s",
     "goodput",
+    "stalled_s",
 ]
 
 
@@ -300,7 +306,7 @@ def _clip(text: str, width: int) -> str:
 def to_text(collected: Collected) -> str:
     """The table, the run total and the invariant summary, for a terminal."""
     document = to_json(collected)
-    headers = ["process", "iter", "step", "wall s", *BUCKETS, "unattributed", "goodput"]
+    headers = ["process", "iter", "step", "wall s", *BUCKETS, "unattributed", "goodput", "stalled"]
     table: list[list[str]] = []
     for step in document["steps"]:
         table.append(
@@ -312,6 +318,7 @@ def to_text(collected: Collected) -> str:
                 *(f"{step[f'{b}_s']:.4f}" for b in BUCKETS),
                 f"{step['unattributed_s']:.4f}",
                 _percent(step["goodput"]),
+                f"{step['stalled_s']:.4f}",
             ]
         )
     total = document["total"]
@@ -324,6 +331,7 @@ def to_text(collected: Collected) -> str:
             *(f"{total[f'{b}_s']:.4f}" for b in BUCKETS),
             f"{total['unattributed_s']:.4f}",
             _percent(total["goodput"]),
+            f"{total['stalled_s']:.4f}",
         ]
     )
     widths = [max(len(r[i]) for r in [headers, *table]) for i in range(len(headers))]

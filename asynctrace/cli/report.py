@@ -105,6 +105,7 @@ class WaterfallSpan:
     span_id: str
     process: str
     attributes: list[tuple[str, str]]
+    stall: bool = False  # an event-loop stall (group loop_stall): drawn as a marker
 
 
 @dataclass
@@ -186,7 +187,17 @@ def _choose_step(rows: list[StepRow], wanted: int | None) -> tuple[StepRow, str]
     return max(matching, key=lambda r: r.wall), f"--step {wanted}"
 
 
-_SHOWN_ATTRIBUTES = ("rl.iteration", "rl.bucket", "rl.efficiency.category", "rl.idle.polls")
+_SHOWN_ATTRIBUTES = (
+    "rl.iteration",
+    "rl.bucket",
+    "rl.efficiency.category",
+    "rl.idle.polls",
+    "code.function.name",
+    "code.file.path",
+    "code.line.number",
+    "asynctrace.stall.task",
+    "asynctrace.stall.samples",
+)
 
 
 def _waterfall(collected: Collected, step: StepRow, chosen_by: str, progress: bool) -> Waterfall:
@@ -258,6 +269,7 @@ def _row(
         span_id=str(args.get("span_id")),
         process=origins.label(origin),
         attributes=attributes,
+        stall=args.get("asynctrace.group") == "loop_stall",
     )
 
 

@@ -1,0 +1,430 @@
+"""Event-loop stalls: a heartbeat on the loop, a watchdog thread, one span per stall.
+
+The heartbeat is a timer callback that re-arms itself every ``period`` and
+notes when it is next due. The watchdog thread wakes while the heartbeat is
+late by more than half the threshold, samples the loop thread's stack
+(``sys._current_frames()``) and, on the first sample, the task that is
+running and the span current in it. When the heartbeat runs again, it knows
+how late it was: past the threshold, it records one span from the moment it
+was due to now (clipped to the parent span), folded from every sample, as the
+blocked task (so the span lands on that task's track), unbucketed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import gc
+import logging
+import os
+import sys
+import sysconfig
+import threading
+import time
+from collections import Counter
+from typing import Any, Final
+
+from opentelemetry import context as otel_context
+from opentelemetry.trace import SpanKind
+from opentelemetry.trace.propagation import _SPAN_KEY
+
+from ._errors import report_internal_error
+from ._fast import FastTracer
+from ._groups import LOOP_STALL
+from ._scopes import SCOPES
+from ._semconv import GROUP
+from ._state import GATE
+
+__all__ = ["DEFAULT_THRESHOLD_MS", "LOOP_STALL", "SPAN_NAME", "notice_loop", "stop_all"]
+
+logger = logging.getLogger("asynctrace")
+
+SPAN_NAME: Final = "asynctrace.loop_stall"
+DEFAULT_THRESHOLD_MS: Final = 50.0
+MAX_FRAMES: Final = 8  # frames kept per sample, innermost first
+MAX_STACKS: Final = 5  # folded stacks written on the span, most seen first
+_MAX_KEYS: Final = 256  # distinct stacks counted per stall
+_MAX_WALK: Final = 256  # frames walked per sample
+
+_get_running_loop = asyncio._get_running_loop
+_current_task = asyncio.current_task
+_enter_task = getattr(asyncio.tasks, "_enter_task", None)
+_leave_task = getattr(asyncio.tasks, "_leave_task", None)
+_monotonic = time.monotonic
+_UNSET: Final = object()
+_OTEL_VAR = getattr(getattr(otel_context, "_RUNTIME_CONTEXT", None), "_current_context", None)
+if not isinstance(_OTEL_VAR, contextvars.ContextVar):  # pragma: no cover - another runtime
+    _OTEL_VAR = None
+
+_lock = threading.Lock()
+_monitors: dict[int, _Monitor] = {}  # id(loop) -> its monitor
+_last: object = _UNSET  # the loop notice_loop saw last (its fast path)
+_threshold_s = DEFAULT_THRESHOLD_MS / 1000
+_said: set[object] = set()
+
+
+def set_threshold(milliseconds: float) -> None:
+    """The threshold of monitors started from now on (validated by the configuration)."""
+    global _threshold_s
+    _threshold_s = milliseconds / 1000
+
+
+def notice_loop() -> None:
+    """Watch the event loop running in this thread, if it is not watched yet.
+
+    Called when an umbrella span starts while ``loop_stall`` is enabled; one
+    identity test when the loop is the one seen last.
+    """
+    loop = _get_running_loop()
+    if loop is not _last:
+        try:
+            _notice(loop)
+        except Exception as exc:  # never raise into the program
+            report_internal_error(("loop_stall", "notice"), exc)
+
+
+def _notice(loop: asyncio.AbstractEventLoop | None) -> None:
+    global _last
+    if loop is None:
+        trio = sys.modules.get("trio")
+        if trio is not None and _in_trio(trio):
+            _say_once(
+                "trio", "trio is not watched for loop stalls; the loop_stall group stays off"
+            )
+        _last = None
+        return
+    with _lock:
+        monitor = _monitors.get(id(loop))
+        if monitor is None or monitor.loop is not loop or (monitor.stopped and not monitor.failed):
+            if not callable(getattr(loop, "call_later", None)) or not hasattr(
+                sys, "_current_frames"
+            ):
+                _say_once(type(loop), f"a {type(loop).__name__} loop cannot be watched for stalls")
+                _last = loop
+                return
+            _monitors[id(loop)] = _Monitor(loop, _threshold_s)
+        _last = loop
+
+
+def _in_trio(trio: Any) -> bool:
+    try:
+        in_run = getattr(trio.lowlevel, "in_trio_run", None)
+        if callable(in_run):
+            return bool(in_run())
+        trio.lowlevel.current_task()  # raises RuntimeError outside a run
+        return True
+    except Exception:
+        return False
+
+
+def _say_once(key: object, message: str) -> None:
+    if key not in _said:
+        _said.add(key)
+        logger.warning("asynctrace: %s", message)
+
+
+def stop_all(timeout_s: float = 0.1) -> None:
+    """Stop every monitor; their watchdog threads are gone when this returns (or *timeout_s*)."""
+    global _last
+    with _lock:
+        monitors = list(_monitors.values())
+        _monitors.clear()
+        _last = _UNSET
+    deadline = _monotonic() + timeout_s
+    for monitor in monitors:
+        monitor.stop()
+    for monitor in monitors:
+        if monitor.thread is not threading.current_thread():
+            monitor.thread.join(max(0.0, deadline - _monotonic()))
+
+
+def _after_fork_in_child() -> None:
+    """The watchdogs did not survive the fork: forget them; the next umbrella span re-arms."""
+    global _lock, _last
+    _lock = threading.Lock()
+    for monitor in _monitors.values():
+        monitor.stopped = True
+        monitor.lock = threading.Lock()
+    _monitors.clear()
+    _last = _UNSET
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+# ---------------------------------------------------------------------------
+# Which frames are the program's.
+
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _library_prefixes() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the standard library's directories, the site directories inside them)."""
+    paths = sysconfig.get_paths()
+    stdlib = tuple({os.path.join(paths[k], "") for k in ("stdlib", "platstdlib") if k in paths})
+    sites = tuple({os.path.join(paths[k], "") for k in ("purelib", "platlib") if k in paths})
+    return stdlib, sites
+
+
+_STDLIB, _SITES = _library_prefixes()
+_LOOP_PACKAGES: Final = ("uvloop", "anyio", "sniffio")
+_is_program: dict[Any, bool] = {}  # code object -> whether its frames are the program's
+
+
+def _program_code(code: Any) -> bool:
+    found = _is_program.get(code)
+    if found is not None:
+        return found
+    path = code.co_filename
+    if path.startswith("<"):  # frozen modules, exec'd strings of the interpreter
+        mine = not path.startswith("<frozen")
+    elif path.startswith(_OWN_DIR) or (path.startswith(_STDLIB) and not path.startswith(_SITES)):
+        mine = False
+    else:
+        parts = path.replace("\\", "/").split("/")
+        mine = not any(package in parts for package in _LOOP_PACKAGES)
+    if len(_is_program) < 4096:
+        _is_program[code] = mine
+    return mine
+
+
+Frame = tuple[str, int, str]  # (file, line, function)
+
+
+def _stack(frame: Any) -> tuple[tuple[Frame, ...], bool]:
+    """The innermost frames of the program's code, and whether the innermost frame is one."""
+    out: list[Frame] = []
+    innermost = True
+    first_is_program = False
+    walked = 0
+    while frame is not None and walked < _MAX_WALK and len(out) < MAX_FRAMES:
+        code = frame.f_code
+        if _program_code(code):
+            if innermost:
+                first_is_program = True
+            out.append(
+                (code.co_filename, frame.f_lineno or 0, getattr(code, "co_qualname", code.co_name))
+            )
+        innermost = False
+        frame = frame.f_back
+        walked += 1
+    return tuple(out), first_is_program
+
+
+def _task_context(task: object) -> contextvars.Context | None:
+    """The context a task runs in (read from the watchdog while the task is blocked)."""
+    get = getattr(task, "get_context", None)  # Python 3.12+
+    if callable(get):
+        found = get()
+        return found if isinstance(found, contextvars.Context) else None
+    own = getattr(task, "_context", None)  # the pure-Python Task
+    if isinstance(own, contextvars.Context):
+        return own
+    for ref in gc.get_referents(task):  # the C Task of 3.10 and 3.11 keeps it unexposed
+        if ref.__class__ is contextvars.Context:
+            return ref
+    return None
+
+
+# ---------------------------------------------------------------------------
+# One loop's monitor.
+
+
+class _Stall:
+    """What the watchdog saw while the heartbeat due at ``due`` was late."""
+
+    __slots__ = ("counts", "due", "otel", "samples", "scopes", "task")
+
+    def __init__(self, due: float, task: object | None) -> None:
+        self.due = due
+        self.task = task
+        self.otel: Any = None
+        self.scopes: Any = None
+        self.samples = 0
+        self.counts: Counter[tuple[Frame, ...]] = Counter()
+        context = _task_context(task) if task is not None else None
+        if context is not None:
+            if _OTEL_VAR is not None:
+                self.otel = context.get(_OTEL_VAR)
+            self.scopes = context.get(SCOPES)
+
+    def add(self, stack: tuple[Frame, ...]) -> None:
+        self.samples += 1
+        if stack in self.counts or len(self.counts) < _MAX_KEYS:
+            self.counts[stack] += 1
+
+
+class _Monitor:
+    """The heartbeat on one loop and the watchdog thread that samples it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, threshold_s: float) -> None:
+        self.loop = loop
+        self.loop_thread = threading.get_ident()
+        self.threshold = threshold_s
+        self.half = threshold_s / 2
+        self.period = min(max(threshold_s / 5, 0.001), 0.01)
+        self.lock = threading.Lock()
+        self.stopped = False
+        self.failed = False  # the watchdog failed: this loop stays unwatched
+        self.stall: _Stall | None = None
+        self.context = contextvars.Context()  # the heartbeat runs with no span and no scope
+        self.wake = threading.Event()
+        self.due = _monotonic() + self.period
+        self.handle: Any = loop.call_later(self.period, self._beat, context=self.context)
+        self.thread = threading.Thread(
+            target=self._watch, name="asynctrace-loop-watchdog", daemon=True
+        )
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopped = True
+        self.wake.set()
+        if _get_running_loop() is self.loop:
+            self.handle.cancel()
+        global _last
+        if _last is self.loop:
+            _last = _UNSET
+
+    # -- the loop thread -----------------------------------------------------
+
+    def _beat(self) -> None:
+        try:
+            now = _monotonic()
+            due = self.due
+            if self.stopped or LOOP_STALL not in GATE.enabled:
+                self._retire()
+                return
+            self.due = now + self.period
+            self.handle = self.loop.call_later(self.period, self._beat, context=self.context)
+            if now - due > self.half or self.stall is not None:
+                with self.lock:
+                    stall, self.stall = self.stall, None
+                if stall is not None and stall.due == due and now - due > self.threshold:
+                    self._record(stall, now)
+        except Exception as exc:  # never raise into the loop
+            report_internal_error(("loop_stall", "heartbeat"), exc)
+
+    def _record(self, stall: _Stall, now: float) -> None:
+        tracer = GATE.tracer
+        if tracer is None or not stall.samples:
+            return
+        wall, mono = time.time_ns(), time.monotonic_ns()
+        # From the last beat (the last time the loop was seen running) to now.
+        start = wall - (mono - int((stall.due - self.period) * 1e9))
+        end = wall - (mono - int(now * 1e9))
+        parent = stall.otel.get(_SPAN_KEY) if stall.otel is not None else None
+        parent_start = getattr(parent, "start_time", None)
+        parent_end = getattr(parent, "end_time", None)
+        if isinstance(parent_start, int) and start < parent_start:
+            start = parent_start  # nests under its parent on the task's track
+        if isinstance(parent_end, int) and end > parent_end:
+            end = parent_end
+        if end <= start:
+            return
+        attributes = self._attributes(stall)
+        context = stall.otel if stall.otel is not None else otel_context.Context()
+        task = stall.task
+        entered = False
+        if task is not None and _enter_task is not None and _current_task(self.loop) is None:
+            try:  # start the span as the blocked task: its track, for every processor
+                _enter_task(self.loop, task)
+                entered = True
+            except Exception:
+                entered = False
+        try:
+            if tracer.__class__ is FastTracer:
+                span = tracer.start_owned(SPAN_NAME, context, attributes, None, start_time=start)
+            else:
+                span = tracer.start_span(
+                    SPAN_NAME, context, SpanKind.INTERNAL, attributes, start_time=start
+                )
+            span.end(end)
+        finally:
+            if entered and _leave_task is not None:
+                _leave_task(self.loop, task)
+
+    def _attributes(self, stall: _Stall) -> dict[str, Any]:
+        attributes: dict[str, Any] = {GROUP: LOOP_STALL}
+        if stall.scopes is not None:
+            attributes.update(stall.scopes.stamps)  # rl.iteration, rl.task_id, rl.session_id
+        ranked = stall.counts.most_common(MAX_STACKS)
+        top = ranked[0][0] if ranked else ()
+        if top:
+            path, line, function = top[0]
+            attributes["code.function.name"] = function
+            attributes["code.file.path"] = path
+            attributes["code.line.number"] = line
+            attributes["asynctrace.stall.frames"] = tuple(f"{p}:{n} {f}" for p, n, f in top)
+        attributes["asynctrace.stall.stacks"] = tuple(
+            ";".join(f"{f} ({p}:{n})" for p, n, f in reversed(stack)) + f" {count}"
+            for stack, count in ranked
+            if stack
+        )
+        attributes["asynctrace.stall.samples"] = stall.samples
+        attributes["asynctrace.stall.threshold_ms"] = round(self.threshold * 1000, 3)
+        task = stall.task
+        if task is not None:
+            get_name = getattr(task, "get_name", None)
+            if callable(get_name):
+                attributes["asynctrace.stall.task"] = str(get_name())
+            get_coro = getattr(task, "get_coro", None)
+            coro = get_coro() if callable(get_coro) else None
+            name = getattr(coro, "__qualname__", None)
+            if isinstance(name, str):
+                attributes["asynctrace.stall.coroutine"] = name
+        return attributes
+
+    # -- the watchdog thread -------------------------------------------------
+
+    def _watch(self) -> None:
+        try:
+            wake, loop = self.wake, self.loop
+            while not self.stopped:
+                lag = _monotonic() - self.due
+                if lag > self.half and loop.is_running():
+                    self._sample()
+                    pause = self.period
+                else:  # asleep until a lag past half the threshold is possible
+                    pause = min(max(self.half - lag, self.period), self.half)
+                if wake.wait(pause) or self.stopped:
+                    break
+                if LOOP_STALL not in GATE.enabled or loop.is_closed():
+                    break
+        except Exception as exc:  # never raise: log once and stop watching this loop
+            self.failed = True
+            try:
+                report_internal_error(("loop_stall", "watchdog"), exc)
+            except Exception:
+                logger.warning("asynctrace: the loop-stall watchdog stopped", exc_info=exc)
+        finally:
+            self._retire()
+
+    def _sample(self) -> None:
+        frame = sys._current_frames().get(self.loop_thread)
+        if frame is None:
+            return
+        task = _current_task(self.loop)
+        stack, in_program = _stack(frame)
+        del frame
+        if task is None and not in_program:
+            return  # the loop's own code (waiting in its selector, say): not a stall
+        with self.lock:
+            due = self.due
+            if _monotonic() - due <= self.half:
+                return  # the heartbeat ran meanwhile
+            stall = self.stall
+            if stall is None or stall.due != due:
+                stall = self.stall = _Stall(due, task)
+            stall.add(stack)
+
+    def _retire(self) -> None:
+        """Stop and leave the registry (from either thread)."""
+        self.stopped = True
+        self.wake.set()
+        global _last
+        with _lock:
+            if _monitors.get(id(self.loop)) is self and not self.failed:
+                del _monitors[id(self.loop)]
+        if _last is self.loop:
+            _last = _UNSET

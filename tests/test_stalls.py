@@ -1,0 +1,444 @@
+"""Event-loop stalls: one unbucketed span per blocking call over the threshold.
+
+Real loops (asyncio, uvloop, trio), real blocking calls, the real watchdog
+thread and real pipelines on both providers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import asynctrace as at
+from asynctrace import _errors, _stalls
+from asynctrace._config import TelemetryConfig
+from asynctrace.testing import capture_spans
+
+STALL = _stalls.SPAN_NAME
+PROVIDERS = ["fast", "sdk"]
+
+
+def _uvloop_run(main: Awaitable[Any]) -> Any:
+    uvloop = pytest.importorskip("uvloop")
+    return uvloop.run(main)
+
+
+RUNNERS = [pytest.param(asyncio.run, id="asyncio"), pytest.param(_uvloop_run, id="uvloop")]
+
+
+@pytest.fixture(autouse=True)
+def _no_watchdog_left() -> Iterator[None]:
+    """Each test ends with every watchdog stopped."""
+    yield
+    _stalls.stop_all()
+
+
+def _watchdogs() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "asynctrace-loop-watchdog"]
+
+
+def _stalls_in(spans: Any) -> list[Any]:
+    return [span for span in spans if span.name == STALL]
+
+
+def _line_after() -> int:
+    """The line number after the caller's line."""
+    return sys._getframe(1).f_lineno + 1
+
+
+def _chrome(tmp_path: Path, provider: str) -> at.Telemetry:
+    return at.configure(
+        {
+            "enabled": True,
+            "span_groups": "per_step",
+            "exporters": ["chrome", "memory"],
+            "output_dir": str(tmp_path),
+            "provider": provider,
+        }
+    )
+
+
+def _events(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_blocking_call_in_a_step_is_one_stall_span_on_the_task_track(
+    tmp_path: Path, provider: str, runner: Callable[[Awaitable[Any]], Any]
+) -> None:
+    """time.sleep(0.2) in a step: one stall span of 0.2 s naming that line, child of the step."""
+    telemetry = _chrome(tmp_path, provider)
+    line = 0
+
+    async def main() -> None:
+        nonlocal line
+        async with at.umbrella_span("step", "train.step"):
+            await asyncio.sleep(0.02)  # the heartbeat is beating before the block
+            line = _line_after()
+            time.sleep(0.2)
+            await asyncio.sleep(0.03)  # the heartbeat runs (and records) after the block
+
+    try:
+        runner(asyncio.wait_for(main(), 10))
+        assert telemetry.memory_exporter is not None
+        spans = list(telemetry.memory_exporter.get_finished_spans())
+        assert telemetry.flush(10)
+    finally:
+        telemetry.shutdown()
+    (stall,) = _stalls_in(spans)
+    (step,) = [s for s in spans if s.name == "train.step"]
+    assert stall.end_time is not None
+    assert stall.start_time is not None
+    assert abs((stall.end_time - stall.start_time) / 1e9 - 0.2) <= 0.02
+    assert stall.parent is not None
+    assert stall.parent.span_id == step.context.span_id
+    attrs = dict(stall.attributes or {})
+    assert attrs["code.file.path"] == __file__
+    assert attrs["code.line.number"] == line
+    assert attrs["code.function.name"].endswith("main")
+    assert (
+        attrs["asynctrace.stall.frames"][0] == f"{__file__}:{line} {attrs['code.function.name']}"
+    )
+    assert attrs["asynctrace.stall.samples"] >= 1
+    assert attrs["asynctrace.group"] == "loop_stall"
+    assert "rl.bucket" not in attrs
+    assert attrs["asynctrace.stall.threshold_ms"] == 50.0
+    # On the task's track: the same tid as the step, a track named after the task.
+    events = _events(tmp_path / "traces-r0.jsonl")
+    complete = {e["name"]: e for e in events if e.get("ph") == "X"}
+    assert complete[STALL]["tid"] == complete["train.step"]["tid"]
+    names = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    assert names[complete[STALL]["tid"]].startswith(f"task: {attrs['asynctrace.stall.task']}")
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_loop_that_only_awaits_records_no_stall_over_1000_steps(provider: str) -> None:
+    """1,000 steps that only await: the monitor runs and records nothing."""
+
+    async def main() -> int:
+        for i in range(1000):
+            with at.iteration_scope(i):
+                async with at.umbrella_span("step", "train.step"):
+                    await asyncio.sleep(0)
+        watched = len(_stalls._monitors)
+        await asyncio.sleep(0.03)
+        return watched
+
+    with capture_spans("per_step", provider=provider) as captured:
+        watched = asyncio.run(main())
+    assert watched == 1
+    assert len(captured.by_name("train.step")) == 1000
+    assert _stalls_in(captured.spans) == []
+
+
+def test_a_stall_below_the_threshold_records_nothing() -> None:
+    """20 ms blocked (threshold 50 ms) records nothing; 200 ms in the same loop does."""
+
+    async def main() -> None:
+        async with at.umbrella_span("step", "short"):
+            await asyncio.sleep(0.02)
+            time.sleep(0.02)
+        await asyncio.sleep(0.03)
+        async with at.umbrella_span("step", "long"):
+            time.sleep(0.2)
+        await asyncio.sleep(0.03)
+
+    with capture_spans("per_step") as captured:
+        asyncio.run(main())
+    (stall,) = _stalls_in(captured.spans)
+    (long,) = captured.by_name("long")
+    assert stall.parent is not None
+    assert stall.parent.span_id == long.context.span_id
+
+
+def test_a_two_second_stall_is_one_span_not_forty() -> None:
+    """A 2 s block is sampled many times and folded into one span."""
+    line = 0
+
+    async def main() -> None:
+        nonlocal line
+        async with at.umbrella_span("step", "train.step"):
+            line = _line_after()
+            time.sleep(2.0)
+        await asyncio.sleep(0.03)
+
+    with capture_spans("per_step") as captured:
+        asyncio.run(main())
+    (stall,) = _stalls_in(captured.spans)
+    attrs = dict(stall.attributes or {})
+    assert stall.end_time is not None
+    assert stall.start_time is not None
+    assert abs((stall.end_time - stall.start_time) / 1e9 - 2.0) <= 0.05
+    samples = attrs["asynctrace.stall.samples"]
+    assert samples >= 40
+    (stack,) = attrs["asynctrace.stall.stacks"]  # one place blocked: one folded stack
+    assert stack.endswith(f"main ({__file__}:{line}) {samples}")
+    assert attrs["code.line.number"] == line
+
+
+def test_the_stall_span_follows_the_span_current_in_the_blocked_task() -> None:
+    """Blocked inside a leaf of a step: the stall is the leaf's child, with the task's stamps."""
+
+    async def other() -> None:
+        await asyncio.sleep(0.3)
+
+    async def main() -> None:
+        waiting = asyncio.create_task(other(), name="waiting")
+        with at.iteration_scope(7):
+            async with at.umbrella_span("step", "train.step"):
+                with at.managed_span("reward", "score"):
+                    time.sleep(0.1)
+        await asyncio.sleep(0.03)
+        await waiting
+
+    with capture_spans("per_step") as captured:
+        asyncio.run(main())
+    (stall,) = _stalls_in(captured.spans)
+    (score,) = captured.by_name("score")
+    assert stall.parent is not None
+    assert stall.parent.span_id == score.context.span_id
+    attrs = dict(stall.attributes or {})
+    assert attrs["rl.iteration"] == 7
+    assert attrs["asynctrace.stall.task"] != "waiting"
+    assert attrs["asynctrace.stall.coroutine"].endswith("main")
+    assert score.start_time is not None
+    assert stall.start_time is not None
+    assert score.end_time is not None
+    assert stall.end_time is not None
+    assert score.start_time <= stall.start_time < stall.end_time <= score.end_time
+
+
+def test_the_group_is_in_per_step_and_all_but_not_default() -> None:
+    """loop_stall is unbucketed, in per_step and all, not in default."""
+    group = at.registered_span_groups()["loop_stall"]
+    assert group.bucket is None
+    assert not group.per_item
+    assert "loop_stall" in at.resolve_span_groups("per_step")
+    assert "loop_stall" in at.resolve_span_groups("all")
+    assert "loop_stall" not in at.resolve_span_groups("default")
+
+
+def test_default_groups_start_no_watchdog() -> None:
+    """With loop_stall off, steps start no monitor and no thread."""
+
+    async def main() -> None:
+        async with at.umbrella_span("job", "job"):
+            time.sleep(0.1)
+        await asyncio.sleep(0.02)
+
+    with capture_spans("default") as captured:
+        asyncio.run(main())
+        assert _watchdogs() == []
+    assert _stalls_in(captured.spans) == []
+
+
+def test_the_threshold_is_a_configuration_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """loop_stall_threshold_ms: from a mapping or the environment; 30 ms blocked counts at 10."""
+    assert TelemetryConfig().loop_stall_threshold_ms == 50.0
+    monkeypatch.setenv("ASYNCTRACE_LOOP_STALL_THRESHOLD_MS", "10")
+    assert TelemetryConfig.from_env().loop_stall_threshold_ms == 10.0
+    telemetry = at.configure(
+        {
+            "enabled": True,
+            "span_groups": "per_step",
+            "exporters": ["memory"],
+            "loop_stall_threshold_ms": 10,
+        }
+    )
+
+    async def main() -> None:
+        async with at.umbrella_span("step", "train.step"):
+            await asyncio.sleep(0.01)
+            time.sleep(0.03)
+        await asyncio.sleep(0.02)
+
+    try:
+        asyncio.run(main())
+        assert telemetry.memory_exporter is not None
+        spans = list(telemetry.memory_exporter.get_finished_spans())
+    finally:
+        telemetry.shutdown()
+    (stall,) = _stalls_in(spans)
+    assert dict(stall.attributes or {})["asynctrace.stall.threshold_ms"] == 10.0
+
+
+@pytest.mark.parametrize("value", ["abc", 0, 0.05, -5, 60_001, float("nan"), True, None])
+def test_a_bad_threshold_names_the_key_the_value_and_what_is_accepted(value: Any) -> None:
+    """Bad values raise ConfigurationError before anything changes."""
+    with pytest.raises(at.ConfigurationError) as raised:
+        at.configure({"enabled": True, "exporters": ["memory"], "loop_stall_threshold_ms": value})
+    message = str(raised.value)
+    assert message.startswith("loop_stall_threshold_ms: ")
+    assert repr(value) in message
+    assert "from 1 to 60000" in message
+    assert at.current_telemetry() is None
+
+
+def test_shutdown_stops_the_watchdog_within_100_ms() -> None:
+    """shutdown() ends the watchdog thread and the heartbeat at once."""
+    telemetry = at.configure({"enabled": True, "span_groups": "per_step", "exporters": ["memory"]})
+    timing: dict[str, float] = {}
+
+    async def main() -> None:
+        async with at.umbrella_span("step", "train.step"):
+            await asyncio.sleep(0.02)
+        (watchdog,) = _watchdogs()
+        (monitor,) = _stalls._monitors.values()
+        start = time.monotonic()
+        telemetry.shutdown()
+        watchdog.join(0.1)
+        timing["stopped"] = time.monotonic() - start
+        assert not watchdog.is_alive()
+        await asyncio.sleep(0.03)  # the heartbeat would have run three times
+        assert monitor.stopped
+        assert monitor.handle.cancelled()
+        assert _stalls._monitors == {}
+
+    asyncio.run(main())
+    assert timing["stopped"] < 0.1
+
+
+def test_leaving_capture_spans_stops_the_watchdog() -> None:
+    """The monitor follows the gate: the group turned off stops it within a heartbeat or two."""
+
+    async def main() -> threading.Thread:
+        with capture_spans("per_step"):
+            async with at.umbrella_span("step", "train.step"):
+                await asyncio.sleep(0)
+            (watchdog,) = _watchdogs()
+        await asyncio.sleep(0.05)
+        return watchdog
+
+    watchdog = asyncio.run(main())
+    watchdog.join(0.1)
+    assert not watchdog.is_alive()
+
+
+class _BrokenTask(asyncio.Task):  # type: ignore[type-arg]
+    """A task of a custom task factory whose context cannot be read."""
+
+    def get_context(self) -> Any:
+        raise RuntimeError("no context for you")
+
+
+def test_the_watchdog_never_raises_into_the_program(caplog: pytest.LogCaptureFixture) -> None:
+    """A failure inside the monitor is logged once; the program and its loop carry on."""
+    previous = _errors.set_strict(False)
+    loop_errors: list[dict[str, Any]] = []
+    thread_errors: list[Any] = []
+    old_hook = threading.excepthook
+    threading.excepthook = thread_errors.append
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _loop, context: loop_errors.append(context))
+        loop.set_task_factory(lambda loop, coro, **kw: _BrokenTask(coro, loop=loop, **kw))
+
+        async def step(i: int) -> int:
+            async with at.umbrella_span("step", "train.step"):
+                time.sleep(0.1)
+            await asyncio.sleep(0.03)
+            return i
+
+        return sum([await asyncio.create_task(step(i)) for i in range(3)])
+
+    try:
+        with caplog.at_level(logging.WARNING, "asynctrace"), capture_spans("per_step") as captured:
+            assert asyncio.run(main()) == 3
+    finally:
+        threading.excepthook = old_hook
+        _errors.set_strict(previous)
+    assert loop_errors == []
+    assert thread_errors == []
+    assert len(captured.by_name("train.step")) == 3
+    failures = [r for r in caplog.records if "loop_stall" in r.getMessage()]
+    assert len(failures) == 1  # logged once, then the monitor is off
+
+
+def _wait(pid: int, timeout_s: float) -> int:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.01)
+    os.kill(pid, 9)
+    raise AssertionError(f"the forked child {pid} did not exit within {timeout_s} s")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_the_monitor_survives_fork_and_is_rearmed_in_the_child(tmp_path: Path) -> None:
+    """After os.fork() inside a watched loop, both parent and child record their own stalls."""
+    out = tmp_path / "child.json"
+
+    async def block(name: str) -> None:
+        async with at.umbrella_span("step", name):
+            await asyncio.sleep(0.02)
+            time.sleep(0.1)
+        await asyncio.sleep(0.03)
+
+    async def main(captured: Any) -> int:
+        await block("before")
+        with warnings.catch_warnings():
+            # Python 3.12+ warns that forking a process with threads may deadlock;
+            # the monitor's handling of it is what is tested.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:  # the child: never return into pytest
+            code = 1
+            try:
+                captured.clear()
+                # asyncio forgets the running loop in a forked child: the child runs its own.
+                asyncio.run(block("child"))
+                parents = [s.parent.span_id for s in _stalls_in(captured.spans) if s.parent]
+                (child_step,) = captured.by_name("child")
+                out.write_text(json.dumps(parents == [child_step.context.span_id]))
+                code = 0
+            except BaseException:
+                import traceback
+
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        await block("after")
+        return pid
+
+    with capture_spans("per_step") as captured:
+        pid = asyncio.run(main(captured))
+        assert _wait(pid, 30) == 0, "the forked child failed (its traceback is on stderr)"
+    assert json.loads(out.read_text()) is True
+    parents = {s.parent.span_id for s in _stalls_in(captured.spans) if s.parent}
+    steps = {s.context.span_id for s in captured.spans if s.name in ("before", "after")}
+    assert parents == steps
+
+
+def test_trio_says_so_once_and_stays_off(caplog: pytest.LogCaptureFixture) -> None:
+    """Under trio the monitor logs one line and starts nothing."""
+    trio = pytest.importorskip("trio")
+    _stalls._said.discard("trio")
+
+    async def main() -> None:
+        for _ in range(3):
+            async with at.umbrella_span("step", "train.step"):
+                time.sleep(0.06)
+            await trio.sleep(0.01)
+
+    with caplog.at_level(logging.WARNING, "asynctrace"), capture_spans("per_step") as captured:
+        trio.run(main)
+        assert _watchdogs() == []
+    said = [r for r in caplog.records if "trio is not watched" in r.getMessage()]
+    assert len(said) == 1
+    assert len(captured.by_name("train.step")) == 3
+    assert _stalls_in(captured.spans) == []
