@@ -117,3 +117,60 @@ def test_actor_call_without_carrier_still_works(ray_cluster: None) -> None:
     """The decorated actor method works when called without a carrier."""
     actor = ray.remote(TracedActor).remote()
     assert ray.get(actor.run_rollouts.remote([4]), timeout=120) == 4
+
+
+class ScopedActor:
+    """An actor whose process propagates scopes (or not), exporting its own spans."""
+
+    def __init__(self, propagate: bool) -> None:
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+            InMemorySpanExporter,
+        )
+
+        self.exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        at.enable_telemetry(provider, span_groups="per_step", propagate_scopes=propagate)
+
+    @at.accepts_trace_context
+    def score(self, value: int) -> bool:
+        """Open a reward span; report whether the call runs in a per-prompt scope."""
+        with at.managed_span("reward", "actor.score"):
+            return at.in_per_prompt_scope()
+
+    def exported(self) -> list[dict[str, Any]]:
+        """Names and attributes of what this process exported."""
+        spans = self.exporter.get_finished_spans()
+        self.exporter.clear()
+        return [{"name": s.name, **dict(s.attributes or {})} for s in spans]
+
+
+@pytest.mark.parametrize("propagate", [True, False])
+def test_actor_spans_carry_the_drivers_scopes(ray_cluster: None, propagate: bool) -> None:
+    """propagate_scopes: the actor's span carries rl.iteration, task and session ids, and
+    per-prompt work is gated on per_prompt over there too; off: none of it crosses."""
+    from asynctrace.testing import capture_spans
+
+    actor = ray.remote(ScopedActor).remote(propagate)
+    with capture_spans("all", propagate_scopes=propagate):
+        with at.iteration_scope(4), at.task_scope(8), at.session_scope() as session:
+            with at.umbrella_span("step", "driver.step"):
+                plain = ray.get(at.dispatch_with_trace_context(actor.score.remote, 1), timeout=120)
+                spans = ray.get(actor.exported.remote(), timeout=60)
+                with at.per_prompt_scope():
+                    ref = at.dispatch_with_trace_context(actor.score.remote, 2)
+                    per_prompt = ray.get(ref, timeout=120)
+                per_prompt_spans = ray.get(actor.exported.remote(), timeout=60)
+    assert plain is False
+    (span,) = spans
+    if propagate:
+        assert (span["rl.iteration"], span["rl.task_id"], span["rl.session_id"]) == (4, 8, session)
+        assert per_prompt is True
+        assert per_prompt_spans == []  # per_step has no per_prompt: off on the actor too
+    else:
+        assert "rl.iteration" not in span
+        assert "rl.session_id" not in span
+        assert per_prompt is False
+        assert [s["name"] for s in per_prompt_spans] == ["actor.score"]
