@@ -78,6 +78,13 @@ def demo(session: nox.Session) -> None:
 
 
 @nox.session(python="3.11")
+def cli(session: nox.Session) -> None:
+    """The asynctrace command, from its own environment: nox -s cli -- goodput DIR."""
+    session.install("-e", ".[cli,sdk]", silent=False)
+    session.run("asynctrace", *(session.posargs or ["--help"]))
+
+
+@nox.session(python="3.11")
 def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check."""
     session.install("ruff>=0.6")

@@ -69,9 +69,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     prog = "asynctrace"
     try:
-        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+        args, extra = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
         if args.command:
             prog = f"asynctrace {args.command}"
+        if extra:  # the subcommand's usage error, pointing at its own help
+            raise CliError(
+                f"{prog}: error: unrecognized arguments: {' '.join(extra)} (see '{prog} --help')"
+            )
         run = getattr(args, "run", None)
         if run is None:
             parser.print_help(sys.stderr)

@@ -1,7 +1,9 @@
 """Streaming readers for asynctrace's JSON-lines files: traces and session records.
 
 Inputs are files, directories (searched recursively) and glob patterns. Files
-are read line by line, so memory does not grow with their size. A line that
+compressed with gzip (long runs compress their traces) are read as they are,
+recognised by their content; directories also yield ``traces*.jsonl.gz``.
+Files are read line by line, so memory does not grow with their size. A line that
 is not a JSON object (the torn last line of a killed process, say) is skipped
 and counted. Lines ending in a comma are read too, which covers a Chrome JSON
 document written one event per line, such as the output of ``asynctrace
@@ -11,13 +13,14 @@ convert``; any other whole-document JSON file is loaded at once as a fallback.
 from __future__ import annotations
 
 import glob
+import gzip
 import json
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 from ._common import CliError, Progress, dumps, loads
 
@@ -34,7 +37,7 @@ __all__ = [
 TRACE_PATTERN = "traces*.jsonl"
 SESSION_PATTERN = "sessions*.jsonl"
 
-_FILE_NAME = re.compile(r"^traces-(?:(?P<role>.+?)-)?r(?P<rank>\d+)\.jsonl$")
+_FILE_NAME = re.compile(r"^traces-(?:(?P<role>.+?)-)?r(?P<rank>\d+)\.jsonl(?:\.gz)?$")
 _STRUCTURAL = (b'{"traceEvents":', b"],", b"]}")
 _PROGRESS_EVERY = 0x3FFF  # lines between two progress updates
 _SAMPLES = 3
@@ -74,8 +77,30 @@ def _has_magic(text: str) -> bool:
 
 
 def _search(directory: Path, patterns: Sequence[str]) -> list[Path]:
-    found = {p for pattern in patterns for p in directory.rglob(pattern) if p.is_file()}
+    found = {
+        p
+        for pattern in patterns
+        for variant in (pattern, pattern + ".gz")
+        for p in directory.rglob(variant)
+        if p.is_file()
+    }
     return sorted(found)
+
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def open_input(path: Path) -> IO[bytes]:
+    """*path* opened for reading bytes; decompressed on the fly when it is gzip data.
+
+    Raises:
+        OSError: it cannot be opened.
+    """
+    with open(path, "rb") as probe:
+        magic = probe.read(2)
+    if magic == _GZIP_MAGIC:
+        return cast("IO[bytes]", gzip.open(path, "rb"))
+    return open(path, "rb")  # the caller closes it
 
 
 def expand_inputs(specs: Iterable[str], patterns: Sequence[str], what: str) -> list[Path]:
@@ -129,7 +154,7 @@ def expand_inputs(specs: Iterable[str], patterns: Sequence[str], what: str) -> l
 def sniff_kind(path: Path) -> str | None:
     """``"traces"`` or ``"sessions"`` from the first JSON object in the file, else the name."""
     try:
-        with open(path, "rb") as stream:
+        with open_input(path) as stream:
             for _, line in zip(range(64), stream, strict=False):
                 raw = line.strip().rstrip(b",")
                 if not raw:
@@ -143,6 +168,8 @@ def sniff_kind(path: Path) -> str | None:
                         return "traces"
                     if "session_id" in obj or "submit_ts" in obj:
                         return "sessions"
+    except EOFError:  # gzip data cut short before a recognisable line: go by the name
+        pass
     except OSError as exc:
         raise CliError(f"{path}: {exc.strerror or exc}") from None
     if path.name.startswith("sessions"):
@@ -174,7 +201,7 @@ def iter_file(
     samples: list[str] = []
     first = b""
     try:
-        stream = open(path, "rb")  # noqa: SIM115 - closed below, also on early exit
+        stream = open_input(path)  # closed below, also on early exit
     except OSError as exc:
         raise CliError(f"{path}: {exc.strerror or exc}") from None
     try:
@@ -207,6 +234,10 @@ def iter_file(
                 continue
             valid += 1
             yield obj, raw
+    except EOFError:  # a gzip stream cut short (a killed writer): keep what was read
+        bad += 1
+        if len(samples) < _SAMPLES:
+            samples.append(f"{path.name}:{lineno + 1} (compressed data cut short)")
     except OSError as exc:
         raise CliError(f"{path}: {exc.strerror or exc}") from None
     finally:
@@ -234,9 +265,9 @@ def iter_file(
 def _whole_document(path: Path) -> list[dict[str, Any]] | None:
     """A Chrome JSON document (``{"traceEvents": [...]}`` or ``[...]``), loaded whole."""
     try:
-        with open(path, "rb") as stream:
+        with open_input(path) as stream:
             document = json.load(stream)
-    except (OSError, ValueError):
+    except (OSError, ValueError, EOFError):
         return None
     events = document.get("traceEvents") if isinstance(document, dict) else document
     if not isinstance(events, list):

@@ -256,8 +256,11 @@ def run(args: argparse.Namespace) -> int:
     target = Path(args.output)
     if not to_stdout and target.resolve() in {p.resolve() for p in paths}:
         raise CliError(f"{args.output}: the output is also an input")
+    if not to_stdout:
+        _check_output(args.output, target)
     merger = _Merger(paths, _earliest(paths) if args.rebase else 0)
     stats = ReadStats()
+    others = 0  # JSON objects that are not trace events (no "ph")
     temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
         stream: IO[bytes] = sys.stdout.buffer if to_stdout else open(temporary, "wb")  # noqa: SIM115
@@ -271,6 +274,9 @@ def run(args: argparse.Namespace) -> int:
         separator = b""
         for index, path in enumerate(paths):
             for event, raw in iter_file(path, stats, bar):
+                if event.get("ph").__class__ is not str:
+                    others += 1
+                    continue
                 line = merger.event(index, event, raw)
                 chunk.append(separator)
                 chunk.append(line)
@@ -286,14 +292,17 @@ def run(args: argparse.Namespace) -> int:
             chunk.append(line)
             separator = b",\n"
         if not events:
-            raise CliError(_nothing(paths, stats))
+            raise CliError(_nothing(paths, stats, others))
         other = {"asynctrace": {"inputs": [str(p) for p in paths], "malformed": stats.malformed}}
         chunk.append(b'\n],"displayTimeUnit":"ms","otherData":' + dumps(other) + b"}\n")
         stream.write(b"".join(chunk))
         stream.flush()
         if not to_stdout:
             stream.close()
-            os.replace(temporary, target)
+            try:
+                os.replace(temporary, target)
+            except OSError as exc:
+                raise CliError(f"{args.output}: {exc.strerror or exc}") from None
     except BaseException:
         if not to_stdout:
             stream.close()
@@ -310,13 +319,33 @@ def run(args: argparse.Namespace) -> int:
         summary = stats.summary()
         if summary:
             parts.append(summary)
+        if others:
+            plural = "s" if others != 1 else ""
+            parts.append(f"skipped {others} JSON object{plural} without 'ph' (not trace events)")
         if merger.moved:
             parts.append(f"{merger.moved} spans moved to overflow tracks so every track nests")
         note(prog, "; ".join(parts))
     return 0
 
 
-def _nothing(paths: Sequence[Path], stats: ReadStats) -> str:
+def _check_output(name: str, target: Path) -> None:
+    """Refuse an output that cannot be written, before reading anything."""
+    if target.is_dir():
+        raise CliError(
+            f"{name}: is a directory; name the output file, e.g. -o {target / 'trace.json'}"
+        )
+    if not target.parent.is_dir():
+        raise CliError(f"{name}: no such directory: {target.parent}")
+
+
+def _nothing(paths: Sequence[Path], stats: ReadStats, others: int = 0) -> str:
     if len(paths) == 1 and stats.empty:
         return f"{paths[0]}: empty file, no trace events"
+    if others:
+        plural = "s" if others != 1 else ""
+        return (
+            f"no trace events in the {len(paths)} input file(s): {others} JSON object{plural} "
+            "without a 'ph' field, which Chrome trace events have (a sessions file? "
+            "'asynctrace report' reads those)"
+        )
     return f"no trace events in the {len(paths)} input file(s) ({stats.summary() or 'all empty'})"

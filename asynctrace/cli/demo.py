@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -67,8 +68,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         from asynctrace_contrib.demo import run_demo
     except ImportError as exc:
+        missing = f"module {exc.name!r} is missing" if exc.name else str(exc)
         raise CliError(
-            f"the demo needs its extra ({exc}); install it with: pip install 'asynctrace[demo]'"
+            f"the demo needs the 'demo' extra ({missing}); "
+            "install it with: pip install 'asynctrace[demo]'"
         ) from exc
     from . import main
 
@@ -85,8 +88,9 @@ def run(args: argparse.Namespace) -> int:
     traces = [str(p) for p in result.trace_files]
     sessions = [str(result.sessions_file)] if result.sessions_file else []
     print(
-        f"demo: {len(result.rollouts)} rollouts in {args.steps} steps, "
-        f"{result.seconds:.1f} s; files in {out}"
+        f"demo: {len(result.rollouts)} rollouts in {args.steps} steps, {result.seconds:.1f} s "
+        f"in all (the Gym server's start, the steps, shutdown; the steps' own wall time is "
+        f"in the table below); files in {out}"
     )
     codes = [
         main(["convert", *traces, "-o", str(trace_json)]),
@@ -98,4 +102,11 @@ def run(args: argparse.Namespace) -> int:
     print()
     sys.stdout.flush()
     codes.append(main(["goodput", *traces]))
+    python = shlex.quote(sys.executable)
+    where = shlex.quote(str(out))
+    print()
+    print("rerun on these files (or `nox -s cli -- goodput ...` from the checkout):")
+    print(f"  {python} -m asynctrace goodput {where}")
+    print(f"  {python} -m asynctrace report {where} -o {shlex.quote(str(report_html))}")
+    print(f"  {python} -m asynctrace convert {where} -o {shlex.quote(str(trace_json))}")
     return max(codes)

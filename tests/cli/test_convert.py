@@ -143,12 +143,38 @@ def test_errors(run: Run, tmp_path: Path) -> None:
     assert one_line(same.err).endswith("the output is also an input")
     nowhere = run("convert", GOLDEN, "-o", tmp_path / "missing-dir" / "t.json")
     assert nowhere.code == 2
-    assert "No such file or directory" in one_line(nowhere.err)
+    assert one_line(nowhere.err).endswith(f"no such directory: {tmp_path / 'missing-dir'}")
+    directory = run("convert", GOLDEN, "-o", tmp_path)
+    assert directory.code == 2
+    assert one_line(directory.err).endswith(
+        f"{tmp_path}: is a directory; name the output file, e.g. -o {tmp_path / 'trace.json'}"
+    )
     empty_dir = tmp_path / "empty"
     empty_dir.mkdir()
     no_traces = run("convert", empty_dir, "-o", tmp_path / "t.json")
     assert no_traces.code == 2
     assert "no trace files" in one_line(no_traces.err)
+
+
+def test_json_lines_that_are_not_trace_events(run: Run, tmp_path: Path) -> None:
+    """Objects without "ph" are not trace events: none at all is an error, some are counted."""
+    other = write_lines(tmp_path / "a.jsonl", [{"a": 1}])
+    result = run("convert", other, "-o", tmp_path / "t.json")
+    assert result.code == 2
+    assert "no trace events in the 1 input file(s): 1 JSON object without a 'ph' field" in (
+        one_line(result.err)
+    )
+    assert not (tmp_path / "t.json").exists()
+    sessions = run("convert", GOLDEN / "sessions-r0.jsonl", "-o", tmp_path / "t.json")
+    assert sessions.code == 2
+    assert "a sessions file?" in one_line(sessions.err)
+    mixed = write_lines(
+        tmp_path / "traces-r0.jsonl",
+        [{"a": 1}, {"ph": "X", "name": "s", "ts": 1, "dur": 2, "pid": 1, "tid": 1}],
+    )
+    document, done = _convert(run, mixed, "-o", tmp_path / "t.json")
+    assert [e["name"] for e in document["traceEvents"] if e["ph"] == "X"] == ["s"]
+    assert "skipped 1 JSON object without 'ph' (not trace events)" in one_line(done.err)
 
 
 def test_help_has_an_example(run: Run) -> None:
