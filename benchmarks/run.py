@@ -160,12 +160,14 @@ def bench_bind_context(n: int, r: int) -> Figure:
 
     ours_ns = ns_per_op("bind(fn)()", n, r, bind=at.bind_context, fn=_fn)
     base_ns = ns_per_op("copy().run(fn)", n, r, copy=contextvars.copy_context, fn=_fn)
+    # The floor of a Python-level wrapper is far above 1.5x of a C call (see bind_floor.py):
+    # the target is the time added per bound call.
     return Figure(
         "bind_context(fn)() vs copy_context().run(fn), empty fn",
         ours_ns,
         base_ns,
-        "<= 1.5x",
-        ours_ns <= 1.5 * base_ns,
+        "<= +400 ns",
+        ours_ns - base_ns <= 400,
     )
 
 
@@ -190,8 +192,8 @@ def bench_bind_context_thread_handoff(n: int, r: int) -> Figure:
         "context_executor(pool).submit(fn) vs pool.submit(copy_context().run, fn)",
         ours_ns,
         base_ns,
-        "<= 1.5x",
-        ours_ns <= 1.5 * base_ns,
+        "<= 1.05x",
+        ours_ns <= 1.05 * base_ns,
     )
 
 
@@ -230,6 +232,61 @@ def bench_carrier_round_trip(n: int, r: int) -> Figure:
     )
 
 
+def bench_carrier_round_trip_with_scopes(n: int, r: int) -> Figure:
+    """The round trip with propagate_scopes on, baggage included on both sides."""
+    from opentelemetry import baggage, propagate
+    from opentelemetry import context as otel_context
+    from opentelemetry import trace as otel_trace
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(DiscardingExporter()))
+    at.enable_telemetry(provider, span_groups="all", propagate_scopes=True)
+    span = provider.get_tracer("bench").start_span("parent")
+    ctx = otel_trace.set_span_in_context(span)
+    ctx = baggage.set_baggage("user.tag", "a", ctx)
+    scopes = contextlib.ExitStack()
+    scopes.enter_context(at.iteration_scope(3))
+    scopes.enter_context(at.task_scope(7))
+    scopes.enter_context(at.session_scope())
+    token = otel_context.attach(ctx)
+
+    def ours() -> None:
+        with at.remote_trace_context(at.current_trace_carrier()):
+            pass
+
+    # The same entries as OpenTelemetry baggage, through its default propagators
+    # (tracecontext and baggage).
+    raw_ctx = ctx
+    for key, value in (
+        ("asynctrace.iteration", "3"),
+        ("asynctrace.task_id", "7"),
+        ("asynctrace.session_id", str(at.current_session_id())),
+    ):
+        raw_ctx = baggage.set_baggage(key, value, raw_ctx)
+    raw_token = otel_context.attach(raw_ctx)
+
+    def raw() -> None:
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier)
+        t = otel_context.attach(propagate.extract(carrier))
+        otel_context.detach(t)
+
+    base_ns = ns_per_op(raw, n // 10, r)
+    otel_context.detach(raw_token)
+    ours_ns = ns_per_op(ours, n // 10, r)
+    otel_context.detach(token)
+    scopes.close()
+    span.end()
+    at.disable_telemetry()
+    return Figure(
+        "the same with propagate_scopes, baggage on both sides",
+        ours_ns,
+        base_ns,
+        "<= 1.5x",
+        ours_ns <= 1.5 * base_ns,
+    )
+
+
 BENCHES = [
     bench_disabled_managed_span,
     bench_disabled_trace_fn,
@@ -239,6 +296,7 @@ BENCHES = [
     bench_bind_context,
     bench_bind_context_thread_handoff,
     bench_carrier_round_trip,
+    bench_carrier_round_trip_with_scopes,
 ]
 
 
