@@ -73,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
             f"the demo needs the 'demo' extra ({missing}); "
             "install it with: pip install 'asynctrace[demo]'"
         ) from exc
+    from asynctrace import resolve_span_groups
+
     from . import main
 
     result = run_demo(
@@ -101,7 +103,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"  sessions:       {', '.join(sessions) or '-'}")
     print()
     sys.stdout.flush()
-    codes.append(main(["goodput", *traces]))
+    if "step" in resolve_span_groups(args.span_groups):
+        codes.append(main(["goodput", *traces]))
+    else:
+        print(f"no goodput table: the 'step' group is not in {args.span_groups!r}")
     python = shlex.quote(sys.executable)
     where = shlex.quote(str(out))
     print()

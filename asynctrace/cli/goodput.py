@@ -20,7 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from ._common import CliError, HelpFormatter, Progress, note
-from ._reader import TRACE_PATTERN, Origins, ReadStats, expand_inputs, file_size, iter_file
+from ._reader import (
+    TRACE_PATTERN,
+    Origins,
+    ReadStats,
+    expand_inputs,
+    file_size,
+    iter_file,
+    sniff_kind,
+)
 from ._rollup import BUCKETS, Rollup, RollupResult, StepRow
 
 __all__ = ["Collected", "add_parser", "collect", "run", "to_json"]
@@ -161,6 +169,10 @@ def run(args: argparse.Namespace) -> int:
     paths = expand_inputs(args.inputs, [TRACE_PATTERN], "trace")
     collected = collect(paths, step_name=args.step_name, progress=not args.no_progress, prog=prog)
     result = collected.result
+    if not result.steps:
+        for line in _notes(collected)[:-1]:  # what was skipped, then the error
+            note(prog, line)
+        raise CliError(_no_steps(paths, args.step_name))
     if args.json:
         sys.stdout.write(_json_text(to_json(collected)))
     elif args.csv:
@@ -172,6 +184,19 @@ def run(args: argparse.Namespace) -> int:
     for line in _notes(collected):
         note(prog, line)
     return 1 if result.violations else 0
+
+
+def _no_steps(paths: Sequence[Path], step_name: str | None) -> str:
+    """Why there is no table: no step in the input, said so that it can be fixed."""
+    kinds = {sniff_kind(path) for path in paths}
+    if kinds == {"sessions"}:
+        which = paths[0] if len(paths) == 1 else f"all {len(paths)} inputs"
+        return (
+            f"{which}: session records, not a trace; goodput reads traces-*.jsonl "
+            "('asynctrace report' reads both)"
+        )
+    among = f" among spans named like {step_name!r}" if step_name else ""
+    return f"no step spans found{among} in {len(paths)} file(s) ({STEP_RULE})"
 
 
 def _notes(collected: Collected) -> list[str]:

@@ -77,3 +77,21 @@ def test_unknown_option_points_at_the_subcommand_help(run: Run, command: str) ->
         f"asynctrace {command}: error: unrecognized arguments: --no-such-option "
         f"(see 'asynctrace {command} --help')"
     )
+
+
+def test_goodput_with_nothing_to_report_fails_clearly(run: Run, tmp_path: Path) -> None:
+    """No step in the input is an error (exit 2, one line), not an empty table with exit 0."""
+    sessions = run("goodput", GOLDEN / "sessions-r0.jsonl")
+    assert sessions.code == 2
+    assert sessions.out == ""
+    assert one_line(sessions.err).endswith(
+        "sessions-r0.jsonl: session records, not a trace; goodput reads traces-*.jsonl "
+        "('asynctrace report' reads both)"
+    )
+    (tmp_path / "traces-r0.jsonl").write_text(
+        json.dumps({"ph": "X", "name": "x", "ts": 1, "dur": 2, "pid": 1, "tid": 1}) + "\n"
+    )
+    stepless = run("goodput", tmp_path)
+    assert stepless.code == 2
+    assert stepless.out == ""
+    assert "no step spans found in 1 file(s) (a step is a span of group 'step'" in stepless.err
