@@ -38,6 +38,15 @@ STATUS_COLORS = {
     "dropped": "#6d4c41",
     "pending": "#8e8e9e",
 }
+_QUIET_STATUSES = frozenset({"accepted", "pending"})  # drawn plain; others are marked
+
+
+def _status_order(status: str) -> tuple[int, str]:
+    """The legend's order: the known statuses as listed above, then any other by name."""
+    known = list(STATUS_COLORS)
+    return (known.index(status), "") if status in known else (len(known), status)
+
+
 STALL_COLOR = "#ad1457"  # event-loop stalls: a marker, in no bucket
 PHASE_PALETTE = ["#5e35b1", "#00897b", "#d81b60", "#3949ab", "#7cb342", "#fb8c00", "#546e7a"]
 MAX_BARS = 240
@@ -384,6 +393,17 @@ def _timeline(sessions: Sessions) -> str:
                 f'<rect class="phase" x="{_num(px)}" y="{_num(y + 1)}" width="{_num(pw)}" '
                 f'height="{row_h - 2}" fill="{colors.get(name, "#555")}"/>'
             )
+        if row.status not in _QUIET_STATUSES:
+            # Over the phase bars: an outline in the status colour and a solid
+            # block where the session ended, so a failure shows without a tooltip.
+            mark_w = max(3.0, min(8.0, w * 0.15))
+            parts.append(
+                f'<rect class="status-outline" x="{_num(x)}" y="{_num(y + 1)}" '
+                f'width="{_num(w)}" height="{row_h - 2}" fill="none" stroke="{fill}" '
+                f'stroke-width="1.5"/><rect class="status-mark" data-status="{esc(row.status)}" '
+                f'x="{_num(x + w - mark_w)}" y="{_num(y + 1)}" width="{_num(mark_w)}" '
+                f'height="{row_h - 2}" fill="{fill}"/>'
+            )
         parts.append("</g>")
     if rows:
         parts.append(
@@ -449,7 +469,10 @@ def _sessions_section(sessions: Sessions) -> str:
     )
     colors = _phase_colors(sessions.phases)
     legend = [(f"phase {p}", c) for p, c in colors.items()]
-    legend += [(f"session {s} (submit → finalized)", c) for s, c in STATUS_COLORS.items()]
+    legend += [
+        (f"session {s} (submit → finalized)", STATUS_COLORS.get(s, "#999"))
+        for s in sorted(sessions.statuses, key=_status_order)
+    ]
     parts.append("<h3>Lifecycle timeline</h3>")
     parts.append(_legend(legend))
     parts.append(_timeline(sessions))

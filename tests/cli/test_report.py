@@ -156,6 +156,37 @@ def test_report_in_headless_chromium(run: Run, tmp_path: Path, browser: Any) -> 
     assert resources == 0  # nothing fetched: everything is inline
 
 
+def test_unaccepted_sessions_stand_out_and_the_legend_lists_what_is_there(
+    run: Run, tmp_path: Path
+) -> None:
+    """Failed, rejected and dropped sessions carry a solid mark over their phase bars; the
+    legend names only the statuses the run has."""
+    page, _ = _report(run, tmp_path, GOLDEN)
+    marks = re.findall(r'class="status-mark" data-status="([a-z]+)"', page)
+    assert sorted(marks) == ["dropped", "failed", "rejected"]  # one per such session
+    timeline = page[page.index('id="sessions-timeline"') :]
+    for status in marks:  # drawn after (so over) every phase bar of its row
+        at_mark = timeline.index(f'data-status="{status}"')
+        rest_of_row = timeline[at_mark : timeline.index("</g>", at_mark)]
+        assert 'class="phase"' not in rest_of_row
+        assert 'opacity="' not in rest_of_row  # solid, unlike the row's 0.35 background
+    legend = re.findall(r"session ([a-z]+) \(submit → finalized\)", page)
+    assert legend == ["accepted", "rejected", "failed", "dropped"]  # no "pending"
+    only_accepted = tmp_path / "accepted"
+    only_accepted.mkdir()
+    shutil.copy(GOLDEN / "traces-r0.jsonl", only_accepted)
+    (only_accepted / "sessions-r0.jsonl").write_text(
+        "".join(
+            line + "\n"
+            for line in (GOLDEN / "sessions-r0.jsonl").read_text().splitlines()
+            if '"accepted"' in line
+        )
+    )
+    page, _ = _report(run, tmp_path, only_accepted)
+    assert "status-mark" not in page
+    assert re.findall(r"session ([a-z]+) \(submit → finalized\)", page) == ["accepted"]
+
+
 def test_many_steps_are_grouped_into_mean_bars(run: Run, tmp_path: Path) -> None:
     """Past 240 steps, each bar is the mean of consecutive steps; the page stays small."""
     lines = []
