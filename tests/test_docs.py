@@ -330,3 +330,19 @@ if __name__ == "__main__":
     if sys.argv[1:2] != ["--update"]:
         sys.exit("usage: python tests/test_docs.py --update [PAGE ...]")
     update([Path(arg).resolve() for arg in sys.argv[2:]] or PAGES)
+
+
+def test_a_changed_page_fails(tmp_path: Path) -> None:
+    """The README's Quick start with one word of its output changed no longer passes."""
+    (session,) = [s for s in ALL if s.page.name == "README.md" and s.name == "quickstart"]
+    (tmp_path / "as-is").mkdir()
+    assert all(outcome.ok for outcome in run_session(session, tmp_path / "as-is"))
+    page = tmp_path / "README.md"
+    page.write_text(session.page.read_text().replace("wrote 7 spans to", "wrote 8 spans to"))
+    changed = Session(page, session.name, session.setup)
+    for run, output in session.steps:
+        moved = [b for b in blocks(page) if b.line in (run.line, output.line if output else -1)]
+        changed.steps.append((moved[0], moved[1] if output else None))
+    (tmp_path / "changed").mkdir()
+    outcomes = run_session(changed, tmp_path / "changed")
+    assert [o.ok for o in outcomes] == [False, True, True]
