@@ -1,14 +1,14 @@
 """Event-loop stalls: a heartbeat on the loop, a watchdog thread, one span per stall.
 
-The heartbeat is a timer callback that re-arms itself every ``period`` and
-notes when it is next due. The watchdog thread wakes while the heartbeat is
-late by more than half the threshold, samples the loop thread's stack
-(``sys._current_frames()``) and, on the first sample, the task that is
-running and the span current in it. When the heartbeat runs again, it knows
-how late it was: past the threshold, it records one span from the moment it
-was due to now (clipped to the parent span), folded from every sample, as the
-blocked task (so the span lands on that task's track), unbucketed.
-"""
+The watchdog thread posts a heartbeat to the loop (``call_soon_threadsafe``)
+every half threshold. A heartbeat still waiting when the watchdog wakes means
+the loop is blocked: the watchdog samples the loop thread's stack
+(``sys._current_frames()``) every ``period`` and, on the first sample, the
+task that is running and the span current in it. When the heartbeat runs, it
+knows how long the loop did not run: past the threshold, it records one span
+from when the block began (between the last heartbeat that ran and the first
+that did not) to now, clipped to the parent span, folded from every sample,
+as the blocked task (so the span lands on that task's track), unbucketed."""
 
 from __future__ import annotations
 
@@ -232,12 +232,13 @@ def _task_context(task: object) -> contextvars.Context | None:
 
 
 class _Stall:
-    """What the watchdog saw while the heartbeat due at ``due`` was late."""
+    """What the watchdog saw while the heartbeat posted at ``posted`` had not run."""
 
-    __slots__ = ("counts", "due", "otel", "samples", "scopes", "task")
+    __slots__ = ("counts", "otel", "posted", "samples", "scopes", "since", "task")
 
-    def __init__(self, due: float, task: object | None) -> None:
-        self.due = due
+    def __init__(self, posted: float, since: float, task: object | None) -> None:
+        self.posted = posted
+        self.since = since  # the last time the loop was seen running
         self.task = task
         self.otel: Any = None
         self.scopes: Any = None
@@ -256,22 +257,28 @@ class _Stall:
 
 
 class _Monitor:
-    """The heartbeat on one loop and the watchdog thread that samples it."""
+    """The watchdog thread of one loop and the heartbeat it posts to the loop.
+
+    The watchdog posts the heartbeat (``call_soon_threadsafe``) every half
+    threshold and sleeps; a heartbeat that has not run when it wakes means the
+    loop is blocked: it samples the loop thread every ``period`` until it
+    runs. No timer stays on the loop between heartbeats, so the loop's own
+    iterations cost nothing more.
+    """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, threshold_s: float) -> None:
         self.loop = loop
         self.loop_thread = threading.get_ident()
         self.threshold = threshold_s
         self.half = threshold_s / 2
-        self.period = min(max(threshold_s / 5, 0.001), 0.01)
+        self.period = min(max(threshold_s / 5, 0.001), 0.01)  # samples while blocked
         self.lock = threading.Lock()
         self.stopped = False
         self.failed = False  # the watchdog failed: this loop stays unwatched
         self.stall: _Stall | None = None
         self.context = contextvars.Context()  # the heartbeat runs with no span and no scope
         self.wake = threading.Event()
-        self.due = _monotonic() + self.period
-        self.handle: Any = loop.call_later(self.period, self._beat, context=self.context)
+        self.seen = self.since = self.posted = _monotonic()  # the loop runs: it is arming us
         self.thread = threading.Thread(
             target=self._watch, name="asynctrace-loop-watchdog", daemon=True
         )
@@ -280,27 +287,23 @@ class _Monitor:
     def stop(self) -> None:
         self.stopped = True
         self.wake.set()
-        if _get_running_loop() is self.loop:
-            self.handle.cancel()
         global _last
         if _last is self.loop:
             _last = _UNSET
 
     # -- the loop thread -----------------------------------------------------
 
-    def _beat(self) -> None:
+    def _beat(self, posted: float) -> None:
         try:
             now = _monotonic()
-            due = self.due
+            self.seen = now
             if self.stopped or LOOP_STALL not in GATE.enabled:
                 self._retire()
                 return
-            self.due = now + self.period
-            self.handle = self.loop.call_later(self.period, self._beat, context=self.context)
-            if now - due > self.half or self.stall is not None:
+            if self.stall is not None:  # the watchdog saw the loop blocked
                 with self.lock:
                     stall, self.stall = self.stall, None
-                if stall is not None and stall.due == due and now - due > self.threshold:
+                if stall is not None and stall.posted == posted:
                     self._record(stall, now)
         except Exception as exc:  # never raise into the loop
             report_internal_error(("loop_stall", "heartbeat"), exc)
@@ -310,8 +313,9 @@ class _Monitor:
         if tracer is None or not stall.samples:
             return
         wall, mono = time.time_ns(), time.monotonic_ns()
-        # From the last beat (the last time the loop was seen running) to now.
-        start = wall - (mono - int((stall.due - self.period) * 1e9))
+        # The loop ran the heartbeat at `since` and not the one posted at `posted`: the
+        # block began in between; the middle is within half that interval of it.
+        start = wall - (mono - int((stall.since + stall.posted) / 2 * 1e9))
         end = wall - (mono - int(now * 1e9))
         parent = stall.otel.get(_SPAN_KEY) if stall.otel is not None else None
         parent_start = getattr(parent, "start_time", None)
@@ -320,8 +324,8 @@ class _Monitor:
             start = parent_start  # nests under its parent on the task's track
         if isinstance(parent_end, int) and end > parent_end:
             end = parent_end
-        if end <= start:
-            return
+        if end - start <= self.threshold * 1e9:
+            return  # not longer than the threshold
         attributes = self._attributes(stall)
         context = stall.otel if stall.otel is not None else otel_context.Context()
         task = stall.task
@@ -381,16 +385,24 @@ class _Monitor:
         try:
             wake, loop = self.wake, self.loop
             while not self.stopped:
-                lag = _monotonic() - self.due
-                if lag > self.half and loop.is_running():
-                    self._sample()
-                    pause = self.period
-                else:  # asleep until a lag past half the threshold is possible
-                    pause = min(max(self.half - lag, self.period), self.half)
-                if wake.wait(pause) or self.stopped:
-                    break
                 if LOOP_STALL not in GATE.enabled or loop.is_closed():
                     break
+                if not loop.is_running():
+                    if wake.wait(self.half):
+                        break
+                    continue
+                self.since = self.seen
+                posted = self.posted = _monotonic()
+                try:
+                    loop.call_soon_threadsafe(self._beat, posted, context=self.context)
+                except RuntimeError:  # the loop closed since is_closed() was asked
+                    break
+                if wake.wait(self.half):
+                    break
+                while self.seen < posted and not self.stopped:  # blocked past half the threshold
+                    self._sample(posted)
+                    if wake.wait(self.period):
+                        break
         except Exception as exc:  # never raise: log once and stop watching this loop
             self.failed = True
             try:
@@ -400,7 +412,7 @@ class _Monitor:
         finally:
             self._retire()
 
-    def _sample(self) -> None:
+    def _sample(self, posted: float) -> None:
         frame = sys._current_frames().get(self.loop_thread)
         if frame is None:
             return
@@ -410,12 +422,11 @@ class _Monitor:
         if task is None and not in_program:
             return  # the loop's own code (waiting in its selector, say): not a stall
         with self.lock:
-            due = self.due
-            if _monotonic() - due <= self.half:
+            if self.seen >= posted:
                 return  # the heartbeat ran meanwhile
             stall = self.stall
-            if stall is None or stall.due != due:
-                stall = self.stall = _Stall(due, task)
+            if stall is None or stall.posted != posted:
+                stall = self.stall = _Stall(posted, self.since, task)
             stall.add(stack)
 
     def _retire(self) -> None:

@@ -14,6 +14,7 @@ SCRIPTS = [
     "bench_provider.py",
     "bench_export.py",
     "bench_sessions.py",
+    "bench_stalls.py",
     "bench_http.py",
     "bench_cli.py",
     "bench_demo.py",
