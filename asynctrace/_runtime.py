@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any, Union
 
 from opentelemetry import trace
 
-from . import _otel_global, _sessions, _stalls
+from . import _otel_global, _session_tracer, _stalls
 from ._config import TelemetryConfig
 from ._errors import ConfigurationError, MissingExtraError
-from ._sessions import SessionTracer
+from ._session_tracer import SessionTracer
 from ._state import GATE, disable_telemetry, enable_telemetry
 
 if TYPE_CHECKING:
@@ -186,8 +186,8 @@ class Telemetry:
         deadline = time.monotonic() + max(0.0, timeout)
         ok = True
         if self._sessions is not None:
-            if _sessions.current_tracer() is self._sessions:
-                _sessions.install(None)
+            if _session_tracer.current_tracer() is self._sessions:
+                _session_tracer.install(None)
             ok = self._sessions.shutdown(timeout)
         pipeline = self._pipeline
         if pipeline is None:
@@ -235,7 +235,7 @@ class Telemetry:
             )
             self._owns_global = _otel_global.claim(pipeline.provider)
         if self._sessions is not None:
-            _sessions.install(self._sessions)
+            _session_tracer.install(self._sessions)
         atexit.register(self._at_exit)
         self._atexit_registered = True
         if self.settings.handle_sigterm:

@@ -11,143 +11,21 @@ leaves at most one torn last line.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Final
 
-from ._jsonl import encode_lines
+from ._session_record import Record, encode_records
 
-if TYPE_CHECKING:
-    from ._sessions import _Record
-
-__all__ = ["SessionWriter", "record_json"]
+__all__ = ["SessionWriter"]
 
 logger = logging.getLogger("asynctrace")
 
 _CHUNK: Final = 32  # records serialized between two GIL releases (about 0.1 ms)
 _PAUSE_S: Final = 0.0001
 _NS: Final = 1e9
-
-
-def _union_ns(intervals: list[tuple[int, int]]) -> int:
-    """Length of the union of intervals: overlapping executions count once."""
-    total = 0
-    current_start = current_end = None
-    for start, end in sorted(intervals):
-        if current_end is None or start > current_end:
-            if current_end is not None and current_start is not None:
-                total += current_end - current_start
-            current_start, current_end = start, end
-        elif end > current_end:
-            current_end = end
-    if current_end is not None and current_start is not None:
-        total += current_end - current_start
-    return total
-
-
-def record_dict(
-    record: _Record,
-    status: str,
-    reason: str | None,
-    finalized_ns: int,
-    *,
-    rank: int,
-    role: str | None,
-    run_id: str,
-) -> dict[str, Any]:
-    """The JSON object written for one finished session.
-
-    Executions still open at finalization end at ``finalized_ts`` and are
-    flagged ``truncated``; every execution is clipped to
-    ``[submit_ts, finalized_ts]``, and ``<phase>_s`` is the length of the union
-    of its executions, so it never exceeds ``total_s``.
-    """
-    submit = record.submit_ns
-    finalized = max(finalized_ns, submit)
-    out: dict[str, Any] = {
-        "run_id": run_id,
-        "task_id": record.task_id,
-        "session_id": record.session_id,
-        "rank": rank,
-        "role": role,
-        "status": status,
-        "reason": reason,
-        "submit_ts": submit / _NS,
-        "finalized_ts": finalized / _NS,
-        "total_s": (finalized - submit) / _NS,
-    }
-    phases: dict[str, list[dict[str, Any]]] = {}
-    intervals: dict[str, list[tuple[int, int]]] = {}
-    runs = record.runs
-    payloads = record.payloads or {}
-    for handle in range(0, len(runs), 3):
-        name, start_raw, end_raw = runs[handle : handle + 3]
-        start = min(max(start_raw, submit), finalized)
-        end = finalized if end_raw is None else min(max(end_raw, start), finalized)
-        execution = {"start_ts": start / _NS, "end_ts": end / _NS, "truncated": end_raw is None}
-        if handle in payloads:
-            execution["payload"] = payloads[handle]  # plain JSON values (made at the call)
-        phases.setdefault(name, []).append(execution)
-        intervals.setdefault(name, []).append((start, end))
-    for name, spans in intervals.items():
-        out[f"{name}_s"] = _union_ns(spans) / _NS
-    out["phases"] = phases
-    out["counters"] = _counters(record.counters)
-    out["payload"] = payloads.get(-1, {})
-    return out
-
-
-def _counters(counters: dict[str, float] | None) -> dict[str, Any]:
-    """A copy; a value JSON cannot hold (an infinite sum) is written as a string."""
-    if not counters:
-        return {}
-    return {k: _counter_value(v) for k, v in counters.items()}
-
-
-def _counter_value(value: Any) -> Any:
-    if type(value) is int:  # any size: JSON holds it
-        return value
-    try:
-        if math.isfinite(value):
-            return value
-    except (TypeError, OverflowError):
-        pass
-    return repr(value)
-
-
-def record_json(*args: Any, **kwargs: Any) -> str:
-    """:func:`record_dict` as one JSON line (with the trailing newline).
-
-    Raises:
-        ValueError: the record cannot be written as JSON.
-    """
-    data, skipped = encode_lines([record_dict(*args, **kwargs)])
-    if skipped:
-        raise ValueError("the session record cannot be written as JSON")
-    return data.decode()
-
-
-def _lines(records: list[_Record], meta: dict[str, Any]) -> tuple[bytes, int]:
-    """The JSON lines of finished records, and how many could not be written.
-
-    msgspec, when installed, encodes them (about ten times faster than the
-    standard library on these mostly-float records). It would write a
-    non-finite float as null: counters, the only values that can be one, are
-    made finite first. A
-    record that cannot be turned into a dict costs only itself.
-    """
-    dicts = []
-    broken = 0
-    for r in records:
-        try:
-            dicts.append(record_dict(r, r.status, r.reason, r.finalized_ns, **meta))
-        except Exception:
-            broken += 1
-    data, skipped = encode_lines(dicts)
-    return data, broken + len(skipped)
 
 
 class SessionWriter:
@@ -168,7 +46,7 @@ class SessionWriter:
         self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115 - closed by the thread
         self._lock = threading.Lock()  # a plain lock: add() is hot
         self._cond = threading.Condition(self._lock)
-        self._pending: list[_Record] = []
+        self._pending: list[Record] = []
         self._added = 0
         self.written = 0
         self.failed = 0
@@ -178,7 +56,7 @@ class SessionWriter:
         self._thread = threading.Thread(target=self._run, name="asynctrace-sessions", daemon=True)
         self._thread.start()
 
-    def add_one(self, record: _Record, status: str, reason: str | None, finalized_ns: int) -> None:
+    def add_one(self, record: Record, status: str, reason: str | None, finalized_ns: int) -> None:
         """Queue one finished session: :meth:`add` without the list."""
         record.status, record.reason, record.finalized_ns = status, reason, finalized_ns
         with self._lock:  # the condition's own lock, without its Python-level wrapper
@@ -189,7 +67,7 @@ class SessionWriter:
                 self._cond.notify()
 
     def add(
-        self, records: list[_Record], status: str, reason: str | None, finalized_ns: int
+        self, records: list[Record], status: str, reason: str | None, finalized_ns: int
     ) -> None:
         """Queue finished sessions (never blocks on I/O)."""
         for record in records:
@@ -244,7 +122,7 @@ class SessionWriter:
         except OSError:
             pass
 
-    def _write(self, batch: list[_Record]) -> None:
+    def _write(self, batch: list[Record]) -> None:
         meta = self._meta
         while batch:
             # Consume the batch: a record is released as soon as it is written,
@@ -253,7 +131,7 @@ class SessionWriter:
             del batch[:_CHUNK]
             written = failed = 0
             try:
-                encoded, failed = _lines(chunk, meta)
+                encoded, failed = encode_records(chunk, meta)
                 data = memoryview(encoded)
                 while data:
                     data = data[self._file.write(data) or 0 :]

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 import asynctrace as at
-from asynctrace._sessions import SessionTracer, install
+from asynctrace._session_tracer import SessionTracer, install
 
 CHUNK = 1_000  # sessions timed between two (untimed) flushes
 

@@ -19,7 +19,7 @@ import pytest
 
 import asynctrace as at
 from asynctrace import ConfigurationError
-from asynctrace._sessions import SessionTracer, install
+from asynctrace._session_tracer import SessionTracer, install
 
 HERE = Path(__file__).parent
 

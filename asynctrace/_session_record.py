@@ -1,0 +1,185 @@
+"""A session record: the live record a tracer keeps, and the JSON line written for it.
+
+The tracer (:mod:`asynctrace._session_tracer`) changes a :class:`Record`
+only while the session is live; once finalized, the writer
+(:mod:`asynctrace._session_writer`) turns it into one JSON line with
+:func:`record_dict` and releases it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Final
+
+from ._jsonl import encode_lines
+
+__all__ = ["Record", "encode_records", "merge_payload", "record_dict", "record_json"]
+
+_NS: Final = 1e9
+
+
+class Record:
+    """One live session.
+
+    ``runs`` is flat, three slots per execution: ``phase, start_ns, end_ns``
+    (``end_ns`` is ``None`` while the execution is open). One list per session
+    instead of a dict of lists of lists keeps sessions cheap to make and to
+    collect. ``payloads`` holds what callers attached, made on first use:
+    key ``-1`` for the session, an execution's handle (its index in ``runs``)
+    for that execution.
+    """
+
+    __slots__ = (
+        "counters",
+        "finalized_ns",
+        "payloads",
+        "reason",
+        "runs",
+        "session_id",
+        "status",
+        "submit_ns",
+        "task_id",
+    )
+
+    status: str
+    reason: str | None
+    finalized_ns: int
+
+    def __init__(self, session_id: str, task_id: int | str | None, submit_ns: int) -> None:
+        self.session_id = session_id
+        self.task_id = task_id
+        self.submit_ns = submit_ns
+        self.runs: list[Any] = []
+        self.counters: dict[str, float] | None = None  # made on first use
+        self.payloads: dict[int, dict[str, Any]] | None = None  # made on first use
+        # status, reason and finalized_ns are set once, by finalization (see
+        # SessionWriter.add), after which nothing else touches the record.
+
+
+def merge_payload(record: Record, key: int, payload: dict[str, Any]) -> None:
+    """Add *payload* to the record's payload *key* (-1: the session; else an execution)."""
+    payloads = record.payloads
+    if payloads is None:
+        record.payloads = {key: dict(payload)}
+    elif key in payloads:
+        payloads[key].update(payload)
+    else:
+        payloads[key] = dict(payload)
+
+
+def _union_ns(intervals: list[tuple[int, int]]) -> int:
+    """Length of the union of intervals: overlapping executions count once."""
+    total = 0
+    current_start = current_end = None
+    for start, end in sorted(intervals):
+        if current_end is None or start > current_end:
+            if current_end is not None and current_start is not None:
+                total += current_end - current_start
+            current_start, current_end = start, end
+        elif end > current_end:
+            current_end = end
+    if current_end is not None and current_start is not None:
+        total += current_end - current_start
+    return total
+
+
+def record_dict(
+    record: Record,
+    status: str,
+    reason: str | None,
+    finalized_ns: int,
+    *,
+    rank: int,
+    role: str | None,
+    run_id: str,
+) -> dict[str, Any]:
+    """The JSON object written for one finished session.
+
+    Executions still open at finalization end at ``finalized_ts`` and are
+    flagged ``truncated``; every execution is clipped to
+    ``[submit_ts, finalized_ts]``, and ``<phase>_s`` is the length of the union
+    of its executions, so it never exceeds ``total_s``.
+    """
+    submit = record.submit_ns
+    finalized = max(finalized_ns, submit)
+    out: dict[str, Any] = {
+        "run_id": run_id,
+        "task_id": record.task_id,
+        "session_id": record.session_id,
+        "rank": rank,
+        "role": role,
+        "status": status,
+        "reason": reason,
+        "submit_ts": submit / _NS,
+        "finalized_ts": finalized / _NS,
+        "total_s": (finalized - submit) / _NS,
+    }
+    phases: dict[str, list[dict[str, Any]]] = {}
+    intervals: dict[str, list[tuple[int, int]]] = {}
+    runs = record.runs
+    payloads = record.payloads or {}
+    for handle in range(0, len(runs), 3):
+        name, start_raw, end_raw = runs[handle : handle + 3]
+        start = min(max(start_raw, submit), finalized)
+        end = finalized if end_raw is None else min(max(end_raw, start), finalized)
+        execution = {"start_ts": start / _NS, "end_ts": end / _NS, "truncated": end_raw is None}
+        if handle in payloads:
+            execution["payload"] = payloads[handle]  # plain JSON values (made at the call)
+        phases.setdefault(name, []).append(execution)
+        intervals.setdefault(name, []).append((start, end))
+    for name, spans in intervals.items():
+        out[f"{name}_s"] = _union_ns(spans) / _NS
+    out["phases"] = phases
+    out["counters"] = _counters(record.counters)
+    out["payload"] = payloads.get(-1, {})
+    return out
+
+
+def _counters(counters: dict[str, float] | None) -> dict[str, Any]:
+    """A copy; a value JSON cannot hold (an infinite sum) is written as a string."""
+    if not counters:
+        return {}
+    return {k: _counter_value(v) for k, v in counters.items()}
+
+
+def _counter_value(value: Any) -> Any:
+    if type(value) is int:  # any size: JSON holds it
+        return value
+    try:
+        if math.isfinite(value):
+            return value
+    except (TypeError, OverflowError):
+        pass
+    return repr(value)
+
+
+def record_json(*args: Any, **kwargs: Any) -> str:
+    """:func:`record_dict` as one JSON line (with the trailing newline).
+
+    Raises:
+        ValueError: the record cannot be written as JSON.
+    """
+    data, skipped = encode_lines([record_dict(*args, **kwargs)])
+    if skipped:
+        raise ValueError("the session record cannot be written as JSON")
+    return data.decode()
+
+
+def encode_records(records: list[Record], meta: dict[str, Any]) -> tuple[bytes, int]:
+    """The JSON lines of finished records, and how many could not be written.
+
+    msgspec, when installed, encodes them (about ten times faster than the
+    standard library on these mostly-float records). It would write a
+    non-finite float as null: counters, the only values that can be one, are
+    made finite first. A
+    record that cannot be turned into a dict costs only itself.
+    """
+    dicts = []
+    broken = 0
+    for r in records:
+        try:
+            dicts.append(record_dict(r, r.status, r.reason, r.finalized_ns, **meta))
+        except Exception:
+            broken += 1
+    data, skipped = encode_lines(dicts)
+    return data, broken + len(skipped)

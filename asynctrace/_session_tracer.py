@@ -1,0 +1,276 @@
+"""The session tracer: live sessions, the task map, counters, and the hand-off to the writer.
+
+The record of a live session is only ever changed through the tracer's live
+map, under its lock. Finalizing removes it from that map and hands it to the
+writer under the same lock, so a record is always in exactly one place (live,
+or queued for writing) and nothing can touch it after it was finalized: a
+late phase end or event is dropped and counted instead.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+from typing import Any
+
+from ._phases import _phases
+from ._session_record import Record, merge_payload
+from ._session_writer import SessionWriter
+
+__all__ = ["SessionTracer", "current_tracer", "install"]
+
+
+def _ids(pending: str | set[str] | None) -> list[str]:
+    """The session ids of a task entry."""
+    if pending is None:
+        return []
+    return [pending] if isinstance(pending, str) else list(pending)
+
+
+_session_numbers = itertools.count(1).__next__
+_PROCESS_NONCE = os.urandom(2).hex()
+
+
+class SessionTracer:
+    """The process's session tracer: live sessions, task map, counters, writer.
+
+    Created by :func:`asynctrace.configure` when ``session_tracer.enabled``;
+    the module-level helpers are no-ops while none is running.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        rank: int = 0,
+        role: str | None = None,
+        run_id: str = "",
+        flush_threshold: int = 100,
+    ) -> None:
+        self._lock = threading.Lock()
+        self._live: dict[str, Record] = {}
+        # task -> its pending sessions: one id (the common case, no set to make
+        # and collect), or a set once a task has several.
+        self._tasks: dict[int | str, str | set[str]] = {}
+        # The counter is process-wide (a reconfigured tracer never reuses an id)
+        # and the process tag carries random bits (two hosts may share a pid).
+        self._next = _session_numbers
+        self._prefix = f"{rank}-{os.getpid():x}{_PROCESS_NONCE}-"
+        self.dropped_events = 0
+        self._writer = SessionWriter(
+            path, rank=rank, role=role, run_id=run_id, flush_threshold=flush_threshold
+        )
+
+    # -- registration and phases ------------------------------------------------
+
+    def register(self, task_id: int | str | None) -> str:
+        """Register a new pending session under *task_id*; returns its id."""
+        session_id = self._prefix + str(self._next())
+        record = Record(session_id, task_id, time.time_ns())
+        with self._lock:
+            self._live[session_id] = record
+            if task_id is not None:
+                pending = self._tasks.get(task_id)
+                if pending is None:
+                    self._tasks[task_id] = session_id
+                elif isinstance(pending, str):
+                    self._tasks[task_id] = {pending, session_id}
+                else:
+                    pending.add(session_id)
+        return session_id
+
+    def phase_start(
+        self, session_id: str, phase: str, payload: dict[str, Any] | None = None
+    ) -> int:
+        """Open an execution of *phase*; returns its handle (-1: dropped and counted)."""
+        now = time.time_ns()
+        with self._lock:
+            record = self._live.get(session_id)
+            if record is not None:
+                runs = record.runs
+                if _phases[phase] or phase not in runs[::3]:
+                    runs += (phase, now, None)
+                    handle = len(runs) - 3
+                    if payload:
+                        merge_payload(record, handle, payload)
+                    return handle
+            self.dropped_events += 1
+        return -1
+
+    def phase_end(
+        self, session_id: str, handle: int, payload: dict[str, Any] | None = None
+    ) -> None:
+        """Close an execution, unless its session was finalized meanwhile (then drop it)."""
+        now = time.time_ns()
+        with self._lock:
+            record = self._live.get(session_id)
+            if record is None or handle < 0:
+                self.dropped_events += 1
+                return
+            record.runs[handle + 2] = now
+            if payload:
+                merge_payload(record, handle, payload)
+
+    def mark(
+        self,
+        session_id: str | None,
+        phase: str,
+        start: bool,
+        payload: dict[str, Any] | None = None,
+    ) -> None:
+        """``<phase>_start`` / ``<phase>_end`` sent as events."""
+        if session_id is None:  # no session to apply it to
+            with self._lock:
+                self.dropped_events += 1
+            return
+        if start:
+            self.phase_start(session_id, phase, payload)
+            return
+        now = time.time_ns()
+        with self._lock:
+            record = self._live.get(session_id)
+            runs = record.runs if record is not None else []
+            for handle in range(len(runs) - 3, -1, -3):  # the latest open one
+                if runs[handle] == phase and runs[handle + 2] is None:
+                    runs[handle + 2] = now
+                    if payload and record is not None:
+                        merge_payload(record, handle, payload)
+                    return
+            self.dropped_events += 1
+
+    def mark_task(
+        self,
+        task_id: int | str,
+        phase: str,
+        start: bool,
+        payload: dict[str, Any] | None = None,
+    ) -> None:
+        """A phase event for every pending session of *task_id*."""
+        with self._lock:
+            session_ids = _ids(self._tasks.get(task_id))
+            if not session_ids:
+                self.dropped_events += 1
+                return
+        for session_id in session_ids:
+            self.mark(session_id, phase, start, payload)
+
+    def count(self, session_id: str, name: str, value: float) -> None:
+        """Add *value* to the session's counter *name*."""
+        with self._lock:
+            record = self._live.get(session_id)
+            if record is None:
+                self.dropped_events += 1
+                return
+            counters = record.counters
+            if counters is None:
+                counters = record.counters = {}
+            counters[name] = counters.get(name, 0) + value
+
+    # -- finalization -----------------------------------------------------------
+
+    def finalize(
+        self,
+        session_id: str | None,
+        task_id: int | str | None,
+        status: str,
+        reason: str | None,
+        payload: dict[str, Any] | None = None,
+    ) -> int:
+        """Finalize one session, or every pending session of a task; returns how many."""
+        now = time.time_ns()
+        if session_id is not None:  # the common case: one session, no list
+            with self._lock:
+                record = self._take(session_id)
+                if record is None:
+                    self.dropped_events += 1
+                    return 0
+                if payload:
+                    merge_payload(record, -1, payload)
+            self._writer.add_one(record, status, reason, now)
+            return 1
+        with self._lock:
+            if task_id is not None:
+                finished = [
+                    record
+                    for sid in _ids(self._tasks.get(task_id))
+                    if (record := self._take(sid)) is not None
+                ]
+            else:
+                finished = []
+            if not finished:
+                self.dropped_events += 1
+                return 0
+            if payload:
+                for record in finished:
+                    merge_payload(record, -1, payload)
+        self._writer.add(finished, status, reason, now)
+        return len(finished)
+
+    def _take(self, session_id: str) -> Record | None:
+        """Remove a live session (and its task entry once empty); caller holds the lock."""
+        record = self._live.pop(session_id, None)
+        if record is not None and record.task_id is not None:
+            pending = self._tasks.get(record.task_id)
+            if isinstance(pending, str):
+                if pending == session_id:
+                    del self._tasks[record.task_id]
+            elif pending is not None:
+                pending.discard(session_id)
+                if not pending:
+                    del self._tasks[record.task_id]
+        return record
+
+    def finalize_all_pending(self, reason: str) -> int:
+        """At shutdown: write every still-pending session as ``pending``."""
+        now = time.time_ns()
+        with self._lock:
+            records = list(self._live.values())
+            self._live.clear()
+            self._tasks.clear()
+        if records:
+            self._writer.add(records, "pending", reason, now)
+        return len(records)
+
+    # -- lifecycle --------------------------------------------------------------
+
+    @property
+    def path(self) -> str:
+        """The ``sessions-*.jsonl`` file."""
+        return str(self._writer.path)
+
+    def stats(self) -> dict[str, int]:
+        """Counters: live sessions, live tasks, written records, dropped events."""
+        with self._lock:
+            live, tasks = len(self._live), len(self._tasks)
+        return {
+            "live_sessions": live,
+            "live_tasks": tasks,
+            "written": self._writer.written,
+            "dropped_events": self.dropped_events,
+        }
+
+    def flush(self, timeout_s: float = 5.0) -> bool:
+        """Write every finalized session; ``False`` if that took longer than *timeout_s*."""
+        return self._writer.flush(timeout_s)
+
+    def shutdown(self, timeout_s: float = 5.0) -> bool:
+        """Write pending sessions as ``pending``, drain the writer and close the file."""
+        self.finalize_all_pending("unfinished at shutdown")
+        return self._writer.shutdown(timeout_s)
+
+
+_tracer: SessionTracer | None = None
+
+
+def install(tracer: SessionTracer | None) -> SessionTracer | None:
+    """Make *tracer* the process's session tracer; returns the previous one."""
+    global _tracer
+    previous, _tracer = _tracer, tracer
+    return previous
+
+
+def current_tracer() -> SessionTracer | None:
+    """The running session tracer, if any."""
+    return _tracer
