@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import gc
 import logging
 import os
 import sys
-import sysconfig
 import threading
 import time
 from collections import Counter
@@ -33,6 +31,7 @@ from ._fast import FastTracer
 from ._groups import LOOP_STALL
 from ._scopes import SCOPES
 from ._semconv import GROUP
+from ._stall_frames import Frame, stack, task_context
 from ._state import GATE
 
 __all__ = ["DEFAULT_THRESHOLD_MS", "LOOP_STALL", "SPAN_NAME", "notice_loop", "stop_all"]
@@ -41,10 +40,8 @@ logger = logging.getLogger("asynctrace")
 
 SPAN_NAME: Final = "asynctrace.loop_stall"
 DEFAULT_THRESHOLD_MS: Final = 50.0
-MAX_FRAMES: Final = 8  # frames kept per sample, innermost first
 MAX_STACKS: Final = 5  # folded stacks written on the span, most seen first
 _MAX_KEYS: Final = 256  # distinct stacks counted per stall
-_MAX_WALK: Final = 256  # frames walked per sample
 
 _get_running_loop = asyncio._get_running_loop
 _current_task = asyncio.current_task
@@ -154,80 +151,6 @@ if hasattr(os, "register_at_fork"):
 
 
 # ---------------------------------------------------------------------------
-# Which frames are the program's.
-
-_OWN_DIR = os.path.dirname(os.path.abspath(__file__))
-
-
-def _library_prefixes() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(the standard library's directories, the site directories inside them)."""
-    paths = sysconfig.get_paths()
-    stdlib = tuple({os.path.join(paths[k], "") for k in ("stdlib", "platstdlib") if k in paths})
-    sites = tuple({os.path.join(paths[k], "") for k in ("purelib", "platlib") if k in paths})
-    return stdlib, sites
-
-
-_STDLIB, _SITES = _library_prefixes()
-_LOOP_PACKAGES: Final = ("uvloop", "anyio", "sniffio")
-_is_program: dict[Any, bool] = {}  # code object -> whether its frames are the program's
-
-
-def _program_code(code: Any) -> bool:
-    found = _is_program.get(code)
-    if found is not None:
-        return found
-    path = code.co_filename
-    if path.startswith("<"):  # frozen modules, exec'd strings of the interpreter
-        mine = not path.startswith("<frozen")
-    elif path.startswith(_OWN_DIR) or (path.startswith(_STDLIB) and not path.startswith(_SITES)):
-        mine = False
-    else:
-        parts = path.replace("\\", "/").split("/")
-        mine = not any(package in parts for package in _LOOP_PACKAGES)
-    if len(_is_program) < 4096:
-        _is_program[code] = mine
-    return mine
-
-
-Frame = tuple[str, int, str]  # (file, line, function)
-
-
-def _stack(frame: Any) -> tuple[tuple[Frame, ...], bool]:
-    """The innermost frames of the program's code, and whether the innermost frame is one."""
-    out: list[Frame] = []
-    innermost = True
-    first_is_program = False
-    walked = 0
-    while frame is not None and walked < _MAX_WALK and len(out) < MAX_FRAMES:
-        code = frame.f_code
-        if _program_code(code):
-            if innermost:
-                first_is_program = True
-            out.append(
-                (code.co_filename, frame.f_lineno or 0, getattr(code, "co_qualname", code.co_name))
-            )
-        innermost = False
-        frame = frame.f_back
-        walked += 1
-    return tuple(out), first_is_program
-
-
-def _task_context(task: object) -> contextvars.Context | None:
-    """The context a task runs in (read from the watchdog while the task is blocked)."""
-    get = getattr(task, "get_context", None)  # Python 3.12+
-    if callable(get):
-        found = get()
-        return found if isinstance(found, contextvars.Context) else None
-    own = getattr(task, "_context", None)  # the pure-Python Task
-    if isinstance(own, contextvars.Context):
-        return own
-    for ref in gc.get_referents(task):  # the C Task of 3.10 and 3.11 keeps it unexposed
-        if ref.__class__ is contextvars.Context:
-            return ref
-    return None
-
-
-# ---------------------------------------------------------------------------
 # One loop's monitor.
 
 
@@ -244,7 +167,7 @@ class _Stall:
         self.scopes: Any = None
         self.samples = 0
         self.counts: Counter[tuple[Frame, ...]] = Counter()
-        context = _task_context(task) if task is not None else None
+        context = task_context(task) if task is not None else None
         if context is not None:
             if _OTEL_VAR is not None:
                 self.otel = context.get(_OTEL_VAR)
@@ -417,7 +340,7 @@ class _Monitor:
         if frame is None:
             return
         task = _current_task(self.loop)
-        stack, in_program = _stack(frame)
+        frames, in_program = stack(frame)
         del frame
         if task is None and not in_program:
             return  # the loop's own code (waiting in its selector, say): not a stall
@@ -427,7 +350,7 @@ class _Monitor:
             stall = self.stall
             if stall is None or stall.posted != posted:
                 stall = self.stall = _Stall(posted, self.since, task)
-            stall.add(stack)
+            stall.add(frames)
 
     def _retire(self) -> None:
         """Stop and leave the registry (from either thread)."""

@@ -442,3 +442,19 @@ def test_trio_says_so_once_and_stays_off(caplog: pytest.LogCaptureFixture) -> No
     assert len(said) == 1
     assert len(captured.by_name("train.step")) == 3
     assert _stalls_in(captured.spans) == []
+
+
+def test_an_umbrella_decorator_arms_the_monitor_too() -> None:
+    """A step written as @umbrella_trace_fn starts the monitor like umbrella_span does."""
+
+    @at.umbrella_trace_fn("step", "decorated.step")
+    async def step() -> None:
+        time.sleep(0.1)
+        await asyncio.sleep(0.03)
+
+    with capture_spans("per_step") as captured:
+        asyncio.run(step())
+    (stall,) = _stalls_in(captured.spans)
+    (parent,) = captured.by_name("decorated.step")
+    assert stall.parent is not None
+    assert stall.parent.span_id == parent.context.span_id
