@@ -38,6 +38,10 @@ ENV_TRACEPARENT: Final = "TRACEPARENT"
 ENV_TRACESTATE: Final = "TRACESTATE"
 ENV_BAGGAGE: Final = "BAGGAGE"
 CARRIER_KWARG: Final = "trace_carrier"
+# nemo-lens's keyword (``traced_remote_call`` / ``ray_dispatch_with_context``),
+# accepted too so that old and new actors interoperate during a migration.
+LENS_CARRIER_KWARG: Final = "_otel_carrier"
+_CARRIER_KWARGS: Final = (CARRIER_KWARG, LENS_CARRIER_KWARG)
 # A version-00 traceparent is 55 characters; later versions may append fields.
 _MAX_TRACEPARENT: Final = 512
 # The combined tracestate OpenTelemetry's propagator reads (longer ones are discarded).
@@ -374,19 +378,34 @@ def _signature_with_carrier(fn: Callable[..., Any]) -> inspect.Signature | None:
     except (TypeError, ValueError):
         return None
     params = list(signature.parameters.values())
-    if CARRIER_KWARG in signature.parameters:
+    missing = [name for name in _CARRIER_KWARGS if name not in signature.parameters]
+    if not missing:
         return signature
-    extra = inspect.Parameter(
-        CARRIER_KWARG,
-        inspect.Parameter.KEYWORD_ONLY,
-        default=None,
-        annotation="Mapping[str, str] | None",
-    )
+    extra = [
+        inspect.Parameter(
+            name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=None,
+            annotation="Mapping[str, str] | None",
+        )
+        for name in missing
+    ]
     if params and params[-1].kind is inspect.Parameter.VAR_KEYWORD:
-        params.insert(len(params) - 1, extra)
+        params[len(params) - 1 : len(params) - 1] = extra
     else:
-        params.append(extra)
+        params.extend(extra)
     return signature.replace(parameters=params)
+
+
+def _carrier_of(kwargs: dict[str, Any], declared: frozenset[str]) -> Any:
+    """The carrier passed under either keyword; a keyword *fn* declares stays in *kwargs*."""
+    carrier = None
+    for name in _CARRIER_KWARGS:
+        if name in kwargs:
+            value = kwargs[name] if name in declared else kwargs.pop(name)
+            if carrier is None or not carrier:
+                carrier = value
+    return carrier
 
 
 def _take_carrier(kwargs: dict[str, Any], keep: bool) -> Any:
@@ -399,6 +418,10 @@ def accepts_trace_context(fn: F) -> F:
     Works on functions and methods, sync and async. The wrapper's
     ``inspect.signature`` shows the extra keyword, so signature checks such as
     Ray's accept the call. Called without a carrier, *fn* runs as before.
+    nemo-lens's keyword, ``_otel_carrier=``, is accepted as well, so a caller
+    still on lens (``ray_dispatch_with_context``) reaches an asynctrace actor
+    during a migration; when both are given, the first non-empty one of
+    ``trace_carrier`` and ``_otel_carrier`` wins.
 
     Example:
         >>> @accepts_trace_context
@@ -406,15 +429,18 @@ def accepts_trace_context(fn: F) -> F:
         ...     return len(batch)
         >>> run_rollouts([1, 2], trace_carrier={})
         2
+        >>> run_rollouts([1, 2], _otel_carrier={})
+        2
     """
     if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
         raise ConfigurationError(
             f"accepts_trace_context({fn.__qualname__}): generator functions are not supported; "
             "open remote_trace_context(carrier) inside the generator instead"
         )
-    takes_carrier = False  # the function declares trace_carrier itself: pass it through
+    # keywords the function declares itself are passed through
+    declared: frozenset[str] = frozenset()
     try:
-        takes_carrier = CARRIER_KWARG in inspect.signature(fn).parameters
+        declared = frozenset(inspect.signature(fn).parameters) & frozenset(_CARRIER_KWARGS)
     except (TypeError, ValueError):
         pass
 
@@ -422,9 +448,7 @@ def accepts_trace_context(fn: F) -> F:
 
         @functools.wraps(fn)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            carrier = (
-                kwargs.get(CARRIER_KWARG) if takes_carrier else kwargs.pop(CARRIER_KWARG, None)
-            )
+            carrier = _carrier_of(kwargs, declared)
             if not carrier:
                 return await fn(*args, **kwargs)
             with remote_trace_context(carrier):
@@ -435,9 +459,7 @@ def accepts_trace_context(fn: F) -> F:
 
         @functools.wraps(fn)
         def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
-            carrier = (
-                kwargs.get(CARRIER_KWARG) if takes_carrier else kwargs.pop(CARRIER_KWARG, None)
-            )
+            carrier = _carrier_of(kwargs, declared)
             if not carrier:
                 return fn(*args, **kwargs)
             with remote_trace_context(carrier):
@@ -455,17 +477,31 @@ def accepts_trace_context(fn: F) -> F:
     return cast("F", wrapper)
 
 
-def dispatch_with_trace_context(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+def dispatch_with_trace_context(
+    fn: Callable[..., Any], /, *args: Any, carrier_kwarg: str = CARRIER_KWARG, **kwargs: Any
+) -> Any:
     """Call ``fn(*args, trace_carrier=current_trace_carrier(), **kwargs)``.
 
     The call-site half of :func:`accepts_trace_context`, e.g. for
-    ``actor.method.remote``.
+    ``actor.method.remote``. ``carrier_kwarg="_otel_carrier"`` sends the
+    carrier under nemo-lens's keyword instead, for an actor still wrapped by
+    lens's ``traced_remote_call``.
 
     Example:
         >>> dispatch_with_trace_context(lambda x, trace_carrier: (x, trace_carrier), 1)
         (1, {})
+        >>> dispatch_with_trace_context(
+        ...     lambda x, _otel_carrier: (x, _otel_carrier), 1, carrier_kwarg="_otel_carrier"
+        ... )
+        (1, {})
     """
-    return fn(*args, trace_carrier=current_trace_carrier(), **kwargs)
+    if carrier_kwarg not in _CARRIER_KWARGS:
+        raise ConfigurationError(
+            f"dispatch_with_trace_context: carrier_kwarg={carrier_kwarg!r} is not accepted; "
+            f"use one of {', '.join(map(repr, _CARRIER_KWARGS))}"
+        )
+    kwargs[carrier_kwarg] = current_trace_carrier()
+    return fn(*args, **kwargs)
 
 
 def inject_env(env: MutableMapping[str, str] | None = None) -> MutableMapping[str, str]:

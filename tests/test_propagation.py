@@ -201,10 +201,11 @@ class Actor:
 
 
 def test_signature_shows_carrier() -> None:
-    """inspect.signature shows trace_carrier (before **kwargs when present)."""
+    """inspect.signature shows trace_carrier and _otel_carrier (before **kwargs when present)."""
     assert "trace_carrier" in inspect.signature(sync_target).parameters
+    assert "_otel_carrier" in inspect.signature(sync_target).parameters
     params = list(inspect.signature(async_target).parameters)
-    assert params == ["x", "trace_carrier", "extra"]
+    assert params == ["x", "trace_carrier", "_otel_carrier", "extra"]
     inspect.signature(Actor.method).bind(Actor(), 1, trace_carrier={})
     # Ray unwraps before reading the signature: the keyword must survive that.
     assert "trace_carrier" in inspect.signature(inspect.unwrap(sync_target)).parameters
@@ -223,6 +224,38 @@ def test_accepts_trace_context_sync_and_methods(spans: CapturedSpans) -> None:
     assert actor.method(5, trace_carrier={"traceparent": VALID}) == 5
     assert actor.trace_id == int(VALID.split("-")[1], 16)
     assert actor.method(6) == 6
+
+
+def test_lens_carrier_keyword(spans: CapturedSpans) -> None:
+    """nemo-lens's _otel_carrier is accepted, and carrier_kwarg= sends it; both join the trace."""
+    trace_id = int(VALID.split("-")[1], 16)
+    assert sync_target(1, _otel_carrier={"traceparent": VALID})[1] == trace_id
+    inspect.signature(Actor.method).bind(Actor(), 1, _otel_carrier={})
+    with umbrella_span("job", "p") as parent:
+        expected = parent.get_span_context().trace_id
+        assert dispatch_with_trace_context(sync_target, 2, carrier_kwarg="_otel_carrier")[1] == (
+            expected
+        )
+
+    def lens_style(x: int, _otel_carrier: dict[str, str] | None = None) -> dict[str, str] | None:
+        return _otel_carrier
+
+    with umbrella_span("job", "p"):
+        sent = dispatch_with_trace_context(lens_style, 1, carrier_kwarg="_otel_carrier")
+    assert sent is not None
+    assert sent["traceparent"].startswith("00-")
+    with pytest.raises(ConfigurationError, match="carrier_kwarg='carrier'"):
+        dispatch_with_trace_context(lens_style, 1, carrier_kwarg="carrier")
+
+
+def test_lens_carrier_declared_is_passed_through() -> None:
+    """A function that declares _otel_carrier itself receives it unchanged."""
+
+    @accepts_trace_context
+    def declares(_otel_carrier: dict[str, str] | None = None) -> dict[str, str] | None:
+        return _otel_carrier
+
+    assert declares(_otel_carrier={"traceparent": VALID}) == {"traceparent": VALID}
 
 
 @pytest.mark.anyio
