@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Mapping, Sequence
+import traceback
+from collections.abc import Collection, Mapping, Sequence
 from contextvars import ContextVar
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
@@ -28,6 +29,7 @@ from ._errors import report_internal_error
 from ._fast import FastSpan, FastTracer
 from ._fast._span import _SUSPECT, NONFINITE, SPAN_TYPES, note_floats
 from ._groups import Bucket
+from ._redact import redact_text, remember, secrets_of
 from ._scopes import SCOPES, ScopeState
 from ._semconv import CANCELLED, GROUP, RL_BUCKET
 from ._stalls import LOOP_STALL, notice_loop
@@ -341,11 +343,12 @@ def finish(
     exc_type: type[BaseException] | None,
     exc: BaseException | None,
     end_time: int | None = None,
+    secrets: Collection[str] = (),
 ) -> None:
     """Record how the block ended and end *span*; never raises."""
     if exc_type is not None:
         try:
-            mark_exit(span, exc_type, exc)
+            mark_exit(span, exc_type, exc, secrets)
         except Exception as err:  # the span still ends
             report_internal_error(("exit", type(span).__name__), err)
     try:
@@ -354,17 +357,62 @@ def finish(
         report_internal_error(("end", type(span).__name__), err)
 
 
-def mark_exit(span: Span, exc_type: type[BaseException], exc: BaseException | None) -> None:
-    """Exceptions are errors; cancellation and other BaseExceptions are not."""
+def mark_exit(
+    span: Span,
+    exc_type: type[BaseException],
+    exc: BaseException | None,
+    secrets: Collection[str] = (),
+) -> None:
+    """Exceptions are errors; cancellation and other BaseExceptions are not.
+
+    What is recorded of the exception (message, stack trace, status
+    description) is redacted first (:func:`~asynctrace._redact.redact_text`),
+    with *secrets* replaced too, and any secrets remembered for *exc*.
+    """
     if issubclass(exc_type, Exception):
         if exc is not None:
+            if secrets:
+                remember(exc, secrets)  # the spans around this one record it too
+            secrets = secrets_of(exc) or secrets
             try:
-                span.record_exception(exc, escaped=True)
-            except Exception as err:  # the SDK reads str(exc), which may raise: status still set
+                record_exception(span, exc, secrets)
+            except Exception as err:  # str(exc) may raise: the status is still set
                 report_internal_error(("record_exception", exc_type.__name__), err)
-        span.set_status(Status(StatusCode.ERROR, f"{exc_type.__name__}: {_text(exc)}"))
+        description = redact_text(f"{exc_type.__name__}: {_text(exc)}", secrets)
+        span.set_status(Status(StatusCode.ERROR, description))
     else:
         span.set_attribute(CANCELLED, True)
+
+
+def record_exception(span: Span, exc: BaseException, secrets: Collection[str] = ()) -> None:
+    """Record *exc* as an escaped ``exception`` event, redacted, on any provider's span.
+
+    A fast-provider span formats the stack trace on its export thread and
+    redacts it there; any other span (the SDK's) gets the event the SDK's own
+    ``record_exception`` would add, with message and stack trace redacted.
+    """
+    if span.__class__ in SPAN_TYPES:
+        span._record_exception(exc, None, None, True, secrets)  # type: ignore[attr-defined]
+        return
+    if not span.is_recording():
+        return
+    cls = type(exc)
+    module = cls.__module__
+    try:
+        stacktrace = "".join(traceback.format_exception(cls, exc, exc.__traceback__))
+    except Exception as err:  # a broken __str__ in the chain, say
+        stacktrace = f"<stack trace unavailable: {type(err).__name__}>"
+    span.add_event(
+        "exception",
+        {
+            "exception.type": f"{module}.{cls.__qualname__}"
+            if module and module != "builtins"
+            else cls.__qualname__,
+            "exception.message": redact_text(_text(exc), secrets),
+            "exception.stacktrace": redact_text(stacktrace, secrets),
+            "exception.escaped": "True",
+        },
+    )
 
 
 def _text(exc: BaseException | None) -> str:
@@ -699,17 +747,24 @@ def start_span(
     return AMBIENT_SPAN if span is None else span
 
 
-def end_span(span: Span, exc: BaseException | None = None) -> None:
+def end_span(
+    span: Span, exc: BaseException | None = None, *, secrets: Collection[str] = ()
+) -> None:
     """End a span from :func:`start_span`, recording how the work ended; never raises.
 
     An ``Exception`` is recorded and sets status ERROR; a cancellation (any
     other ``BaseException``: ``CancelledError``, ``GeneratorExit``, ...) sets
-    ``asynctrace.cancelled=true`` and leaves the status alone.
+    ``asynctrace.cancelled=true`` and leaves the status alone. What is
+    recorded of the exception (its message, stack trace and the status
+    description) is redacted as every exception asynctrace records is: URLs
+    lose userinfo and secret-like query values, credential pairs lose their
+    values; each string of *secrets* (what the caller knows to be secret,
+    such as the request's header values) is replaced too.
 
     Example:
         >>> span = start_span("per_prompt", "work")
-        >>> end_span(span, TimeoutError("took too long"))
+        >>> end_span(span, TimeoutError("took too long"), secrets=["s3cr3t-value"])
     """
     if span is AMBIENT_SPAN:
         return
-    finish(span, type(exc) if exc is not None else None, exc)
+    finish(span, type(exc) if exc is not None else None, exc, None, secrets)

@@ -16,7 +16,7 @@ does, and counts what it dropped.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from itertools import islice
 from traceback import TracebackException
 from types import TracebackType
@@ -26,6 +26,8 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags, TraceState
 from opentelemetry.trace.status import Status, StatusCode
 from opentelemetry.util import types
+
+from .._redact import redact_text, secrets_of
 
 if TYPE_CHECKING:
     from ._provider import FastTracer
@@ -46,10 +48,11 @@ class SpanEvent:
 
     ``exception`` is set for ``record_exception`` events: the stack trace
     as it was when recorded (a ``traceback.TracebackException``), formatted
-    by whichever export thread reads the event first.
+    and redacted (with ``secrets`` replaced too) by whichever export thread
+    reads the event first.
     """
 
-    __slots__ = ("attributes", "exception", "name", "timestamp")
+    __slots__ = ("attributes", "exception", "name", "secrets", "timestamp")
 
     def __init__(
         self,
@@ -57,11 +60,13 @@ class SpanEvent:
         attributes: dict[str, Any],
         timestamp: int,
         exception: TracebackException | None = None,
+        secrets: Collection[str] = (),
     ) -> None:
         self.name = name
         self.attributes = attributes
         self.timestamp = timestamp
         self.exception = exception
+        self.secrets = secrets
 
 
 NONFINITE: list[bool] = [False]
@@ -313,7 +318,23 @@ class FastSpan(trace.Span):
         timestamp: int | None = None,
         escaped: bool = False,
     ) -> None:
-        """Record *exception* as an ``exception`` event (its stack trace is formatted later)."""
+        """Record *exception* as an ``exception`` event (its stack trace is formatted later).
+
+        Its message now, and its stack trace when formatted, are redacted
+        (:func:`asynctrace._redact.redact_text`): no URL userinfo, secret-like
+        query value or credential pair is recorded, nor any secret remembered
+        for *exception* by a span it escaped before.
+        """
+        self._record_exception(exception, attributes, timestamp, escaped, secrets_of(exception))
+
+    def _record_exception(
+        self,
+        exception: BaseException,
+        attributes: types.Attributes,
+        timestamp: int | None,
+        escaped: bool,
+        secrets: Collection[str],
+    ) -> None:
         if self._end is not None:
             return
         cls = type(exception)
@@ -323,13 +344,14 @@ class FastSpan(trace.Span):
             "exception.type": f"{module}.{qualname}"
             if module and module != "builtins"
             else qualname,
-            "exception.message": _message(exception),
-            "exception.stacktrace": "",  # filled in on the export thread
+            "exception.message": redact_text(_message(exception), secrets),
+            "exception.stacktrace": "",  # filled in (and redacted) on the export thread
             "exception.escaped": str(escaped),
         }
         if attributes:
             attrs.update(_copy_attributes(attributes))
-        self._add(SpanEvent("exception", attrs, timestamp or _time_ns(), _captured(exception)))
+        captured = _captured(exception)
+        self._add(SpanEvent("exception", attrs, timestamp or _time_ns(), captured, secrets))
 
     # -- end ---------------------------------------------------------------------
 
@@ -374,7 +396,8 @@ class FastSpan(trace.Span):
             if opts & 1:
                 self.record_exception(exc_val, escaped=True)
             if opts & 2:
-                self.set_status(Status(_ERROR, f"{type(exc_val).__name__}: {exc_val}"))
+                description = f"{type(exc_val).__name__}: {_message(exc_val)}"
+                self.set_status(Status(_ERROR, redact_text(description, secrets_of(exc_val))))
         self.end()
 
     def __repr__(self) -> str:

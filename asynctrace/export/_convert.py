@@ -28,6 +28,7 @@ from opentelemetry.trace import (
 from opentelemetry.trace.status import Status, StatusCode
 
 from .._fast import FastSpan, Scope, SpanEvent, SpanLimits
+from .._redact import redact_text
 
 __all__ = ["Converter", "finish_event"]
 
@@ -36,12 +37,12 @@ _STACKTRACE = "exception.stacktrace"
 
 
 def finish_event(event: SpanEvent) -> None:
-    """Format a recorded exception's stack trace into its event (once; any thread)."""
+    """Format a recorded exception's stack trace into its event, redacted (once; any thread)."""
     pending = event.exception
     if pending is None:
         return
     try:
-        text = "".join(pending.format())
+        text = redact_text("".join(pending.format()), event.secrets)
     except Exception as exc:  # a broken __str__ in the chain, say
         text = f"<stack trace unavailable: {type(exc).__name__}>"
     event.attributes[_STACKTRACE] = text  # the key exists: no resize under a reader

@@ -1,13 +1,21 @@
-"""Shared HTTP helpers: URL redaction and header attribute names."""
+"""Shared HTTP helpers: URL redaction, a request's secrets, header attribute names."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Final
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from typing import Any, Final
+from urllib.parse import parse_qsl, unquote, unquote_plus, urlencode, urlsplit, urlunsplit
 
-__all__ = ["DEFAULT_SECRET_KEYS", "REDACTED", "SecretKeys", "header_attribute", "redact_url"]
+__all__ = [
+    "DEFAULT_SECRET_KEYS",
+    "REDACTED",
+    "SecretKeys",
+    "header_attribute",
+    "header_secrets",
+    "redact_url",
+    "url_secrets",
+]
 
 DEFAULT_SECRET_KEYS: Final = ("token", "key", "secret", "password", "sig", "signature", "auth")
 REDACTED: Final = "REDACTED"
@@ -67,3 +75,105 @@ def header_attribute(prefix: str, name: str) -> str:
         'http.request.header.x-request-id'
     """
     return f"{prefix}.{name.lower()}"
+
+
+# Header values that say nothing secret (and appear in exception messages as
+# themselves: "Cannot connect to host 127.0.0.1:8000"); every other header's
+# value is treated as a secret.
+_PLAIN_HEADERS: Final = frozenset(
+    {
+        "accept",
+        "accept-encoding",
+        "accept-language",
+        "cache-control",
+        "connection",
+        "content-encoding",
+        "content-length",
+        "content-type",
+        "date",
+        "host",
+        "keep-alive",
+        "server",
+        "traceparent",
+        "tracestate",
+        "transfer-encoding",
+        "user-agent",
+        "vary",
+    }
+)
+
+
+def url_secrets(url: str, secret_keys: SecretKeys) -> set[str]:
+    """What of *url* must never be recorded: userinfo, secret-like query values, the fragment.
+
+    Each as sent and percent-decoded, for :func:`asynctrace.end_span`'s
+    ``secrets``. Never raises.
+
+    Example:
+        >>> sorted(url_secrets("http://u:pw@h/x?token=a%2Bb&n=1", SecretKeys(["token"])))
+        ['a%2Bb', 'a+b', 'pw', 'u']
+    """
+    found: set[str] = set()
+    try:
+        parts = urlsplit(url)
+        userinfo, at, _ = parts.netloc.rpartition("@")
+        if at:
+            found.update(userinfo.split(":", 1))
+        if parts.query:
+            for pair in re.split("[&;]", parts.query):
+                key, equals, value = pair.partition("=")
+                if (
+                    equals
+                    and value
+                    and (
+                        _keys_match(secret_keys, key)
+                        or _keys_match(secret_keys, unquote_plus(key))
+                    )
+                ):
+                    found.add(value)
+        if parts.fragment:
+            found.add(parts.fragment)
+        found.update({unquote_plus(value) for value in found} | {unquote(v) for v in found})
+    except Exception:  # hostile input: what was found so far
+        pass
+    found.discard("")
+    return found
+
+
+def _keys_match(secret_keys: SecretKeys, key: str) -> bool:
+    """Whether *key* is secret-like for *secret_keys*."""
+    return secret_keys.pattern.search(key) is not None
+
+
+def header_secrets(*headers: Any) -> set[str]:
+    """The values of every header in *headers* (mappings, or ``(name, value)`` pairs).
+
+    Except those of :data:`_PLAIN_HEADERS` (``Host``, ``Content-Type``, ...).
+    Bytes are read as latin-1, as HTTP sends them. Never raises.
+
+    Example:
+        >>> sorted(header_secrets({"Authorization": "Basic dTpw", "Host": "h"}))
+        ['Basic dTpw']
+    """
+    found: set[str] = set()
+    for group in headers:
+        try:
+            pairs = group.items() if hasattr(group, "items") else group
+            for name, value in pairs or ():
+                if isinstance(name, bytes):
+                    name = name.decode("latin-1")
+                if isinstance(value, bytes):
+                    value = value.decode("latin-1")
+                if (
+                    isinstance(name, str)
+                    and isinstance(value, str)
+                    and name.lower() not in _PLAIN_HEADERS
+                    and value.strip()
+                ):
+                    found.add(value)
+                    credential = value.rpartition(" ")[2]  # "Basic dTpw" -> "dTpw" too
+                    if len(credential) >= 8:
+                        found.add(credential)
+        except Exception:  # hostile input: what was found so far
+            continue
+    return found

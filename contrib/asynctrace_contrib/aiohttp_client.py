@@ -36,7 +36,14 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 import asynctrace
 
-from ._http import DEFAULT_SECRET_KEYS, SecretKeys, header_attribute, redact_url
+from ._http import (
+    DEFAULT_SECRET_KEYS,
+    SecretKeys,
+    header_attribute,
+    header_secrets,
+    redact_url,
+    url_secrets,
+)
 
 try:
     import aiohttp
@@ -211,12 +218,31 @@ class _Requests:
             logger.warning("asynctrace: cannot follow the response body", exc_info=True)
             asynctrace.end_span(span)
 
-    @staticmethod
-    def failed(span: Span, exc: BaseException) -> None:
-        """The request raised (or was cancelled) before a response arrived."""
-        if isinstance(exc, Exception):
-            span.set_attribute("error.type", type(exc).__qualname__)
-        asynctrace.end_span(span, exc)
+    def failed(self, span: Span, exc: BaseException, url: Any, headers: Any) -> None:
+        """The request raised (or was cancelled) before a response arrived.
+
+        aiohttp's messages name the URL (``Connection timeout to host
+        http://...?token=...``): what is recorded of the exception is redacted
+        with this request's secrets, its userinfo, secret-like query values and
+        header values, the ones the exception carries included.
+        """
+        if not isinstance(exc, Exception):
+            asynctrace.end_span(span, exc)
+            return
+        span.set_attribute("error.type", type(exc).__qualname__)
+        keys = self.options.secret_keys
+        secrets: set[str] = set()
+        try:
+            secrets |= url_secrets(str(url), keys)
+            info = getattr(exc, "request_info", None)
+            carried = getattr(exc, "headers", None) or ()
+            secrets |= header_secrets(headers, carried, getattr(info, "headers", None) or ())
+            for known in (getattr(info, "url", None), getattr(info, "real_url", None)):
+                if known is not None:
+                    secrets |= url_secrets(str(known), keys)
+        except Exception:  # an odd exception object: the default redaction still applies
+            logger.debug("asynctrace: could not read the failed request", exc_info=True)
+        asynctrace.end_span(span, exc, secrets=secrets)
 
 
 def _make_middleware(options: _Options) -> Any:
@@ -230,7 +256,7 @@ def _make_middleware(options: _Options) -> Any:
         try:
             response = await handler(request)
         except BaseException as exc:
-            requests.failed(span, exc)
+            requests.failed(span, exc, request.url, request.headers)
             raise
         requests.response(span, response, request)
         return response
@@ -272,7 +298,7 @@ def _make_trace_config(options: _Options) -> aiohttp.TraceConfig:
         span: Span | None = getattr(ctx, "asynctrace_span", None)
         if span is not None:
             ctx.asynctrace_span = None
-            requests.failed(span, params.exception)
+            requests.failed(span, params.exception, params.url, params.headers)
 
     config = aiohttp.TraceConfig()
     config.on_request_start.append(on_request_start)

@@ -28,6 +28,8 @@ from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 
 import asynctrace
 
+from ._http import DEFAULT_SECRET_KEYS, SecretKeys, header_secrets, url_secrets
+
 try:
     import starlette  # noqa: F401
 except ImportError as exc:  # pragma: no cover - exercised without the extra
@@ -56,6 +58,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 ServerHook = Callable[[Span, Scope], None]
+_SECRET_KEYS = SecretKeys(DEFAULT_SECRET_KEYS)
 
 
 _TRACE_HEADERS = {"traceparent": 0, "tracestate": 1, "baggage": 2}
@@ -310,7 +313,21 @@ class _Exchange:
         if error is None and self.disconnected and not self.complete:
             asynctrace.end_span(span, _ClientDisconnected())
             return
+        if isinstance(error, Exception):
+            # A handler's message may quote the request: its query values, its headers.
+            asynctrace.end_span(span, error, secrets=_request_secrets(scope))
+            return
         asynctrace.end_span(span, error)
+
+
+def _request_secrets(scope: Scope) -> set[str]:
+    """What of the request must not be recorded: secret-like query values, header values."""
+    try:
+        query = bytes(scope.get("query_string") or b"").decode("latin-1")
+        found = url_secrets(f"http://h/?{query}", _SECRET_KEYS) if query else set()
+        return found | header_secrets(scope.get("headers") or ())
+    except Exception:  # a hostile scope: the default redaction still applies
+        return set()
 
 
 def _custom_error_handler(scope: Scope) -> bool:
