@@ -8,8 +8,9 @@ from dataclasses import dataclass
 
 from opentelemetry import trace
 
-from . import _groups
+from . import _group_audit, _groups
 from ._errors import ConfigurationError
+from ._forksafe import reinit_at_fork
 
 __all__ = [
     "GATE",
@@ -43,6 +44,7 @@ class _Gate:
 
 GATE = _Gate()
 _lock = threading.RLock()
+reinit_at_fork(_lock)  # a lock held at fork() is made new in the child
 _warned_pending: set[str] = set()
 
 
@@ -83,7 +85,8 @@ def _recompute() -> None:
             GATE.enabled = frozenset()
             return
         enabled, pending = _groups.resolve_tokens(GATE.tokens)
-        GATE.enabled = enabled
+        # for a while, also note spans asked for under groups nobody registered
+        GATE.enabled = _group_audit.audited(enabled, _end_audit, frozenset(pending))
     for name in pending:
         if name not in _warned_pending:
             _warned_pending.add(name)
@@ -92,6 +95,14 @@ def _recompute() -> None:
                 f"and turns on when a library registers it. {_groups.known_names_message()}",
                 stacklevel=4,
             )
+
+
+def _end_audit(groups: frozenset[str]) -> None:
+    """The audit time of *groups* is over: a plain set in its place, and the report."""
+    with _lock:
+        if GATE.enabled is groups:
+            GATE.enabled = frozenset(groups)
+    _group_audit.report_unregistered()
 
 
 _groups.add_registry_listener(_recompute)

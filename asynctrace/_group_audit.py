@@ -1,0 +1,133 @@
+"""Spans asked for under a group nobody registered: reported, not silently dropped.
+
+A span of a group that is not enabled is a no-op, which is what makes a
+disabled group cost one set lookup. A group that *no library ever
+registered* is never enabled either, so a typo (``"optimiser"``) or a missing
+registration (a module whose import registers the group was never imported)
+is a hole in the trace that nothing points at.
+
+The gate's enabled set is therefore, for a while after telemetry is turned on,
+an :class:`AuditedGroups`: a ``frozenset`` whose membership test also notes a
+name that is neither enabled nor registered. Under ``ASYNCTRACE_STRICT=1`` the
+first such request raises (through :func:`report_internal_error`), so a test
+suite catches it at the call. Otherwise the audit runs for
+:data:`AUDIT_SECONDS` or :data:`AUDIT_CHECKS` gate checks after the groups
+were last set, whichever comes first, so late registration (an import side
+effect that comes after the first calls) has time to happen; then each name
+still unregistered is warned about once (``UserWarning`` and the
+``asynctrace`` logger), and the gate goes back to a plain ``frozenset``, so
+the steady state costs nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from typing import Final
+
+from . import _groups
+from ._errors import ConfigurationError, is_strict, report_internal_error
+
+__all__ = ["AUDIT_CHECKS", "AUDIT_SECONDS", "AuditedGroups", "audited", "unregistered_requests"]
+
+AUDIT_SECONDS: Final = 60.0
+AUDIT_CHECKS: Final = 100_000
+_LOG = logging.getLogger("asynctrace")
+_lock = threading.Lock()
+# name -> where it was first asked for (a short description), per process
+_requested: dict[str, str] = {}
+_warned: set[str] = set()
+
+
+class AuditedGroups(frozenset[str]):
+    """The enabled set, noting requests for groups that are not registered at all."""
+
+    __slots__ = ("_checks", "_deadline", "_pending", "_retire")
+
+    _checks: int
+    _pending: frozenset[str]
+    _deadline: float
+    _retire: Callable[[AuditedGroups], None]
+
+    def __contains__(self, name: object) -> bool:
+        checks = self._checks = self._checks - 1
+        if (checks <= 0 or (checks & 4095 == 0 and time.monotonic() >= self._deadline)) and (
+            not is_strict()
+        ):
+            self._retire(self)
+        if frozenset.__contains__(self, name):
+            return True
+        if (
+            isinstance(name, str)
+            and name not in _groups._REGISTRY.groups
+            and name not in self._pending
+        ):
+            _note(name)
+        return False
+
+
+def audited(
+    enabled: frozenset[str],
+    retire: Callable[[AuditedGroups], None],
+    pending: frozenset[str] = frozenset(),
+) -> frozenset[str]:
+    """*enabled* as an :class:`AuditedGroups` (an empty set stays a plain one).
+
+    Names in *pending* (named by the spec and already warned about as not
+    registered yet) are not noted again. *retire* is called with the set
+    once its audit time is over; it should report
+    (:func:`report_unregistered`) and put a plain frozenset in its place.
+    """
+    if not enabled:
+        return enabled
+    groups = AuditedGroups(enabled)
+    groups._deadline = time.monotonic() + AUDIT_SECONDS
+    groups._checks = AUDIT_CHECKS
+    groups._pending = pending
+    groups._retire = retire
+    return groups
+
+
+def _note(name: str) -> None:
+    with _lock:
+        if name in _requested:
+            return
+        _requested[name] = "first asked for while not registered"
+    if is_strict():
+        report_internal_error(
+            ("unregistered group", name),
+            ConfigurationError(
+                f"a span was requested for span group {name!r}, which no library registered; "
+                f"it can never be enabled. {_groups.known_names_message()}"
+            ),
+        )
+
+
+def report_unregistered() -> list[str]:
+    """Warn once per name asked for but still not registered; return those names."""
+    with _lock:
+        names = sorted(
+            n for n in _requested if n not in _groups._REGISTRY.groups and n not in _warned
+        )
+        _warned.update(names)
+    for name in names:
+        message = (
+            f"asynctrace: spans were requested for span group {name!r}, which no library "
+            f"registered, so they are never recorded (a typo, or a module that registers it "
+            f"was not imported). {_groups.known_names_message()}"
+        )
+        _LOG.warning(message)
+        try:  # called from the hot path: a warnings filter set to "error" must not raise there
+            warnings.warn(message, stacklevel=2)
+        except Exception:
+            pass
+    return names
+
+
+def unregistered_requests() -> frozenset[str]:
+    """Group names spans were requested for that are not registered now."""
+    with _lock:
+        return frozenset(n for n in _requested if n not in _groups._REGISTRY.groups)
