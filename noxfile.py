@@ -23,6 +23,7 @@ TEST_DEPS = [
     # a third-party instrumentation recording through asynctrace's providers (interop tests)
     "opentelemetry-instrumentation-aiohttp-client",
     "pytest-xdist>=3.5",  # the suite runs on every core (-n auto)
+    "viztracer>=0.16",  # the python profiler backend, run for real
 ]
 
 
@@ -70,6 +71,26 @@ def ray(session: nox.Session) -> None:
     )
 
 
+@nox.session(python="3.11", venv_backend="venv")
+def torch(session: nox.Session) -> None:
+    """The torch profiler backend for real, on CPU.
+
+    Installs ``ASYNCTRACE_TORCH_REQUIREMENT`` (default ``torch``) with pip, so the
+    machine's pip configuration applies: on a machine whose index serves CUDA builds,
+    name a CPU one (``torch==2.13.0+cpu`` from a wheel directory, or
+    ``torch --index-url https://download.pytorch.org/whl/cpu``).
+    """
+    requirement = os.environ.get("ASYNCTRACE_TORCH_REQUIREMENT", "torch")
+    session.install("-e", ".[sdk,cli,profile]", "pytest>=8", "numpy", silent=False)
+    session.install(*requirement.split(), silent=False)
+    session.run(
+        "pytest",
+        "tests/test_profiling.py",
+        *session.posargs,
+        env={"ASYNCTRACE_STRICT": "1"},
+    )
+
+
 @nox.session(python="3.11")
 def demo(session: nox.Session) -> None:
     """Run the rollout-pump demo; prints where its trace, report and goodput table are."""
@@ -111,7 +132,7 @@ def bench(session: nox.Session) -> None:
     """Side-by-side benchmarks; prints ratios and fails if a target is missed."""
     session.install(
         "-e",
-        ".[sdk,aiohttp,fastapi]",
+        ".[sdk,aiohttp,fastapi,profile]",
         "uvicorn>=0.30",
         # OpenTelemetry's own instrumentations, measured in the same run:
         "opentelemetry-instrumentation-aiohttp-client",

@@ -1,0 +1,591 @@
+"""nemo-lens's names on asynctrace: porting a lens script is an import change.
+
+``from nemo.lens import ...`` (and ``from nemo.lens.contrib.ray import ...``)
+becomes ``from asynctrace_contrib.nemo_lens import ...``; the calls stay as
+they are. The spans are asynctrace's: gated by the same group switch,
+bucketed by the group's goodput bucket, stamped with the scopes, exported by
+:func:`asynctrace.configure`'s pipeline, and read by ``asynctrace goodput``
+and ``report``.
+
+Importing this module registers lens's base groups that asynctrace does not
+already have (``forward_backward``, ``optimizer``, ``load_checkpoint``) under
+the namespace ``nemo_lens``, so the spans a lens script asks for under them
+are recorded instead of vanishing. What differs from lens, and why, is on the
+"Coming from nemo-lens" page of the documentation; in short:
+
+* a disabled ``managed_span`` yields a shared non-recording span, not
+  ``None`` (setting attributes on it is safe);
+* ``trace_fn`` on an ``async def`` times the awaited body, where lens's ends
+  its span when the coroutine object is created;
+* the Ray keyword ``_otel_carrier`` is understood by
+  :func:`asynctrace.accepts_trace_context`, so actors ported and actors still
+  on lens interoperate during a rollout.
+
+Example:
+    >>> from asynctrace_contrib.nemo_lens import SpanGroup, managed_span
+    >>> with managed_span(SpanGroup.OPTIMIZER, "rl.policy.optimizer_step", lr=1e-5):
+    ...     pass
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import os
+import uuid
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Final, TypeVar
+
+from opentelemetry import context as otel_context
+from opentelemetry import metrics, trace
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+import asynctrace
+
+__all__ = [
+    "DEFAULT_REDACT_KEYS",
+    "NemoLensConfig",
+    "SpanGroup",
+    "TelemetryHandle",
+    "extract_context",
+    "extract_ray_context",
+    "get_meter",
+    "get_tracer",
+    "inject_context",
+    "inject_ray_context",
+    "is_span_group_enabled",
+    "managed_span",
+    "ray_dispatch_with_context",
+    "redact_value",
+    "safe_set_span_attributes",
+    "set_enabled_span_groups",
+    "setup_telemetry",
+    "span_cm",
+    "trace_fn",
+    "traced_remote_call",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+NAMESPACE: Final = "nemo_lens"
+"""The namespace lens's extra groups are registered under."""
+
+asynctrace.register_span_groups(
+    NAMESPACE,
+    [
+        asynctrace.SpanGroup(
+            "forward_backward", asynctrace.Bucket.PRODUCTIVE, description="forward and backward"
+        ),
+        asynctrace.SpanGroup(
+            "optimizer", asynctrace.Bucket.PRODUCTIVE, description="the optimizer step"
+        ),
+        asynctrace.SpanGroup(
+            "load_checkpoint", asynctrace.Bucket.OVERHEAD, description="loading a checkpoint"
+        ),
+    ],
+)
+
+
+class SpanGroup:
+    """lens's group names, as constants; every one is registered with asynctrace.
+
+    ``SpanGroup.resolve(spec)`` resolves a spec against asynctrace's registry
+    (so groups other libraries registered count too) and raises
+    :class:`asynctrace.ConfigurationError` (a ``ValueError``, as lens raises)
+    for an unknown name.
+
+    Example:
+        >>> SpanGroup.FORWARD_BACKWARD
+        'forward_backward'
+        >>> sorted(SpanGroup.resolve("job,optimizer"))
+        ['job', 'optimizer']
+    """
+
+    JOB = "job"
+    CHECKPOINT = "checkpoint"
+    EVALUATE = "evaluate"
+    MODEL_INIT = "model_init"
+    LOAD_CHECKPOINT = "load_checkpoint"
+    STEP = "step"
+    FORWARD_BACKWARD = "forward_backward"
+    OPTIMIZER = "optimizer"
+
+    ALL_GROUPS: ClassVar[frozenset[str]] = frozenset(
+        [JOB, CHECKPOINT, EVALUATE, MODEL_INIT, LOAD_CHECKPOINT, STEP, FORWARD_BACKWARD, OPTIMIZER]
+    )
+
+    @classmethod
+    def resolve(cls, spec: str) -> frozenset[str]:
+        """The group names *spec* turns on (presets and bare names, case-insensitive)."""
+        return asynctrace.resolve_span_groups(spec)
+
+
+@dataclass
+class NemoLensConfig:
+    """lens's configuration, field for field; :func:`setup_telemetry` maps it.
+
+    ``span_groups`` is resolved by asynctrace (its ``default``, ``per_step`` and
+    ``all`` presets). ``exporter`` is ``"otlp"`` or ``"console"``; the standard
+    ``OTEL_EXPORTER_OTLP_*`` variables configure OTLP as they do under lens.
+    ``export_strategy`` / ``export_rank`` / ``export_sample_rate`` decide, as in
+    lens, whether this rank exports; a rank that does not gets telemetry off.
+    The metrics, logs and W&B fields are kept so a lens config loads, and are
+    not used.
+
+    Example:
+        >>> NemoLensConfig(enabled=True, span_groups="per_step").exporter
+        'otlp'
+    """
+
+    enabled: bool = False
+    service_name: str = "nemo"
+    export_strategy: str = "single_rank"
+    export_rank: int = -1
+    export_sample_rate: float = 1.0
+    sampler_enabled: bool = False
+    traces_enabled: bool = True
+    metrics_enabled: bool = True
+    logs_enabled: bool = False
+    span_groups: str = "default"
+    exporter: str = "otlp"
+    run_id: str = ""
+    user: str = ""
+    wandb_entity: str = ""
+    wandb_project: str = ""
+    _span_group_cls: type | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.export_sample_rate <= 1.0:
+            raise ValueError(
+                f"export_sample_rate must be in [0.0, 1.0], got {self.export_sample_rate}"
+            )
+
+    @property
+    def resolved_span_groups(self) -> frozenset[str]:
+        """:attr:`span_groups` resolved to group names."""
+        return SpanGroup.resolve(self.span_groups)
+
+    @classmethod
+    def from_env(
+        cls,
+        prefix: str = "NEMO_LENS",
+        fallback_prefix: str | None = None,
+        span_group_cls: type | None = None,
+    ) -> NemoLensConfig:
+        """Read ``{prefix}_*`` (then ``{fallback_prefix}_*``) variables, as lens does.
+
+        The variables are lens's: ``ENABLED``, ``EXPORT_STRATEGY``,
+        ``EXPORT_RANK``, ``EXPORT_SAMPLE_RATE``, ``SAMPLER_ENABLED``,
+        ``TRACES_ENABLED``, ``METRICS_ENABLED``, ``LOGS_ENABLED``,
+        ``SPAN_GROUPS``, ``EXPORTER``, ``RUN_ID``, ``USER_ID``; plus
+        ``OTEL_SERVICE_NAME``, ``WANDB_ENTITY`` and ``WANDB_PROJECT``.
+
+        Raises:
+            ValueError: a boolean, integer or float variable that does not parse.
+
+        Example:
+            >>> NemoLensConfig.from_env(prefix="NO_SUCH_PREFIX").enabled
+            False
+        """
+
+        def env(key: str, default: str = "") -> str:
+            value = os.environ.get(f"{prefix}_{key}", "").strip()
+            if not value and fallback_prefix:
+                value = os.environ.get(f"{fallback_prefix}_{key}", "").strip()
+            return value or default
+
+        def boolean(key: str, default: bool) -> bool:
+            value = env(key).lower()
+            if not value:
+                return default
+            if value in ("1", "true", "yes", "on"):
+                return True
+            if value in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(
+                f"Invalid boolean for {prefix}_{key}: {value!r}. "
+                "Expected '1'/'0', 'true'/'false', 'yes'/'no', 'on'/'off'."
+            )
+
+        def number(key: str, default: Any, kind: type) -> Any:
+            value = env(key)
+            if not value:
+                return default
+            try:
+                return kind(value)
+            except ValueError as exc:
+                raise ValueError(
+                    f"Invalid {kind.__name__} for {prefix}_{key}: {value!r}."
+                ) from exc
+
+        return cls(
+            enabled=boolean("ENABLED", False),
+            service_name=os.environ.get("OTEL_SERVICE_NAME", "").strip() or "nemo",
+            export_strategy=env("EXPORT_STRATEGY", "single_rank"),
+            export_rank=number("EXPORT_RANK", -1, int),
+            export_sample_rate=number("EXPORT_SAMPLE_RATE", 1.0, float),
+            sampler_enabled=boolean("SAMPLER_ENABLED", False),
+            traces_enabled=boolean("TRACES_ENABLED", True),
+            metrics_enabled=boolean("METRICS_ENABLED", True),
+            logs_enabled=boolean("LOGS_ENABLED", False),
+            span_groups=env("SPAN_GROUPS", "default"),
+            exporter=env("EXPORTER", "otlp"),
+            run_id=env("RUN_ID", ""),
+            user=env("USER_ID", ""),
+            wandb_entity=os.environ.get("WANDB_ENTITY", ""),
+            wandb_project=os.environ.get("WANDB_PROJECT", ""),
+            _span_group_cls=span_group_cls,
+        )
+
+
+class TelemetryHandle:
+    """What :func:`setup_telemetry` returns: ``tracer``, ``meter``, ``is_exporting``, ``shutdown``.
+
+    ``telemetry`` is the underlying :class:`asynctrace.Telemetry`.
+
+    Example:
+        >>> handle = setup_telemetry(NemoLensConfig())
+        >>> handle.is_exporting
+        False
+    """
+
+    def __init__(self, telemetry: asynctrace.Telemetry, is_exporting: bool) -> None:
+        self.telemetry = telemetry
+        self.is_exporting = is_exporting
+
+    @property
+    def tracer(self) -> trace.Tracer:
+        """The tracer asynctrace records through (a no-op one when not exporting)."""
+        return asynctrace.get_tracer()
+
+    @property
+    def meter(self) -> metrics.Meter:
+        """OpenTelemetry's global meter, as under lens."""
+        return metrics.get_meter("nemo.lens")
+
+    def shutdown(self, timeout_ms: int = 5000) -> None:
+        """Flush and shut telemetry down (bounded by *timeout_ms*)."""
+        self.telemetry.shutdown(timeout_ms / 1000)
+
+
+_initialized = False
+
+
+def _should_export(config: NemoLensConfig, rank: int, world_size: int) -> bool:
+    """lens's four built-in export strategies."""
+    strategy = config.export_strategy
+    if strategy == "all_ranks":
+        return True
+    if strategy == "single_rank":
+        target = config.export_rank if config.export_rank >= 0 else world_size - 1
+        return rank == target
+    if strategy == "sampled":  # lens's deterministic hash: same rank and rate, same outcome
+        digest = hashlib.md5(str(rank).encode(), usedforsecurity=False).hexdigest()
+        return (int(digest, 16) % 10000) / 10000.0 < config.export_sample_rate
+    if strategy == "first_rank_per_node":
+        return int(os.environ.get("LOCAL_RANK", "0")) == 0
+    raise ValueError(
+        f"Unknown export strategy {strategy!r}; accepted: all_ranks, first_rank_per_node, "
+        "sampled, single_rank"
+    )
+
+
+def setup_telemetry(
+    config: NemoLensConfig,
+    rank: int = 0,
+    world_size: int = 1,
+    resource_attributes: Mapping[str, Any] | None = None,
+    span_exporter: Any = None,
+    metric_reader: Any = None,
+    export_strategy: Callable[[NemoLensConfig, int, int], bool] | None = None,
+    _allow_reinit: bool = False,
+) -> TelemetryHandle:
+    """Start telemetry for this process from a :class:`NemoLensConfig`, as lens's does.
+
+    Calls :func:`asynctrace.configure` with the equivalent
+    :class:`asynctrace.TelemetryConfig`: ``span_groups``, ``service_name``,
+    ``run_id`` (lens's rule: ``SLURM_JOB_ID`` or a random id when empty),
+    the exporter (``span_exporter`` replaces it, as in lens) and
+    *resource_attributes*. A rank that does not export, or a disabled
+    config, gets telemetry off. *metric_reader* is accepted and not used.
+
+    Raises:
+        RuntimeError: called a second time with telemetry enabled (lens's
+            rule), unless ``_allow_reinit``.
+
+    Example:
+        >>> setup_telemetry(NemoLensConfig(enabled=False)).is_exporting
+        False
+    """
+    global _initialized
+    if _initialized and config.enabled and not _allow_reinit:
+        raise RuntimeError(
+            "setup_telemetry() has already been initialised for this process. "
+            "Call it once at startup. Pass _allow_reinit=True to override (testing only)."
+        )
+    if not config.run_id:
+        config.run_id = os.environ.get("SLURM_JOB_ID", "") or uuid.uuid4().hex[:12]
+    decide = export_strategy if export_strategy is not None else _should_export
+    exporting = bool(config.enabled and config.traces_enabled and decide(config, rank, world_size))
+    exporters: list[Any]
+    if span_exporter is not None:
+        exporters = [span_exporter]
+    elif config.exporter in ("otlp", "console"):
+        exporters = [config.exporter]
+    else:
+        raise ValueError(f"Unknown exporter {config.exporter!r}; accepted: otlp, console")
+    telemetry = asynctrace.configure(
+        asynctrace.TelemetryConfig(
+            enabled=exporting,
+            span_groups=config.span_groups,
+            exporters=exporters,
+            service_name=config.service_name,
+            run_id=config.run_id,
+            resource_attributes=dict(resource_attributes or {}),
+        ),
+        rank=rank,
+        world_size=world_size,
+    )
+    if config.enabled:
+        _initialized = True
+    return TelemetryHandle(telemetry, exporting)
+
+
+DEFAULT_REDACT_KEYS: frozenset[str] = frozenset(
+    {"prompt", "input_text", "output_text", "text", "password", "token", "secret", "key"}
+)
+"""String attributes under these keys are recorded as ``"[REDACTED]"``, as in lens."""
+
+_SCALARS = (bool, int, float, str)
+
+
+def redact_value(key: str, value: str, redact_keys: frozenset[str] = DEFAULT_REDACT_KEYS) -> str:
+    """``"[REDACTED]"`` if *key* is in *redact_keys*, else *value*.
+
+    Example:
+        >>> redact_value("prompt", "hello")
+        '[REDACTED]'
+    """
+    return "[REDACTED]" if key in redact_keys else value
+
+
+def _clean(
+    attributes: Mapping[str, Any], redact_keys: frozenset[str] = DEFAULT_REDACT_KEYS
+) -> dict[str, Any]:
+    """lens's attribute rule: scalars and scalar lists, ``None`` skipped, keys redacted."""
+    out: dict[str, Any] = {}
+    for key, value in attributes.items():
+        if value is None:
+            continue
+        if isinstance(value, _SCALARS):
+            out[key] = redact_value(key, value, redact_keys) if isinstance(value, str) else value
+        elif isinstance(value, list | tuple) and all(isinstance(v, _SCALARS) for v in value):
+            out[key] = list(value)
+    return out
+
+
+def safe_set_span_attributes(
+    span: trace.Span,
+    attributes: Mapping[str, Any],
+    redact_keys: frozenset[str] = DEFAULT_REDACT_KEYS,
+) -> None:
+    """Set *attributes* on *span*, skipping what OpenTelemetry cannot hold, redacting keys.
+
+    Example:
+        >>> safe_set_span_attributes(trace.INVALID_SPAN, {"n": 1, "skip": None})
+    """
+    if not span.is_recording():
+        return
+    for key, value in _clean(attributes, redact_keys).items():
+        span.set_attribute(key, value)
+
+
+@contextlib.contextmanager
+def managed_span(
+    group: str, name: str, tracer: trace.Tracer | None = None, **attributes: Any
+) -> Iterator[trace.Span]:
+    """A span of *group* around the block, with *attributes*; lens's signature.
+
+    A leaf of a bucketed group gets its bucket, a span of an umbrella group
+    (``job``, ``step``, ...) is an umbrella, exactly as
+    :func:`asynctrace.managed_span`. *tracer* is accepted and ignored: spans
+    go through asynctrace's pipeline. Disabled, it yields asynctrace's shared
+    non-recording span (lens yields ``None``).
+
+    Example:
+        >>> with managed_span("forward_backward", "rl.policy.forward_backward", mb=4) as span:
+        ...     span.set_attribute("rl.loss", 0.5)
+    """
+    with asynctrace.managed_span(group, name, attributes=_clean(attributes) or None) as span:
+        yield span
+
+
+@contextlib.contextmanager
+def span_cm(
+    name: str,
+    tracer: trace.Tracer | None = None,
+    record_exception: bool = True,
+    **attributes: Any,
+) -> Iterator[trace.Span]:
+    """An ungated span around the block (lens's ``span_cm``), current inside it.
+
+    Recorded through asynctrace's tracer whenever telemetry is on, whatever
+    groups are enabled; *tracer* overrides it, as in lens.
+
+    Example:
+        >>> with span_cm("rl.setup.tokenizer", vocab=32000):
+        ...     pass
+    """
+    chosen = tracer if tracer is not None else asynctrace.get_tracer()
+    with chosen.start_as_current_span(name, record_exception=record_exception) as span:
+        if attributes:
+            safe_set_span_attributes(span, attributes)
+        yield span
+
+
+def trace_fn(group: str, name: str, tracer: trace.Tracer | None = None) -> Callable[[F], F]:
+    """Each call of the decorated function is a span of *group* (checked per call).
+
+    :func:`asynctrace.trace_fn`: on an ``async def`` the span covers the
+    awaited body (lens's ends when the coroutine object is made). *tracer* is
+    accepted and ignored.
+
+    Example:
+        >>> @trace_fn("optimizer", "rl.policy.optimizer_step")
+        ... def step():
+        ...     return 1
+        >>> step()
+        1
+    """
+    return asynctrace.trace_fn(group, name)
+
+
+def inject_context(carrier: MutableMapping[str, str]) -> None:
+    """Put the current trace context into *carrier* (``traceparent``, ``tracestate``).
+
+    Example:
+        >>> carrier = {}
+        >>> inject_context(carrier)
+        >>> carrier
+        {}
+    """
+    carrier.update(asynctrace.current_trace_carrier())
+
+
+def extract_context(carrier: Mapping[str, str]) -> otel_context.Context:
+    """The OpenTelemetry ``Context`` carried by *carrier* (empty when it has none).
+
+    Example:
+        >>> from opentelemetry import trace
+        >>> ctx = extract_context({})
+        >>> trace.get_current_span(ctx).get_span_context().is_valid
+        False
+    """
+    return TraceContextTextMapPropagator().extract(dict(carrier))
+
+
+def is_span_group_enabled(group: str) -> bool:
+    """Whether *group* is enabled now.
+
+    Example:
+        >>> is_span_group_enabled("no_such_group")
+        False
+    """
+    return asynctrace.is_span_group_enabled(group)
+
+
+def set_enabled_span_groups(groups: frozenset[str] | set[str] | list[str]) -> None:
+    """Enable exactly *groups* (keeping the pipeline), as lens's does for tests.
+
+    Example:
+        >>> set_enabled_span_groups(frozenset({"job"}))
+    """
+    asynctrace.set_span_groups(",".join(sorted(groups)))
+
+
+def get_tracer(name: str = "nemo.lens") -> trace.Tracer:
+    """OpenTelemetry's global tracer (asynctrace's pipeline once configured).
+
+    Example:
+        >>> get_tracer() is not None
+        True
+    """
+    return trace.get_tracer(name)
+
+
+def get_meter(name: str = "nemo.lens") -> metrics.Meter:
+    """OpenTelemetry's global meter.
+
+    Example:
+        >>> get_meter() is not None
+        True
+    """
+    return metrics.get_meter(name)
+
+
+# --- nemo.lens.contrib.ray ---------------------------------------------------
+
+
+def inject_ray_context() -> dict[str, str]:
+    """A carrier dict with the current trace context, for a Ray call.
+
+    Example:
+        >>> inject_ray_context()
+        {}
+    """
+    return asynctrace.current_trace_carrier()
+
+
+def extract_ray_context(carrier: Mapping[str, str] | None = None) -> otel_context.Context:
+    """The context *carrier* holds (the current one when *carrier* is ``None``).
+
+    Example:
+        >>> extract_ray_context(None) is not None
+        True
+    """
+    if carrier is None:
+        return otel_context.get_current()
+    return extract_context(carrier)
+
+
+def traced_remote_call(method: F, tracer: trace.Tracer | None = None) -> F:
+    """lens's Ray wrapper: run *method* in a span named after it, under the caller's trace.
+
+    It is :func:`asynctrace.accepts_trace_context` (so both ``_otel_carrier=``
+    and ``trace_carrier=`` work) plus, as in lens, an ungated span named
+    ``method.__qualname__``.
+
+    Example:
+        >>> @traced_remote_call
+        ... def work(x):
+        ...     return x * 2
+        >>> work(2, _otel_carrier={})
+        4
+    """
+    span_name = method.__qualname__
+
+    @functools.wraps(method)
+    def spanned(*args: Any, **kwargs: Any) -> Any:
+        chosen = tracer if tracer is not None else asynctrace.get_tracer()
+        with chosen.start_as_current_span(span_name):
+            return method(*args, **kwargs)
+
+    return asynctrace.accepts_trace_context(spanned)  # type: ignore[return-value]
+
+
+def ray_dispatch_with_context(
+    remote_fn: Any, *args: Any, _carrier: Mapping[str, str] | None = None, **kwargs: Any
+) -> Any:
+    """``remote_fn.remote(*args, _otel_carrier=carrier, **kwargs)``, as lens's does.
+
+    Example:
+        >>> class Remote:
+        ...     def remote(self, x, _otel_carrier):
+        ...         return x, _otel_carrier
+        >>> ray_dispatch_with_context(Remote(), 1)
+        (1, {})
+    """
+    carrier = dict(_carrier) if _carrier is not None else inject_ray_context()
+    return remote_fn.remote(*args, _otel_carrier=carrier, **kwargs)
