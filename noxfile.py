@@ -24,6 +24,8 @@ TEST_DEPS = [
     "opentelemetry-instrumentation-aiohttp-client",
     "pytest-xdist>=3.5",  # the suite runs on every core (-n auto)
     "viztracer>=0.16",  # the python profiler backend, run for real
+    # nemo-lens's released code, for the migration tests (it needs Python >= 3.13)
+    "nemo-lens==0.1.0; python_version >= '3.13'",
 ]
 
 
