@@ -174,3 +174,76 @@ def test_actor_spans_carry_the_drivers_scopes(ray_cluster: None, propagate: bool
         assert "rl.session_id" not in span
         assert per_prompt is False
         assert [s["name"] for s in per_prompt_spans] == ["actor.score"]
+
+
+class LensStyleActor:
+    """An actor whose method is wrapped the nemo-lens way (``traced_remote_call``)."""
+
+    def __init__(self) -> None:
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+            InMemorySpanExporter,
+        )
+
+        self.exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        at.enable_telemetry(provider, span_groups="all")
+
+    def generate(self, n: int) -> int:
+        """lens's wrapper opens a span named after the method, under the caller's carrier."""
+        return n * 2
+
+    def exported(self) -> list[dict[str, Any]]:
+        """Names, trace ids and parents of what this process exported."""
+        return [
+            {
+                "name": s.name,
+                "trace_id": s.context.trace_id,
+                "parent_id": s.parent.span_id if s.parent else None,
+            }
+            for s in self.exporter.get_finished_spans()
+        ]
+
+
+def _lens_style_actor() -> Any:
+    from asynctrace_contrib import nemo_lens
+
+    cls = type(
+        "LensStyleActorWrapped",
+        (LensStyleActor,),
+        {"generate": nemo_lens.traced_remote_call(LensStyleActor.generate)},
+    )
+    return ray.remote(cls).remote()
+
+
+def test_lens_keyword_and_asynctrace_keyword_join_one_trace(
+    ray_cluster: None, spans: CapturedSpans
+) -> None:
+    """During a migration: a lens-keyword call (``_otel_carrier``) into an asynctrace actor,
+    an asynctrace-keyword call into it, and an asynctrace call sending lens's keyword into a
+    lens-style actor all join the driver's trace, as children of the dispatching span."""
+    from asynctrace_contrib import nemo_lens
+
+    ported = ray.remote(TracedActor).remote()
+    old = _lens_style_actor()
+    with at.umbrella_span("job", "driver") as driver:
+        lens_call = nemo_lens.ray_dispatch_with_context(ported.run_rollouts, [1, 2])
+        new_call = at.dispatch_with_trace_context(ported.run_rollouts.remote, [3])
+        to_old = at.dispatch_with_trace_context(
+            old.generate.remote, 5, carrier_kwarg="_otel_carrier"
+        )
+        assert ray.get([lens_call, new_call, to_old], timeout=120) == [3, 3, 10]
+    trace_id = driver.get_span_context().trace_id
+    span_id = driver.get_span_context().span_id
+    remote = ray.get(ported.exported.remote(), timeout=60) + ray.get(
+        old.exported.remote(), timeout=60
+    )
+    assert sorted(r["name"] for r in remote) == [
+        "LensStyleActor.generate",
+        "actor.run_rollouts",
+        "actor.run_rollouts",
+    ]
+    assert all(r["trace_id"] == trace_id for r in remote)
+    assert all(r["parent_id"] == span_id for r in remote)
