@@ -10,7 +10,6 @@ from opentelemetry import trace
 
 from . import _group_audit, _groups
 from ._errors import ConfigurationError
-from ._forksafe import reinit_at_fork
 
 __all__ = [
     "GATE",
@@ -44,7 +43,6 @@ class _Gate:
 
 GATE = _Gate()
 _lock = threading.RLock()
-reinit_at_fork(_lock)  # a lock held at fork() is made new in the child
 _warned_pending: set[str] = set()
 
 
