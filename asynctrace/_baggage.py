@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import quote, quote_plus, unquote, unquote_plus
 
+from ._forksafe import reinit_at_fork
 from ._scopes import SCOPES, ScopeState
 
 __all__ = ["ScopeValues", "carrier_stats", "decode", "encode"]
@@ -47,6 +48,7 @@ _PROPERTY: Final = re.compile(
 _INT: Final = re.compile(r"-?[0-9]{1,19}")
 
 _counts_lock = threading.Lock()
+reinit_at_fork(_counts_lock)  # a lock held at fork() is made new in the child
 _counts = {"baggage_headers_dropped": 0, "baggage_entries_skipped": 0, "scope_values_skipped": 0}
 
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
 from ._errors import ConfigurationError
 from ._groups import split_spec
@@ -359,9 +360,9 @@ def coerce_field(key: str, name: str, value: Any) -> Any:
     if name in ("max_queue_size", "max_export_batch_size", "flush_threshold"):
         return check_int(key, value, 1)
     if name in ("schedule_delay_millis",):
-        return _number(key, value, 0.0, strict=True)
+        return _at_most(key, _number(key, value, 0.0, strict=True), MAX_WAIT_S * 1000.0, "> 0")
     if name in ("shutdown_timeout_s",):
-        return _number(key, value, 0.0, strict=False)
+        return _at_most(key, _number(key, value, 0.0, strict=False), MAX_WAIT_S, ">= 0")
     if name == "exporters":
         return _exporter_list(key, value)
     if name == "session_tracer":
@@ -400,6 +401,20 @@ def coerce_field(key: str, name: str, value: Any) -> Any:
             raise ConfigurationError(f"{key}: expected a string, got {value!r}")
         return value.strip()
     raise ConfigurationError(f"{key}: unknown key")  # pragma: no cover - guarded by _check_keys
+
+
+MAX_WAIT_S: Final = threading.TIMEOUT_MAX / 2
+"""The longest wait a timeout may ask for: longer ones raise ``OverflowError`` in a thread."""
+
+
+def _at_most(key: str, number: float, most: float, bound: str) -> float:
+    """*number* if it is at most *most*: a thread could not wait that long."""
+    if number <= most:
+        return number
+    raise ConfigurationError(
+        f"{key}: {number!r} is not accepted; accepted: a finite number {bound} and "
+        f"<= {most:.6g} (the longest wait a thread can make)"
+    )
 
 
 def _stall_threshold(key: str, value: Any) -> float:
@@ -547,4 +562,9 @@ def _path(key: str, value: Any) -> str:
         value = os.fspath(value)
     if not isinstance(value, str) or not value.strip():
         raise ConfigurationError(f"{key}: expected a non-empty directory path, got {value!r}")
+    if "\x00" in value:
+        raise ConfigurationError(
+            f"{key}: {value!r} is not accepted (it holds a NUL character); accepted: a "
+            "directory path"
+        )
     return value

@@ -12,6 +12,7 @@ from opentelemetry.trace import Span
 
 from ._cm import SyncAndAsync
 from ._errors import ConfigurationError, report_internal_error
+from ._forksafe import reinit_at_fork
 from ._groups import EFFICIENCY as EFFICIENCY_GROUP
 from ._groups import PER_PROMPT as PER_PROMPT_GROUP
 from ._groups import Bucket, validate_bucket
@@ -43,6 +44,7 @@ _DEFAULT_TABLE: Final[dict[str, Bucket | None]] = {
 _table: dict[str, Bucket | None] = dict(_DEFAULT_TABLE)
 _cache: dict[str, tuple[str, Bucket | None]] = {}
 _lock = threading.Lock()
+reinit_at_fork(_lock)  # a lock held at fork() is made new in the child
 
 
 def _validate_category(category: object, key: str) -> str:

@@ -7,6 +7,8 @@ import os
 import threading
 from collections.abc import Hashable
 
+from ._forksafe import reinit_at_fork
+
 __all__ = ["ConfigurationError", "MissingExtraError", "report_internal_error"]
 
 logger = logging.getLogger("asynctrace")
@@ -48,6 +50,7 @@ class MissingExtraError(ImportError):
 
 _reported: set[Hashable] = set()
 _reported_lock = threading.Lock()
+reinit_at_fork(_reported_lock)  # a lock held at fork() is made new in the child
 _strict = os.environ.get("ASYNCTRACE_STRICT", "").strip().lower() in ("1", "true", "yes", "on")
 
 

@@ -1,26 +1,160 @@
-"""Output files: the directory every writer of this process shares."""
+"""Output files: the directory every writer of this process shares, and appending to it.
+
+:class:`AppendFile` is how both writer threads (chrome lines, session
+records) append JSON lines, with three promises:
+
+- a torn last line (a killed writer, a failed ``write``) is closed off with a
+  newline before anything else is appended, so at most the last line of a
+  file is ever torn, and only until the next write;
+- a failed or partial ``write`` (``ENOSPC``, ``EFBIG``) says how many whole
+  lines reached the file, so the writer counts exactly what was lost;
+- a file that was deleted (``rm -rf`` of the output directory) or replaced
+  is found before the next write, by its inode, and opened again.
+"""
 
 from __future__ import annotations
 
+import logging
+import os
 import tempfile
 from pathlib import Path
 
 from ._errors import ConfigurationError
 
-__all__ = ["writable_dir"]
+__all__ = ["AppendFile", "writable_dir"]
+
+logger = logging.getLogger("asynctrace")
 
 
 def writable_dir(raw: str) -> Path:
     """Create *raw* if needed and prove it writable, or raise ConfigurationError."""
-    directory = Path(raw).expanduser()
     try:
+        directory = Path(raw).expanduser()
         directory.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=directory):
             pass
-    except OSError as exc:
+    except (OSError, ValueError, RuntimeError) as exc:  # ValueError: NUL; RuntimeError: ~nobody
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ConfigurationError(
             f"output_dir: {raw!r} is not a writable directory ({type(exc).__name__}: "
-            f"{exc.strerror or exc}); accepted: a directory path this process can create "
-            "and write to"
+            f"{reason}); accepted: a directory path this process can create and write to"
         ) from exc
     return directory
+
+
+class AppendFile:
+    """A JSON-lines file opened for appending, written by one thread.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "x.jsonl"
+        >>> out = AppendFile(path)
+        >>> out.write(b'{"a":1}\\n')
+        (1, None)
+        >>> out.close()
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.reopened = 0
+        self._warned = False
+        self._fd = -1
+        self._identity = (0, 0)
+        self._at_line_start = True
+        self._open()
+
+    def _open(self) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        self._fd = fd
+        info = os.fstat(fd)
+        self._identity = (info.st_dev, info.st_ino)
+        self._at_line_start = info.st_size == 0 or _ends_with_newline(self.path, info.st_size)
+
+    def moved(self) -> bool:
+        """Whether the file was deleted or replaced since it was opened (then reopen it)."""
+        try:
+            info = os.stat(self.path)
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False  # cannot tell: keep writing where we write
+        return (info.st_dev, info.st_ino) != self._identity
+
+    def reopen(self) -> None:
+        """Open the file at its path again (making its directory), warning once.
+
+        Raises:
+            OSError: the directory or the file cannot be made.
+        """
+        if not self._warned:
+            self._warned = True
+            logger.warning(
+                "asynctrace: %s was deleted or replaced; it is written again from now on "
+                "(what was written before went with the old file; the count is in stats())",
+                self.path,
+            )
+        old, self._fd = self._fd, -1
+        try:
+            os.close(old)
+        except OSError:
+            pass
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._open()
+        self.reopened += 1
+
+    def write(self, data: bytes) -> tuple[int, OSError | None]:
+        """Append whole lines; ``(lines that reached the file whole, the error if any)``.
+
+        After a torn line (the file ended with one, or a write failed half
+        way), a newline goes first, so the next line starts fresh.
+        """
+        prefix = 0 if self._at_line_start else 1
+        if prefix:
+            data = b"\n" + data
+        view = memoryview(data)
+        done = 0
+        error: OSError | None = None
+        start = -1
+        try:
+            if self._fd < 0:
+                self.reopen()
+            start = os.fstat(self._fd).st_size
+            while done < len(view):
+                done += os.write(self._fd, view[done:])
+        except OSError as exc:
+            error = exc
+        if done:
+            self._at_line_start = data[done - 1] == 0x0A
+            if not self._at_line_start and start >= 0:
+                self._cut_torn_line(start + data.rfind(b"\n", 0, done) + 1)
+        lines = data.count(b"\n", 0, done) - (1 if prefix and done else 0)
+        return lines, error
+
+    def _cut_torn_line(self, size: int) -> None:
+        """Cut off the half line a failed write left, so no torn line stays mid-file.
+
+        If that fails too, the next write starts with a newline instead.
+        """
+        try:
+            os.ftruncate(self._fd, size)
+        except OSError:
+            return
+        self._at_line_start = True
+
+    def close(self) -> None:
+        """Close the file (idempotent)."""
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _ends_with_newline(path: Path, size: int) -> bool:
+    try:
+        with open(path, "rb") as existing:
+            existing.seek(size - 1)
+            return existing.read(1) == b"\n"
+    except OSError:
+        return True

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Literal, TypeAlias, Union
 
 from ._errors import ConfigurationError
+from ._forksafe import reinit_at_fork
 
 __all__ = [
     "BY_CATEGORY",
@@ -112,6 +113,7 @@ class _Registry:
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
+        reinit_at_fork(self.lock)  # held by another thread at fork(): made new in the child
         self.groups: dict[str, SpanGroup] = {}
         self.owners: dict[str, set[str]] = {}
         # A preset is either a fixed member tuple or a function of the registry.

@@ -17,6 +17,8 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.util.types import Attributes
 
+from ._forksafe import reinit_at_fork
+
 __all__ = ["SwitchingTracerProvider", "claim", "release"]
 
 
@@ -99,6 +101,7 @@ class _SwitchingTracer(trace.Tracer):
 
 _SWITCH = SwitchingTracerProvider()
 _lock = threading.Lock()
+reinit_at_fork(_lock)  # a lock held at fork() is made new in the child
 
 
 def claim(provider: trace.TracerProvider) -> bool:

@@ -12,6 +12,7 @@ import threading
 from typing import Final
 
 from ._errors import ConfigurationError
+from ._forksafe import reinit_at_fork
 
 __all__ = ["FINALIZED", "STATUSES", "check_phase", "register_phase", "registered_phases"]
 
@@ -21,6 +22,7 @@ FINALIZED: Final = "finalized"
 # phase name -> allow_multiple
 _phases: dict[str, bool] = {"generate": True, "reward": True, "toolcall": True}
 _phases_lock = threading.Lock()
+reinit_at_fork(_phases_lock)  # a lock held at fork() is made new in the child
 
 
 def register_phase(name: str, *, allow_multiple: bool = True) -> None:

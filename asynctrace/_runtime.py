@@ -12,20 +12,20 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import signal
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any, Union
 
 from opentelemetry import trace
 
-from . import _otel_global, _session_tracer, _stalls
+from . import _otel_global, _session_tracer, _stalls, _state
 from ._config import TelemetryConfig
 from ._errors import ConfigurationError, MissingExtraError
+from ._forksafe import reinit_at_fork
 from ._session_tracer import SessionTracer
+from ._sigterm import SigtermHandler
 from ._state import GATE, disable_telemetry, enable_telemetry
 
 if TYPE_CHECKING:
@@ -47,10 +47,12 @@ __all__ = [
 
 logger = logging.getLogger("asynctrace")
 
+_MAX_WAIT_S = threading.TIMEOUT_MAX / 2  # waits longer than this raise OverflowError
+
 ConfigLike = Union[TelemetryConfig, Mapping[str, Any], None]  # noqa: UP007
-_SignalHandler = Union[Callable[[int, Union[FrameType, None]], Any], int, None]  # noqa: UP007
 
 _lock = threading.RLock()
+reinit_at_fork(_lock, _state._lock)  # held by another thread at fork(): new in the child
 _current: Telemetry | None = None
 
 
@@ -75,11 +77,12 @@ class Telemetry:
         self._pipeline = pipeline
         self._sessions = sessions
         self._lock = threading.Lock()
+        reinit_at_fork(self._lock)
         self._running = pipeline is not None or sessions is not None
         self._result = True
+        self._stopped = threading.Event()  # set once shutdown() has finished
         self._owns_global = False
-        self._previous_sigterm: _SignalHandler = None
-        self._sigterm_installed = False
+        self._sigterm: SigtermHandler | None = None
         self._atexit_registered = False
 
     def __repr__(self) -> str:
@@ -158,7 +161,8 @@ class Telemetry:
         """
         if not self._running:
             return True
-        deadline = time.monotonic() + max(0.0, timeout_s)
+        timeout_s = min(max(0.0, timeout_s), _MAX_WAIT_S)
+        deadline = time.monotonic() + timeout_s
         ok = True
         if self._pipeline is not None:
             ok = self._pipeline.flush(timeout_s)
@@ -177,12 +181,20 @@ class Telemetry:
             >>> configure({"enabled": False}).shutdown()
             True
         """
-        global _current
         with self._lock:
-            if not self._running:
-                return self._result
-            self._running = False
+            running, self._running = self._running, False
         timeout = self.settings.shutdown_timeout_s if timeout_s is None else timeout_s
+        timeout = min(max(0.0, timeout), _MAX_WAIT_S)
+        if not running:  # done, or running on another thread (at exit, on SIGTERM): wait for it
+            self._stopped.wait(timeout)
+            return self._result
+        try:
+            self._result = self._shut_down(timeout)
+        finally:
+            self._stopped.set()
+        return self._result
+
+    def _shut_down(self, timeout: float) -> bool:
         deadline = time.monotonic() + max(0.0, timeout)
         ok = True
         if self._sessions is not None:
@@ -193,7 +205,6 @@ class Telemetry:
         if pipeline is None:
             self._remove_hooks()
             self._forget()
-            self._result = ok
             return ok
         if GATE.provider is pipeline.provider:
             disable_telemetry()
@@ -213,7 +224,6 @@ class Telemetry:
 
         summarize(pipeline.stats())
         self._forget()
-        self._result = ok
         return ok
 
     def _forget(self) -> None:
@@ -248,43 +258,17 @@ class Telemetry:
                 "SIGTERM is not handled"
             )
             return
-        self._previous_sigterm = signal.getsignal(signal.SIGTERM)
-        signal.signal(signal.SIGTERM, self._on_sigterm)
-        self._sigterm_installed = True
+        self._sigterm = SigtermHandler(self.shutdown)
 
     def _remove_hooks(self) -> None:
         if self._atexit_registered:
             atexit.unregister(self._at_exit)
             self._atexit_registered = False
-        if self._sigterm_installed and threading.current_thread() is threading.main_thread():
-            if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
-                signal.signal(signal.SIGTERM, _restorable(self._previous_sigterm))
-            self._sigterm_installed = False
+        if self._sigterm is not None:
+            self._sigterm.close()  # on SIGTERM it stays, to hand the signal on
 
     def _at_exit(self) -> None:
         self.shutdown()
-
-    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
-        """Flush and shut down, then behave as the previous handler would have."""
-        # In a helper thread, joined with a timeout: the signal may have
-        # interrupted this thread while it held a lock that shutdown needs.
-        helper = threading.Thread(target=self.shutdown, name="asynctrace-sigterm", daemon=True)
-        helper.start()
-        helper.join(self.settings.shutdown_timeout_s + 1.0)
-        previous = self._previous_sigterm
-        if signal.getsignal(signum) == self._on_sigterm:
-            signal.signal(signum, _restorable(previous))
-        self._sigterm_installed = False
-        if callable(previous):
-            previous(signum, frame)
-        elif previous == signal.SIG_IGN:
-            return
-        else:  # SIG_DFL, or a handler installed outside Python: die of the signal
-            os.kill(os.getpid(), signum)
-
-
-def _restorable(handler: _SignalHandler) -> Any:
-    return signal.SIG_DFL if handler is None else handler
 
 
 # ---------------------------------------------------------------------------

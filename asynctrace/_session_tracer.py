@@ -15,6 +15,7 @@ import threading
 import time
 from typing import Any
 
+from ._forksafe import call_in_child, reinit_at_fork
 from ._phases import _phases
 from ._session_record import Record, merge_payload
 from ._session_writer import SessionWriter
@@ -62,6 +63,18 @@ class SessionTracer:
         self._writer = SessionWriter(
             path, rank=rank, role=role, run_id=run_id, flush_threshold=flush_threshold
         )
+        reinit_at_fork(self._lock)
+        call_in_child(self._after_fork_in_child)
+
+    def _after_fork_in_child(self) -> None:
+        """A forked child does not own the parent's sessions: it starts with none.
+
+        Its writer is inert there (the parent's file is the parent's); events
+        are dropped and counted until the child configures its own tracer.
+        """
+        self._live = {}
+        self._tasks = {}
+        self._prefix = f"{self._prefix.split('-', 1)[0]}-{os.getpid():x}{_PROCESS_NONCE}-"
 
     # -- registration and phases ------------------------------------------------
 
@@ -188,7 +201,9 @@ class SessionTracer:
                     return 0
                 if payload:
                     merge_payload(record, -1, payload)
-            self._writer.add_one(record, status, reason, now)
+                # Handed over under the same lock: a shutdown on another thread sees
+                # the record either live or queued, never neither, never both.
+                self._writer.add_one(record, status, reason, now)
             return 1
         with self._lock:
             if task_id is not None:
@@ -205,7 +220,7 @@ class SessionTracer:
             if payload:
                 for record in finished:
                     merge_payload(record, -1, payload)
-        self._writer.add(finished, status, reason, now)
+            self._writer.add(finished, status, reason, now)
         return len(finished)
 
     def _take(self, session_id: str) -> Record | None:
@@ -229,8 +244,8 @@ class SessionTracer:
             records = list(self._live.values())
             self._live.clear()
             self._tasks.clear()
-        if records:
-            self._writer.add(records, "pending", reason, now)
+            if records:
+                self._writer.add(records, "pending", reason, now)
         return len(records)
 
     # -- lifecycle --------------------------------------------------------------
@@ -241,13 +256,21 @@ class SessionTracer:
         return str(self._writer.path)
 
     def stats(self) -> dict[str, int]:
-        """Counters: live sessions, live tasks, written records, dropped events."""
+        """Counters: live sessions, live tasks, records written and lost, dropped events.
+
+        ``failed`` counts records that could not be written (a full disk, an
+        unencodable value); ``lost`` those written to a file that was then
+        deleted or replaced (found at the next write, which reopens the file).
+        """
         with self._lock:
             live, tasks = len(self._live), len(self._tasks)
+        writer = self._writer
         return {
             "live_sessions": live,
             "live_tasks": tasks,
-            "written": self._writer.written,
+            "written": writer.written,
+            "failed": writer.failed,
+            "lost": writer.lost,
             "dropped_events": self.dropped_events,
         }
 

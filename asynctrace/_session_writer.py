@@ -4,8 +4,10 @@ Finalizing a session only appends it to a list (under a short lock); this
 thread serializes and writes. It writes when ``flush_threshold`` sessions are
 waiting, when :meth:`SessionWriter.flush` asks, and at shutdown. It yields the
 GIL between small chunks, so a large flush never stalls an event loop for
-long, and each chunk is one ``write`` of whole lines, so a killed process
-leaves at most one torn last line.
+long (at shutdown it writes in large chunks without pausing: then speed is
+what counts), and each chunk is one ``write`` of whole lines, so a killed
+process leaves at most one torn last line. The file itself (torn tails,
+failed writes, a deleted directory) is :class:`asynctrace._files.AppendFile`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Final
 
+from ._files import AppendFile
+from ._forksafe import call_in_child, reinit_at_fork
 from ._session_record import Record, encode_records
 
 __all__ = ["SessionWriter"]
@@ -24,12 +28,19 @@ __all__ = ["SessionWriter"]
 logger = logging.getLogger("asynctrace")
 
 _CHUNK: Final = 32  # records serialized between two GIL releases (about 0.1 ms)
+_CLOSING_CHUNK: Final = 1024  # at shutdown: no pauses, few writes
 _PAUSE_S: Final = 0.0001
-_NS: Final = 1e9
+_MAX_WAIT_S: Final = threading.TIMEOUT_MAX / 2
 
 
 class SessionWriter:
-    """Appends finished sessions to a JSONL file from a daemon thread."""
+    """Appends finished sessions to a JSONL file from a daemon thread.
+
+    ``written`` counts records that reached the file, ``failed`` those that
+    did not (a failed write, a value that cannot be encoded, a record handed
+    over after the writer stopped), ``lost`` those written to a file that was
+    later deleted or replaced.
+    """
 
     def __init__(
         self,
@@ -43,16 +54,22 @@ class SessionWriter:
         self.path = Path(path)
         self._meta = {"rank": rank, "role": role, "run_id": run_id}
         self._threshold = max(1, int(flush_threshold))
-        self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115 - closed by the thread
+        self._file = AppendFile(self.path)
         self._lock = threading.Lock()  # a plain lock: add() is hot
         self._cond = threading.Condition(self._lock)
         self._pending: list[Record] = []
         self._added = 0
         self.written = 0
         self.failed = 0
+        self.lost = 0
+        self._in_file = 0  # records written to the file as it is now (lost if it goes)
+        self._failed_seen = 0  # failures already reported by a flush() returning False
         self._flush_requested = False
         self._closing = False
+        self._stopped = False
         self._warned = False
+        reinit_at_fork(self._cond, self._lock)
+        call_in_child(self._after_fork_in_child)
         self._thread = threading.Thread(target=self._run, name="asynctrace-sessions", daemon=True)
         self._thread.start()
 
@@ -60,9 +77,12 @@ class SessionWriter:
         """Queue one finished session: :meth:`add` without the list."""
         record.status, record.reason, record.finalized_ns = status, reason, finalized_ns
         with self._lock:  # the condition's own lock, without its Python-level wrapper
+            self._added += 1
+            if self._stopped:  # after shutdown, or in a forked child: counted, not written
+                self.failed += 1
+                return
             pending = self._pending
             pending.append(record)
-            self._added += 1
             if len(pending) >= self._threshold:
                 self._cond.notify()
 
@@ -73,81 +93,108 @@ class SessionWriter:
         for record in records:
             record.status, record.reason, record.finalized_ns = status, reason, finalized_ns
         with self._cond:
+            self._added += len(records)
+            if self._stopped:
+                self.failed += len(records)
+                return
             pending = self._pending
             pending += records
-            self._added += len(records)
             if len(pending) >= self._threshold:
                 self._cond.notify()
 
     def flush(self, timeout_s: float) -> bool:
-        """Write everything queued so far; ``False`` after *timeout_s*."""
+        """Write everything queued so far; ``False`` after *timeout_s*, or if records were lost.
+
+        A record that could not be written since the last flush (see
+        ``failed``) makes this flush return ``False``, once.
+        """
         with self._cond:
             target = self._added
-            if self.written + self.failed >= target:
-                return True
-            self._flush_requested = True
-            self._cond.notify_all()
-            return self._cond.wait_for(
-                lambda: self.written + self.failed >= target, max(0.0, timeout_s)
-            )
+            if self.written + self.failed < target and not self._stopped:
+                self._flush_requested = True
+                self._cond.notify_all()
+                self._cond.wait_for(
+                    lambda: self.written + self.failed >= target or self._stopped,
+                    min(max(0.0, timeout_s), _MAX_WAIT_S),
+                )
+            done = self.written + self.failed >= target
+            lost_now = self.failed > self._failed_seen
+            self._failed_seen = self.failed
+            return done and not lost_now
 
     def shutdown(self, timeout_s: float) -> bool:
-        """Write what is queued, stop the thread and close the file."""
+        """Write what is queued, stop the thread and close the file.
+
+        ``False`` if that took longer than *timeout_s*, or if any record
+        could not be written since the last :meth:`flush`.
+        """
         with self._cond:
             self._closing = True
             self._cond.notify_all()
-        self._thread.join(max(0.0, timeout_s))
-        return not self._thread.is_alive()
+        self._thread.join(min(max(0.0, timeout_s), _MAX_WAIT_S))
+        if self._thread.is_alive():
+            return False
+        with self._cond:
+            lost_now = self.failed > self._failed_seen
+            self._failed_seen = self.failed
+        return not lost_now
 
     def _run(self) -> None:
-        while True:
-            with self._cond:
-                self._cond.wait_for(
-                    lambda: (
-                        self._closing
-                        or self._flush_requested
-                        or len(self._pending) >= self._threshold
-                    )
-                )
-                batch, self._pending = self._pending, []
-                self._flush_requested = False
-                closing = self._closing
-            self._write(batch)  # empties the list
-            if closing:
-                with self._cond:
-                    if not self._pending:
-                        break
         try:
-            self._file.close()
-        except OSError:
-            pass
+            while True:
+                with self._cond:
+                    self._cond.wait_for(
+                        lambda: (
+                            self._closing
+                            or self._flush_requested
+                            or len(self._pending) >= self._threshold
+                        )
+                    )
+                    batch, self._pending = self._pending, []
+                    self._flush_requested = False
+                    closing = self._closing
+                self._write(batch, closing)  # empties the list
+                if closing:
+                    with self._cond:
+                        if not self._pending:
+                            self._stopped = True
+                            self._cond.notify_all()
+                            break
+        except BaseException as exc:  # never silently: what is left is counted as failed
+            with self._cond:
+                self._stopped = True
+                self.failed += len(self._pending)
+                self._pending = []
+                self._cond.notify_all()
+            logger.warning("asynctrace: the session writer stopped", exc_info=exc)
+        self._file.close()
 
-    def _write(self, batch: list[Record]) -> None:
+    def _write(self, batch: list[Record], closing: bool) -> None:
         meta = self._meta
+        size = _CLOSING_CHUNK if closing else _CHUNK
         while batch:
             # Consume the batch: a record is released as soon as it is written,
             # before flush() can see it counted.
-            chunk = batch[:_CHUNK]
-            del batch[:_CHUNK]
-            written = failed = 0
+            chunk = batch[:size]
+            del batch[:size]
+            error: BaseException | None = None
+            written = 0
             try:
                 encoded, failed = encode_records(chunk, meta)
-                data = memoryview(encoded)
-                while data:
-                    data = data[self._file.write(data) or 0 :]
-                written = len(chunk) - failed
+                if failed:
+                    error = ValueError(f"{failed} records could not be encoded")
+                if encoded:
+                    written, error = self._append(encoded, error)
             except Exception as exc:  # the writer thread never dies
-                written, failed = 0, len(chunk)
-                exc_info: BaseException | None = exc
-            else:
-                exc_info = ValueError(f"{failed} records could not be encoded") if failed else None
-            if exc_info is not None and not self._warned:
+                written, error = 0, exc
+            failed = len(chunk) - written
+            if error is not None and not self._warned:
                 self._warned = True
                 logger.warning(
                     "asynctrace: writing session records to %s failed (further failures "
-                    "are counted, not logged)",
+                    "are counted, not logged; see stats())",
                     self.path,
-                    exc_info=exc_info,
+                    exc_info=error,
                 )
             del chunk
             with self._cond:
@@ -155,6 +202,30 @@ class SessionWriter:
                 self.failed += failed
                 if not batch:  # wake flush() waiters once per batch, not per chunk
                     self._cond.notify_all()
-            # A real pause, not sleep(0): a thread that releases the GIL and takes it
-            # straight back would leave a waiting event loop waiting.
-            time.sleep(_PAUSE_S)
+            if not closing:
+                # A real pause, not sleep(0): a thread that releases the GIL and takes it
+                # straight back would leave a waiting event loop waiting.
+                time.sleep(_PAUSE_S)
+
+    def _append(
+        self, encoded: bytes, error: BaseException | None
+    ) -> tuple[int, BaseException | None]:
+        """Write *encoded* (reopening a deleted file first); the whole lines written."""
+        out = self._file
+        if out.moved():
+            with self._cond:
+                self.lost += self._in_file
+            self._in_file = 0
+            try:
+                out.reopen()
+            except OSError as exc:
+                return 0, exc
+        lines, write_error = out.write(encoded)
+        self._in_file += lines
+        return lines, write_error or error
+
+    def _after_fork_in_child(self) -> None:
+        """A forked child has no writer thread: this writer goes inert (counts, never writes)."""
+        self._pending = []
+        self._stopped = True
+        self._closing = True

@@ -24,6 +24,7 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, T
 from opentelemetry.trace.propagation import _SPAN_KEY
 from opentelemetry.util import types
 
+from .._forksafe import reinit_at_fork
 from ._ids import IDS, IdGenerator
 from ._limits import SpanLimits
 from ._sampling import Sampling
@@ -359,6 +360,7 @@ class FastTracerProvider(trace.TracerProvider):
         self._wants_owner = False
         self._closed = False
         self._lock = threading.Lock()
+        reinit_at_fork(self._lock)  # held by another thread at fork(): made new in the child
 
     def _generated_bits(self, count: int) -> int:
         """Ids from an SDK-style generator (``generate_trace_id``/``generate_span_id``)."""

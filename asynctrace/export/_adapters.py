@@ -22,6 +22,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from .._errors import report_internal_error
 from .._fast import FastSpan, FastTracerProvider
+from .._forksafe import reinit_at_fork
 from ._convert import Converter
 from ._queue import ExporterSink, QueuedSpanProcessor
 
@@ -116,6 +117,7 @@ class LazyMemoryExporter(InMemorySpanExporter):
         self._converter = converter
         self._pending: deque[FastSpan] = deque()
         self._convert_lock = threading.Lock()
+        reinit_at_fork(self._convert_lock)
 
     def put(self, span: FastSpan) -> None:
         """Keep an ended span (the hot path: one append); ignored after shutdown."""

@@ -25,6 +25,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from .._errors import MissingExtraError
 from .._fast._span import NONFINITE, SPAN_TYPES
+from .._files import AppendFile
 from .._jsonl import encode_lines
 from .._propagation import PLAIN_CONTEXT
 from .._semconv import GROUP, RL_BUCKET
@@ -97,8 +98,10 @@ class ChromeWriter:
         # How a retired track reaches the writer thread (the processor's control queue).
         self.post: Callable[[Any], None] | None = None
         self.pid = os.getpid()
-        self._file = open(path, "ab", buffering=0)  # noqa: SIM115 - closed in shutdown()
-        self._close_torn_tail()
+        self._file = AppendFile(path)  # a torn tail left by a killed writer is closed off
+        self.lost = 0  # spans written to a file that was then deleted or replaced
+        self._in_file = 0  # spans written to the file as it is now
+        self._resource = resource
         self._pending: list[dict[str, Any]] = []
         self._refs: dict[int, weakref.ref[Any]] = {}
         # has a parent -> attribute keys -> a struct type for the args of such spans
@@ -114,6 +117,21 @@ class ChromeWriter:
         if skipped:
             self._warn("the process metadata could not be serialized", ValueError("left out"))
         self._write(data)
+
+    def _metadata(self) -> list[dict[str, Any]]:
+        """The process's and the live tracks' names, written again into a new file."""
+        events = self._process_events(self._resource)
+        for tid, track in self._tracks.primary.items():
+            events.append(
+                {
+                    "ph": "M",
+                    "name": "thread_name",
+                    "pid": self.pid,
+                    "tid": tid,
+                    "args": {"name": track.name},
+                }
+            )
+        return events
 
     # -- Sink API ---------------------------------------------------------------
 
@@ -256,11 +274,27 @@ class ChromeWriter:
             lost = sum(1 for i in skipped if events[i].__class__ is _Complete)  # spans only
             written -= lost
             failed += lost
-        try:
-            self._write(data)
-        except OSError as exc:
-            self._warn(f"writing {self.path} failed", exc)
-            return 0, written + failed
+        out = self._file
+        if out.moved():  # deleted (rm -rf of the output directory) or replaced
+            self.lost += self._in_file
+            self._in_file = 0
+            try:
+                out.reopen()
+                meta, _ = _encode(self._metadata())
+                data = meta + data
+                head = meta.count(b"\n")
+            except OSError as exc:
+                self._warn(f"opening {self.path} again failed", exc)
+                return 0, written + failed
+        else:
+            head = 0
+        lines, error = out.write(data)
+        if error is not None:
+            self._warn(f"writing {self.path} failed", error)
+            done = _spans_in_lines(events, skipped, lines - head)
+            failed += written - done
+            written = done
+        self._in_file += written
         return written, failed
 
     def _control(self, item: Any) -> None:
@@ -325,6 +359,7 @@ class ChromeWriter:
         """Lines are written unbuffered, batch by batch: nothing is held back."""
 
     def shutdown(self) -> None:
+        """Close the file."""
         self._file.close()
 
     # -- events -----------------------------------------------------------------
@@ -364,22 +399,9 @@ class ChromeWriter:
     # -- file -------------------------------------------------------------------
 
     def _write(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            written = self._file.write(view)
-            view = view[written or 0 :]
-
-    def _close_torn_tail(self) -> None:
-        """Start on a fresh line if a killed writer left half a line behind."""
-        try:
-            size = os.fstat(self._file.fileno()).st_size
-            if size:
-                with open(self.path, "rb") as existing:
-                    existing.seek(size - 1)
-                    if existing.read(1) != b"\n":
-                        self._file.write(b"\n")
-        except OSError:
-            pass
+        _, error = self._file.write(data)
+        if error is not None:
+            self._warn(f"writing {self.path} failed", error)
 
     def _warn(self, message: str, exc: BaseException) -> None:
         if not self._warned:
@@ -389,6 +411,21 @@ class ChromeWriter:
                 message,
                 exc_info=exc,
             )
+
+
+def _spans_in_lines(events: list[Any], skipped: list[int], lines: int) -> int:
+    """How many spans the first *lines* lines written of *events* hold (after a failed write)."""
+    left_out = set(skipped)
+    done = 0
+    for index, event in enumerate(events):
+        if index in left_out:
+            continue
+        if lines <= 0:
+            break
+        lines -= 1
+        if event.__class__ is _Complete:
+            done += 1
+    return done
 
 
 def _fast_status_and_kind(args: dict[str, Any], status: Any, kind: SpanKind) -> None:

@@ -8,6 +8,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from .._errors import report_internal_error
+from .._forksafe import call_in_child
 from .._semconv import TRUNCATED
 
 __all__ = ["OpenSpanTracker"]
@@ -33,6 +34,16 @@ class OpenSpanTracker(SpanProcessor):
     def __init__(self, scope: str | None = None) -> None:
         self._open: dict[int, Span] = {}
         self._scope = scope
+        call_in_child(self._after_fork_in_child)
+
+    def _after_fork_in_child(self) -> None:
+        """A forked child forgets the parent's open spans.
+
+        They are the parent's to end, and one may have been inside ``end()``
+        on another thread at the fork: its span lock would be held forever
+        in the child, and truncating it there would hang.
+        """
+        self._open = {}
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         """Remember *span* until it ends (only spans of *scope*'s tracer, if given)."""
@@ -69,6 +80,7 @@ class OpenSpanTracker(SpanProcessor):
                     continue  # ended meanwhile, on another thread
                 span.set_attribute(TRUNCATED, True)
                 span.end(end_time=max(now, span.start_time or now))
+                _quiet(span)
             except Exception as exc:  # a span ended concurrently, say
                 report_internal_error(("open_spans", "truncate"), exc)
         return len(spans)
@@ -79,6 +91,37 @@ class OpenSpanTracker(SpanProcessor):
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Nothing is buffered."""
         return True
+
+
+_LATE_CALLS = (
+    "add_event",
+    "add_link",
+    "end",
+    "record_exception",
+    "set_attribute",
+    "set_attributes",
+    "set_status",
+    "update_name",
+)
+
+
+def _ignore(*args: object, **kwargs: object) -> None:
+    """What a truncated span does when its program ends it (or sets things on it) later."""
+
+
+def _quiet(span: Span) -> None:
+    """Make the program's later calls on a span asynctrace truncated silent no-ops.
+
+    The program still holds the span and will end it (and perhaps record an
+    exception or set a status on it) when its block exits; the SDK would log
+    "Calling end() on an ended span" for each, one line per truncated span.
+    The shutdown has already said, in one line, how many spans it truncated.
+    """
+    for name in _LATE_CALLS:
+        try:
+            setattr(span, name, _ignore)
+        except (AttributeError, TypeError):  # a span type without an instance dict
+            return
 
 
 def _start_time(span: Span) -> int:

@@ -40,6 +40,8 @@ from ._queue import ExporterSink, ExportStats, QueuedSpanProcessor
 
 __all__ = ["Pipeline", "Plan", "build", "prepare"]
 
+_MAX_WAIT_S = threading.TIMEOUT_MAX / 2
+
 
 @dataclass
 class Plan:
@@ -127,7 +129,7 @@ class Pipeline:
         waited for until the deadline, since an SDK processor's flush may not
         honour its timeout.
         """
-        deadline = time.monotonic() + max(0.0, timeout_s)
+        deadline = time.monotonic() + min(max(0.0, timeout_s), _MAX_WAIT_S)
         queues = list(self.queued)
         provider = self.provider
         if isinstance(provider, FastTracerProvider):
@@ -137,7 +139,11 @@ class Pipeline:
         waits = [processor.request_flush() for processor in queues]
         ok = True
         for done in waits:
-            if done is not None and not done.wait(max(0.0, deadline - time.monotonic())):
+            left = min(max(0.0, deadline - time.monotonic()), _MAX_WAIT_S)
+            if done is not None and not done.wait(left):
+                ok = False
+        for processor in queues:  # anything dropped or failed since the last flush: False
+            if processor.lost_since_last_check():
                 ok = False
         if not isinstance(provider, FastTracerProvider):
             ok = _flush_sdk_provider(provider, deadline) and ok
@@ -148,7 +154,7 @@ class Pipeline:
 
         Returns ``(finished in time, number of truncated spans)``.
         """
-        deadline = time.monotonic() + max(0.0, timeout_s)
+        deadline = time.monotonic() + min(max(0.0, timeout_s), _MAX_WAIT_S)
         truncated = self.end_open_spans()
         queues = list(self.queued)
         if isinstance(self.provider, FastTracerProvider):  # the user's processors' queues too

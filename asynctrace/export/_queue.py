@@ -4,7 +4,11 @@ Like OpenTelemetry's ``BatchSpanProcessor``, but with the guarantees asynctrace
 needs: ``on_end`` only appends to a deque (it never waits, never raises, never
 calls the exporter); a full queue drops the span and counts it; ``flush`` and
 ``shutdown`` wait at most their timeout even when the exporter is stuck; an
-exporter that raises or returns ``FAILURE`` is counted and logged once.
+exporter that raises (anything, ``SystemExit`` included) or returns
+``FAILURE`` is counted and logged once; a worker thread that dies anyway is
+restarted by the next flush and reported. Every span is accounted for:
+exported, failed, dropped, queued or in flight, and ``flush``/``shutdown``
+report a loss since the previous one by returning ``False``.
 """
 
 from __future__ import annotations
@@ -22,10 +26,13 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from .._errors import report_internal_error
+from .._forksafe import reinit_at_fork
 
 __all__ = ["ExportStats", "ExporterSink", "QueuedSpanProcessor", "Sink"]
 
 logger = logging.getLogger("asynctrace")
+
+_MAX_WAIT_S = threading.TIMEOUT_MAX / 2  # a longer wait raises OverflowError
 
 
 class Sink(Protocol):
@@ -80,8 +87,14 @@ class ExportStats:
         name: the exporter (``"chrome"``, ``"otlp"``, or a class name).
         exported: spans handed to the exporter without error.
         dropped: spans never handed to it (queue full, or ended after shutdown).
-        failed: spans the exporter raised on or reported ``FAILURE`` for.
+        failed: spans the exporter raised on or reported ``FAILURE`` for, or
+            that could not be written (a full disk).
         queued: spans waiting right now.
+        in_flight: spans handed to the exporter that it has not returned from
+            yet (a stuck exporter holds them; abandoned at shutdown, they are
+            counted as dropped).
+        lost: spans written to a file that was then deleted or replaced (the
+            chrome exporter opens it again at its next write).
 
     Example:
         >>> ExportStats("chrome", exported=10, dropped=0, failed=0, queued=2).dropped
@@ -93,6 +106,8 @@ class ExportStats:
     dropped: int
     failed: int
     queued: int
+    in_flight: int = 0
+    lost: int = 0
 
 
 class _Marker:
@@ -102,6 +117,9 @@ class _Marker:
 
     def __init__(self) -> None:
         self.done = threading.Event()
+
+
+_CONTROL: tuple[type, ...] = (_Marker,)
 
 
 class QueuedSpanProcessor(SpanProcessor):
@@ -135,7 +153,7 @@ class QueuedSpanProcessor(SpanProcessor):
         self._sink = sink
         self._max_queue_size = max_queue_size
         self._batch_size = max_export_batch_size
-        self._delay = schedule_delay_millis / 1000.0
+        self._delay = min(schedule_delay_millis / 1000.0, _MAX_WAIT_S)
         self._queue: deque[Any] = deque()
         self._wake = threading.Event()
         self._closing = False
@@ -145,13 +163,15 @@ class QueuedSpanProcessor(SpanProcessor):
         self._failed = 0
         self._dropped = 0
         self._markers = 0  # flush markers queued and not yet honoured
+        self._in_flight = 0  # spans inside the sink's export() right now
+        self._loss_seen = 0  # dropped + failed when flush()/shutdown() last reported
+        self._restarts = 0
+        self._stopped = False  # the worker finished its last drain
         self._marker_lock = threading.Lock()
         self._drop_lock = threading.Lock()
+        reinit_at_fork(self._marker_lock, self._drop_lock)
         self._warned_failure = False
-        self._thread = threading.Thread(
-            target=self._run, name=f"asynctrace-export-{name}", daemon=True
-        )
-        self._thread.start()
+        self._thread = self._start_worker()
         if hasattr(os, "register_at_fork"):
             ref = weakref.WeakMethod(self._after_fork_in_child)
 
@@ -202,13 +222,34 @@ class QueuedSpanProcessor(SpanProcessor):
 
     # -- control side --------------------------------------------------------
 
+    def _start_worker(self) -> threading.Thread:
+        thread = threading.Thread(
+            target=self._run, name=f"asynctrace-export-{self.name}", daemon=True
+        )
+        thread.start()
+        return thread
+
+    def _ensure_worker(self) -> None:
+        """Start the worker again if it died (it should not: everything is caught)."""
+        if self._thread.is_alive() or self._closing:
+            return
+        self._restarts += 1
+        logger.warning(
+            "asynctrace: the export thread of %r had stopped; it was restarted (%d spans "
+            "lost so far are counted in stats())",
+            self.name,
+            self._dropped + self._failed,
+        )
+        self._thread = self._start_worker()
+
     def request_flush(self) -> threading.Event | None:
         """Ask the worker to export everything queued so far; returns the done event.
 
-        ``None`` when the worker is gone (after shutdown), i.e. nothing to wait for.
+        ``None`` after shutdown, when there is no worker to ask.
         """
-        if self._closing or not self._thread.is_alive():
+        if self._closing:
             return None
+        self._ensure_worker()
         marker = _Marker()
         with self._marker_lock:  # flushes may be requested from any thread
             self._markers += 1  # before the append: _drain relies on this order
@@ -217,30 +258,48 @@ class QueuedSpanProcessor(SpanProcessor):
         return marker.done
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Export everything queued before this call; ``False`` on timeout."""
+        """Export everything queued before this call; ``False`` on timeout or on a loss.
+
+        A loss is a span dropped or failed since the previous flush or shutdown.
+        """
         done = self.request_flush()
-        return done is None or done.wait(timeout_millis / 1000.0)
+        if done is None:
+            return self._stopped and not self.lost_since_last_check()
+        finished = done.wait(min(max(0.0, timeout_millis / 1000.0), _MAX_WAIT_S))
+        return finished and not self.lost_since_last_check()
+
+    def lost_since_last_check(self) -> bool:
+        """Whether spans were dropped or failed since this was last asked (then ``True`` once)."""
+        stats = self.stats()
+        loss = stats.dropped + stats.failed
+        lost, self._loss_seen = loss > self._loss_seen, loss
+        return lost
 
     def begin_shutdown(self) -> None:
         """Stop accepting spans and let the worker drain the queue and exit."""
+        self._ensure_worker()  # a dead worker is started again to drain and shut down
         self._closing = True
         self._room = 0
         self._wake.set()
 
     def wait_shutdown(self, timeout_s: float) -> bool:
-        """Wait up to *timeout_s* for the worker; ``False`` if it is stuck."""
-        self._thread.join(max(0.0, timeout_s))
+        """Wait up to *timeout_s* for the worker; ``False`` if it is stuck or spans were lost."""
+        self._thread.join(min(max(0.0, timeout_s), _MAX_WAIT_S))
         if self._thread.is_alive():
             if not self._abandoned:
                 self._abandoned = True
+                stats = self.stats()
                 logger.warning(
                     "asynctrace: exporter %r did not finish within the shutdown timeout; "
-                    "%d queued spans are abandoned",
+                    "%d queued and %d in-flight spans are abandoned",
                     self.name,
-                    len(self._queue),
+                    stats.queued,
+                    stats.in_flight,
                 )
+            self.lost_since_last_check()
             return False
-        return True
+        self._stopped = True
+        return not self.lost_since_last_check()
 
     def shutdown_within(self, timeout_s: float) -> bool:
         """Drain, shut the exporter down and stop the worker, waiting at most *timeout_s*."""
@@ -253,22 +312,50 @@ class QueuedSpanProcessor(SpanProcessor):
             self.shutdown_within(30.0)
 
     def stats(self) -> ExportStats:
-        """Current counters (abandoned items count as dropped)."""
-        queued = len(self._queue)
-        dropped = self._dropped + (queued if self._abandoned else 0)
-        return ExportStats(self.name, self._exported, dropped, self._failed, queued)
+        """Current counters: spans only (flush markers and track notices are not counted).
+
+        Spans abandoned with a stuck exporter at shutdown, and spans left in
+        the queue after the worker's last drain, count as dropped.
+        """
+        queued = self._queued_spans()
+        in_flight = self._in_flight
+        dropped = self._dropped
+        if self._abandoned:
+            dropped += queued + in_flight
+        elif self._stopped or (self._closing and not self._thread.is_alive()):
+            dropped += queued  # ended in the instant the worker finished: never exported
+        lost = getattr(self._sink, "lost", 0)
+        return ExportStats(
+            self.name, self._exported, dropped, self._failed, queued, in_flight, lost
+        )
+
+    def _queued_spans(self) -> int:
+        try:
+            items = list(self._queue)
+        except RuntimeError:  # pragma: no cover - list() of a deque does not release the GIL
+            return len(self._queue)
+        control = self._control_types
+        return sum(1 for item in items if item.__class__ not in control)
+
+    _control_types: tuple[type, ...] = _CONTROL
+    """Queue items that are not spans (a subclass adds its own)."""
 
     # -- worker side ---------------------------------------------------------
 
     def _run(self) -> None:
-        while not self._closing:
-            self._wake.wait(self._delay)
-            self._wake.clear()
+        try:
+            while not self._closing:
+                self._wake.wait(self._delay)
+                self._wake.clear()
+                self._drain()
             self._drain()
-        self._drain()
+        except BaseException as exc:  # not expected: the next flush restarts the worker
+            self._report(exc, "the export thread")
+            if not self._closing:
+                return
         try:
             self._sink.shutdown()
-        except Exception as exc:
+        except BaseException as exc:
             self._report(exc, "shutdown")
 
     def _drain(self) -> None:
@@ -293,7 +380,7 @@ class QueuedSpanProcessor(SpanProcessor):
             if markers:
                 try:
                     self._sink.flush()
-                except Exception as exc:
+                except BaseException as exc:
                     self._report(exc, "flush")
                 for marker in markers:
                     with self._marker_lock:
@@ -301,13 +388,17 @@ class QueuedSpanProcessor(SpanProcessor):
                     marker.done.set()
 
     def _export(self, batch: list[Any]) -> None:
+        control = self._control_types
+        spans = sum(1 for item in batch if item.__class__ not in control)
+        self._in_flight = spans
         try:
             exported, failed = self._sink.export(batch)
-        except Exception as exc:
-            exported, failed = 0, len(batch)
+        except BaseException as exc:  # SystemExit from an exporter must not end the worker
+            exported, failed = 0, spans
             self._report(exc, "export")
         self._failed += failed
         self._exported += exported
+        self._in_flight = 0
         if failed and not self._warned_failure:
             self._warned_failure = True
             logger.warning(
@@ -333,9 +424,9 @@ class QueuedSpanProcessor(SpanProcessor):
         self._closing = True
         self._room = 0
         self._queue = deque()
-        self._drop_lock = threading.Lock()  # it may have been held by a thread that is gone
-        self._marker_lock = threading.Lock()
-        self._markers = 0
+        self._markers = 0  # (the locks are made new by _forksafe)
+        self._in_flight = 0
+        self._stopped = True
 
 
 def summarize(stats: Sequence[ExportStats]) -> None:

@@ -38,7 +38,7 @@ from opentelemetry.trace import SpanContext
 
 from .._errors import report_internal_error
 from ._chrome_writer import ChromeWriter, NewTrack, context_span_id, span_fields
-from ._queue import QueuedSpanProcessor
+from ._queue import _CONTROL, QueuedSpanProcessor
 
 __all__ = ["ChromeTrace", "ChromeTraceProcessor", "read_chrome_trace"]
 
@@ -125,6 +125,8 @@ class ChromeTraceProcessor(QueuedSpanProcessor):
             max_export_batch_size=max_export_batch_size,
             schedule_delay_millis=schedule_delay_millis,
         )
+
+    _control_types = (*_CONTROL, NewTrack, int)  # int: a retired track's id
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         """Remember the track (thread and task) the span starts on."""

@@ -1,0 +1,161 @@
+"""The SIGTERM handler: shut telemetry down without waiting on the interrupted code.
+
+A Python signal handler runs on the main thread, between two bytecodes of
+whatever it interrupted, and that code may hold any lock: the session
+tracer's, an SDK span's, the lock of the thread table inside
+``Thread.start()``. So the handler takes no lock and starts no thread. A
+helper thread, started when the handler is installed, waits on a pipe; the
+handler writes one byte to wake it, then waits on a second pipe (``select``,
+no lock) up to :data:`WAIT_S` for the shutdown to finish:
+
+- finished in time (the common case): the signal goes on to the previous
+  handler at once, from the handler, as if asynctrace had not been there;
+- not finished: the interrupted code may hold a lock the shutdown needs, so
+  the handler returns and lets it run on; when the shutdown is done the
+  helper sends SIGTERM to the main thread again, and the handler, called a
+  second time, hands the signal on. A second SIGTERM from outside does the
+  same at once.
+
+In a forked child the handler only hands the signal on: the helper thread
+and the telemetry it would shut down are the parent's.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import signal
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any, Final, Union
+
+__all__ = ["WAIT_S", "SigtermHandler"]
+
+logger = logging.getLogger("asynctrace")
+
+WAIT_S: Final = 0.25
+"""How long the handler waits for the shutdown before it lets the interrupted code run on."""
+
+_SignalHandler = Union[Callable[[int, Union[FrameType, None]], Any], int, None]  # noqa: UP007
+
+
+class SigtermHandler:
+    """Installs itself as the SIGTERM handler (main thread only); :meth:`close` removes it.
+
+    *shutdown* runs once, on the helper thread, when SIGTERM arrives.
+
+    Example:
+        >>> handler = SigtermHandler(lambda: None)  # doctest: +SKIP
+        >>> handler.close()  # doctest: +SKIP
+    """
+
+    def __init__(self, shutdown: Callable[[], object]) -> None:
+        self._shutdown = shutdown
+        self._pid = os.getpid()
+        self.previous: _SignalHandler = signal.getsignal(signal.SIGTERM)
+        self._go_read, self._go_write = os.pipe()
+        self._done_read, self._done_write = os.pipe()
+        self._fired = False
+        self._deferred = False
+        self._handed_on = False
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="asynctrace-sigterm", daemon=True)
+        self._thread.start()
+        signal.signal(signal.SIGTERM, self.handle)
+
+    # -- the signal handler (main thread, between two bytecodes) ---------------------
+
+    def handle(self, signum: int, frame: FrameType | None) -> None:
+        """Wake the helper, wait a little for the shutdown, then hand the signal on."""
+        if self._fired or self._stopped or os.getpid() != self._pid:
+            self._hand_on(signum, frame)  # a second signal, a closed handler, a forked child
+            return
+        self._fired = True
+        os.write(self._go_write, b"t")
+        if self._finished(WAIT_S):
+            self._hand_on(signum, frame)
+            return
+        self._deferred = True  # the helper signals again when the shutdown is done
+        if self._finished(0.0):  # it finished just now, before it could see the flag
+            self._hand_on(signum, frame)
+
+    def _finished(self, timeout_s: float) -> bool:
+        try:
+            ready, _, _ = select.select([self._done_read], [], [], timeout_s)
+        except (OSError, ValueError):
+            return True
+        return bool(ready)
+
+    def _hand_on(self, signum: int, frame: FrameType | None) -> None:
+        """Behave as the previous handler would have."""
+        self._handed_on = True
+        previous = self.previous
+        if signal.getsignal(signum) == self.handle:
+            signal.signal(signum, signal.SIG_DFL if previous is None else previous)
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_IGN:
+            return
+        else:  # SIG_DFL, or a handler installed outside Python: die of the signal
+            os.kill(os.getpid(), signum)
+
+    # -- the helper thread -----------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            command = os.read(self._go_read, 1)
+        except OSError:
+            return
+        if command != b"t":
+            if command == b"q":  # the handler was removed: nothing can write to the pipes
+                self._close_fds()
+            return
+        try:
+            self._shutdown()
+        except BaseException as exc:  # the signal must still be handed on
+            logger.warning("asynctrace: shutdown on SIGTERM failed", exc_info=exc)
+        os.write(self._done_write, b"d")
+        if self._deferred and not self._handed_on:
+            main = threading.main_thread().ident
+            if main is not None:
+                signal.pthread_kill(main, signal.SIGTERM)
+
+    # -- removal -----------------------------------------------------------------------
+
+    @property
+    def fired(self) -> bool:
+        """Whether SIGTERM arrived (the shutdown ran or is running on the helper)."""
+        return self._fired
+
+    def close(self) -> None:
+        """Put the previous handler back (on the main thread) and stop the helper.
+
+        Off the main thread the handler cannot be removed: it stays installed
+        and only hands the signal on from then on.
+        """
+        if self._stopped or self._fired:
+            return
+        self._stopped = True
+        if threading.current_thread() is not threading.main_thread():
+            # Still installed, so its pipes stay open (handle() reads one); the helper ends.
+            self._wake(b"s")
+            return
+        if signal.getsignal(signal.SIGTERM) == self.handle:
+            previous = self.previous
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+        self._wake(b"q")  # the helper closes the pipes and ends
+
+    def _wake(self, command: bytes) -> None:
+        try:
+            os.write(self._go_write, command)
+        except OSError:
+            pass
+
+    def _close_fds(self) -> None:
+        for fd in (self._go_read, self._go_write, self._done_read, self._done_write):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
