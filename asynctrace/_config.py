@@ -48,11 +48,6 @@ class SessionTracerConfig:
         enabled: write one JSON line per finished session to
             ``sessions-r{rank}.jsonl`` in ``output_dir``.
         flush_threshold: number of finished sessions buffered before a write.
-        output_dir: where the session records go instead: a directory
-            relative to the configuration's ``output_dir`` (or absolute;
-            ``{run_id}`` is substituted). ``None`` (the default): ``output_dir``
-            itself. AReaL's layout keeps them apart from the trace files
-            (``session_tracer/`` beside ``perf_tracer/``).
 
     Example:
         >>> SessionTracerConfig(enabled=True, flush_threshold=50).flush_threshold
@@ -61,7 +56,6 @@ class SessionTracerConfig:
 
     enabled: bool = False
     flush_threshold: int = 100
-    output_dir: str | None = None
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any]) -> SessionTracerConfig:
@@ -76,14 +70,7 @@ class SessionTracerConfig:
             True
         """
         _check_keys(mapping, cls, "session_tracer")
-        return cls(
-            **{
-                k: None
-                if k == "output_dir" and v is None
-                else coerce_field(f"session_tracer.{k}", k, v)
-                for k, v in mapping.items()
-            }
-        )
+        return cls(**{k: coerce_field(f"session_tracer.{k}", k, v) for k, v in mapping.items()})
 
 
 @dataclass
@@ -136,6 +123,11 @@ class TelemetryConfig:
         loop_stall_threshold_ms: with the ``loop_stall`` group on, an event
             loop that has not run for longer than this (milliseconds, from 1
             to 60000) is recorded as one stall span with the blocking frames.
+        profiler: profile chosen steps (see :mod:`asynctrace._profiling`): a
+            mapping with ``steps`` (``rl.iteration`` values), ``backend``
+            (``"python"``: viztracer, extra ``profile``; ``"torch"``, extra
+            ``torch``), ``output`` (default: ``output_dir``), and for torch
+            ``record_shapes`` and ``with_stack``. ``None``: no profiling.
 
     Example:
         >>> TelemetryConfig(enabled=True, exporters=["chrome"]).span_groups
@@ -162,6 +154,7 @@ class TelemetryConfig:
     span_limits: dict[str, Any] = field(default_factory=dict)
     propagate_scopes: bool = False
     loop_stall_threshold_ms: float = 50.0
+    profiler: Any = None
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any] | None) -> TelemetryConfig:
@@ -409,6 +402,10 @@ def coerce_field(key: str, name: str, value: Any) -> Any:
         return dict(value)
     if name == "loop_stall_threshold_ms":
         return _stall_threshold(key, value)
+    if name == "profiler":
+        from ._profiling import ProfilerSettings
+
+        return None if value is None else ProfilerSettings.parse(key, value)
     if name in ("service_name", "run_id"):
         if not isinstance(value, str):
             raise ConfigurationError(f"{key}: expected a string, got {value!r}")

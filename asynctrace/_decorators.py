@@ -11,12 +11,60 @@ from typing import Any, TypeVar, cast
 from ._errors import ConfigurationError
 from ._groups import PER_PROMPT as PER_PROMPT_GROUP
 from ._scopes import SCOPES
-from ._spans import LEAF, UMBRELLA, Attributes, attach, detach, finish, start
+from ._spans import (
+    LEAF,
+    UMBRELLA,
+    Attributes,
+    attach,
+    detach,
+    finish,
+    managed_span,
+    start,
+    umbrella_span,
+)
 from ._state import GATE
 
 __all__ = ["trace_fn", "umbrella_trace_fn"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _umbrella(group: str, name: str, *, attributes: Attributes | None, profile: bool) -> Any:
+    return umbrella_span(group, name, attributes=attributes, profile=profile)
+
+
+def _profiled(
+    fn: F,
+    group: str,
+    name: str | None,
+    attributes: Attributes | None,
+    open_span: Callable[..., Any],
+    where: str,
+) -> F:
+    """*fn* with each call in a span that asks to be profiled (functions and coroutines)."""
+    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        raise ConfigurationError(
+            f"{where}(profile=True): {getattr(fn, '__qualname__', fn)!r} is a generator "
+            "function; accepted: a function or a coroutine function (profile the loop that "
+            "consumes it)"
+        )
+    span_name = name or getattr(fn, "__qualname__", None) or repr(fn)
+    attrs = dict(attributes) if attributes else None
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def profiled_coroutine(*args: Any, **kwargs: Any) -> Any:
+            with open_span(group, span_name, attributes=attrs, profile=True):
+                return await fn(*args, **kwargs)
+
+        return cast("F", profiled_coroutine)
+
+    @functools.wraps(fn)
+    def profiled_call(*args: Any, **kwargs: Any) -> Any:
+        with open_span(group, span_name, attributes=attrs, profile=True):
+            return fn(*args, **kwargs)
+
+    return cast("F", profiled_call)
 
 
 def _check_group(group: object, where: str) -> str:
@@ -319,7 +367,11 @@ def _traced_sync(gen: Generator[Any, Any, Any], span: Any) -> Generator[Any, Any
 
 
 def trace_fn(
-    group: str, name: str | None = None, *, attributes: Attributes | None = None
+    group: str,
+    name: str | None = None,
+    *,
+    attributes: Attributes | None = None,
+    profile: bool = False,
 ) -> Callable[[F], F]:
     """Decorate a function so each call is a *leaf* span of *group*.
 
@@ -328,7 +380,9 @@ def trace_fn(
     iteration; no context token is held across a ``yield``; ``break`` or
     ``aclose()`` end it exactly once). The gate is read at call time, so
     decorating at import time, before configuration, works. ``name`` defaults
-    to the function's qualified name.
+    to the function's qualified name. With *profile* (functions and
+    coroutine functions), a call is profiled if its step is scheduled in the
+    ``profiler`` configuration.
 
     Example:
         >>> @trace_fn("reward")
@@ -337,13 +391,19 @@ def trace_fn(
     checked = _check_group(group, "trace_fn")
 
     def decorator(fn: F) -> F:
+        if profile:
+            return _profiled(fn, checked, name, attributes, managed_span, "trace_fn")
         return _decorate(fn, checked, name, LEAF, attributes)
 
     return decorator
 
 
 def umbrella_trace_fn(
-    group: str, name: str | None = None, *, attributes: Attributes | None = None
+    group: str,
+    name: str | None = None,
+    *,
+    attributes: Attributes | None = None,
+    profile: bool = False,
 ) -> Callable[[F], F]:
     """Like :func:`trace_fn`, for an umbrella span (never bucketed).
 
@@ -354,6 +414,8 @@ def umbrella_trace_fn(
     checked = _check_group(group, "umbrella_trace_fn")
 
     def decorator(fn: F) -> F:
+        if profile:
+            return _profiled(fn, checked, name, attributes, _umbrella, "umbrella_trace_fn")
         return _decorate(fn, checked, name, UMBRELLA, attributes)
 
     return decorator

@@ -24,6 +24,7 @@ from . import _otel_global, _session_tracer, _stalls, _state
 from ._config import TelemetryConfig
 from ._errors import ConfigurationError, MissingExtraError
 from ._forksafe import reinit_at_fork
+from ._profiling import Profiler, active_profiler, install_profiler
 from ._session_tracer import SessionTracer
 from ._sigterm import SigtermHandler
 from ._state import GATE, disable_telemetry, enable_telemetry
@@ -84,6 +85,7 @@ class Telemetry:
         self._owns_global = False
         self._sigterm: SigtermHandler | None = None
         self._atexit_registered = False
+        self._profiler: Profiler | None = None  # set by configure() when profiling
 
     def __repr__(self) -> str:
         state = "running" if self._running else "stopped" if self._pipeline else "disabled"
@@ -206,6 +208,9 @@ class Telemetry:
             self._remove_hooks()
             self._forget()
             return ok
+        profiler = self._profiler
+        if profiler is not None and active_profiler() is profiler:
+            install_profiler(None)  # no new capture; those being saved are waited for below
         if GATE.provider is pipeline.provider:
             disable_telemetry()
             _stalls.stop_all()  # loop-stall watchdogs end now (within 100 ms)
@@ -213,6 +218,8 @@ class Telemetry:
         _otel_global.release(pipeline.provider)
         pipeline_ok, truncated = pipeline.shutdown(max(0.0, deadline - time.monotonic()))
         ok = ok and pipeline_ok
+        if profiler is not None:  # captures still being saved, in what time is left
+            ok = profiler.close(max(0.0, deadline - time.monotonic())) and ok
         self._remove_hooks()
         if truncated:
             logger.info(
@@ -244,6 +251,8 @@ class Telemetry:
                 propagate_scopes=self.settings.propagate_scopes,
             )
             self._owns_global = _otel_global.claim(pipeline.provider)
+            if self._profiler is not None:
+                install_profiler(self._profiler)
         if self._sessions is not None:
             _session_tracer.install(self._sessions)
         atexit.register(self._at_exit)
@@ -336,6 +345,7 @@ def configure(
     from .export import _pipeline
 
     plan = _pipeline.prepare(settings)
+    profiler = _new_profiler(settings)  # its directory checked before anything changes
     with _lock:
         if _current is not None:
             _current.shutdown()
@@ -343,9 +353,20 @@ def configure(
             _new_session_tracer(settings, session_path) if session_path is not None else None
         )
         telemetry = Telemetry(settings, _pipeline.build(plan), sessions)
+        telemetry._profiler = profiler
         telemetry._install()
         _current = telemetry
     return telemetry
+
+
+def _new_profiler(settings: Settings) -> Profiler | None:
+    """The step profiler of *settings* (its output directory created and checked)."""
+    if settings.profiler is None or settings.profiler.output is None:
+        return None
+    from ._files import writable_dir
+
+    directory = writable_dir(settings.profiler.output)
+    return Profiler(settings.profiler, directory, settings.rank)
 
 
 def _session_path(settings: Settings) -> Path | None:
@@ -359,12 +380,7 @@ def _session_path(settings: Settings) -> Path | None:
         if settings.role in (None, "worker")
         else f"sessions-{settings.role}-r{settings.rank}.jsonl"
     )
-    directory = Path(settings.output_dir)
-    if settings.session_tracer.output_dir is not None:  # relative to output_dir, or absolute
-        directory = directory / settings.session_tracer.output_dir.replace(
-            "{run_id}", settings.run_id
-        )
-    return writable_dir(directory) / name
+    return writable_dir(settings.output_dir) / name
 
 
 def _new_session_tracer(settings: Settings, path: Path) -> SessionTracer:

@@ -27,6 +27,7 @@ from ._config import (
 from ._errors import ConfigurationError
 from ._fast import Sampling, SpanLimits, limits_from, sampling_from
 from ._groups import split_spec
+from ._profiling import ProfilerSettings
 
 __all__ = ["Settings", "new_run_id", "resolve"]
 
@@ -73,6 +74,7 @@ class Settings:
     span_limits: SpanLimits = dataclasses.field(default_factory=SpanLimits)
     propagate_scopes: bool = False
     loop_stall_threshold_ms: float = 50.0
+    profiler: ProfilerSettings | None = None
 
     @property
     def exporter_names(self) -> tuple[str, ...]:
@@ -181,10 +183,23 @@ def resolve(
         span_limits=limits_from(values["span_limits"], env),
         propagate_scopes=values["propagate_scopes"],
         loop_stall_threshold_ms=values["loop_stall_threshold_ms"],
+        profiler=_profiler(values["profiler"], output_dir),
     )
 
 
 _FIELDS = dataclasses.fields(TelemetryConfig)
+
+
+def _profiler(value: ProfilerSettings | None, output_dir: str | None) -> ProfilerSettings | None:
+    """The profiler settings, with the captures' directory decided."""
+    if value is None or value.output is not None:
+        return value
+    if output_dir is None:
+        raise ConfigurationError(
+            "profiler.output: None is not accepted when nothing else writes files (no chrome "
+            "exporter, no session tracer); accepted: a directory path"
+        )
+    return dataclasses.replace(value, output=output_dir)
 
 
 def new_run_id() -> str:

@@ -29,6 +29,7 @@ from ._errors import report_internal_error
 from ._fast import FastSpan, FastTracer
 from ._fast._span import _SUSPECT, NONFINITE, SPAN_TYPES, note_floats
 from ._groups import Bucket
+from ._profiling import ProfiledSpan, maybe_profiled
 from ._redact import redact_text, remember, secrets_of
 from ._scopes import SCOPES, ScopeState
 from ._semconv import CANCELLED, GROUP, RL_BUCKET
@@ -622,14 +623,16 @@ def managed_span(
     *,
     attributes: Attributes | None = None,
     bucket: Bucket | None = None,
-) -> LiveSpan | ManagedSpan | _NoopSpanCM:
+    profile: bool = False,
+) -> LiveSpan | ManagedSpan | _NoopSpanCM | ProfiledSpan:
     """Open a *leaf* span of *group*, current for the block.
 
     Usable with ``with`` and ``async with``; yields the span. The leaf is
     tagged ``rl.bucket`` with, in order of precedence: *bucket*, the innermost
     :class:`bucket_scope`, the group's bucket. When the group is disabled it
     yields a shared non-recording span that carries the parent context, so
-    ``span.set_attribute(...)`` is always safe.
+    ``span.set_attribute(...)`` is always safe. With *profile*, the block is
+    profiled if its step is scheduled in the ``profiler`` configuration.
 
     Example:
         >>> with managed_span("policy_update", "train.optimizer_step") as span:
@@ -640,15 +643,19 @@ def managed_span(
         return NOOP_CM
     if (PER_PROMPT_GROUP if SCOPES.get().per_prompt else group) not in enabled:
         return NOOP_CM
+    if profile:
+        return maybe_profiled(_managed(group, name, LEAF, attributes, bucket), attributes)
     return _managed(group, name, LEAF, attributes, bucket)
 
 
 def umbrella_span(
-    group: str, name: str, *, attributes: Attributes | None = None
-) -> LiveSpan | ManagedSpan | _NoopSpanCM:
+    group: str, name: str, *, attributes: Attributes | None = None, profile: bool = False
+) -> LiveSpan | ManagedSpan | _NoopSpanCM | ProfiledSpan:
     """Open a span that encloses other spans; it never carries a bucket.
 
-    Usable with ``with`` and ``async with``; yields the span.
+    Usable with ``with`` and ``async with``; yields the span. With *profile*,
+    the block is profiled if its step is scheduled in the ``profiler``
+    configuration.
 
     Example:
         >>> with umbrella_span("step", "train.step", attributes={"rl.epoch": 0}):
@@ -661,6 +668,8 @@ def umbrella_span(
         return NOOP_CM
     if LOOP_STALL in enabled:
         notice_loop()  # a step starts: watch this thread's event loop (see _stalls)
+    if profile:
+        return maybe_profiled(_managed(group, name, UMBRELLA, attributes, None), attributes)
     return _managed(group, name, UMBRELLA, attributes, None)
 
 
@@ -694,7 +703,7 @@ def instant(group: str, name: str, *, attributes: Attributes | None = None) -> N
 
 def detached_span(
     group: str, name: str, *, attributes: Attributes | None = None
-) -> LiveSpan | ManagedSpan | _NoopSpanCM:
+) -> LiveSpan | ManagedSpan | _NoopSpanCM | ProfiledSpan:
     """Open a span that may end after its parent; it never carries a bucket.
 
     For work handed to another thread that outlives the step that started it

@@ -15,6 +15,7 @@ SCRIPTS = [
     "bench_export.py",
     "bench_sessions.py",
     "bench_stalls.py",
+    "bench_profiling.py",
     "bench_http.py",
     "bench_cli.py",
     "bench_demo.py",

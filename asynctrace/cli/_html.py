@@ -582,6 +582,19 @@ def render(data: ReportData) -> str:
         body.append(_waterfall(data.waterfall))
     if data.sessions is not None:
         body.append(_sessions_section(data.sessions))
+    if data.profiles:
+        rows = "".join(
+            f'<tr><td class="l">{esc(step)}</td><td class="l">{esc(backend)}</td>'
+            f'<td class="l"><a href="{esc(href)}">{esc(href)}</a></td></tr>'
+            for step, backend, href in data.profiles
+        )
+        body.append(
+            "<h2>Profiled steps</h2>"
+            '<p class="muted">Each capture is a Chrome trace of its own; '
+            "<code>asynctrace convert</code> merges them onto this run's timeline.</p>"
+            '<table id="profiles"><thead><tr><th class="l">step</th><th class="l">backend</th>'
+            f'<th class="l">capture</th></tr></thead><tbody>{rows}</tbody></table>'
+        )
     body.append("<h2>Invariants</h2>")
     body.append(_invariants(document))
     body.append(

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from ._captures import capture_lines, find_captures, load_capture, tid_counter
 from ._common import CliError, HelpFormatter, Progress, dumps, note
 from ._reader import TRACE_PATTERN, ProcessInfo, ReadStats, expand_inputs, file_size, iter_file
 
@@ -144,6 +145,13 @@ class _Merger:
             self._used.add(out)
         self._out[key] = out
         return out
+
+    def pid_of(self, pid: object) -> object | None:
+        """The output pid of the input process *pid* (a capture's writer), if it was seen."""
+        for (_, original), out in self._out.items():
+            if original == pid:
+                return out
+        return None
 
     def _fresh_pid(self) -> int:
         while self._next_free in self._used:
@@ -287,6 +295,25 @@ def run(args: argparse.Namespace) -> int:
                     stream.write(b"".join(chunk))
                     chunk.clear()
                     size = 0
+        merged, skipped, error_us = 0, [], 0.0
+        next_tid = tid_counter()
+        for capture_path in find_captures(args.inputs):
+            capture = load_capture(capture_path)
+            out_pid = merger.pid_of(capture.pid) if not isinstance(capture, str) else None
+            if isinstance(capture, str) or out_pid is None:
+                skipped.append(
+                    capture
+                    if isinstance(capture, str)
+                    else f"{capture_path.name}: no trace of its process (pid {capture.pid})"
+                )
+                continue
+            for line in capture_lines(capture, out_pid, merger.shift, next_tid):
+                chunk.append(separator)
+                chunk.append(line)
+                separator = b",\n"
+                events += 1
+            merged += 1
+            error_us = max(error_us, capture.error_us)
         for line in merger.trailer():
             chunk.append(separator)
             chunk.append(line)
@@ -324,6 +351,13 @@ def run(args: argparse.Namespace) -> int:
             parts.append(f"skipped {others} JSON object{plural} without 'ph' (not trace events)")
         if merger.moved:
             parts.append(f"{merger.moved} spans moved to overflow tracks so every track nests")
+        if merged:
+            plural = "s" if merged != 1 else ""
+            parts.append(
+                f"merged {merged} profile capture{plural} (clocks aligned within "
+                f"{error_us:.0f} us)"
+            )
+        parts.extend(f"not merged: {reason}" for reason in skipped)
         note(prog, "; ".join(parts))
     return 0
 
