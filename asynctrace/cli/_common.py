@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import re
 import sys
 from collections.abc import Callable
 from typing import IO, Any, NoReturn
@@ -14,8 +15,10 @@ __all__ = [
     "Parser",
     "Progress",
     "dumps",
+    "escape_surrogates",
     "loads",
     "note",
+    "write_stdout",
 ]
 
 
@@ -30,6 +33,31 @@ class CliError(Exception):
     def __init__(self, message: str, code: int = 2) -> None:
         super().__init__(message)
         self.code = code
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def escape_surrogates(text: str) -> str:
+    """*text* with each lone surrogate written as its ``\\udXXX`` escape.
+
+    The writers keep a lone surrogate (from a non-UTF-8 path, say); no UTF-8
+    output can hold one. The escape is what the JSON lines hold: inside a
+    JSON or JavaScript string it means the same character again, and in text
+    it shows where it was.
+
+    Example:
+        >>> escape_surrogates("rl.step\udcff")
+        'rl.step\\udcff'
+    """
+    if text.isascii():
+        return text
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def write_stdout(text: str) -> None:
+    """Write *text* to standard output, lone surrogates escaped (see :func:`escape_surrogates`)."""
+    sys.stdout.write(escape_surrogates(text))
 
 
 def _reject_constant(name: str) -> Any:

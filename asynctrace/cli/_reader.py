@@ -4,10 +4,12 @@ Inputs are files, directories (searched recursively) and glob patterns. Files
 compressed with gzip (long runs compress their traces) are read as they are,
 recognised by their content; directories also yield ``traces*.jsonl.gz``.
 Files are read line by line, so memory does not grow with their size. A line that
-is not a JSON object (the torn last line of a killed process, say) is skipped
-and counted. Lines ending in a comma are read too, which covers a Chrome JSON
-document written one event per line, such as the output of ``asynctrace
-convert``; any other whole-document JSON file is loaded at once as a fallback.
+is not a JSON object (the torn last line of a killed process, say), or a trace
+event whose fields have the wrong types (a ``pid`` that is a list, a ``ts``
+that is a string), is skipped and counted. Lines ending in a comma are read
+too, which covers a Chrome JSON document written one event per line, such as
+the output of ``asynctrace convert``; any other whole-document JSON file is
+loaded at once as a fallback.
 """
 
 from __future__ import annotations
@@ -227,7 +229,7 @@ def iter_file(
                 if len(samples) < _SAMPLES:
                     samples.append(f"{path.name}:{lineno}")
                 continue
-            if obj.__class__ is not dict:
+            if obj.__class__ is not dict or ("ph" in obj and not event_ok(obj)):
                 bad += 1
                 if len(samples) < _SAMPLES:
                     samples.append(f"{path.name}:{lineno}")
@@ -262,6 +264,33 @@ def iter_file(
     stats.samples.extend(samples[: max(0, _SAMPLES - len(stats.samples))])
 
 
+_IDS = (int, str)
+_NUMBERS = (int, float)
+
+
+def event_ok(event: dict[str, Any]) -> bool:
+    """Whether a trace event's fields have types every command can use.
+
+    ``ph`` is a string; ``pid`` and ``tid``, when present, an integer or a
+    string (they are keys); ``ts`` and ``dur`` a number. Anything else
+    (a ``pid`` that is a list, a ``ts`` that is a string, a ``true``) makes the
+    line malformed, skipped and counted like a torn one.
+
+    Example:
+        >>> event_ok({"ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1})
+        True
+        >>> event_ok({"ph": "X", "ts": "1"})
+        False
+    """
+    if event["ph"].__class__ is not str:
+        return False
+    for key, kinds in (("pid", _IDS), ("tid", _IDS), ("ts", _NUMBERS), ("dur", _NUMBERS)):
+        value = event.get(key)
+        if value is not None and (value.__class__ is bool or not isinstance(value, kinds)):
+            return False
+    return True
+
+
 def _whole_document(path: Path) -> list[dict[str, Any]] | None:
     """A Chrome JSON document (``{"traceEvents": [...]}`` or ``[...]``), loaded whole."""
     try:
@@ -272,7 +301,11 @@ def _whole_document(path: Path) -> list[dict[str, Any]] | None:
     events = document.get("traceEvents") if isinstance(document, dict) else document
     if not isinstance(events, list):
         return None
-    return [event for event in events if isinstance(event, dict)]
+    return [
+        event
+        for event in events
+        if isinstance(event, dict) and ("ph" not in event or event_ok(event))
+    ]
 
 
 @dataclass(frozen=True)

@@ -13,13 +13,12 @@ import csv
 import heapq
 import io
 import re
-import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._common import CliError, HelpFormatter, Progress, note
+from ._common import CliError, HelpFormatter, Progress, note, write_stdout
 from ._reader import (
     TRACE_PATTERN,
     Origins,
@@ -174,13 +173,13 @@ def run(args: argparse.Namespace) -> int:
             note(prog, line)
         raise CliError(_no_steps(paths, args.step_name))
     if args.json:
-        sys.stdout.write(_json_text(to_json(collected)))
+        write_stdout(_json_text(to_json(collected)))
     elif args.csv:
-        sys.stdout.write(to_csv(collected))
+        write_stdout(to_csv(collected))
         for violation in result.violations:
             note(prog, f"violation [{violation.kind}] {violation.message}")
     else:
-        sys.stdout.write(to_text(collected))
+        write_stdout(to_text(collected))
     for line in _notes(collected):
         note(prog, line)
     return 1 if result.violations else 0

@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._captures import CAPTURE_NAME, find_captures
-from ._common import CliError, HelpFormatter, Progress, note
+from ._common import CliError, HelpFormatter, Progress, escape_surrogates, note
 from ._html import render
 from ._reader import (
     SESSION_PATTERN,
@@ -155,20 +154,6 @@ class ReportData:
     notes: list[str]
     trace_files: list[Path]
     processes: list[str]
-    profiles: list[tuple[str, str, str]] = field(default_factory=list)  # (step, backend, href)
-
-
-def _profiles(specs: Sequence[str], output: Path) -> list[tuple[str, str, str]]:
-    """The profiler captures beside the inputs: (step, backend, link relative to the report)."""
-    rows = []
-    base = output.resolve().parent
-    for path in find_captures(specs):
-        match = CAPTURE_NAME.match(path.name)
-        if match is None:  # pragma: no cover - find_captures matched it
-            continue
-        href = Path(os.path.relpath(path.resolve(), base)).as_posix()
-        rows.append((f"r{match['rank']} step {match['step']}", match["backend"], href))
-    return rows
 
 
 def _classify(specs: Sequence[str]) -> tuple[list[Path], list[Path]]:
@@ -378,13 +363,12 @@ def run(args: argparse.Namespace) -> int:
         notes=notes,
         trace_files=trace_paths,
         processes=sorted(collected.origins.label(i) for i in range(len(collected.origins.infos))),
-        profiles=_profiles(args.inputs, Path(args.output)),
     )
     text = render(data)
     target = Path(args.output)
     temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
-        temporary.write_text(text, encoding="utf-8")
+        temporary.write_text(escape_surrogates(text), encoding="utf-8")  # a name kept as written
         os.replace(temporary, target)
     except OSError as exc:
         temporary.unlink(missing_ok=True)

@@ -1,0 +1,226 @@
+"""Hostile lines: every command skips and counts what it cannot use, and never crashes.
+
+A trace file is input from outside (a killed writer, another tool, a user's
+edit): a ``pid`` that is a list, a ``ts`` that is a string, bytes that are not
+UTF-8, a lone surrogate in a name. ``convert``, ``goodput`` (text, ``--json``,
+``--csv``) and ``report`` each read the good lines, count the bad ones in their
+summary and exit as they would without them.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _budget import examples
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from asynctrace.cli import main
+
+from ._helpers import GOLDEN, Result
+
+Run = Callable[..., Result]
+
+_GOLDEN_LINES = (GOLDEN / "traces-r0.jsonl").read_bytes()
+_SPAN = next(
+    json.loads(line)
+    for line in _GOLDEN_LINES.splitlines()
+    if b'"ph":"X"' in line and b"rl.bucket" in line
+)
+
+HOSTILE: dict[str, dict[str, Any]] = {
+    "process_name pid list": {"ph": "M", "name": "process_name", "pid": [1], "args": {}},
+    "process_name pid dict": {"ph": "M", "name": "process_name", "pid": {"a": 1}, "args": {}},
+    "thread_name tid dict": {
+        "ph": "M",
+        "name": "thread_name",
+        "pid": 100,
+        "tid": {"a": 1},
+        "args": {"name": "t"},
+    },
+    "span pid list": {**_SPAN, "pid": [100]},
+    "span tid dict": {**_SPAN, "tid": {"t": 1}},
+    "string ts": {**_SPAN, "ts": "1200000"},
+    "string dur": {**_SPAN, "dur": "100"},
+    "boolean ts": {**_SPAN, "ts": True},
+    "ph list": {**_SPAN, "ph": ["X"]},
+}
+
+
+def _commands(tmp: Path, trace: Path) -> dict[str, list[str]]:
+    return {
+        "convert": ["convert", str(trace), "-o", str(tmp / "out.json"), "--quiet"],
+        "goodput": ["goodput", str(trace), "--no-progress"],
+        "goodput --json": ["goodput", str(trace), "--json", "--no-progress"],
+        "goodput --csv": ["goodput", str(trace), "--csv", "--no-progress"],
+        "report": ["report", str(trace), "-o", str(tmp / "report.html"), "--no-progress"],
+    }
+
+
+COMMANDS = ["convert", "goodput", "goodput --json", "goodput --csv", "report"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_a_badly_typed_event_is_skipped_and_counted(
+    run: Run, tmp_path: Path, case: str, command: str
+) -> None:
+    """A pid/tid that is a list or dict, a string ts/dur: the line is skipped and counted."""
+    trace = tmp_path / "traces-r0.jsonl"
+    trace.write_bytes(_GOLDEN_LINES + json.dumps(HOSTILE[case]).encode() + b"\n")
+    lines = _GOLDEN_LINES.count(b"\n") + 1
+    result = run(*_commands(tmp_path, trace)[command])
+    assert result.code == 0, result.err
+    assert "internal error" not in result.err
+    if command != "convert":  # --quiet: convert's summary is in its output document
+        assert f"skipped 1 malformed line (traces-r0.jsonl:{lines})" in result.err
+    else:
+        document = json.loads((tmp_path / "out.json").read_text())
+        assert document["otherData"]["asynctrace"]["malformed"] == 1
+
+
+def test_the_same_line_without_the_bad_field_is_read(run: Run, tmp_path: Path) -> None:
+    """The check is on types only: the golden span with its own fields is not skipped."""
+    trace = tmp_path / "traces-r0.jsonl"
+    trace.write_bytes(_GOLDEN_LINES + json.dumps({**_SPAN, "name": "again"}).encode() + b"\n")
+    result = run("goodput", trace, "--no-progress")
+    assert result.code == 0
+    assert "malformed" not in result.err
+
+
+def _with_surrogates(tmp_path: Path) -> Path:
+    """The golden trace with a lone surrogate in every rl.* span name, as the writers keep it."""
+    text = _GOLDEN_LINES.decode()
+    text = text.replace('"name":"rl.', '"name":"\\udcffrl.')
+    trace = tmp_path / "traces-r0.jsonl"
+    trace.write_text(text)
+    return trace
+
+
+def test_surrogates_goodput_text_and_csv_show_the_escape(run: Run, tmp_path: Path) -> None:
+    """goodput's table and CSV show a lone surrogate as its \\udcff escape."""
+    trace = _with_surrogates(tmp_path)
+    for flag in ((), ("--csv",)):
+        result = run("goodput", trace, "--no-progress", *flag)
+        assert result.code == 0, result.err
+        assert "\\udcffrl.step" in result.out
+
+
+def test_surrogates_goodput_json_keeps_the_name(run: Run, tmp_path: Path) -> None:
+    """goodput --json is valid JSON whose step names hold the surrogate, as the input did."""
+    result = run("goodput", _with_surrogates(tmp_path), "--json", "--no-progress")
+    assert result.code == 0, result.err
+    names = {step["name"] for step in json.loads(result.out)["steps"]}
+    assert names == {"\udcffrl.step"}
+
+
+def test_surrogates_report_and_convert(run: Run, tmp_path: Path) -> None:
+    """report writes its page and convert its document, the name kept as an escape."""
+    trace = _with_surrogates(tmp_path)
+    report = run("report", trace, "-o", tmp_path / "r.html", "--no-progress")
+    assert report.code == 0, report.err
+    assert "\\udcffrl.step" in (tmp_path / "r.html").read_text(encoding="utf-8")
+    converted = run("convert", trace, "-o", tmp_path / "t.json", "--quiet")
+    assert converted.code == 0, converted.err
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    assert any(e.get("name") == "\udcffrl.step" for e in events)
+
+
+# -- fuzz: arbitrary lines -----------------------------------------------------
+
+_json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12)
+)
+_json_values = st.recursive(
+    _json_scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+_ARG_KEYS = [
+    "span_id",
+    "trace_id",
+    "parent_span_id",
+    "rl.bucket",
+    "rl.iteration",
+    "asynctrace.group",
+    "rank",
+    "role",
+    "name",
+]
+_hex = st.text("0123456789abcdef", min_size=1, max_size=16)
+_event_values = {
+    "ph": st.sampled_from(["X", "M", "i", "B", "E"]) | _json_values,
+    "name": st.sampled_from(["rl.step", "process_name", "thread_name", "gen"]) | _json_values,
+    "ts": st.integers(0, 3_000_000) | _json_values,
+    "dur": st.integers(0, 2_000_000) | _json_values,
+    "pid": st.sampled_from([100, 101]) | _json_values,
+    "tid": st.integers(0, 3) | _json_values,
+}
+_args = st.dictionaries(
+    st.sampled_from(_ARG_KEYS),
+    _hex | st.sampled_from(["step", "productive", "idle", "loop_stall"]) | _json_values,
+    max_size=6,
+)
+_events = st.fixed_dictionaries({}, optional={**_event_values, "args": _args | _json_values})
+
+
+def _line(value: Any) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    text = json.dumps(value, ensure_ascii=False)
+    return text.encode("utf-8", "surrogatepass")  # a lone surrogate as raw bytes too
+
+
+_lines = st.lists(
+    _events.map(_line)
+    | _json_values.map(_line)
+    | st.binary(max_size=40)
+    | st.text(max_size=30).map(lambda t: t.encode("utf-8", "surrogatepass")),
+    min_size=1,
+    max_size=12,
+)
+
+
+def _run_quietly(argv: list[str]) -> int:
+    """``main(argv)`` with its output thrown away; the exit status."""
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    assert "internal error" not in err.getvalue(), err.getvalue()
+    assert "Traceback" not in err.getvalue()
+    return code
+
+
+@pytest.mark.fuzz
+@settings(
+    max_examples=examples(25, 1_500),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(_lines, st.booleans())
+def test_every_command_survives_arbitrary_lines(lines: list[bytes], with_golden: bool) -> None:
+    """Arbitrary lines, alone or among good ones: each command exits 0, 1 or 2, never crashes."""
+    with tempfile.TemporaryDirectory() as directory:
+        tmp = Path(directory)
+        trace = tmp / "traces-r0.jsonl"
+        body = b"\n".join(line.replace(b"\n", b" ") for line in lines) + b"\n"
+        trace.write_bytes((_GOLDEN_LINES if with_golden else b"") + body)
+        for command in COMMANDS:
+            code = _run_quietly(_commands(tmp, trace)[command])
+            assert code in (0, 1, 2)
+            if with_golden and command == "convert":
+                assert code == 0  # the good lines are still there to convert
