@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ._captures import CAPTURE_NAME, find_captures
 from ._common import CliError, HelpFormatter, Progress, escape_surrogates, note
 from ._html import render
 from ._reader import (
@@ -154,6 +155,20 @@ class ReportData:
     notes: list[str]
     trace_files: list[Path]
     processes: list[str]
+    profiles: list[tuple[str, str, str]] = field(default_factory=list)  # (step, backend, href)
+
+
+def _profiles(specs: Sequence[str], output: Path) -> list[tuple[str, str, str]]:
+    """The profiler captures beside the inputs: (step, backend, link relative to the report)."""
+    rows = []
+    base = output.resolve().parent
+    for path in find_captures(specs):
+        match = CAPTURE_NAME.match(path.name)
+        if match is None:  # pragma: no cover - find_captures matched it
+            continue
+        href = Path(os.path.relpath(path.resolve(), base)).as_posix()
+        rows.append((f"r{match['rank']} step {match['step']}", match["backend"], href))
+    return rows
 
 
 def _classify(specs: Sequence[str]) -> tuple[list[Path], list[Path]]:
@@ -363,6 +378,7 @@ def run(args: argparse.Namespace) -> int:
         notes=notes,
         trace_files=trace_paths,
         processes=sorted(collected.origins.label(i) for i in range(len(collected.origins.infos))),
+        profiles=_profiles(args.inputs, Path(args.output)),
     )
     text = render(data)
     target = Path(args.output)
