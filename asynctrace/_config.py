@@ -48,6 +48,11 @@ class SessionTracerConfig:
         enabled: write one JSON line per finished session to
             ``sessions-r{rank}.jsonl`` in ``output_dir``.
         flush_threshold: number of finished sessions buffered before a write.
+        output_dir: where the session records go instead: a directory
+            relative to the configuration's ``output_dir`` (or absolute;
+            ``{run_id}`` is substituted). ``None`` (the default): ``output_dir``
+            itself. AReaL's layout keeps them apart from the trace files
+            (``session_tracer/`` beside ``perf_tracer/``).
 
     Example:
         >>> SessionTracerConfig(enabled=True, flush_threshold=50).flush_threshold
@@ -56,6 +61,7 @@ class SessionTracerConfig:
 
     enabled: bool = False
     flush_threshold: int = 100
+    output_dir: str | None = None
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any]) -> SessionTracerConfig:
@@ -70,7 +76,14 @@ class SessionTracerConfig:
             True
         """
         _check_keys(mapping, cls, "session_tracer")
-        return cls(**{k: coerce_field(f"session_tracer.{k}", k, v) for k, v in mapping.items()})
+        return cls(
+            **{
+                k: None
+                if k == "output_dir" and v is None
+                else coerce_field(f"session_tracer.{k}", k, v)
+                for k, v in mapping.items()
+            }
+        )
 
 
 @dataclass

@@ -380,7 +380,12 @@ def _session_path(settings: Settings) -> Path | None:
         if settings.role in (None, "worker")
         else f"sessions-{settings.role}-r{settings.rank}.jsonl"
     )
-    return writable_dir(settings.output_dir) / name
+    directory = Path(settings.output_dir)
+    if settings.session_tracer.output_dir is not None:  # relative to output_dir, or absolute
+        directory = directory / settings.session_tracer.output_dir.replace(
+            "{run_id}", settings.run_id
+        )
+    return writable_dir(directory) / name
 
 
 def _new_session_tracer(settings: Settings, path: Path) -> SessionTracer:
