@@ -53,6 +53,12 @@ class SessionTracerConfig:
             ``{run_id}`` is substituted). ``None`` (the default): ``output_dir``
             itself. AReaL's layout keeps them apart from the trace files
             (``session_tracer/`` beside ``perf_tracer/``).
+        ids: ``"unique"`` (the default) gives ``"<rank>-<pid hex><4 random
+            hex>-<n>"``, unique across the run; ``"sequential"`` gives the
+            per-process count alone (``"1"``, ``"2"``, ...), unique only
+            within one process (and its ``sessions-r{rank}.jsonl``), as AReaL's
+            session ids are, and numeric for tools that read them as numbers
+            (AReaL's ``plot_session_trace``).
 
     Example:
         >>> SessionTracerConfig(enabled=True, flush_threshold=50).flush_threshold
@@ -62,6 +68,13 @@ class SessionTracerConfig:
     enabled: bool = False
     flush_threshold: int = 100
     output_dir: str | None = None
+    ids: str = "unique"
+
+    def __post_init__(self) -> None:
+        if self.ids not in ("unique", "sequential"):
+            raise ConfigurationError(
+                f"session_tracer.ids: {self.ids!r} is not accepted; accepted: unique, sequential"
+            )
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any]) -> SessionTracerConfig:
@@ -78,8 +91,8 @@ class SessionTracerConfig:
         _check_keys(mapping, cls, "session_tracer")
         return cls(
             **{
-                k: None
-                if k == "output_dir" and v is None
+                k: v
+                if (k == "output_dir" and v is None) or k == "ids"
                 else coerce_field(f"session_tracer.{k}", k, v)
                 for k, v in mapping.items()
             }

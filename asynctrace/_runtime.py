@@ -395,6 +395,7 @@ def _new_session_tracer(settings: Settings, path: Path) -> SessionTracer:
         role=settings.role,
         run_id=settings.run_id,
         flush_threshold=settings.session_tracer.flush_threshold,
+        sequential_ids=settings.session_tracer.ids == "sequential",
     )
 
 

@@ -49,6 +49,7 @@ class SessionTracer:
         role: str | None = None,
         run_id: str = "",
         flush_threshold: int = 100,
+        sequential_ids: bool = False,
     ) -> None:
         self._lock = threading.Lock()
         self._live: dict[str, Record] = {}
@@ -58,7 +59,7 @@ class SessionTracer:
         # The counter is process-wide (a reconfigured tracer never reuses an id)
         # and the process tag carries random bits (two hosts may share a pid).
         self._next = _session_numbers
-        self._prefix = f"{rank}-{os.getpid():x}{_PROCESS_NONCE}-"
+        self._prefix = "" if sequential_ids else f"{rank}-{os.getpid():x}{_PROCESS_NONCE}-"
         self.dropped_events = 0
         self._writer = SessionWriter(
             path, rank=rank, role=role, run_id=run_id, flush_threshold=flush_threshold
