@@ -543,12 +543,16 @@ def _session_config(value: Any, key: str) -> SessionTracerConfig:
         return SessionTracerConfig(
             enabled=_bool(f"{key}.enabled", value.enabled),
             flush_threshold=check_int(f"{key}.flush_threshold", value.flush_threshold, 1),
+            output_dir=(
+                None if value.output_dir is None else _path(f"{key}.output_dir", value.output_dir)
+            ),
+            ids=value.ids,
         )
     if isinstance(value, Mapping):
         return SessionTracerConfig.from_mapping(value)
     raise ConfigurationError(
         f"{key}: expected a SessionTracerConfig or a mapping with keys enabled, "
-        f"flush_threshold; got {value!r}"
+        f"flush_threshold, output_dir, ids; got {value!r}"
     )
 
 
