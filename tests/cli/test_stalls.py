@@ -60,8 +60,10 @@ def test_goodput_shows_stalled_seconds_per_step_in_no_bucket(run: Run, stalled_r
     assert result.code == 0, result.err
     document = result.json()
     steps = {step["iteration"]: step for step in document["steps"]}
-    assert abs(steps[0]["stalled_s"] - 0.2) <= 0.02
-    assert abs(steps[1]["stalled_s"] - 0.2) <= 0.02
+    # The stall's own bound (0.2 s +- 20 ms) is pinned in tests/test_stalls.py; here the
+    # column is what matters, with room for a loaded machine's sleep overrun.
+    assert abs(steps[0]["stalled_s"] - 0.2) <= 0.05
+    assert abs(steps[1]["stalled_s"] - 0.2) <= 0.05
     assert steps[2]["stalled_s"] == 0
     # The stall of step 0 is under no bucketed span: nothing is bucketed there.
     assert steps[0]["productive_s"] == 0
