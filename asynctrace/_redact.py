@@ -36,7 +36,14 @@ from collections.abc import Collection
 from typing import Final
 from urllib.parse import unquote_plus
 
-__all__ = ["REDACTED", "SECRET_WORDS", "redact_text", "remember", "secrets_of"]
+__all__ = [
+    "REDACTED",
+    "SECRET_WORDS",
+    "exception_reason",
+    "redact_text",
+    "remember",
+    "secrets_of",
+]
 
 REDACTED: Final = "REDACTED"
 SECRET_WORDS: Final = (
@@ -98,6 +105,21 @@ def redact_text(text: str, secrets: Collection[str] = ()) -> str:
         return _BEARER.sub(r"\1" + REDACTED, text)
     except Exception:  # a pattern cannot fail on a str; a caller's odd "secrets" might
         return REDACTED
+
+
+def exception_reason(exc_type: type[BaseException], exc: BaseException | None) -> str:
+    """``"ValueError: <message>"``, redacted (with *exc*'s remembered secrets); never raises.
+
+    Example:
+        >>> exception_reason(ValueError, ValueError("GET http://h/?token=abc"))
+        'ValueError: GET http://h/?token=REDACTED'
+    """
+    try:
+        message = str(exc)
+    except Exception:
+        message = f"<unprintable {exc_type.__name__}>"
+    secrets = secrets_of(exc) if exc is not None else frozenset()
+    return redact_text(f"{exc_type.__name__}: {message}", secrets)
 
 
 # Exceptions cannot be weakly referenced: their secrets are kept by id, for the

@@ -26,6 +26,7 @@ from ._cm import SyncAndAsync
 from ._errors import ConfigurationError
 from ._payloads import check_payload, plain_payload
 from ._phases import FINALIZED, STATUSES, _phases, check_phase, register_phase, registered_phases
+from ._redact import exception_reason
 from ._scopes import SCOPES, ScopeState, leave
 from ._session_record import merge_payload
 from ._session_tracer import SessionTracer
@@ -133,7 +134,7 @@ class session_scope(SyncAndAsync[str]):
         tracer = _session_tracer._tracer
         if exc_type is not None and tracer is not None and self._session_id is not None:
             status = "failed" if issubclass(exc_type, Exception) else "dropped"
-            tracer.finalize(self._session_id, None, status, f"{exc_type.__name__}: {exc}")
+            tracer.finalize(self._session_id, None, status, exception_reason(exc_type, exc))
 
 
 _untracked = itertools.count(1).__next__
