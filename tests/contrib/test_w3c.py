@@ -373,3 +373,41 @@ def test_sent_by_asyncio_loop(count: int, asgi_server: Any, aiohttp_server: Any)
         asyncio.run(main())
     onward = sorted(header_values(h, "traceparent")[0].split("-")[1] for h in seen)
     assert onward == sorted(ids)
+
+
+def test_unsampled_parent_keeps_the_handlers_spans_in_its_trace(
+    asgi_server: Any, aiohttp_server: Any
+) -> None:
+    """Flags 00 with http_server on: the handler's own span is not a new sampled root.
+
+    It inherits the caller's trace and decision: nothing is recorded, and the
+    onward call carries the caller's trace id with flags 00. With flags 01 the
+    same handler span is recorded in the caller's trace, under the SERVER span.
+    """
+    from asynctrace import managed_span
+
+    app, seen = recorder()
+    record_url = aiohttp_server(app) + "/record"
+    server = FastAPI()
+
+    @server.get("/hop")
+    async def hop() -> dict[str, Any]:
+        with managed_span("reward", "env.step"):
+            async with aiohttp.ClientSession(middlewares=(client_middleware(),)) as session:
+                async with session.get(record_url) as response:
+                    return {"status": response.status}
+
+    instrument_fastapi(server)
+    url = asgi_server(server) + "/hop"
+    with capture_spans("all") as captured:
+        send_raw(url, [("traceparent", TP00)])
+        assert captured.spans == []
+        (onward,) = header_values(seen[-1], "traceparent")
+        assert onward.split("-")[1] == TRACE
+        assert onward.endswith("-00")
+        send_raw(url, [("traceparent", TP01)])
+    by_name = {span.name: span for span in captured.spans}
+    step, server_span = by_name["env.step"], by_name["GET /hop"]
+    assert step.context.trace_id == server_span.context.trace_id == int(TRACE, 16)
+    assert step.parent is not None
+    assert step.parent.span_id == server_span.context.span_id
