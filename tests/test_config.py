@@ -340,3 +340,32 @@ def test_new_run_ids_are_path_safe_and_unique() -> None:
     ids = {new_run_id() for _ in range(50)}
     assert len(ids) == 50
     assert all(resolve(TelemetryConfig(run_id=i)).run_id == i for i in ids)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("schedule_delay_millis", 1e13),  # past threading.TIMEOUT_MAX: the export thread died
+        ("shutdown_timeout_s", 1e10),  # shutdown() raised OverflowError
+    ],
+)
+def test_a_wait_no_thread_can_make_is_refused(key: str, value: float) -> None:
+    """A timeout longer than a thread can wait fails at configure time, naming key and bound."""
+    with pytest.raises(ConfigurationError) as caught:
+        TelemetryConfig.from_mapping({key: value})
+    message = str(caught.value)
+    assert key in message
+    assert repr(value) in message
+    assert "the longest wait" in message
+
+
+@pytest.mark.parametrize("raw", ["traces\x00here", "~no_such_user_anywhere/x"])
+def test_an_output_dir_that_cannot_be_a_path_is_a_configuration_error(
+    tmp_path: Any, raw: str
+) -> None:
+    """A NUL byte or an unknown user's home: ConfigurationError, not ValueError/RuntimeError."""
+    from asynctrace._runtime import configure
+
+    with pytest.raises(ConfigurationError) as caught:
+        configure({"enabled": False, "output_dir": raw, "session_tracer": {"enabled": True}})
+    assert "output_dir" in str(caught.value)

@@ -647,3 +647,323 @@ def test_sigterm_in_a_busy_program_keeps_everything_ended(tmp_path: Path, mode: 
     # every span ended before then (the last one may be there too, or as pending).
     assert sum(r["status"] == "accepted" for r in busy) >= sessions > 0
     assert _span_names(tmp_path).count("busy") >= spans > 0
+
+
+# -- a dead export thread, stats that add up ---------------------------------------
+
+
+class ExitingExporter:
+    """Raises SystemExit from export() while *exiting* is set (as a buggy exporter may)."""
+
+    def __init__(self) -> None:
+        self.exiting = True
+        self.exported = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if self.exiting:
+            raise SystemExit(3)
+        self.exported += len(spans)
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        pass
+
+
+def test_an_exporter_raising_systemexit_is_counted_and_the_worker_lives(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SystemExit from export(): counted failed, flush() says False, later spans still go out."""
+    exporter = ExitingExporter()
+    telemetry = configure(
+        {
+            "enabled": True,
+            "span_groups": "all",
+            "exporters": [exporter],
+            "output_dir": str(tmp_path),
+        }
+    )
+    caplog.set_level(logging.WARNING, logger="asynctrace")
+    try:
+        for i in range(100):
+            with managed_span("generation", f"s{i}"):
+                pass
+        assert telemetry.flush(5.0) is False  # nothing was delivered
+        stats = telemetry.stats()["ExitingExporter"]
+        assert (stats.exported, stats.failed) == (0, 100)
+        exporter.exiting = False
+        for i in range(50):
+            with managed_span("generation", f"t{i}"):
+                pass
+        assert telemetry.flush(5.0) is True
+        assert exporter.exported == 50
+    finally:
+        assert telemetry.shutdown(5.0) is True  # the loss was reported by the first flush
+    assert "raised in export" in caplog.text
+
+
+def test_a_blocked_exporter_holds_spans_in_flight_and_markers_are_not_spans(
+    tmp_path: Path,
+) -> None:
+    """The batch inside a stuck export() is counted; flush markers never count as dropped."""
+    exporter = BlockingExporter()
+    telemetry = configure(
+        {
+            "enabled": True,
+            "span_groups": "all",
+            "exporters": [exporter],
+            "output_dir": str(tmp_path),
+            "max_export_batch_size": 16,
+            "schedule_delay_millis": 5,
+        }
+    )
+    try:
+        for i in range(16):
+            with managed_span("generation", f"s{i}"):
+                pass
+        deadline = time.monotonic() + 5
+        while telemetry.stats()["BlockingExporter"].in_flight == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        for i in range(10):
+            with managed_span("generation", f"q{i}"):
+                pass
+        for _ in range(5):  # five flush markers join the queue behind the 10 spans
+            assert telemetry.flush(0.01) is False
+        stats = telemetry.stats()["BlockingExporter"]
+        assert (stats.in_flight, stats.queued, stats.dropped) == (16, 10, 0)
+        assert telemetry.shutdown(timeout_s=0.2) is False
+        stats = telemetry.stats()["BlockingExporter"]
+        assert stats.dropped == 26  # 16 in flight + 10 queued: spans only, no markers
+        assert stats.exported + stats.failed + stats.dropped == 26
+    finally:
+        exporter.release.set()
+
+
+def test_truncated_sdk_spans_stay_silent_when_the_program_ends_them(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Spans truncated at shutdown: their later end() logs nothing, the shutdown one line."""
+    telemetry = configure(
+        {
+            "enabled": True,
+            "span_groups": "all",
+            "exporters": ["memory"],
+            "output_dir": str(tmp_path),
+            "provider": "sdk",
+        }
+    )
+    caplog.set_level(logging.INFO)
+    spans = [managed_span("generation", f"open-{i}") for i in range(200)]
+    for span in spans:
+        span.__enter__()
+    telemetry.shutdown()
+    for span in reversed(spans):
+        span.__exit__(ValueError, ValueError("late"), None)
+    lines = [r.getMessage() for r in caplog.records]
+    assert not [line for line in lines if "ended span" in line]
+    assert sum("200 spans were still open at shutdown" in line for line in lines) == 1
+
+
+# -- fork --------------------------------------------------------------------------
+
+
+def test_forked_children_never_hang_on_an_inherited_lock(tmp_path: Path) -> None:
+    """A user thread holds each lock asynctrace takes in turn; forked children run init_worker."""
+    import warnings
+
+    from asynctrace import _session_tracer
+
+    config = {
+        "enabled": True,
+        "span_groups": "all",
+        "exporters": ["chrome"],
+        "output_dir": str(tmp_path / "parent"),
+        "provider": "sdk",
+        "session_tracer": {"enabled": True, "flush_threshold": 1},
+    }
+    telemetry = configure(config)
+    tracer = _session_tracer.current_tracer()
+    assert tracer is not None
+    stop = threading.Event()
+
+    def hold_locks() -> None:  # what a thread opening spans and sessions does, slowed down
+        while not stop.is_set():
+            with managed_span("generation", "user") as span:
+                for lock in (tracer._lock, tracer._writer._lock, span._lock):  # type: ignore[attr-defined]
+                    with lock:
+                        time.sleep(0.002)
+            with asynctrace.task_scope(1), asynctrace.session_scope():
+                asynctrace.trace_session_event("finalized", status="accepted")
+
+    user = threading.Thread(target=hold_locks)
+    user.start()
+    children = []
+    try:
+        for i in range(12):
+            time.sleep(0.003 * (i % 4))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (3.12+)
+                pid = os.fork()
+            if pid == 0:  # the child: init_worker as the docs say, a span, a session, exit
+                code = 1
+                try:
+                    import traceback
+
+                    child = asynctrace.init_worker(
+                        {**config, "output_dir": str(tmp_path / f"child-{i}")},
+                        rank=i,
+                        world_size=12,
+                    )
+                    with managed_span("generation", "in-child"):
+                        with asynctrace.task_scope(9), asynctrace.session_scope():
+                            asynctrace.trace_session_event("finalized", status="accepted")
+                    code = 0 if child.shutdown(5.0) else 2
+                except BaseException:
+                    traceback.print_exc()
+                finally:
+                    os._exit(code)
+            children.append((i, pid))
+    finally:
+        stop.set()
+        user.join()
+        telemetry.shutdown()
+    hung = []
+    for i, pid in children:
+        deadline = time.monotonic() + 10
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                assert os.waitstatus_to_exitcode(status) == 0, i
+                break
+            if time.monotonic() > deadline:
+                hung.append(i)
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                break
+            time.sleep(0.01)
+    assert hung == []
+    for i, _ in children:
+        lines = (tmp_path / f"child-{i}" / f"sessions-r{i}.jsonl").read_bytes().splitlines()
+        assert [json.loads(line)["task_id"] for line in lines] == [9]
+        events = read_chrome_trace(tmp_path / f"child-{i}" / f"traces-r{i}.jsonl")
+        assert [e["name"] for e in events.complete_events()] == ["in-child"]
+
+
+# -- the output directory deleted under a running process ---------------------------
+
+
+def test_a_deleted_output_directory_is_noticed_reopened_and_the_loss_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """rm -rf of the output directory: files made again, spans and sessions go on, loss counted."""
+    import shutil
+
+    out = tmp_path / "run"
+    telemetry = configure(
+        {
+            "enabled": True,
+            "span_groups": "all",
+            "exporters": ["chrome"],
+            "output_dir": str(out),
+            "session_tracer": {"enabled": True},
+        }
+    )
+    caplog.set_level(logging.WARNING, logger="asynctrace")
+
+    def work(prefix: str) -> None:
+        for i in range(20):
+            with managed_span("generation", f"{prefix}-{i}"), asynctrace.session_scope():
+                asynctrace.trace_session_event("finalized", status="accepted", n=prefix)
+
+    work("before")
+    assert telemetry.flush(5.0)
+    shutil.rmtree(out)
+    work("after")
+    assert telemetry.flush(5.0)
+    work("later")
+    assert telemetry.shutdown(5.0)
+    names = _span_names(out)
+    assert sorted(names) == sorted(
+        [f"after-{i}" for i in range(20)] + [f"later-{i}" for i in range(20)]
+    )
+    assert telemetry.stats()["chrome"].lost == 20
+    records = _session_records(out)
+    assert [r["payload"]["n"] for r in records] == ["after"] * 20 + ["later"] * 20
+    deleted = [r for r in caplog.records if "was deleted or replaced" in r.getMessage()]
+    assert len(deleted) == 2  # once per file
+
+
+# -- a full disk ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MiB tmpfs mounted on a fresh directory (root only; else the test is skipped)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True
+    )
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_loses_only_what_it_must_and_writing_resumes_on_a_fresh_line(
+    small_disk: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """ENOSPC: the loss counted, no torn line left mid-file, writing resumes when space returns."""
+    out = small_disk / "run"
+    telemetry = configure(
+        {
+            "enabled": True,
+            "span_groups": "all",
+            "exporters": ["chrome"],
+            "output_dir": str(out),
+            "session_tracer": {"enabled": True, "flush_threshold": 1000},
+        }
+    )
+    caplog.set_level(logging.WARNING, logger="asynctrace")
+    pad = "x" * 300
+
+    def work(prefix: str, count: int) -> None:
+        for i in range(count):
+            with managed_span("generation", f"{prefix}-{i}", attributes={"pad": pad}):
+                with asynctrace.session_scope():
+                    asynctrace.trace_session_event("finalized", status="accepted", pad=pad)
+
+    work("before", 50)
+    assert telemetry.flush(5.0)
+    filler = small_disk / "filler"
+    with open(filler, "wb") as fill:  # take every block that is left
+        try:
+            while True:
+                fill.write(b"\0" * 65536)
+                fill.flush()
+        except OSError:
+            pass
+    work("full", 300)
+    assert telemetry.flush(5.0) is False
+    filler.unlink()
+    work("after", 50)
+    assert telemetry.flush(5.0) is True
+    assert telemetry.shutdown(5.0)
+
+    chrome = telemetry.stats()["chrome"]
+    raw = (out / "traces-r0.jsonl").read_bytes()
+    assert raw.endswith(b"\n")
+    events = [json.loads(line) for line in raw.splitlines()]  # every line whole
+    names = [e["name"] for e in events if e.get("ph") == "X"]
+    assert chrome.failed > 0
+    assert chrome.exported == len(names) == 400 - chrome.failed
+    assert {f"before-{i}" for i in range(50)} | {f"after-{i}" for i in range(50)} <= set(names)
+
+    sessions_raw = (out / "sessions-r0.jsonl").read_bytes()
+    records = [json.loads(line) for line in sessions_raw.splitlines()]  # every line whole
+    stats = telemetry.sessions.stats() if telemetry.sessions is not None else {}
+    assert stats["failed"] > 0
+    assert stats["written"] == len(records) == 400 - stats["failed"]
+    assert "failed" in caplog.text

@@ -530,3 +530,16 @@ def test_an_infinite_counter_costs_no_other_record(tracer: SessionTracer, tmp_pa
     lines = records(tmp_path / "sessions-r0.jsonl")
     assert len(lines) == 5
     assert [r["counters"] for r in lines].count({"loss": "inf"}) == 1
+
+
+def test_the_writer_starts_on_a_fresh_line_after_a_torn_tail(tmp_path: Path) -> None:
+    """A file ending in half a line (a killed writer): the next record is not glued to it."""
+    path = tmp_path / "sessions-r0.jsonl"
+    path.write_bytes(b'{"session_id":"whole"}\n{"session_id":"to')
+    tracer = SessionTracer(path, flush_threshold=1)
+    session_id = tracer.register(1)
+    tracer.finalize(session_id, None, "accepted", None)
+    assert tracer.shutdown(5.0)
+    lines = path.read_bytes().splitlines()
+    assert lines[:2] == [b'{"session_id":"whole"}', b'{"session_id":"to']
+    assert json.loads(lines[2])["session_id"] == session_id
