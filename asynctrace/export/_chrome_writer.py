@@ -102,6 +102,12 @@ class ChromeWriter:
         self.lost = 0  # spans written to a file that was then deleted or replaced
         self._in_file = 0  # spans written to the file as it is now
         self._resource = resource
+        # Every event's args name the writer's rank (and role), as AReaL's perf_tracer
+        # writes them: its converter rebuilds process and track names from these.
+        role = resource.get("asynctrace.role")
+        self._ident: dict[str, Any] = {"rank": resource.get("asynctrace.rank", 0)}
+        if role is not None:
+            self._ident["role"] = role
         self._pending: list[dict[str, Any]] = []
         self._refs: dict[int, weakref.ref[Any]] = {}
         # has a parent -> attribute keys -> a struct type for the args of such spans
@@ -128,7 +134,7 @@ class ChromeWriter:
                     "name": "thread_name",
                     "pid": self.pid,
                     "tid": tid,
-                    "args": {"name": track.name},
+                    "args": {"name": track.name, **self._ident},
                 }
             )
         return events
@@ -154,6 +160,7 @@ class ChromeWriter:
         last_parent, last_parent_hex = 0, ""
         last_owner: object = _NO_OWNER
         last_tid = 0
+        ident = self._ident
         for item in batch:
             # A span, inline (this loop runs once per span). Ids are hex-encoded
             # with int.to_bytes().hex(), about twice as fast as a format spec.
@@ -208,6 +215,9 @@ class ChromeWriter:
                         args["span_id"] = span_hex
                         if parent_id:
                             args["parent_span_id"] = last_parent_hex
+                        for key in ident:  # an attribute of that name stays as it is
+                            if key not in args:
+                                args[key] = ident[key]
                         if status is not None or kind is not _INTERNAL:
                             _fast_status_and_kind(args, status, kind)
                         elif shape is None:
@@ -219,7 +229,7 @@ class ChromeWriter:
                     span_events = item._events
                     if span_events:
                         nonfinite = True  # event attributes are not watched: search
-                        _instant_events(span_events, cat, pid, track, events, event_limits)
+                        _instant_events(span_events, cat, pid, track, events, event_limits, ident)
                     continue
                 if cls is tuple:
                     nonfinite = True  # an SDK span: its attributes are not watched here
@@ -256,10 +266,13 @@ class ChromeWriter:
                     args["parent_span_id"] = last_parent_hex
                 if error is not None or kind is not None:
                     _status_and_kind(args, error, kind)
+                for key in ident:
+                    if key not in args:
+                        args[key] = ident[key]
                 cat = category if category.__class__ is str else scope
                 append(_Complete("X", name, cat, start, dur, pid, track, args))
                 if span_events:
-                    _instant_events(span_events, cat, pid, track, events)
+                    _instant_events(span_events, cat, pid, track, events, None, ident)
             except Exception as exc:
                 failed += 1
                 self._warn("a span could not be serialized; it is skipped", exc)
@@ -309,18 +322,22 @@ class ChromeWriter:
         """Make the args struct of spans with *raw*'s keys (at most 256 key sets).
 
         Its fields are the attributes in their order, then the ids, renamed to
-        the keys they stand for: the JSON is the same as the dict's.
+        the keys they stand for, then the rank (and role) with their values as
+        defaults: the JSON is the same as the dict's.
         """
         known = self._arg_types[parent]
         if len(known) >= _MAX_ARG_TYPES:
             return
         keys = (*raw, "trace_id", "span_id", *(("parent_span_id",) if parent else ()))
-        if len(set(keys)) != len(keys) or not all(key.__class__ is str for key in keys):
+        every = (*keys, *self._ident)
+        if len(set(every)) != len(every) or not all(key.__class__ is str for key in keys):
             return  # an attribute named like an id: it overrides it in the dict form
-        fields = [f"f{i}" for i in range(len(keys))]
-        shape = msgspec.defstruct(
-            "_Args", fields, rename=dict(zip(fields, keys, strict=True)), gc=False
-        )
+        fields: list[Any] = [f"f{i}" for i in range(len(keys))]
+        names = dict(zip(fields, keys, strict=True))
+        for i, (key, value) in enumerate(self._ident.items()):
+            fields.append((f"i{i}", Any, value))
+            names[f"i{i}"] = key
+        shape = msgspec.defstruct("_Args", fields, rename=names, gc=False)
         known[tuple(raw)] = shape
 
     def _owner_track(self, owner: object) -> int:
@@ -366,7 +383,13 @@ class ChromeWriter:
 
     def _track_made(self, tid: int, name: str) -> None:
         self._pending.append(
-            {"ph": "M", "name": "thread_name", "pid": self.pid, "tid": tid, "args": {"name": name}}
+            {
+                "ph": "M",
+                "name": "thread_name",
+                "pid": self.pid,
+                "tid": tid,
+                "args": {"name": name, **self._ident},
+            }
         )
 
     def _process_events(self, resource: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -393,7 +416,12 @@ class ChromeWriter:
                 "pid": self.pid,
                 "args": {"sort_index": sort},
             },
-            {"ph": "M", "name": "process_labels", "pid": self.pid, "args": {"labels": label}},
+            {
+                "ph": "M",
+                "name": "process_labels",
+                "pid": self.pid,
+                "args": {"labels": label, **self._ident},
+            },
         ]
 
     # -- file -------------------------------------------------------------------
@@ -450,12 +478,14 @@ def _instant_events(
     track: int,
     events: list[Any],
     limits: tuple[int | None, int | None] | None = None,
+    ident: Mapping[str, Any] | None = None,
 ) -> None:
     """A span's events, as instant events on its track.
 
     *limits* (``max_event_attributes``, ``max_attribute_length``) is given for
     fast-provider spans, whose events are limited here, as the SDK limits its
     own when they are added: the newest attributes kept, strings cut.
+    *ident* (the writer's rank and role) joins each event's args.
     """
     for event in span_events:
         if getattr(event, "exception", None) is not None:
@@ -476,7 +506,7 @@ def _instant_events(
                 "ts": event.timestamp // 1000,
                 "pid": pid,
                 "tid": track,
-                "args": dict(ev_attrs) if ev_attrs else {},
+                "args": {**ident, **(ev_attrs or {})} if ident else dict(ev_attrs or {}),
             }
         )
 

@@ -132,7 +132,10 @@ def test_event_format(pipeline: Pipeline) -> None:
     assert parent["args"]["rl.iteration"] == 4
     (instant,) = [e for e in events if e["ph"] == "i"]
     assert instant["name"] == "ready"
-    assert instant["args"] == {"n": 3}
+    assert instant["args"] == {"n": 3, "rank": 3, "role": "driver"}
+    # every event names its writer's rank and role, as AReaL's tracer writes them
+    named = [e for e in events if e["name"] != "process_sort_index"]
+    assert all((e["args"]["rank"], e["args"]["role"]) == (3, "driver") for e in named)
     assert instant["tid"] == child_event["tid"]
     assert instant["s"] == "t"
     meta = [e for e in events if e["ph"] == "M"]
