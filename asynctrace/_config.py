@@ -154,6 +154,19 @@ class TelemetryConfig:
             (``"python"``: viztracer, extra ``profile``; ``"torch"``, extra
             ``torch``), ``output`` (default: ``output_dir``), and for torch
             ``record_shapes`` and ``with_stack``. ``None``: no profiling.
+        otlp_protocol: the OTLP transport, ``"http/protobuf"`` or ``"grpc"``
+            (extra ``otlp-grpc``), when neither
+            ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`` nor
+            ``OTEL_EXPORTER_OTLP_PROTOCOL`` is set. ``None``: ``http/protobuf``.
+        export_ranks: which ranks record and export: ``"all"``, ``"first"``
+            (rank 0), ``"last"``, ``"local_first"`` (``LOCAL_RANK`` 0, one per
+            node), a list of ranks, or ``"sampled:<rate>"`` (a fixed,
+            hash-chosen share of ranks). Other ranks run disabled.
+        sample_rate: share of traces kept, decided from the trace id at the
+            root and followed by every span downstream, on every rank and
+            process. ``None``: ``sampling_ratio``.
+        retry_buffer_spans: spans of failed OTLP batches held for retry.
+        retry_buffer_bytes: estimated encoded bytes held for retry.
 
     Example:
         >>> TelemetryConfig(enabled=True, exporters=["chrome"]).span_groups
@@ -181,6 +194,11 @@ class TelemetryConfig:
     propagate_scopes: bool = False
     loop_stall_threshold_ms: float = 50.0
     profiler: Any = None
+    otlp_protocol: str | None = None
+    export_ranks: Any = "all"
+    sample_rate: float | None = None
+    retry_buffer_spans: int = 65_536
+    retry_buffer_bytes: int = 64 << 20
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any] | None) -> TelemetryConfig:
@@ -286,6 +304,11 @@ ENV_VARS: dict[str, str] = {
     "ASYNCTRACE_SAMPLING_RATIO": "sampling_ratio",
     "ASYNCTRACE_PROPAGATE_SCOPES": "propagate_scopes",
     "ASYNCTRACE_LOOP_STALL_THRESHOLD_MS": "loop_stall_threshold_ms",
+    "ASYNCTRACE_OTLP_PROTOCOL": "otlp_protocol",
+    "ASYNCTRACE_EXPORT_RANKS": "export_ranks",
+    "ASYNCTRACE_SAMPLE_RATE": "sample_rate",
+    "ASYNCTRACE_RETRY_BUFFER_SPANS": "retry_buffer_spans",
+    "ASYNCTRACE_RETRY_BUFFER_BYTES": "retry_buffer_bytes",
 }
 """Environment variable → field (``session_tracer.*`` are nested fields)."""
 
@@ -389,7 +412,13 @@ def coerce_field(key: str, name: str, value: Any) -> Any:
     """Check one field's value; strings are accepted for booleans and numbers."""
     if name in ("enabled", "handle_sigterm", "propagate_scopes"):
         return _bool(key, value)
-    if name in ("max_queue_size", "max_export_batch_size", "flush_threshold"):
+    if name in (
+        "max_queue_size",
+        "max_export_batch_size",
+        "flush_threshold",
+        "retry_buffer_spans",
+        "retry_buffer_bytes",
+    ):
         return check_int(key, value, 1)
     if name in ("schedule_delay_millis",):
         return _at_most(key, _number(key, value, 0.0, strict=True), MAX_WAIT_S * 1000.0, "> 0")
@@ -408,7 +437,15 @@ def coerce_field(key: str, name: str, value: Any) -> Any:
         return _path(key, value)
     if name == "provider":
         return None if value is None else _provider(key, value)
-    if name == "sampling_ratio":
+    if name == "otlp_protocol":
+        from ._protocol import check_protocol
+
+        return None if value is None else check_protocol(key, value)
+    if name == "export_ranks":
+        from ._ranks import parse_export_ranks
+
+        return parse_export_ranks(key, value)
+    if name in ("sampling_ratio", "sample_rate"):
         if value is None:
             return None
         try:

@@ -24,10 +24,13 @@ from ._config import (
     coerce_field,
     otel_sdk_disabled,
 )
+from ._detect import detect_resource
 from ._errors import ConfigurationError
 from ._fast import Sampling, SpanLimits, limits_from, sampling_from
 from ._groups import split_spec
 from ._profiling import ProfilerSettings
+from ._protocol import otlp_protocol
+from ._ranks import ExportRanks
 
 __all__ = ["Settings", "new_run_id", "resolve"]
 
@@ -75,6 +78,11 @@ class Settings:
     propagate_scopes: bool = False
     loop_stall_threshold_ms: float = 50.0
     profiler: ProfilerSettings | None = None
+    otlp_protocol: str = "http/protobuf"
+    exporting: bool = True
+    export_ranks: str = "all"
+    retry_buffer_spans: int = 65_536
+    retry_buffer_bytes: int = 64 << 20
 
     @property
     def exporter_names(self) -> tuple[str, ...]:
@@ -142,26 +150,36 @@ def resolve(
             "and _ . - (it may be part of a path)"
         )
     local_rank = _local_rank(env)
+    export_ranks: ExportRanks = values["export_ranks"]
+    exporting = export_ranks.exports(
+        rank=rank, world_size=world_size, local_rank=_node_local_rank(local_rank, env)
+    )
     session: SessionTracerConfig = values["session_tracer"]
     exporters: list[str | SpanExporterLike] = values["exporters"]
+    protocol = (
+        otlp_protocol(values["otlp_protocol"], env) if "otlp" in exporters else "http/protobuf"
+    )
     writes_files = "chrome" in exporters or session.enabled
     output_dir = values["output_dir"].replace("{run_id}", run_id) if writes_files else None
     service_name = values["service_name"] or _env_service_name(env) or DEFAULT_SERVICE_NAME
-    resource: dict[str, Any] = {
-        "service.name": service_name,
-        RUN_ID_KEY: run_id,
-        RANK_KEY: rank,
-        WORLD_SIZE_KEY: world_size,
-        "host.name": socket.gethostname(),
-        "process.pid": os.getpid(),
-    }
+    resource: dict[str, Any] = _detected(env)
+    resource.update(
+        {
+            "service.name": service_name,
+            RUN_ID_KEY: run_id,
+            RANK_KEY: rank,
+            WORLD_SIZE_KEY: world_size,
+            "host.name": socket.gethostname(),
+            "process.pid": os.getpid(),
+        }
+    )
     if local_rank is not None:
         resource[LOCAL_RANK_KEY] = local_rank
     if role is not None:
         resource[ROLE_KEY] = role
     resource.update(values["resource_attributes"])
     return Settings(
-        enabled=values["enabled"] and not otel_sdk_disabled(env),
+        enabled=values["enabled"] and exporting and not otel_sdk_disabled(env),
         span_groups=",".join(tokens),
         exporters=tuple(exporters),
         output_dir=output_dir,
@@ -179,11 +197,16 @@ def resolve(
         local_rank=local_rank,
         role=role,
         provider=_provider(values["provider"], env),
-        sampling=sampling_from(values["sampling_ratio"], env),
+        sampling=_sampling(values["sample_rate"], values["sampling_ratio"], env),
         span_limits=limits_from(values["span_limits"], env),
         propagate_scopes=values["propagate_scopes"],
         loop_stall_threshold_ms=values["loop_stall_threshold_ms"],
         profiler=_profiler(values["profiler"], output_dir),
+        otlp_protocol=protocol,
+        exporting=exporting,
+        export_ranks=str(export_ranks),
+        retry_buffer_spans=values["retry_buffer_spans"],
+        retry_buffer_bytes=values["retry_buffer_bytes"],
     )
 
 
@@ -218,6 +241,41 @@ def _provider(value: Any, env: Mapping[str, str]) -> Any:
         return value
     raw = env.get("ASYNCTRACE_PROVIDER", "").strip()
     return coerce_field("ASYNCTRACE_PROVIDER", "provider", raw) if raw else "fast"
+
+
+def _sampling(
+    sample_rate: float | None, sampling_ratio: float | None, env: Mapping[str, str]
+) -> Sampling:
+    """``sample_rate`` (parent based, whatever ``OTEL_TRACES_SAMPLER`` says), else as before."""
+    if sample_rate is None:
+        return sampling_from(sampling_ratio, env)
+    if sampling_ratio is not None and sampling_ratio != sample_rate:
+        raise ConfigurationError(
+            f"sample_rate: {sample_rate!r} is not accepted with "
+            f"sampling_ratio={sampling_ratio!r}; accepted: one of the two, or the same value"
+        )
+    return Sampling(sample_rate, parent_based=True)
+
+
+def _detected(env: Mapping[str, str]) -> dict[str, Any]:
+    """The environment's resource attributes, less those ``OTEL_RESOURCE_ATTRIBUTES`` sets.
+
+    The SDK's resource merges ``OTEL_RESOURCE_ATTRIBUTES`` under the
+    attributes given here, so a detected key it also names is left out for
+    its value to win.
+    """
+    detected = detect_resource(env)
+    for item in env.get("OTEL_RESOURCE_ATTRIBUTES", "").split(","):
+        detected.pop(item.partition("=")[0].strip(), None)
+    return detected
+
+
+def _node_local_rank(local_rank: int | None, env: Mapping[str, str]) -> int | None:
+    """``LOCAL_RANK``, else ``SLURM_LOCALID``, else unknown."""
+    if local_rank is not None:
+        return local_rank
+    raw = env.get("SLURM_LOCALID", "").strip()
+    return int(raw) if raw.isdigit() else None
 
 
 def _local_rank(env: Mapping[str, str]) -> int | None:

@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from .._errors import ConfigurationError, MissingExtraError, report_internal_error
+from .._errors import ConfigurationError, report_internal_error
 from .._fast import IDS, FastTracerProvider
 from .._files import writable_dir
 from .._semconv import TRUNCATED
@@ -36,7 +36,9 @@ from .._state import INSTRUMENTATION_NAME
 from ._adapters import ConvertingSink, LazyMemoryExporter
 from ._convert import Converter
 from ._open_spans import OpenSpanTracker
+from ._otlp import otlp_exporter
 from ._queue import ExporterSink, ExportStats, QueuedSpanProcessor
+from ._retry import RetryingSpanProcessor
 
 __all__ = ["Pipeline", "Plan", "build", "prepare"]
 
@@ -59,12 +61,13 @@ def prepare(settings: Settings) -> Plan:
     Raises:
         ConfigurationError: an exporter rejected its configuration, or the
             output directory cannot be created or written.
-        MissingExtraError: ``otlp`` was asked for without its extra.
+        MissingExtraError: ``otlp`` was asked for without its extra (``otlp``,
+            or ``otlp-grpc`` for the ``grpc`` protocol).
     """
     plan = Plan(settings)
     for exporter in settings.exporters:
         if exporter == "otlp":
-            plan.exporters.append(("otlp", _otlp_exporter()))
+            plan.exporters.append(("otlp", otlp_exporter(settings.otlp_protocol)))
         elif exporter == "console":
             plan.exporters.append(("console", ConsoleSpanExporter()))
         elif exporter == "memory":
@@ -83,20 +86,6 @@ def prepare(settings: Settings) -> Plan:
                     "writable; accepted: a directory whose trace files this process can write"
                 )
     return plan
-
-
-def _otlp_exporter() -> Any:
-    try:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    except ImportError as exc:
-        raise MissingExtraError("otlp", "opentelemetry.exporter.otlp.proto.http") from exc
-    try:
-        return OTLPSpanExporter()  # endpoint, headers, timeout: OTEL_EXPORTER_OTLP_* variables
-    except Exception as exc:
-        raise ConfigurationError(
-            f"exporters: the otlp exporter rejected its configuration ({exc}); check the "
-            "OTEL_EXPORTER_OTLP_* environment variables"
-        ) from exc
 
 
 class Pipeline:
@@ -212,9 +201,16 @@ def _limits(settings: Settings) -> dict[str, Any]:
 
 
 def _start_queues(
-    plan: Plan, resource_attributes: Any, sink: Callable[[Any], Any]
+    plan: Plan,
+    resource_attributes: Any,
+    sink: Callable[[Any], Any],
+    convert: Callable[[Any], Any] | None = None,
 ) -> list[QueuedSpanProcessor]:
-    """The chrome processor and one queue per exporter (*sink* wraps each exporter)."""
+    """The chrome processor and one queue per exporter (*sink* wraps each exporter).
+
+    OTLP gets a queue that holds failed batches and retries them; *convert*
+    turns its queued spans into the SDK's (``None``: they are already).
+    """
     settings = plan.settings
     limits = _limits(settings)
     queued: list[QueuedSpanProcessor] = []
@@ -232,6 +228,18 @@ def _start_queues(
                 )
             )
         for name, exporter in plan.exporters:
+            if name == "otlp":
+                queued.append(
+                    RetryingSpanProcessor(
+                        exporter,
+                        name=name,
+                        convert=convert,
+                        buffer_spans=settings.retry_buffer_spans,
+                        buffer_bytes=settings.retry_buffer_bytes,
+                        **limits,
+                    )
+                )
+                continue
             queued.append(QueuedSpanProcessor(sink(exporter), name=name, **limits))
     except BaseException:
         for processor in queued:
@@ -247,7 +255,10 @@ def _build_fast(plan: Plan) -> Pipeline:
     provider = FastTracerProvider(resource, sampling=settings.sampling, limits=limits)
     converter = Converter(resource, limits)
     queued = _start_queues(
-        plan, resource.attributes, lambda exporter: ConvertingSink(exporter, converter)
+        plan,
+        resource.attributes,
+        lambda exporter: ConvertingSink(exporter, converter),
+        converter.readable,
     )
     for processor in queued:
         provider.add_queue(processor, tracks=processor.name == "chrome")

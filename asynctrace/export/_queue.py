@@ -95,6 +95,9 @@ class ExportStats:
             counted as dropped).
         lost: spans written to a file that was then deleted or replaced (the
             chrome exporter opens it again at its next write).
+        retried: spans sent again after a failed attempt (OTLP; a span sent
+            three times counts twice).
+        buffered: spans held for retry right now, after a failed attempt (OTLP).
 
     Example:
         >>> ExportStats("chrome", exported=10, dropped=0, failed=0, queued=2).dropped
@@ -108,6 +111,8 @@ class ExportStats:
     queued: int
     in_flight: int = 0
     lost: int = 0
+    retried: int = 0
+    buffered: int = 0
 
 
 class _Marker:

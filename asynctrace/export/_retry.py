@@ -1,0 +1,398 @@
+"""An export queue whose failed batches wait in a bounded buffer and are retried.
+
+Used for OTLP. On the producing thread nothing changes: ``end()`` appends to
+the bounded queue of :class:`~._queue.QueuedSpanProcessor`. On the worker
+thread a batch the exporter reports ``FAILURE`` for is *held*: kept, in
+order, in a buffer bounded in spans and in (estimated encoded) bytes, and
+sent again with exponential backoff and jitter. While anything is held, new
+batches queue up behind it, so one attempt per backoff period goes out
+during an outage, not one per batch. What does not fit is dropped oldest
+first and counted. A flush waits until everything before it was delivered
+(or dropped, which makes it return ``False``).
+
+Two layers retry: inside one attempt, OpenTelemetry's exporter retries
+transient errors with its own backoff, never longer than its timeout
+(``OTEL_EXPORTER_OTLP_TIMEOUT``); across attempts, this buffer does, for as
+long as it holds the batch. See ``docs/design.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from ._queue import ExportStats, QueuedSpanProcessor, _Marker
+
+__all__ = ["RetryingSpanProcessor", "estimate_bytes"]
+
+logger = logging.getLogger("asynctrace")
+
+INITIAL_BACKOFF_S = 0.5
+MAX_BACKOFF_S = 5.0
+PROBE_AFTER = 2  # a held batch that failed this often is tried against the next one
+DEFAULT_BUFFER_SPANS = 65_536
+DEFAULT_BUFFER_BYTES = 64 << 20
+
+
+def _value_bytes(value: Any) -> int:
+    if isinstance(value, str):
+        return len(value) + 4
+    if isinstance(value, (tuple, list)):
+        return 4 + sum(_value_bytes(item) for item in value)
+    return 10
+
+
+def estimate_bytes(span: Any) -> int:
+    """About how many bytes *span* takes encoded as OTLP protobuf (an SDK ``ReadableSpan``).
+
+    Example:
+        >>> from opentelemetry.sdk.trace import ReadableSpan
+        >>> estimate_bytes(ReadableSpan("step", attributes={"rl.iteration": 3})) > 60
+        True
+    """
+    size = 60 + len(span.name)
+    for key, value in (span.attributes or {}).items():
+        size += len(key) + 4 + _value_bytes(value)
+    for event in span.events or ():
+        size += 24 + len(event.name)
+        for key, value in (event.attributes or {}).items():
+            size += len(key) + 4 + _value_bytes(value)
+    size += 40 * len(span.links or ())
+    return size
+
+
+class _Held:
+    """A batch that failed, waiting for its next attempt."""
+
+    __slots__ = ("attempts", "size", "spans")
+
+    def __init__(self, spans: list[Any], size: int, attempts: int) -> None:
+        self.spans = spans
+        self.size = size
+        self.attempts = attempts
+
+
+class _ExporterCalls:
+    """The parts of the ``Sink`` protocol the base class still calls."""
+
+    def __init__(self, exporter: Any) -> None:
+        self.exporter = exporter
+
+    def export(self, batch: list[Any]) -> tuple[int, int]:  # pragma: no cover - not used
+        raise NotImplementedError
+
+    def flush(self) -> None:
+        force_flush = getattr(self.exporter, "force_flush", None)
+        if callable(force_flush):
+            force_flush()
+
+    def shutdown(self) -> None:
+        self.exporter.shutdown()
+
+
+class RetryingSpanProcessor(QueuedSpanProcessor):
+    """Export from a bounded queue; hold failed batches in a bounded buffer and retry them.
+
+    Args:
+        exporter: an SDK ``SpanExporter`` (OpenTelemetry's OTLP exporter).
+        name: shown in logs, thread names and :class:`~._queue.ExportStats`.
+        convert: turns a queued span into what *exporter* takes (the fast
+            provider's spans into ``ReadableSpan``); ``None``: as they are.
+        buffer_spans: spans held for retry at most.
+        buffer_bytes: estimated encoded bytes held for retry at most.
+        **limits: ``max_queue_size``, ``max_export_batch_size``,
+            ``schedule_delay_millis``, as for the base class.
+
+    Example:
+        >>> from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+        ...     InMemorySpanExporter)
+        >>> processor = RetryingSpanProcessor(InMemorySpanExporter(), name="otlp")
+        >>> processor.shutdown_within(1.0), processor.stats().retried
+        (True, 0)
+    """
+
+    def __init__(
+        self,
+        exporter: Any,
+        *,
+        name: str,
+        convert: Callable[[Any], Any] | None = None,
+        buffer_spans: int = DEFAULT_BUFFER_SPANS,
+        buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+        **limits: Any,
+    ) -> None:
+        # Everything the worker reads is set before the base class starts it.
+        self._exporter = exporter
+        self._convert = convert
+        self._buffer_spans = buffer_spans
+        self._buffer_bytes = buffer_bytes
+        self._pending: deque[_Held | _Marker] = deque()
+        self._pending_spans = 0
+        self._pending_bytes = 0
+        self._retried = 0
+        self._failures = 0  # consecutive failed attempts
+        self._next_attempt = 0.0
+        self._warned_outage = False
+        self._warned_overflow = False
+        self._exporter_closed = False
+        self._close_lock = threading.Lock()
+        super().__init__(_ExporterCalls(exporter), name=name, **limits)
+
+    # -- worker side ---------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while not self._closing:
+                self._wake.wait(self._wait_s())
+                self._wake.clear()
+                self._drain()
+            self._next_attempt = 0.0  # shutting down: one more attempt at once
+            self._drain()
+            while self._pending and not self._abandoned:
+                self._wake.wait(self._wait_s())
+                self._wake.clear()
+                self._drain()
+        except BaseException as exc:  # not expected: the next flush restarts the worker
+            self._report(exc, "the export thread")
+            if not self._closing:
+                return
+        self._close_exporter()
+
+    def _wait_s(self) -> float:
+        if not self._pending:
+            return self._delay
+        return max(0.0, min(self._delay, self._next_attempt - time.monotonic()))
+
+    def _drain(self) -> None:
+        queue = self._queue
+        while not self._abandoned:
+            while queue and not self._abandoned:
+                count = min(len(queue), self._batch_size)
+                marker: _Marker | None = None
+                if not self._markers:  # no flush waiting: take the items in bulk
+                    popleft = queue.popleft
+                    batch = [popleft() for _ in range(count)]
+                else:
+                    batch = []
+                    for _ in range(count):
+                        item = queue.popleft()
+                        if item.__class__ is _Marker:
+                            marker = item
+                            break
+                        batch.append(item)
+                if batch:
+                    self._submit(batch)
+                if marker is not None:
+                    if self._pending:  # honoured once everything before it is resolved
+                        self._pending.append(marker)
+                        self._next_attempt = 0.0  # a flush is waiting: try now
+                    else:
+                        self._honour(marker)
+            if not self._retry_one():
+                return
+
+    def _submit(self, batch: list[Any]) -> None:
+        ready = self._ready(batch)
+        if not ready:
+            return
+        if self._pending:  # an outage: wait in line behind what is held
+            self._hold(_Held(ready, self._size(ready), 0))
+            return
+        self._in_flight = len(ready)
+        try:
+            ok = self._send(ready)
+        finally:
+            self._in_flight = 0
+        if ok is False:
+            self._hold(_Held(ready, self._size(ready), 1))
+            self._schedule_retry()
+
+    def _ready(self, batch: list[Any]) -> list[Any]:
+        convert = self._convert
+        if convert is None:
+            return batch
+        ready = []
+        for span in batch:
+            try:
+                ready.append(convert(span))
+            except Exception as exc:
+                self._failed += 1
+                self._report(exc, "conversion")
+        return ready
+
+    def _size(self, spans: list[Any]) -> int:
+        total = 0
+        for span in spans:
+            try:
+                total += estimate_bytes(span)
+            except Exception:  # not an SDK span: a plain guess
+                total += 200
+        return total
+
+    def _send(self, spans: list[Any]) -> bool | None:
+        """One attempt: ``True`` delivered, ``False`` to retry, ``None`` given up (it raised)."""
+        try:
+            result = self._exporter.export(spans)
+        except BaseException as exc:  # SystemExit from an exporter must not end the worker
+            self._failed += len(spans)
+            self._report(exc, "export")
+            return None
+        if getattr(result, "name", "SUCCESS") == "FAILURE":
+            return False
+        self._exported += len(spans)
+        return True
+
+    def _retry_one(self) -> bool:
+        """Resolve the oldest held item if it is due; whether there may be more to do now."""
+        pending = self._pending
+        if not pending or self._abandoned:
+            return False
+        head = pending[0]
+        if head.__class__ is _Marker:
+            pending.popleft()
+            self._honour(head)
+            return True
+        if time.monotonic() < self._next_attempt:
+            return False
+        assert isinstance(head, _Held)
+        self._retried += len(head.spans)
+        ok = self._send(head.spans)
+        if ok is False:
+            head.attempts += 1
+            if head.attempts > PROBE_AFTER and self._probe_next():
+                self._release(head)  # the backend is up and refuses this batch: give it up
+                self._failed += len(head.spans)
+                self._failures = 0
+                return True
+            self._schedule_retry()
+            return False
+        self._release(head)
+        if self._failures:
+            logger.info(
+                "asynctrace: exporter %r delivers again after %d failed attempts",
+                self.name,
+                self._failures,
+            )
+        self._failures = 0
+        self._warned_outage = False
+        return True
+
+    def _probe_next(self) -> bool:
+        """Send the held batch after the head; ``True`` if it went through."""
+        second = next((item for item in list(self._pending)[1:] if isinstance(item, _Held)), None)
+        if second is None:
+            return False
+        self._retried += len(second.spans)
+        if self._send(second.spans) is False:
+            second.attempts += 1
+            return False
+        self._release(second)
+        return True
+
+    def _release(self, held: _Held) -> None:
+        self._pending.remove(held)
+        self._pending_spans -= len(held.spans)
+        self._pending_bytes -= held.size
+
+    def _hold(self, held: _Held) -> None:
+        self._pending.append(held)
+        self._pending_spans += len(held.spans)
+        self._pending_bytes += held.size
+        self._trim()
+
+    def _trim(self) -> None:
+        """Drop the oldest held spans until the buffer is within both limits."""
+        while self._pending_spans > self._buffer_spans or self._pending_bytes > self._buffer_bytes:
+            oldest = next(item for item in self._pending if isinstance(item, _Held))
+            per_span = max(1, oldest.size // max(1, len(oldest.spans)))
+            over_bytes = self._pending_bytes - self._buffer_bytes
+            count = max(self._pending_spans - self._buffer_spans, -(-over_bytes // per_span), 1)
+            count = min(count, len(oldest.spans))
+            size = oldest.size if count == len(oldest.spans) else per_span * count
+            del oldest.spans[:count]
+            oldest.size -= size
+            self._pending_spans -= count
+            self._pending_bytes -= size
+            if not oldest.spans:
+                self._pending.remove(oldest)
+            with self._drop_lock:
+                self._dropped += count
+            if not self._warned_overflow:
+                self._warned_overflow = True
+                logger.warning(
+                    "asynctrace: the retry buffer of %r is full (retry_buffer_spans=%d, "
+                    "retry_buffer_bytes=%d); the oldest spans are dropped and counted",
+                    self.name,
+                    self._buffer_spans,
+                    self._buffer_bytes,
+                )
+
+    def _schedule_retry(self) -> None:
+        self._failures += 1
+        backoff = min(MAX_BACKOFF_S, INITIAL_BACKOFF_S * 2 ** min(self._failures - 1, 16))
+        self._next_attempt = time.monotonic() + backoff * random.uniform(0.5, 1.0)
+        if not self._warned_outage:
+            self._warned_outage = True
+            logger.warning(
+                "asynctrace: exporter %r could not deliver a batch; failed batches are held "
+                "(up to %d spans) and retried with backoff, new ones wait behind them",
+                self.name,
+                self._buffer_spans,
+            )
+
+    def _honour(self, marker: _Marker) -> None:
+        try:
+            self._sink.flush()
+        except BaseException as exc:
+            self._report(exc, "flush")
+        with self._marker_lock:
+            self._markers -= 1
+        marker.done.set()
+
+    def _close_exporter(self) -> None:
+        with self._close_lock:
+            if self._exporter_closed:
+                return
+            self._exporter_closed = True
+        try:
+            self._exporter.shutdown()
+        except BaseException as exc:
+            self._report(exc, "shutdown")
+
+    # -- control side --------------------------------------------------------
+
+    def wait_shutdown(self, timeout_s: float) -> bool:
+        """As the base class; a worker still retrying at the deadline is stopped too.
+
+        The exporter is shut down from here, which ends OpenTelemetry's own
+        retry wait inside an attempt, so the worker does not linger.
+        """
+        ok = super().wait_shutdown(timeout_s)
+        if not ok and self._thread.is_alive():
+            self._wake.set()
+            self._close_exporter()
+        return ok
+
+    def stats(self) -> ExportStats:
+        """The base counters plus ``retried`` and ``buffered``.
+
+        Held spans that the worker gave up on at shutdown count as dropped.
+        """
+        base = super().stats()
+        buffered = self._pending_spans
+        dropped = base.dropped
+        if self._abandoned or self._stopped or (self._closing and not self._thread.is_alive()):
+            dropped += buffered
+            buffered = 0
+        return dataclasses.replace(base, dropped=dropped, retried=self._retried, buffered=buffered)
+
+    def _after_fork_in_child(self) -> None:
+        super()._after_fork_in_child()
+        self._pending = deque()
+        self._pending_spans = self._pending_bytes = 0
