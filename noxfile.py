@@ -40,6 +40,10 @@ def tests(session: nox.Session) -> None:
     ``nox -s fuzz`` runs them with large ones.
     """
     session.install("-e", ".[sdk,otlp,uvloop,aiohttp,fastapi,cli]", *TEST_DEPS, silent=False)
+    # AReaL 1.0.4's tracer and tools for the migration tests: the wheel without its
+    # training stack (tests/_areal_loader.py loads them), and what they import.
+    session.install("--no-deps", "areal==1.0.4", silent=False)
+    session.install("orjson", "colorlog", "numpy", "pandas", "plotly", silent=False)
     env = {"ASYNCTRACE_STRICT": "1", "PYTHONWARNINGS": os.environ.get("PYTHONWARNINGS", "")}
     session.run("pytest", "-n", "auto", *session.posargs, env=env)
     if session.python == "3.11" and not session.posargs:
