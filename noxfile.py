@@ -45,13 +45,16 @@ def tests(session: nox.Session) -> None:
     session.install("--no-deps", "areal==1.0.4", silent=False)
     session.install("orjson", "colorlog", "numpy", "pandas", "plotly", silent=False)
     env = {"ASYNCTRACE_STRICT": "1", "PYTHONWARNINGS": os.environ.get("PYTHONWARNINGS", "")}
-    session.run("pytest", "-n", "auto", *session.posargs, env=env)
+    # The soak tests (tests/soak, marked soak) run in their own session: nox -s soak.
+    session.run("pytest", "-n", "auto", "-m", "not soak", *session.posargs, env=env)
     if session.python == "3.11" and not session.posargs:
         session.run(
             "pytest",
             "-n",
             "auto",
             "-q",
+            "-m",
+            "not soak",
             "--ignore=tests/cli",
             env={**env, "ASYNCTRACE_PROVIDER": "sdk"},
         )
@@ -63,6 +66,24 @@ def fuzz(session: nox.Session) -> None:
     session.install("-e", ".[sdk,otlp,uvloop,aiohttp,fastapi,cli]", *TEST_DEPS, silent=False)
     env = {"ASYNCTRACE_STRICT": "1", "ASYNCTRACE_FUZZ": "1"}
     session.run("pytest", "-n", "auto", "-m", "fuzz", *session.posargs, env=env)
+
+
+@nox.session(python="3.11")
+def soak(session: nox.Session) -> None:
+    """Load, volume, busy-loop and signal soaks (tests/soak); about 3 minutes by default.
+
+    ``nox -s soak -- full`` runs them at the length docs/reliability.md
+    reports (1,000,000 spans, 200 SIGTERM runs); ``-- 2`` (any number)
+    scales the default length.
+    """
+    session.install("-e", ".[sdk,uvloop]", "pytest>=8", "anyio>=4.4", "trio>=0.25", silent=False)
+    args = list(session.posargs)
+    scale = "1"
+    if args and (args[0] == "full" or args[0].replace(".", "", 1).isdigit()):
+        scale = "4" if args[0] == "full" else args[0]
+        args = args[1:]
+    env = {"ASYNCTRACE_STRICT": "1", "ASYNCTRACE_SOAK_SCALE": scale}
+    session.run("pytest", "-m", "soak", "-s", "-q", "tests/soak", *args, env=env)
 
 
 @nox.session(python="3.11")
