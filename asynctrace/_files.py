@@ -26,8 +26,9 @@ __all__ = ["AppendFile", "writable_dir"]
 logger = logging.getLogger("asynctrace")
 
 
-def writable_dir(raw: str) -> Path:
+def writable_dir(raw: str | os.PathLike[str]) -> Path:
     """Create *raw* if needed and prove it writable, or raise ConfigurationError."""
+    raw = os.fspath(raw)
     try:
         directory = Path(raw).expanduser()
         directory.mkdir(parents=True, exist_ok=True)
