@@ -11,6 +11,7 @@ import pytest
 
 from asynctrace import ConfigurationError
 from asynctrace._config import ENV_VARS, SessionTracerConfig, TelemetryConfig
+from asynctrace._ranks import parse_export_ranks
 from asynctrace._settings import new_run_id, resolve
 
 
@@ -119,6 +120,11 @@ def test_from_env_reads_every_variable() -> None:
         "ASYNCTRACE_SAMPLING_RATIO": "0.25",
         "ASYNCTRACE_PROPAGATE_SCOPES": "yes",
         "ASYNCTRACE_LOOP_STALL_THRESHOLD_MS": "20",
+        "ASYNCTRACE_OTLP_PROTOCOL": "grpc",
+        "ASYNCTRACE_EXPORT_RANKS": "first",
+        "ASYNCTRACE_SAMPLE_RATE": "0.25",
+        "ASYNCTRACE_RETRY_BUFFER_SPANS": "100",
+        "ASYNCTRACE_RETRY_BUFFER_BYTES": "4096",
     }
     assert set(env) == set(ENV_VARS)
     config = TelemetryConfig.from_env(env)
@@ -140,6 +146,11 @@ def test_from_env_reads_every_variable() -> None:
         sampling_ratio=0.25,
         propagate_scopes=True,
         loop_stall_threshold_ms=20.0,
+        otlp_protocol="grpc",
+        export_ranks=parse_export_ranks("export_ranks", "first"),
+        sample_rate=0.25,
+        retry_buffer_spans=100,
+        retry_buffer_bytes=4096,
     )
 
 

@@ -17,6 +17,7 @@ examples:
   asynctrace demo
   asynctrace demo --steps 4 --prompts 8 --out /tmp/demo
   asynctrace demo --span-groups default      # only the preset's coarse spans
+  asynctrace demo --exporter otlp            # also to a collector (OTEL_EXPORTER_OTLP_*)
 
 It writes traces-*.jsonl and sessions-*.jsonl into --out, then trace.json (open
 it in ui.perfetto.dev), report.html (open it in any browser, offline) and
@@ -60,6 +61,14 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--span-groups", default="all", metavar="SPEC", help="span-group spec (all)"
     )
+    parser.add_argument(
+        "--exporter",
+        action="append",
+        choices=("otlp", "console"),
+        metavar="NAME",
+        help="also export to otlp or console (repeatable; chrome always writes --out); "
+        "default: ASYNCTRACE_EXPORTERS, else OTEL_TRACES_EXPORTER",
+    )
     parser.set_defaults(run=run)
 
 
@@ -84,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
         max_inflight=args.max_inflight,
         checkpoint_every=args.checkpoint_every,
         span_groups=args.span_groups,
+        exporters=args.exporter,
     )
     out: Path = result.out
     trace_json, report_html = out / "trace.json", out / "report.html"

@@ -14,6 +14,7 @@ import asyncio
 import hashlib
 import queue
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,6 +100,21 @@ async def _run(
     return rollouts
 
 
+def demo_exporters(exporters: Sequence[str] | None = None) -> list[str]:
+    """``chrome`` plus *exporters* (``None``: those the environment names).
+
+    Example:
+        >>> demo_exporters(["otlp"])
+        ['chrome', 'otlp']
+    """
+    if exporters is None:
+        base = at.TelemetryConfig(exporters=[])
+        exporters = [
+            e for e in at.TelemetryConfig.from_env(base=base).exporters if isinstance(e, str)
+        ]
+    return ["chrome", *(name for name in dict.fromkeys(exporters) if name != "chrome")]
+
+
 def run_demo(
     out: str | Path = "asynctrace-demo",
     *,
@@ -107,8 +123,16 @@ def run_demo(
     max_inflight: int = 4,
     checkpoint_every: int = 2,
     span_groups: str = "all",
+    exporters: Sequence[str] | None = None,
 ) -> DemoResult:
     """Run the rollout-pump demo; traces and session records go to *out*.
+
+    The chrome exporter always writes *out*'s trace files (the report and
+    the goodput table read them); *exporters* adds others, such as
+    ``["otlp"]`` to send the whole demo, the Gym server's spans included, to
+    a collector. ``None``: ``ASYNCTRACE_EXPORTERS``, else
+    ``OTEL_TRACES_EXPORTER``, as :meth:`asynctrace.TelemetryConfig.from_env`
+    reads them.
 
     Example:
         >>> result = run_demo("/tmp/demo", steps=2)  # doctest: +SKIP
@@ -123,7 +147,7 @@ def run_demo(
         {
             "enabled": True,
             "span_groups": span_groups,
-            "exporters": ["chrome"],
+            "exporters": demo_exporters(exporters),
             "output_dir": str(out),
             "session_tracer": {"enabled": True, "flush_threshold": 32},
         }
