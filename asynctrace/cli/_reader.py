@@ -339,9 +339,17 @@ class ProcessInfo:
 
     @classmethod
     def from_metadata(cls, args: dict[str, Any], fallback: ProcessInfo) -> ProcessInfo:
-        """From the ``args`` of a ``process_name`` metadata event."""
+        """From the ``args`` of a ``process_name`` metadata event.
+
+        AReaL's tracer names its process ``"[role] Rank N, Process"`` and puts
+        no rank or role in these args: they are read from the name then.
+        """
         rank = args.get("rank")
         role = args.get("role")
+        if rank is None and role is None:
+            from ._areal import process_from_name
+
+            rank, role = process_from_name(args.get("name"))
         return cls(
             rank=rank if isinstance(rank, int) and not isinstance(rank, bool) else fallback.rank,
             role=str(role) if role else fallback.role,

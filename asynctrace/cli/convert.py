@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from ._areal import EPOCH_US
 from ._captures import capture_lines, find_captures, load_capture, tid_counter
 from ._common import CliError, HelpFormatter, Progress, dumps, note
 from ._reader import TRACE_PATTERN, ProcessInfo, ReadStats, expand_inputs, file_size, iter_file
@@ -66,6 +67,13 @@ def add_parser(subparsers: Any) -> None:
         action="store_true",
         help="subtract the earliest timestamp so the trace starts at 0 "
         "(reads the inputs twice; ranks stay aligned either way)",
+    )
+    parser.add_argument(
+        "--align-starts",
+        action="store_true",
+        help="when some inputs count time from their process's start (AReaL's perf_tracer) "
+        "and others from the epoch: start each of the former at the earliest event of the "
+        "latter (without it, such a mix is refused)",
     )
     parser.add_argument(
         "--no-progress", action="store_true", help="no progress bar, even on a terminal"
@@ -119,6 +127,7 @@ class _Merger:
     def __init__(self, paths: Sequence[Path], shift: float) -> None:
         self.paths = paths
         self.shift = shift
+        self.file_shifts: dict[int, float] = {}  # --align-starts: per input file
         self._meta: dict[tuple[int, object], ProcessInfo] = {}
         self._out: dict[tuple[int, object], object] = {}
         self._by_process: dict[tuple[object, ...], object] = {}
@@ -185,8 +194,9 @@ class _Merger:
                 if names is None:
                     names = self._names[out] = {}
                 names[event.get("tid")] = args["name"]
-        if self.shift and isinstance(event.get("ts"), (int, float)):
-            event["ts"] -= self.shift
+        shift = self.shift + self.file_shifts.get(file_index, 0.0)
+        if shift and isinstance(event.get("ts"), (int, float)):
+            event["ts"] -= shift
             changed = True
         if not changed:
             return raw
@@ -246,14 +256,54 @@ class _Merger:
         return len(self._by_process)
 
 
-def _earliest(paths: Sequence[Path]) -> float:
+def _earliest(paths: Sequence[Path], shifts: dict[int, float] | None = None) -> float:
     earliest: float | None = None
-    for path in paths:
+    for index, path in enumerate(paths):
+        shift = (shifts or {}).get(index, 0.0)
         for event, _ in iter_file(path, ReadStats()):
             ts = event.get("ts")
-            if isinstance(ts, (int, float)) and (earliest is None or ts < earliest):
-                earliest = ts
+            if isinstance(ts, (int, float)) and (earliest is None or ts - shift < earliest):
+                earliest = ts - shift
     return earliest or 0
+
+
+def _first_timestamps(paths: Sequence[Path]) -> list[float | None]:
+    """The first event timestamp of each file (None: no timed event)."""
+    firsts: list[float | None] = []
+    for path in paths:
+        first: float | None = None
+        for event, _ in iter_file(path, ReadStats()):
+            ts = event.get("ts")
+            if event.get("ph") != "M" and isinstance(ts, (int, float)) and ts >= 0:
+                first = float(ts)
+                break
+        firsts.append(first)
+    return firsts
+
+
+def _clock_shifts(paths: Sequence[Path], align: bool) -> dict[int, float]:
+    """Per-file shifts that put process-start clocks on the epoch clock (with *align*).
+
+    A file whose events count from its process's start (timestamps below
+    :data:`EPOCH_US`, as AReaL's tracer writes them) merged with files on the
+    epoch clock would land decades before them: refused unless *align*.
+    """
+    firsts = _first_timestamps(paths)
+    relative = [i for i, ts in enumerate(firsts) if ts is not None and ts < EPOCH_US]
+    epoch = [ts for ts in firsts if ts is not None and ts >= EPOCH_US]
+    if not relative or not epoch:
+        return {}
+    if not align:
+        names = ", ".join(paths[i].name for i in relative[:3])
+        more = f" and {len(relative) - 3} more" if len(relative) > 3 else ""
+        raise CliError(
+            f"inputs on different clocks: {names}{more} count microseconds from their "
+            "process's start (AReaL's perf_tracer does), the others from the epoch, so merged "
+            "they would be decades apart; pass --align-starts to start each of them at the "
+            "earliest epoch-clock event, or convert them separately"
+        )
+    start = min(epoch)
+    return {i: float(firsts[i] or 0.0) - start for i in relative}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -266,7 +316,10 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"{args.output}: the output is also an input")
     if not to_stdout:
         _check_output(args.output, target)
-    merger = _Merger(paths, _earliest(paths) if args.rebase else 0)
+    shifts = _clock_shifts(paths, args.align_starts)
+    # --rebase: from the earliest timestamp once the files are on one clock
+    merger = _Merger(paths, _earliest(paths, shifts) if args.rebase else 0)
+    merger.file_shifts = shifts
     stats = ReadStats()
     others = 0  # JSON objects that are not trace events (no "ph")
     temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ._areal import ArealEvents, parse_bucket_map
 from ._common import CliError, HelpFormatter, Progress, note, write_stdout
 from ._reader import (
     TRACE_PATTERN,
@@ -88,6 +89,13 @@ def add_step_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-progress", action="store_true", help="no progress bar, even on a terminal"
     )
+    parser.add_argument(
+        "--bucket-map",
+        metavar="CAT=BUCKET,...",
+        help="for AReaL's own trace files: the bucket of each category (or a JSON file of "
+        "them), over the default compute=productive, comm/io/scheduler/instr=overhead, "
+        "sync=idle, misc=none",
+    )
 
 
 @dataclass
@@ -110,10 +118,21 @@ def _step_pattern(text: str | None) -> re.Pattern[str] | None:
 
 
 def collect(
-    paths: Sequence[Path], *, step_name: str | None, progress: bool, prog: str
+    paths: Sequence[Path],
+    *,
+    step_name: str | None,
+    progress: bool,
+    prog: str,
+    bucket_map: str | None = None,
 ) -> Collected:
-    """Read *paths* (merged in end-time order) through a :class:`Rollup`."""
+    """Read *paths* (merged in end-time order) through a :class:`Rollup`.
+
+    AReaL's own complete events (no span ids) are held per process and
+    added last, with parents, buckets (*bucket_map* over the default table)
+    and ``rl.iteration`` from ``global_step`` (see :mod:`._areal`).
+    """
     pattern = _step_pattern(step_name)
+    areal = ArealEvents(parse_bucket_map(bucket_map))
     stats = ReadStats()
     origins = Origins(paths)
     rollup = Rollup(step_name=pattern)
@@ -123,8 +142,13 @@ def collect(
         merged = streams[0] if len(streams) == 1 else heapq.merge(*streams)
         add = rollup.add
         origin = origins.origin
+        take = areal.take
         for _, index, _, pid, event in merged:
-            add(event, origin(index, pid))
+            source = origin(index, pid)
+            if not take(event, source):
+                add(event, source)
+        for event, source in areal.drain():
+            add(event, source)
     finally:
         bar.close()
     if not stats.records:
@@ -166,7 +190,13 @@ def run(args: argparse.Namespace) -> int:
     """Run ``asynctrace goodput``."""
     prog = "asynctrace goodput"
     paths = expand_inputs(args.inputs, [TRACE_PATTERN], "trace")
-    collected = collect(paths, step_name=args.step_name, progress=not args.no_progress, prog=prog)
+    collected = collect(
+        paths,
+        step_name=args.step_name,
+        progress=not args.no_progress,
+        prog=prog,
+        bucket_map=args.bucket_map,
+    )
     result = collected.result
     if not result.steps:
         for line in _notes(collected)[:-1]:  # what was skipped, then the error

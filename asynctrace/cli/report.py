@@ -359,7 +359,13 @@ def run(args: argparse.Namespace) -> int:
     prog = "asynctrace report"
     trace_paths, session_paths = _classify(args.inputs)
     progress = not args.no_progress
-    collected = collect(trace_paths, step_name=args.step_name, progress=progress, prog=prog)
+    collected = collect(
+        trace_paths,
+        step_name=args.step_name,
+        progress=progress,
+        prog=prog,
+        bucket_map=args.bucket_map,
+    )
     chosen = _choose_step(collected.result.steps, args.step)
     waterfall = None
     if chosen is not None:
