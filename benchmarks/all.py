@@ -13,6 +13,7 @@ SCRIPTS = [
     "run.py",
     "bench_provider.py",
     "bench_export.py",
+    "bench_otlp.py",
     "bench_sessions.py",
     "bench_stalls.py",
     "bench_profiling.py",

@@ -1,0 +1,229 @@
+"""OTLP export figures, each against a baseline or a floor measured in the same run.
+
+Usage: python benchmarks/bench_otlp.py [--quick]
+
+Figures (targets in brackets); exits 1 if a target is missed:
+
+1. keep-up: one thread records fast-provider spans at a paced rate for a few
+   seconds, exported over OTLP/HTTP (and gRPC) to a receiver in another
+   process on 127.0.0.1 (``tests/_otlp_receiver.py``, decoding every
+   request); spans exported per second and dropped [>= 50,000/s, 0 dropped].
+   Measured next to it, the floor: how many spans per second the export
+   thread can turn into an OTLP request at all here (conversion to the SDK's
+   ``ReadableSpan`` plus OpenTelemetry's ``encode_spans`` and serialization,
+   no network, no producer competing for the GIL). A keep-up target above
+   the floor cannot be met by any exporter built on OpenTelemetry's encoder
+   on this machine.
+2. producer: the recording thread's CPU time per span (``time.thread_time``)
+   with the otlp exporter versus the chrome exporter, interleaved repeats,
+   minimum [otlp <= 1.10x chrome].
+3. non-exporting rank: per-span cost of a recorded span on a rank that
+   ``export_ranks`` leaves out versus the same span with telemetry disabled
+   [<= 1.10x].
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+from _otlp_receiver import OtlpReceiver  # noqa: E402
+
+import asynctrace as at  # noqa: E402
+
+
+def start_receiver(protocol: str) -> tuple[subprocess.Popen[str], dict[str, str]]:
+    """A receiver in its own process; its process and the variables that point at it."""
+    process = subprocess.Popen(
+        [sys.executable, str(HERE.parent / "tests" / "_otlp_receiver.py"), protocol],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    port = int(process.stdout.readline().split()[1])
+    return process, OtlpReceiver(protocol, port).env(timeout_s=10)
+
+
+def record(count: int) -> None:
+    """Record *count* spans of the ``generation`` group."""
+    span = at.managed_span
+    productive = at.Bucket.PRODUCTIVE
+    for _ in range(count):
+        with span("generation", "rl.generate", bucket=productive):
+            pass
+
+
+def keep_up(protocol: str, rate: float, seconds: float) -> dict[str, Any]:
+    """Paced recording at *rate* spans/s for *seconds*, exported over *protocol*."""
+    receiver, env = start_receiver(protocol)
+    os.environ.update(env)
+    try:
+        telemetry = at.configure({"enabled": True, "exporters": ["otlp"], "span_groups": "all"})
+        record(2000)
+        telemetry.flush(30)
+        total = int(rate * seconds)
+        chunk = 500
+        started = time.perf_counter()
+        for first in range(0, total, chunk):
+            record(chunk)
+            ahead = (first + chunk) / rate - (time.perf_counter() - started)
+            if ahead > 0:
+                time.sleep(ahead)
+        produced_s = time.perf_counter() - started
+        flushed = telemetry.flush(60)
+        wall = time.perf_counter() - started
+        stats = telemetry.stats()["otlp"]
+        telemetry.shutdown()
+    finally:
+        receiver.kill()
+        receiver.wait()
+        for key in env:
+            os.environ.pop(key, None)
+    return {
+        "offered": total / produced_s,
+        "exported_rate": (stats.exported - 2000) / wall,
+        "dropped": stats.dropped,
+        "flushed": flushed,
+    }
+
+
+def encode_floor(count: int) -> float:
+    """Spans/s the export thread can convert and encode as OTLP protobuf, alone."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    from asynctrace.export._adapters import converter_for
+
+    telemetry = at.configure({"enabled": True, "exporters": ["memory"], "span_groups": "all"})
+    provider = telemetry.provider
+    spans: list[Any] = []
+    provider.add_queue(_Keep(spans))  # type: ignore[union-attr]
+    record(count)
+    readable = converter_for(provider).readable  # type: ignore[arg-type]
+    started = time.perf_counter()
+    for first in range(0, count, 512):
+        encode_spans([readable(s) for s in spans[first : first + 512]]).SerializeToString()
+    elapsed = time.perf_counter() - started
+    telemetry.shutdown()
+    return count / elapsed
+
+
+class _Keep:
+    """An export queue that keeps the fast provider's ended spans in a list."""
+
+    def __init__(self, spans: list[Any]) -> None:
+        self.put = spans.append
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+    def shutdown(self) -> None:
+        pass
+
+
+def producer_cost(exporter: str, count: int, directory: str) -> float:
+    """Thread CPU seconds per recorded span with *exporter* installed (chrome or otlp)."""
+    config: dict[str, Any] = {
+        "enabled": True,
+        "exporters": [exporter],
+        "span_groups": "all",
+        "output_dir": directory,
+        "max_queue_size": count + 1000,
+        "max_export_batch_size": 512,
+    }
+    telemetry = at.configure(config)
+    record(1000)
+    telemetry.flush(30)
+    started = time.thread_time()
+    record(count)
+    cost = (time.thread_time() - started) / count
+    telemetry.flush(120)
+    telemetry.shutdown()
+    return cost
+
+
+def per_span_cost(config: dict[str, Any], count: int, *, rank: int = 0) -> float:
+    """Wall seconds per span under *config* (minimum of five runs)."""
+    telemetry = at.configure(config, rank=rank, world_size=8)
+    best = float("inf")
+    for _ in range(5):
+        started = time.perf_counter()
+        record(count)
+        best = min(best, (time.perf_counter() - started) / count)
+    telemetry.shutdown()
+    return best
+
+
+def main() -> int:
+    """Run the figures; exit status 1 if a target is missed."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    seconds, repeats, count = (2.0, 3, 50_000) if args.quick else (4.0, 5, 100_000)
+    print(
+        f"bench_otlp: {time.strftime('%Y-%m-%d')}, {platform.python_implementation()} "
+        f"{platform.python_version()}, {os.cpu_count()} cpus"
+    )
+    missed = []
+    os.environ.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+    floor = encode_floor(count)
+    print(f"  floor: convert + encode alone, {floor:,.0f} spans/s")
+    for protocol in ("http/protobuf", "grpc"):
+        for rate in (50_000.0, min(50_000.0, 0.5 * floor)):
+            result = keep_up(protocol, rate, seconds)
+            print(
+                f"  keep-up {protocol:13s} offered {result['offered']:8,.0f}/s: exported "
+                f"{result['exported_rate']:8,.0f}/s, dropped {result['dropped']}, "
+                f"flushed {result['flushed']}"
+            )
+            if rate == 50_000.0 and (result["dropped"] or result["exported_rate"] < 50_000):
+                missed.append(
+                    f"keep-up {protocol} (floor {floor:,.0f}/s: "
+                    f"{'below' if floor < 50_000 else 'above'} the target)"
+                )
+    with tempfile.TemporaryDirectory() as directory:
+        chrome, otlp = [], []
+        receiver, env = start_receiver("http/protobuf")
+        os.environ.update(env)
+        try:
+            for _ in range(repeats):
+                chrome.append(producer_cost("chrome", count, directory))
+                otlp.append(producer_cost("otlp", count, directory))
+        finally:
+            receiver.kill()
+            receiver.wait()
+    ratio = min(otlp) / min(chrome)
+    print(
+        f"  producer: otlp {min(otlp) * 1e6:.2f} us/span, chrome {min(chrome) * 1e6:.2f} "
+        f"us/span: {ratio:.3f}x [<= 1.10x]"
+    )
+    if ratio > 1.10:
+        missed.append("producer cost")
+    skipping = {"enabled": True, "exporters": ["memory"], "span_groups": "all"}
+    disabled = skipped = float("inf")
+    for _ in range(repeats):  # interleaved: both see the same machine
+        disabled = min(disabled, per_span_cost({"enabled": False}, count))
+        skipped = min(skipped, per_span_cost({**skipping, "export_ranks": "first"}, count, rank=3))
+    ratio = skipped / disabled
+    print(
+        f"  non-exporting rank: {skipped * 1e9:.0f} ns/span, disabled {disabled * 1e9:.0f} "
+        f"ns/span: {ratio:.3f}x [<= 1.10x]"
+    )
+    if ratio > 1.10:
+        missed.append("non-exporting rank")
+    if missed:
+        print(f"  MISSED: {'; '.join(missed)}")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
