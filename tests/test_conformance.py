@@ -72,7 +72,14 @@ REMOTE_TRACE = f"{REMOTE_TRACE_ID:032x}"
 SAMPLED_RANDOM = TraceFlags.SAMPLED | TraceFlags.RANDOM_TRACE_ID
 HAS_IS_REMOTE = 0x100  # OTLP SpanFlags: the is-remote bit of the parent is known
 IS_REMOTE = 0x200  # OTLP SpanFlags: the parent is remote
-CHROME_IDS = ("trace_id", "span_id", "parent_span_id")
+# ids, and the writer's rank and role (on every event, for AReaL's converter)
+CHROME_IDS = ("trace_id", "span_id", "parent_span_id", "rank", "role")
+
+
+def _without_ids(args: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in args.items() if k not in CHROME_IDS}
+
+
 STACKTRACE = "exception.stacktrace"
 
 
@@ -570,9 +577,10 @@ def normalize_chrome(events: list[dict[str, Any]]) -> dict[str, Any]:
             "args": _attrs({k: v for k, v in event["args"].items() if k not in CHROME_IDS}),
         }
     instants = sorted(
-        (repr((event["name"], event["cat"], _attrs(event["args"]))) for event in events
-         if event["ph"] == "i"),
-    )  # fmt: skip
+        repr((event["name"], event["cat"], _attrs(_without_ids(event["args"]))))
+        for event in events
+        if event["ph"] == "i"
+    )
     process = {
         event["name"]: event["args"]
         for event in events
@@ -1154,4 +1162,4 @@ def test_span_limits_bound_the_chrome_trace(tmp_path: Path, provider: str) -> No
     (complete,) = [e for e in chrome if e["ph"] == "X"]
     (instant_event,) = [e for e in chrome if e["ph"] == "i"]
     assert complete["args"]["long"] == "x" * 8
-    assert instant_event["args"] == {"b": "b" * 8, "c": "c" * 8}
+    assert instant_event["args"] == {"b": "b" * 8, "c": "c" * 8, "rank": 0}
