@@ -402,24 +402,24 @@ def safe_set_span_attributes(
         span.set_attribute(key, value)
 
 
-@contextlib.contextmanager
 def managed_span(
     group: str, name: str, tracer: trace.Tracer | None = None, **attributes: Any
-) -> Iterator[trace.Span]:
+) -> contextlib.AbstractContextManager[trace.Span]:
     """A span of *group* around the block, with *attributes*; lens's signature.
 
     A leaf of a bucketed group gets its bucket, a span of an umbrella group
     (``job``, ``step``, ...) is an umbrella, exactly as
-    :func:`asynctrace.managed_span`. *tracer* is accepted and ignored: spans
-    go through asynctrace's pipeline. Disabled, it yields asynctrace's shared
-    non-recording span (lens yields ``None``).
+    :func:`asynctrace.managed_span`, which this returns. *tracer* is accepted
+    and ignored: spans go through asynctrace's pipeline. Disabled, it yields
+    asynctrace's shared non-recording span (lens yields ``None``).
 
     Example:
         >>> with managed_span("forward_backward", "rl.policy.forward_backward", mb=4) as span:
         ...     span.set_attribute("rl.loss", 0.5)
     """
-    with asynctrace.managed_span(group, name, attributes=_clean(attributes) or None) as span:
-        yield span
+    return asynctrace.managed_span(
+        group, name, attributes=_clean(attributes) if attributes else None
+    )
 
 
 @contextlib.contextmanager
