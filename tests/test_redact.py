@@ -157,7 +157,7 @@ _noise = st.text(max_size=40)
 
 
 @pytest.mark.fuzz
-@settings(max_examples=examples(300, 50_000), deadline=None)
+@settings(max_examples=examples(300, 10_000), deadline=None)
 @given(_noise, _planted, _noise)
 def test_fuzz_a_planted_credential_never_survives(before: str, planted: str, after: str) -> None:
     """Whatever surrounds a credential in a recognised form, its value is gone."""
@@ -167,7 +167,7 @@ def test_fuzz_a_planted_credential_never_survives(before: str, planted: str, aft
 
 
 @pytest.mark.fuzz
-@settings(max_examples=examples(300, 50_000), deadline=None)
+@settings(max_examples=examples(300, 10_000), deadline=None)
 @given(st.text(), st.lists(st.text(min_size=1), max_size=4))
 def test_fuzz_any_text_any_secrets(text: str, secrets: list[str]) -> None:
     """Any text, any secrets: a string back, no given secret of 8+ characters left in it."""

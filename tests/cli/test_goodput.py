@@ -474,7 +474,7 @@ def _stream(events: list[dict[str, Any]]) -> tuple[dict[int, list[float]], int]:
 
 
 @pytest.mark.fuzz
-@settings(max_examples=examples(60, 1_500), deadline=None)
+@settings(max_examples=examples(60, 1_000), deadline=None)
 @given(_runs())
 def test_streaming_matches_the_whole_tree_in_end_order(spans: list[dict[str, Any]]) -> None:
     """Fed in end order (children first), the stream finds the reference's steps and sums."""
@@ -486,7 +486,7 @@ def test_streaming_matches_the_whole_tree_in_end_order(spans: list[dict[str, Any
 
 
 @pytest.mark.fuzz
-@settings(max_examples=examples(40, 1_500), deadline=None)
+@settings(max_examples=examples(40, 300), deadline=None)
 @given(_runs(), st.randoms(use_true_random=False))
 def test_streaming_does_not_depend_on_arrival_order(spans: list[dict[str, Any]], rng: Any) -> None:
     """Without nested buckets, any arrival order gives the reference's steps and sums."""

@@ -207,7 +207,7 @@ def _run_quietly(argv: list[str]) -> int:
 
 @pytest.mark.fuzz
 @settings(
-    max_examples=examples(25, 1_500),
+    max_examples=examples(25, 1_000),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

@@ -1,0 +1,108 @@
+"""Fuzz: arbitrary raw request headers through the ASGI middleware, in process.
+
+Names and values are raw bytes as an ASGI server hands them over (any byte,
+any case, repeated). Whatever they hold, the app's response is unchanged, the
+handler runs exactly once, and it runs in the caller's trace exactly when one
+well-formed ``traceparent`` came.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+import pytest
+from _budget import examples
+from asynctrace_contrib.fastapi import SERVER_GROUP, AsyncTraceMiddleware
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from opentelemetry import trace
+
+import asynctrace as at
+from asynctrace.testing import capture_spans
+
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+_VALID = re.compile(rb"[ \t]*[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-[^\r\n]*)?[ \t]*")
+
+_names = st.sampled_from(
+    [b"traceparent", b"TraceParent", b"tracestate", b"baggage", b"BAGGAGE", b"x-other"]
+) | st.binary(max_size=14)
+_values = st.one_of(
+    st.just(f"00-{TRACE}-00f067aa0ba902b7-01".encode()),
+    st.just(f"00-{TRACE}-00f067aa0ba902b7-00".encode()),
+    st.builds(
+        lambda p: f"{p}-{TRACE}-00f067aa0ba902b7-01".encode(), st.sampled_from(["01", "ff", "0"])
+    ),
+    st.just(b"asynctrace.iteration=7,asynctrace.per_prompt=1,k=v"),
+    st.binary(max_size=60),
+    st.text(max_size=40).map(lambda t: t.encode("utf-8", "surrogatepass")),
+)
+_headers = st.lists(st.tuples(_names, _values), max_size=6)
+
+BODY = b"unchanged"
+
+
+async def _app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """A bare ASGI app that records the context it runs in."""
+    scope["seen"].append(trace.get_current_span().get_span_context())
+    with at.managed_span("reward", "handler"):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": BODY})
+
+
+async def _request(app: Any, headers: list[tuple[bytes, bytes]]) -> tuple[list[Any], list[Any]]:
+    sent: list[Any] = []
+    seen: list[Any] = []
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": "/x",
+        "query_string": b"token=q",
+        "headers": headers,
+        "seen": seen,
+    }
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    return sent, seen
+
+
+@pytest.mark.fuzz
+@pytest.mark.parametrize("trust_incoming", [True, False])
+@pytest.mark.parametrize("groups", [f"all,{SERVER_GROUP}", "reward"])
+def test_fuzz_raw_headers_never_change_the_response(trust_incoming: bool, groups: str) -> None:
+    """Any raw headers: the same response, one handler call, the caller's trace only if valid."""
+    app = AsyncTraceMiddleware(_app, trust_incoming=trust_incoming)
+    loop = asyncio.new_event_loop()
+    try:
+        with capture_spans(groups, propagate_scopes=True) as captured:
+
+            @settings(
+                max_examples=examples(100, 2_000),
+                deadline=None,
+                suppress_health_check=[HealthCheck.too_slow],
+            )
+            @given(_headers)
+            def check(headers: list[tuple[bytes, bytes]]) -> None:
+                sent, seen = loop.run_until_complete(_request(app, headers))
+                assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
+                assert sent[1]["body"] == BODY
+                (context,) = seen
+                parents = [v for n, v in headers if n.lower() == b"traceparent"]
+                valid = len(parents) == 1 and _VALID.fullmatch(parents[0]) is not None
+                continued = context.is_valid and format(context.trace_id, "032x") == TRACE
+                if trust_incoming:
+                    assert not continued or valid, headers
+                else:
+                    assert not continued, headers  # a new trace, or none
+                captured.clear()
+
+            check()
+    finally:
+        loop.close()
