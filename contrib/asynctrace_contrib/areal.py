@@ -24,7 +24,6 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import enum
 import functools
@@ -201,6 +200,9 @@ def _field(config: Any, name: str, default: Any = None) -> Any:
     return getattr(config, name, default)
 
 
+_SCALARS: Final = frozenset({bool, int, float, str})
+
+
 def _attributes(args: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """AReaL's ``args`` as span attributes: scalars as they are, anything else as text."""
     if not args:
@@ -209,7 +211,9 @@ def _attributes(args: Mapping[str, Any] | None) -> dict[str, Any] | None:
     for key, value in args.items():
         if value is None:
             continue
-        if isinstance(value, bool | int | float | str):
+        if value.__class__ in _SCALARS and key.__class__ is str:
+            out[key] = value
+        elif isinstance(value, bool | int | float | str):
             out[str(key)] = value
         elif isinstance(value, list | tuple) and all(
             isinstance(v, bool | int | float | str) for v in value
@@ -248,6 +252,7 @@ class PerfTracer:
         self.trace_path = trace_path
         self.session_path = session_path
         self._buckets = dict(buckets)
+        self._groups = {name: (f"areal.{name}", b) for name, b in self._buckets.items()}
 
     @property
     def enabled(self) -> bool:
@@ -265,9 +270,8 @@ class PerfTracer:
 
     def bucket_of(self, category: str) -> tuple[str, asynctrace.Bucket | None]:
         """The span group and bucket of a (normalised) category."""
-        if category not in self._buckets:
-            category = "misc"
-        return f"areal.{category}", self._buckets[category]
+        found = self._groups.get(category)
+        return found if found is not None else self._groups["misc"]
 
     def trace_scope(
         self,
@@ -325,7 +329,7 @@ _NULL: Final = _NullContext()
 class _Scope:
     """One ``trace_scope``: the iteration scope (for ``global_step``), then the span."""
 
-    __slots__ = ("_args", "_category", "_name", "_stack", "_tracer")
+    __slots__ = ("_args", "_category", "_name", "_scope", "_span", "_tracer")
 
     def __init__(
         self, tracer: PerfTracer, name: str, category: str, args: dict[str, Any] | None
@@ -334,22 +338,23 @@ class _Scope:
         self._name = name
         self._category = category
         self._args = args
-        self._stack: contextlib.ExitStack | None = None
+        self._scope: Any = None
+        self._span: Any = None
 
     def __enter__(self) -> _Scope:
-        stack = contextlib.ExitStack()
-        step = self._args.get("global_step") if self._args else None
-        if isinstance(step, int) and not isinstance(step, bool):
-            stack.enter_context(asynctrace.iteration_scope(step))
+        args = self._args
+        step = args.get("global_step") if args else None
+        if step.__class__ is int:
+            self._scope = scope = asynctrace.iteration_scope(step)
+            scope.__enter__()
         group, bucket = self._tracer.bucket_of(self._category)
-        attributes = _attributes(self._args)
+        attributes = _attributes(args) if args else None
         if bucket is None:
-            stack.enter_context(asynctrace.umbrella_span(group, self._name, attributes=attributes))
+            span = asynctrace.umbrella_span(group, self._name, attributes=attributes)
         else:
-            stack.enter_context(
-                asynctrace.managed_span(group, self._name, attributes=attributes, bucket=bucket)
-            )
-        self._stack = stack
+            span = asynctrace.managed_span(group, self._name, attributes=attributes, bucket=bucket)
+        span.__enter__()
+        self._span = span
         return self
 
     def __exit__(
@@ -358,9 +363,14 @@ class _Scope:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        stack, self._stack = self._stack, None
-        if stack is not None:
-            stack.__exit__(exc_type, exc, tb)
+        span, self._span = self._span, None
+        scope, self._scope = self._scope, None
+        try:
+            if span is not None:
+                span.__exit__(exc_type, exc, tb)
+        finally:
+            if scope is not None:
+                scope.__exit__(exc_type, exc, tb)
 
     async def __aenter__(self) -> _Scope:
         return self.__enter__()
