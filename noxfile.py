@@ -24,6 +24,10 @@ TEST_DEPS = [
     "opentelemetry-instrumentation-aiohttp-client",
     "pytest-xdist>=3.5",  # the suite runs on every core (-n auto)
     "viztracer>=0.16",  # the python profiler backend, run for real
+    # the tests' OTLP receiver (both transports) and the otlp-grpc extra's exporter
+    "grpcio>=1.60",
+    "opentelemetry-proto",
+    "opentelemetry-exporter-otlp-proto-grpc",
     # nemo-lens's released code, for the migration tests (it needs Python >= 3.13)
     "nemo-lens==0.1.0; python_version >= '3.13'",
 ]
@@ -151,7 +155,7 @@ def lint(session: nox.Session) -> None:
 @nox.session(python="3.11")
 def typing(session: nox.Session) -> None:
     """mypy --strict on the package."""
-    session.install("-e", ".[sdk,otlp,aiohttp,fastapi,demo]", "mypy>=1.10", "pytest>=8")
+    session.install("-e", ".[sdk,otlp,otlp-grpc,aiohttp,fastapi,demo]", "mypy>=1.10", "pytest>=8")
     session.run("mypy", "--strict")
 
 
@@ -167,7 +171,7 @@ def bench(session: nox.Session) -> None:
     """Side-by-side benchmarks; prints ratios and fails if a target is missed."""
     session.install(
         "-e",
-        ".[sdk,aiohttp,fastapi,profile]",
+        ".[sdk,otlp,otlp-grpc,aiohttp,fastapi,profile]",
         "uvicorn>=0.30",
         # OpenTelemetry's own instrumentations, measured in the same run:
         "opentelemetry-instrumentation-aiohttp-client",
