@@ -270,3 +270,40 @@ def test_unconfigured_and_disabled_are_no_ops(tmp_path: Path) -> None:
     finally:
         perf_tracer.reset()
     assert not list(tmp_path.rglob("*.jsonl"))
+
+
+def test_exceptions_and_unknown_phases(tmp_path: Path) -> None:
+    """An exception leaves the scope as it came and marks the span; a phase AReaL's enum
+    would need extending for is recorded (the seed's "postprocess")."""
+    config = {
+        "enabled": True,
+        "fileroot": str(tmp_path),
+        "session_tracer": {"enabled": True, "flush_threshold": 1},
+    }
+    perf_tracer.configure(config, rank=0, telemetry={"exporters": ["memory"]})
+    try:
+        with pytest.raises(KeyError), perf_tracer.trace_scope("boom", category="compute"):
+            raise KeyError("x")
+        exporter = perf_tracer.get_tracer().telemetry.memory_exporter
+        assert exporter is not None
+        (span,) = exporter.get_finished_spans()
+        assert not span.status.is_ok
+        perf_tracer.set_task_id(9)
+
+        @session_context()
+        def sample() -> int | None:
+            with perf_tracer.trace_session_phase("postprocess", end_payload={"accepted": True}):
+                pass
+            return perf_tracer.get_session_id()
+
+        session_id = sample()
+        trace_session_event("mark_finalized", task_id=9, status="accepted")
+        trace_session_event("mark_nothing_known", session_id=session_id)  # ignored, as in AReaL
+        sessions = perf_tracer.get_tracer().session_path
+    finally:
+        perf_tracer.reset()
+    assert sessions is not None
+    (record,) = read_lines(sessions)
+    assert record["session_id"] == str(session_id)
+    assert record["phases"]["postprocess"][0]["payload"] == {"accepted": True}
+    assert "postprocess_s" in record
