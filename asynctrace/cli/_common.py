@@ -47,7 +47,7 @@ def escape_surrogates(text: str) -> str:
     it shows where it was.
 
     Example:
-        >>> escape_surrogates("rl.step\udcff")
+        >>> escape_surrogates("rl.step" + chr(0xDCFF))
         'rl.step\\udcff'
     """
     if text.isascii():
