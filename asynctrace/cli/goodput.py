@@ -29,7 +29,7 @@ from ._reader import (
     iter_file,
     sniff_kind,
 )
-from ._rollup import BUCKETS, Rollup, RollupResult, StepRow
+from .._rollup import BUCKETS, Rollup, RollupResult, StepRow
 
 __all__ = ["Collected", "add_parser", "collect", "run", "to_json"]
 

@@ -31,7 +31,7 @@ from ._reader import (
     iter_file,
     sniff_kind,
 )
-from ._rollup import StepRow
+from .._rollup import StepRow
 from .goodput import Collected, add_step_options, collect, to_json
 
 __all__ = [

@@ -16,7 +16,7 @@ from _budget import examples
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from asynctrace.cli._rollup import Rollup
+from asynctrace._rollup import Rollup
 
 from ._helpers import GOLDEN, VIOLATIONS, Result, one_line, read_lines, write_lines
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import asynctrace as at
-from asynctrace.cli._rollup import Rollup
+from asynctrace._rollup import Rollup
 
 from ._helpers import Result
 

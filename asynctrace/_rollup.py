@@ -39,7 +39,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from asynctrace import Bucket
+from ._groups import Bucket
 
 __all__ = ["BUCKETS", "Rollup", "RollupResult", "StepRow", "Violation"]
 
