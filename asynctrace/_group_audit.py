@@ -16,7 +16,10 @@ were last set, whichever comes first, so late registration (an import side
 effect that comes after the first calls) has time to happen; then each name
 still unregistered is warned about once (``UserWarning`` and the
 ``asynctrace`` logger), and the gate goes back to a plain ``frozenset``, so
-the steady state costs nothing.
+the steady state costs nothing. The window is the process's, counted from its
+first configuration: setting the groups again (a reconfiguration) carries the
+remaining budget over rather than starting a new window, so a program that
+reconfigures often does not stay audited.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Final
 
 from . import _groups
 from ._errors import ConfigurationError, is_strict, report_internal_error
+from ._forksafe import reinit_at_fork
 
 __all__ = ["AUDIT_CHECKS", "AUDIT_SECONDS", "AuditedGroups", "audited", "unregistered_requests"]
 
@@ -37,9 +41,12 @@ AUDIT_SECONDS: Final = 60.0
 AUDIT_CHECKS: Final = 100_000
 _LOG = logging.getLogger("asynctrace")
 _lock = threading.Lock()
+reinit_at_fork(_lock)  # held by another thread at fork(): new in the child
 # name -> where it was first asked for (a short description), per process
 _requested: dict[str, str] = {}
 _warned: set[str] = set()
+# The process's audit window: [deadline, gate checks left], set at the first audit.
+_window: list[float] = []
 
 
 class AuditedGroups(frozenset[str]):
@@ -57,6 +64,7 @@ class AuditedGroups(frozenset[str]):
         if (checks <= 0 or (checks & 4095 == 0 and time.monotonic() >= self._deadline)) and (
             not is_strict()
         ):
+            _window[1:] = [0.0]  # the process's window is over
             self._retire(self)
         if frozenset.__contains__(self, name):
             return True
@@ -83,12 +91,34 @@ def audited(
     """
     if not enabled:
         return enabled
+    now = time.monotonic()
+    with _lock:
+        if not _window:
+            _window[:] = [now + AUDIT_SECONDS, float(AUDIT_CHECKS)]
+        previous = _current[0] if _current else None
+        if previous is not None:  # carry the budget over from the set this one replaces
+            _window[1] = float(min(_window[1], max(previous._checks, 0)))
+        deadline, left = _window
+    if not is_strict() and (left <= 0 or now >= deadline):
+        report_unregistered()  # the window is over: a plain set, and what it found
+        return enabled
     groups = AuditedGroups(enabled)
-    groups._deadline = time.monotonic() + AUDIT_SECONDS
-    groups._checks = AUDIT_CHECKS
+    groups._deadline = deadline
+    groups._checks = int(left)
     groups._pending = pending
     groups._retire = retire
+    _current[:] = [groups]
     return groups
+
+
+_current: list[AuditedGroups] = []  # the set in use, whose remaining budget carries over
+
+
+def reset_window() -> None:
+    """Start a new audit window at the next configuration (for tests)."""
+    with _lock:
+        _window.clear()
+        _current.clear()
 
 
 def _note(name: str) -> None:

@@ -55,6 +55,7 @@ def test_one_warning_once_the_audit_ends(
     """Outside strict mode: one warning per name when the audit ends, then a plain frozenset."""
     previous = set_strict(False)
     monkeypatch.setattr(_group_audit, "AUDIT_CHECKS", 50)
+    _group_audit.reset_window()
     try:
         at.set_span_groups("all")  # a fresh audit with the small budget
         assert isinstance(at.enabled_span_groups(), _group_audit.AuditedGroups)
@@ -79,6 +80,7 @@ def test_late_registration_is_not_reported(gate: object, monkeypatch: pytest.Mon
     """A group registered after its first request, before the audit ends, is not warned about."""
     previous = set_strict(False)
     monkeypatch.setattr(_group_audit, "AUDIT_CHECKS", 1000)
+    _group_audit.reset_window()
     try:
         at.set_span_groups("all")
         with at.managed_span("late_audit_group", "x"):
@@ -93,3 +95,29 @@ def test_late_registration_is_not_reported(gate: object, monkeypatch: pytest.Mon
         assert "late_audit_group" not in _group_audit.unregistered_requests()
     finally:
         set_strict(previous)
+
+
+def test_reconfiguring_does_not_restart_the_audit(
+    gate: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The audit window is the process's: setting the groups again carries the budget over,
+    and once it is spent every new gate is a plain frozenset."""
+    previous = set_strict(False)
+    monkeypatch.setattr(_group_audit, "AUDIT_CHECKS", 100)
+    _group_audit.reset_window()
+    try:
+        at.set_span_groups("all")
+        for _ in range(60):
+            with at.managed_span("generation", "x"):
+                pass
+        at.set_span_groups("per_step")  # a reconfiguration: 40 checks or so left, not 100
+        assert isinstance(at.enabled_span_groups(), _group_audit.AuditedGroups)
+        for _ in range(60):
+            with at.managed_span("generation", "x"):
+                pass
+        assert type(at.enabled_span_groups()) is frozenset
+        at.set_span_groups("all")
+        assert type(at.enabled_span_groups()) is frozenset  # the window stays over
+    finally:
+        set_strict(previous)
+        _group_audit.reset_window()
