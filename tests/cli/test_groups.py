@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -85,7 +86,10 @@ def test_unknown_names_exit_2_with_the_known_list(run: Run) -> None:
     assert listed.code == 2
     line = one_line(listed.err)
     assert line.startswith("asynctrace groups: error: unknown group or preset name 'bogus'")
-    assert "known presets: all, default, per_step" in line
+    presets = re.search(r"known presets: ([^;]*)", line)
+    assert presets is not None, line
+    # the built-in presets (a library imported by another test may have added its own)
+    assert {"all", "default", "per_step"} <= set(presets.group(1).split(", "))
     assert "generation" in line
     resolved = run("groups", "--resolve", "default,bogus")
     assert resolved.code == 2
