@@ -82,6 +82,8 @@ class Telemetry:
         self._running = pipeline is not None or sessions is not None
         self._result = True
         self._stopped = threading.Event()  # set once shutdown() has finished
+        if not self._running:
+            self._stopped.set()  # nothing to shut down: shutdown() returns at once
         self._owns_global = False
         self._sigterm: SigtermHandler | None = None
         self._atexit_registered = False

@@ -967,3 +967,12 @@ def test_a_full_disk_loses_only_what_it_must_and_writing_resumes_on_a_fresh_line
     assert stats["failed"] > 0
     assert stats["written"] == len(records) == 400 - stats["failed"]
     assert "failed" in caplog.text
+
+
+def test_shutting_down_a_disabled_handle_returns_at_once() -> None:
+    """A handle that never ran has nothing to wait for: shutdown() does not sit out its timeout."""
+    telemetry = configure({"enabled": False, "shutdown_timeout_s": 30})
+    started = time.monotonic()
+    assert telemetry.shutdown()
+    assert telemetry.shutdown(timeout_s=30)
+    assert time.monotonic() - started < 1.0
