@@ -29,19 +29,36 @@ Rules (see ``docs/reading-a-trace.md``):
 - Event-loop stalls (spans of group ``loop_stall``) are unbucketed: they
   overlap the spans they stretched. A step reports their seconds apart
   (``stalled``), clipped to its interval, and never counts them in a bucket.
+
+When a step is finished (the same rule for both drivers, the command line
+reading files and the runtime fed on its export thread, so both give the
+same numbers for the same spans): a step is *confirmed* when its span has
+arrived and is known to be a step (a span of group ``step`` at once; a
+stamped candidate when its parent arrives, or at :meth:`Rollup.finish` if it
+never does). It is *finished* once a span arrives that ended more than
+``grace_us`` after the step's end, or at :meth:`Rollup.finish`. Until then,
+late children (a detached span ending after its step, a loop-stall span
+recorded just after the step ended) still count in it; after, nothing
+changes its numbers: a bucketed span arriving for a finished step is not
+counted and is reported (``late-bucket``), and a late stall is ignored.
+Finished steps are handed to ``on_step`` as they finish; with ``keep=False``
+they are not kept, so memory is bounded by the open steps (the leaves
+waiting for their parent), the window of recent spans and ``max_pending``.
 """
 
 from __future__ import annotations
 
+import heapq
+import math
 import re
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ._groups import Bucket
 
-__all__ = ["BUCKETS", "Rollup", "RollupResult", "StepRow", "Violation"]
+__all__ = ["BUCKETS", "DEFAULT_GRACE_US", "Rollup", "RollupResult", "StepRow", "Violation"]
 
 BUCKETS: Final = tuple(b.value for b in Bucket)  # productive, overhead, idle, wasted
 _BUCKET_INDEX: Final = {name: i for i, name in enumerate(BUCKETS)}
@@ -55,6 +72,8 @@ _WALK_LIMIT: Final = 64
 _NAMES_LIMIT: Final = 65536
 _ZERO: Final = (0.0, 0.0, 0.0, 0.0)
 LOOP_STALL: Final = "loop_stall"
+DEFAULT_GRACE_US: Final = 1_000_000.0
+"""How long after its end (µs, in span end time) a step still takes late children."""
 
 # A bucketed leaf: (start, end, bucket index or -1 if unknown, name, key).
 Leaf = tuple[float, float, int, str, int]
@@ -74,13 +93,14 @@ _OUTSIDE: Final = _Settled()
 class _Group:
     """Arrived spans waiting for an ancestor that has not arrived yet."""
 
-    __slots__ = ("cands", "ex", "fwd", "leaves", "nb", "pre", "stalled", "stalls")
+    __slots__ = ("cands", "ex", "fwd", "leaves", "nb", "phases", "pre", "stalled", "stalls")
 
     def __init__(self) -> None:
         self.leaves: list[Leaf] = []
         self.stalls: list[tuple[float, float]] | None = None  # loop-stall spans (start, end)
         self.stalled = 0.0  # stall seconds already clipped to a folded step
         self.pre: list[float] | None = None  # bucket seconds already summed (folded steps)
+        self.phases: dict[str, float] | None = None  # ...and per leaf name, with ``pre``
         self.nb = 0  # bucketed spans folded into ``pre``
         self.ex: list[Example] | None = None  # a few bucketed spans of the subtree
         self.cands: list[_Step] | None = None  # candidate steps whose parent is pending
@@ -120,6 +140,8 @@ class _Step:
         "origin",
         "orphan",
         "overlaps",
+        "phases",
+        "sealed",
         "stalled",
         "start",
         "sums",
@@ -135,6 +157,8 @@ class _Step:
         self.start = start
         self.end = end
         self.sums: list[float] | tuple[float, ...] = _ZERO  # a list once written
+        self.phases: dict[str, float] | None = None  # leaf name -> µs counted in the step
+        self.sealed = False  # finished: nothing changes its numbers any more
         self.leaves = 0  # bucketed leaves counted (unknown buckets included)
         self.stalled = 0.0  # loop-stall seconds inside the step (in no bucket)
         self.nb = 0
@@ -152,6 +176,11 @@ class _Step:
         overlap = min(end, self.end) - max(start, self.start)
         if overlap > 0:
             self.writable_sums()[bucket] += overlap
+            phases = self.phases
+            if phases is None:
+                phases = self.phases = {}
+            name = leaf[3]
+            phases[name] = phases.get(name, 0.0) + overlap
 
     def add_stalls(self, group: _Group) -> None:
         """Take *group*'s stall spans (clipped to the step) and stall seconds."""
@@ -200,6 +229,7 @@ class StepRow:
     leaves: int
     parent_missing: bool = False
     stalled: float = 0.0  # event-loop stall µs inside the step, counted in no bucket
+    phases: dict[str, float] = field(default_factory=dict)  # leaf name -> µs in the step
 
     @property
     def wall(self) -> float:
@@ -234,6 +264,17 @@ class Rollup:
             steps (``None``: any name).
         window: how many arrived spans are remembered for detached children
             that arrive after their parent.
+        grace_us: a step is finished once a span arrives that ended more than
+            this after the step's end (µs); until then late children count.
+        on_step: called with each finished step's row and the violations found
+            on it, as it finishes (on the thread that feeds the rollup).
+        keep: keep the finished rows for :meth:`finish` (``False`` for a
+            rollup that runs as long as the program: rows go to *on_step* only,
+            violations are counted, not kept).
+        max_pending: most spans whose parent has not arrived yet that are
+            waiting at once (``None``: no limit); past it, the oldest wait is
+            given up (its candidate steps confirmed with their parent missing,
+            its leaves counted nowhere) and counted in ``evicted``.
 
     Example:
         >>> rollup = Rollup()
@@ -246,16 +287,36 @@ class Rollup:
         [('step', 5.0, 20.0)]
     """
 
-    def __init__(self, *, step_name: re.Pattern[str] | None = None, window: int = 200_000) -> None:
+    def __init__(
+        self,
+        *,
+        step_name: re.Pattern[str] | None = None,
+        window: int = 200_000,
+        grace_us: float = DEFAULT_GRACE_US,
+        on_step: Callable[[StepRow, list[Violation]], None] | None = None,
+        keep: bool = True,
+        max_pending: int | None = None,
+    ) -> None:
         self._step_name = step_name
         self._window = window
+        self._grace = grace_us
+        self._on_step = on_step
+        self._keep = keep
+        self._max_pending = max_pending
+        self._waits: deque[int] = deque()  # pending keys in the order their wait began
+        self.evicted = 0  # waits given up (max_pending)
+        self.violation_count = 0
+        self._held: list[tuple[float, int, _Step]] = []  # confirmed, unfinished: heap by end
+        self._seq = 0
+        self._next_seal = math.inf  # the earliest end + grace among held steps
+        self._rows: list[tuple[tuple[float, int, int], StepRow]] = []
+        self._over: list[tuple[tuple[float, int, int], Violation]] = []
         self._pending: dict[int, _Group] = {}
         self._home: dict[int, _Entry] = {}
         self._order: deque[int] = deque()
         self._traces: dict[str, int] = {}
         self._trace_ids: list[str] = []
         self._names: dict[str, str] = {}
-        self._steps: list[_Step] = []
         self._violations: list[Violation] = []
         self._spans = 0
         self._without_ids = 0
@@ -286,11 +347,47 @@ class Rollup:
         except (KeyError, TypeError, ValueError):
             self._without_ids += 1
             return
+        self._account(event.get("name"), key, pkey, start, end, args, event.get("cat"), origin)
+
+    def add_span(
+        self,
+        name: str,
+        trace_id: int,
+        span_id: int,
+        parent_id: int,
+        start: float,
+        end: float,
+        attributes: Mapping[str, Any],
+        cat: Any,
+        origin: int = 0,
+    ) -> None:
+        """Account one span given by its fields (the in-process driver).
+
+        The same as :meth:`add` of the Chrome event the chrome exporter writes
+        for it: *start* and *end* in µs as written (``ns // 1000``, the end
+        never before the start), *cat* the event's category.
+        """
+        key = span_id | trace_id << 64
+        pkey = parent_id | trace_id << 64 if parent_id else None
+        self._account(name, key, pkey, start, end, attributes, cat, origin)
+
+    def _account(
+        self,
+        name: Any,
+        key: int,
+        pkey: int | None,
+        start: float,
+        end: float,
+        args: Mapping[str, Any],
+        cat: Any,
+        origin: int,
+    ) -> None:
         if key in self._home:
             self._duplicates += 1
             return
+        if end > self._next_seal:
+            self._seal(end)
         self._spans += 1
-        name = event.get("name")
         name = self._intern(name if name.__class__ is str else str(name))
         bucket: Any = args.get("rl.bucket")
         iteration = args.get("rl.iteration")
@@ -300,12 +397,16 @@ class Rollup:
         if group == LOOP_STALL and bucket is None:
             self._stall(name, key, pkey, start, end)
             return
-        group_step = end > start and (group == "step" or event.get("cat") == "step")
+        group_step = end > start and (group == "step" or cat == "step")
         self._span(name, key, pkey, start, end, bucket, iteration, group_step, origin)
 
     def _stall(self, name: str, key: int, pkey: int | None, start: float, end: float) -> None:
         """A loop-stall span: never a step, in no bucket; its seconds go to its step apart."""
         payload = self._pending.pop(key, None) or _Group()
+        if payload.cands:  # stamped spans under a stall span (not expected): steps
+            for cand in payload.cands:
+                self._confirm(cand)
+            payload.cands = None
         if end > start:
             if payload.stalls is None:
                 payload.stalls = []
@@ -380,7 +481,7 @@ class Rollup:
             step = self._make_step(name, key, origin, iteration, start, end, children)
             target = self._pending.get(pkey)
             if target is None:
-                target = self._pending[pkey] = _Group()
+                target = self._wait(pkey)
             if target.cands is None:
                 target.cands = []
             target.cands.append(step)
@@ -390,7 +491,7 @@ class Rollup:
             # The common case, inlined: a childless span whose parent is still open.
             target = self._pending.get(pkey)
             if target is None:
-                target = self._pending[pkey] = _Group()
+                target = self._wait(pkey)
             if bucket is not None:
                 target.leaves.append((start, end, bucket_index, name, key))
             self._remember(key, (pkey, target, flags, name))
@@ -421,7 +522,7 @@ class Rollup:
         if parent is None:  # the parent is still open: wait in its group
             target = self._pending.get(pkey)
             if target is None:
-                target = self._pending[pkey] = _Group()
+                target = self._wait(pkey)
             _merge(payload, target)
             self._remember(key, (pkey, target, flags, name))
             return
@@ -437,11 +538,19 @@ class Rollup:
         if isinstance(container, _Group):
             _merge(payload, container)
         elif isinstance(container, _Step):
-            for leaf in payload.leaves:
-                container.add_leaf(leaf)
-            _add_sums(container, payload)
-            container.add_stalls(payload)
-            payload.leaves.clear()
+            if container.sealed:
+                if payload.has_bucketed():
+                    self._late(container, payload.examples())
+                payload.leaves.clear()
+                payload.pre = payload.phases = payload.stalls = None
+                payload.nb = 0
+                payload.stalled = 0.0
+            else:
+                for leaf in payload.leaves:
+                    container.add_leaf(leaf)
+                _add_sums(container, payload)
+                container.add_stalls(payload)
+                payload.leaves.clear()
             payload.fwd = container
         else:
             payload.fwd = _OUTSIDE
@@ -483,6 +592,8 @@ class Rollup:
             else:
                 for i, seconds in enumerate(step.sums):
                     into.pre[i] += seconds
+        if step.phases:
+            into.phases = _merged(into.phases, step.phases)
         into.nb += step.leaves + step.nb
         into.stalled += step.stalled
         into.add_examples(step.ex)
@@ -497,7 +608,80 @@ class Rollup:
             self._home[step.key] = (entry[0], into, entry[2], entry[3])
 
     def _confirm(self, step: _Step) -> None:
-        self._steps.append(step)
+        """*step* is a step: it finishes once the spans arriving end past its grace."""
+        self._seq += 1
+        due = step.end + self._grace
+        heapq.heappush(self._held, (due, self._seq, step))
+        if due < self._next_seal:
+            self._next_seal = due
+
+    def _seal(self, now: float) -> None:
+        """Finish the held steps whose end plus grace is before *now* (µs)."""
+        held = self._held
+        while held and held[0][0] < now:
+            self._finished(heapq.heappop(held)[2])
+        self._next_seal = held[0][0] if held else math.inf
+
+    def _finished(self, step: _Step) -> None:
+        step.sealed = True
+        step.child = None
+        row = StepRow(
+            name=step.name,
+            origin=step.origin,
+            iteration=step.iteration,
+            trace_id=self._trace_of(step.key),
+            span_id=f"{step.key & _MASK:016x}",
+            start=step.start,
+            end=step.end,
+            sums=list(step.sums),
+            leaves=step.leaves,
+            parent_missing=step.orphan,
+            stalled=step.stalled,
+            phases=dict(step.phases) if step.phases else {},
+        )
+        order = (step.start, step.origin, step.key)
+        found: list[Violation] = []
+        if row.attributed > row.wall + 1e-3:
+            found.append(self._over_wall(step, row))
+            self.violation_count += 1
+            if self._keep:
+                self._over.append((order, found[0]))
+        if self._keep:
+            self._rows.append((order, row))
+        if self._on_step is not None:
+            self._on_step(row, found)
+
+    def _wait(self, pkey: int) -> _Group:
+        """A new group of spans waiting for *pkey* (the oldest given up past max_pending)."""
+        group = self._pending[pkey] = _Group()
+        limit = self._max_pending
+        if limit is not None:
+            waits = self._waits
+            waits.append(pkey)
+            if len(self._pending) > limit:
+                self._evict()
+            elif len(waits) > 2 * limit + 64:  # forget keys no longer waiting
+                pending = self._pending
+                self._waits = deque(k for k in waits if k in pending)
+        return group
+
+    def _evict(self) -> None:
+        pending, waits = self._pending, self._waits
+        while waits:
+            key = waits.popleft()
+            group = pending.pop(key, None)
+            if group is None:
+                continue
+            self.evicted += 1
+            if group.cands:
+                for cand in group.cands:
+                    cand.orphan = True
+                    self._confirm(cand)
+                group.cands = None
+            group.leaves.clear()
+            group.pre = group.phases = group.stalls = None
+            group.fwd = _OUTSIDE
+            return
 
     def _remember(self, key: int, entry: _Entry) -> None:
         home = self._home
@@ -531,17 +715,39 @@ class Rollup:
             [(name, key), *inner],
         )
 
-    def _violation(self, kind: str, message: str, spans: list[Example]) -> None:
-        self._violations.append(
-            Violation(
-                kind,
-                message,
-                [(n, f"{k & _MASK:016x}", self._trace_ids[k >> 64]) for n, k in spans],
-            )
+    def _violation(self, kind: str, message: str, spans: list[Example]) -> Violation:
+        found = Violation(
+            kind, message, [(n, f"{k & _MASK:016x}", self._trace_of(k)) for n, k in spans]
+        )
+        self.violation_count += 1
+        if self._keep:
+            self._violations.append(found)
+        return found
+
+    def _trace_of(self, key: int) -> str:
+        """The trace id of *key*: its index in the table, or the id itself (add_span)."""
+        index = key >> 64
+        if self._trace_ids:  # add(): events with string ids
+            return self._trace_ids[index]
+        return f"{index:032x}"
+
+    def _late(self, step: _Step, inner: list[Example]) -> None:
+        names = ", ".join(f"{n!r} (span {k & _MASK:016x})" for n, k in inner)
+        self._violation(
+            "late-bucket",
+            f"bucketed span{'s' if len(inner) > 1 else ''} {names} arrived after step "
+            f"{step.name!r} (span {step.key & _MASK:016x}) had finished (a span ending more "
+            f"than {self._grace / 1e6:g} s after it had arrived) and "
+            f"{'are' if len(inner) > 1 else 'is'} not counted; a bucketed span ends "
+            "within its step (a detached tail is left unbucketed, like a finalize span)",
+            [(step.name, step.key), *inner],
         )
 
     def finish(self) -> RollupResult:
-        """Settle what is still waiting (parents never seen) and return the steps."""
+        """Settle what is still waiting (parents never seen), finish every step, return them.
+
+        Rows are in start order (with ``keep=False``, none: they went to ``on_step``).
+        """
         missing = len(self._pending)
         for group in self._pending.values():
             if group.cands:
@@ -550,25 +756,12 @@ class Rollup:
                     self._confirm(cand)
                 group.cands = None
         self._pending.clear()
-        steps = sorted(self._steps, key=lambda s: (s.start, s.origin, s.key))
-        rows = []
-        for step in steps:
-            row = StepRow(
-                name=step.name,
-                origin=step.origin,
-                iteration=step.iteration,
-                trace_id=self._trace_ids[step.key >> 64],
-                span_id=f"{step.key & _MASK:016x}",
-                start=step.start,
-                end=step.end,
-                sums=list(step.sums),
-                leaves=step.leaves,
-                parent_missing=step.orphan,
-                stalled=step.stalled,
-            )
-            rows.append(row)
-            if row.attributed > row.wall + 1e-3:
-                self._over_wall(step, row)
+        self._waits.clear()
+        self._seal(math.inf)
+        self._rows.sort(key=lambda item: item[0])
+        rows = [row for _, row in self._rows]
+        self._over.sort(key=lambda item: item[0])
+        violations = self._violations + [v for _, v in self._over]
         notes = []
         if missing:
             plural = "s" if missing != 1 else ""
@@ -578,14 +771,14 @@ class Rollup:
             )
         return RollupResult(
             rows,
-            self._violations,
+            violations,
             spans=self._spans,
             without_ids=self._without_ids,
             duplicates=self._duplicates,
             notes=notes,
         )
 
-    def _over_wall(self, step: _Step, row: StepRow) -> None:
+    def _over_wall(self, step: _Step, row: StepRow) -> Violation:
         where = f"step {step.name!r} (span {step.key & _MASK:016x}" + (
             f", rl.iteration={step.iteration})" if step.iteration is not None else ")"
         )
@@ -599,11 +792,11 @@ class Rollup:
             detail = f"; overlapping bucketed spans: {pairs}"
             for a, b in step.overlaps:
                 spans.extend((a, b))
-        self._violation(
+        return Violation(
             "over-wall",
             f"{where}: {row.attributed / 1e6:.6f} s in buckets exceed its wall time "
             f"{row.wall / 1e6:.6f} s{detail}",
-            spans,
+            [(n, f"{k & _MASK:016x}", self._trace_of(k)) for n, k in spans],
         )
 
 
@@ -619,6 +812,9 @@ def _add_sums(step: _Step, group: _Group) -> None:
         for i, seconds in enumerate(group.pre):
             sums[i] += seconds
         group.pre = None
+    if group.phases:
+        step.phases = _merged(step.phases, group.phases)
+        group.phases = None
     step.nb += group.nb
     group.nb = 0
 
@@ -637,6 +833,9 @@ def _merge(source: _Group, target: _Group) -> None:
             for i, seconds in enumerate(source.pre):
                 target.pre[i] += seconds
         source.pre = None
+    if source.phases:
+        target.phases = _merged(target.phases, source.phases)
+        source.phases = None
     if source.nb:
         target.nb += source.nb
         source.nb = 0
@@ -657,6 +856,15 @@ def _merge(source: _Group, target: _Group) -> None:
         target.cands.extend(source.cands)
         source.cands = None
     source.fwd = target
+
+
+def _merged(into: dict[str, float] | None, more: dict[str, float]) -> dict[str, float]:
+    """*more*'s seconds per name added to *into* (a new dict when *into* is ``None``)."""
+    if into is None:
+        return dict(more)
+    for name, seconds in more.items():
+        into[name] = into.get(name, 0.0) + seconds
+    return into
 
 
 def _overlapping(leaves: Iterable[Leaf]) -> list[tuple[Example, Example]]:

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._goodput import step_numbers
+from .._rollup import BUCKETS, Rollup, RollupResult, StepRow
 from ._areal import ArealEvents, parse_bucket_map
 from ._common import CliError, HelpFormatter, Progress, note, write_stdout
 from ._reader import (
@@ -29,7 +31,6 @@ from ._reader import (
     iter_file,
     sniff_kind,
 )
-from .._rollup import BUCKETS, Rollup, RollupResult, StepRow
 
 __all__ = ["Collected", "add_parser", "collect", "run", "to_json"]
 
@@ -273,15 +274,8 @@ def _row_dict(row: StepRow, origins: Origins) -> dict[str, Any]:
         "trace_id": row.trace_id,
         "span_id": row.span_id,
         "start_us": row.start,
-        "wall_s": _seconds(row.wall),
     }
-    for i, bucket in enumerate(BUCKETS):
-        out[f"{bucket}_s"] = _seconds(row.sums[i])
-    out["unattributed_s"] = _seconds(row.unattributed)
-    out["goodput"] = _ratio(row.sums[0], row.wall)
-    out["stalled_s"] = _seconds(row.stalled)
-    out["leaves"] = row.leaves
-    out["parent_missing"] = row.parent_missing
+    out.update(step_numbers(row))  # the live StepGoodput records' numbers too
     return out
 
 

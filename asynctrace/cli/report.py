@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._rollup import StepRow
 from ._captures import CAPTURE_NAME, find_captures
 from ._common import CliError, HelpFormatter, Progress, escape_surrogates, note
 from ._html import render
@@ -31,7 +32,6 @@ from ._reader import (
     iter_file,
     sniff_kind,
 )
-from .._rollup import StepRow
 from .goodput import Collected, add_step_options, collect, to_json
 
 __all__ = [

@@ -1,0 +1,370 @@
+"""Live goodput: the per-step record and the callbacks that receive it.
+
+The runtime's rollup (:mod:`asynctrace.export._goodput_sink`, on an export
+thread) turns each finished step into a :class:`StepGoodput`. Callbacks
+registered with :func:`on_step_goodput` receive it on one background thread
+of their own (``asynctrace-goodput-callbacks``), fed by a bounded queue: a
+callback that raises is logged once and keeps being called; one that blocks
+or is slow delays only the callbacks after it, never the program, and
+records arriving while the queue is full are dropped and counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, TypeVar
+
+from ._forksafe import reinit_at_fork
+from ._rollup import BUCKETS, StepRow
+
+__all__ = [
+    "GoodputStats",
+    "StepGoodput",
+    "on_step_goodput",
+    "remove_step_goodput",
+    "step_numbers",
+]
+
+logger = logging.getLogger("asynctrace")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _seconds(us: float) -> float:
+    return round(us / 1e6, 6)
+
+
+def step_numbers(row: StepRow) -> dict[str, Any]:
+    """A step's numbers as the command line prints them (seconds rounded to the µs).
+
+    The one place they are computed: ``asynctrace goodput``'s rows and the
+    live :class:`StepGoodput` records both come from here.
+
+    Example:
+        >>> row = StepRow("rl.step", 0, 3, "t", "s", 0.0, 2e6, [5e5, 2.5e5, 0.0, 0.0], 2)
+        >>> step_numbers(row)["goodput"], step_numbers(row)["unattributed_s"]
+        (0.25, 1.25)
+    """
+    out: dict[str, Any] = {"wall_s": _seconds(row.wall)}
+    for i, bucket in enumerate(BUCKETS):
+        out[f"{bucket}_s"] = _seconds(row.sums[i])
+    out["unattributed_s"] = _seconds(row.unattributed)
+    out["goodput"] = round(row.sums[0] / row.wall, 6) if row.wall > 0 else None
+    out["stalled_s"] = _seconds(row.stalled)
+    out["leaves"] = row.leaves
+    out["parent_missing"] = row.parent_missing
+    return out
+
+
+@dataclass(frozen=True)
+class StepGoodput:
+    """One finished step: where its wall clock went.
+
+    The numbers are those ``asynctrace goodput`` prints for the same spans
+    (the same rollup computes both). Seconds are rounded to the microsecond.
+
+    Attributes:
+        name: the step span's name.
+        iteration: its ``rl.iteration`` (``None`` if it carries none).
+        rank: the rank of the process that recorded it.
+        role: that process's role (``None``: a plain worker).
+        trace_id: the step span's trace id (32 hex digits).
+        span_id: its span id (16 hex digits).
+        start_us: its start, µs since the epoch.
+        wall_s: its duration.
+        productive_s: seconds of its productive leaves, clipped to the step.
+        overhead_s: the same for overhead.
+        idle_s: the same for idle.
+        wasted_s: the same for wasted.
+        unattributed_s: ``wall_s`` minus the four buckets.
+        goodput: ``productive_s / wall_s`` (``None`` for a zero wall time).
+        stalled_s: event-loop stall seconds inside the step (in no bucket).
+        leaves: bucketed leaf spans counted in it.
+        parent_missing: its parent span never arrived (it was taken for a
+            step at shutdown, or its wait was given up).
+        spans: seconds in the step per leaf span name (they add up to the
+            four buckets).
+        violations: the accounting problems found on this step (``over-wall``).
+
+    Example:
+        >>> record = StepGoodput(name="rl.step", iteration=1, wall_s=2.0, productive_s=1.0,
+        ...                      goodput=0.5)
+        >>> record.scalars()["goodput/goodput"]
+        0.5
+    """
+
+    name: str
+    iteration: int | None = None
+    rank: int = 0
+    role: str | None = None
+    trace_id: str = ""
+    span_id: str = ""
+    start_us: float = 0.0
+    wall_s: float = 0.0
+    productive_s: float = 0.0
+    overhead_s: float = 0.0
+    idle_s: float = 0.0
+    wasted_s: float = 0.0
+    unattributed_s: float = 0.0
+    goodput: float | None = None
+    stalled_s: float = 0.0
+    leaves: int = 0
+    parent_missing: bool = False
+    spans: Mapping[str, float] = field(default_factory=dict)
+    violations: tuple[str, ...] = ()
+
+    @classmethod
+    def from_row(
+        cls, row: StepRow, *, rank: int = 0, role: str | None = None, violations: Any = ()
+    ) -> StepGoodput:
+        """The record of a rollup row.
+
+        Example:
+            >>> row = StepRow("rl.step", 0, 1, "ab", "cd", 0.0, 1e6, [4e5, 0.0, 0.0, 0.0], 1,
+            ...               phases={"rl.gen": 4e5})
+            >>> StepGoodput.from_row(row).spans
+            {'rl.gen': 0.4}
+        """
+        return cls(
+            name=row.name,
+            iteration=row.iteration,
+            rank=rank,
+            role=role,
+            trace_id=row.trace_id,
+            span_id=row.span_id,
+            start_us=row.start,
+            spans={name: _seconds(us) for name, us in row.phases.items()},
+            violations=tuple(v.message for v in violations),
+            **step_numbers(row),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as plain data (one line of ``goodput-r{rank}.jsonl``).
+
+        Example:
+            >>> StepGoodput(name="rl.step", iteration=2).to_dict()["iteration"]
+            2
+        """
+        return {
+            "kind": "step",
+            "name": self.name,
+            "iteration": self.iteration,
+            "rank": self.rank,
+            "role": self.role,
+            "trace_id": self.trace_id,
+            "span_id": self.span_id,
+            "start_us": self.start_us,
+            "wall_s": self.wall_s,
+            **{f"{b}_s": getattr(self, f"{b}_s") for b in BUCKETS},
+            "unattributed_s": self.unattributed_s,
+            "goodput": self.goodput,
+            "stalled_s": self.stalled_s,
+            "leaves": self.leaves,
+            "parent_missing": self.parent_missing,
+            "spans": dict(self.spans),
+            "violations": list(self.violations),
+        }
+
+    def scalars(self, prefix: str = "goodput/") -> dict[str, float]:
+        """The numbers to log beside a loss curve (``wandb.log``, ``add_scalar``).
+
+        The goodput ratio (left out when the wall time is zero), the wall
+        time, each bucket, the unattributed and the stalled seconds, with
+        *prefix* before each name.
+
+        Example:
+            >>> sorted(StepGoodput(name="s", wall_s=1.0, goodput=0.0).scalars(prefix=""))[:3]
+            ['goodput', 'idle_s', 'overhead_s']
+        """
+        out: dict[str, float] = {}
+        if self.goodput is not None:
+            out[f"{prefix}goodput"] = self.goodput
+        out[f"{prefix}wall_s"] = self.wall_s
+        for bucket in BUCKETS:
+            out[f"{prefix}{bucket}_s"] = getattr(self, f"{bucket}_s")
+        out[f"{prefix}unattributed_s"] = self.unattributed_s
+        out[f"{prefix}stalled_s"] = self.stalled_s
+        return out
+
+
+@dataclass(frozen=True)
+class GoodputStats:
+    """Counters of the live goodput rollup (:attr:`asynctrace.Telemetry.goodput`).
+
+    Attributes:
+        steps: step records made.
+        violations: accounting violations found (over-wall, nested-bucket,
+            late-bucket, unknown-bucket).
+        delivered: records handed to the callbacks.
+        dropped: records the callbacks never saw (their queue was full).
+        callback_errors: calls of a callback that raised.
+        evicted: waits for a parent span given up (``goodput.max_pending``).
+        awaited_parents: parent spans that arrived spans wait for right now
+            (the open steps and their open subtrees).
+
+    Example:
+        >>> GoodputStats(steps=3).dropped
+        0
+    """
+
+    steps: int = 0
+    violations: int = 0
+    delivered: int = 0
+    dropped: int = 0
+    callback_errors: int = 0
+    evicted: int = 0
+    awaited_parents: int = 0
+
+
+# -- callbacks -----------------------------------------------------------------
+
+_lock = threading.Lock()
+_callbacks: tuple[Callable[[StepGoodput], Any], ...] = ()
+
+
+def on_step_goodput(fn: F) -> F:
+    """Call *fn* with each finished step's :class:`StepGoodput`, on a background thread.
+
+    Registered for the process (before or after :func:`asynctrace.configure`;
+    the live rollup runs when the ``goodput`` configuration key is on, or when
+    a callback is registered by the time ``configure`` runs). Callbacks run
+    one after another, in registration order, on the thread
+    ``asynctrace-goodput-callbacks``: a callback that raises is logged once and
+    keeps being called; a slow one delays the later records (queued, up to
+    ``goodput.callback_queue``, then dropped and counted), never the program.
+    Registering the same function twice calls it once. Returns *fn*, so it
+    works as a decorator.
+
+    Example:
+        >>> seen = []
+        >>> _ = on_step_goodput(seen.append)
+        >>> remove_step_goodput(seen.append)
+        True
+    """
+    global _callbacks
+    if not callable(fn):
+        raise TypeError(f"on_step_goodput: {fn!r} is not callable")
+    with _lock:
+        if fn not in _callbacks:
+            _callbacks = (*_callbacks, fn)
+    return fn
+
+
+def remove_step_goodput(fn: Callable[[StepGoodput], Any]) -> bool:
+    """Stop calling *fn*; ``False`` if it was not registered.
+
+    Example:
+        >>> remove_step_goodput(print)
+        False
+    """
+    global _callbacks
+    with _lock:
+        if fn not in _callbacks:
+            return False
+        _callbacks = tuple(cb for cb in _callbacks if cb != fn)
+        return True
+
+
+def callbacks() -> tuple[Callable[[StepGoodput], Any], ...]:
+    """The registered callbacks (a snapshot)."""
+    return _callbacks
+
+
+_STOP: Final = object()
+
+
+class Dispatcher:
+    """A bounded queue of records and the thread that calls the callbacks with them."""
+
+    def __init__(self, max_queue: int) -> None:
+        self._max = max_queue
+        self._queue: deque[Any] = deque()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        reinit_at_fork(self._start_lock)
+        self._closed = False
+        self.delivered = 0
+        self.dropped = 0
+        self.errors = 0
+        self._warned: set[int] = set()
+        self._warned_full = False
+
+    def put(self, record: StepGoodput) -> None:
+        """Queue *record* for the callbacks (export thread; never waits)."""
+        if not _callbacks or self._closed:
+            return
+        if len(self._queue) >= self._max:
+            self.dropped += 1
+            if not self._warned_full:
+                self._warned_full = True
+                logger.warning(
+                    "asynctrace: goodput callbacks are %d records behind (goodput."
+                    "callback_queue); dropping records, the count is in Telemetry.goodput",
+                    self._max,
+                )
+            return
+        self._queue.append(record)
+        if self._thread is None:
+            self._start()
+        self._wake.set()
+
+    def _start(self) -> None:
+        with self._start_lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="asynctrace-goodput-callbacks", daemon=True
+                )
+                self._thread.start()
+
+    def _run(self) -> None:
+        queue = self._queue
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            while queue:
+                record = queue.popleft()
+                if record is _STOP:
+                    return
+                for fn in _callbacks:
+                    self._call(fn, record)
+                self.delivered += 1
+
+    def _call(self, fn: Callable[[StepGoodput], Any], record: StepGoodput) -> None:
+        try:
+            fn(record)
+        except BaseException as exc:  # a callback's SystemExit does not end the thread either
+            self.errors += 1
+            if id(fn) not in self._warned:
+                self._warned.add(id(fn))
+                logger.warning(
+                    "asynctrace: the goodput callback %r raised; it keeps being called "
+                    "(further errors are counted, not logged)",
+                    fn,
+                    exc_info=exc,
+                )
+
+    def close(self, timeout_s: float) -> bool:
+        """Deliver what is queued, waiting at most *timeout_s*; ``False`` if it took longer."""
+        self._closed = True
+        thread = self._thread
+        if thread is None:
+            return True
+        self._queue.append(_STOP)
+        self._wake.set()
+        thread.join(max(0.0, timeout_s))
+        if thread.is_alive():
+            left = sum(1 for item in list(self._queue) if item is not _STOP)
+            self.dropped += left
+            logger.warning(
+                "asynctrace: goodput callbacks did not finish within %.1f s at shutdown; "
+                "%d records were not delivered",
+                timeout_s,
+                left,
+            )
+            return False
+        return True
