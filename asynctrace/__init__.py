@@ -26,6 +26,7 @@ from ._efficiency import (
 )
 from ._errors import ConfigurationError, MissingExtraError
 from ._fast import FastTracerProvider, Sampling, SpanLimits
+from ._goodput import GoodputStats, StepGoodput, on_step_goodput, remove_step_goodput
 from ._groups import (
     BY_CATEGORY,
     Bucket,
@@ -103,12 +104,14 @@ __all__ = [
     "ContextExecutor",
     "ContextThread",
     "FastTracerProvider",
+    "GoodputStats",
     "MissingExtraError",
     "PollWait",
     "Sampling",
     "SessionTracerConfig",
     "SpanGroup",
     "SpanLimits",
+    "StepGoodput",
     "Telemetry",
     "TelemetryConfig",
     "__version__",
@@ -146,6 +149,7 @@ __all__ = [
     "is_span_group_enabled",
     "iteration_scope",
     "managed_span",
+    "on_step_goodput",
     "per_prompt_scope",
     "register_phase",
     "register_span_groups",
@@ -153,6 +157,7 @@ __all__ = [
     "registered_presets",
     "registered_span_groups",
     "remote_trace_context",
+    "remove_step_goodput",
     "resolve_span_groups",
     "session_context",
     "session_scope",

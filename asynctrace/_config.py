@@ -167,6 +167,16 @@ class TelemetryConfig:
             process. ``None``: ``sampling_ratio``.
         retry_buffer_spans: spans of failed OTLP batches held for retry.
         retry_buffer_bytes: estimated encoded bytes held for retry.
+        goodput: live goodput per finished step (see :mod:`asynctrace._goodput_settings`):
+            ``true`` (a ``goodput-r{rank}.jsonl`` file and metrics through the
+            global ``MeterProvider``), a mapping of ``file``, ``metrics``
+            (``global``, ``none``, ``otlp``, ``console``, ``prometheus``, or a
+            ``MeterProvider``), ``prometheus_host``, ``prometheus_port``,
+            ``export_interval_s``, ``callback_queue``, ``grace_s``, ``window``,
+            ``max_pending``, ``step_name``; or ``false``. ``None`` (the
+            default): on for the callbacks alone (no file, no metrics) when
+            :func:`asynctrace.on_step_goodput` has registered one by the time
+            :func:`asynctrace.configure` runs, else off.
 
     Example:
         >>> TelemetryConfig(enabled=True, exporters=["chrome"]).span_groups
@@ -199,6 +209,7 @@ class TelemetryConfig:
     sample_rate: float | None = None
     retry_buffer_spans: int = 65_536
     retry_buffer_bytes: int = 64 << 20
+    goodput: Any = None
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any] | None) -> TelemetryConfig:
@@ -309,6 +320,7 @@ ENV_VARS: dict[str, str] = {
     "ASYNCTRACE_SAMPLE_RATE": "sample_rate",
     "ASYNCTRACE_RETRY_BUFFER_SPANS": "retry_buffer_spans",
     "ASYNCTRACE_RETRY_BUFFER_BYTES": "retry_buffer_bytes",
+    "ASYNCTRACE_GOODPUT": "goodput",
 }
 """Environment variable → field (``session_tracer.*`` are nested fields)."""
 
@@ -465,6 +477,10 @@ def coerce_field(key: str, name: str, value: Any) -> Any:
         return dict(value)
     if name == "loop_stall_threshold_ms":
         return _stall_threshold(key, value)
+    if name == "goodput":
+        from ._goodput_settings import GoodputSettings
+
+        return GoodputSettings.parse(key, value)
     if name == "profiler":
         from ._profiling import ProfilerSettings
 

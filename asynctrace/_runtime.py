@@ -32,6 +32,7 @@ from ._state import GATE, disable_telemetry, enable_telemetry
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+    from ._goodput import GoodputStats
     from ._settings import Settings
     from .export._pipeline import Pipeline
     from .export._queue import ExportStats
@@ -135,6 +136,22 @@ class Telemetry:
     def owns_global_provider(self) -> bool:
         """Whether OpenTelemetry's global tracer provider forwards to this pipeline."""
         return self._owns_global
+
+    @property
+    def goodput(self) -> GoodputStats | None:
+        """Counters of the live goodput rollup (``None``: it is off).
+
+        Example:
+            >>> configure({"enabled": False}).goodput is None
+            True
+        """
+        if self._pipeline is None:
+            return None
+        for processor in self._pipeline.queued:
+            if processor.name == "goodput":
+                stats: GoodputStats = processor._sink.stats()  # type: ignore[attr-defined]
+                return stats
+        return None
 
     def stats(self) -> dict[str, ExportStats]:
         """Per-exporter counters: exported, dropped, failed, queued.

@@ -27,6 +27,7 @@ from ._config import (
 from ._detect import detect_resource
 from ._errors import ConfigurationError
 from ._fast import Sampling, SpanLimits, limits_from, sampling_from
+from ._goodput_settings import GoodputSettings
 from ._groups import split_spec
 from ._profiling import ProfilerSettings
 from ._protocol import otlp_protocol
@@ -83,6 +84,7 @@ class Settings:
     export_ranks: str = "all"
     retry_buffer_spans: int = 65_536
     retry_buffer_bytes: int = 64 << 20
+    goodput: GoodputSettings | None = None
 
     @property
     def exporter_names(self) -> tuple[str, ...]:
@@ -159,7 +161,8 @@ def resolve(
     protocol = (
         otlp_protocol(values["otlp_protocol"], env) if "otlp" in exporters else "http/protobuf"
     )
-    writes_files = "chrome" in exporters or session.enabled
+    goodput = _goodput(values["goodput"])
+    writes_files = "chrome" in exporters or session.enabled or bool(goodput and goodput.file)
     output_dir = values["output_dir"].replace("{run_id}", run_id) if writes_files else None
     service_name = values["service_name"] or _env_service_name(env) or DEFAULT_SERVICE_NAME
     resource: dict[str, Any] = _detected(env)
@@ -207,10 +210,23 @@ def resolve(
         export_ranks=str(export_ranks),
         retry_buffer_spans=values["retry_buffer_spans"],
         retry_buffer_bytes=values["retry_buffer_bytes"],
+        goodput=goodput,
     )
 
 
 _FIELDS = dataclasses.fields(TelemetryConfig)
+
+
+def _goodput(value: GoodputSettings | bool | None) -> GoodputSettings | None:
+    """The goodput settings; unset (``None``), the callbacks alone if one is registered."""
+    if isinstance(value, GoodputSettings):
+        return value
+    if value is None:
+        from ._goodput import callbacks
+
+        if callbacks():
+            return GoodputSettings(file=False, metrics="none")
+    return None
 
 
 def _profiler(value: ProfilerSettings | None, output_dir: str | None) -> ProfilerSettings | None:

@@ -11,6 +11,7 @@ import pytest
 
 from asynctrace import ConfigurationError
 from asynctrace._config import ENV_VARS, SessionTracerConfig, TelemetryConfig
+from asynctrace._goodput_settings import GoodputSettings
 from asynctrace._ranks import parse_export_ranks
 from asynctrace._settings import new_run_id, resolve
 
@@ -125,6 +126,7 @@ def test_from_env_reads_every_variable() -> None:
         "ASYNCTRACE_SAMPLE_RATE": "0.25",
         "ASYNCTRACE_RETRY_BUFFER_SPANS": "100",
         "ASYNCTRACE_RETRY_BUFFER_BYTES": "4096",
+        "ASYNCTRACE_GOODPUT": "true",
     }
     assert set(env) == set(ENV_VARS)
     config = TelemetryConfig.from_env(env)
@@ -151,6 +153,7 @@ def test_from_env_reads_every_variable() -> None:
         sample_rate=0.25,
         retry_buffer_spans=100,
         retry_buffer_bytes=4096,
+        goodput=GoodputSettings(),
     )
 
 

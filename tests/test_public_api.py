@@ -13,6 +13,10 @@ import asynctrace.testing
 REFERENCE = Path(__file__).parents[1] / "docs" / "reference.md"
 
 EXPECTED = {
+    "GoodputStats",
+    "StepGoodput",
+    "on_step_goodput",
+    "remove_step_goodput",
     "FastTracerProvider",
     "Sampling",
     "SpanLimits",

@@ -53,6 +53,7 @@ class Plan:
     exporters: list[tuple[str, Any]] = field(default_factory=list)
     memory: bool = False
     chrome_path: Path | None = None
+    goodput: Any = None  # a GoodputPlan: the live goodput rollup's queue
 
 
 def prepare(settings: Settings) -> Plan:
@@ -85,6 +86,10 @@ def prepare(settings: Settings) -> Plan:
                     f"output_dir: the trace file {str(plan.chrome_path)!r} exists and is not "
                     "writable; accepted: a directory whose trace files this process can write"
                 )
+    if settings.goodput is not None:
+        from ._goodput_sink import prepare_goodput
+
+        plan.goodput = prepare_goodput(settings)
     return plan
 
 
@@ -241,6 +246,10 @@ def _start_queues(
                 )
                 continue
             queued.append(QueuedSpanProcessor(sink(exporter), name=name, **limits))
+        if plan.goodput is not None:  # the live rollup: a queue of its own, read as chrome's
+            goodput = plan.goodput.start()
+            goodput.export_stats = lambda: [processor.stats() for processor in queued]
+            queued.append(QueuedSpanProcessor(goodput, name="goodput", **limits))
     except BaseException:
         for processor in queued:
             processor.shutdown_within(1.0)

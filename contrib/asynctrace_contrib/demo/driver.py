@@ -141,7 +141,8 @@ def run_demo(
     """
     started = time.perf_counter()
     out = Path(out)
-    for stale in [*out.glob("traces-*.jsonl"), *out.glob("sessions-*.jsonl")]:
+    kinds = ("traces", "sessions", "goodput")
+    for stale in [path for kind in kinds for path in out.glob(f"{kind}-*.jsonl")]:
         stale.unlink()  # trace files are appended to: start this run clean
     telemetry = at.init_driver(
         {
@@ -150,6 +151,8 @@ def run_demo(
             "exporters": demo_exporters(exporters),
             "output_dir": str(out),
             "session_tracer": {"enabled": True, "flush_threshold": 32},
+            # goodput-*.jsonl, a line per finished step (asynctrace watch reads it)
+            "goodput": {"metrics": "none"},
         }
     )
     gym = GymServer()

@@ -1,0 +1,273 @@
+"""Goodput as OpenTelemetry metrics, and the ``MeterProvider`` asynctrace can set up.
+
+Instruments (meter ``asynctrace``), recorded once per finished step:
+
+=====================  =========  ====  =================================================
+name                   kind       unit  attributes
+=====================  =========  ====  =================================================
+``rl.goodput``         gauge      1     none: productive / wall of the last step
+``rl.bucket.duration`` counter    s     ``rl.bucket``: productive, overhead, idle,
+                                        wasted, unattributed (never negative)
+``rl.step.duration``   histogram  s     none: the step's wall time
+``<leaf span name>``   histogram  s     none: that leaf's seconds in the step
+=====================  =========  ====  =================================================
+
+A leaf's histogram carries the span's name (``rl.policy_update``), so a span
+and the metric measuring it have one name; at most 256 such names get one,
+the rest are counted. ``rl.iteration`` is never an attribute: it grows
+without bound, and each value would be a time series of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ._errors import ConfigurationError, MissingExtraError
+from ._goodput import StepGoodput
+from ._goodput_settings import GoodputSettings
+from ._rollup import BUCKETS
+
+__all__ = [
+    "MAX_SPAN_INSTRUMENTS",
+    "GoodputMetrics",
+    "MeterSetup",
+    "meter_provider_for",
+    "span_metric_name",
+]
+
+logger = logging.getLogger("asynctrace")
+
+MAX_SPAN_INSTRUMENTS: Final = 256
+SECONDS_BOUNDARIES: Final = (
+    0.001,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+    1800.0,
+    3600.0,
+)
+_INVALID = re.compile(r"[^A-Za-z0-9_./\-]")
+
+
+def span_metric_name(name: str) -> str:
+    """The instrument name of a leaf span's histogram: the span's own name, when valid.
+
+    OpenTelemetry instrument names are ASCII letters, digits and ``_ . / -``,
+    start with a letter and have at most 255 characters; other characters
+    become ``_``, and a name not starting with a letter gets ``span.`` before it.
+
+    Example:
+        >>> span_metric_name("rl.policy_update"), span_metric_name("2 phase")
+        ('rl.policy_update', 'span.2_phase')
+    """
+    clean = _INVALID.sub("_", name)
+    if not clean[:1].isascii() or not clean[:1].isalpha():
+        clean = "span." + clean
+    return clean[:255]
+
+
+class GoodputMetrics:
+    """The instruments, made once; :meth:`record` adds one step (export thread)."""
+
+    def __init__(self, meter_provider: Any) -> None:
+        from . import __version__
+
+        meter = meter_provider.get_meter("asynctrace", __version__)
+        self._meter = meter
+        self.goodput = meter.create_gauge(
+            "rl.goodput", unit="1", description="productive seconds / wall seconds of a step"
+        )
+        self.buckets = meter.create_counter(
+            "rl.bucket.duration",
+            unit="s",
+            description="seconds of finished steps by goodput bucket (rl.bucket)",
+        )
+        self.step = meter.create_histogram(
+            "rl.step.duration",
+            unit="s",
+            description="wall time of a training step",
+            explicit_bucket_boundaries_advisory=SECONDS_BOUNDARIES,
+        )
+        self._bucket_attrs = {b: {"rl.bucket": b} for b in (*BUCKETS, "unattributed")}
+        self._spans: dict[str, Any] = {}
+        self.untracked_names = 0  # leaf names past MAX_SPAN_INSTRUMENTS
+
+    def record(self, record: StepGoodput) -> None:
+        """Record one finished step."""
+        if record.goodput is not None:
+            self.goodput.set(record.goodput)
+        attrs = self._bucket_attrs
+        for bucket in BUCKETS:
+            seconds = getattr(record, f"{bucket}_s")
+            if seconds > 0:
+                self.buckets.add(seconds, attrs[bucket])
+        if record.unattributed_s > 0:
+            self.buckets.add(record.unattributed_s, attrs["unattributed"])
+        self.step.record(record.wall_s)
+        spans = self._spans
+        for name, seconds in record.spans.items():
+            histogram = spans.get(name)
+            if histogram is None:
+                histogram = self._span_histogram(name)
+                if histogram is None:
+                    continue
+            histogram.record(seconds)
+
+    def _span_histogram(self, name: str) -> Any:
+        if len(self._spans) >= MAX_SPAN_INSTRUMENTS:
+            self.untracked_names += 1
+            if self.untracked_names == 1:
+                logger.warning(
+                    "asynctrace: more than %d leaf span names; %r and later new names get no "
+                    "duration histogram",
+                    MAX_SPAN_INSTRUMENTS,
+                    name,
+                )
+            return None
+        histogram = self._spans[name] = self._meter.create_histogram(
+            span_metric_name(name),
+            unit="s",
+            description=f"seconds of {name} spans in a step",
+            explicit_bucket_boundaries_advisory=SECONDS_BOUNDARIES,
+        )
+        return histogram
+
+
+def _nothing(_timeout_s: float) -> None:
+    return None
+
+
+@dataclass
+class MeterSetup:
+    """The meter provider goodput records to (``None``: no metrics), and its shutdown."""
+
+    provider: Any
+    shutdown: Callable[[float], None] = _nothing
+    address: tuple[str, int] | None = None  # the Prometheus endpoint's
+
+
+def meter_provider_for(
+    settings: GoodputSettings,
+    resource_attributes: Any,
+    local_rank: int | None,
+    otlp_protocol: str,
+) -> MeterSetup:
+    """The meter provider of ``goodput.metrics`` and how to shut it down (``None``: no metrics).
+
+    ``global`` takes OpenTelemetry's global provider (the program's, or the
+    API's no-op one), which asynctrace never shuts down. ``otlp``,
+    ``console`` and ``prometheus`` make an SDK ``MeterProvider`` of
+    asynctrace's own, with the run's resource. Everything is imported and
+    constructed here, before anything starts, except the Prometheus
+    endpoint's server, which is started here too: a port already in use is a
+    configuration error.
+
+    Raises:
+        MissingExtraError: the exporter's extra is missing.
+        ConfigurationError: the Prometheus port cannot be listened on.
+    """
+    choice = settings.metrics
+    if choice == "none":
+        return MeterSetup(None)
+    if choice == "global":
+        from opentelemetry import metrics
+
+        return MeterSetup(metrics.get_meter_provider())
+    if not isinstance(choice, str):
+        return MeterSetup(choice)  # the program's own MeterProvider: it shuts it down
+    try:
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+        from opentelemetry.sdk.resources import Resource
+    except ImportError as exc:
+        raise MissingExtraError("sdk", "opentelemetry.sdk") from exc
+    interval_ms = settings.export_interval_s * 1000.0
+    resource = Resource.create(dict(resource_attributes))
+    if choice == "console":
+        from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
+
+        reader: Any = PeriodicExportingMetricReader(
+            ConsoleMetricExporter(), export_interval_millis=interval_ms
+        )
+    elif choice == "otlp":
+        reader = PeriodicExportingMetricReader(
+            _otlp_metric_exporter(otlp_protocol), export_interval_millis=interval_ms
+        )
+    else:
+        return _prometheus(settings, resource, local_rank)
+    provider = MeterProvider(resource=resource, metric_readers=[reader], shutdown_on_exit=False)
+
+    def shutdown(timeout_s: float) -> None:
+        provider.shutdown(timeout_millis=max(0.0, timeout_s) * 1000.0)
+
+    return MeterSetup(provider, shutdown)
+
+
+def _otlp_metric_exporter(protocol: str) -> Any:
+    env_protocol = os.environ.get("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "").strip()
+    if (env_protocol or protocol) == "grpc":
+        try:
+            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
+                OTLPMetricExporter,
+            )
+        except ImportError as exc:
+            raise MissingExtraError("otlp-grpc", "opentelemetry.exporter.otlp.proto.grpc") from exc
+        return OTLPMetricExporter()
+    try:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+            OTLPMetricExporter as HttpExporter,
+        )
+    except ImportError as exc:
+        raise MissingExtraError("otlp", "opentelemetry.exporter.otlp.proto.http") from exc
+    return HttpExporter()
+
+
+def _prometheus(settings: GoodputSettings, resource: Any, local_rank: int | None) -> MeterSetup:
+    try:
+        from opentelemetry.exporter.prometheus import PrometheusMetricReader
+        from prometheus_client import CollectorRegistry, start_http_server
+    except ImportError as exc:
+        raise MissingExtraError("prometheus", "opentelemetry.exporter.prometheus") from exc
+    from opentelemetry.sdk.metrics import MeterProvider
+
+    registry = CollectorRegistry()  # the process-wide default is left alone
+    reader = PrometheusMetricReader(registry=registry)
+    port = settings.prometheus_port + (local_rank or 0) if settings.prometheus_port else 0
+    try:
+        server, thread = start_http_server(port, addr=settings.prometheus_host, registry=registry)
+    except OSError as exc:
+        raise ConfigurationError(
+            f"goodput.prometheus_port: cannot listen on {settings.prometheus_host}:{port} "
+            f"({exc}); accepted: a free port (the port is prometheus_port + LOCAL_RANK), or 0 "
+            "for any free port"
+        ) from None
+    provider = MeterProvider(resource=resource, metric_readers=[reader], shutdown_on_exit=False)
+
+    def shutdown(timeout_s: float) -> None:
+        try:
+            provider.shutdown(timeout_millis=max(0.0, timeout_s) * 1000.0)
+        finally:
+            server.shutdown()
+            server.server_close()
+            thread.join(max(0.0, timeout_s))
+
+    host, bound = server.server_address[:2]
+    return MeterSetup(provider, shutdown, (str(host), int(bound)))

@@ -1,0 +1,356 @@
+"""The live goodput rollup: a sink on its own export queue.
+
+Ended spans reach it like any exporter: the ending thread appends the span
+to a bounded queue (:class:`~asynctrace.export._queue.QueuedSpanProcessor`)
+and nothing else. On the queue's worker thread, :class:`GoodputSink` reads
+each span's fields as the chrome exporter writes them (µs, the same
+category) and feeds the core rollup (:mod:`asynctrace._rollup`), the code
+``asynctrace goodput`` runs on the files. Each finished step becomes a
+:class:`~asynctrace.StepGoodput`: a line of ``goodput-r{rank}.jsonl``, the
+metrics, and the callbacks' queue.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import re
+import socket
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from .._fast._span import SPAN_TYPES
+from .._files import AppendFile
+from .._goodput import Dispatcher, GoodputStats, StepGoodput
+from .._goodput_metrics import GoodputMetrics, MeterSetup, meter_provider_for
+from .._goodput_settings import GoodputSettings
+from .._rollup import Rollup, StepRow, Violation
+from .._semconv import GROUP, RL_BUCKET
+from .._settings import Settings
+from ._queue import ExportStats
+
+__all__ = ["GoodputPlan", "GoodputSink", "goodput_filename", "prepare_goodput"]
+
+logger = logging.getLogger("asynctrace")
+
+_CALLBACK_DRAIN_S = 2.0
+
+
+def goodput_filename(rank: int, role: str | None) -> str:
+    """``goodput-r{rank}.jsonl``, or ``goodput-{role}-r{rank}.jsonl`` for other roles.
+
+    Example:
+        >>> goodput_filename(1, "driver")
+        'goodput-driver-r1.jsonl'
+    """
+    if role in (None, "worker"):
+        return f"goodput-r{rank}.jsonl"
+    return f"goodput-{role}-r{rank}.jsonl"
+
+
+class GoodputPlan:
+    """The goodput block checked (extras imported, port free), nothing started."""
+
+    def __init__(self, settings: Settings, goodput: GoodputSettings) -> None:
+        self.settings = settings
+        self.goodput = goodput
+        self.path: Path | None = None
+        if goodput.file and settings.output_dir is not None:
+            self.path = Path(settings.output_dir) / goodput_filename(settings.rank, settings.role)
+
+    def start(self) -> GoodputSink:
+        """Set the meter provider up and make the sink."""
+        settings, goodput = self.settings, self.goodput
+        try:
+            meters = meter_provider_for(
+                goodput,
+                settings.resource_attributes,
+                settings.local_rank,
+                settings.otlp_protocol,
+            )
+        except Exception as exc:  # the port was taken since prepare(): run without metrics
+            logger.warning("asynctrace: goodput metrics are off: %s", exc)
+            meters = MeterSetup(None)
+        if meters.address is not None:
+            logger.info(
+                "asynctrace: goodput metrics for Prometheus on http://%s:%d/metrics",
+                *meters.address,
+            )
+        return GoodputSink(
+            goodput,
+            rank=settings.rank,
+            role=settings.role,
+            path=self.path,
+            meters=meters,
+            max_attribute_length=settings.span_limits.max_attribute_length,
+        )
+
+
+def prepare_goodput(settings: Settings) -> GoodputPlan | None:
+    """Check the ``goodput`` block before anything starts (``None``: it is off).
+
+    Raises:
+        MissingExtraError: the metrics exporter's extra is not installed.
+        ConfigurationError: the Prometheus port is taken.
+    """
+    goodput: GoodputSettings | None = getattr(settings, "goodput", None)
+    if goodput is None:
+        return None
+    metrics = goodput.metrics
+    if metrics in ("otlp", "console", "prometheus"):
+        from .._errors import MissingExtraError
+
+        try:
+            import opentelemetry.sdk.metrics
+        except ImportError as exc:
+            raise MissingExtraError("sdk", "opentelemetry.sdk") from exc
+        if metrics == "otlp":
+            from .._goodput_metrics import _otlp_metric_exporter
+
+            _otlp_metric_exporter(settings.otlp_protocol)  # the extra, and its settings
+        elif metrics == "prometheus":
+            try:
+                import opentelemetry.exporter.prometheus  # noqa: F401
+                import prometheus_client  # noqa: F401
+            except ImportError as exc:
+                raise MissingExtraError("prometheus", "opentelemetry.exporter.prometheus") from exc
+            _check_port(goodput, settings.local_rank)
+    return GoodputPlan(settings, goodput)
+
+
+def _check_port(goodput: GoodputSettings, local_rank: int | None) -> None:
+    if not goodput.prometheus_port:
+        return
+    port = goodput.prometheus_port + (local_rank or 0)
+    try:
+        infos = socket.getaddrinfo(goodput.prometheus_host, port, type=socket.SOCK_STREAM)
+        family, kind, proto, _, address = infos[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.bind(address)
+    except OSError as exc:
+        from .._errors import ConfigurationError
+
+        raise ConfigurationError(
+            f"goodput.prometheus_port: cannot listen on {goodput.prometheus_host}:{port} "
+            f"({exc}); accepted: a free port (the port is prometheus_port + LOCAL_RANK), or 0 "
+            "for any free port"
+        ) from None
+
+
+class GoodputSink:
+    """The rollup, its records' file and metrics, on the export thread.
+
+    Example:
+        >>> sink = GoodputSink(GoodputSettings(metrics="none"), path=None)
+        >>> sink.export([])
+        (0, 0)
+        >>> sink.shutdown()
+    """
+
+    def __init__(
+        self,
+        settings: GoodputSettings,
+        *,
+        rank: int = 0,
+        role: str | None = None,
+        path: Path | None = None,
+        meters: MeterSetup | None = None,
+        max_attribute_length: int | None = None,
+    ) -> None:
+        self._rank = rank
+        self._role = role
+        self._max_len = max_attribute_length
+        self.rollup = Rollup(
+            step_name=re.compile(settings.step_name) if settings.step_name else None,
+            window=settings.window,
+            grace_us=settings.grace_s * 1e6,
+            on_step=self._on_step,
+            keep=False,
+            max_pending=settings.max_pending,
+        )
+        self._meters = meters if meters is not None else MeterSetup(None)
+        self.metrics = (
+            GoodputMetrics(self._meters.provider) if self._meters.provider is not None else None
+        )
+        self.dispatcher = Dispatcher(settings.callback_queue)
+        self._file = AppendFile(path) if path is not None else None
+        self.path = path
+        self._lines: list[str] = []
+        self.steps = 0
+        self.lost = 0  # (the queue reads it: lines lost to a deleted file are not tracked)
+        self.export_stats: Callable[[], list[ExportStats]] | None = None
+        self._warned = False
+
+    # -- Sink API ---------------------------------------------------------------
+
+    def export(self, batch: list[Any]) -> tuple[int, int]:
+        """Feed *batch* to the rollup; finished steps go out as they finish."""
+        add = self.rollup.add_span
+        span_types = SPAN_TYPES
+        max_len = self._max_len
+        failed = 0
+        for item in batch:
+            try:
+                cls = item.__class__
+                if cls in span_types:
+                    start = item._start // 1000
+                    end = item._end // 1000
+                    if end < start:
+                        end = start
+                    attrs = item._attributes
+                    if max_len is not None:
+                        attrs = _cut(attrs, max_len)
+                    cat = attrs.get(GROUP) or attrs.get(RL_BUCKET) or item._tracer.scope.name
+                    add(
+                        item._name,
+                        item._trace_id,
+                        item._span_id,
+                        item._parent_id,
+                        start,
+                        end,
+                        attrs,
+                        cat,
+                    )
+                else:
+                    self._sdk_span(item)
+            except Exception as exc:
+                failed += 1
+                self._warn("a span could not be rolled up; it is skipped", exc)
+        if self._lines:
+            self._write()
+        return len(batch) - failed, failed
+
+    def flush(self) -> None:
+        """Lines are written batch by batch; a step still within its grace stays open."""
+
+    def shutdown(self) -> None:
+        """Finish every step, write the last lines, stop the callbacks and metrics."""
+        try:
+            self.rollup.finish()
+        except Exception as exc:
+            self._warn("the rollup could not finish", exc)
+        self.dispatcher.close(_CALLBACK_DRAIN_S)
+        stats = self.stats()
+        self._lines.append(
+            json.dumps(
+                {"kind": "end", "time": time.time(), "rank": self._rank, "role": self._role}
+                | {"goodput": dataclasses.asdict(stats), "exporters": self._exporters()},
+                separators=(",", ":"),
+            )
+        )
+        self._write()
+        if self._file is not None:
+            self._file.close()
+        try:
+            self._meters.shutdown(2.0)
+        except Exception as exc:
+            self._warn("the metrics could not be shut down", exc)
+
+    # -- records ----------------------------------------------------------------
+
+    def _on_step(self, row: StepRow, violations: list[Violation]) -> None:
+        record = StepGoodput.from_row(row, rank=self._rank, role=self._role, violations=violations)
+        self.steps += 1
+        if self._file is not None:
+            line = record.to_dict()
+            line["time"] = time.time()
+            line["exporters"] = self._exporters()
+            self._lines.append(json.dumps(line, separators=(",", ":"), allow_nan=False))
+        if self.metrics is not None:
+            try:
+                self.metrics.record(record)
+            except Exception as exc:
+                self._warn("recording goodput metrics failed", exc)
+        self.dispatcher.put(record)
+
+    def _exporters(self) -> dict[str, list[int]]:
+        """``{name: [exported, dropped, failed]}`` of every export queue but this one."""
+        stats = self.export_stats
+        if stats is None:
+            return {}
+        try:
+            return {
+                s.name: [s.exported, s.dropped, s.failed] for s in stats() if s.name != "goodput"
+            }
+        except Exception:
+            return {}
+
+    def _write(self) -> None:
+        lines, self._lines = self._lines, []
+        if self._file is None:
+            return
+        if self._file.moved():
+            try:
+                self._file.reopen()
+            except OSError as exc:
+                self._warn(f"opening {self.path} again failed", exc)
+                return
+        _, error = self._file.write(("\n".join(lines) + "\n").encode())
+        if error is not None:
+            self._warn(f"writing {self.path} failed", error)
+
+    def stats(self) -> GoodputStats:
+        """The counters (any thread)."""
+        dispatcher = self.dispatcher
+        rollup = self.rollup
+        return GoodputStats(
+            steps=self.steps,
+            violations=rollup.violation_count,
+            delivered=dispatcher.delivered,
+            dropped=dispatcher.dropped,
+            callback_errors=dispatcher.errors,
+            evicted=rollup.evicted,
+            awaited_parents=len(rollup._pending),
+        )
+
+    # -- SDK spans --------------------------------------------------------------
+
+    def _sdk_span(self, span: Any) -> None:
+        """An SDK ``ReadableSpan`` (the ``sdk`` provider, or the program's own)."""
+        ctx = span.context
+        parent = span.parent
+        attrs: Mapping[str, Any] = span.attributes or {}
+        scope = span.instrumentation_scope
+        start = span.start_time // 1000
+        dur = span.end_time // 1000 - start
+        end = start + (dur if dur > 0 else 0)
+        category = (attrs.get(GROUP) or attrs.get(RL_BUCKET)) if attrs else None
+        cat = category if category.__class__ is str else (scope.name if scope else "span")
+        self.rollup.add_span(
+            span.name,
+            ctx.trace_id,
+            ctx.span_id,
+            parent.span_id if parent is not None else 0,
+            start,
+            end,
+            attrs,
+            cat,
+        )
+
+    def _warn(self, message: str, exc: BaseException) -> None:
+        if not self._warned:
+            self._warned = True
+            logger.warning(
+                "asynctrace: goodput: %s (further errors are counted, not logged)",
+                message,
+                exc_info=exc,
+            )
+
+
+def _cut(attrs: dict[str, Any], limit: int) -> dict[str, Any]:
+    """*attrs* with the group and bucket cut as the chrome exporter cuts strings."""
+    group: Any = attrs.get(GROUP)
+    bucket: Any = attrs.get(RL_BUCKET)
+    long_group = group.__class__ is str and len(group) > limit
+    long_bucket = bucket.__class__ is str and len(bucket) > limit
+    if not (long_group or long_bucket):
+        return attrs
+    out = dict(attrs)
+    if long_group:
+        out[GROUP] = group[:limit]
+    if long_bucket:
+        out[RL_BUCKET] = bucket[:limit]
+    return out

@@ -1,0 +1,309 @@
+"""Live goodput: the in-process rollup equals the command line's, and the callbacks."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _goodput_trace import plan, record
+
+import asynctrace as at
+from asynctrace._rollup import Rollup
+from asynctrace.cli.goodput import collect, to_json
+
+KEYS = [
+    "name",
+    "iteration",
+    "trace_id",
+    "span_id",
+    "start_us",
+    "wall_s",
+    "productive_s",
+    "overhead_s",
+    "idle_s",
+    "wasted_s",
+    "unattributed_s",
+    "goodput",
+    "stalled_s",
+    "leaves",
+    "parent_missing",
+]
+
+PROVIDERS = ["fast", "sdk"]
+
+
+@pytest.fixture(autouse=True)
+def _no_callbacks() -> Any:
+    """Each test registers its own callbacks and leaves none behind."""
+    yield
+    for fn in at._goodput.callbacks():
+        at.remove_step_goodput(fn)
+
+
+def _live(directory: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The step lines of the goodput file, in start order, and the other lines."""
+    (path,) = directory.glob("goodput-*.jsonl")
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    steps = sorted((x for x in lines if x["kind"] == "step"), key=lambda x: x["start_us"])
+    return steps, [x for x in lines if x["kind"] != "step"]
+
+
+def _offline(directory: Path) -> dict[str, Any]:
+    paths = sorted(directory.glob("traces-*.jsonl"))
+    return to_json(collect(paths, step_name=None, progress=False, prog="test"))
+
+
+def _assert_equal(directory: Path) -> list[dict[str, Any]]:
+    live, _ = _live(directory)
+    offline = _offline(directory)["steps"]
+    assert [{k: s[k] for k in KEYS} for s in live] == [{k: s[k] for k in KEYS} for s in offline]
+    return live
+
+
+def _configure(tmp_path: Path, provider: str, **goodput: Any) -> at.Telemetry:
+    return at.configure(
+        {
+            "enabled": True,
+            "span_groups": "all",
+            "exporters": ["chrome"],
+            "output_dir": str(tmp_path),
+            "provider": provider,
+            "goodput": {"metrics": "none", **goodput},
+            "schedule_delay_millis": 20,
+        }
+    )
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_generated_trace_live_equals_offline(tmp_path: Path, provider: str, seed: int) -> None:
+    """Late finalize children, nested steps, per-prompt overlap, zero-leaf steps: equal."""
+    telemetry = _configure(tmp_path, provider)
+    p = plan(steps=7, seed=seed)
+    assert telemetry.provider is not None
+    record(telemetry.provider, p)
+    assert telemetry.shutdown()
+    live = _assert_equal(tmp_path)
+    by_iteration = {s["iteration"]: s for s in live}
+    assert sorted(by_iteration) == list(range(1, 9))  # the candidate step (8) too
+    for iteration, productive_ms in p.expected_productive_ms.items():
+        assert by_iteration[iteration]["productive_s"] == round(productive_ms / 1000, 6)
+    zero = by_iteration[3]
+    assert zero["leaves"] == 0
+    assert zero["goodput"] == 0.0
+    assert zero["unattributed_s"] > 0
+    assert by_iteration[1]["idle_s"] == 0.05  # the detached child, clipped to its step
+    assert by_iteration[1]["stalled_s"] == 0.03  # the stall span ended after its step
+    assert by_iteration[8]["spans"] == {"rl.train": 0.03}
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_demo_live_equals_offline(
+    tmp_path: Path, provider: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every step of the demo: the goodput file's line equals `asynctrace goodput --json`."""
+    pytest.importorskip("fastapi")
+    from asynctrace_contrib.demo import run_demo
+
+    monkeypatch.setenv("ASYNCTRACE_PROVIDER", provider)
+    run_demo(tmp_path, steps=4, prompts=8)
+    live = _assert_equal(tmp_path)
+    assert [s["iteration"] for s in live] == [1, 2, 3, 4]
+    assert all(s["productive_s"] > 0 for s in live)
+    _, rest = _live(tmp_path)
+    assert rest[-1]["kind"] == "end"
+    assert rest[-1]["goodput"]["steps"] == 4
+
+
+def test_a_step_finishes_once_a_span_ends_past_its_grace() -> None:
+    """A bucketed child arriving after its step finished is not counted, and is reported."""
+    rows: list[Any] = []
+    rollup = Rollup(grace_us=100.0, on_step=lambda row, found: rows.append(row), keep=False)
+    ids = {"trace_id": 1}
+
+    def span(name: str, sid: int, parent: int, start: int, end: int, **attrs: Any) -> None:
+        rollup.add_span(name, ids["trace_id"], sid, parent, start, end, attrs, None)
+
+    span("leaf", 2, 1, 10, 50, **{"rl.bucket": "productive"})
+    span("step", 1, 0, 0, 100, **{"asynctrace.group": "step", "rl.iteration": 1})
+    assert rows == []  # within its grace: a late child may still come
+    span("late", 3, 1, 90, 150, **{"rl.bucket": "productive"})  # counts: 10 µs inside
+    assert rows == []
+    span("other", 9, 0, 150, 201, **{"asynctrace.group": "x"})  # 201 > 100 + 100
+    assert [(r.name, r.sums[0], r.leaves) for r in rows] == [("step", 50.0, 2)]
+    span("too late", 4, 1, 95, 300, **{"rl.bucket": "productive"})
+    assert rows[0].sums[0] == 50.0
+    assert rollup.violation_count == 1
+    assert rollup.finish().steps == []  # keep=False: the rows went to on_step only
+
+
+def test_memory_is_bounded_by_open_steps() -> None:
+    """10,000 steps through a keep=False rollup: only the window and open waits remain."""
+    rollup = Rollup(window=1000, on_step=lambda row, found: None, keep=False, max_pending=100)
+    sid = 10
+    for i in range(10_000):
+        step = sid
+        start = i * 2_000_000  # a step every 2 s (grace: 1 s)
+        for k in range(5):
+            sid += 1
+            rollup.add_span(
+                "leaf", 7, sid, step, start + k * 100_000, start + k * 100_000 + 50_000,
+                {"rl.bucket": "productive"}, None,
+            )  # fmt: skip
+        rollup.add_span(
+            "step", 7, step, 1, start, start + 900_000, {"asynctrace.group": "step"}, None
+        )
+        sid += 1
+    assert len(rollup._home) <= 1000
+    assert len(rollup._pending) <= 2  # the job's group, and the open step's
+    assert len(rollup._held) <= 2
+    assert rollup.finish().steps == []
+
+
+# -- callbacks -----------------------------------------------------------------
+
+
+async def _steps_with_loop_probe(steps: int) -> tuple[float, int]:
+    """Run *steps* small steps; returns the longest span end on the loop and the ticks."""
+    worst = 0.0
+    ticks = 0
+    stop = False
+
+    async def probe() -> None:
+        nonlocal ticks
+        while not stop:
+            await asyncio.sleep(0.002)
+            ticks += 1
+
+    task = asyncio.create_task(probe())
+    for i in range(1, steps + 1):
+        with at.iteration_scope(i):
+            step = at.umbrella_span("step", "rl.step")
+            step.__enter__()
+            with at.managed_span("policy_update", "rl.policy_update"):
+                await asyncio.sleep(0.003)
+            began = time.perf_counter()
+            step.__exit__(None, None, None)
+            worst = max(worst, time.perf_counter() - began)
+        await asyncio.sleep(0.003)
+    stop = True
+    await task
+    return worst, ticks
+
+
+@pytest.mark.parametrize("kind", ["raises", "blocks", "slow"])
+def test_callbacks_never_stall_the_loop_nor_lose_records(
+    tmp_path: Path, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A callback that raises, blocks for 1 s or is slow: the loop runs on, nothing is lost."""
+    seen: list[int] = []
+    gate = threading.Event()
+
+    def callback(record: at.StepGoodput) -> None:
+        assert record.iteration is not None
+        seen.append(record.iteration)
+        if kind == "raises":
+            raise RuntimeError("boom")
+        if kind == "blocks" and len(seen) == 1:
+            gate.wait(1.0)
+        if kind == "slow":
+            time.sleep(0.02)
+
+    at.on_step_goodput(callback)
+    telemetry = _configure(tmp_path, "fast", grace_s=0, file=False)
+    began = time.perf_counter()
+    with caplog.at_level(logging.WARNING, logger="asynctrace"):
+        worst, ticks = asyncio.run(_steps_with_loop_probe(40))
+        elapsed = time.perf_counter() - began
+        assert worst <= 0.001  # ending a step never waits for a callback
+        assert ticks >= 0.3 * elapsed / 0.002  # the loop kept running meanwhile
+        assert telemetry.flush()
+        deadline = time.monotonic() + 5
+        while len(seen) < 39 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert telemetry.shutdown()
+    assert seen == list(range(1, 41))
+    stats = telemetry.goodput
+    assert stats is not None
+    assert stats.dropped == 0
+    assert stats.delivered == 40
+    if kind == "raises":
+        assert stats.callback_errors == 40
+        assert sum("goodput callback" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_full_callback_queue_drops_and_counts(tmp_path: Path) -> None:
+    """Past goodput.callback_queue records behind, records are dropped and counted."""
+    gate = threading.Event()
+    seen: list[int] = []
+
+    def stuck(record: at.StepGoodput) -> None:
+        seen.append(record.iteration or 0)
+        gate.wait(5)
+
+    at.on_step_goodput(stuck)
+    telemetry = _configure(tmp_path, "fast", grace_s=0, file=False, callback_queue=3)
+    asyncio.run(_steps_with_loop_probe(10))
+    assert telemetry.flush()
+    stats = telemetry.goodput
+    assert stats is not None
+    assert stats.steps >= 9
+    assert stats.dropped >= 5
+    gate.set()
+    telemetry.shutdown()
+
+
+def test_callbacks_alone_turn_the_rollup_on(tmp_path: Path) -> None:
+    """With goodput unset, a registered callback is enough (no file is written)."""
+    seen: list[at.StepGoodput] = []
+    at.on_step_goodput(seen.append)
+    telemetry = at.configure(
+        {
+            "enabled": True,
+            "exporters": ["memory"],
+            "span_groups": "all",
+            "output_dir": str(tmp_path),
+        }
+    )
+    asyncio.run(_steps_with_loop_probe(2))
+    telemetry.shutdown()
+    assert [r.iteration for r in seen] == [1, 2]
+    assert list(tmp_path.iterdir()) == []
+    assert at.remove_step_goodput(seen.append)
+    assert not at.remove_step_goodput(seen.append)
+
+
+def test_goodput_false_keeps_it_off_even_with_callbacks(tmp_path: Path) -> None:
+    """goodput: false wins over a registered callback."""
+    at.on_step_goodput(print)
+    telemetry = at.configure({"enabled": True, "exporters": ["memory"], "goodput": False})
+    assert telemetry.goodput is None
+    telemetry.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"metrics": "statsd"}, "goodput.metrics: 'statsd' is not accepted; accepted: global"),
+        ({"grace": 1}, "goodput: unknown key 'grace'; accepted keys: file, metrics"),
+        ({"callback_queue": 0}, "goodput.callback_queue: 0 is not accepted; accepted: an integer"),
+        ({"step_name": "("}, "goodput.step_name: '(' is not accepted"),
+        ("sometimes", "goodput: 'sometimes' is not accepted; accepted: true, false, or a mapping"),
+    ],
+)
+def test_configuration_errors_name_key_value_and_accepted(value: Any, message: str) -> None:
+    """A bad goodput block fails configure with the key, the value and what is accepted."""
+    with pytest.raises(at.ConfigurationError, match=message.replace("(", r"\(")):
+        at.configure({"enabled": True, "exporters": ["memory"], "goodput": value})
+
+
+def test_environment_variable_turns_it_on(tmp_path: Path) -> None:
+    """ASYNCTRACE_GOODPUT=1 turns the live rollup on with its defaults."""
+    config = at.TelemetryConfig.from_env({"ASYNCTRACE_ENABLED": "1", "ASYNCTRACE_GOODPUT": "1"})
+    assert isinstance(config.goodput, at._goodput_settings.GoodputSettings)
