@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -108,7 +109,7 @@ class GoodputMetrics:
         )
         self._bucket_attrs = {b: {"rl.bucket": b} for b in (*BUCKETS, "unattributed")}
         self._spans: dict[str, Any] = {}
-        self.untracked_names = 0  # leaf names past MAX_SPAN_INSTRUMENTS
+        self.untracked = 0  # leaf values not recorded: their name came past the limit
 
     def record(self, record: StepGoodput) -> None:
         """Record one finished step."""
@@ -133,8 +134,8 @@ class GoodputMetrics:
 
     def _span_histogram(self, name: str) -> Any:
         if len(self._spans) >= MAX_SPAN_INSTRUMENTS:
-            self.untracked_names += 1
-            if self.untracked_names == 1:
+            self.untracked += 1
+            if self.untracked == 1:
                 logger.warning(
                     "asynctrace: more than %d leaf span names; %r and later new names get no "
                     "duration histogram",
@@ -205,7 +206,7 @@ def meter_provider_for(
         from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
 
         reader: Any = PeriodicExportingMetricReader(
-            ConsoleMetricExporter(), export_interval_millis=interval_ms
+            ConsoleMetricExporter(out=sys.stdout), export_interval_millis=interval_ms
         )
     elif choice == "otlp":
         reader = PeriodicExportingMetricReader(

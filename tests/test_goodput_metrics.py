@@ -1,0 +1,190 @@
+"""Live goodput as OpenTelemetry metrics: a real MeterProvider, a real Prometheus endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import socket
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+import asynctrace as at
+from asynctrace._goodput import StepGoodput
+from asynctrace._goodput_metrics import MAX_SPAN_INSTRUMENTS, GoodputMetrics
+
+
+def _metrics(reader: InMemoryMetricReader) -> dict[str, Any]:
+    data = reader.get_metrics_data()
+    assert data is not None
+    out: dict[str, Any] = {}
+    for resource in data.resource_metrics:
+        for scope in resource.scope_metrics:
+            assert scope.scope.name == "asynctrace"
+            for metric in scope.metrics:
+                out[metric.name] = metric
+    return out
+
+
+async def _steps(count: int) -> None:
+    for i in range(1, count + 1):
+        with at.iteration_scope(i), at.umbrella_span("step", "rl.step"):
+            with at.managed_span("policy_update", "rl.policy_update"):
+                await asyncio.sleep(0.01)
+            with at.managed_span("data_processing", "rl.data_processing"):
+                await asyncio.sleep(0.005)
+
+
+def test_metrics_reach_a_meter_provider_with_names_units_and_attributes(tmp_path: Path) -> None:
+    """rl.goodput, rl.bucket.duration by rl.bucket, rl.step.duration and per-leaf histograms."""
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    telemetry = at.configure(
+        {
+            "enabled": True,
+            "span_groups": "all",
+            "exporters": ["memory"],
+            "goodput": {"metrics": provider, "file": False, "grace_s": 0},
+        }
+    )
+    asyncio.run(_steps(3))
+    telemetry.shutdown()
+    metrics = _metrics(reader)
+    assert set(metrics) == {
+        "rl.goodput",
+        "rl.bucket.duration",
+        "rl.step.duration",
+        "rl.policy_update",
+        "rl.data_processing",
+    }
+    units = {name: metric.unit for name, metric in metrics.items()}
+    assert units == {"rl.goodput": "1", **{n: "s" for n in metrics if n != "rl.goodput"}}
+    (gauge,) = metrics["rl.goodput"].data.data_points
+    assert 0.3 < gauge.value < 1.0
+    assert dict(gauge.attributes) == {}
+    buckets = {
+        p.attributes["rl.bucket"]: p.value for p in metrics["rl.bucket.duration"].data.data_points
+    }
+    assert set(buckets) == {"productive", "overhead", "unattributed"}
+    assert 0.03 <= buckets["productive"] < 0.2
+    (step,) = metrics["rl.step.duration"].data.data_points
+    assert step.count == 3
+    assert dict(step.attributes) == {}
+    (leaf,) = metrics["rl.policy_update"].data.data_points
+    assert leaf.count == 3
+    assert 0.03 <= leaf.sum < 0.2
+    for metric in metrics.values():  # never the step number as an attribute
+        for point in metric.data.data_points:
+            assert "rl.iteration" not in point.attributes
+    provider.shutdown()
+
+
+def test_cardinality_stays_bounded_over_10000_steps() -> None:
+    """10,000 steps (many leaf names) make a bounded number of series."""
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    metrics = GoodputMetrics(provider)
+    for i in range(10_000):
+        metrics.record(
+            StepGoodput(
+                name="rl.step",
+                iteration=i,
+                wall_s=1.0,
+                productive_s=0.5,
+                overhead_s=0.2,
+                unattributed_s=0.3,
+                goodput=0.5,
+                spans={"rl.policy_update": 0.5, f"rl.phase_{i % 400}": 0.2},
+            )
+        )
+    found = _metrics(reader)
+    series = sum(len(m.data.data_points) for m in found.values())
+    assert len(found) == 3 + MAX_SPAN_INSTRUMENTS
+    assert series == 1 + 3 + 1 + MAX_SPAN_INSTRUMENTS  # gauge, 3 buckets, step, the leaves
+    assert metrics.untracked > 0  # the names past the limit: counted, not recorded
+    (step,) = found["rl.step.duration"].data.data_points
+    assert step.count == 10_000
+    provider.shutdown()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def test_prometheus_endpoint_is_scraped_over_loopback(tmp_path: Path) -> None:
+    """metrics: prometheus serves the goodput metrics on 127.0.0.1, in Prometheus names."""
+    pytest.importorskip("opentelemetry.exporter.prometheus")
+    port = _free_port()
+    telemetry = at.configure(
+        {
+            "enabled": True,
+            "span_groups": "all",
+            "exporters": ["memory"],
+            "goodput": {
+                "metrics": "prometheus",
+                "prometheus_host": "127.0.0.1",
+                "prometheus_port": port,
+                "file": False,
+                "grace_s": 0,
+            },
+        }
+    )
+    try:
+        asyncio.run(_steps(3))  # the third finishes when a later span ends, or at shutdown
+        assert telemetry.flush()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+    finally:
+        telemetry.shutdown()
+    samples = {
+        line.split("{")[0].split(" ")[0]: line
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
+    assert re.search(r"^rl_goodput(_ratio)?\{", text, re.M)
+    assert re.search(r'^rl_bucket_duration_seconds_total\{[^}]*rl_bucket="productive"', text, re.M)
+    assert samples["rl_step_duration_seconds_count"].endswith(" 2.0")
+    assert samples["rl_policy_update_seconds_count"].endswith(" 2.0")
+    assert "rl_iteration" not in text
+    with pytest.raises(OSError):  # the endpoint is gone with the telemetry
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1)
+
+
+def test_a_taken_prometheus_port_is_a_configuration_error() -> None:
+    """The port is checked before anything changes; the error names key, value and accepted."""
+    pytest.importorskip("opentelemetry.exporter.prometheus")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(at.ConfigurationError, match="goodput.prometheus_port: cannot listen"):
+            at.configure(
+                {
+                    "enabled": True,
+                    "exporters": ["memory"],
+                    "goodput": {"metrics": "prometheus", "prometheus_host": "127.0.0.1",
+                                "prometheus_port": port},
+                }
+            )  # fmt: skip
+
+
+def test_console_metrics_are_set_up_and_shut_down(capsys: pytest.CaptureFixture[str]) -> None:
+    """metrics: console exports through asynctrace's own MeterProvider at shutdown."""
+    telemetry = at.configure(
+        {
+            "enabled": True,
+            "span_groups": "all",
+            "exporters": ["memory"],
+            "goodput": {"metrics": "console", "file": False, "grace_s": 0},
+        }
+    )
+    asyncio.run(_steps(1))
+    telemetry.shutdown()
+    assert '"name": "rl.step.duration"' in capsys.readouterr().out
