@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from . import convert, demo, goodput, groups, report
+from . import convert, demo, goodput, groups, report, watch
 from ._common import CliError, HelpFormatter, Parser
 
 __all__ = ["main"]
@@ -26,6 +26,7 @@ examples:
   asynctrace goodput asynctrace-traces/<run_id>/
   asynctrace report asynctrace-traces/<run_id>/ -o report.html
   asynctrace groups --resolve per_step
+  asynctrace watch asynctrace-traces/<run_id>/                  # live, while the job runs
   asynctrace demo
 
 Run 'asynctrace COMMAND --help' for the options of a command.
@@ -49,6 +50,7 @@ def build_parser() -> Parser:
     goodput.add_parser(commands)
     report.add_parser(commands)
     groups.add_parser(commands)
+    watch.add_parser(commands)
     demo.add_parser(commands)
     return parser
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .._goodput import step_numbers
-from .._rollup import BUCKETS, Rollup, RollupResult, StepRow
+from .._rollup import BUCKETS, DEFAULT_GRACE_US, Rollup, RollupResult, StepRow
 from ._areal import ArealEvents, parse_bucket_map
 from ._common import CliError, HelpFormatter, Progress, note, write_stdout
 from ._reader import (
@@ -125,8 +125,12 @@ def collect(
     progress: bool,
     prog: str,
     bucket_map: str | None = None,
+    grace_s: float = DEFAULT_GRACE_US / 1e6,
 ) -> Collected:
     """Read *paths* (merged in end-time order) through a :class:`Rollup`.
+
+    *grace_s* is the rollup's grace (see :mod:`asynctrace._rollup`): the live
+    rollup's ``goodput.grace_s``, to roll a run up exactly as it did.
 
     AReaL's own complete events (no span ids) are held per process and
     added last, with parents, buckets (*bucket_map* over the default table)
@@ -136,7 +140,7 @@ def collect(
     areal = ArealEvents(parse_bucket_map(bucket_map))
     stats = ReadStats()
     origins = Origins(paths)
-    rollup = Rollup(step_name=pattern)
+    rollup = Rollup(step_name=pattern, grace_us=grace_s * 1e6)
     bar = Progress(file_size(paths), prog, enabled=progress)
     try:
         streams = [_complete_events(i, p, stats, bar, origins) for i, p in enumerate(paths)]

@@ -151,8 +151,9 @@ def run_demo(
             "exporters": demo_exporters(exporters),
             "output_dir": str(out),
             "session_tracer": {"enabled": True, "flush_threshold": 32},
-            # goodput-*.jsonl, a line per finished step (asynctrace watch reads it)
-            "goodput": {"metrics": "none"},
+            # goodput-*.jsonl, a line per finished step (asynctrace watch reads it); the
+            # demo's steps are short, so a step is final once spans end 0.25 s past it
+            "goodput": {"metrics": "none", "grace_s": 0.25},
         }
     )
     gym = GymServer()
