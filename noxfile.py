@@ -29,6 +29,7 @@ TEST_DEPS = [
     "grpcio>=1.60",
     "opentelemetry-proto",
     "opentelemetry-exporter-otlp-proto-grpc",
+    "pexpect>=4.8",  # asynctrace watch in a real pty
     # nemo-lens's released code, for the migration tests (it needs Python >= 3.13)
     "nemo-lens==0.1.0; python_version >= '3.13'",
 ]
@@ -44,7 +45,9 @@ def tests(session: nox.Session) -> None:
     then build SDK pipelines). Property tests run with small budgets here;
     ``nox -s fuzz`` runs them with large ones.
     """
-    session.install("-e", ".[sdk,otlp,uvloop,aiohttp,fastapi,cli]", *TEST_DEPS, silent=False)
+    session.install(
+        "-e", ".[sdk,otlp,uvloop,aiohttp,fastapi,cli,prometheus]", *TEST_DEPS, silent=False
+    )
     # AReaL 1.0.4's tracer and tools for the migration tests: the wheel without its
     # training stack (tests/_areal_loader.py loads them), and what they import.
     if session.python in ("3.11", "3.12"):  # areal 1.0.4 requires Python >= 3.11, < 3.13
@@ -77,7 +80,9 @@ def fuzz(session: nox.Session) -> None:
     (``ASYNCTRACE_FUZZ_EXAMPLES``, see tests/_budget.py); other arguments go
     to pytest. Each target's time is listed at the end.
     """
-    session.install("-e", ".[sdk,otlp,uvloop,aiohttp,fastapi,cli]", *TEST_DEPS, silent=False)
+    session.install(
+        "-e", ".[sdk,otlp,uvloop,aiohttp,fastapi,cli,prometheus]", *TEST_DEPS, silent=False
+    )
     args = list(session.posargs)
     env = {"ASYNCTRACE_STRICT": "1", "ASYNCTRACE_FUZZ": "1"}
     if args and args[0].isdigit():
@@ -160,7 +165,12 @@ def lint(session: nox.Session) -> None:
 @nox.session(python="3.11")
 def typing(session: nox.Session) -> None:
     """mypy --strict on the package."""
-    session.install("-e", ".[sdk,otlp,otlp-grpc,aiohttp,fastapi,demo]", "mypy>=1.10", "pytest>=8")
+    session.install(
+        "-e",
+        ".[sdk,otlp,otlp-grpc,aiohttp,fastapi,demo,cli,prometheus]",
+        "mypy>=1.10",
+        "pytest>=8",
+    )
     session.run("mypy", "--strict")
 
 
@@ -176,7 +186,7 @@ def bench(session: nox.Session) -> None:
     """Side-by-side benchmarks; prints ratios and fails if a target is missed."""
     session.install(
         "-e",
-        ".[sdk,otlp,otlp-grpc,aiohttp,fastapi,profile]",
+        ".[sdk,otlp,otlp-grpc,aiohttp,fastapi,profile,prometheus]",
         "uvicorn>=0.30",
         # OpenTelemetry's own instrumentations, measured in the same run:
         "opentelemetry-instrumentation-aiohttp-client",
