@@ -388,7 +388,8 @@ class Rollup:
         if end > self._next_seal:
             self._seal(end)
         self._spans += 1
-        name = self._intern(name if name.__class__ is str else str(name))
+        interned = self._names.get(name)
+        name = interned if interned is not None else self._intern(str(name))
         bucket: Any = args.get("rl.bucket")
         iteration = args.get("rl.iteration")
         if iteration.__class__ is not int:

@@ -16,6 +16,7 @@ SCRIPTS = [
     "bench_otlp.py",
     "bench_sessions.py",
     "bench_stalls.py",
+    "bench_goodput.py",
     "bench_profiling.py",
     "bench_http.py",
     "bench_cli.py",
