@@ -88,13 +88,17 @@ def main() -> None:
     async def item(item_id: int) -> dict[str, Any]:
         return {"item": item_id}
 
-    if kind in ("fastapi-asynctrace", "fastapi-asynctrace-sdk"):
+    if kind in ("fastapi-asynctrace", "fastapi-asynctrace-sdk", "fastapi-asynctrace-scopes"):
         from asynctrace_contrib.fastapi import instrument_fastapi
 
         import asynctrace
 
-        chosen = fast_provider() if kind == "fastapi-asynctrace" else provider()
-        asynctrace.enable_telemetry(chosen, span_groups="http_server")
+        chosen = provider() if kind == "fastapi-asynctrace-sdk" else fast_provider()
+        asynctrace.enable_telemetry(
+            chosen,
+            span_groups="http_server",
+            propagate_scopes=kind == "fastapi-asynctrace-scopes",
+        )
         instrument_fastapi(fastapi_app)
     elif kind == "fastapi-otel":
         from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor

@@ -13,6 +13,12 @@ back, and the figure is the median over rounds of the in-round ratio.
   (the TraceConfig form is reported too: aiohttp's tracing signals alone cost
   about 8% here)
 - FastAPI on uvicorn, server span recorded, fast provider [<= 1.10x]
+- with ``propagate_scopes`` on (the client inside an iteration, task and
+  session scope, so every request carries them in ``baggage``; the server
+  restoring them): aiohttp per_prompt off [<= 1.10x], aiohttp span recorded
+  [reported], FastAPI server span recorded [<= 1.10x]; the FastAPI variants all
+  get the same ``baggage`` header from the client, so the ratio is the
+  server's cost of restoring it
 and, for reference, the same two recorded figures on the SDK provider,
 OpenTelemetry's aiohttp-client instrumentation (sampled and unsampled) and its
 FastAPI instrumentation in the same run, plus a floor: a middleware doing
@@ -139,12 +145,38 @@ def report(times: dict[str, list[float]], base: str, targets: dict[str, float]) 
 
 
 def _ours(
-    spec: str, form: str = "middleware", kind: str = "fast"
+    spec: str, form: str = "middleware", kind: str = "fast", scopes: bool = False
 ) -> tuple[dict[str, Any], Callable[[], None]]:
-    at.enable_telemetry(fast_provider() if kind == "fast" else provider(), span_groups=spec)
+    at.enable_telemetry(
+        fast_provider() if kind == "fast" else provider(),
+        span_groups=spec,
+        propagate_scopes=scopes,
+    )
+    stack = contextlib.ExitStack()
+    if scopes:  # what a rollout's request runs in: its step, its task and its session
+        stack.enter_context(at.iteration_scope(412))
+        stack.enter_context(at.task_scope(7))
+        stack.enter_context(at.session_scope())
+
+    def teardown() -> None:
+        stack.close()
+        at.disable_telemetry()
+
     if form == "middleware":
-        return {"middlewares": (client_middleware(),)}, at.disable_telemetry
-    return {"trace_configs": [trace_config()]}, at.disable_telemetry
+        return {"middlewares": (client_middleware(),)}, teardown
+    return {"trace_configs": [trace_config()]}, teardown
+
+
+# What a client with propagate_scopes sends: the FastAPI variants all get it.
+SCOPE_HEADERS = {
+    "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+    "baggage": "asynctrace.iteration=412,asynctrace.task_id=7,asynctrace.session_id=0-ab12-1",
+}
+
+
+def _plain_with_scope_headers() -> tuple[dict[str, Any], Callable[[], None]]:
+    at.enable_telemetry(provider(), span_groups="job")
+    return {"headers": SCOPE_HEADERS}, at.disable_telemetry
 
 
 def _otel(sampled: bool) -> tuple[dict[str, Any], Callable[[], None]]:
@@ -200,6 +232,14 @@ def main() -> int:
                 "plain": (url, _plain),
                 "asynctrace, span recorded": (url, lambda: _ours("job,per_prompt")),
                 "asynctrace, per_prompt off": (url, lambda: _ours("job")),
+                "asynctrace, per_prompt off, scopes": (
+                    url,
+                    lambda: _ours("job", scopes=True),
+                ),
+                "asynctrace, span recorded, scopes": (
+                    url,
+                    lambda: _ours("job,per_prompt", scopes=True),
+                ),
                 "asynctrace on the SDK provider, recorded": (
                     url,
                     lambda: _ours("job,per_prompt", kind="sdk"),
@@ -215,7 +255,11 @@ def main() -> int:
         )
     plain_us = statistics.median(client["plain"]) * 1e6
     print(f"aiohttp client, sequential GETs: plain {plain_us:.0f} us/request")
-    targets = {"asynctrace, span recorded": 1.10, "asynctrace, per_prompt off": 1.10}
+    targets = {
+        "asynctrace, span recorded": 1.10,
+        "asynctrace, per_prompt off": 1.10,
+        "asynctrace, per_prompt off, scopes": 1.10,
+    }
     ok = report(client, "plain", targets)
     with contextlib.ExitStack() as stack:
         kinds = ("fastapi-plain", "fastapi-asynctrace", "fastapi-asynctrace-sdk", "fastapi-otel")
@@ -224,6 +268,14 @@ def main() -> int:
     plain_us = statistics.median(fastapi["fastapi-plain"]) * 1e6
     print(f"FastAPI on uvicorn: plain {plain_us:.0f} us/request")
     ok = report(fastapi, "fastapi-plain", {"fastapi-asynctrace": 1.10}) and ok
+    with contextlib.ExitStack() as stack:
+        kinds = ("fastapi-plain", "fastapi-asynctrace-scopes")
+        servers = {
+            kind: (stack.enter_context(server(kind)), _plain_with_scope_headers) for kind in kinds
+        }
+        scoped = measure(servers, count, rounds)
+    print("FastAPI on uvicorn, every request carrying the caller's scopes in baggage:")
+    ok = report(scoped, "fastapi-plain", {"fastapi-asynctrace-scopes": 1.10}) and ok
     return 0 if ok else 1
 
 
