@@ -61,6 +61,7 @@ def _producer_round(directory: Path, on: bool, steps: int) -> float:
             "output_dir": str(directory / ("on" if on else "off")),
             "goodput": goodput,
             "max_queue_size": 1 << 20,
+            "shutdown_timeout_s": 300,  # the sink catches up after the round, untimed
         }
     )
     gc.collect()
@@ -71,6 +72,7 @@ def _producer_round(directory: Path, on: bool, steps: int) -> float:
                 with at.managed_span("policy_update", "rl.policy_update"):
                     pass
     cpu = time.thread_time() - began
+    telemetry.flush(300)
     telemetry.shutdown()
     if provider is not None:
         provider.shutdown()
