@@ -195,7 +195,10 @@ def decode(values: list[str]) -> tuple[dict[str, str], ScopeValues]:
         if name.startswith(PREFIX):
             _scope_value(scopes, name, value)
             continue
-        user[unquote_plus(name).strip()] = unquote_plus(rest.strip(" \t")).strip()
+        rest = rest.strip(" \t")
+        # unquote_plus only where there is something to decode (most entries are plain)
+        key = unquote_plus(name) if "%" in name or "+" in name else name
+        user[key.strip()] = (unquote_plus(rest) if "%" in rest or "+" in rest else rest).strip()
     if skipped:
         _count("baggage_entries_skipped", skipped)
     return user, scopes
