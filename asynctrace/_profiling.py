@@ -24,6 +24,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,9 +152,21 @@ class Profiler:
     _watcher_pid: int = 0
     _closed: threading.Event = field(default_factory=threading.Event)
     _spare: Backend | None = None  # built ahead of the next capture
+    _steps: frozenset[int] = frozenset()
 
     def __post_init__(self) -> None:
+        self._steps = self.settings.steps  # read on the hot path: one attribute, no chain
         self._prepare_spare()
+        self._watch()
+        if hasattr(os, "register_at_fork"):
+            ref = weakref.ref(self)
+
+            def restart_in_child() -> None:  # the watcher thread is not inherited
+                profiler = ref()
+                if profiler is not None and not profiler._closed.is_set():
+                    profiler._watch()
+
+            os.register_at_fork(after_in_child=restart_in_child)
 
     def _prepare_spare(self) -> None:
         """Build the next capture's backend on a thread, so a step does not wait for it."""
@@ -172,9 +185,7 @@ class Profiler:
 
     def wants(self, iteration: object) -> bool:
         """Whether a span of *iteration* that asks should be profiled now."""
-        if self._watcher_pid != os.getpid():
-            self._watch()  # first use, or a forked child: (re)start the request watcher
-        return iteration in self.settings.steps or self._request.pending is not None
+        return iteration in self._steps or self._request.pending is not None
 
     def start(self, iteration: object) -> Backend | None:
         """Start a capture; ``None`` when one is running or the backend fails to start."""
@@ -312,8 +323,8 @@ def maybe_profiled(inner: T, attributes: Mapping[str, Any] | None) -> T | Profil
     iteration = attributes.get(RL_ITERATION) if attributes else None
     if iteration is None:
         iteration = SCOPES.get().iteration
-    if not profiler.wants(iteration):
-        return inner
+    if iteration not in profiler._steps and profiler._request.pending is None:
+        return inner  # Profiler.wants, inline: asking costs this much when not scheduled
     return ProfiledSpan(inner, profiler, iteration)
 
 

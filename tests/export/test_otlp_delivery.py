@@ -28,7 +28,7 @@ from asynctrace._errors import ConfigurationError, MissingExtraError
 sys.path.insert(0, str(Path(__file__).parent.parent))
 from _otlp_receiver import OtlpReceiver, free_port
 
-TIMEOUT_S = 0.5  # OTEL_EXPORTER_OTLP_TRACES_TIMEOUT in these tests
+TIMEOUT_S = 0.25  # OTEL_EXPORTER_OTLP_TRACES_TIMEOUT in these tests (short: the waits are 3x it)
 PROTOCOLS = ["http/protobuf", "grpc"]
 
 
