@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from ._queue import ExportStats, QueuedSpanProcessor, _Marker
+from ._queue import ExporterSink, ExportStats, QueuedSpanProcessor, _Marker
 
 __all__ = ["RetryingSpanProcessor", "estimate_bytes"]
 
@@ -78,24 +78,6 @@ class _Held:
         self.attempts = attempts
 
 
-class _ExporterCalls:
-    """The parts of the ``Sink`` protocol the base class still calls."""
-
-    def __init__(self, exporter: Any) -> None:
-        self.exporter = exporter
-
-    def export(self, batch: list[Any]) -> tuple[int, int]:  # pragma: no cover - not used
-        raise NotImplementedError
-
-    def flush(self) -> None:
-        force_flush = getattr(self.exporter, "force_flush", None)
-        if callable(force_flush):
-            force_flush()
-
-    def shutdown(self) -> None:
-        self.exporter.shutdown()
-
-
 class RetryingSpanProcessor(QueuedSpanProcessor):
     """Export from a bounded queue; hold failed batches in a bounded buffer and retry them.
 
@@ -142,7 +124,7 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
         self._warned_overflow = False
         self._exporter_closed = False
         self._close_lock = threading.Lock()
-        super().__init__(_ExporterCalls(exporter), name=name, **limits)
+        super().__init__(ExporterSink(exporter), name=name, **limits)  # flush, shutdown
 
     # -- worker side ---------------------------------------------------------
 
