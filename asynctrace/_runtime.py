@@ -364,7 +364,7 @@ def configure(
     from .export import _pipeline
 
     plan = _pipeline.prepare(settings)
-    profiler = _new_profiler(settings)  # its directory checked before anything changes
+    profile_dir = _profile_dir(settings)  # checked before anything changes
     with _lock:
         if _current is not None:
             _current.shutdown()
@@ -372,20 +372,20 @@ def configure(
             _new_session_tracer(settings, session_path) if session_path is not None else None
         )
         telemetry = Telemetry(settings, _pipeline.build(plan), sessions)
-        telemetry._profiler = profiler
+        if profile_dir is not None and settings.profiler is not None:  # its threads start now
+            telemetry._profiler = Profiler(settings.profiler, profile_dir, settings.rank)
         telemetry._install()
         _current = telemetry
     return telemetry
 
 
-def _new_profiler(settings: Settings) -> Profiler | None:
-    """The step profiler of *settings* (its output directory created and checked)."""
+def _profile_dir(settings: Settings) -> Path | None:
+    """Where profiler captures go, if profiling is configured (created and checked)."""
     if settings.profiler is None or settings.profiler.output is None:
         return None
     from ._files import writable_dir
 
-    directory = writable_dir(settings.profiler.output)
-    return Profiler(settings.profiler, directory, settings.rank)
+    return writable_dir(settings.profiler.output)
 
 
 def _session_path(settings: Settings) -> Path | None:
