@@ -121,7 +121,7 @@ def parse_export_ranks(key: str, value: Any) -> ExportRanks:
                 f"accepted: {_ACCEPTED}"
             )
         parts = [part.strip() for part in text.split(",") if part.strip()]
-        if parts and all(part.isdigit() for part in parts):
+        if parts and all(part.isascii() and part.isdigit() for part in parts):
             return ExportRanks("list", frozenset(int(part) for part in parts))
     elif (
         isinstance(value, Sequence)

@@ -291,7 +291,7 @@ def _node_local_rank(local_rank: int | None, env: Mapping[str, str]) -> int | No
     if local_rank is not None:
         return local_rank
     raw = env.get("SLURM_LOCALID", "").strip()
-    return int(raw) if raw.isdigit() else None
+    return int(raw) if raw.isascii() and raw.isdigit() else None
 
 
 def _local_rank(env: Mapping[str, str]) -> int | None:

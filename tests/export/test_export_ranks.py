@@ -61,13 +61,16 @@ def test_local_first_reads_local_rank() -> None:
         ({"LOCAL_RANK": "0"}, True),
         ({"LOCAL_RANK": "3"}, False),
         ({"SLURM_LOCALID": "1"}, False),
+        ({"SLURM_LOCALID": "\u00b2"}, True),  # a digit to str.isdigit, not a number: unknown
         ({}, True),
     ):
         settings = resolve(config, rank=5, world_size=8, environ=env)
         assert (settings.exporting, settings.enabled) == (exporting, exporting), env
 
 
-@pytest.mark.parametrize("bad", ["firsts", "sampled:0", "sampled:2", "sampled:x", [-1], [], "1,x"])
+@pytest.mark.parametrize(
+    "bad", ["firsts", "sampled:0", "sampled:2", "sampled:x", [-1], [], "1,x", "\u00b2", "1,\u0663"]
+)
 def test_bad_export_ranks_name_key_value_and_accepted(bad: object) -> None:
     """A bad export_ranks is a ConfigurationError naming the key, the value and the forms."""
     with pytest.raises(ConfigurationError) as info:
