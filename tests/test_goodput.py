@@ -221,7 +221,9 @@ def test_callbacks_never_stall_the_loop_nor_lose_records(
     with caplog.at_level(logging.WARNING, logger="asynctrace"):
         worst, ticks = asyncio.run(_steps_with_loop_probe(40))
         elapsed = time.perf_counter() - began
-        assert worst <= 0.001  # ending a step never waits for a callback
+        # Ending a step never waits for a callback: a wait would last the
+        # callback's 20 ms or 1 s; a loaded machine's scheduling adds less.
+        assert worst < 0.015
         assert ticks >= 0.3 * elapsed / 0.002  # the loop kept running meanwhile
         assert telemetry.flush()
         deadline = time.monotonic() + 5

@@ -211,10 +211,15 @@ def test_a_small_buffer_loses_exactly_what_stats_drops(
 
 
 def test_the_producing_thread_is_never_held_up_during_an_outage(receiver: OtlpReceiver) -> None:
-    """While exports fail and retry, recording a span costs its thread under 1 ms, every time.
+    """While exports fail and retry, recording a span never waits for an export attempt.
 
-    Thread CPU time, with the cyclic garbage collector paused (a collection
-    is Python's pause, whatever runs when it strikes).
+    An attempt takes the export timeout (0.25 s here) to fail, so a producer
+    that waited on one would take at least that long for some span. Wall time
+    per span, with the cyclic garbage collector paused (a collection is
+    Python's pause, whatever runs when it strikes); the bound is a fifth of the
+    timeout, far above what a loaded machine's scheduling or the interpreter
+    lock's 5 ms switch interval add, and the typical span stays well under a
+    millisecond.
     """
     telemetry = _configure()
     _spans(200)  # warm: first calls import and build what later calls reuse
@@ -226,10 +231,10 @@ def test_the_producing_thread_is_never_held_up_during_an_outage(receiver: OtlpRe
         until = time.monotonic() + 3 * TIMEOUT_S
         while time.monotonic() < until:
             for _ in range(20):
-                started = time.thread_time()
+                started = time.perf_counter()
                 with at.umbrella_span("step", "rl.step"):
                     pass
-                costs.append(time.thread_time() - started)
+                costs.append(time.perf_counter() - started)
             await asyncio.sleep(0.005)
         return costs
 
@@ -238,7 +243,8 @@ def test_the_producing_thread_is_never_held_up_during_an_outage(receiver: OtlpRe
         costs = asyncio.run(produce())
     finally:
         gc.enable()
-    assert max(costs) < 0.001, sorted(costs)[-5:]
+    assert max(costs) < TIMEOUT_S / 5, sorted(costs)[-5:]
+    assert sorted(costs)[len(costs) // 2] < 0.001
     stats = telemetry.stats()["otlp"]
     assert stats.buffered + stats.queued > 0
     assert stats.exported == 400
