@@ -28,10 +28,11 @@ import contextvars
 import enum
 import functools
 import getpass
+import importlib.util
 import inspect
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -285,7 +286,7 @@ class PerfTracer:
         """A span around the block (``with`` or ``async with``); see :func:`trace_scope`."""
         if not self._enabled:
             return _NULL
-        return _Scope(self, name, _category(category), args)
+        return _Scope(self, name, _category(category), args, enable_profiler)
 
     atrace_scope = trace_scope
 
@@ -329,15 +330,21 @@ _NULL: Final = _NullContext()
 class _Scope:
     """One ``trace_scope``: the iteration scope (for ``global_step``), then the span."""
 
-    __slots__ = ("_args", "_category", "_name", "_scope", "_span", "_tracer")
+    __slots__ = ("_args", "_category", "_name", "_profile", "_scope", "_span", "_tracer")
 
     def __init__(
-        self, tracer: PerfTracer, name: str, category: str, args: dict[str, Any] | None
+        self,
+        tracer: PerfTracer,
+        name: str,
+        category: str,
+        args: dict[str, Any] | None,
+        profile: bool = False,
     ) -> None:
         self._tracer = tracer
         self._name = name
         self._category = category
         self._args = args
+        self._profile = profile
         self._scope: Any = None
         self._span: Any = None
 
@@ -349,10 +356,15 @@ class _Scope:
             scope.__enter__()
         group, bucket = self._tracer.bucket_of(self._category)
         attributes = _attributes(args) if args else None
+        profile = self._profile
         if bucket is None:
-            span = asynctrace.umbrella_span(group, self._name, attributes=attributes)
+            span = asynctrace.umbrella_span(
+                group, self._name, attributes=attributes, profile=profile
+            )
         else:
-            span = asynctrace.managed_span(group, self._name, attributes=attributes, bucket=bucket)
+            span = asynctrace.managed_span(
+                group, self._name, attributes=attributes, bucket=bucket, profile=profile
+            )
         span.__enter__()
         self._span = span
         return self
@@ -406,6 +418,30 @@ def _base_dir(config: Any) -> Path:
     )
 
 
+def _profile_steps(steps: Any) -> list[int]:
+    """``profile_steps`` as a list of steps, or the configuration error naming the key."""
+    if isinstance(steps, (str, bytes)) or not isinstance(steps, Iterable):
+        steps = [steps]
+    kept: list[int] = []
+    for raw in steps:
+        try:
+            step = int(raw)
+        except (TypeError, ValueError, OverflowError):
+            step = -1
+        if step < 0 or isinstance(raw, bool) or (isinstance(raw, float) and raw != step):
+            raise asynctrace.ConfigurationError(
+                f"perf_tracer.profile_steps: {raw!r} is not accepted; "
+                "accepted: a list of non-negative integer steps"
+            )
+        kept.append(step)
+    return kept
+
+
+def _profiler_backend() -> str:
+    """AReaL profiles with ``torch.profiler``: the torch backend where torch is installed."""
+    return "torch" if importlib.util.find_spec("torch") is not None else "python"
+
+
 def _category_map(
     overrides: Mapping[str, asynctrace.Bucket | str | None] | None,
 ) -> dict[str, asynctrace.Bucket | None]:
@@ -448,8 +484,13 @@ def configure(
     :class:`asynctrace.TelemetryConfig` (e.g. ``{"exporters": ["chrome",
     "otlp"]}``, more ``span_groups``); *category_map* overrides
     :data:`DEFAULT_CATEGORY_MAP` (``{"io": "idle", "misc": "overhead"}``).
-    ``profile_steps`` and ``save_interval`` are accepted; asynctrace writes
-    continuously, so ``save_interval`` changes nothing.
+    ``profile_steps`` schedules asynctrace's profiler (:mod:`asynctrace._profiling`)
+    for those steps: a scope with ``enable_profiler=True`` whose ``global_step``
+    (its own, else the enclosing scope's) is scheduled is profiled, as in AReaL,
+    with ``torch.profiler`` when torch is installed (AReaL's profiler), else
+    the ``python`` backend; a ``profiler`` block in *telemetry* wins.
+    ``save_interval`` is accepted; asynctrace writes continuously, so it
+    changes nothing.
 
     Raises:
         RuntimeError: already configured (call :func:`reset` first), as in AReaL.
@@ -488,6 +529,9 @@ def configure(
         },
         **extra,
     }
+    steps = _field(config, "profile_steps")
+    if steps and "profiler" not in extra:
+        settings["profiler"] = {"steps": _profile_steps(steps), "backend": _profiler_backend()}
     with _lock:
         if _tracer is not None:
             raise RuntimeError(
@@ -576,7 +620,10 @@ def trace_scope(
     The category picks the group and bucket (:data:`DEFAULT_CATEGORY_MAP`);
     *args* become attributes; ``args["global_step"]`` stamps ``rl.iteration``
     on the span and everything inside it. Works with ``async with`` too.
-    *enable_profiler* and *profiler_args* are accepted and not used.
+    *enable_profiler* asks for a profile of the block, taken when its step is
+    in ``profile_steps`` (see :func:`configure`). *profiler_args* is accepted;
+    asynctrace sets ``record_shapes`` and ``with_stack`` once, in the
+    ``profiler`` block of ``configure(..., telemetry=...)``.
 
     Example:
         >>> with trace_scope("train.ppo_update", category="compute", args={"global_step": 1}):
@@ -585,7 +632,7 @@ def trace_scope(
     tracer = _tracer
     if tracer is None or not tracer.enabled:
         return _NULL
-    return tracer.trace_scope(name, category=category, args=args)
+    return tracer.trace_scope(name, category=category, enable_profiler=enable_profiler, args=args)
 
 
 def atrace_scope(
@@ -603,7 +650,7 @@ def atrace_scope(
         ...     async with atrace_scope("rollout.batch", category="scheduler"):
         ...         pass
     """
-    return trace_scope(name, category=category, args=args)
+    return trace_scope(name, category=category, enable_profiler=enable_profiler, args=args)
 
 
 def instant(

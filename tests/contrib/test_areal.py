@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import importlib.util
 import json
 import subprocess
 import sys
@@ -252,6 +253,59 @@ def test_category_map_override_and_configure_rules(tmp_path: Path) -> None:
     assert spans["odd"]["asynctrace.group"] == "areal.misc"
     with pytest.raises(at.ConfigurationError, match="category_map"):
         perf_tracer.configure(config, rank=0, category_map={"io": "sometimes"})
+    assert not perf_tracer.is_configured()
+
+
+def test_profile_steps_profile_the_scopes_that_ask(tmp_path: Path) -> None:
+    """AReaL's rule: ``enable_profiler=True`` and ``global_step`` in ``profile_steps``.
+
+    A nested scope inherits the step of the one around it; a scheduled step
+    whose scope does not ask stays unprofiled; bad steps fail at configure.
+    """
+    pytest.importorskip("viztracer")
+    config = {
+        "enabled": True,
+        "fileroot": str(tmp_path),
+        "experiment_name": "e",
+        "trial_name": "t",
+        "profile_steps": [2, 3],
+    }
+    # torch is not part of the suite's environment, so this is the python backend;
+    # naming it keeps the test's meaning where torch is installed.
+    tracer = perf_tracer.configure(
+        config, rank=0, telemetry={"profiler": {"steps": [2, 3], "backend": "python"}}
+    )
+    try:
+        for step in (1, 2, 3):
+            with perf_tracer.trace_scope(
+                "train.step", category="compute", args={"global_step": step}
+            ):
+                with perf_tracer.trace_scope(
+                    "train.ppo_update", category="compute", enable_profiler=step != 3
+                ):
+                    sum(range(20_000))
+        assert tracer.telemetry.shutdown()
+    finally:
+        perf_tracer.reset()
+    trace_dir = tmp_path / "logs" / getpass.getuser() / "e" / "t" / "perf_tracer"
+    assert sorted(p.name for p in trace_dir.glob("profile-*.json")) == [
+        "profile-r0-step2.python.json"
+    ]
+    lines = [json.loads(line) for line in (trace_dir / "traces-r0.jsonl").read_text().splitlines()]
+    (profiled,) = [e for e in lines if "asynctrace.profile.file" in e.get("args", {})]
+    assert profiled["name"] == "train.ppo_update"
+    assert profiled["args"]["rl.iteration"] == 2
+
+    # profile_steps alone picks AReaL's backend, torch, where torch is installed
+    tracer = perf_tracer.configure({**config, "profile_steps": [4]}, rank=0)
+    try:
+        chosen = tracer.telemetry.settings.profiler
+    finally:
+        perf_tracer.reset()
+    assert chosen.steps == {4}
+    assert chosen.backend == ("torch" if importlib.util.find_spec("torch") else "python")
+    with pytest.raises(at.ConfigurationError, match=r"perf_tracer\.profile_steps: 'x'"):
+        perf_tracer.configure({**config, "profile_steps": [1, "x"]}, rank=0)
     assert not perf_tracer.is_configured()
 
 
