@@ -86,7 +86,8 @@ def test_a_rank_that_stopped_writing_is_shown(tmp_path: Path, run: Callable[...,
     assert result.code == 0
     text = re.sub(r"\s+", " ", result.out)
     assert "steps finished: 2 ranks: 2 goodput: 50.0%" in text
-    assert "r1: stopped writing 120 s ago (after 1 steps)" in text
+    # 120 s when the file was written; a loaded machine may take a second or two to get here
+    assert re.search(r"r1: stopped writing 12[0-9] s ago \(after 1 steps\)", text), text
     assert "r0: finished (1 steps)" in text
     assert "r1: exporter chrome dropped 4, failed 1" in text
     assert "rl.train" in text
