@@ -136,3 +136,15 @@ def test_the_example_script_runs_the_demo(tmp_path: Path) -> None:
     assert "goodput" in proc.stdout
     assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     assert (tmp_path / "report.html").read_text().startswith("<!DOCTYPE html>")
+
+
+def test_the_same_seed_gives_the_same_rollouts(tmp_path: Path) -> None:
+    """Rewards and attempts per prompt repeat from run to run, whatever the scheduling."""
+
+    def outcome(result: Any) -> list[tuple[int, int, float | None, int]]:
+        return sorted((r.prompt_id, r.target_step, r.reward, r.attempts) for r in result.rollouts)
+
+    first = run_demo(tmp_path / "a", steps=2, prompts=8)
+    second = run_demo(tmp_path / "b", steps=2, prompts=8, max_inflight=8)
+    assert outcome(first) == outcome(second)
+    assert len(outcome(first)) == 16

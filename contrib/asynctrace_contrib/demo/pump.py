@@ -17,7 +17,7 @@ import collections
 import queue
 import random
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -51,11 +51,9 @@ class RolloutPump:
     max_inflight: int = 4
     seed: int = 0
     finished: int = 0
-    _random: random.Random = field(default_factory=random.Random)
 
     async def run(self) -> None:
         """Dispatch every prompt group, bounded, then signal the end."""
-        self._random.seed(self.seed)
         limit = asyncio.Semaphore(self.max_inflight)
         async with aiohttp.ClientSession(middlewares=(client_middleware(),)) as http:
 
@@ -72,11 +70,14 @@ class RolloutPump:
         self.out.put(None)
 
     async def _group(self, http: aiohttp.ClientSession, prompt_id: int, target_step: int) -> None:
+        # A generator per prompt group: the groups run concurrently, so draws from a
+        # shared one would depend on scheduling and a seed would not repeat a run.
+        draw = random.Random(self.seed * 1_000_003 + prompt_id)
         with at.task_scope(prompt_id), at.session_scope():
             async with at.atrace_session_phase("generate"):
                 with at.per_prompt_scope(), at.managed_span("generation", "rl.generate"):
-                    await asyncio.sleep(self._random.uniform(0.005, 0.03))  # the "model"
-                tokens = [self._random.randrange(32_000) for _ in range(16)]
+                    await asyncio.sleep(draw.uniform(0.005, 0.03))  # the "model"
+                tokens = [draw.randrange(32_000) for _ in range(16)]
             reward = None
             attempt = 0
             for attempt in range(MAX_ATTEMPTS):
