@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from _budget import examples
-from hypothesis import assume, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from asynctrace._rollup import Rollup
@@ -486,7 +486,13 @@ def test_streaming_matches_the_whole_tree_in_end_order(spans: list[dict[str, Any
 
 
 @pytest.mark.fuzz
-@settings(max_examples=examples(40, 300), deadline=None)
+# Most generated runs nest a bucket somewhere and are filtered out; that is
+# expected, not a strategy to fix, so the filter health check is off.
+@settings(
+    max_examples=examples(40, 300),
+    deadline=None,
+    suppress_health_check=[HealthCheck.filter_too_much],
+)
 @given(_runs(), st.randoms(use_true_random=False))
 def test_streaming_does_not_depend_on_arrival_order(spans: list[dict[str, Any]], rng: Any) -> None:
     """Without nested buckets, any arrival order gives the reference's steps and sums."""
