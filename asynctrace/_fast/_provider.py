@@ -65,7 +65,7 @@ _current_context = _context_getter()
 class Scope:
     """The instrumentation scope of a tracer (name, version, schema URL, attributes)."""
 
-    __slots__ = ("attributes", "name", "schema_url", "sdk", "version")
+    __slots__ = ("attributes", "name", "otlp", "schema_url", "sdk", "version")
 
     def __init__(
         self,
@@ -79,6 +79,7 @@ class Scope:
         self.schema_url = schema_url
         self.attributes = dict(attributes) if attributes else None
         self.sdk: Any = None  # the SDK's InstrumentationScope, made by the first conversion
+        self.otlp: Any = None  # its OTLP protobuf frame, made by the first encoding
 
     def __repr__(self) -> str:
         return f"Scope({self.name!r}, {self.version!r})"

@@ -36,7 +36,8 @@ from .._state import INSTRUMENTATION_NAME
 from ._adapters import ConvertingSink, LazyMemoryExporter
 from ._convert import Converter
 from ._open_spans import OpenSpanTracker
-from ._otlp import otlp_exporter
+from ._otlp import otlp_exporter, sends_encoded
+from ._otlp_wire import WireEncoder
 from ._queue import ExporterSink, ExportStats, QueuedSpanProcessor
 from ._retry import RetryingSpanProcessor
 
@@ -209,12 +210,13 @@ def _start_queues(
     plan: Plan,
     resource_attributes: Any,
     sink: Callable[[Any], Any],
-    convert: Callable[[Any], Any] | None = None,
+    convert: Callable[[Any], Callable[[Any], Any] | None] = lambda exporter: None,
 ) -> list[QueuedSpanProcessor]:
     """The chrome processor and one queue per exporter (*sink* wraps each exporter).
 
-    OTLP gets a queue that holds failed batches and retries them; *convert*
-    turns its queued spans into the SDK's (``None``: they are already).
+    OTLP gets a queue that holds failed batches and retries them;
+    ``convert(exporter)`` says what turns its queued spans into what the
+    exporter takes (``None``: it takes them as they are).
     """
     settings = plan.settings
     limits = _limits(settings)
@@ -238,7 +240,7 @@ def _start_queues(
                     RetryingSpanProcessor(
                         exporter,
                         name=name,
-                        convert=convert,
+                        convert=convert(exporter),
                         buffer_spans=settings.retry_buffer_spans,
                         buffer_bytes=settings.retry_buffer_bytes,
                         **limits,
@@ -263,11 +265,12 @@ def _build_fast(plan: Plan) -> Pipeline:
     limits = settings.span_limits
     provider = FastTracerProvider(resource, sampling=settings.sampling, limits=limits)
     converter = Converter(resource, limits)
+    encoder = WireEncoder(resource, limits)
     queued = _start_queues(
         plan,
         resource.attributes,
         lambda exporter: ConvertingSink(exporter, converter),
-        converter.readable,
+        lambda exporter: encoder.encode if sends_encoded(exporter) else converter.readable,
     )
     for processor in queued:
         provider.add_queue(processor, tracks=processor.name == "chrome")

@@ -27,6 +27,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from ._otlp_wire import EncodedSpan
 from ._queue import ExporterSink, ExportStats, QueuedSpanProcessor, _Marker
 
 __all__ = ["RetryingSpanProcessor", "estimate_bytes"]
@@ -84,8 +85,9 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
     Args:
         exporter: an SDK ``SpanExporter`` (OpenTelemetry's OTLP exporter).
         name: shown in logs, thread names and :class:`~._queue.ExportStats`.
-        convert: turns a queued span into what *exporter* takes (the fast
-            provider's spans into ``ReadableSpan``); ``None``: as they are.
+        convert: turns a queued span into what *exporter* takes (a fast
+            provider's span into its OTLP bytes, an ``EncodedSpan``, or into a
+            ``ReadableSpan``); ``None``: as they are.
         buffer_spans: spans held for retry at most.
         buffer_bytes: estimated encoded bytes held for retry at most.
         **limits: ``max_queue_size``, ``max_export_batch_size``,
@@ -211,6 +213,9 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
     def _size(self, spans: list[Any]) -> int:
         total = 0
         for span in spans:
+            if span.__class__ is EncodedSpan:  # encoded already: its size is known
+                total += len(span.data)
+                continue
             try:
                 total += estimate_bytes(span)
             except Exception:  # not an SDK span: a plain guess

@@ -1,0 +1,70 @@
+"""OpenTelemetry's OTLP/HTTP exporter, which also posts requests encoded by asynctrace.
+
+:class:`HttpSpanExporter` is OpenTelemetry's ``OTLPSpanExporter``
+(``opentelemetry-exporter-otlp-proto-http``), configured by the same
+arguments and ``OTEL_EXPORTER_OTLP_*`` variables. Given the SDK's spans it
+works as OpenTelemetry's does. Given :class:`~._otlp_wire.EncodedSpan`
+items (the fast provider's spans, encoded on the export thread), it puts them
+into one request and posts the bytes through the exporter's own HTTP client:
+endpoint, headers, timeout, compression, certificates and the retries inside
+one attempt stay OpenTelemetry's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace.export import SpanExportResult
+
+from ._otlp_wire import EncodedSpan, request_bytes
+
+__all__ = ["HttpSpanExporter"]
+
+_logger = logging.getLogger("opentelemetry.exporter.otlp.proto.http.trace_exporter")
+
+
+class HttpSpanExporter(OTLPSpanExporter):
+    """``OTLPSpanExporter`` over http/protobuf that also takes encoded spans.
+
+    Example:
+        >>> exporter = HttpSpanExporter(endpoint="http://127.0.0.1:4318/v1/traces")
+        >>> exporter.sends_encoded
+        True
+        >>> exporter.shutdown()
+    """
+
+    @property
+    def sends_encoded(self) -> bool:
+        """Whether the installed exporter has the client this posts encoded requests with."""
+        return callable(getattr(getattr(self, "_client", None), "export", None))
+
+    def export(self, spans: Sequence[Any]) -> SpanExportResult:
+        """Export SDK spans (OpenTelemetry encodes them) or :class:`EncodedSpan` items."""
+        if not spans or spans[0].__class__ is not EncodedSpan:
+            return super().export(spans)
+        if self._shutdown:
+            _logger.warning("Exporter already shutdown, ignoring batch")
+            return SpanExportResult.FAILURE
+        data = request_bytes(spans)
+        metrics = getattr(self, "_metrics", None)
+        operation = metrics.export_operation(len(spans)) if metrics is not None else None
+        with operation or contextlib.nullcontext() as result:
+            limit = getattr(self, "_max_request_size", 0) or 0
+            if 0 < limit < len(data):
+                _logger.warning(
+                    "Dropping span batch: serialized size %d bytes exceeds max_request_size "
+                    "%d bytes.",
+                    len(data),
+                    limit,
+                )
+                return SpanExportResult.FAILURE
+            outcome = self._client.export(data)
+            if not outcome.success:
+                if result is not None:
+                    result.error = outcome.error
+                return SpanExportResult.FAILURE
+        return SpanExportResult.SUCCESS
