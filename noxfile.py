@@ -128,13 +128,15 @@ def fuzz(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def soak(session: nox.Session) -> None:
-    """Load, volume, busy-loop and signal soaks (tests/soak); about 3 minutes by default.
+    """Load, volume, busy-loop, signal and chaos soaks (tests/soak); about 3 minutes by default.
 
     ``nox -s soak -- full`` runs them at the length docs/reliability.md
-    reports (1,000,000 spans, 200 SIGTERM runs); ``-- 2`` (any number)
-    scales the default length.
+    reports (1,000,000 spans, 200 SIGTERM runs, 8 rounds of the chaotic
+    demo); ``-- 2`` (any number) scales the default length.
     """
-    session.install("-e", ".[sdk,uvloop]", "pytest>=8", "anyio>=4.4", "trio>=0.25", silent=False)
+    session.install(
+        "-e", ".[sdk,uvloop,demo]", "pytest>=8", "anyio>=4.4", "trio>=0.25", silent=False
+    )
     args = list(session.posargs)
     scale = "1"
     if args and (args[0] == "full" or args[0].replace(".", "", 1).isdigit()):
