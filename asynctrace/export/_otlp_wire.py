@@ -94,6 +94,11 @@ class WireEncoder(AttributeEncoder):
             and, optionally, ``schema_url``; an SDK ``Resource``).
         limits: the span limits to apply.
 
+    Attributes:
+        limits: the span limits applied.
+        resource: the ``ResourceSpans`` frame every span of this encoder goes in.
+        skipped: attribute values left out because they cannot be encoded.
+
     Example:
         >>> from asynctrace._fast import FastTracerProvider
         >>> provider = FastTracerProvider()
