@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,6 +37,10 @@ class HttpSpanExporter(OTLPSpanExporter):
         True
         >>> exporter.shutdown()
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _read_environment_once(self)
 
     @property
     def sends_encoded(self) -> bool:
@@ -68,3 +73,36 @@ class HttpSpanExporter(OTLPSpanExporter):
                     result.error = outcome.error
                 return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS
+
+
+def _read_environment_once(exporter: Any) -> None:
+    """Read the proxy and CA-bundle variables now, not on every request.
+
+    ``requests`` looks them up for every request of a session that trusts the
+    environment: ``getproxies()`` scans all of ``os.environ`` (about 150 µs a
+    request here). The session gets what they say now (``HTTP(S)_PROXY`` and
+    ``NO_PROXY`` for the endpoint, ``REQUESTS_CA_BUNDLE`` or
+    ``CURL_CA_BUNDLE`` when certificates are verified by default) and stops
+    reading them; ``.netrc`` is not consulted (OTLP authenticates with
+    headers). A session of an unexpected shape is left as it is.
+    """
+    client = getattr(exporter, "_client", None)
+    session = getattr(getattr(client, "_transport", None), "_session", None)
+    endpoint = getattr(exporter, "_endpoint", None)
+    try:
+        import requests
+        from requests.utils import get_environ_proxies
+
+        if not isinstance(session, requests.Session) or not isinstance(endpoint, str):
+            return
+        if not session.trust_env:
+            return
+        proxies = get_environ_proxies(endpoint)
+        if session.verify is True:
+            bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
+            if bundle:
+                session.verify = bundle
+        session.proxies.update(proxies)
+        session.trust_env = False
+    except Exception:  # requests changed: it keeps reading the environment itself
+        return

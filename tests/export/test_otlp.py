@@ -134,3 +134,42 @@ def test_spans_reach_an_otlp_receiver(receiver: Receiver, monkeypatch: pytest.Mo
         "asynctrace.group": "step",
     }
     assert telemetry.stats()["otlp"].exported == 2
+
+
+def test_the_proxy_variables_are_read_once_at_start(
+    receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HTTP_PROXY and NO_PROXY are honoured as requests honours them, read at start.
+
+    The receiver stands in for the proxy: a request sent through a proxy names
+    the whole URL on its request line. Changing the variables afterwards
+    changes nothing (requests would otherwise scan the environment on every
+    request).
+    """
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector.invalid:4318")
+    monkeypatch.setenv("HTTP_PROXY", receiver.endpoint)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    telemetry = configure({"enabled": True, "span_groups": "all", "exporters": ["otlp"]})
+    try:
+        monkeypatch.setenv("NO_PROXY", "collector.invalid")  # too late: read at start
+        with umbrella_span("step", "rl.step"):
+            pass
+        assert telemetry.flush(10.0)
+    finally:
+        shutdown(timeout_s=5.0)
+    assert receiver.paths == ["http://collector.invalid:4318/v1/traces"]
+
+    # NO_PROXY set at start: straight to the endpoint, the dead proxy never asked
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # the discard port: nothing listens
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    receiver.paths.clear()
+    telemetry = configure({"enabled": True, "span_groups": "all", "exporters": ["otlp"]})
+    try:
+        with umbrella_span("step", "rl.step"):
+            pass
+        assert telemetry.flush(10.0)
+    finally:
+        shutdown(timeout_s=5.0)
+    assert receiver.paths == ["/v1/traces"]
