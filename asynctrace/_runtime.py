@@ -148,8 +148,13 @@ class Telemetry:
         if self._pipeline is None:
             return None
         for processor in self._pipeline.queued:
-            if processor.name == "goodput":
-                stats: GoodputStats = processor._sink.stats()  # type: ignore[attr-defined]
+            sink: Any = processor._sink
+            if processor.name == "chrome":  # the rollup may ride on the chrome writer's thread
+                sink = getattr(sink, "goodput", None)
+            elif processor.name != "goodput":
+                continue
+            if sink is not None:
+                stats: GoodputStats = sink.stats()
                 return stats
         return None
 

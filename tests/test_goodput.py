@@ -309,3 +309,38 @@ def test_environment_variable_turns_it_on(tmp_path: Path) -> None:
     """ASYNCTRACE_GOODPUT=1 turns the live rollup on with its defaults."""
     config = at.TelemetryConfig.from_env({"ASYNCTRACE_ENABLED": "1", "ASYNCTRACE_GOODPUT": "1"})
     assert isinstance(config.goodput, at._goodput_settings.GoodputSettings)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_on_the_fast_provider_the_rollup_rides_on_the_chrome_writer(
+    tmp_path: Path, provider: str
+) -> None:
+    """Fast provider and chrome: one queue and one export thread for both; SDK: two.
+
+    The records are the same either way (the live-equals-offline tests run
+    on both); here, what runs where, and that a span ends up counted once.
+    """
+    telemetry = _configure(tmp_path, provider)
+    try:
+        with at.iteration_scope(1), at.umbrella_span("step", "rl.step"):
+            with at.managed_span("generation", "rl.generate", bucket=at.Bucket.PRODUCTIVE):
+                pass
+        assert telemetry.flush()
+        threads = sorted(
+            t.name for t in threading.enumerate() if t.name.startswith("asynctrace-export-")
+        )
+        queues = sorted(telemetry.stats())
+    finally:
+        assert telemetry.shutdown()
+    if provider == "fast":
+        assert (threads, queues) == (["asynctrace-export-chrome"], ["chrome"])
+    else:
+        assert threads == ["asynctrace-export-chrome", "asynctrace-export-goodput"]
+        assert queues == ["chrome", "goodput"]
+    stats = telemetry.goodput
+    assert stats is not None
+    assert stats.steps == 1
+    lines = (tmp_path / "goodput-r0.jsonl").read_text().splitlines()
+    record = json.loads(lines[0])
+    assert record["iteration"] == 1
+    assert record["exporters"]["chrome"][0] >= 2  # what the chrome queue had written by then

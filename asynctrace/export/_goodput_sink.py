@@ -32,7 +32,7 @@ from .._semconv import GROUP, RL_BUCKET
 from .._settings import Settings
 from ._queue import ExportStats
 
-__all__ = ["GoodputPlan", "GoodputSink", "goodput_filename", "prepare_goodput"]
+__all__ = ["AlongChrome", "GoodputPlan", "GoodputSink", "goodput_filename", "prepare_goodput"]
 
 logger = logging.getLogger("asynctrace")
 
@@ -138,6 +138,56 @@ def _check_port(goodput: GoodputSettings, local_rank: int | None) -> None:
             f"({exc}); accepted: a free port (the port is prometheus_port + LOCAL_RANK), or 0 "
             "for any free port"
         ) from None
+
+
+class AlongChrome:
+    """The chrome writer's sink with the rollup after it: one queue, one thread, both.
+
+    With the fast provider, the chrome queue holds the very span objects the
+    rollup reads, so the rollup rides on the writer's thread: each batch is
+    written, then its spans are rolled up. The ending thread then queues a
+    span once, not once more for goodput, and no second worker thread takes
+    the interpreter lock from it. What the chrome writer reports is what the
+    queue counts; the rollup failing never touches the trace file.
+
+    Example:
+        >>> class Writer:
+        ...     def export(self, batch): return len(batch), 0
+        ...     def flush(self): pass
+        ...     def shutdown(self): pass
+        >>> tee = AlongChrome(Writer(), GoodputSink(GoodputSettings(metrics="none"), path=None))
+        >>> tee.export([])
+        (0, 0)
+        >>> tee.shutdown()
+    """
+
+    def __init__(self, writer: Any, goodput: GoodputSink) -> None:
+        self.writer = writer
+        self.goodput = goodput
+
+    def export(self, batch: list[Any]) -> tuple[int, int]:
+        """Write *batch*, then roll its spans up (queue control items are the writer's)."""
+        result: tuple[int, int] = self.writer.export(batch)
+        span_types = SPAN_TYPES
+        try:
+            self.goodput.export([item for item in batch if item.__class__ in span_types])
+        except Exception as exc:
+            self.goodput._warn("a batch could not be rolled up; it is skipped", exc)
+        return result
+
+    def flush(self) -> None:
+        """Flush the writer, then the rollup."""
+        try:
+            self.writer.flush()
+        finally:
+            self.goodput.flush()
+
+    def shutdown(self) -> None:
+        """Close the trace file, then finish every step and write the last records."""
+        try:
+            self.writer.shutdown()
+        finally:
+            self.goodput.shutdown()
 
 
 class GoodputSink:

@@ -211,12 +211,17 @@ def _start_queues(
     resource_attributes: Any,
     sink: Callable[[Any], Any],
     convert: Callable[[Any], Callable[[Any], Any] | None] = lambda exporter: None,
+    *,
+    along_chrome: bool = False,
 ) -> list[QueuedSpanProcessor]:
     """The chrome processor and one queue per exporter (*sink* wraps each exporter).
 
     OTLP gets a queue that holds failed batches and retries them;
     ``convert(exporter)`` says what turns its queued spans into what the
-    exporter takes (``None``: it takes them as they are).
+    exporter takes (``None``: it takes them as they are). The live goodput
+    rollup has a queue of its own, or, with *along_chrome* (the fast
+    provider, whose chrome queue holds the spans the rollup reads) and the
+    chrome exporter on, runs on the chrome writer's thread after each batch.
     """
     settings = plan.settings
     limits = _limits(settings)
@@ -248,10 +253,16 @@ def _start_queues(
                 )
                 continue
             queued.append(QueuedSpanProcessor(sink(exporter), name=name, **limits))
-        if plan.goodput is not None:  # the live rollup: a queue of its own, read as chrome's
+        if plan.goodput is not None:  # the live rollup, fed the spans chrome is fed
             goodput = plan.goodput.start()
             goodput.export_stats = lambda: [processor.stats() for processor in queued]
-            queued.append(QueuedSpanProcessor(goodput, name="goodput", **limits))
+            chrome = queued[0] if plan.chrome_path is not None else None
+            if chrome is not None and along_chrome:
+                from ._goodput_sink import AlongChrome
+
+                chrome._sink = AlongChrome(chrome._sink, goodput)
+            else:
+                queued.append(QueuedSpanProcessor(goodput, name="goodput", **limits))
     except BaseException:
         for processor in queued:
             processor.shutdown_within(1.0)
@@ -271,6 +282,7 @@ def _build_fast(plan: Plan) -> Pipeline:
         resource.attributes,
         lambda exporter: ConvertingSink(exporter, converter),
         lambda exporter: encoder.encode if sends_encoded(exporter) else converter.readable,
+        along_chrome=True,
     )
     for processor in queued:
         provider.add_queue(processor, tracks=processor.name == "chrome")
