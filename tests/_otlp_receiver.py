@@ -72,12 +72,19 @@ class OtlpReceiver:
     Args:
         protocol: ``"http/protobuf"`` or ``"grpc"``.
         port: the port to listen on (default: a free one, kept across restarts).
+        keep: keep every span as a :class:`ReceivedSpan` (what the tests read);
+            ``False`` parses each request and only counts its spans in
+            ``counted``, as a collector's receiver costs (the benchmarks).
     """
 
-    def __init__(self, protocol: str = "http/protobuf", port: int | None = None) -> None:
+    def __init__(
+        self, protocol: str = "http/protobuf", port: int | None = None, *, keep: bool = True
+    ) -> None:
         if protocol not in ("http/protobuf", "grpc"):
             raise ValueError(f"protocol: {protocol!r}; accepted: http/protobuf, grpc")
         self.protocol = protocol
+        self.keep = keep  # False: every request is parsed and its spans counted, not kept
+        self.counted = 0
         self.port = port if port is not None else free_port()
         self.spans: list[ReceivedSpan] = []
         self.requests = 0
@@ -233,6 +240,15 @@ class OtlpReceiver:
     # -- what arrived ------------------------------------------------------------
 
     def _accept(self, request: ExportTraceServiceRequest, headers: dict[str, str]) -> None:
+        if not self.keep:  # a collector's cost: the request parsed (in C), the spans counted
+            count = sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+            with self._changed:
+                self.counted += count
+                self.requests += 1
+                self._changed.notify_all()
+            if self.on_request is not None:
+                self.on_request(count)
+            return
         spans: list[ReceivedSpan] = []
         for resource_spans in request.resource_spans:
             resource = _attributes(resource_spans.resource.attributes)
@@ -277,7 +293,10 @@ class OtlpReceiver:
 
 
 if __name__ == "__main__":  # pragma: no cover - a manual aid
-    receiver = OtlpReceiver(sys.argv[1] if len(sys.argv) > 1 else "http/protobuf")
+    # python _otlp_receiver.py [PROTOCOL] [count]: "count" parses and counts, keeps nothing
+    receiver = OtlpReceiver(
+        sys.argv[1] if len(sys.argv) > 1 else "http/protobuf", keep="count" not in sys.argv[2:]
+    )
     receiver.on_request = lambda n: print(f"{n} spans", flush=True)
     receiver.start()
     print(f"PORT {receiver.port}", flush=True)
