@@ -114,7 +114,7 @@ def fuzz(session: nox.Session) -> None:
 
     ``nox -s fuzz -- 100000`` gives every target 100,000 examples instead
     (``ASYNCTRACE_FUZZ_EXAMPLES``, see tests/_budget.py); other arguments go
-    to pytest. Each target's time is listed at the end.
+    to pytest. Each target's time and Hypothesis's statistics are listed at the end.
     """
     session.install(
         "-e", ".[sdk,otlp,uvloop,aiohttp,fastapi,cli,prometheus]", *TEST_DEPS, silent=False
@@ -123,7 +123,19 @@ def fuzz(session: nox.Session) -> None:
     env = {"ASYNCTRACE_STRICT": "1", "ASYNCTRACE_FUZZ": "1"}
     if args and args[0].isdigit():
         env["ASYNCTRACE_FUZZ_EXAMPLES"] = args.pop(0)
-    session.run("pytest", "-n", "auto", "-m", "fuzz", "--durations=40", *args, env=env)
+    session.run(
+        "pytest",
+        "-n",
+        "auto",
+        "--dist",
+        "worksteal",  # targets take 5 to 35 s: an idle worker takes over queued ones
+        "-m",
+        "fuzz",
+        "--durations=40",
+        "--hypothesis-show-statistics",  # examples and time per target
+        *args,
+        env=env,
+    )
 
 
 @nox.session(python="3.11")

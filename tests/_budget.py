@@ -11,9 +11,24 @@ from __future__ import annotations
 
 import os
 
+from hypothesis import HealthCheck, Phase, settings
+
 FUZZ = os.environ.get("ASYNCTRACE_FUZZ", "") not in ("", "0")
 _EXAMPLES = os.environ.get("ASYNCTRACE_FUZZ_EXAMPLES", "").strip()
 EXAMPLES = int(_EXAMPLES) if _EXAMPLES.isdigit() and int(_EXAMPLES) > 0 else None
+
+if FUZZ:
+    # Volume, not replay: no example database (nothing to read or write per example),
+    # no deadline, no health check about slow or large data; explicit examples,
+    # generation, and shrinking of a failure (which costs nothing until one fails).
+    settings.register_profile(
+        "fuzz",
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.explicit, Phase.generate, Phase.shrink],
+    )
+    settings.load_profile("fuzz")
 
 
 def examples(quick: int, fuzz: int) -> int:

@@ -94,7 +94,7 @@ def test_fuzz_carriers_with_baggage_never_raise_and_set_only_well_typed_scopes()
     """Any carrier, propagate_scopes on: no exception; scopes restored have their own types."""
     with capture_spans("all", propagate_scopes=True) as captured:
 
-        @_budget(300, 3_000)
+        @_budget(300, 7_500)
         @given(_carriers)
         def check(carrier: Any) -> None:
             with at.remote_trace_context(carrier) as remote:
@@ -117,7 +117,7 @@ def test_fuzz_carriers_with_baggage_never_raise_and_set_only_well_typed_scopes()
 
 
 @pytest.mark.fuzz
-@_budget(300, 4_000)
+@_budget(300, 7_500)
 @given(st.lists(_baggages, max_size=3))
 def test_fuzz_baggage_decode(values: list[str]) -> None:
     """Received baggage values of any shape decode to str entries and typed scopes."""
@@ -132,7 +132,7 @@ def test_fuzz_scopes_round_trip_through_a_carrier() -> None:
     """Any iteration, task and per-prompt scope comes back whole on the other side."""
     with capture_spans("all", propagate_scopes=True) as captured:
 
-        @_budget(200, 10_000)
+        @_budget(200, 15_000)
         @given(
             st.integers(0, 2**62),
             st.none() | st.integers(0, 2**62) | st.text(max_size=20),
@@ -243,7 +243,7 @@ _environs = st.dictionaries(
 
 
 @pytest.mark.fuzz
-@_budget(300, 4_000)
+@_budget(300, 6_000)
 @given(_environs)
 def test_fuzz_env_values(environ: dict[str, str]) -> None:
     """Any ASYNCTRACE_* values: a configuration or a ConfigurationError naming the variable."""

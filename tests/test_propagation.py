@@ -129,7 +129,7 @@ def _is_valid_w3c(value: object) -> bool:
 
 
 @pytest.mark.fuzz
-@settings(max_examples=examples(400, 1_000), deadline=None)
+@settings(max_examples=examples(400, 1_800), deadline=None)
 @given(
     st.one_of(
         junk,
@@ -157,7 +157,7 @@ def test_fuzz_carriers_never_raise_never_attach_invalid(carrier: Any) -> None:
 
 
 @pytest.mark.fuzz
-@settings(max_examples=examples(400, 5_000), deadline=None)
+@settings(max_examples=examples(400, 10_000), deadline=None)
 @given(st.dictionaries(st.sampled_from(["TRACEPARENT", "TRACESTATE", "PATH"]), st.text()))
 def test_fuzz_env_never_raises(environ: dict[str, str]) -> None:
     """extract_env over arbitrary environment values never raises or attaches junk."""

@@ -193,7 +193,7 @@ _intervals = st.lists(
 
 
 @pytest.mark.fuzz
-@settings(max_examples=examples(40, 1_000), deadline=None)
+@settings(max_examples=examples(40, 2_000), deadline=None)
 @given(_intervals)
 def test_any_input_converts_to_nesting_tracks(spans: list[tuple[int, int, int]]) -> None:
     """Whatever overlaps the input has, every output track nests and no event is lost."""

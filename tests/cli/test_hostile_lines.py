@@ -9,6 +9,11 @@ summary and exit as they would without them.
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import copy
+import functools
+import io
 import json
 import tempfile
 from collections.abc import Callable
@@ -20,7 +25,8 @@ from _budget import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from asynctrace.cli import main
+from asynctrace.cli import build_parser, main
+from asynctrace.cli._common import CliError
 
 from ._helpers import GOLDEN, Result
 
@@ -194,9 +200,6 @@ _lines = st.lists(
 
 def _run_quietly(argv: list[str]) -> int:
     """``main(argv)`` with its output thrown away; the exit status."""
-    import contextlib
-    import io
-
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(argv)
@@ -205,22 +208,62 @@ def _run_quietly(argv: list[str]) -> int:
     return code
 
 
+@functools.cache
+def _parsed() -> tuple[Path, dict[str, argparse.Namespace]]:
+    """One trace path for every example, and each command's arguments, parsed once.
+
+    Parsing is the command line's own cost (a parser with every subcommand,
+    about 2 ms a call), not the readers'; the directory lives as long as the run.
+    """
+    directory = tempfile.TemporaryDirectory(prefix="asynctrace-hostile-")
+    _KEEP.append(directory)
+    tmp = Path(directory.name)
+    trace = tmp / "traces-r0.jsonl"
+    parser = build_parser()
+    return trace, {name: parser.parse_args(argv) for name, argv in _commands(tmp, trace).items()}
+
+
+_KEEP: list[tempfile.TemporaryDirectory[str]] = []
+
+
+def _run_parsed(args: argparse.Namespace) -> int:
+    """What ``main`` does with parsed arguments: the command's status, or its CliError's.
+
+    Anything else escaping the command is what ``main`` reports as an internal
+    error: here it fails the example with its traceback.
+    """
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            return int(args.run(copy.copy(args)))
+        except CliError as exc:
+            return exc.code
+
+
+def test_the_parsed_commands_are_what_main_runs(tmp_path: Path) -> None:
+    """The fuzz target's shortcut (arguments parsed once) exits as ``main`` does."""
+    trace, parsed = _parsed()
+    for body in (_GOLDEN_LINES, b"xx\n", _GOLDEN_LINES + b'{"ph": "X", "ts": "1"}\n'):
+        trace.write_bytes(body)
+        for command in COMMANDS:
+            assert _run_parsed(parsed[command]) == _run_quietly(
+                _commands(trace.parent, trace)[command]
+            ), (command, body[-40:])
+
+
 @pytest.mark.fuzz
 @settings(
-    max_examples=examples(25, 1_000),
+    max_examples=examples(25, 2_000),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(_lines, st.booleans())
 def test_every_command_survives_arbitrary_lines(lines: list[bytes], with_golden: bool) -> None:
     """Arbitrary lines, alone or among good ones: each command exits 0, 1 or 2, never crashes."""
-    with tempfile.TemporaryDirectory() as directory:
-        tmp = Path(directory)
-        trace = tmp / "traces-r0.jsonl"
-        body = b"\n".join(line.replace(b"\n", b" ") for line in lines) + b"\n"
-        trace.write_bytes((_GOLDEN_LINES if with_golden else b"") + body)
-        for command in COMMANDS:
-            code = _run_quietly(_commands(tmp, trace)[command])
-            assert code in (0, 1, 2)
-            if with_golden and command == "convert":
-                assert code == 0  # the good lines are still there to convert
+    trace, parsed = _parsed()
+    body = b"\n".join(line.replace(b"\n", b" ") for line in lines) + b"\n"
+    trace.write_bytes((_GOLDEN_LINES if with_golden else b"") + body)
+    for command in COMMANDS:
+        code = _run_parsed(parsed[command])
+        assert code in (0, 1, 2)
+        if with_golden and command == "convert":
+            assert code == 0  # the good lines are still there to convert

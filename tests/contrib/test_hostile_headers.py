@@ -84,7 +84,7 @@ def test_fuzz_raw_headers_never_change_the_response(trust_incoming: bool, groups
         with capture_spans(groups, propagate_scopes=True) as captured:
 
             @settings(
-                max_examples=examples(100, 2_000),
+                max_examples=examples(100, 4_000),
                 deadline=None,
                 suppress_health_check=[HealthCheck.too_slow],
             )

@@ -365,7 +365,7 @@ class Runner:
 
 @pytest.mark.fuzz
 @settings(
-    max_examples=examples(40, 1_000),
+    max_examples=examples(40, 1_500),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
@@ -397,7 +397,7 @@ intervals = st.lists(
 
 
 @pytest.mark.fuzz
-@settings(max_examples=examples(300, 3_000), deadline=None)
+@settings(max_examples=examples(300, 5_000), deadline=None)
 @given(intervals, st.integers(2, 8))
 def test_track_assigner_always_nests(ops: list[tuple[int, int, int]], max_intervals: int) -> None:
     """Any sequence of intervals, in any order, with retired tracks and a tiny memory bound:
