@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -13,6 +16,7 @@ from asynctrace.export import read_chrome_trace
 from ._soak import report, scale
 
 RATE = 20_000
+CHILD = Path(__file__).parent / "_busy_child.py"
 
 
 def test_the_writer_keeps_up_with_a_busy_loop(tmp_path: Path) -> None:
@@ -65,4 +69,44 @@ def test_the_writer_keeps_up_with_a_busy_loop(tmp_path: Path) -> None:
         rate=RATE,
         dropped=dropped,
         worst_backlog_s=round(worst_backlog_s, 3),
+    )
+
+
+def test_sigkill_of_a_busy_loop_loses_at_most_the_durability_bound(tmp_path: Path) -> None:
+    """SIGKILL at 20,000 spans/s: the newest span on disk ended at most 1 s before the kill."""
+    runs = max(2, round(4 * scale()))
+    worst_age = 0.0
+    rates = []
+    for run in range(runs):
+        out = tmp_path / str(run)
+        out.mkdir()
+        with subprocess.Popen(
+            [sys.executable, str(CHILD), str(out)], stdout=subprocess.PIPE, text=True
+        ) as child:
+            assert child.stdout is not None
+            assert child.stdout.readline().strip() == "ready"
+            started = time.time()
+            time.sleep(3.0 + 0.5 * run)
+            killed = time.time()
+            child.kill()
+            child.wait(timeout=10)
+        ends = []
+        for line in (out / "traces-r0.jsonl").read_bytes().splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # the torn last line of a killed writer
+            if event.get("name") == "busy":
+                ends.append((event["ts"] + event["dur"]) / 1e6)
+        assert ends
+        age = killed - max(ends)
+        worst_age = max(worst_age, age)
+        rates.append(len(ends) / (killed - started))
+        assert age <= 1.0, (run, age)  # schedule_delay_millis: 1000
+    report(
+        "busy-loop-sigkill",
+        runs=runs,
+        rate=RATE,
+        worst_newest_span_age_s=round(worst_age, 3),
+        spans_on_disk_per_s=round(min(rates)),
     )
