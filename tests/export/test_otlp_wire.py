@@ -79,7 +79,7 @@ def quiet_otel_logs() -> Iterator[None]:
     for logger in loggers:
         logger.setLevel(logging.CRITICAL)
     yield
-    for logger, level in zip(loggers, levels):
+    for logger, level in zip(loggers, levels, strict=True):
         logger.setLevel(level)
 
 
@@ -162,12 +162,16 @@ def test_the_request_is_the_one_opentelemetry_encodes() -> None:
     exception = {kv.key: kv.value.string_value for kv in root.events[1].attributes}
     assert "RuntimeError: boom" in exception["exception.stacktrace"]  # two kept of four
     assert root.events[1].dropped_attributes_count == 2
-    assert generate.parent_span_id == root.span_id and generate.flags == 0x100
+    assert generate.parent_span_id == root.span_id
+    assert generate.flags == 0x100
     assert generate.status.code == 1
-    assert len(generate.links) == 1 and generate.dropped_links_count == 1
+    assert len(generate.links) == 1
+    assert generate.dropped_links_count == 1
     assert generate.links[0].span_id == root.span_id  # the newest kept
     assert generate.links[0].flags == 0x100
-    assert score.kind == 5 and producer.kind == 4 and producer.name == ""
+    assert score.kind == 5
+    assert producer.kind == 4
+    assert producer.name == ""
 
 
 def _odd_span(attributes: dict[Any, Any]) -> FastSpan:
@@ -222,7 +226,8 @@ def test_odd_values_are_encoded_as_opentelemetry_encodes_them(case: str) -> None
     assert encoder.skipped == 3 * left_out  # the span's, the event's and the link's
     decoded = ExportTraceServiceRequest.FromString(ours).resource_spans[0].scope_spans[0]
     keys = [kv.key for kv in decoded.spans[0].attributes]
-    assert keys[0] == "plain" and keys[-1] == "after"
+    assert keys[0] == "plain"
+    assert keys[-1] == "after"
 
 
 @pytest.mark.usefixtures("quiet_otel_logs")
