@@ -21,6 +21,16 @@ BACKENDS: list[Any] = [
 ]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``slow`` run first, the rest in their usual order.
+
+    Under pytest-xdist a long test that starts last holds the run open on
+    one worker while the others sit idle; started first, it runs while the
+    other workers work through the short ones.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(params=BACKENDS)
 def anyio_backend(request: pytest.FixtureRequest) -> Any:
     """Every async test runs on asyncio, uvloop and trio."""

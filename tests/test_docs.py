@@ -252,6 +252,7 @@ def run_session(session: Session, cwd: Path) -> list[Outcome]:
 ALL = sessions()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("session", ALL, ids=[f"{s.page.relative_to(ROOT)}:{s.name}" for s in ALL])
 def test_documented_output_is_what_the_code_prints(session: Session, tmp_path: Path) -> None:
     """Each run session of each page prints exactly what the page says it prints."""
@@ -332,6 +333,7 @@ if __name__ == "__main__":
     update([Path(arg).resolve() for arg in sys.argv[2:]] or PAGES)
 
 
+@pytest.mark.slow
 def test_a_changed_page_fails(tmp_path: Path) -> None:
     """The README's Quick start with one word of its output changed no longer passes."""
     (session,) = [s for s in ALL if s.page.name == "README.md" and s.name == "quickstart"]

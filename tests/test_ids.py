@@ -59,6 +59,7 @@ def _distinct(ids: Sequence[bytes]) -> int:
     return len(set(ids))
 
 
+@pytest.mark.slow
 def test_fast_ids_never_collide_across_seeded_processes(tmp_path: Path) -> None:
     """10^6 spans from 8 processes that all called random.seed(0): no id is repeated."""
     per_process = 125_000
@@ -73,6 +74,7 @@ def test_fast_ids_never_collide_across_seeded_processes(tmp_path: Path) -> None:
     assert bytes(16) not in set(trace_ids)
 
 
+@pytest.mark.slow
 def test_sdk_default_generator_repeats_ids_under_the_seed(tmp_path: Path) -> None:
     """Baseline: the SDK's own generator gives every seeded process the same ids.
 
@@ -89,6 +91,7 @@ def test_sdk_default_generator_repeats_ids_under_the_seed(tmp_path: Path) -> Non
     assert all(result == results[0] for result in results)
 
 
+@pytest.mark.slow
 def test_configured_sdk_provider_ids_never_collide(tmp_path: Path) -> None:
     """configure(provider="sdk") draws from asynctrace's generator: no repeats either."""
     per_process = 6_250  # the SDK's spans cost more; 5 x 10^4 of them keep the test short

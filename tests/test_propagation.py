@@ -128,6 +128,7 @@ def _is_valid_w3c(value: object) -> bool:
     return int(trace_id, 16) != 0 and int(span_id, 16) != 0
 
 
+@pytest.mark.slow
 @pytest.mark.fuzz
 @settings(max_examples=examples(400, 1_800), deadline=None)
 @given(
@@ -515,6 +516,7 @@ def test_hostile_baggage_never_raises_and_is_cheap(value: str) -> None:
     assert sum(after.values()) > sum(before.values())
 
 
+@pytest.mark.slow
 def test_env_carries_the_scopes_to_a_subprocess() -> None:
     """inject_env → a real child process: its spans carry the caller's scopes only when on."""
     import json

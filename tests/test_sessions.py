@@ -305,6 +305,7 @@ def test_pending_sessions_written_at_shutdown(tmp_path: Path) -> None:
     assert record["phases"]["generate"][0]["truncated"] is True
 
 
+@pytest.mark.slow
 def test_threads_and_tasks_write_every_session_exactly_once(
     tracer: SessionTracer, tmp_path: Path
 ) -> None:
@@ -348,6 +349,7 @@ def test_threads_and_tasks_write_every_session_exactly_once(
     assert (stats["live_sessions"], stats["live_tasks"]) == (0, 0)
 
 
+@pytest.mark.slow
 def test_memory_stays_flat(tracer: SessionTracer) -> None:
     """25,000 sessions: task maps and written records are released (a leak of even
     one small object per session, ~50 bytes, would be over 1 MB)."""

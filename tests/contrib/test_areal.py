@@ -153,6 +153,7 @@ def test_workflow_writes_areal_layout_and_fields(base: Path) -> None:
     assert {e["args"]["rl.iteration"] for e in updates} == {1, 2}
 
 
+@pytest.mark.slow
 def test_areal_plot_tool_reads_the_sessions(base: Path, tmp_path: Path) -> None:
     """AReaL's plot_session_trace: one lifecycle row per session, and both steps found."""
     plot = tool("plot_session_trace")

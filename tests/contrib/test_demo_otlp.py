@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 from _otlp_receiver import OtlpReceiver
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
 def test_the_whole_demo_reaches_the_receiver(protocol: str, tmp_path: Path) -> None:
     """Every span of the demo, Gym server included, arrives with parents, resource and rl.*."""

@@ -136,6 +136,7 @@ def test_sample_rate_and_a_different_sampling_ratio_conflict() -> None:
         )
 
 
+@pytest.mark.slow
 def test_four_ranks_first_exports_whole_sampled_traces(tmp_path: Path) -> None:
     """Four rank processes, each handing work to a child: only rank 0 exports; whole traces."""
     traces = 120

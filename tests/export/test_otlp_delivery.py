@@ -266,6 +266,7 @@ def test_shutdown_during_an_outage_is_bounded(receiver: OtlpReceiver) -> None:
     assert stats.exported == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_a_receiver_never_up_flush_false_and_a_prompt_exit(protocol: str) -> None:
     """Nothing ever listens: flush() is False within its timeout and the process exits promptly."""
