@@ -435,6 +435,10 @@ def test_trio_says_so_once_and_stays_off(caplog: pytest.LogCaptureFixture) -> No
     """Under trio the monitor logs one line and starts nothing."""
     trio = pytest.importorskip("trio")
     _stalls._said.discard("trio")
+    # Whatever ran before in this worker may have left "no loop" as the last loop
+    # seen (a span outside any loop, or an earlier trio run): trio has no asyncio
+    # loop either, so the fast path would not look again.
+    _stalls._last = _stalls._UNSET
 
     async def main() -> None:
         for _ in range(3):
