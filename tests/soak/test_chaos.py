@@ -182,15 +182,18 @@ def _fill_disk(mount: Path, rng: random.Random) -> Callable[[Path, threading.Eve
         if done.wait(rng.uniform(0.2, 0.4)):
             return
         ballast = mount / "ballast"
-        with open(ballast, "wb") as fill:  # take every block that is left
-            try:
-                while True:
-                    fill.write(b"\0" * 65536)
-                    fill.flush()
-            except OSError:
-                pass
-        done.wait(rng.uniform(0.4, 0.6))  # freed again, at the latest when the demo is done
-        ballast.unlink()
+        try:
+            # Unbuffered: closing the file then has nothing left to write, so the
+            # full disk's ENOSPC can only come from the writes, caught here.
+            with open(ballast, "wb", buffering=0) as fill:  # take every block that is left
+                try:
+                    while True:
+                        fill.write(b"\0" * 65536)
+                except OSError:
+                    pass
+            done.wait(rng.uniform(0.4, 0.6))  # freed again, at the latest when the demo is done
+        finally:
+            ballast.unlink(missing_ok=True)
 
     return chaos
 
