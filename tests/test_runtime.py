@@ -713,7 +713,9 @@ def test_a_blocked_exporter_holds_spans_in_flight_and_markers_are_not_spans(
             "exporters": [exporter],
             "output_dir": str(tmp_path),
             "max_export_batch_size": 16,
-            "schedule_delay_millis": 5,
+            # Only the 16th span wakes the worker (a full batch), so the stuck batch
+            # holds all 16 however slowly a loaded machine ends them.
+            "schedule_delay_millis": 60_000,
         }
     )
     try:
