@@ -5,7 +5,7 @@ from __future__ import annotations
 import gzip
 import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -150,14 +150,7 @@ def test_the_proxy_variables_are_read_once_at_start(
     monkeypatch.setenv("HTTP_PROXY", receiver.endpoint)
     monkeypatch.delenv("NO_PROXY", raising=False)
     monkeypatch.delenv("no_proxy", raising=False)
-    telemetry = configure({"enabled": True, "span_groups": "all", "exporters": ["otlp"]})
-    try:
-        monkeypatch.setenv("NO_PROXY", "collector.invalid")  # too late: read at start
-        with umbrella_span("step", "rl.step"):
-            pass
-        assert telemetry.flush(10.0)
-    finally:
-        shutdown(timeout_s=5.0)
+    _export_one_span(lambda: monkeypatch.setenv("NO_PROXY", "collector.invalid"))  # too late
     assert receiver.paths == ["http://collector.invalid:4318/v1/traces"]
 
     # NO_PROXY set at start: straight to the endpoint, the dead proxy never asked
@@ -165,11 +158,17 @@ def test_the_proxy_variables_are_read_once_at_start(
     monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # the discard port: nothing listens
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     receiver.paths.clear()
+    _export_one_span()
+    assert receiver.paths == ["/v1/traces"]
+
+
+def _export_one_span(after_start: Callable[[], object] = lambda: None) -> None:
+    """Start an otlp-only pipeline, call *after_start*, export one span, shut down."""
     telemetry = configure({"enabled": True, "span_groups": "all", "exporters": ["otlp"]})
     try:
+        after_start()
         with umbrella_span("step", "rl.step"):
             pass
         assert telemetry.flush(10.0)
     finally:
         shutdown(timeout_s=5.0)
-    assert receiver.paths == ["/v1/traces"]

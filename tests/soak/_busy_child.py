@@ -12,25 +12,40 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from collections.abc import Callable
 
 import asynctrace as at
 
 RATE = 20_000
 
 
-async def main() -> None:
+async def paced(
+    rate: int, seconds: float | None = None, tick: Callable[[], None] | None = None
+) -> int:
+    """``busy`` spans at *rate* a second for *seconds* (``None``: forever); how many.
+
+    The loop yields only through ``asyncio.sleep(0)`` (every 50 spans, and
+    between rounds, where *tick* is called).
+    """
     ended = 0
     started = time.monotonic()
-    print("ready", flush=True)
-    while True:
-        due = int((time.monotonic() - started) * RATE)
+    while seconds is None or time.monotonic() - started < seconds:
+        due = int((time.monotonic() - started) * rate)
         while ended < due:
             with at.managed_span("generation", "busy", attributes={"i": ended}):
                 pass
             ended += 1
             if ended % 50 == 0:
                 await asyncio.sleep(0)
+        if tick is not None:
+            tick()
         await asyncio.sleep(0)
+    return ended
+
+
+async def main() -> None:
+    print("ready", flush=True)
+    await paced(RATE)
 
 
 if __name__ == "__main__":

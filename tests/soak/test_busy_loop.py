@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import asynctrace as at
 from asynctrace._runtime import configure
 from asynctrace.export import read_chrome_trace
 
+from ._busy_child import RATE, paced
 from ._soak import report, scale
 
-RATE = 20_000
 CHILD = Path(__file__).parent / "_busy_child.py"
 
 
@@ -31,28 +29,16 @@ def test_the_writer_keeps_up_with_a_busy_loop(tmp_path: Path) -> None:
         }
     )
     worst_backlog_s = 0.0
+    next_sample = time.monotonic()
 
-    async def main() -> int:
-        nonlocal worst_backlog_s
-        ended = 0
-        started = time.monotonic()
-        next_sample = started
-        while (now := time.monotonic()) - started < seconds:
-            due = int((now - started) * RATE)
-            while ended < due:
-                with at.managed_span("generation", "busy", attributes={"i": ended}):
-                    pass
-                ended += 1
-                if ended % 50 == 0:
-                    await asyncio.sleep(0)
-            if now >= next_sample:  # the queue's backlog, in seconds of spans
-                stats = telemetry.stats()["chrome"]
-                worst_backlog_s = max(worst_backlog_s, (stats.queued + stats.in_flight) / RATE)
-                next_sample = now + 0.05
-            await asyncio.sleep(0)
-        return ended
+    def sample() -> None:  # the queue's backlog, in seconds of spans, every 50 ms
+        nonlocal worst_backlog_s, next_sample
+        if (now := time.monotonic()) >= next_sample:
+            stats = telemetry.stats()["chrome"]
+            worst_backlog_s = max(worst_backlog_s, (stats.queued + stats.in_flight) / RATE)
+            next_sample = now + 0.05
 
-    ended = asyncio.run(main())
+    ended = asyncio.run(paced(RATE, seconds, sample))
     stats = telemetry.stats()["chrome"]
     dropped = stats.dropped
     assert telemetry.shutdown(10.0)
@@ -90,14 +76,8 @@ def test_sigkill_of_a_busy_loop_loses_at_most_the_durability_bound(tmp_path: Pat
             killed = time.time()
             child.kill()
             child.wait(timeout=10)
-        ends = []
-        for line in (out / "traces-r0.jsonl").read_bytes().splitlines():
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue  # the torn last line of a killed writer
-            if event.get("name") == "busy":
-                ends.append((event["ts"] + event["dur"]) / 1e6)
+        events = read_chrome_trace(out / "traces-r0.jsonl").complete_events()  # torn tail skipped
+        ends = [(e["ts"] + e["dur"]) / 1e6 for e in events if e["name"] == "busy"]
         assert ends
         age = killed - max(ends)
         worst_age = max(worst_age, age)

@@ -24,7 +24,6 @@ import logging
 import random
 import re
 import shutil
-import subprocess
 import threading
 import time
 from collections import Counter
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _tmpfs import mounted_tmpfs
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 import asynctrace as at
@@ -201,17 +201,8 @@ def _fill_disk(mount: Path, rng: random.Random) -> Callable[[Path, threading.Eve
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 4 MiB tmpfs (root only; else the full-disk runs are skipped with the reason)."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    made = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True
-    )
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
-    try:
+    with mounted_tmpfs(tmp_path / "disk", "4m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
