@@ -25,7 +25,7 @@ from urllib.parse import quote, quote_plus, unquote, unquote_plus
 from ._forksafe import reinit_at_fork
 from ._scopes import SCOPES, ScopeState
 
-__all__ = ["ScopeValues", "carrier_stats", "decode", "encode"]
+__all__ = ["ScopeValues", "carrier_stats", "decode", "encode", "parse"]
 
 PREFIX: Final = "asynctrace."
 ITERATION_KEY: Final = "asynctrace.iteration"
@@ -46,6 +46,16 @@ _PROPERTY: Final = re.compile(
     r"(?:=[ \t]*[\x21\x23-\x2b\x2d-\x3a\x3c-\x5b\x5d-\x7e]*)?[ \t]*"
 )
 _INT: Final = re.compile(r"-?[0-9]{1,19}")
+# What encode() sends when the scopes are all there is, matched against "," + header:
+# the members in encode()'s order, each optional, integer task ids, and session ids of
+# unreserved characters (nothing to unquote). Each value is one the full parser accepts
+# and reads the same way; any other header takes the full parser.
+_OWN: Final = re.compile(
+    r"(?:,asynctrace\.iteration=(-?[0-9]{1,19}))?"
+    r"(,asynctrace\.per_prompt=1)?"
+    r"(?:,asynctrace\.task_id=(-?[0-9]{1,19}))?"
+    r"(?:,asynctrace\.session_id=([-.0-9A-Z_a-z~]{1,1024}))?"
+)
 
 _counts_lock = threading.Lock()
 reinit_at_fork(_counts_lock)  # a lock held at fork() is made new in the child
@@ -159,9 +169,26 @@ def decode(values: list[str]) -> tuple[dict[str, str], ScopeValues]:
     decodes them) and the scope values. Never raises; what is refused is
     counted.
     """
+    header = ",".join(values) if len(values) != 1 else values[0]
+    own = _OWN.fullmatch("," + header) if header else None
+    if own is not None:  # the common header, in one match
+        scopes = ScopeValues()
+        iteration, per_prompt, task, session = own.groups()
+        if iteration is not None:
+            scopes.iteration = int(iteration)
+        if per_prompt is not None:
+            scopes.per_prompt = True
+        if task is not None:
+            scopes.task_id = int(task)
+        scopes.session_id = session
+        return {}, scopes
+    return parse(header)
+
+
+def parse(header: str) -> tuple[dict[str, str], ScopeValues]:
+    """:func:`decode` of one combined header, member by member (no fast path)."""
     user: dict[str, str] = {}
     scopes = ScopeValues()
-    header = ",".join(values) if len(values) != 1 else values[0]
     if not header:
         return user, scopes
     if len(header) > MAX_HEADER or (
