@@ -2,9 +2,12 @@
 
 The suite runs every property test with a budget that keeps it to a second or
 two. ``nox -s fuzz`` (``ASYNCTRACE_FUZZ=1``) runs the tests marked ``fuzz``
-with their fuzz budgets, chosen so that the whole session takes at most five
-minutes on two cores; ``ASYNCTRACE_FUZZ_EXAMPLES=N`` (``nox -s fuzz -- N``)
-gives every target *N* examples instead, for a longer run.
+on the fuzz driver (``tests/_fuzz.py``) with their fuzz budgets;
+``ASYNCTRACE_FUZZ_SECONDS=S`` stops each target after *S* seconds (its
+examples so far are reported), which holds the session to five minutes on
+two cores when the machine is loaded. ``ASYNCTRACE_FUZZ_EXAMPLES=N``
+(``nox -s fuzz -- N``) gives every target *N* examples instead, without a
+time limit, for a longer run.
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ from hypothesis import HealthCheck, Phase, settings
 FUZZ = os.environ.get("ASYNCTRACE_FUZZ", "") not in ("", "0")
 _EXAMPLES = os.environ.get("ASYNCTRACE_FUZZ_EXAMPLES", "").strip()
 EXAMPLES = int(_EXAMPLES) if _EXAMPLES.isdigit() and int(_EXAMPLES) > 0 else None
+_SECONDS = os.environ.get("ASYNCTRACE_FUZZ_SECONDS", "").strip()
+SECONDS = float(_SECONDS) if _SECONDS.replace(".", "", 1).isdigit() and EXAMPLES is None else None
 
 if FUZZ:
-    # Volume, not replay: no example database (nothing to read or write per example),
-    # no deadline, no health check about slow or large data; explicit examples,
-    # generation, and shrinking of a failure (which costs nothing until one fails).
+    # What the driver's replay of a failure runs with (tests/_fuzz.py): no deadline,
+    # no health check about slow or large data, and shrinking; no example database
+    # for a test run without the driver.
     settings.register_profile(
         "fuzz",
         database=None,

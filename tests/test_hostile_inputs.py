@@ -13,6 +13,7 @@ import math
 import warnings
 from typing import Any
 
+import _fuzz
 import pytest
 from _budget import examples
 from hypothesis import HealthCheck, given, settings
@@ -94,7 +95,7 @@ def test_fuzz_carriers_with_baggage_never_raise_and_set_only_well_typed_scopes()
     """Any carrier, propagate_scopes on: no exception; scopes restored have their own types."""
     with capture_spans("all", propagate_scopes=True) as captured:
 
-        @_budget(300, 7_500)
+        @_budget(300, 25_000)
         @given(_carriers)
         def check(carrier: Any) -> None:
             with at.remote_trace_context(carrier) as remote:
@@ -113,11 +114,12 @@ def test_fuzz_carriers_with_baggage_never_raise_and_set_only_well_typed_scopes()
             assert not trace.get_current_span().get_span_context().is_valid
             captured.clear()
 
-        check()
+        _fuzz.run(check)
 
 
 @pytest.mark.fuzz
-@_budget(300, 7_500)
+@_fuzz.target
+@_budget(300, 15_000)
 @given(st.lists(_baggages, max_size=3))
 def test_fuzz_baggage_decode(values: list[str]) -> None:
     """Received baggage values of any shape decode to str entries and typed scopes."""
@@ -132,7 +134,7 @@ def test_fuzz_scopes_round_trip_through_a_carrier() -> None:
     """Any iteration, task and per-prompt scope comes back whole on the other side."""
     with capture_spans("all", propagate_scopes=True) as captured:
 
-        @_budget(200, 15_000)
+        @_budget(200, 30_000)
         @given(
             st.integers(0, 2**62),
             st.none() | st.integers(0, 2**62) | st.text(max_size=20),
@@ -153,7 +155,7 @@ def test_fuzz_scopes_round_trip_through_a_carrier() -> None:
                 assert at.in_per_prompt_scope() == per_prompt
             captured.clear()
 
-        check()
+        _fuzz.run(check)
 
 
 # -- span-group specs -----------------------------------------------------------
@@ -170,7 +172,8 @@ _specs = st.one_of(
 
 
 @pytest.mark.fuzz
-@_budget(300, 10_000)
+@_fuzz.target
+@_budget(300, 30_000)
 @given(_specs)
 def test_fuzz_span_group_specs(spec: Any) -> None:
     """A spec resolves to registered groups, idempotently, or fails naming what is known."""
@@ -215,7 +218,8 @@ def _names_a_key(message: str, names: set[str]) -> bool:
 
 
 @pytest.mark.fuzz
-@_budget(300, 4_000)
+@_fuzz.target
+@_budget(300, 7_500)
 @given(_mappings, st.integers(-2, 4), st.integers(-1, 4))
 def test_fuzz_config_mappings(mapping: dict[str, Any], rank: int, world_size: int) -> None:
     """Any mapping: a valid configuration or a ConfigurationError naming the key; nothing else."""
@@ -243,7 +247,8 @@ _environs = st.dictionaries(
 
 
 @pytest.mark.fuzz
-@_budget(300, 6_000)
+@_fuzz.target
+@_budget(300, 12_000)
 @given(_environs)
 def test_fuzz_env_values(environ: dict[str, str]) -> None:
     """Any ASYNCTRACE_* values: a configuration or a ConfigurationError naming the variable."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+import _fuzz
 import pytest
 from _budget import examples
 from hypothesis import given, settings
@@ -130,7 +131,8 @@ def _is_valid_w3c(value: object) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.fuzz
-@settings(max_examples=examples(400, 1_800), deadline=None)
+@_fuzz.target
+@settings(max_examples=examples(400, 2_500), deadline=None)
 @given(
     st.one_of(
         junk,
@@ -158,7 +160,8 @@ def test_fuzz_carriers_never_raise_never_attach_invalid(carrier: Any) -> None:
 
 
 @pytest.mark.fuzz
-@settings(max_examples=examples(400, 10_000), deadline=None)
+@_fuzz.target
+@settings(max_examples=examples(400, 25_000), deadline=None)
 @given(st.dictionaries(st.sampled_from(["TRACEPARENT", "TRACESTATE", "PATH"]), st.text()))
 def test_fuzz_env_never_raises(environ: dict[str, str]) -> None:
     """extract_env over arbitrary environment values never raises or attaches junk."""

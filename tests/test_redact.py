@@ -6,6 +6,7 @@ import json
 import time
 from pathlib import Path
 
+import _fuzz
 import pytest
 from _budget import examples
 from hypothesis import given, settings
@@ -157,7 +158,8 @@ _noise = st.text(max_size=40)
 
 
 @pytest.mark.fuzz
-@settings(max_examples=examples(300, 10_000), deadline=None)
+@_fuzz.target
+@settings(max_examples=examples(300, 40_000), deadline=None)
 @given(_noise, _planted, _noise)
 def test_fuzz_a_planted_credential_never_survives(before: str, planted: str, after: str) -> None:
     """Whatever surrounds a credential in a recognised form, its value is gone."""
@@ -167,7 +169,8 @@ def test_fuzz_a_planted_credential_never_survives(before: str, planted: str, aft
 
 
 @pytest.mark.fuzz
-@settings(max_examples=examples(300, 10_000), deadline=None)
+@_fuzz.target
+@settings(max_examples=examples(300, 20_000), deadline=None)
 @given(st.text(), st.lists(st.text(min_size=1), max_size=4))
 def test_fuzz_any_text_any_secrets(text: str, secrets: list[str]) -> None:
     """Any text, any secrets: a string back, no given secret of 8+ characters left in it."""

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
+import copy
+import functools
 import json
 import shutil
 import tempfile
@@ -9,12 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import _fuzz
 import pytest
 from _budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asynctrace.cli import main
+from asynctrace.cli import build_parser
 
 from ._helpers import GOLDEN, Result, nesting_errors, one_line, read_lines, write_lines
 
@@ -192,26 +196,43 @@ _intervals = st.lists(
 )
 
 
+_KEEP: list[tempfile.TemporaryDirectory[str]] = []
+
+
+@functools.cache
+def _convert_args() -> tuple[Path, Path, argparse.Namespace]:
+    """One input and one output path for every example, and ``convert``'s arguments, parsed once.
+
+    Building the parser (every subcommand) is the command line's cost, not the
+    converter's; the directory lives as long as the run.
+    """
+    directory = tempfile.TemporaryDirectory(prefix="asynctrace-convert-")
+    _KEEP.append(directory)
+    path = Path(directory.name) / "traces-r0.jsonl"
+    out = Path(directory.name) / "trace.json"
+    return path, out, build_parser().parse_args(["convert", str(path), "-o", str(out), "--quiet"])
+
+
 @pytest.mark.fuzz
-@settings(max_examples=examples(40, 2_000), deadline=None)
+@_fuzz.target
+@settings(max_examples=examples(40, 5_000), deadline=None)
 @given(_intervals)
 def test_any_input_converts_to_nesting_tracks(spans: list[tuple[int, int, int]]) -> None:
     """Whatever overlaps the input has, every output track nests and no event is lost."""
-    with tempfile.TemporaryDirectory() as directory:
-        path = Path(directory) / "traces-r0.jsonl"
-        write_lines(
-            path,
-            [
-                {"ph": "X", "name": f"s{i}", "ts": ts, "dur": dur, "pid": 1, "tid": tid}
-                for i, (ts, dur, tid) in enumerate(spans)
-            ],
-        )
-        out = Path(directory) / "trace.json"
-        assert main(["convert", str(path), "-o", str(out), "--quiet"]) == 0
-        events = json.loads(out.read_text())["traceEvents"]
-        complete = [e for e in events if e["ph"] == "X"]
-        assert sorted(e["name"] for e in complete) == sorted(f"s{i}" for i in range(len(spans)))
-        assert nesting_errors(events) == []
+    path, out, args = _convert_args()
+    out.unlink(missing_ok=True)  # what is read below is this example's output
+    write_lines(
+        path,
+        [
+            {"ph": "X", "name": f"s{i}", "ts": ts, "dur": dur, "pid": 1, "tid": tid}
+            for i, (ts, dur, tid) in enumerate(spans)
+        ],
+    )
+    assert args.run(copy.copy(args)) == 0  # what main() returns; a CliError fails the example
+    events = json.loads(out.read_text())["traceEvents"]
+    complete = [e for e in events if e["ph"] == "X"]
+    assert sorted(e["name"] for e in complete) == sorted(f"s{i}" for i in range(len(spans)))
+    assert nesting_errors(events) == []
 
 
 def test_converted_output_is_an_input(run: Run, tmp_path: Path) -> None:

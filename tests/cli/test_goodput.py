@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import _fuzz
 import pytest
 from _budget import examples
 from hypothesis import given, settings
@@ -477,6 +478,7 @@ def _stream(events: list[dict[str, Any]]) -> tuple[dict[int, list[float]], int]:
 
 
 @pytest.mark.fuzz
+@_fuzz.target
 @settings(max_examples=examples(60, 1_800), deadline=None)
 @given(_runs())
 def test_streaming_matches_the_whole_tree_in_end_order(spans: list[dict[str, Any]]) -> None:
@@ -489,6 +491,7 @@ def test_streaming_matches_the_whole_tree_in_end_order(spans: list[dict[str, Any
 
 
 @pytest.mark.fuzz
+@_fuzz.target
 @settings(max_examples=examples(40, 2_000), deadline=None)
 @given(_runs(nest_buckets=False), st.randoms(use_true_random=False))
 def test_streaming_does_not_depend_on_arrival_order(spans: list[dict[str, Any]], rng: Any) -> None:

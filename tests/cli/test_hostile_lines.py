@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import _fuzz
 import pytest
 from _budget import examples
 from hypothesis import HealthCheck, given, settings
@@ -251,6 +252,7 @@ def test_the_parsed_commands_are_what_main_runs(tmp_path: Path) -> None:
 
 
 @pytest.mark.fuzz
+@_fuzz.target
 @settings(
     max_examples=examples(25, 2_000),
     deadline=None,

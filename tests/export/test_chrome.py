@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import _fuzz
 import anyio
 import pytest
 from _budget import examples
@@ -364,8 +365,9 @@ class Runner:
 
 
 @pytest.mark.fuzz
+@_fuzz.target
 @settings(
-    max_examples=examples(40, 1_500),
+    max_examples=examples(40, 2_500),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
@@ -397,7 +399,8 @@ intervals = st.lists(
 
 
 @pytest.mark.fuzz
-@settings(max_examples=examples(300, 5_000), deadline=None)
+@_fuzz.target
+@settings(max_examples=examples(300, 12_000), deadline=None)
 @given(intervals, st.integers(2, 8))
 def test_track_assigner_always_nests(ops: list[tuple[int, int, int]], max_intervals: int) -> None:
     """Any sequence of intervals, in any order, with retired tracks and a tiny memory bound:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 pytest.importorskip("opentelemetry.exporter.otlp.proto.common")
+import _fuzz
 from _budget import examples
 from google.protobuf.json_format import MessageToDict
 from hypothesis import HealthCheck, given, settings
@@ -361,6 +362,7 @@ def _record(limits: SpanLimits, specs: list[dict[str, Any]]) -> list[FastSpan]:
 
 @pytest.mark.fuzz
 @pytest.mark.usefixtures("quiet_otel_logs")
+@_fuzz.target
 @settings(
     max_examples=examples(60, 1_000),
     deadline=None,
