@@ -103,11 +103,13 @@ class AppendFile:
         self._open()
         self.reopened += 1
 
-    def write(self, data: bytes) -> tuple[int, OSError | None]:
+    def write(self, data: bytes, lines: int | None = None) -> tuple[int, OSError | None]:
         """Append whole lines; ``(lines that reached the file whole, the error if any)``.
 
         After a torn line (the file ended with one, or a write failed half
-        way), a newline goes first, so the next line starts fresh.
+        way), a newline goes first, so the next line starts fresh. *lines*,
+        when the caller knows it, is how many lines *data* holds: a write that
+        completes is then not counted again (a failed one always is).
         """
         prefix = 0 if self._at_line_start else 1
         if prefix:
@@ -128,8 +130,9 @@ class AppendFile:
             self._at_line_start = data[done - 1] == 0x0A
             if not self._at_line_start and start >= 0:
                 self._cut_torn_line(start + data.rfind(b"\n", 0, done) + 1)
-        lines = data.count(b"\n", 0, done) - (1 if prefix and done else 0)
-        return lines, error
+        if lines is not None and error is None and done == len(data):
+            return lines, None
+        return data.count(b"\n", 0, done) - (1 if prefix and done else 0), error
 
     def _cut_torn_line(self, size: int) -> None:
         """Cut off the half line a failed write left, so no torn line stays mid-file.

@@ -184,7 +184,7 @@ class SessionWriter:
                 if failed:
                     error = ValueError(f"{failed} records could not be encoded")
                 if encoded:
-                    written, error = self._append(encoded, error)
+                    written, error = self._append(encoded, error, len(chunk) - failed)
             except Exception as exc:  # the writer thread never dies
                 written, error = 0, exc
             failed = len(chunk) - written
@@ -208,9 +208,9 @@ class SessionWriter:
                 time.sleep(_PAUSE_S)
 
     def _append(
-        self, encoded: bytes, error: BaseException | None
+        self, encoded: bytes, error: BaseException | None, lines: int
     ) -> tuple[int, BaseException | None]:
-        """Write *encoded* (reopening a deleted file first); the whole lines written."""
+        """Write *encoded*, *lines* lines (reopening a deleted file first); the lines written."""
         out = self._file
         if out.moved():
             with self._cond:
@@ -220,9 +220,9 @@ class SessionWriter:
                 out.reopen()
             except OSError as exc:
                 return 0, exc
-        lines, write_error = out.write(encoded)
-        self._in_file += lines
-        return lines, write_error or error
+        done, write_error = out.write(encoded, lines)
+        self._in_file += done
+        return done, write_error or error
 
     def _after_fork_in_child(self) -> None:
         """A forked child has no writer thread: this writer goes inert (counts, never writes)."""

@@ -282,6 +282,7 @@ class ChromeWriter:
             events.extend(self._pending)
             self._pending.clear()
         data, skipped = _encode(events, nonfinite)
+        count = len(events) - len(skipped)  # one line per event encoded
         if skipped:
             self._warn(f"{len(skipped)} events could not be serialized", ValueError("left out"))
             lost = sum(1 for i in skipped if events[i].__class__ is _Complete)  # spans only
@@ -296,12 +297,13 @@ class ChromeWriter:
                 meta, _ = _encode(self._metadata())
                 data = meta + data
                 head = meta.count(b"\n")
+                count += head
             except OSError as exc:
                 self._warn(f"opening {self.path} again failed", exc)
                 return 0, written + failed
         else:
             head = 0
-        lines, error = out.write(data)
+        lines, error = out.write(data, count)
         if error is not None:
             self._warn(f"writing {self.path} failed", error)
             done = _spans_in_lines(events, skipped, lines - head)
