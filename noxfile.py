@@ -123,7 +123,7 @@ def fuzz(session: nox.Session) -> None:
 
     Each target runs on tests/_fuzz.py's driver: examples drawn by Hypothesis's
     generator from the test's own strategies, no search engine; a failure is
-    shrunk by the engine. A target stops at its budget or after 22 s, whichever
+    shrunk by the engine. A target stops at its budget or after 18 s, whichever
     comes first. ``nox -s fuzz -- 100000`` gives every target 100,000 examples
     instead, without a time limit (``ASYNCTRACE_FUZZ_EXAMPLES``, see
     tests/_budget.py); other arguments go to pytest. Each target's examples,
@@ -140,14 +140,14 @@ def fuzz(session: nox.Session) -> None:
         env["ASYNCTRACE_FUZZ_EXAMPLES"] = args.pop(0)
     else:
         # 21 targets on two workers: at most about 4 minutes of tests on a loaded machine.
-        env["ASYNCTRACE_FUZZ_SECONDS"] = "22"
+        env["ASYNCTRACE_FUZZ_SECONDS"] = "18"
     try:
         session.run(
             "pytest",
             "-n",
             "auto",
             "--dist",
-            "worksteal",  # targets take 1 to 22 s: an idle worker takes over queued ones
+            "worksteal",  # targets take 1 to 18 s: an idle worker takes over queued ones
             "-m",
             "fuzz",
             "--durations=40",
