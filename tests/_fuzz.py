@@ -107,9 +107,14 @@ def drive(test: Any, *args: Any, **kwargs: Any) -> None:
 
 
 def _replay(test: Any, choices: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """Run *test* through the engine on the failing *choices* only: it shrinks and re-raises."""
+    """Run *test* through the engine on the failing *choices* only: it shrinks and re-raises.
+
+    The example goes in the secondary corpus, as ``fuzz_one_input`` keeps its
+    failures: a failure from the primary one is taken as shrunk already.
+    """
     database = InMemoryExampleDatabase()
-    database.save(function_digest(test.hypothesis.inner_test), choices_to_bytes(choices))
+    key = function_digest(test.hypothesis.inner_test) + b".secondary"
+    database.save(key, choices_to_bytes(choices))
     own = test._hypothesis_internal_use_settings
     test._hypothesis_internal_use_settings = settings(
         own, database=database, phases=[Phase.reuse, Phase.shrink], print_blob=True
