@@ -59,19 +59,24 @@ def tests(session: nox.Session) -> None:
     )
     if session.python in ("3.11", "3.12"):  # areal 1.0.4 requires Python >= 3.11, < 3.13
         session.install("--no-deps", "areal==1.0.4", silent=False)
-    env = {"ASYNCTRACE_STRICT": "1", "PYTHONWARNINGS": os.environ.get("PYTHONWARNINGS", "")}
+    env = {
+        "ASYNCTRACE_STRICT": "1",
+        "PYTHONWARNINGS": os.environ.get("PYTHONWARNINGS", ""),
+        # The suite starts hundreds of Python processes (workers, children, demos);
+        # with bytecode caches off, each one would compile everything it imports again.
+        "PYTHONDONTWRITEBYTECODE": None,
+    }
     # The soak tests (tests/soak, marked soak) run in their own session: nox -s soak.
     # The docs' programs and the Quick start in a fresh environment print the same on
     # every Python: they run on the default one (3.11) only.
     once = [] if session.python == "3.11" else [f"--ignore={path}" for path in ONCE]
-    session.run("pytest", "-n", WORKERS, "-m", "not soak", *once, *session.posargs, env=env)
+    session.run("pytest", *XDIST, "-m", "not soak", *once, *session.posargs, env=env)
     if session.python == "3.11" and not session.posargs:
         sdk = [f"--ignore={path}" for path in (*ONCE, *PROVIDER_INDEPENDENT)]
         sdk += [f"--deselect={test}" for test in PROVIDER_INDEPENDENT_TESTS]
         session.run(
             "pytest",
-            "-n",
-            WORKERS,
+            *XDIST,
             "-q",
             "-m",
             "not soak",
@@ -85,6 +90,10 @@ def tests(session: nox.Session) -> None:
 # waiting worker needs no core. Timing checks measure their own thread's CPU
 # time or bound what a wait would cost, so they hold under that load.
 WORKERS = str(min(8, 2 * (os.cpu_count() or 1)))
+# Tests are handed out one at a time as workers free up, in collection order (slow-marked
+# first, see tests/conftest.py): xdist's default first hands each worker a run of
+# consecutive tests, and the first run would hold every slow test.
+XDIST = ("-n", WORKERS, "--maxschedchunk", "1")
 # Run on the default Python only (what they check does not depend on the version:
 # the docs' programs, the Quick start in a fresh environment, and the id generator,
 # 10^6 ids over 8 processes, which is os.urandom and a fork hook on every version).

@@ -91,7 +91,9 @@ def test_late_registration_is_not_reported(gate: object, monkeypatch: pytest.Mon
             for _ in range(1100):
                 with at.managed_span("late_audit_group", "x"):
                     pass
-        assert not [w for w in caught if "late_audit_group" in str(w.message)]
+        # A warning about another test's group lists this one among the known groups.
+        named = "span group 'late_audit_group', which no library registered"
+        assert not [w for w in caught if named in str(w.message)]
         assert "late_audit_group" not in _group_audit.unregistered_requests()
     finally:
         set_strict(previous)

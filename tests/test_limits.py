@@ -168,8 +168,8 @@ def _timed_ms(call: Callable[..., object], *args: object) -> float:
     return (time.perf_counter() - start) * 1000.0
 
 
-async def _stretches(telemetry: Telemetry) -> dict[str, float]:
-    """Each call's synchronous stretch on the running loop, in ms: the best of RUNS runs.
+async def _stretches(telemetry: Telemetry, runs: int) -> dict[str, float]:
+    """Each call's synchronous stretch on the running loop, in ms: the best of *runs* runs.
 
     A run's figure for a call is its longest stretch in that run (for the
     loop of 10,000 ``set_attribute`` calls, the longest single call). A stall
@@ -186,7 +186,7 @@ async def _stretches(telemetry: Telemetry) -> dict[str, float]:
         telemetry.flush()
         samples[name].append(_timed_ms(call, *args))
 
-    for run in range(RUNS):
+    for run in range(runs):
         span = tracer.start_span(f"bulk-{run}")
         measure("set_attributes(10,000 keys)", span.set_attributes, MANY)
         measure("end() with 10,000 attributes set", span.end)
@@ -239,15 +239,20 @@ def test_no_call_stalls_the_event_loop(
     The SDK provider validates and cuts values on the hot path (and logs a
     warning per evicted attribute), so its figures are recorded, not
     asserted: tens of milliseconds for 10,000 attributes are expected there.
+    The best of RUNS runs is for the fast provider's assertion; the SDK's
+    recorded figures come from one run (each of its runs logs ~30,000
+    warnings, seconds of the test's time).
     """
+    runs = RUNS if provider == "fast" else 1
     telemetry = _configure(tmp_path, provider, max_attribute_length=LENGTH)
-    figures = asyncio.run(_stretches(telemetry))
+    figures = asyncio.run(_stretches(telemetry, runs))
     for name, ms in figures.items():
         record_property(f"{provider}: {name} (ms)", round(ms, 4))
     print(f"\n{provider}: " + "; ".join(f"{name} {ms:.3f} ms" for name, ms in figures.items()))
 
     spans = _finished(telemetry)
-    for run in range(RUNS):
+    assert len(spans) == 4 * runs
+    for run in range(runs):
         for name in (f"bulk-{run}", f"one-by-one-{run}", f"at-start-{run}"):
             assert list(_attributes(spans[name]).items()) == list(NEWEST.items()), name
             assert spans[name].dropped_attributes == COUNT - KEPT, name
