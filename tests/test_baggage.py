@@ -8,6 +8,8 @@ same counts for every header, near misses included.
 
 from __future__ import annotations
 
+import _fuzz
+import pytest
 from _budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -34,9 +36,11 @@ def _fields(scopes: ScopeValues) -> tuple[object, ...]:
     return scopes.iteration, scopes.per_prompt, scopes.task_id, scopes.session_id
 
 
+@pytest.mark.fuzz
+@_fuzz.target
 @settings(max_examples=examples(400, 20_000), deadline=None)
 @given(st.lists(_MEMBERS, max_size=5), st.sampled_from([",", ", ", ",,"]))
-def test_decode_agrees_with_the_full_parser(members: list[str], comma: str) -> None:
+def test_fuzz_decode_agrees_with_the_full_parser(members: list[str], comma: str) -> None:
     """Any header built of scope members, near misses and user entries reads alike both ways."""
     header = comma.join(members)
     before = carrier_stats()
