@@ -499,7 +499,11 @@ async def test_restored_scopes_reach_tasks(anyio_backend: Any) -> None:
     ids=["oversized", "10k-entries", "400-entries", "non-ascii", "malformed", "huge-int", "long"],
 )
 def test_hostile_baggage_never_raises_and_is_cheap(value: str) -> None:
-    """Hostile baggage: no error, no log, no scope from a bad value, under 1 ms."""
+    """Hostile baggage: no error, no log, no scope from a bad value, under 1 ms.
+
+    The parse's cost is this thread's CPU time: on a loaded machine a wall-clock
+    figure also counts the slices other processes took.
+    """
     import time
 
     import asynctrace as at
@@ -508,9 +512,9 @@ def test_hostile_baggage_never_raises_and_is_cheap(value: str) -> None:
     with capture_spans("all", propagate_scopes=True):
         best = float("inf")
         for _ in range(5):
-            start = time.perf_counter()
+            start = time.thread_time()
             with remote_trace_context({"traceparent": VALID, "baggage": value}) as remote:
-                best = min(best, time.perf_counter() - start)
+                best = min(best, time.thread_time() - start)
                 assert remote.valid
                 assert at.current_task_id() is None
                 assert not at.in_per_prompt_scope()
