@@ -119,10 +119,19 @@ PROVIDER_INDEPENDENT = (
     "tests/export/test_otlp_wire.py",  # the encoder of the fast provider's spans, made by hand
 )
 # Single tests of modules that otherwise run on both: what they check is read from
-# files or parsed from carriers, whichever provider recorded the spans around it.
+# files or parsed from carriers, whichever provider recorded the spans around it; made
+# without spans; or recorded on the providers the test names itself.
 PROVIDER_INDEPENDENT_TESTS = (
     "tests/contrib/test_areal.py::test_areal_plot_tool_reads_the_sessions",  # session records
     "tests/test_propagation.py::test_fuzz_carriers_never_raise_never_attach_invalid",
+    "tests/export/test_chrome.py::test_track_assigner_always_nests",  # intervals, no spans
+    # the session tracer alone: sessions, phases and events, no span started
+    "tests/test_sessions.py::test_threads_and_tasks_write_every_session_exactly_once",
+    "tests/test_sessions.py::test_memory_stays_flat",
+    # parametrized over both providers
+    "tests/test_goodput.py::test_generated_trace_live_equals_offline",
+    "tests/test_goodput.py::test_demo_live_equals_offline",
+    "tests/test_goodput.py::test_on_the_fast_provider_the_rollup_rides_on_the_chrome_writer",
 )
 
 
