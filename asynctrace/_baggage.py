@@ -46,6 +46,10 @@ _PROPERTY: Final = re.compile(
     r"(?:=[ \t]*[\x21\x23-\x2b\x2d-\x3a\x3c-\x5b\x5d-\x7e]*)?[ \t]*"
 )
 _INT: Final = re.compile(r"-?[0-9]{1,19}")
+# A member that is just key=value (no blanks, no properties), in one match.
+_SIMPLE: Final = re.compile(
+    r"([!#$%&'*+\-.^_`|~0-9A-Za-z]+)=([\x21\x23-\x2b\x2d-\x3a\x3c-\x5b\x5d-\x7e]*)"
+)
 # What encode() sends when the scopes are all there is, matched against "," + header:
 # the members in encode()'s order, each optional, integer task ids, and session ids of
 # unreserved characters (nothing to unquote). Each value is one the full parser accepts
@@ -200,11 +204,29 @@ def parse(header: str) -> tuple[dict[str, str], ScopeValues]:
     skipped = 0
     seen = 0
     for raw in members:
+        if seen >= MAX_MEMBERS:  # past the limit: each non-empty member is counted, not read
+            if raw.strip(" \t"):
+                skipped += 1
+            continue
+        simple = _SIMPLE.fullmatch(raw) if len(raw) <= MAX_MEMBER else None
+        if simple is not None:  # name=value without blanks or properties: what most members are
+            seen += 1
+            name, value = simple.groups()
+            if name.startswith(PREFIX):
+                _scope_value(scopes, name, value)
+            elif "%" in name or "+" in name or "%" in value or "+" in value:
+                key = unquote_plus(name) if "%" in name or "+" in name else name
+                user[key.strip()] = (
+                    unquote_plus(value) if "%" in value or "+" in value else value
+                ).strip()
+            else:  # neither holds a blank: nothing to decode or strip
+                user[name] = value
+            continue
         member = raw.strip(" \t")
         if not member:
             continue
         seen += 1
-        if seen > MAX_MEMBERS or len(member) > MAX_MEMBER:
+        if len(member) > MAX_MEMBER:
             skipped += 1
             continue
         name, sep, rest = member.partition("=")

@@ -27,9 +27,21 @@ _MEMBERS = st.one_of(
     st.builds("asynctrace.per_prompt={}".format, st.sampled_from(["1", "0", "2", "", "true"])),
     st.builds("asynctrace.task_id={}".format, _INTS | _TEXT),
     st.builds("asynctrace.session_id={}".format, _TEXT),
-    st.builds("{}={}".format, st.sampled_from(["user", "asynctrace.other", " a", "k%21"]), _TEXT),
+    st.builds(
+        "{}={}".format,
+        st.sampled_from(["user", "asynctrace.other", " a", "k%21", "k%20", "+k", "%09x", "a+b"]),
+        _TEXT,
+    ),
     _TEXT,
 )
+
+
+def _parsed(header: str) -> tuple[dict[str, str], tuple[object, ...], dict[str, int]]:
+    """``parse(header)``: the entries, the scope values and what it counted."""
+    before = carrier_stats()
+    user, scopes = parse(header)
+    after = carrier_stats()
+    return user, _fields(scopes), {k: after[k] - before[k] for k in before}
 
 
 def _fields(scopes: ScopeValues) -> tuple[object, ...]:
@@ -79,3 +91,48 @@ def test_the_header_encode_writes_comes_back_whole() -> None:
                         task,
                         session,
                     ), header
+
+
+@pytest.mark.fuzz
+@_fuzz.target
+@settings(max_examples=examples(300, 20_000), deadline=None)
+@given(st.lists(_MEMBERS, max_size=8))
+def test_fuzz_plain_members_read_as_the_general_path_reads_them(members: list[str]) -> None:
+    """A member read in one match (key=value, no blanks) reads as the general path reads it.
+
+    Blanks around a member are ignored (W3C), and a member with them always
+    takes the general path: the same members, padded, must give the same.
+    """
+    plain = _parsed(",".join(members))
+    padded = _parsed(",".join(f" {m}\t" for m in members))
+    assert plain == padded
+
+
+def test_entries_past_the_limit_are_counted_not_read() -> None:
+    """The 181st member on is skipped and counted; empty members are not members."""
+    header = ",".join(f"k{i}=v" for i in range(400)) + ",, ,"
+    user, _, counted = _parsed(header)
+    assert list(user) == [f"k{i}" for i in range(180)]
+    assert counted["baggage_entries_skipped"] == 220
+
+
+@pytest.mark.parametrize("key", ["found", "not found"])
+def test_received_entries_join_the_baggage_as_set_baggage_would_add_them(
+    key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In one step with OpenTelemetry's baggage key, else one ``set_baggage`` per entry."""
+    from opentelemetry import baggage
+
+    from asynctrace import _propagation
+
+    assert _propagation._BAGGAGE is not None  # this OpenTelemetry has the key where it reads it
+    if key == "not found":
+        monkeypatch.setattr(_propagation, "_BAGGAGE", None)
+    base = baggage.set_baggage("kept", "1", baggage.set_baggage("k1", "old"))
+    entries = {f"k{i}": str(i) for i in range(300)}
+    one_by_one = base
+    for name, value in entries.items():
+        one_by_one = baggage.set_baggage(name, value, one_by_one)
+    joined = _propagation._with_baggage(entries, base)
+    assert dict(baggage.get_all(joined)) == dict(baggage.get_all(one_by_one))
+    assert dict(baggage.get_all(base)) == {"k1": "old", "kept": "1"}  # the caller's is unchanged
