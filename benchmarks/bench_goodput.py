@@ -6,7 +6,8 @@ Usage: python benchmarks/bench_goodput.py [--quick]
    span and its leaves, ``managed_span`` on the chrome exporter), per span,
    with the live rollup, its file and metrics (an SDK ``MeterProvider`` with
    an in-memory reader) on against off; pairs of rounds in alternating
-   order, the median of the pairs' ratios [on/off <= 1.05].
+   order, the median of the pairs' ratios [on/off <= 1.05]; and, for
+   reference, the same with the writer idle while the spans are recorded.
 2. export thread: the rollup sink's time per span (``GoodputSink.export`` on
    batches of 512 fast-provider spans: fields read, rolled up, steps
    finished and written) [<= 0.5 us]; and in the same run, the floor of any
@@ -43,8 +44,14 @@ from asynctrace.export._goodput_sink import GoodputSink
 LEAVES = 9  # per step in the producer round (10 spans a step)
 
 
-def _producer_round(directory: Path, on: bool, steps: int) -> float:
-    """CPU seconds per span of the recording thread, goodput on or off."""
+def _producer_round(directory: Path, on: bool, steps: int, idle_writer: bool = False) -> float:
+    """CPU seconds per span of the recording thread, goodput on or off.
+
+    With *idle_writer* the export thread does not run while the spans are
+    recorded (one batch, written after the round, as ``bench_provider.py``
+    measures the producing thread): the recording thread's own work, without
+    what the writer's work on the other core costs it.
+    """
     goodput: Any = False
     provider = None
     if on:
@@ -61,6 +68,11 @@ def _producer_round(directory: Path, on: bool, steps: int) -> float:
             "output_dir": str(directory / ("on" if on else "off")),
             "goodput": goodput,
             "max_queue_size": 1 << 20,
+            **(
+                {"max_export_batch_size": 1 << 20, "schedule_delay_millis": 600_000}
+                if idle_writer
+                else {}
+            ),
             "shutdown_timeout_s": 300,  # the sink catches up after the round, untimed
         }
     )
@@ -81,14 +93,14 @@ def _producer_round(directory: Path, on: bool, steps: int) -> float:
     return cpu / (steps * (LEAVES + 1))
 
 
-def producer(pairs: int, steps: int) -> tuple[float, float, float]:
+def producer(pairs: int, steps: int, idle_writer: bool = False) -> tuple[float, float, float]:
     """(median on/off ratio, best µs/span on, off)."""
     ratios = []
     best = {True: float("inf"), False: float("inf")}
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(pairs):
             order = (True, False) if i % 2 == 0 else (False, True)
-            cost = {on: _producer_round(Path(tmp), on, steps) for on in order}
+            cost = {on: _producer_round(Path(tmp), on, steps, idle_writer) for on in order}
             for on, value in cost.items():
                 best[on] = min(best[on], value)
             ratios.append(cost[True] / cost[False])
@@ -217,6 +229,11 @@ def main() -> int:
         f"{ratio:.3f} (median of {pairs} pairs)  (target <= 1.05)"
     )
     print(f"     reference: best {on:.2f} / {off:.2f} us of thread CPU per span")
+    idle, on, off = producer(pairs, steps, idle_writer=True)
+    print(
+        f"     reference: the same with the writer idle during the round (the recording "
+        f"thread's own work): {idle:.3f} ({on:.2f} / {off:.2f} us)"
+    )
     sink_us, floor_us = export_thread(200 if args.quick else 1000, 3)
     ok_export = sink_us <= 0.5
     print(

@@ -24,6 +24,11 @@ OpenTelemetry's aiohttp-client instrumentation (sampled and unsampled) and its
 FastAPI instrumentation in the same run, plus a floor: a middleware doing
 nothing but start and end a bare SDK span and set the traceparent header.
 Exits 1 if one of our targets is missed.
+
+On a machine with two or more cores the client runs on its first core and
+every server process on its second (``os.sched_setaffinity``), so neither side is
+moved between cores mid-round or shares one with the other; ``--no-pin``
+leaves the placement to the scheduler.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import platform
 import statistics
 import subprocess
@@ -53,6 +59,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _http_server import fast_provider, provider
 
 HERE = Path(__file__).parent
+PIN = False  # set by main(): the client on one core, the servers on another
+SERVER_CORE = [1]
 
 
 @contextlib.contextmanager
@@ -63,6 +71,8 @@ def server(kind: str) -> Iterator[str]:
         proc = subprocess.Popen(
             [sys.executable, str(HERE / "_http_server.py"), kind, str(port_file)]
         )
+        if PIN:
+            os.sched_setaffinity(proc.pid, {SERVER_CORE[0]})
         try:
             deadline = time.monotonic() + 30
             while not port_file.exists() or not port_file.read_text():
@@ -223,9 +233,17 @@ def _plain() -> tuple[dict[str, Any], Callable[[], None]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--no-pin", action="store_true", help="leave cores to the scheduler")
     args = parser.parse_args()
+    global PIN
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_setaffinity") else []
+    PIN = not args.no_pin and len(cores) >= 2
+    if PIN:
+        os.sched_setaffinity(0, {cores[0]})
+        SERVER_CORE[0] = cores[1]
     count, rounds = (300, 3) if args.quick else (1000, 15)
-    print(f"python {platform.python_version()} on {platform.machine()}")
+    placement = "client and servers on their own cores" if PIN else "cores left to the scheduler"
+    print(f"python {platform.python_version()} on {platform.machine()}; {placement}")
     with server("aiohttp") as url:
         client = measure(
             {
