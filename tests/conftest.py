@@ -26,9 +26,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     Under pytest-xdist a long test that starts last holds the run open on
     one worker while the others sit idle; started first, it runs while the
-    other workers work through the short ones. That needs the tests handed
-    out one at a time (``--maxschedchunk 1``, as ``nox -s tests`` runs them):
-    in xdist's default first chunks, one worker would get every slow test.
+    other workers work through the short ones. ``nox -s tests`` runs them
+    with ``--dist worksteal``: the worker that starts on the slow tests has the
+    rest of its share taken over by the others.
     """
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 

@@ -132,7 +132,7 @@ def _is_valid_w3c(value: object) -> bool:
 @pytest.mark.slow
 @pytest.mark.fuzz
 @_fuzz.target
-@settings(max_examples=examples(400, 2_500), deadline=None)
+@settings(max_examples=examples(150, 2_500), deadline=None)
 @given(
     st.one_of(
         junk,
