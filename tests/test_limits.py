@@ -263,3 +263,28 @@ def test_no_call_stalls_the_event_loop(
     if provider == "fast":
         slow = {name: round(figures[name], 3) for name in ASSERTED if figures[name] >= BUDGET_MS}
         assert not slow, f"calls that held the event loop for {BUDGET_MS} ms or more: {slow}"
+
+
+@pytest.mark.parametrize("size", [8, 9, 30])
+@pytest.mark.parametrize("existing", [[], ["a", "k3"], ["k29", "b", "k7", "c"]])
+def test_a_mapping_past_the_limit_leaves_what_setting_it_key_by_key_leaves(
+    size: int, existing: list[str]
+) -> None:
+    """set_attributes with the limit's keys or more: the newest kept in order, the rest counted."""
+    from asynctrace import FastTracerProvider, SpanLimits
+
+    tracer = FastTracerProvider(limits=SpanLimits(max_attributes=8)).get_tracer("limits")
+    mapping = {f"k{i}": i for i in range(size)}
+    bulk, one_by_one = tracer.start_span("bulk"), tracer.start_span("one by one")
+    for span in (bulk, one_by_one):
+        for key in existing:
+            span.set_attribute(key, "old")
+    bulk.set_attributes(mapping)
+    for key, value in mapping.items():
+        one_by_one.set_attribute(key, value)
+    for span in (bulk, one_by_one):
+        span.end()
+    assert list(bulk.attributes.items()) == list(one_by_one.attributes.items())
+    # Dropped: every older key the mapping does not set again, and the mapping's oldest
+    # (key by key, a key evicted and then set again would count twice).
+    assert getattr(bulk, "_dropped", 0) == len(set(existing) - set(mapping)) + size - 8

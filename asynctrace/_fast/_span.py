@@ -242,6 +242,15 @@ class FastSpan(trace.Span):
                     own.pop(key, None)
             own.update(_copy_attributes(attributes))
             return
+        if len(attributes) >= limit and attributes.__class__ is dict:
+            # Only the newest `limit` can stay, every one of them from *attributes*: read
+            # just those, from its end (10,000 keys otherwise cost a millisecond).
+            older = sum(1 for key in own if key not in attributes)
+            newest = list(islice(reversed(attributes.items()), limit))
+            newest.reverse()
+            self._dropped = getattr(self, "_dropped", 0) + older + len(attributes) - limit
+            self._attributes = _copy_attributes(dict(newest))
+            return
         # Past the limit: what setting them one by one would leave (the newest
         # `limit`, the rest counted as dropped), in C-level passes, not a loop.
         merged = {key: value for key, value in own.items() if key not in attributes}
