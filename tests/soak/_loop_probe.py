@@ -9,7 +9,7 @@ A stall is attributed in two steps. If the loop thread itself used at least
 half of the stall's time on the CPU, it was running code, and the samples
 say whose: the innermost frame outside the standard library is telemetry's
 (asynctrace, OpenTelemetry, the integrations) or the program's. If it did
-not, it was waiting: on a lock in telemetry's code (the samples say so), or
+not, it was waiting: on a lock in telemetry's code (more than one sample says so), or
 for the GIL or a CPU. Then the threads that ran during the stall say who held
 it: telemetry's threads (``asynctrace-*``) when they used the most CPU and at
 least half the stall, else the program's; when no thread of the process ran
@@ -116,7 +116,14 @@ class Stall:
         this process ran: other processes had the CPUs).
         """
         total = sum(self.samples.values())
-        if total and self.samples["telemetry"] * 2 >= total:
+        # Mostly off the CPU, the loop thread was waiting. Blocked on a lock in telemetry's
+        # code, it leaves the sampler a sample a millisecond; waiting for the interpreter
+        # lock or a CPU, it starves the sampler too, and one lone sample cannot tell which.
+        if (
+            total
+            and self.samples["telemetry"] * 2 >= total
+            and (self.cpu_share >= 0.5 or total > 1)
+        ):
             return "telemetry"  # running telemetry's code, or blocked in it
         starts = sum(n for place, n in self.places.items() if place.startswith("thread-start"))
         if total and starts * 2 >= total:
