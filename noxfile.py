@@ -174,7 +174,7 @@ def fuzz(session: nox.Session) -> None:
     if args and args[0].isdigit():
         env["ASYNCTRACE_FUZZ_EXAMPLES"] = args.pop(0)
     else:
-        # 21 targets on two workers: at most about 4 minutes of tests on a loaded machine.
+        # 23 targets on two workers: at most about 4 minutes of tests on a loaded machine.
         env["ASYNCTRACE_FUZZ_SECONDS"] = "18"
     try:
         session.run(
