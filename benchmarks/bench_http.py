@@ -3,9 +3,23 @@
 Usage: python benchmarks/bench_http.py [--quick]
 
 Servers run in their own processes on 127.0.0.1; the client sends sequential
-GETs over one keep-alive aiohttp session. Each figure is the time per request
-relative to the uninstrumented run: every round runs every variant back to
-back, and the figure is the median over rounds of the in-round ratio.
+GETs, each over a keep-alive aiohttp session. Each figure is the time per
+request relative to the uninstrumented one, measured in pairs: one event loop
+holds two sessions, the variant's and the baseline's, and sends its requests
+alternately through one and the other (a client variant and the plain client
+to the same server; the plain client to an instrumented server and to the
+plain one), so the two sides of every pair see the same machine, a few
+hundred microseconds apart. In a round, each variant runs once (the variants
+in turn) and its ratio is the median time of its requests over the median of
+its baseline's; the figure is the median of the rounds' ratios. Whole runs of
+1,000 requests per variant, one after the other, measured the VM's drift as
+much as the code: its speed moves by more than these figures' margins within
+seconds, and one such ratio read 1.11 while the two variants' median times
+were in the other order. Printed beside each figure: the CPU per request
+over the baseline's, of the client's thread for a client variant and of the
+server's whole process (its exporter's thread included) for a server
+variant. CPU ratios read higher than time ratios: a client's request is
+mostly waiting, so its own CPU is a small part of the time per request.
 
 - aiohttp client (the client middleware), span recorded (per_prompt on), fast
   provider [<= 1.10x]
@@ -44,6 +58,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +76,16 @@ from _http_server import fast_provider, provider
 HERE = Path(__file__).parent
 PIN = False  # set by main(): the client on one core, the servers on another
 SERVER_CORE = [1]
+SERVER_PIDS: dict[str, int] = {}  # base URL -> the server's process id
+
+
+def process_cpu_ns(pid: int) -> int:
+    """CPU time of every thread of process *pid*, in nanoseconds (Linux schedstat)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            total += int((task / "schedstat").read_text().split()[0])
+    return total
 
 
 @contextlib.contextmanager
@@ -86,6 +111,7 @@ def server(kind: str) -> Iterator[str]:
                     break
                 except aiohttp.ClientError:
                     time.sleep(0.05)
+            SERVER_PIDS[url] = proc.pid
             yield url
         finally:
             proc.terminate()
@@ -97,60 +123,104 @@ async def _get_once(url: str) -> None:
         await r.read()
 
 
-async def _requests(url: str, count: int, session_kwargs: dict[str, Any]) -> float:
-    async with aiohttp.ClientSession(**session_kwargs) as session:
-        for i in range(20):  # warm the connection
-            async with session.get(f"{url}/items/{i}") as response:
-                await response.read()
-        with at.umbrella_span("job", "bench"):
-            start = time.perf_counter()
-            for i in range(count):
-                async with session.get(f"{url}/items/{i}") as response:
+@dataclass
+class Side:
+    """One side of a pairing: seconds per request, and CPU per request on each end."""
+
+    wall: list[float] = field(default_factory=list)
+    client_cpu: list[float] = field(default_factory=list)
+    server_cpu_s: float = 0.0  # the server process's CPU over the timed requests
+
+
+async def _paired(
+    base_url: str, base_kwargs: dict[str, Any], url: str, kwargs: dict[str, Any], count: int
+) -> tuple[Side, Side]:
+    """*count* requests through each session, alternately: the baseline's side, the variant's."""
+    base, ours = Side(), Side()
+    clock, cpu = time.perf_counter, time.thread_time
+    async with (
+        aiohttp.ClientSession(**base_kwargs) as base_session,
+        aiohttp.ClientSession(**kwargs) as session,
+    ):
+        sides = ((base_session, base_url, base), (session, url, ours))
+        for i in range(10):  # warm both connections
+            for s, u, _ in sides:
+                async with s.get(f"{u}/items/{i}") as response:
                     await response.read()
-            return (time.perf_counter() - start) / count
+        servers = {SERVER_PIDS[base_url], SERVER_PIDS[url]}
+        before = {pid: process_cpu_ns(pid) for pid in servers}
+        with at.umbrella_span("job", "bench"):
+            for i in range(count):  # which side goes first alternates too
+                for s, u, side in sides if i % 2 == 0 else sides[::-1]:
+                    wall, used = clock(), cpu()
+                    async with s.get(f"{u}/items/{i}") as response:
+                        await response.read()
+                    side.client_cpu.append(cpu() - used)
+                    side.wall.append(clock() - wall)
+        if base_url != url:  # two servers: each one's CPU is its side's
+            base.server_cpu_s = (
+                process_cpu_ns(SERVER_PIDS[base_url]) - before[SERVER_PIDS[base_url]]
+            ) / 1e9
+            ours.server_cpu_s = (process_cpu_ns(SERVER_PIDS[url]) - before[SERVER_PIDS[url]]) / 1e9
+    return base, ours
 
 
 Setup = Callable[[], tuple[dict[str, Any], Callable[[], None]]]
+# A variant: the baseline's URL and session arguments, the variant's URL and setup.
+Variant = tuple[str, dict[str, Any], str, Setup]
 
 
-def measure(
-    variants: dict[str, tuple[str, Setup]], count: int, rounds: int
-) -> dict[str, list[float]]:
-    """Seconds per request of each variant (server URL, client setup), one per round.
+@dataclass
+class Paired:
+    """A variant against its baseline: the ratios of each round, and their medians."""
 
-    Every round runs every variant once, back to back, so a ratio taken within
-    a round compares runs that saw the same machine.
-    """
-    times: dict[str, list[float]] = {name: [] for name in variants}
+    client_cpu: list[float] = field(default_factory=list)  # mean CPU per request, ours/base
+    server_cpu: list[float] = field(default_factory=list)
+    wall: list[float] = field(default_factory=list)  # median seconds per request, ours/base
+    us: list[tuple[float, float]] = field(default_factory=list)  # median wall, ours and base
+
+    def ratio(self, what: str) -> float:
+        return statistics.median(getattr(self, what))
+
+
+def measure(variants: dict[str, Variant], count: int, rounds: int) -> dict[str, Paired]:
+    """Each variant paired with its baseline, request by request, once per round."""
+    results = {name: Paired() for name in variants}
     for _ in range(rounds):
-        for name, (url, setup) in variants.items():
+        for name, (base_url, base_kwargs, url, setup) in variants.items():
             kwargs, teardown = setup()
             try:
-                times[name].append(asyncio.run(_requests(url, count, kwargs)))
+                base, ours = asyncio.run(_paired(base_url, base_kwargs, url, kwargs, count))
             finally:
                 teardown()
-    return times
+            paired = results[name]
+            paired.client_cpu.append(sum(ours.client_cpu) / sum(base.client_cpu))
+            if base.server_cpu_s:
+                paired.server_cpu.append(ours.server_cpu_s / base.server_cpu_s)
+            wall, base_wall = statistics.median(ours.wall), statistics.median(base.wall)
+            paired.wall.append(wall / base_wall)
+            paired.us.append((wall * 1e6, base_wall * 1e6))
+    return results
 
 
-def ratio(times: dict[str, list[float]], name: str, base: str) -> float:
-    """The median over rounds of *name*'s time over *base*'s in the same round."""
-    return statistics.median(t / b for t, b in zip(times[name], times[base], strict=True))
-
-
-def report(times: dict[str, list[float]], base: str, targets: dict[str, float]) -> bool:
-    """Print each variant against *base*; False if a target is missed."""
+def report(results: dict[str, Paired], targets: dict[str, float]) -> bool:
+    """Print each variant against its baseline; False if a target is missed."""
     ok = True
-    for name in times:
-        if name == base:
-            continue
-        r = ratio(times, name, base)
+    for name, paired in results.items():
+        r = paired.ratio("wall")
         target = targets.get(name)
         good = target is None or r <= target
         ok = ok and good
         limit = f" (target <= {target:.2f}x)" if target else " (reference)"
         mark = "" if target is None else ("  ok" if good else "  MISS")
-        us = statistics.median(times[name]) * 1e6
-        print(f"  {name:34s} {us:7.0f} us  {r:6.3f}x{limit}{mark}")
+        us = statistics.median(u for u, _ in paired.us)
+        base_us = statistics.median(b for _, b in paired.us)
+        cpu = paired.server_cpu or paired.client_cpu
+        print(
+            f"  {name:40s} {us:5.0f} vs {base_us:4.0f} us {r:6.3f}x{limit}{mark}"
+            f"  (rounds {min(paired.wall):.3f}-{max(paired.wall):.3f}; "
+            f"{'server' if paired.server_cpu else 'client'} CPU {statistics.median(cpu):.3f}x)"
+        )
     return ok
 
 
@@ -241,59 +311,63 @@ def main() -> int:
     if PIN:
         os.sched_setaffinity(0, {cores[0]})
         SERVER_CORE[0] = cores[1]
-    count, rounds = (300, 3) if args.quick else (1000, 15)
+    count, rounds = (200, 2) if args.quick else (1000, 8)
     placement = "client and servers on their own cores" if PIN else "cores left to the scheduler"
     print(f"python {platform.python_version()} on {platform.machine()}; {placement}")
+    print(f"{rounds} rounds of {count} request pairs per variant")
     with server("aiohttp") as url:
+        client_variants: dict[str, Setup] = {
+            "asynctrace, span recorded": lambda: _ours("job,per_prompt"),
+            "asynctrace, per_prompt off": lambda: _ours("job"),
+            "asynctrace, per_prompt off, scopes": lambda: _ours("job", scopes=True),
+            "asynctrace, span recorded, scopes": lambda: _ours("job,per_prompt", scopes=True),
+            "asynctrace on the SDK provider, recorded": lambda: _ours(
+                "job,per_prompt", kind="sdk"
+            ),
+            "asynctrace trace_config, recorded": lambda: _ours("job,per_prompt", "tc"),
+            "asynctrace trace_config, off": lambda: _ours("job", "tc"),
+            "floor: bare SDK span middleware": _floor,
+            "OpenTelemetry contrib, sampled": lambda: _otel(True),
+            "OpenTelemetry contrib, unsampled": lambda: _otel(False),
+        }
         client = measure(
-            {
-                "plain": (url, _plain),
-                "asynctrace, span recorded": (url, lambda: _ours("job,per_prompt")),
-                "asynctrace, per_prompt off": (url, lambda: _ours("job")),
-                "asynctrace, per_prompt off, scopes": (
-                    url,
-                    lambda: _ours("job", scopes=True),
-                ),
-                "asynctrace, span recorded, scopes": (
-                    url,
-                    lambda: _ours("job,per_prompt", scopes=True),
-                ),
-                "asynctrace on the SDK provider, recorded": (
-                    url,
-                    lambda: _ours("job,per_prompt", kind="sdk"),
-                ),
-                "asynctrace trace_config, recorded": (url, lambda: _ours("job,per_prompt", "tc")),
-                "asynctrace trace_config, off": (url, lambda: _ours("job", "tc")),
-                "floor: bare SDK span middleware": (url, _floor),
-                "OpenTelemetry contrib, sampled": (url, lambda: _otel(True)),
-                "OpenTelemetry contrib, unsampled": (url, lambda: _otel(False)),
-            },
+            {name: (url, {}, url, setup) for name, setup in client_variants.items()},
             count,
             rounds,
         )
-    plain_us = statistics.median(client["plain"]) * 1e6
-    print(f"aiohttp client, sequential GETs: plain {plain_us:.0f} us/request")
+    print("aiohttp client, sequential GETs, against the plain client:")
     targets = {
         "asynctrace, span recorded": 1.10,
         "asynctrace, per_prompt off": 1.10,
         "asynctrace, per_prompt off, scopes": 1.10,
     }
-    ok = report(client, "plain", targets)
+    ok = report(client, targets)
     with contextlib.ExitStack() as stack:
         kinds = ("fastapi-plain", "fastapi-asynctrace", "fastapi-asynctrace-sdk", "fastapi-otel")
-        servers = {kind: (stack.enter_context(server(kind)), _plain) for kind in kinds}
-        fastapi = measure(servers, count, rounds)
-    plain_us = statistics.median(fastapi["fastapi-plain"]) * 1e6
-    print(f"FastAPI on uvicorn: plain {plain_us:.0f} us/request")
-    ok = report(fastapi, "fastapi-plain", {"fastapi-asynctrace": 1.10}) and ok
+        urls = {kind: stack.enter_context(server(kind)) for kind in kinds}
+        plain = urls.pop("fastapi-plain")
+        fastapi = measure(
+            {kind: (plain, {}, url, _plain) for kind, url in urls.items()}, count, rounds
+        )
+    print("FastAPI on uvicorn, against the plain app:")
+    ok = report(fastapi, {"fastapi-asynctrace": 1.10}) and ok
     with contextlib.ExitStack() as stack:
-        kinds = ("fastapi-plain", "fastapi-asynctrace-scopes")
-        servers = {
-            kind: (stack.enter_context(server(kind)), _plain_with_scope_headers) for kind in kinds
-        }
-        scoped = measure(servers, count, rounds)
+        plain = stack.enter_context(server("fastapi-plain"))
+        url = stack.enter_context(server("fastapi-asynctrace-scopes"))
+        scoped = measure(
+            {
+                "fastapi-asynctrace-scopes": (
+                    plain,
+                    {"headers": SCOPE_HEADERS},
+                    url,
+                    _plain_with_scope_headers,
+                )
+            },
+            count,
+            rounds,
+        )
     print("FastAPI on uvicorn, every request carrying the caller's scopes in baggage:")
-    ok = report(scoped, "fastapi-plain", {"fastapi-asynctrace-scopes": 1.10}) and ok
+    ok = report(scoped, {"fastapi-asynctrace-scopes": 1.10}) and ok
     return 0 if ok else 1
 
 

@@ -3,18 +3,18 @@
 Usage: python benchmarks/http_floor.py [--rounds N]
 
 Same harness as ``bench_http.py`` (a server in its own process, sequential
-GETs over one keep-alive session, the median of in-round ratios against the
-plain client). The variants are: a middleware that does nothing; one that
-sets a constant ``traceparent``; one that starts and ends an unsampled SDK
-span; one with a sampled SDK span and no header; the floor (that span plus
-its header); and asynctrace, recorded and with ``per_prompt`` off. A
+GETs, each variant's requests alternating with the plain client's in one
+event loop; the ratio of median times, and of the client's CPU per request).
+The variants are: a middleware that does nothing; one that sets a constant
+``traceparent``; one that starts and ends an unsampled SDK span; one with a
+sampled SDK span and no header; the floor (that span plus its header); and
+asynctrace, recorded and with ``per_prompt`` off. A
 reference script: it has no target and always exits 0.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -27,7 +27,7 @@ from opentelemetry.trace import SpanKind
 import asynctrace as at
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_http import _floor, _ours, _plain, measure, provider, ratio, server
+from bench_http import _floor, _ours, measure, provider, report, server
 
 Setup = tuple[dict[str, Any], Callable[[], None]]
 _TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -73,24 +73,20 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=9)
     args = parser.parse_args()
     with server("aiohttp") as url:
-        times = measure(
-            {
-                "plain": (url, _plain),
-                "middleware doing nothing": (url, _noop),
-                "constant traceparent": (url, _header),
-                "unsampled SDK span": (url, lambda: _span(False)),
-                "sampled SDK span, no header": (url, lambda: _span(True)),
-                "floor: span + traceparent": (url, _floor),
-                "asynctrace, span recorded": (url, lambda: _ours("job,per_prompt")),
-                "asynctrace, per_prompt off": (url, lambda: _ours("job")),
-            },
-            1000,
-            args.rounds,
+        variants: dict[str, Callable[[], Setup]] = {
+            "middleware doing nothing": _noop,
+            "constant traceparent": _header,
+            "unsampled SDK span": lambda: _span(False),
+            "sampled SDK span, no header": lambda: _span(True),
+            "floor: span + traceparent": _floor,
+            "asynctrace, span recorded": lambda: _ours("job,per_prompt"),
+            "asynctrace, per_prompt off": lambda: _ours("job"),
+        }
+        results = measure(
+            {name: (url, {}, url, setup) for name, setup in variants.items()}, 1000, args.rounds
         )
-    print(f"plain: {statistics.median(times['plain']) * 1e6:.0f} us per request")
-    for name in times:
-        if name != "plain":
-            print(f"  {name:30s} {ratio(times, name, 'plain'):6.3f}x")
+    print("against the plain client: median time per request (and the client's CPU):")
+    report(results, {})
     return 0
 
 
