@@ -50,6 +50,15 @@ _MAX_TRACESTATE: Final = 8192
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+_get_current = otel_context.get_current
+_NO_SCOPES: Final = object()  # the scope key of a carrier made with propagate_scopes off
+# The last carrier made and what it was made of: the OpenTelemetry context and the
+# scope state, both immutable (a span made current, baggage set or a scope entered
+# installs a new object), or _NO_SCOPES. A task's calls one after another under
+# one parent (its HTTP requests, its Ray calls) all send the same carrier.
+_last: tuple[object, object, dict[str, str]] = (object(), _NO_SCOPES, {})
+
+
 def current_trace_carrier() -> dict[str, str]:
     """The current span context as a W3C carrier (``traceparent``/``tracestate``).
 
@@ -57,19 +66,27 @@ def current_trace_carrier() -> dict[str, str]:
     no remote parent attached), so passing it on is always safe. With
     ``propagate_scopes`` on, a ``baggage`` entry carries the iteration,
     per-prompt, task and session scopes (under ``asynctrace.``) and the
-    caller's own OpenTelemetry baggage, when there is any of either.
+    caller's own OpenTelemetry baggage, when there is any of either. Each
+    call returns a new dict.
 
     Example:
         >>> current_trace_carrier()
         {}
     """
+    global _last
     try:
-        carrier = _span_fields(trace.get_current_span())
-        if GATE.propagate_scopes:
-            value = encode(baggage.get_all())
+        ctx = _get_current()
+        scopes = SCOPES.get() if GATE.propagate_scopes else _NO_SCOPES
+        last_ctx, last_scopes, carrier = _last
+        if last_ctx is ctx and last_scopes is scopes:
+            return carrier.copy()
+        carrier = _span_fields(trace.get_current_span(ctx))
+        if scopes is not _NO_SCOPES:
+            value = encode(baggage.get_all(ctx))
             if value:
                 carrier[BAGGAGE] = value
-        return carrier
+        _last = (ctx, scopes, carrier)
+        return carrier.copy()
     except Exception as exc:
         report_internal_error(("current_trace_carrier",), exc)
         return {}
@@ -138,7 +155,7 @@ def span_carrier(span: trace.Span) -> dict[str, str]:
     """
     carrier = _span_fields(span)
     if carrier and GATE.propagate_scopes:
-        value = encode(baggage.get_all())
+        value = current_trace_carrier().get(BAGGAGE)  # the current scopes and baggage
         if value:
             carrier[BAGGAGE] = value
     return carrier

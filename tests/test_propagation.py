@@ -453,6 +453,49 @@ def test_user_baggage_passes_through_untouched() -> None:
         assert baggage.get_all() == {}
 
 
+def test_the_carrier_follows_every_change_of_context() -> None:
+    """Carriers made one after another reflect each span, scope, baggage and setting change.
+
+    current_trace_carrier() keeps its last carrier for calls under the same context;
+    any change in between must give a new one, and a caller changing the dict it got
+    must not change the next.
+    """
+    from opentelemetry import baggage
+    from opentelemetry import context as otel_context
+
+    import asynctrace as at
+
+    with capture_spans("all", propagate_scopes=True) as captured:
+        with umbrella_span("job", "outer") as outer:
+            for _ in range(2):  # a carrier made, then one reused
+                first = current_trace_carrier()
+                first["traceparent"] = "changed by the caller"
+                first["extra"] = "x"
+            again = current_trace_carrier()
+            assert again == {"traceparent": span_carrier(outer)["traceparent"]}
+            with managed_span("reward", "inner") as inner:
+                assert current_trace_carrier()["traceparent"] == span_carrier(inner)["traceparent"]
+            assert current_trace_carrier() == again
+            with at.iteration_scope(3):
+                assert "asynctrace.iteration=3" in current_trace_carrier()["baggage"]
+                with at.iteration_scope(4):
+                    assert "asynctrace.iteration=4" in current_trace_carrier()["baggage"]
+                assert "asynctrace.iteration=3" in current_trace_carrier()["baggage"]
+            assert "baggage" not in current_trace_carrier()
+            token = otel_context.attach(baggage.set_baggage("user.tag", "v"))
+            try:
+                assert current_trace_carrier()["baggage"] == "user.tag=v"
+            finally:
+                otel_context.detach(token)
+            assert current_trace_carrier() == again
+        assert current_trace_carrier() == {}
+    assert captured.by_name("outer")
+    assert captured.by_name("inner")
+    with capture_spans("all"), umbrella_span("job", "plain"), at.iteration_scope(3):
+        # the same scopes, propagate_scopes off: no baggage
+        assert set(current_trace_carrier()) == {"traceparent"}
+
+
 def test_a_receiver_without_propagate_scopes_ignores_them() -> None:
     """Scopes are restored only by a process that propagates them itself."""
     import asynctrace as at

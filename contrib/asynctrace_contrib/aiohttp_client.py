@@ -122,6 +122,9 @@ def _add_scope_baggage(headers: Any, value: str) -> None:
         headers["baggage"] = ",".join((existing, *ours))
 
 
+_get_current = otel_context.get_current
+
+
 def _suppressed() -> bool:
     """Whether an outer layer asked HTTP instrumentations to stand aside (OpenTelemetry's key)."""
     return bool(otel_context.get_value(_SUPPRESS_HTTP) or otel_context.get_value(_SUPPRESS))
@@ -148,7 +151,8 @@ class _Requests:
         started. Inside OpenTelemetry's ``suppress_http_instrumentation``,
         nothing is done at all.
         """
-        if otel_context.get_value(_SUPPRESS_HTTP) or otel_context.get_value(_SUPPRESS):
+        current = _get_current()
+        if current.get(_SUPPRESS_HTTP) or current.get(_SUPPRESS):
             return None
         if not asynctrace.is_span_group_enabled(GATE_GROUP) or "traceparent" in headers:
             _inject(headers, asynctrace.current_trace_carrier())
