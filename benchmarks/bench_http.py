@@ -178,6 +178,7 @@ class Paired:
     server_cpu: list[float] = field(default_factory=list)
     wall: list[float] = field(default_factory=list)  # median seconds per request, ours/base
     us: list[tuple[float, float]] = field(default_factory=list)  # median wall, ours and base
+    cpu_us: list[tuple[float, float]] = field(default_factory=list)  # mean CPU, ours and base
 
     def ratio(self, what: str) -> float:
         return statistics.median(getattr(self, what))
@@ -197,6 +198,10 @@ def measure(variants: dict[str, Variant], count: int, rounds: int) -> dict[str, 
             paired.client_cpu.append(sum(ours.client_cpu) / sum(base.client_cpu))
             if base.server_cpu_s:
                 paired.server_cpu.append(ours.server_cpu_s / base.server_cpu_s)
+                ours_cpu, base_cpu = ours.server_cpu_s, base.server_cpu_s
+            else:
+                ours_cpu, base_cpu = sum(ours.client_cpu), sum(base.client_cpu)
+            paired.cpu_us.append((ours_cpu / count * 1e6, base_cpu / count * 1e6))
             wall, base_wall = statistics.median(ours.wall), statistics.median(base.wall)
             paired.wall.append(wall / base_wall)
             paired.us.append((wall * 1e6, base_wall * 1e6))
@@ -216,10 +221,13 @@ def report(results: dict[str, Paired], targets: dict[str, float]) -> bool:
         us = statistics.median(u for u, _ in paired.us)
         base_us = statistics.median(b for _, b in paired.us)
         cpu = paired.server_cpu or paired.client_cpu
+        cpu_us = statistics.median(u for u, _ in paired.cpu_us)
+        base_cpu_us = statistics.median(b for _, b in paired.cpu_us)
         print(
             f"  {name:40s} {us:5.0f} vs {base_us:4.0f} us {r:6.3f}x{limit}{mark}"
             f"  (rounds {min(paired.wall):.3f}-{max(paired.wall):.3f}; "
-            f"{'server' if paired.server_cpu else 'client'} CPU {statistics.median(cpu):.3f}x)"
+            f"{'server' if paired.server_cpu else 'client'} CPU {cpu_us:.0f} vs "
+            f"{base_cpu_us:.0f} us, {statistics.median(cpu):.3f}x)"
         )
     return ok
 
