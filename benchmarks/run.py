@@ -3,7 +3,9 @@
 Usage: python benchmarks/run.py [--quick] [--json PATH]
 
 Exits 1 if any target is missed. Timings are the minimum over repeats of
-``timeit`` loops (the least-disturbed run), in nanoseconds per operation.
+``timeit`` loops (the least-disturbed run), in nanoseconds per operation; a
+figure against a baseline is taken in interleaved rounds, each side the
+minimum of its own runs, and the median round is reported (``paired_ns``).
 """
 
 from __future__ import annotations
@@ -89,10 +91,14 @@ class Figure:
 
 def bench_disabled_managed_span(n: int, r: int) -> Figure:
     at.disable_telemetry()
-    ours_ns = ns_per_op(
-        "with managed_span('generation', 'x'): pass", n, r, managed_span=at.managed_span
+    ours_ns, base_ns = paired_ns(
+        "with managed_span('generation', 'x'): pass",
+        "with nullcontext(): pass",
+        n // 5,
+        2 * r + 1,
+        managed_span=at.managed_span,
+        nullcontext=contextlib.nullcontext,
     )
-    base_ns = ns_per_op("with nullcontext(): pass", n, r, nullcontext=contextlib.nullcontext)
     return Figure(
         "disabled `with managed_span` vs `with nullcontext()`",
         ours_ns,
@@ -109,8 +115,15 @@ def _plain(a: int, b: int = 1) -> int:
 def _disabled_call(stmt: str, n: int, r: int) -> Figure:
     at.disable_telemetry()
     decorated = at.trace_fn("generation")(_plain)
-    ours_ns = ns_per_op(stmt, n, r, f=decorated)
-    base_ns = ns_per_op(stmt, n, r, f=_plain)
+    ours_ns, base_ns = paired_ns(
+        stmt,
+        stmt.replace("f(", "g("),
+        n // 5,
+        2 * r + 1,
+        key=lambda o, b: o - 2 * b,
+        f=decorated,
+        g=_plain,
+    )
     return Figure(
         f"disabled call of a @trace_fn function {stmt} vs undecorated",
         ours_ns,
