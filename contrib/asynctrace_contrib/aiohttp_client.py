@@ -127,7 +127,8 @@ _get_current = otel_context.get_current
 
 def _suppressed() -> bool:
     """Whether an outer layer asked HTTP instrumentations to stand aside (OpenTelemetry's key)."""
-    return bool(otel_context.get_value(_SUPPRESS_HTTP) or otel_context.get_value(_SUPPRESS))
+    current = _get_current()
+    return bool(current.get(_SUPPRESS_HTTP) or current.get(_SUPPRESS))
 
 
 class _Requests:
