@@ -422,7 +422,15 @@ def test_exporter_faults_never_reach_the_program(
     kind: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A raising, blocked (10 s) or slow exporter changes no result, raises nothing, adds no
-    loop stall over 1 ms compared with telemetry off, and its drops/failures are reported."""
+    loop stall over one GIL switch interval (5 ms) compared with telemetry off, and its
+    drops/failures are reported.
+
+    The export thread runs Python while it converts a batch for an SDK exporter or logs
+    the first failure with its traceback; the loop waiting for the GIL then waits until
+    the thread lets go of it, at most one switch interval, which is also the chaos soak's
+    bound. On the 2-core VM under the suite's load these stretches took 1.1-1.3 ms. An
+    exporter called on the loop's thread would stall it for 20 ms (slow) or 10 s (blocked).
+    """
     exporter: Any = {
         "raising": RaisingExporter,
         "blocking": BlockingExporter,
@@ -450,7 +458,7 @@ def test_exporter_faults_never_reach_the_program(
     try:
         result, lag = _best_of(3, setup)
         assert result == baseline
-        assert lag <= base_lag + 0.001, (kind, lag, base_lag)
+        assert lag <= base_lag + sys.getswitchinterval(), (kind, lag, base_lag)
         telemetry = state["telemetry"]
         started = time.monotonic()
         flushed = telemetry.flush(0.3)
