@@ -87,6 +87,7 @@ def tests(session: nox.Session) -> None:
     # The docs' programs and the Quick start in a fresh environment print the same on
     # every Python: they run on the default one (3.11) only.
     once = [] if session.python == "3.11" else [f"--ignore={path}" for path in ONCE]
+    _warm_bytecode(session, env)
     session.run("pytest", *XDIST, "-m", "not soak", *once, *session.posargs, env=env)
     if session.python == "3.11" and not session.posargs:
         sdk = [f"--ignore={path}" for path in (*ONCE, *PROVIDER_INDEPENDENT)]
@@ -100,6 +101,27 @@ def tests(session: nox.Session) -> None:
             *sdk,
             env={**env, "ASYNCTRACE_PROVIDER": "sdk"},
         )
+
+
+def _warm_bytecode(session: nox.Session, env: dict[str, str | None]) -> None:
+    """In a new environment, one process imports what the tests import, once.
+
+    Collecting the suite compiles the bytecode of every module the tests import
+    and of the rewritten test modules; otherwise each of the four workers and
+    the tests' child processes compile them for themselves. In a new 3.12
+    environment: 157 s of CPU and 87 s for the session without this, 123 s
+    and 75 s with it (the CPU of a reused environment). A marker in the
+    environment skips it there.
+    """
+    location = getattr(session.virtualenv, "location", None)
+    if not location:  # no environment of its own (nox --no-venv)
+        return
+    marker = os.path.join(location, ".asynctrace-bytecode")
+    if os.path.exists(marker):
+        return
+    session.run("pytest", "--collect-only", "-q", "-m", "not soak", env=env, silent=True)
+    with open(marker, "w", encoding="utf-8") as out:
+        out.write("the suite's imports were compiled here\n")
 
 
 # Two pytest workers per core: about a third of the suite's wall time is spent
