@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -27,6 +28,10 @@ DEMO = (
 )
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 def test_steps_appear_in_a_pty_as_a_running_demo_finishes_them(tmp_path: Path) -> None:
     """Steps show up one by one while the demo runs; Ctrl-C leaves with status 0."""
@@ -44,6 +49,9 @@ def test_steps_appear_in_a_pty_as_a_running_demo_finishes_them(tmp_path: Path) -
         env=env,
         dimensions=(60, 140),
         timeout=60,
+        # Ctrl-C as in a user's terminal: a suite started in the background (`nox ... &` from
+        # a script) ignores SIGINT, and every process it starts would inherit that.
+        preexec_fn=_default_sigint,
     )
     seen_while_running: set[int] = set()
     seen: set[int] = set()
