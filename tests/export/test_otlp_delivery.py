@@ -76,7 +76,9 @@ def test_the_protocol_variable_alone_picks_the_transport(receiver: OtlpReceiver)
     assert sorted(s.span_id for s in receiver.spans) == sorted(ids)
     assert telemetry.settings.otlp_protocol == receiver.protocol
     stats = telemetry.stats()["otlp"]
-    assert (stats.exported, stats.dropped, stats.failed, stats.retried) == (6, 0, 0, 0)
+    # Not stats.retried: under load a first grpc attempt can meet its deadline (seen on the
+    # 2-core VM: DEADLINE_EXCEEDED, then delivered on the retry, each span once).
+    assert (stats.exported, stats.dropped, stats.failed) == (6, 0, 0), stats
 
 
 @pytest.mark.parametrize(
