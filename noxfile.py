@@ -119,6 +119,7 @@ def _warm_bytecode(session: nox.Session, env: dict[str, str | None]) -> None:
     marker = os.path.join(location, ".asynctrace-bytecode")
     if os.path.exists(marker):
         return
+    session.log("a new environment: compiling what the tests import, once (about 10 s)")
     session.run("pytest", "--collect-only", "-q", "-m", "not soak", env=env, silent=True)
     with open(marker, "w", encoding="utf-8") as out:
         out.write("the suite's imports were compiled here\n")
