@@ -151,8 +151,9 @@ async def _paired(
             for s, u, _ in sides:
                 async with s.get(f"{u}/items/{i}") as response:
                     await response.read()
-        servers = {SERVER_PIDS[base_url], SERVER_PIDS[url]}
-        before = {pid: process_cpu_ns(pid) for pid in servers}
+        # Two servers: each one's CPU is its side's (one server: the client's CPU only).
+        pids = [SERVER_PIDS[base_url], SERVER_PIDS[url]] if base_url != url else []
+        before = [process_cpu_ns(pid) for pid in pids]
         with at.umbrella_span("job", "bench"):
             for i in range(count):  # which side goes first alternates too
                 for s, u, side in sides if i % 2 == 0 else sides[::-1]:
@@ -161,11 +162,8 @@ async def _paired(
                         await response.read()
                     side.client_cpu.append(cpu() - used)
                     side.wall.append(clock() - wall)
-        if base_url != url:  # two servers: each one's CPU is its side's
-            base.server_cpu_s = (
-                process_cpu_ns(SERVER_PIDS[base_url]) - before[SERVER_PIDS[base_url]]
-            ) / 1e9
-            ours.server_cpu_s = (process_cpu_ns(SERVER_PIDS[url]) - before[SERVER_PIDS[url]]) / 1e9
+        for side, pid, start in zip((base, ours), pids, before, strict=False):
+            side.server_cpu_s = (process_cpu_ns(pid) - start) / 1e9
     return base, ours
 
 

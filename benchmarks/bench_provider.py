@@ -64,6 +64,15 @@ def loop_ns(body: Callable[[], None], n: int, clock: Callable[[], int]) -> float
     return (clock() - start) / n
 
 
+def paused_ns(body: Callable[[], None], n: int, clock: Callable[[], int]) -> float:
+    """:func:`loop_ns` with the garbage collector paused, as ``timeit`` pauses it."""
+    gc.disable()
+    try:
+        return loop_ns(body, n, clock)
+    finally:
+        gc.enable()
+
+
 def interleaved(
     a: Callable[[], None],
     b: Callable[[], None],
@@ -74,23 +83,16 @@ def interleaved(
 ) -> tuple[float, float]:
     """Nanoseconds per call of *a* and of *b*, *n* calls each, in alternating chunks.
 
-    The garbage collector is paused while a chunk runs (as ``timeit`` pauses
-    it), so neither side pays for collecting what the other keeps.
+    Each chunk runs with the garbage collector paused (:func:`paused_ns`), so
+    neither side pays for collecting what the other keeps.
     """
     size = n // chunks
-    spent = {a: 0, b: 0}
+    spent = {a: 0.0, b: 0.0}
     order = (b, a) if b_first else (a, b)
     for _ in range(chunks):
         for body in order:
-            gc.disable()
-            try:
-                start = clock()
-                for _ in range(size):
-                    body()
-                spent[body] += clock() - start
-            finally:
-                gc.enable()
-    return spent[a] / (size * chunks), spent[b] / (size * chunks)
+            spent[body] += paused_ns(body, size, clock)
+    return spent[a] / chunks, spent[b] / chunks
 
 
 def configure(provider: str, tmp: str, n: int, *, idle_writer: bool = True) -> at.Telemetry:
@@ -192,12 +194,12 @@ def main() -> int:
         total_cpu: list[float] = []
         with at.iteration_scope(3):
             for i in range(rounds):
-                null.append(loop_ns(null_body, n, clock))
+                null.append(paused_ns(null_body, n, clock))
                 telemetry = configure("fast", tmp, n)
                 loop_ns(ours_body, 1000, clock)  # warm
                 telemetry.flush(30)
                 if areal_body is None:
-                    fast.append(loop_ns(ours_body, n, clock))
+                    fast.append(paused_ns(ours_body, n, clock))
                 else:  # ours and AReaL's in alternating chunks, the first alternating by round
                     ours_ns, areal_ns = interleaved(ours_body, areal_body, n, clock, i % 2 == 1)
                     fast.append(ours_ns)
@@ -205,7 +207,7 @@ def main() -> int:
                     areal_tracer._events.clear()  # what save() does, untimed
                 telemetry.shutdown()
                 telemetry = configure("sdk", tmp, n)
-                sdk.append(loop_ns(ours_body, n // 4, clock))
+                sdk.append(paused_ns(ours_body, n // 4, clock))  # as ours: collector paused
                 telemetry.shutdown()
                 producing, process, dropped = writer_round(tmp, n)
                 fast_cpu.append(producing)
