@@ -18,6 +18,7 @@ from ._baggage import ScopeValues, encode
 from ._baggage import decode as decode_baggage
 from ._cm import SyncAndAsync
 from ._errors import ConfigurationError, report_internal_error
+from ._fast._span import SPAN_TYPES
 from ._scopes import SCOPES, ScopeState, leave_all
 from ._state import GATE
 
@@ -163,6 +164,16 @@ def span_carrier(span: trace.Span) -> dict[str, str]:
 
 def _span_fields(span: trace.Span) -> dict[str, str]:
     """``traceparent``/``tracestate`` naming *span*; ``{}`` if its context is invalid."""
+    if span.__class__ in SPAN_TYPES:  # a fast-provider span: its fields, no SpanContext made
+        trace_id, span_id = span._trace_id, span._span_id  # type: ignore[attr-defined]
+        flags, state = span._flags & 0xFF, span._state  # type: ignore[attr-defined]
+        carrier = {
+            TRACEPARENT: f"00-{trace_id.to_bytes(16, 'big').hex()}-"
+            f"{span_id.to_bytes(8, 'big').hex()}-{_HEX_BYTE[flags]}"
+        }
+        if state:
+            carrier[TRACESTATE] = state.to_header()
+        return carrier
     ctx = span.get_span_context()
     if PLAIN_CONTEXT and ctx.__class__ is trace.SpanContext:
         trace_id, span_id, _, flags, state, valid = ctx

@@ -210,14 +210,21 @@ def _merge(
                 del attrs[RL_BUCKET]
             else:
                 attrs[RL_BUCKET] = bucket._value_
-        kinds = set(map(type, user.values()))
-        if _LIST in kinds:
-            for key, value in user.items():
-                if value.__class__ is _LIST:
-                    attrs[key] = tuple(value)
-        if not NONFINITE[0] and not _SUSPECT.isdisjoint(kinds):
-            note_floats(user.values())
+        # Strings, ints and bools (nearly every attribute) need nothing more: one
+        # pass in C says so, without building the set of their types.
+        if not _SUSPECT.isdisjoint(map(type, user.values())):
+            _suspects(attrs, user)
     return attrs
+
+
+def _suspects(attrs: dict[str, AttributeValue], user: Attributes) -> None:
+    """The caller's lists become tuples; a NaN or an infinity is noted."""
+    assert user is not None
+    for key, value in user.items():
+        if value.__class__ is _LIST:
+            attrs[key] = tuple(value)
+    if not NONFINITE[0]:
+        note_floats(user.values())
 
 
 _LIST: Final = list
@@ -776,4 +783,10 @@ def end_span(
     """
     if span is AMBIENT_SPAN:
         return
-    finish(span, type(exc) if exc is not None else None, exc, None, secrets)
+    if exc is None:  # finish(), without its call
+        try:
+            span.end()
+        except Exception as err:
+            report_internal_error(("end", type(span).__name__), err)
+        return
+    finish(span, type(exc), exc, None, secrets)
