@@ -319,6 +319,29 @@ def test_span_carrier_matches_the_w3c_format(flags: int) -> None:
         assert carrier["traceparent"] == f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"
 
 
+def test_a_fast_span_carrier_is_what_opentelemetry_writes_for_it() -> None:
+    """A fast-provider span's carrier (read from its fields) is the W3C propagator's."""
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    from asynctrace import FastTracerProvider
+
+    tracer = FastTracerProvider().get_tracer("carrier")
+    state = trace.TraceState([("vendor", "v1"), ("other@tenant", "x")])
+    parents = [
+        None,  # a root: the sampled and random flags
+        trace.SpanContext(2**128 - 1, 2**64 - 1, True, trace.TraceFlags(1), state),
+        trace.SpanContext(0xABC, 0xDEF, True, trace.TraceFlags(3)),
+    ]
+    for parent in parents:
+        remote = None if parent is None else trace.NonRecordingSpan(parent)
+        context = None if remote is None else trace.set_span_in_context(remote)
+        span = tracer.start_span("work", context=context)
+        expected: dict[str, str] = {}
+        TraceContextTextMapPropagator().inject(expected, trace.set_span_in_context(span))
+        assert span_carrier(span) == expected
+        span.end()
+
+
 # ---------------------------------------------------------------------------
 # W3C processing model at the carrier level.
 
