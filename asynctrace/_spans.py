@@ -219,7 +219,6 @@ def _merge(
 
 def _suspects(attrs: dict[str, AttributeValue], user: Attributes) -> None:
     """The caller's lists become tuples; a NaN or an infinity is noted."""
-    assert user is not None
     for key, value in user.items():
         if value.__class__ is _LIST:
             attrs[key] = tuple(value)
