@@ -986,3 +986,68 @@ def test_shutting_down_a_disabled_handle_returns_at_once() -> None:
     assert telemetry.shutdown()
     assert telemetry.shutdown(timeout_s=30)
     assert time.monotonic() - started < 1.0
+
+
+class _GatedSink:
+    """Records batch sizes; its first export waits until released."""
+
+    def __init__(self, any_size: bool) -> None:
+        self.any_batch_size = any_size
+        self.sizes: list[int] = []
+        self.first = threading.Event()
+        self.release = threading.Event()
+
+    def export(self, batch: list[Any]) -> tuple[int, int]:
+        self.sizes.append(len(batch))
+        if len(self.sizes) == 1:
+            self.first.set()
+            self.release.wait(10)
+        return len(batch), 0
+
+    def flush(self) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("any_size", "sizes"), [(True, [8, 16, 8]), (False, [8, 8, 8, 8])])
+def test_a_writer_two_batches_behind_takes_two_at_once(any_size: bool, sizes: list[int]) -> None:
+    """A sink that takes any size catches up two batches per export; others keep their size."""
+    from asynctrace.export import QueuedSpanProcessor
+
+    sink = _GatedSink(any_size)
+    processor = QueuedSpanProcessor(
+        sink,
+        name="gated",
+        max_queue_size=64,
+        max_export_batch_size=8,
+        schedule_delay_millis=60_000,
+    )
+    try:
+        for item in range(8):  # a full batch wakes the worker; its export holds it
+            processor.on_end(item)  # type: ignore[arg-type]
+        assert sink.first.wait(5)
+        for item in range(8, 32):  # three batches wait behind it
+            processor.on_end(item)  # type: ignore[arg-type]
+        sink.release.set()
+        assert processor.force_flush(5_000)
+        assert sink.sizes == sizes
+        stats = processor.stats()
+        assert (stats.exported, stats.dropped) == (32, 0)
+    finally:
+        sink.release.set()
+        assert processor.shutdown_within(5.0)
+
+
+def test_the_chrome_writer_and_its_rollup_take_any_size(tmp_path: Path) -> None:
+    """The chrome exporter's sinks (alone, and with the live rollup) say they take any size."""
+    from asynctrace._goodput_settings import GoodputSettings
+    from asynctrace.export._chrome_writer import ChromeWriter
+    from asynctrace.export._goodput_sink import AlongChrome, GoodputSink
+
+    writer = ChromeWriter(tmp_path / "t.jsonl", {}, iter(range(1, 100)).__next__)
+    assert writer.any_batch_size is True
+    rollup = GoodputSink(GoodputSettings(metrics="none"), path=None)
+    assert AlongChrome(writer, rollup).any_batch_size is True
+    rollup.shutdown()

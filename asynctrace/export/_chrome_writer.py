@@ -82,6 +82,8 @@ class NewTrack:
 class ChromeWriter:
     """The sink: turns queued items into lines and writes them (writer thread only)."""
 
+    any_batch_size = True  # lines are lines: a batch of any size is written as it comes
+
     def __init__(
         self,
         path: Path,

@@ -164,6 +164,8 @@ class AlongChrome:
     def __init__(self, writer: Any, goodput: GoodputSink) -> None:
         self.writer = writer
         self.goodput = goodput
+        # The rollup takes batches of any size; the writer decides.
+        self.any_batch_size = getattr(writer, "any_batch_size", False) is True
 
     @property
     def lost(self) -> int:

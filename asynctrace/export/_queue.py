@@ -36,7 +36,13 @@ _MAX_WAIT_S = threading.TIMEOUT_MAX / 2  # a longer wait raises OverflowError
 
 
 class Sink(Protocol):
-    """What the worker thread hands batches to."""
+    """What the worker thread hands batches to.
+
+    A sink whose class sets ``any_batch_size = True`` (it writes what it is
+    given, in one piece or many) is handed two batches at once while the
+    queue holds two or more, so its thread catches up (see
+    :class:`QueuedSpanProcessor`).
+    """
 
     def export(self, batch: list[Any]) -> tuple[int, int]:
         """Export *batch*; return ``(spans exported, spans failed)``."""
@@ -135,7 +141,12 @@ class QueuedSpanProcessor(SpanProcessor):
         name: shown in logs, thread names and :class:`ExportStats`.
         max_queue_size: items kept before new spans are dropped.
         max_export_batch_size: items handed to the sink at once; a full batch
-            wakes the worker early.
+            wakes the worker early. A sink that takes any size
+            (``any_batch_size``) gets two batches at once while two or more
+            wait: each export gives the interpreter lock up at its write and
+            waits up to the switch interval to get it back, so one batch at a
+            time falls behind a thread ending spans faster than a batch per
+            10 ms.
         schedule_delay_millis: longest wait before queued items are exported.
 
     Example:
@@ -158,6 +169,10 @@ class QueuedSpanProcessor(SpanProcessor):
         self._sink = sink
         self._max_queue_size = max_queue_size
         self._batch_size = max_export_batch_size
+        # Two batches at once while two are waiting, for a sink that takes any size.
+        self._catch_up = max_export_batch_size * (
+            2 if getattr(sink, "any_batch_size", False) is True else 1
+        )
         self._delay = min(schedule_delay_millis / 1000.0, _MAX_WAIT_S)
         self._queue: deque[Any] = deque()
         self._wake = threading.Event()
@@ -364,9 +379,19 @@ class QueuedSpanProcessor(SpanProcessor):
             self._report(exc, "shutdown")
 
     def _drain(self) -> None:
+        """Export what is queued, batch by batch, honouring flush markers in order.
+
+        Each export gives the interpreter lock up at its ``write`` and must
+        wait for it again (up to the switch interval, 5 ms, while the
+        producing thread runs Python). A thread that takes one batch per two
+        waits falls behind a producer that ends spans faster than one batch
+        per 10 ms; so a sink that takes any size (``any_batch_size``) is
+        handed two batches at once while two or more are waiting.
+        """
         queue = self._queue
         while queue and not self._abandoned:
-            count = min(len(queue), self._batch_size)
+            backlog = len(queue)
+            count = self._catch_up if backlog >= self._catch_up else min(backlog, self._batch_size)
             # Read after the length: a marker counted in *count* was counted here first.
             if not self._markers:  # no flush waiting: take the items in bulk
                 popleft = queue.popleft

@@ -81,7 +81,8 @@ class ChromeTraceProcessor(QueuedSpanProcessor):
         resource_attributes: used for the process name and labels
             (``service.name``, ``asynctrace.rank``, ``asynctrace.role``, ...).
         max_queue_size: spans buffered before new ones are dropped.
-        max_export_batch_size: lines per ``write``.
+        max_export_batch_size: lines per ``write`` (twice as many while two
+            batches or more are waiting, so the writer catches up).
         schedule_delay_millis: longest time a span waits before it is written.
         max_attribute_length: strings longer than this are cut (for spans of
             the fast provider; the SDK cuts its own).
