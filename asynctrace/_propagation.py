@@ -165,8 +165,12 @@ def span_carrier(span: trace.Span) -> dict[str, str]:
 def _span_fields(span: trace.Span) -> dict[str, str]:
     """``traceparent``/``tracestate`` naming *span*; ``{}`` if its context is invalid."""
     if span.__class__ in SPAN_TYPES:  # a fast-provider span: its fields, no SpanContext made
-        trace_id, span_id = span._trace_id, span._span_id  # type: ignore[attr-defined]
-        flags, state = span._flags & 0xFF, span._state  # type: ignore[attr-defined]
+        try:
+            trace_id, span_id = span._trace_id, span._span_id  # type: ignore[attr-defined]
+            flags, state = span._flags & 0xFF, span._state  # type: ignore[attr-defined]
+        except AttributeError:  # a managed_span() object not entered, or not sampled
+            other = getattr(span, "_other", None)
+            return {} if other is None else _span_fields(other)
         carrier = {
             TRACEPARENT: f"00-{trace_id.to_bytes(16, 'big').hex()}-"
             f"{span_id.to_bytes(8, 'big').hex()}-{_HEX_BYTE[flags]}"

@@ -342,6 +342,32 @@ def test_a_fast_span_carrier_is_what_opentelemetry_writes_for_it() -> None:
         span.end()
 
 
+@pytest.mark.parametrize("ratio", [1.0, 0.0])
+def test_the_carrier_of_a_managed_span_object(tmp_path: Any, ratio: float) -> None:
+    """The object managed_span() returns: no carrier before it is entered, its span's inside."""
+    import asynctrace
+
+    telemetry = asynctrace.configure(
+        {
+            "enabled": True,
+            "span_groups": "all",
+            "exporters": ["memory"],
+            "output_dir": str(tmp_path),
+            "sampling_ratio": ratio,
+        }
+    )
+    try:
+        cm = asynctrace.managed_span("generation", "work")
+        assert span_carrier(cm) == {}  # not started: no context to name
+        with cm as span:
+            carrier = span_carrier(cm)
+            assert carrier == span_carrier(span)
+            flags = "03" if ratio else "02"  # the random flag; sampled only at ratio 1
+            assert carrier["traceparent"].endswith(f"-{flags}")
+    finally:
+        telemetry.shutdown()
+
+
 # ---------------------------------------------------------------------------
 # W3C processing model at the carrier level.
 
