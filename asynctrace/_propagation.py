@@ -178,7 +178,10 @@ def _span_fields(span: trace.Span) -> dict[str, str]:
         if state:
             carrier[TRACESTATE] = state.to_header()
         return carrier
-    ctx = span.get_span_context()
+    get_context = getattr(span, "get_span_context", None)
+    if get_context is None:  # not a span (a context manager handed in by mistake)
+        return {}
+    ctx = get_context()
     if PLAIN_CONTEXT and ctx.__class__ is trace.SpanContext:
         trace_id, span_id, _, flags, state, valid = ctx
     else:
