@@ -271,10 +271,11 @@ _NUMBERS = (int, float)
 def event_ok(event: dict[str, Any]) -> bool:
     """Whether a trace event's fields have types every command can use.
 
-    ``ph`` is a string; ``pid`` and ``tid``, when present, an integer or a
-    string (they are keys); ``ts`` and ``dur`` a number. Anything else
-    (a ``pid`` that is a list, a ``ts`` that is a string, a ``true``) makes the
-    line malformed, skipped and counted like a torn one.
+    ``ph`` is a string; ``name``, when present, a string; ``pid`` and
+    ``tid``, when present, an integer or a string (they are keys); ``ts`` and
+    ``dur`` a number. Anything else (a ``pid`` that is a list, a ``ts`` that
+    is a string, a ``name`` that is a list, a ``true``) makes the line
+    malformed, skipped and counted like a torn one.
 
     Example:
         >>> event_ok({"ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1})
@@ -283,6 +284,9 @@ def event_ok(event: dict[str, Any]) -> bool:
         False
     """
     if event["ph"].__class__ is not str:
+        return False
+    name = event.get("name")
+    if name is not None and name.__class__ is not str:
         return False
     for key, kinds in (("pid", _IDS), ("tid", _IDS), ("ts", _NUMBERS), ("dur", _NUMBERS)):
         value = event.get(key)

@@ -56,6 +56,8 @@ HOSTILE: dict[str, dict[str, Any]] = {
     "string dur": {**_SPAN, "dur": "100"},
     "boolean ts": {**_SPAN, "ts": True},
     "ph list": {**_SPAN, "ph": ["X"]},
+    "name list": {**_SPAN, "name": []},  # once a crash of goodput (the name is a dict key)
+    "name number": {**_SPAN, "name": 7},
 }
 
 
@@ -77,7 +79,7 @@ COMMANDS = ["convert", "goodput", "goodput --json", "goodput --csv", "report"]
 def test_a_badly_typed_event_is_skipped_and_counted(
     run: Run, tmp_path: Path, case: str, command: str
 ) -> None:
-    """A pid/tid that is a list or dict, a string ts/dur: the line is skipped and counted."""
+    """A pid/tid that is a list or dict, a string ts/dur, a name not a string: skipped, counted."""
     trace = tmp_path / "traces-r0.jsonl"
     trace.write_bytes(_GOLDEN_LINES + json.dumps(HOSTILE[case]).encode() + b"\n")
     lines = _GOLDEN_LINES.count(b"\n") + 1
