@@ -68,8 +68,9 @@ def test_goodput_shows_stalled_seconds_per_step_in_no_bucket(run: Run, stalled_r
     # The stall of step 0 is under no bucketed span: nothing is bucketed there.
     assert steps[0]["productive_s"] == 0
     assert steps[0]["unattributed_s"] == steps[0]["wall_s"]
-    # Step 1's stall is inside the productive leaf, which alone counts (once).
-    assert abs(steps[1]["productive_s"] - 0.2) <= 0.01
+    # Step 1's stall is inside the productive leaf, which alone counts (once: 0.4 would be
+    # twice), with the same room for a sleep's overrun as above.
+    assert abs(steps[1]["productive_s"] - 0.2) <= 0.05
     assert document["violations"] == []
     assert document["total"]["stalled_s"] == pytest.approx(
         steps[0]["stalled_s"] + steps[1]["stalled_s"], abs=1e-6
