@@ -171,24 +171,19 @@ def _span_fields(span: trace.Span) -> dict[str, str]:
         except AttributeError:  # a managed_span() object not entered, or not sampled
             other = getattr(span, "_other", None)
             return {} if other is None else _span_fields(other)
-        carrier = {
-            TRACEPARENT: f"00-{trace_id.to_bytes(16, 'big').hex()}-"
-            f"{span_id.to_bytes(8, 'big').hex()}-{_HEX_BYTE[flags]}"
-        }
-        if state:
-            carrier[TRACESTATE] = state.to_header()
-        return carrier
-    get_context = getattr(span, "get_span_context", None)
-    if get_context is None:  # not a span (a context manager handed in by mistake)
-        return {}
-    ctx = get_context()
-    if PLAIN_CONTEXT and ctx.__class__ is trace.SpanContext:
-        trace_id, span_id, _, flags, state, valid = ctx
+        valid = True
     else:
-        if not ctx.is_valid:
+        get_context = getattr(span, "get_span_context", None)
+        if get_context is None:  # not a span (a context manager handed in by mistake)
             return {}
-        trace_id, span_id, flags = ctx.trace_id, ctx.span_id, ctx.trace_flags
-        state, valid = ctx.trace_state, True
+        ctx = get_context()
+        if PLAIN_CONTEXT and ctx.__class__ is trace.SpanContext:
+            trace_id, span_id, _, flags, state, valid = ctx
+        else:
+            if not ctx.is_valid:
+                return {}
+            trace_id, span_id, flags = ctx.trace_id, ctx.span_id, ctx.trace_flags
+            state, valid = ctx.trace_state, True
     if not valid:
         return {}
     try:  # int.to_bytes().hex(): about twice as fast as a format spec, on every request

@@ -1011,19 +1011,33 @@ class _GatedSink:
         pass
 
 
-@pytest.mark.parametrize(("any_size", "sizes"), [(True, [8, 16, 8]), (False, [8, 8, 8, 8])])
-def test_a_writer_two_batches_behind_takes_two_at_once(any_size: bool, sizes: list[int]) -> None:
-    """A sink that takes any size catches up two batches per export; others keep their size."""
+@pytest.mark.parametrize(
+    ("any_size", "along", "sizes"),
+    [(True, False, [8, 16, 8]), (False, False, [8, 8, 8, 8]), (True, True, [8, 16, 8])],
+)
+def test_a_writer_two_batches_behind_takes_two_at_once(
+    any_size: bool, along: bool, sizes: list[int]
+) -> None:
+    """A sink that takes any size catches up two batches per export; others keep their size.
+
+    With *along*, the sink is swapped for the live rollup wrapped around it after the
+    queue started, as the pipeline does: the catch-up follows the sink the queue has.
+    """
+    from asynctrace._goodput_settings import GoodputSettings
     from asynctrace.export import QueuedSpanProcessor
+    from asynctrace.export._goodput_sink import AlongChrome, GoodputSink
 
     sink = _GatedSink(any_size)
+    rollup = GoodputSink(GoodputSettings(metrics="none"), path=None)
     processor = QueuedSpanProcessor(
-        sink,
+        _GatedSink(False) if along else sink,
         name="gated",
         max_queue_size=64,
         max_export_batch_size=8,
         schedule_delay_millis=60_000,
     )
+    if along:  # the pipeline's swap, before any span (a fixed size then would be the old one)
+        processor._sink = AlongChrome(sink, rollup)
     try:
         for item in range(8):  # a full batch wakes the worker; its export holds it
             processor.on_end(item)  # type: ignore[arg-type]
@@ -1038,16 +1052,12 @@ def test_a_writer_two_batches_behind_takes_two_at_once(any_size: bool, sizes: li
     finally:
         sink.release.set()
         assert processor.shutdown_within(5.0)
+        rollup.shutdown()
 
 
-def test_the_chrome_writer_and_its_rollup_take_any_size(tmp_path: Path) -> None:
-    """The chrome exporter's sinks (alone, and with the live rollup) say they take any size."""
-    from asynctrace._goodput_settings import GoodputSettings
+def test_the_chrome_writer_takes_any_size(tmp_path: Path) -> None:
+    """The chrome writer says it takes any size (the catch-up above is then its)."""
     from asynctrace.export._chrome_writer import ChromeWriter
-    from asynctrace.export._goodput_sink import AlongChrome, GoodputSink
 
     writer = ChromeWriter(tmp_path / "t.jsonl", {}, iter(range(1, 100)).__next__)
     assert writer.any_batch_size is True
-    rollup = GoodputSink(GoodputSettings(metrics="none"), path=None)
-    assert AlongChrome(writer, rollup).any_batch_size is True
-    rollup.shutdown()

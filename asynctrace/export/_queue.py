@@ -38,7 +38,7 @@ _MAX_WAIT_S = threading.TIMEOUT_MAX / 2  # a longer wait raises OverflowError
 class Sink(Protocol):
     """What the worker thread hands batches to.
 
-    A sink whose class sets ``any_batch_size = True`` (it writes what it is
+    A sink that sets ``any_batch_size = True`` (it writes what it is
     given, in one piece or many) is handed two batches at once while the
     queue holds two or more, so its thread catches up (see
     :class:`QueuedSpanProcessor`).
@@ -169,10 +169,6 @@ class QueuedSpanProcessor(SpanProcessor):
         self._sink = sink
         self._max_queue_size = max_queue_size
         self._batch_size = max_export_batch_size
-        # Two batches at once while two are waiting, for a sink that takes any size.
-        self._catch_up = max_export_batch_size * (
-            2 if getattr(sink, "any_batch_size", False) is True else 1
-        )
         self._delay = min(schedule_delay_millis / 1000.0, _MAX_WAIT_S)
         self._queue: deque[Any] = deque()
         self._wake = threading.Event()
@@ -390,8 +386,11 @@ class QueuedSpanProcessor(SpanProcessor):
         """
         queue = self._queue
         while queue and not self._abandoned:
-            backlog = len(queue)
-            count = self._catch_up if backlog >= self._catch_up else min(backlog, self._batch_size)
+            backlog, size = len(queue), self._batch_size
+            # Asked of the sink it has now: the live rollup wraps the writer after start.
+            if backlog >= 2 * size and getattr(self._sink, "any_batch_size", False) is True:
+                size *= 2
+            count = min(backlog, size)
             # Read after the length: a marker counted in *count* was counted here first.
             if not self._markers:  # no flush waiting: take the items in bulk
                 popleft = queue.popleft
