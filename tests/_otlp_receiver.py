@@ -12,6 +12,7 @@ killed, printing ``PORT <n>`` on its first line and a line per request.
 from __future__ import annotations
 
 import gzip
+import select
 import socket
 import sys
 import threading
@@ -45,6 +46,15 @@ class ReceivedSpan:
     scope: str
 
 
+def _peer_gone(connection: socket.socket) -> bool:
+    """Whether the client closed its end (its timeout passed): a peek reads end of file."""
+    try:
+        readable, _, _ = select.select([connection], [], [], 0)
+        return bool(readable) and connection.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
+
+
 def free_port() -> int:
     """A port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket() as sock:
@@ -75,6 +85,12 @@ class OtlpReceiver:
         keep: keep every span as a :class:`ReceivedSpan` (what the tests read);
             ``False`` parses each request and only counts its spans in
             ``counted``, as a collector's receiver costs (the benchmarks).
+
+    :attr:`spans` holds what the client was told arrived. A request whose client
+    gave up first (its timeout passed while a loaded machine kept the receiver
+    slow) still arrived, as with any collector, but the client counts it failed:
+    its spans go to :attr:`unacknowledged`, so the tests' exact accounting of
+    delivered and dropped spans compares like with like.
     """
 
     def __init__(
@@ -87,9 +103,11 @@ class OtlpReceiver:
         self.counted = 0
         self.port = port if port is not None else free_port()
         self.spans: list[ReceivedSpan] = []
+        self.unacknowledged: list[ReceivedSpan] = []  # arrived, but the reply did not
         self.requests = 0
         self.headers: list[dict[str, str]] = []
         self.on_request: Callable[[int], None] | None = None
+        self.stall_next_s = 0.0  # the next request waits this long first: a slow collector
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._server: Any = None
@@ -195,13 +213,22 @@ class OtlpReceiver:
                     return
                 request = ExportTraceServiceRequest()
                 request.ParseFromString(body)
-                receiver._accept(request, {k.lower(): v for k, v in self.headers.items()})
+                receiver._stall()
+                if _peer_gone(self.connection):  # the client timed out while we were slow
+                    receiver._accept(request, {}, acknowledged=False)
+                    return
+                kept = receiver._accept(request, {k.lower(): v for k, v in self.headers.items()})
                 reply = ExportTraceServiceResponse().SerializeToString()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", str(len(reply)))
-                self.end_headers()
-                self.wfile.write(reply)
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/x-protobuf")
+                    self.send_header("Content-Length", str(len(reply)))
+                    self.end_headers()
+                    self.wfile.write(reply)
+                    self.wfile.flush()
+                except OSError:  # the reply did not reach the client: it will count a failure
+                    receiver._unacknowledge(kept)
+                    raise
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
@@ -225,7 +252,9 @@ class OtlpReceiver:
             def Export(
                 self, request: ExportTraceServiceRequest, context: Any
             ) -> ExportTraceServiceResponse:
-                receiver._accept(request, dict(context.invocation_metadata()))
+                receiver._stall()
+                metadata = dict(context.invocation_metadata())
+                receiver._accept(request, metadata, acknowledged=context.is_active())
                 return ExportTraceServiceResponse()
 
         server = grpc.server(
@@ -239,7 +268,19 @@ class OtlpReceiver:
 
     # -- what arrived ------------------------------------------------------------
 
-    def _accept(self, request: ExportTraceServiceRequest, headers: dict[str, str]) -> None:
+    def _accept(
+        self,
+        request: ExportTraceServiceRequest,
+        headers: dict[str, str],
+        *,
+        acknowledged: bool = True,
+    ) -> list[ReceivedSpan]:
+        """Take one request's spans; those whose reply cannot reach the client go aside.
+
+        A request the client gave up on (its timeout passed while the receiver was
+        slow) arrived, but the client counts it failed: such spans are kept apart in
+        :attr:`unacknowledged`, as a collector's at-least-once delivery leaves them.
+        """
         if not self.keep:  # a collector's cost: the request parsed (in C), the spans counted
             count = sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
             with self._changed:
@@ -248,7 +289,7 @@ class OtlpReceiver:
                 self._changed.notify_all()
             if self.on_request is not None:
                 self.on_request(count)
-            return
+            return []
         spans: list[ReceivedSpan] = []
         for resource_spans in request.resource_spans:
             resource = _attributes(resource_spans.resource.attributes)
@@ -265,6 +306,10 @@ class OtlpReceiver:
                             scope=scope_spans.scope.name,
                         )
                     )
+        if not acknowledged:
+            with self._lock:
+                self.unacknowledged.extend(spans)
+            return spans
         with self._changed:
             self.spans.extend(spans)
             self.requests += 1
@@ -272,6 +317,19 @@ class OtlpReceiver:
             self._changed.notify_all()
         if self.on_request is not None:
             self.on_request(len(spans))
+        return spans
+
+    def _stall(self) -> None:
+        with self._lock:
+            stall, self.stall_next_s = self.stall_next_s, 0.0
+        if stall:
+            time.sleep(stall)
+
+    def _unacknowledge(self, spans: list[ReceivedSpan]) -> None:
+        with self._lock:
+            ids = {id(span) for span in spans}
+            self.spans[:] = [span for span in self.spans if id(span) not in ids]
+            self.unacknowledged.extend(spans)
 
     def wait_for(self, count: int, timeout_s: float = 10.0) -> bool:
         """Wait until at least *count* spans arrived; whether they did."""
@@ -288,6 +346,7 @@ class OtlpReceiver:
         """Forget what arrived so far."""
         with self._lock:
             self.spans.clear()
+            self.unacknowledged.clear()
             self.headers.clear()
             self.requests = 0
 

@@ -185,6 +185,26 @@ def test_an_outage_of_three_timeouts_loses_nothing(receiver: OtlpReceiver) -> No
     assert stats.retried > 0
 
 
+def test_a_collector_slower_than_the_timeout_gets_the_batch_again(
+    receiver: OtlpReceiver,
+) -> None:
+    """The client gives up on a slow request: it is retried, nothing is lost or dropped."""
+    telemetry = _configure()
+    receiver.stall_next_s = 3 * TIMEOUT_S
+    sent = _spans(4)
+    assert telemetry.flush(15.0)
+    telemetry.shutdown()
+    deadline = time.monotonic() + 5.0  # the stalled handler wakes after the retry landed
+    while not receiver.unacknowledged and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert receiver.unacknowledged  # the stalled request arrived after the client left
+    assert {s.span_id for s in receiver.unacknowledged} <= set(sent)
+    assert sorted(s.span_id for s in receiver.spans) == sorted(sent)  # then again, acknowledged
+    stats = telemetry.stats()["otlp"]
+    assert (stats.exported, stats.dropped, stats.failed) == (len(sent), 0, 0)
+    assert stats.retried > 0
+
+
 @pytest.mark.parametrize("limit", [{"retry_buffer_spans": 24}, {"retry_buffer_bytes": 3000}])
 def test_a_small_buffer_loses_exactly_what_stats_drops(
     receiver: OtlpReceiver, limit: dict[str, int]
