@@ -756,8 +756,21 @@ def start_span(
     enabled = GATE.enabled
     if not enabled:
         return AMBIENT_SPAN
-    if (PER_PROMPT_GROUP if SCOPES.get().per_prompt else group) not in enabled:
+    state = SCOPES.get()
+    if (PER_PROMPT_GROUP if state.per_prompt else group) not in enabled:
         return AMBIENT_SPAN
+    tracer = GATE.tracer
+    if tracer.__class__ is FastTracer:  # start() and span_attributes() inline, stamps cached
+        entry = state.cache.get(group)
+        if entry is not None and entry[2] == _generation:
+            try:
+                attrs = entry[0].copy()
+                if attributes:
+                    _merge(attrs, attributes, entry[1])
+                return tracer.start_owned(name, context, attrs, None, kind, links, None)
+            except Exception as exc:
+                report_internal_error(("start", group, name), exc)
+                return AMBIENT_SPAN
     span = start(name, group, LEAF, attributes, None, None, kind, context, links)
     return AMBIENT_SPAN if span is None else span
 

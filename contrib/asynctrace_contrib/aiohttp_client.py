@@ -138,10 +138,15 @@ class _Requests:
     figure, so helpers are inlined on the recorded path.
     """
 
-    __slots__ = ("options",)
+    __slots__ = ("_last", "options")
 
     def __init__(self, options: _Options) -> None:
         self.options = options
+        # The last recorded request's URL object, method and attributes: yarl
+        # hands back the same (immutable) URL object for the same URL string,
+        # so a pump that calls one endpoint again and again skips str(url),
+        # the redaction check and the dict's construction.
+        self._last: tuple[Any, str, dict[str, Any]] = (None, "", {})
 
     def begin(self, method: str, url: Any, headers: Any, params: Any) -> Span | None:
         """Inject the context; start the CLIENT span when per_prompt is on.
@@ -165,19 +170,12 @@ class _Requests:
                 name = options.span_name(method, params)
             except Exception:
                 logger.warning("asynctrace: span_name raised; using %r", method, exc_info=True)
-        full = str(url)
-        if "?" in full or "@" in full or "#" in full:  # redact_url's own fast path, inline
-            full = redact_url(full, options.secret_keys)
-        attrs: dict[str, Any] = {
-            "http.request.method": method,
-            "url.full": full,
-            "server.address": url.host,
-            "server.port": url.port,
-        }
-        if not attrs["server.address"]:
-            del attrs["server.address"]
-        if not attrs["server.port"]:
-            del attrs["server.port"]
+        last = self._last
+        if last[0] is url and last[1] == method:
+            attrs = last[2].copy()
+        else:
+            attrs = _url_attributes(method, url, options.secret_keys)
+            self._last = (url, method, attrs.copy())
         if options.record_request_headers:
             _record_request_headers(attrs, headers, options.record_request_headers)
         span = asynctrace.start_span(GATE_GROUP, name, kind=SpanKind.CLIENT, attributes=attrs)
@@ -248,6 +246,20 @@ class _Requests:
         except Exception:  # an odd exception object: the default redaction still applies
             logger.debug("asynctrace: could not read the failed request", exc_info=True)
         asynctrace.end_span(span, exc, secrets=secrets)
+
+
+def _url_attributes(method: str, url: Any, secret_keys: Any) -> dict[str, Any]:
+    """The request's method, redacted ``url.full``, ``server.address`` and ``server.port``."""
+    full = str(url)
+    if "?" in full or "@" in full or "#" in full:  # redact_url's own fast path, inline
+        full = redact_url(full, secret_keys)
+    attrs: dict[str, Any] = {"http.request.method": method, "url.full": full}
+    host, port = url.host, url.port
+    if host:
+        attrs["server.address"] = host
+    if port:
+        attrs["server.port"] = port
+    return attrs
 
 
 def _make_middleware(options: _Options) -> Any:

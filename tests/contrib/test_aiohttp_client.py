@@ -274,6 +274,51 @@ def test_url_redaction_and_no_header_values(
     assert "user" not in recorded["url.full"]
 
 
+def test_repeated_urls_each_get_their_own_attributes(
+    traced: Any, aiohttp_server: Any, spans: CapturedSpans
+) -> None:
+    """The last request's URL attributes are reused only for the same URL and method.
+
+    Headers are read per request, the redaction holds on reuse, and a span's
+    attributes set later never reach the next request's span.
+    """
+    base = aiohttp_server(echo_app())
+    secret = base + "/echo?token=abc&n=1"
+    plain = base + "/echo?n=2"
+
+    async def main() -> None:
+        async with aiohttp.ClientSession(
+            **traced(record_request_headers=["x-request-id"])
+        ) as session:
+            calls = [("GET", secret), ("GET", secret), ("GET", plain), ("POST", plain)]
+            calls += [("GET", secret)]
+            for index, (method, url) in enumerate(calls):
+                headers = {"x-request-id": f"r-{index}"}
+                async with session.request(method, url, headers=headers):
+                    pass
+
+    asyncio.run(main())
+    got = [
+        (
+            attrs(s)["http.request.method"],
+            attrs(s)["url.full"],
+            attrs(s)["http.request.header.x-request-id"],
+            attrs(s)["http.response.status_code"],
+        )
+        for s in spans.spans
+    ]
+    redacted = base + "/echo?token=REDACTED&n=1"
+    assert got == [
+        ("GET", redacted, ("r-0",), 200),
+        ("GET", redacted, ("r-1",), 200),
+        ("GET", plain, ("r-2",), 200),
+        ("POST", plain, ("r-3",), 405),
+        ("GET", redacted, ("r-4",), 200),
+    ]
+    assert all(attrs(s)["server.address"] == "127.0.0.1" for s in spans.spans)
+    assert "error.type" not in attrs(spans.spans[4])  # the POST's 405 stayed on its own span
+
+
 @pytest.mark.parametrize(
     ("url", "expected"),
     [
