@@ -399,6 +399,23 @@ class Rollup:
             self._stall(name, key, pkey, start, end)
             return
         group_step = end > start and (group == "step" or cat == "step")
+        if bucket is not None and pkey is not None and not group_step:
+            # _span's common case, inline (most spans): a bucketed leaf whose parent is
+            # still open and whose own children, if any, have not arrived.
+            index = _BUCKET_INDEX.get(bucket, -1) if isinstance(bucket, str) else -1
+            pending, home = self._pending, self._home
+            if index >= 0 and key not in pending and pkey not in home:
+                target = pending.get(pkey)
+                if target is None:
+                    target = self._wait(pkey)
+                target.leaves.append((start, end, index, name, key))
+                flags = _HAS_ITERATION | _BUCKETED if iteration is not None else _BUCKETED
+                home[key] = (pkey, target, flags, name)  # _remember, inline
+                order = self._order
+                order.append(key)
+                if len(order) > self._window:
+                    home.pop(order.popleft(), None)
+                return
         self._span(name, key, pkey, start, end, bucket, iteration, group_step, origin)
 
     def _stall(self, name: str, key: int, pkey: int | None, start: float, end: float) -> None:
