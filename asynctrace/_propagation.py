@@ -94,6 +94,10 @@ def current_trace_carrier() -> dict[str, str]:
 
 
 _HEX_BYTE: Final = tuple(f"{i:02x}" for i in range(256))
+# The last trace id formatted, and its hex: requests of one step share a trace,
+# so the carrier of each formats only its own span id. (A tuple swapped whole:
+# threads see either the old pair or the new one.)
+_last_trace: list[tuple[int, str]] = [(0, "")]
 
 
 def _baggage_key() -> Any:
@@ -187,7 +191,13 @@ def _span_fields(span: trace.Span) -> dict[str, str]:
     if not valid:
         return {}
     try:  # int.to_bytes().hex(): about twice as fast as a format spec, on every request
-        parent = f"{trace_id.to_bytes(16, 'big').hex()}-{span_id.to_bytes(8, 'big').hex()}"
+        last = _last_trace[0]
+        if last[0] == trace_id:
+            trace_hex = last[1]
+        else:
+            trace_hex = trace_id.to_bytes(16, "big").hex()
+            _last_trace[0] = (trace_id, trace_hex)
+        parent = f"{trace_hex}-{span_id.to_bytes(8, 'big').hex()}"
         flags_hex = _HEX_BYTE[flags]
     except (AttributeError, OverflowError, TypeError, IndexError):  # not a plain W3C value
         parent, flags_hex = f"{trace_id:032x}-{span_id:016x}", f"{flags:02x}"

@@ -319,6 +319,36 @@ def test_span_carrier_matches_the_w3c_format(flags: int) -> None:
         assert carrier["traceparent"] == f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"
 
 
+def test_carriers_of_interleaved_traces_each_name_their_own() -> None:
+    """Spans of two traces, alternating and from two threads at once: each carrier is its own.
+
+    (The last trace id's hex is reused while requests stay in one trace.)
+    """
+    import threading
+
+    pairs = [(0xA1, 1), (0xB2, 2), (0xA1, 3), (0xA1, 4), (0xB2, 5), (0xB2, 6), (0xA1, 7)]
+    for trace_id, span_id in pairs:
+        ctx = trace.SpanContext(trace_id, span_id, False, trace.TraceFlags(1))
+        assert span_carrier(trace.NonRecordingSpan(ctx))["traceparent"] == (
+            f"00-{trace_id:032x}-{span_id:016x}-01"
+        )
+    wrong: list[str] = []
+
+    def hammer(trace_id: int) -> None:
+        for span_id in range(1, 5001):
+            ctx = trace.SpanContext(trace_id, span_id, False, trace.TraceFlags(1))
+            got = span_carrier(trace.NonRecordingSpan(ctx))["traceparent"]
+            if got != f"00-{trace_id:032x}-{span_id:016x}-01":
+                wrong.append(got)
+
+    threads = [threading.Thread(target=hammer, args=(t,)) for t in (2**128 - 1, 0xC3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert wrong == []
+
+
 def test_a_fast_span_carrier_is_what_opentelemetry_writes_for_it() -> None:
     """A fast-provider span's carrier (read from its fields) is the W3C propagator's."""
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
