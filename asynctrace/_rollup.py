@@ -313,6 +313,11 @@ class Rollup:
         self._over: list[tuple[tuple[float, int, int], Violation]] = []
         self._pending: dict[int, _Group] = {}
         self._home: dict[int, _Entry] = {}
+        # The last leaf's entry: its siblings of the same name share the tuple, so the
+        # window holds one object the collector tracks per run of siblings, not per span
+        # (entries live long enough to reach the oldest generation, which every span
+        # would otherwise make bigger and collect more often, on any thread).
+        self._sibling: _Entry = (None, _OUTSIDE, 0, "")
         self._order: deque[int] = deque()
         self._traces: dict[str, int] = {}
         self._trace_ids: list[str] = []
@@ -410,7 +415,10 @@ class Rollup:
                     target = self._wait(pkey)
                 target.leaves.append((start, end, index, name, key))
                 flags = _HAS_ITERATION | _BUCKETED if iteration is not None else _BUCKETED
-                home[key] = (pkey, target, flags, name)  # _remember, inline
+                entry = self._sibling  # a group is one parent's: the same group, same pkey
+                if entry[1] is not target or entry[3] is not name or entry[2] != flags:
+                    entry = self._sibling = (pkey, target, flags, name)
+                home[key] = entry  # _remember, inline
                 order = self._order
                 order.append(key)
                 if len(order) > self._window:

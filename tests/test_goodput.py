@@ -166,6 +166,45 @@ def test_memory_is_bounded_by_open_steps() -> None:
     assert rollup.finish().steps == []
 
 
+def test_the_window_tracks_one_object_per_run_of_siblings() -> None:
+    """Leaves of one name under one parent share their window entry.
+
+    The window keeps what it remembers for tens of thousands of spans, long
+    enough to reach the collector's oldest generation; an object per span
+    there makes every full collection longer and more frequent, on whichever
+    thread allocates. Siblings share one, and the rollup's numbers stay those
+    of the spans.
+    """
+    rows: list[Any] = []
+    rollup = Rollup(on_step=lambda row, found: rows.append(row), keep=False, grace_us=0.0)
+    sid = 10
+    for i in range(200):
+        step = sid
+        start = i * 1_000_000
+        for k in range(50):
+            sid += 1
+            name = "generate" if k % 10 else "reward"  # runs of nine, then one other
+            rollup.add_span(
+                name, 7, sid, step, start + k * 10_000, start + k * 10_000 + 5_000,
+                {"rl.bucket": "productive" if k % 10 else "overhead", "rl.iteration": i}, None,
+            )  # fmt: skip
+        rollup.add_span(
+            "step", 7, step, 1, start, start + 900_000,
+            {"asynctrace.group": "step", "rl.iteration": i}, None,
+        )  # fmt: skip
+        sid += 1
+    rollup.finish()
+    entries = list(rollup._home.values())
+    assert len(entries) == 200 * 51
+    distinct = {id(entry) for entry in entries}
+    assert len(distinct) == 200 * 11  # a step's own, and 10 runs of siblings (9 + 1) each
+    assert [(r.iteration, r.sums[0], r.sums[1], r.leaves) for r in rows[:2]] == [
+        (0, 45 * 5_000.0, 5 * 5_000.0, 50),
+        (1, 45 * 5_000.0, 5 * 5_000.0, 50),
+    ]
+    assert [r.phases for r in rows[:1]] == [{"generate": 45 * 5_000.0, "reward": 5 * 5_000.0}]
+
+
 # -- callbacks -----------------------------------------------------------------
 
 
