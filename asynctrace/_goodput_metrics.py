@@ -16,6 +16,14 @@ A leaf's histogram carries the span's name (``rl.policy_update``), so a span
 and the metric measuring it have one name; at most 256 such names get one,
 the rest are counted. ``rl.iteration`` is never an attribute: it grows
 without bound, and each value would be a time series of its own.
+
+The gauge and the counter are observable instruments: a step adds its
+seconds to running totals (a few float additions on the export thread), and
+the SDK reads the totals and the last goodput only when a reader collects
+(an export interval, a Prometheus scrape). A synchronous gauge and counter
+would run the SDK's measurement path (attribute hashing, locks, exemplar
+filters) up to six times a step. What a reader sees is the same: the
+cumulative sums of the same additions, and the last step's goodput.
 """
 
 from __future__ import annotations
@@ -93,11 +101,18 @@ class GoodputMetrics:
 
         meter = meter_provider.get_meter("asynctrace", __version__)
         self._meter = meter
-        self.goodput = meter.create_gauge(
-            "rl.goodput", unit="1", description="productive seconds / wall seconds of a step"
+        self._goodput: float | None = None  # the last step's that had one
+        # bucket -> seconds of every finished step (a bucket is reported once it has some)
+        self._totals = dict.fromkeys((*BUCKETS, "unattributed"), 0.0)
+        self.goodput = meter.create_observable_gauge(
+            "rl.goodput",
+            callbacks=[self._observe_goodput],
+            unit="1",
+            description="productive seconds / wall seconds of a step",
         )
-        self.buckets = meter.create_counter(
+        self.buckets = meter.create_observable_counter(
             "rl.bucket.duration",
+            callbacks=[self._observe_buckets],
             unit="s",
             description="seconds of finished steps by goodput bucket (rl.bucket)",
         )
@@ -114,14 +129,17 @@ class GoodputMetrics:
     def record(self, record: StepGoodput) -> None:
         """Record one finished step."""
         if record.goodput is not None:
-            self.goodput.set(record.goodput)
-        attrs = self._bucket_attrs
-        for bucket in BUCKETS:
-            seconds = getattr(record, f"{bucket}_s")
+            self._goodput = record.goodput
+        totals = self._totals
+        for bucket, seconds in (
+            ("productive", record.productive_s),
+            ("overhead", record.overhead_s),
+            ("idle", record.idle_s),
+            ("wasted", record.wasted_s),
+            ("unattributed", record.unattributed_s),
+        ):
             if seconds > 0:
-                self.buckets.add(seconds, attrs[bucket])
-        if record.unattributed_s > 0:
-            self.buckets.add(record.unattributed_s, attrs["unattributed"])
+                totals[bucket] += seconds
         self.step.record(record.wall_s)
         spans = self._spans
         for name, seconds in record.spans.items():
@@ -131,6 +149,24 @@ class GoodputMetrics:
                 if histogram is None:
                     continue
             histogram.record(seconds)
+
+    def _observe_goodput(self, _options: Any) -> list[Any]:
+        """The gauge's reading (on the reader's thread): the last step's goodput."""
+        from opentelemetry.metrics import Observation
+
+        goodput = self._goodput
+        return [] if goodput is None else [Observation(goodput)]
+
+    def _observe_buckets(self, _options: Any) -> list[Any]:
+        """The counter's reading (on the reader's thread): each bucket's total so far."""
+        from opentelemetry.metrics import Observation
+
+        attrs = self._bucket_attrs
+        return [
+            Observation(seconds, attrs[bucket])
+            for bucket, seconds in list(self._totals.items())
+            if seconds > 0
+        ]
 
     def _span_histogram(self, name: str) -> Any:
         if len(self._spans) >= MAX_SPAN_INSTRUMENTS:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _forks import fork_under_load
 from _tmpfs import mounted_tmpfs
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
@@ -780,86 +781,14 @@ def test_truncated_sdk_spans_stay_silent_when_the_program_ends_them(
 # -- fork --------------------------------------------------------------------------
 
 
-def test_forked_children_never_hang_on_an_inherited_lock(tmp_path: Path) -> None:
-    """A user thread holds each lock asynctrace takes in turn; forked children run init_worker."""
-    import warnings
+@pytest.mark.parametrize("provider", ["sdk", "fast"])
+def test_forked_children_never_hang_on_an_inherited_lock(tmp_path: Path, provider: str) -> None:
+    """A user thread holds each lock asynctrace takes in turn; forked children run init_worker.
 
-    from asynctrace import _session_tracer
-
-    config = {
-        "enabled": True,
-        "span_groups": "all",
-        "exporters": ["chrome"],
-        "output_dir": str(tmp_path / "parent"),
-        "provider": "sdk",
-        "session_tracer": {"enabled": True, "flush_threshold": 1},
-    }
-    telemetry = configure(config)
-    tracer = _session_tracer.current_tracer()
-    assert tracer is not None
-    stop = threading.Event()
-
-    def hold_locks() -> None:  # what a thread opening spans and sessions does, slowed down
-        while not stop.is_set():
-            with managed_span("generation", "user") as span:
-                for lock in (tracer._lock, tracer._writer._lock, span._lock):  # type: ignore[attr-defined]
-                    with lock:
-                        time.sleep(0.002)
-            with asynctrace.task_scope(1), asynctrace.session_scope():
-                asynctrace.trace_session_event("finalized", status="accepted")
-
-    user = threading.Thread(target=hold_locks)
-    user.start()
-    children = []
-    try:
-        for i in range(12):
-            time.sleep(0.003 * (i % 4))
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (3.12+)
-                pid = os.fork()
-            if pid == 0:  # the child: init_worker as the docs say, a span, a session, exit
-                code = 1
-                try:
-                    import traceback
-
-                    child = asynctrace.init_worker(
-                        {**config, "output_dir": str(tmp_path / f"child-{i}")},
-                        rank=i,
-                        world_size=12,
-                    )
-                    with managed_span("generation", "in-child"):
-                        with asynctrace.task_scope(9), asynctrace.session_scope():
-                            asynctrace.trace_session_event("finalized", status="accepted")
-                    code = 0 if child.shutdown(5.0) else 2
-                except BaseException:
-                    traceback.print_exc()
-                finally:
-                    os._exit(code)
-            children.append((i, pid))
-    finally:
-        stop.set()
-        user.join()
-        telemetry.shutdown()
-    hung = []
-    for i, pid in children:
-        deadline = time.monotonic() + 10
-        while True:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                assert os.waitstatus_to_exitcode(status) == 0, i
-                break
-            if time.monotonic() > deadline:
-                hung.append(i)
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                break
-            time.sleep(0.01)
-    assert hung == []
-    for i, _ in children:
-        lines = (tmp_path / f"child-{i}" / f"sessions-r{i}.jsonl").read_bytes().splitlines()
-        assert [json.loads(line)["task_id"] for line in lines] == [9]
-        events = read_chrome_trace(tmp_path / f"child-{i}" / f"traces-r{i}.jsonl")
-        assert [e["name"] for e in events.complete_events()] == ["in-child"]
+    Each child writes its own span and session (``nox -s soak`` forks hundreds).
+    """
+    found = fork_under_load(tmp_path, 12, provider)
+    assert (found["hung"], found["failed"], found["written"]) == ([], [], 12)
 
 
 # -- the output directory deleted under a running process ---------------------------
