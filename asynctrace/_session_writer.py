@@ -21,6 +21,7 @@ from typing import Final
 
 from ._files import AppendFile
 from ._forksafe import call_in_child, reinit_at_fork
+from ._handoff import Handoff
 from ._session_record import Record, encode_records
 
 __all__ = ["SessionWriter"]
@@ -70,6 +71,7 @@ class SessionWriter:
         self._warned = False
         reinit_at_fork(self._cond, self._lock)
         call_in_child(self._after_fork_in_child)
+        self._handoff = Handoff()  # see asynctrace._handoff: a busy loop starves the writer
         self._thread = threading.Thread(target=self._run, name="asynctrace-sessions", daemon=True)
         self._thread.start()
 
@@ -83,8 +85,11 @@ class SessionWriter:
                 return
             pending = self._pending
             pending.append(record)
-            if len(pending) >= self._threshold:
+            queued = len(pending)
+            if queued >= self._threshold:
                 self._cond.notify()
+        if queued >= 2 * self._threshold and not queued % self._threshold:
+            self._handoff.offer(self._thread)  # whole batches behind: let the writer run
 
     def add(
         self, records: list[Record], status: str, reason: str | None, finalized_ns: int

@@ -383,8 +383,11 @@ class FastSpan(trace.Span):
             items = queue._queue
             if len(items) < queue._room:  # not full, not closing
                 items.append(self)
-                if len(items) >= queue._batch_size and not queue._wake.is_set():
-                    queue._wake.set()
+                if len(items) >= queue._batch_size:
+                    if not queue._wake.is_set():
+                        queue._wake.set()
+                    elif not len(items) % queue._batch_size:  # batches behind: let it run
+                        queue.behind()
             else:
                 queue._drop(1)
         for put in provider._puts:

@@ -27,6 +27,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from .._errors import report_internal_error
 from .._forksafe import reinit_at_fork
+from .._handoff import Handoff
 
 __all__ = ["ExportStats", "ExporterSink", "QueuedSpanProcessor", "Sink"]
 
@@ -187,6 +188,7 @@ class QueuedSpanProcessor(SpanProcessor):
         self._drop_lock = threading.Lock()
         reinit_at_fork(self._marker_lock, self._drop_lock)
         self._warned_failure = False
+        self._handoff = Handoff()
         self._thread = self._start_worker()
         if hasattr(os, "register_at_fork"):
             ref = weakref.WeakMethod(self._after_fork_in_child)
@@ -216,15 +218,28 @@ class QueuedSpanProcessor(SpanProcessor):
             self._drop(1)
             return
         queue.append(item)
-        if len(queue) >= self._batch_size and not self._wake.is_set():
-            self._wake.set()
+        if len(queue) >= self._batch_size:
+            if not self._wake.is_set():
+                self._wake.set()
+            elif not len(queue) % self._batch_size:
+                self.behind()
 
     def _put_control(self, item: Any) -> None:
         """Queue bookkeeping that must not be dropped (it is tiny and rare)."""
         if not self._closing:
             self._queue.append(item)
 
+    def behind(self) -> None:
+        """Whole batches wait and the worker has not come: give it the interpreter lock.
+
+        Called by the thread ending spans (see :mod:`asynctrace._handoff`); at most one
+        short sleep a millisecond.
+        """
+        if not self._closing:
+            self._handoff.offer(self._thread)
+
     def _drop(self, count: int) -> None:
+        self.behind()  # a full queue: the worker is behind by all of it
         with self._drop_lock:
             first = self._dropped == 0
             self._dropped += count

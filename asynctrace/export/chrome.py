@@ -150,8 +150,11 @@ class ChromeTraceProcessor(QueuedSpanProcessor):
                 self._drop(1)
                 return
             queue.append(record)
-            if len(queue) >= self._batch_size and not self._wake.is_set():
-                self._wake.set()
+            if len(queue) >= self._batch_size:
+                if not self._wake.is_set():
+                    self._wake.set()
+                elif not len(queue) % self._batch_size:  # batches behind: let it run
+                    self.behind()
         except Exception as exc:
             report_internal_error(("chrome", "on_end"), exc)
 
