@@ -10,12 +10,16 @@ thread: measured, a loop yielding each millisecond while it ended 5,000
 spans/s had the export thread run once in 3 s, and the queue dropped a third
 of the spans.
 
-The thread that ends spans notices: the queue is whole batches behind while
-its worker waits to run. It then sleeps briefly, which releases the lock for
-longer than a woken thread needs to take it, at most once a millisecond.
-The worker writes what it has (a batch or two, until its ``write`` releases
-the lock again), and the loop goes on. The loop pays the worker's time,
-which it would pay anyway with a worker that runs, and keeps its spans.
+The thread that ends spans notices: the queue is whole batches behind, and
+either half full or its worker has taken no work for half the export delay
+(the durability bound: what a SIGKILL may lose). Short of that the worker is
+left alone, starved or not: a burst that it writes after the loop has gone
+idle costs the loop nothing. From then until the worker has emptied its queue, that thread
+sleeps briefly whenever the queue is whole batches behind, at most once a
+millisecond: the sleep leaves the lock free for longer than a woken thread
+needs to take it. The worker writes a batch or two each time (until its
+``write`` releases the lock again). The loop pays the worker's time, which
+it would pay anyway with a worker that runs, and keeps its spans.
 """
 
 from __future__ import annotations
@@ -33,25 +37,41 @@ _EVERY_S: Final = 0.001
 
 
 class Handoff:
-    """At most one sleep a millisecond for a worker that is behind.
+    """Sleeps that give the interpreter lock to a starved worker.
 
     Example:
         >>> worker = threading.Thread(target=lambda: None)
-        >>> Handoff().offer(worker)  # a worker that is not running gets nothing
+        >>> Handoff(0.5).offer(worker)  # a worker that is not running gets nothing
         False
     """
 
-    __slots__ = ("_after", "given")
+    __slots__ = ("_after", "_behind", "_ran", "_starved", "given", "starved_s")
 
-    def __init__(self) -> None:
+    def __init__(self, starved_s: float) -> None:
+        self.starved_s = starved_s  # behind and no work taken for this long: starved
         self._after = 0.0
+        self._ran = 0.0  # when the worker last took work
+        self._behind = 0.0  # when the queue was first seen behind since then
+        self._starved = False  # until the worker empties its queue
         self.given = 0  # sleeps so far
 
-    def offer(self, worker: threading.Thread) -> bool:
-        """Sleep briefly so that *worker* can run, unless that was done within 1 ms.
+    def ran(self) -> None:
+        """The worker calls this when it takes work (it holds the lock then)."""
+        self._ran = time.monotonic()
 
-        Nothing happens on the worker's own thread, or when it is not alive.
-        Returns whether the lock was given.
+    def caught_up(self) -> None:
+        """The worker calls this when its queue is empty."""
+        self._starved = False
+
+    def offer(self, worker: threading.Thread, urgent: bool = False) -> bool:
+        """The queue is whole batches behind: sleep briefly if *worker* is starved.
+
+        It is starved when it took no work in the ``starved_s`` since the queue
+        was first seen behind, or when the caller says the backlog is *urgent*
+        (half the queue), and stays so until it calls
+        :meth:`caught_up`. At most one sleep a millisecond; none on the
+        worker's own thread or for a worker that is not alive. Returns whether
+        the lock was given.
         """
         now = time.monotonic()
         if now < self._after:
@@ -59,6 +79,15 @@ class Handoff:
         self._after = now + _EVERY_S
         if not worker.is_alive() or worker.ident == threading.get_ident():
             return False
+        if not self._starved:
+            if not urgent:
+                behind = self._behind
+                if behind <= self._ran:  # behind since now (the worker took work before)
+                    self._behind = now
+                    return False
+                if now - behind < self.starved_s:
+                    return False
+            self._starved = True
         self.given += 1
         time.sleep(HANDOFF_S)
         return True

@@ -71,7 +71,7 @@ class SessionWriter:
         self._warned = False
         reinit_at_fork(self._cond, self._lock)
         call_in_child(self._after_fork_in_child)
-        self._handoff = Handoff()  # see asynctrace._handoff: a busy loop starves the writer
+        self._handoff = Handoff(0.5)  # see asynctrace._handoff: a busy loop starves the writer
         self._thread = threading.Thread(target=self._run, name="asynctrace-sessions", daemon=True)
         self._thread.start()
 
@@ -88,8 +88,8 @@ class SessionWriter:
             queued = len(pending)
             if queued >= self._threshold:
                 self._cond.notify()
-        if queued >= 2 * self._threshold and not queued % self._threshold:
-            self._handoff.offer(self._thread)  # whole batches behind: let the writer run
+        if queued >= self._threshold and not queued % self._threshold:
+            self._handoff.offer(self._thread)  # a starved writer gets the lock (see _handoff)
 
     def add(
         self, records: list[Record], status: str, reason: str | None, finalized_ns: int
@@ -155,10 +155,13 @@ class SessionWriter:
                             or len(self._pending) >= self._threshold
                         )
                     )
+                    self._handoff.ran()
                     batch, self._pending = self._pending, []
                     self._flush_requested = False
                     closing = self._closing
                 self._write(batch, closing)  # empties the list
+                if not self._pending:
+                    self._handoff.caught_up()
                 if closing:
                     with self._cond:
                         if not self._pending:

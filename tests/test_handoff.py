@@ -44,7 +44,11 @@ async def _busy_loop() -> int:
 
 @pytest.mark.parametrize("provider", ["fast", "sdk"])
 def test_a_busy_loop_that_yields_often_keeps_every_span(tmp_path: Path, provider: str) -> None:
-    """Nothing dropped from a 2,048-span queue over 7,500 spans; sessions written as they go."""
+    """Nothing dropped from a 2,048-span queue over 7,500 spans; sessions written as they go.
+
+    The session writer is handed the lock once 128 sessions wait and it has
+    taken none for 50 ms: a few hundred of the 750 may still wait at the end.
+    """
     telemetry = at.configure(
         {
             "enabled": True,
@@ -71,27 +75,44 @@ def test_a_busy_loop_that_yields_often_keeps_every_span(tmp_path: Path, provider
     assert (stats.dropped, stats.failed) == (0, 0)
     assert stats.exported == ended + 1  # and the step
     assert during.exported >= ended // 2  # written while the loop ran, not at shutdown
-    assert sessions_during >= (ended // 10) // 2
+    assert sessions_during >= (ended + 9) // 10 // 3  # written as the loop runs
     events = read_chrome_trace(tmp_path / "traces-r0.jsonl").complete_events()
     assert sum(e["name"] == "prompt" for e in events) == ended
 
 
-def test_a_handoff_is_given_at_most_once_a_millisecond() -> None:
-    """Only to a live worker on another thread; a burst of calls sleeps once."""
+def test_a_handoff_goes_only_to_a_starved_worker_at_most_once_a_millisecond() -> None:
+    """A worker that took work within starved_s gets none; a starved one, until it catches up."""
     import threading
 
-    handoff = Handoff()
+    handoff = Handoff(0.05)
     stop = threading.Event()
     worker = threading.Thread(target=stop.wait)
     assert handoff.offer(worker) is False  # not started
     worker.start()
-    time.sleep(0.002)  # past the millisecond of that first offer
     try:
+        time.sleep(0.002)  # past the millisecond of that first offer
+        handoff.ran()
+        assert handoff.offer(worker) is False  # behind from now on: not starved yet
+        time.sleep(0.002)
+        assert handoff.offer(worker) is False
+        time.sleep(0.002)
+        assert handoff.offer(worker, urgent=True) is True  # half the queue waits
+        handoff.caught_up()
+        time.sleep(0.002)
+        handoff.ran()
+        assert handoff.offer(worker) is False  # seen behind, from now
+        time.sleep(0.055)
         began = time.perf_counter()
         given = [handoff.offer(worker) for _ in range(1000)]
         took = time.perf_counter() - began
         assert given[0] is True
         assert sum(given) <= 1 + took / 0.001 + 1
+        handoff.ran()  # starved until it catches up, even though it took work
+        time.sleep(0.002)
+        assert handoff.offer(worker) is True
+        handoff.caught_up()
+        time.sleep(0.002)
+        assert handoff.offer(worker) is False
     finally:
         stop.set()
         worker.join()

@@ -188,7 +188,7 @@ class QueuedSpanProcessor(SpanProcessor):
         self._drop_lock = threading.Lock()
         reinit_at_fork(self._marker_lock, self._drop_lock)
         self._warned_failure = False
-        self._handoff = Handoff()
+        self._handoff = Handoff(self._delay / 2)  # half the durability bound
         self._thread = self._start_worker()
         if hasattr(os, "register_at_fork"):
             ref = weakref.WeakMethod(self._after_fork_in_child)
@@ -236,10 +236,10 @@ class QueuedSpanProcessor(SpanProcessor):
         short sleep a millisecond.
         """
         if not self._closing:
-            self._handoff.offer(self._thread)
+            self._handoff.offer(self._thread, 2 * len(self._queue) >= self._max_queue_size)
 
     def _drop(self, count: int) -> None:
-        self.behind()  # a full queue: the worker is behind by all of it
+        self.behind()  # a full queue: urgent
         with self._drop_lock:
             first = self._dropped == 0
             self._dropped += count
@@ -401,6 +401,7 @@ class QueuedSpanProcessor(SpanProcessor):
         """
         queue = self._queue
         while queue and not self._abandoned:
+            self._handoff.ran()
             backlog, size = len(queue), self._batch_size
             # Asked of the sink it has now: the live rollup wraps the writer after start.
             if backlog >= 2 * size and getattr(self._sink, "any_batch_size", False) is True:
@@ -430,6 +431,7 @@ class QueuedSpanProcessor(SpanProcessor):
                     with self._marker_lock:
                         self._markers -= 1
                     marker.done.set()
+        self._handoff.caught_up()
 
     def _export(self, batch: list[Any]) -> None:
         control = self._control_types
