@@ -13,7 +13,7 @@ of the spans.
 The thread that ends spans notices: the queue is whole batches behind, and
 either half full or its worker has taken no work for half the export delay
 (the durability bound: what a SIGKILL may lose). Short of that the worker is
-left alone, starved or not: a burst that it writes after the loop has gone
+left alone: a burst that it writes after the loop has gone
 idle costs the loop nothing. From then until the worker has emptied its queue, that thread
 sleeps briefly whenever the queue is whole batches behind, at most once a
 millisecond: the sleep leaves the lock free for longer than a woken thread
