@@ -59,6 +59,11 @@ class Handoff:
         """The worker calls this when it takes work (it holds the lock then)."""
         self._ran = time.monotonic()
 
+    @property
+    def starved(self) -> bool:
+        """The worker was found starved and has not emptied its queue since."""
+        return self._starved
+
     def caught_up(self) -> None:
         """The worker calls this when its queue is empty."""
         self._starved = False

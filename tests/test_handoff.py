@@ -116,3 +116,27 @@ def test_a_handoff_goes_only_to_a_starved_worker_at_most_once_a_millisecond() ->
     finally:
         stop.set()
         worker.join()
+
+
+def test_a_busy_loop_does_not_starve_the_session_writer(tmp_path: Path) -> None:
+    """Sessions alone (no span exporter): a third or more written while the loop runs."""
+    telemetry = at.configure(
+        {
+            "enabled": True,
+            "span_groups": "all",
+            "exporters": [],
+            "output_dir": str(tmp_path),
+            "loop_stall_threshold_ms": 60_000,
+            "session_tracer": {"enabled": True, "flush_threshold": 64},
+        }
+    )
+    tracer = _session_tracer.current_tracer()
+    assert tracer is not None
+    try:
+        ended = asyncio.run(_busy_loop())
+        sessions_during = tracer._writer.written  # type: ignore[attr-defined]
+    finally:
+        telemetry.shutdown(10.0)
+    sessions = (ended + 9) // 10
+    assert sessions_during >= sessions // 3
+    assert len((tmp_path / "sessions-r0.jsonl").read_bytes().splitlines()) == sessions
