@@ -104,6 +104,7 @@ class GoodputMetrics:
         self._goodput: float | None = None  # the last step's that had one
         # bucket -> seconds of every finished step (a bucket is reported once it has some)
         self._totals = dict.fromkeys((*BUCKETS, "unattributed"), 0.0)
+        self._fields = tuple((bucket, f"{bucket}_s") for bucket in self._totals)
         self.goodput = meter.create_observable_gauge(
             "rl.goodput",
             callbacks=[self._observe_goodput],
@@ -131,13 +132,8 @@ class GoodputMetrics:
         if record.goodput is not None:
             self._goodput = record.goodput
         totals = self._totals
-        for bucket, seconds in (
-            ("productive", record.productive_s),
-            ("overhead", record.overhead_s),
-            ("idle", record.idle_s),
-            ("wasted", record.wasted_s),
-            ("unattributed", record.unattributed_s),
-        ):
+        for bucket, field in self._fields:
+            seconds = getattr(record, field)
             if seconds > 0:
                 totals[bucket] += seconds
         self.step.record(record.wall_s)

@@ -13,8 +13,8 @@ of the spans.
 The thread that ends spans notices: the queue is whole batches behind, and
 either half full or its worker has taken no work for half the export delay
 (the durability bound: what a SIGKILL may lose). Short of that the worker is
-left alone: a burst that it writes after the loop has gone
-idle costs the loop nothing. From then until the worker has emptied its queue, that thread
+left alone: a burst that it writes after the loop has gone idle costs the
+loop nothing. From then until the worker has emptied its queue, that thread
 sleeps briefly whenever the queue is whole batches behind, at most once a
 millisecond: the sleep leaves the lock free for longer than a woken thread
 needs to take it. The worker writes a batch or two each time (until its
@@ -45,7 +45,7 @@ class Handoff:
         False
     """
 
-    __slots__ = ("_after", "_behind", "_ran", "_starved", "given", "starved_s")
+    __slots__ = ("_after", "_behind", "_ran", "_starved", "starved_s")
 
     def __init__(self, starved_s: float) -> None:
         self.starved_s = starved_s  # behind and no work taken for this long: starved
@@ -53,7 +53,6 @@ class Handoff:
         self._ran = 0.0  # when the worker last took work
         self._behind = 0.0  # when the queue was first seen behind since then
         self._starved = False  # until the worker empties its queue
-        self.given = 0  # sleeps so far
 
     def ran(self) -> None:
         """The worker calls this when it takes work (it holds the lock then)."""
@@ -93,6 +92,5 @@ class Handoff:
                 if now - behind < self.starved_s:
                     return False
             self._starved = True
-        self.given += 1
         time.sleep(HANDOFF_S)
         return True

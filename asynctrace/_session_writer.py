@@ -89,7 +89,7 @@ class SessionWriter:
             queued = len(pending)
             if queued >= self._threshold:
                 self._cond.notify()
-        if queued >= self._threshold and not queued % self._threshold:
+        if not queued % self._threshold:  # a whole threshold more waits
             self._handoff.offer(self._thread)  # a starved writer gets the lock (see _handoff)
 
     def add(
