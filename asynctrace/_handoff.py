@@ -20,6 +20,11 @@ millisecond: the sleep leaves the lock free for longer than a woken thread
 needs to take it. The worker writes a batch or two each time (until its
 ``write`` releases the lock again). The loop pays the worker's time, which
 it would pay anyway with a worker that runs, and keeps its spans.
+
+A worker that waits for something other than the lock (a slow or stalled
+exporter, a full disk) takes no work however often it is given the lock, and
+the sleeps would only slow the loop: after ``TRIES`` sleeps in a row with no
+work taken, none is given until the worker takes work again.
 """
 
 from __future__ import annotations
@@ -28,10 +33,13 @@ import threading
 import time
 from typing import Final
 
-__all__ = ["HANDOFF_S", "Handoff"]
+__all__ = ["HANDOFF_S", "TRIES", "Handoff"]
 
 HANDOFF_S: Final = 0.0002
 """How long the ending thread sleeps: a woken thread takes the lock well within it."""
+
+TRIES: Final = 4
+"""Sleeps given in a row to a worker that takes no work before it is left alone."""
 
 _EVERY_S: Final = 0.001
 
@@ -45,7 +53,7 @@ class Handoff:
         False
     """
 
-    __slots__ = ("_after", "_behind", "_ran", "_starved", "starved_s")
+    __slots__ = ("_after", "_behind", "_given", "_ran", "_starved", "_tries", "starved_s")
 
     def __init__(self, starved_s: float) -> None:
         self.starved_s = starved_s  # behind and no work taken for this long: starved
@@ -53,6 +61,8 @@ class Handoff:
         self._ran = 0.0  # when the worker last took work
         self._behind = 0.0  # when the queue was first seen behind since then
         self._starved = False  # until the worker empties its queue
+        self._given = 0.0  # the worker's last ``ran()`` when sleeps were last counted
+        self._tries = 0  # sleeps given since the worker last took work
 
     def ran(self) -> None:
         """The worker calls this when it takes work (it holds the lock then)."""
@@ -74,8 +84,9 @@ class Handoff:
         was first seen behind, or when the caller says the backlog is *urgent*
         (half the queue), and stays so until it calls
         :meth:`caught_up`. At most one sleep a millisecond; none on the
-        worker's own thread or for a worker that is not alive. Returns whether
-        the lock was given.
+        worker's own thread or for a worker that is not alive, and none after
+        ``TRIES`` in a row with no work taken, until it takes some. Returns
+        whether the lock was given.
         """
         now = time.monotonic()
         if now < self._after:
@@ -92,5 +103,11 @@ class Handoff:
                 if now - behind < self.starved_s:
                     return False
             self._starved = True
+        if self._ran != self._given:  # it took work since: the sleeps help
+            self._given = self._ran
+            self._tries = 0
+        elif self._tries >= TRIES:  # it waits for something else (a slow exporter)
+            return False
+        self._tries += 1
         time.sleep(HANDOFF_S)
         return True
