@@ -38,6 +38,9 @@ def _seconds(us: float) -> float:
     return round(us / 1e6, 6)
 
 
+_BUCKET_KEYS: Final = tuple(f"{bucket}_s" for bucket in BUCKETS)
+
+
 def step_numbers(row: StepRow) -> dict[str, Any]:
     """A step's numbers as the command line prints them (seconds rounded to the µs).
 
@@ -49,12 +52,14 @@ def step_numbers(row: StepRow) -> dict[str, Any]:
         >>> step_numbers(row)["goodput"], step_numbers(row)["unattributed_s"]
         (0.25, 1.25)
     """
-    out: dict[str, Any] = {"wall_s": _seconds(row.wall)}
-    for i, bucket in enumerate(BUCKETS):
-        out[f"{bucket}_s"] = _seconds(row.sums[i])
-    out["unattributed_s"] = _seconds(row.unattributed)
-    out["goodput"] = round(row.sums[0] / row.wall, 6) if row.wall > 0 else None
-    out["stalled_s"] = _seconds(row.stalled)
+    sums = row.sums
+    wall = row.end - row.start
+    out: dict[str, Any] = {"wall_s": round(wall / 1e6, 6)}
+    for key, us in zip(_BUCKET_KEYS, sums, strict=True):
+        out[key] = round(us / 1e6, 6)
+    out["unattributed_s"] = round((wall - sum(sums)) / 1e6, 6)
+    out["goodput"] = round(sums[0] / wall, 6) if wall > 0 else None
+    out["stalled_s"] = round(row.stalled / 1e6, 6)
     out["leaves"] = row.leaves
     out["parent_missing"] = row.parent_missing
     return out
@@ -129,18 +134,25 @@ class StepGoodput:
             >>> StepGoodput.from_row(row).spans
             {'rl.gen': 0.4}
         """
-        return cls(
-            name=row.name,
-            iteration=row.iteration,
-            rank=rank,
-            role=role,
-            trace_id=row.trace_id,
-            span_id=row.span_id,
-            start_us=row.start,
-            spans={name: _seconds(us) for name, us in row.phases.items()},
-            violations=tuple(v.message for v in violations),
-            **step_numbers(row),
-        )
+        fields: dict[str, Any] = {
+            "name": row.name,
+            "iteration": row.iteration,
+            "rank": rank,
+            "role": role,
+            "trace_id": row.trace_id,
+            "span_id": row.span_id,
+            "start_us": row.start,
+        }
+        fields.update(step_numbers(row))
+        fields["spans"] = {name: _seconds(us) for name, us in row.phases.items()}
+        fields["violations"] = tuple(v.message for v in violations)
+        if cls is not StepGoodput:
+            return cls(**fields)
+        # Every field, in their order: what the frozen __init__ stores, without its
+        # nineteen object.__setattr__ calls (a record per step, on the export thread).
+        record = object.__new__(cls)
+        record.__dict__.update(fields)
+        return record
 
     def to_dict(self) -> dict[str, Any]:
         """The record as plain data (one line of ``goodput-r{rank}.jsonl``).

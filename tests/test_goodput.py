@@ -121,6 +121,27 @@ def test_demo_live_equals_offline(
     assert rest[-1]["goodput"]["steps"] == 4
 
 
+def test_each_line_is_its_record_and_each_record_a_whole_dataclass(tmp_path: Path) -> None:
+    """The file's lines are the callbacks' records' ``to_dict()``, keys in order; a record
+    equals the same fields through the dataclass's own ``__init__``."""
+    import dataclasses
+
+    records: list[at.StepGoodput] = []
+    at.on_step_goodput(records.append)
+    telemetry = _configure(tmp_path, "fast")
+    assert telemetry.provider is not None
+    record(telemetry.provider, plan(steps=7, seed=0))
+    assert telemetry.shutdown()
+    path = next(tmp_path.glob("goodput-*.jsonl"))
+    lines = [json.loads(line) for line in path.read_text().splitlines()][:-1]  # the end line
+    assert len(lines) == len(records) == 8
+    for line, step in zip(lines, records, strict=True):
+        assert list(line) == [*step.to_dict(), "time", "exporters"]
+        assert {k: line[k] for k in step.to_dict()} == step.to_dict()
+        assert step == dataclasses.replace(step)
+        assert list(vars(step)) == [f.name for f in dataclasses.fields(step)]
+
+
 def test_a_step_finishes_once_a_span_ends_past_its_grace() -> None:
     """A bucketed child arriving after its step finished is not counted, and is reported."""
     rows: list[Any] = []
