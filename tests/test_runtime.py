@@ -984,6 +984,36 @@ def test_a_writer_two_batches_behind_takes_two_at_once(
         rollup.shutdown()
 
 
+def test_counts_are_the_stats_without_counting_the_queue() -> None:
+    """``counts()`` (read at every goodput batch) equals ``stats()``'s three counters:
+    with a backlog, with drops, and once shutdown abandons a stuck export."""
+    from asynctrace.export import QueuedSpanProcessor
+
+    sink = _GatedSink(False)
+    processor = QueuedSpanProcessor(
+        sink, name="gated", max_queue_size=16, max_export_batch_size=8, schedule_delay_millis=5
+    )
+
+    def both() -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        stats = processor.stats()
+        return processor.counts(), (stats.exported, stats.dropped, stats.failed)
+
+    try:
+        for item in range(8):
+            processor.on_end(item)  # type: ignore[arg-type]
+        assert sink.first.wait(5)  # the worker holds the first batch
+        for item in range(8, 40):  # 16 wait, 16 dropped
+            processor.on_end(item)  # type: ignore[arg-type]
+        counts, stats = both()
+        assert counts == stats == (0, 16, 0)
+        assert processor.stats().queued == 16
+        assert processor.shutdown_within(0.2) is False  # the export is stuck: abandoned
+        counts, stats = both()
+        assert counts == stats == (0, 16 + 16 + 8, 0)
+    finally:
+        sink.release.set()
+
+
 def test_the_chrome_writer_takes_any_size(tmp_path: Path) -> None:
     """The chrome writer says it takes any size (the catch-up above is then its)."""
     from asynctrace.export._chrome_writer import ChromeWriter

@@ -30,7 +30,6 @@ from .._jsonl import encode_lines
 from .._rollup import Rollup, StepRow, Violation
 from .._semconv import GROUP, RL_BUCKET
 from .._settings import Settings
-from ._queue import ExportStats
 
 __all__ = ["AlongChrome", "GoodputPlan", "GoodputSink", "goodput_filename", "prepare_goodput"]
 
@@ -236,10 +235,13 @@ class GoodputSink:
         self.dispatcher = Dispatcher(settings.callback_queue)
         self._file = AppendFile(path) if path is not None else None
         self.path = path
-        self._lines: list[dict[str, Any]] = []  # encoded together at the batch's end
+        self._lines: list[bytes] = []  # the batch's, written at its end
+        self._stamp: tuple[float, dict[str, list[int]]] | None = None  # the batch's time, counts
+        self._due = False  # a step finished in this batch: lines and histograms to send out
         self.steps = 0
         self.lost = 0  # (the queue reads it: lines lost to a deleted file are not tracked)
-        self.export_stats: Callable[[], list[ExportStats]] | None = None
+        # (name, exported, dropped, failed) of every export queue (set by the pipeline)
+        self.export_counts: Callable[[], list[tuple[str, int, int, int]]] | None = None
         self._warned = False
 
     # -- Sink API ---------------------------------------------------------------
@@ -279,8 +281,8 @@ class GoodputSink:
             except Exception as exc:
                 failed += 1
                 self._warn("a span could not be rolled up; it is skipped", exc)
-        if self._lines:
-            self._write()
+        if self._due:
+            self._emit()
         return len(batch) - failed, failed
 
     def flush(self) -> None:
@@ -292,12 +294,12 @@ class GoodputSink:
             self.rollup.finish()
         except Exception as exc:
             self._warn("the rollup could not finish", exc)
+        self._emit()
         self.dispatcher.close(_CALLBACK_DRAIN_S)
         stats = self.stats()
-        self._lines.append(
-            {"kind": "end", "time": time.time(), "rank": self._rank, "role": self._role}
-            | {"goodput": dataclasses.asdict(stats), "exporters": self._exporters()}
-        )
+        end = {"kind": "end", "time": time.time(), "rank": self._rank, "role": self._role}
+        end |= {"goodput": dataclasses.asdict(stats), "exporters": self._exporters()}
+        self._lines.append(encode_lines((end,))[0])
         self._write()
         if self._file is not None:
             self._file.close()
@@ -311,27 +313,43 @@ class GoodputSink:
     def _on_step(self, row: StepRow, violations: list[Violation]) -> None:
         record = StepGoodput.from_row(row, rank=self._rank, role=self._role, violations=violations)
         self.steps += 1
+        self._due = True
         if self._file is not None:
+            stamp = self._stamp
+            if stamp is None:  # the batch's first step: one time, one read of the counters
+                stamp = self._stamp = (time.time(), self._exporters())
             line = record.to_dict()
-            line["time"] = time.time()
-            line["exporters"] = self._exporters()
-            self._lines.append(line)
+            line["time"], line["exporters"] = stamp
+            data, skipped = encode_lines((line,))
+            if skipped:  # not expected: a record holds numbers and span names
+                self._warn("a goodput line could not be encoded", ValueError("left out"))
+            else:
+                self._lines.append(data)
         if self.metrics is not None:
             try:
-                self.metrics.record(record)
+                self.metrics.queue(record)
             except Exception as exc:
                 self._warn("recording goodput metrics failed", exc)
         self.dispatcher.put(record)
 
+    def _emit(self) -> None:
+        """The end of a batch: its lines written, its histogram values recorded in a row."""
+        self._due = False
+        self._stamp = None
+        self._write()
+        if self.metrics is not None:
+            try:
+                self.metrics.commit()
+            except Exception as exc:
+                self._warn("recording goodput metrics failed", exc)
+
     def _exporters(self) -> dict[str, list[int]]:
         """``{name: [exported, dropped, failed]}`` of every export queue but this one."""
-        stats = self.export_stats
-        if stats is None:
+        counts = self.export_counts
+        if counts is None:
             return {}
         try:
-            return {
-                s.name: [s.exported, s.dropped, s.failed] for s in stats() if s.name != "goodput"
-            }
+            return {name: [e, d, f] for name, e, d, f in counts() if name != "goodput"}
         except Exception:
             return {}
 
@@ -345,9 +363,7 @@ class GoodputSink:
             except OSError as exc:
                 self._warn(f"opening {self.path} again failed", exc)
                 return
-        data, skipped = encode_lines(lines)
-        if skipped:  # not expected: the records hold numbers and span names
-            self._warn(f"{len(skipped)} goodput lines were left out", ValueError("unencodable"))
+        data = b"".join(lines)
         if not data:
             return
         _, error = self._file.write(data)

@@ -255,7 +255,7 @@ def _start_queues(
             queued.append(QueuedSpanProcessor(sink(exporter), name=name, **limits))
         if plan.goodput is not None:  # the live rollup, fed the spans chrome is fed
             goodput = plan.goodput.start()
-            goodput.export_stats = lambda: [processor.stats() for processor in queued]
+            goodput.export_counts = lambda: [(q.name, *q.counts()) for q in queued]
             chrome = queued[0] if plan.chrome_path is not None else None
             if chrome is not None and along_chrome:
                 from ._goodput_sink import AlongChrome

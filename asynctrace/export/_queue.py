@@ -360,6 +360,18 @@ class QueuedSpanProcessor(SpanProcessor):
             self.name, self._exported, dropped, self._failed, queued, in_flight, lost
         )
 
+    def counts(self) -> tuple[int, int, int]:
+        """``(exported, dropped, failed)`` as :meth:`stats` gives them (any thread).
+
+        Without counting the queue's spans while the worker runs: the live
+        goodput's lines read this at every batch, and :meth:`stats` copies
+        the queue, as long as the backlog is.
+        """
+        if self._abandoned or self._stopped or self._closing:
+            stats = self.stats()
+            return stats.exported, stats.dropped, stats.failed
+        return self._exported, self._dropped, self._failed
+
     def _queued_spans(self) -> int:
         try:
             items = list(self._queue)
