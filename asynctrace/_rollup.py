@@ -182,6 +182,25 @@ class _Step:
             name = leaf[3]
             phases[name] = phases.get(name, 0.0) + overlap
 
+    def add_leaves(self, leaves: list[Leaf]) -> None:
+        """:meth:`add_leaf` for each of *leaves*, in order, in one loop (a step's leaves)."""
+        first, last = self.start, self.end
+        sums: list[float] | None = None
+        phases = self.phases
+        self.leaves += len(leaves)
+        for start, end, bucket, name, _key in leaves:
+            if bucket < 0:
+                continue
+            # min(end, last) - max(start, first), with the operands min and max return
+            overlap = (last if last < end else end) - (first if first > start else start)
+            if overlap > 0:
+                if sums is None:
+                    sums = self.writable_sums()
+                sums[bucket] += overlap
+                if phases is None:
+                    phases = self.phases = {}
+                phases[name] = phases.get(name, 0.0) + overlap
+
     def add_stalls(self, group: _Group) -> None:
         """Take *group*'s stall spans (clipped to the step) and stall seconds."""
         if group.stalls:
@@ -596,8 +615,7 @@ class Rollup:
         if children is None:
             return step
         leaves = children.leaves
-        for leaf in leaves:
-            step.add_leaf(leaf)
+        step.add_leaves(leaves)
         _add_sums(step, children)
         step.add_stalls(children)
         examples = children.examples()
