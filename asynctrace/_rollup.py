@@ -168,22 +168,12 @@ class _Step:
         self.orphan = False  # confirmed because its parent never arrived
         self.fwd: _Container | None = None  # set when folded into its parent
 
-    def add_leaf(self, leaf: Leaf) -> None:
-        start, end, bucket = leaf[0], leaf[1], leaf[2]
-        self.leaves += 1
-        if bucket < 0:  # reported when it arrived; counts in no bucket
-            return
-        overlap = min(end, self.end) - max(start, self.start)
-        if overlap > 0:
-            self.writable_sums()[bucket] += overlap
-            phases = self.phases
-            if phases is None:
-                phases = self.phases = {}
-            name = leaf[3]
-            phases[name] = phases.get(name, 0.0) + overlap
-
     def add_leaves(self, leaves: list[Leaf]) -> None:
-        """:meth:`add_leaf` for each of *leaves*, in order, in one loop (a step's leaves)."""
+        """Count *leaves* in the step: each one's overlap with it goes to its bucket and name.
+
+        A leaf of an unknown bucket (index < 0; reported when it arrived) is
+        counted in no bucket.
+        """
         first, last = self.start, self.end
         sums: list[float] | None = None
         phases = self.phases
@@ -591,8 +581,7 @@ class Rollup:
                 payload.nb = 0
                 payload.stalled = 0.0
             else:
-                for leaf in payload.leaves:
-                    container.add_leaf(leaf)
+                container.add_leaves(payload.leaves)
                 _add_sums(container, payload)
                 container.add_stalls(payload)
                 payload.leaves.clear()
