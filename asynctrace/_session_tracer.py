@@ -204,7 +204,9 @@ class SessionTracer:
                     merge_payload(record, -1, payload)
                 # Handed over under the same lock: a shutdown on another thread sees
                 # the record either live or queued, never neither, never both.
-                self._writer.add_one(record, status, reason, now)
+                behind = self._writer.add_one(record, status, reason, now)
+            if behind:  # outside the lock: the hand-off may sleep
+                self._writer.behind()
             return 1
         with self._lock:
             if task_id is not None:

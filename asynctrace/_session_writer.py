@@ -76,21 +76,32 @@ class SessionWriter:
         self._thread = threading.Thread(target=self._run, name="asynctrace-sessions", daemon=True)
         self._thread.start()
 
-    def add_one(self, record: Record, status: str, reason: str | None, finalized_ns: int) -> None:
-        """Queue one finished session: :meth:`add` without the list."""
+    def add_one(self, record: Record, status: str, reason: str | None, finalized_ns: int) -> bool:
+        """Queue one finished session: :meth:`add` without the list.
+
+        Returns whether a whole flush threshold more now waits: the caller
+        then calls :meth:`behind` once it holds no lock of its own.
+        """
         record.status, record.reason, record.finalized_ns = status, reason, finalized_ns
         with self._lock:  # the condition's own lock, without its Python-level wrapper
             self._added += 1
             if self._stopped:  # after shutdown, or in a forked child: counted, not written
                 self.failed += 1
-                return
+                return False
             pending = self._pending
             pending.append(record)
             queued = len(pending)
             if queued >= self._threshold:
                 self._cond.notify()
-        if not queued % self._threshold:  # a whole threshold more waits
-            self._handoff.offer(self._thread)  # a starved writer gets the lock (see _handoff)
+        return not queued % self._threshold
+
+    def behind(self) -> None:
+        """Records wait: a writer starved by a busy loop gets the interpreter lock.
+
+        It may sleep 0.2 ms (see :mod:`asynctrace._handoff`): call it holding
+        no lock, so that no other thread waits through that sleep.
+        """
+        self._handoff.offer(self._thread)
 
     def add(
         self, records: list[Record], status: str, reason: str | None, finalized_ns: int

@@ -220,3 +220,31 @@ def test_a_busy_loop_does_not_starve_the_session_writer(tmp_path: Path) -> None:
     sessions = (ended + 9) // 10
     assert sessions_during >= sessions // 3
     assert len((tmp_path / "sessions-r0.jsonl").read_bytes().splitlines()) == sessions
+
+
+def test_the_session_writer_is_offered_the_lock_outside_the_tracers_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hand-off may sleep 0.2 ms: never while the session tracer's lock is held."""
+    from asynctrace._session_tracer import SessionTracer, install
+    from asynctrace._session_writer import SessionWriter
+
+    tracer = SessionTracer(tmp_path / "s.jsonl", flush_threshold=4)
+    held: list[bool] = []
+    offer = SessionWriter.behind
+
+    def behind(writer: SessionWriter) -> None:
+        held.append(tracer._lock.locked())
+        offer(writer)
+
+    monkeypatch.setattr(SessionWriter, "behind", behind)
+    install(tracer)
+    try:
+        for i in range(256):
+            with at.task_scope(i), at.session_scope():
+                at.trace_session_event("finalized", status="accepted")
+    finally:
+        install(None)
+        assert tracer.shutdown(10.0)
+    assert held  # a whole threshold waited at least once
+    assert not any(held)
