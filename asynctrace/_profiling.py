@@ -29,24 +29,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any
 
 from ._cm import SyncAndAsync
 from ._errors import ConfigurationError
 from ._profiler_backends import BACKENDS, Backend, check_backend, finish_capture
-from ._scopes import SCOPES
 
 __all__ = [
     "ProfiledSpan",
     "ProfilerSettings",
     "active_profiler",
     "install_profiler",
-    "maybe_profiled",
 ]
 
 logger = logging.getLogger("asynctrace")
 
-T = TypeVar("T")
 REQUEST_FILE = "profile-next-step"
 RL_ITERATION = "rl.iteration"
 PROFILE_FILE = "asynctrace.profile.file"
@@ -313,19 +310,6 @@ class ProfiledSpan(SyncAndAsync[Any]):
             self._backend = None
             self._profiler.stop(backend, self._span)
         self._inner.__exit__(exc_type, exc, tb)
-
-
-def maybe_profiled(inner: T, attributes: Mapping[str, Any] | None) -> T | ProfiledSpan:
-    """*inner* (a span context manager), profiled if this span is scheduled or requested."""
-    profiler = _PROFILER[0]
-    if profiler is None:
-        return inner
-    iteration = attributes.get(RL_ITERATION) if attributes else None
-    if iteration is None:
-        iteration = SCOPES.get().iteration
-    if iteration not in profiler._steps and profiler._request.pending is None:
-        return inner  # Profiler.wants, inline: asking costs this much when not scheduled
-    return ProfiledSpan(inner, profiler, iteration)
 
 
 _warned: set[str] = set()

@@ -29,7 +29,7 @@ from ._errors import report_internal_error
 from ._fast import FastSpan, FastTracer
 from ._fast._span import _SUSPECT, NONFINITE, SPAN_TYPES, note_floats
 from ._groups import Bucket
-from ._profiling import _PROFILER, ProfiledSpan, maybe_profiled
+from ._profiling import _PROFILER, ProfiledSpan
 from ._redact import redact_text, remember, secrets_of
 from ._scopes import SCOPES, ScopeState
 from ._semconv import CANCELLED, GROUP, RL_BUCKET, RL_ITERATION
@@ -678,13 +678,21 @@ def umbrella_span(
     enabled = GATE.enabled
     if not enabled:
         return NOOP_CM
-    if (PER_PROMPT_GROUP if SCOPES.get().per_prompt else group) not in enabled:
+    state = SCOPES.get()
+    if (PER_PROMPT_GROUP if state.per_prompt else group) not in enabled:
         return NOOP_CM
     if LOOP_STALL in enabled:
         notice_loop()  # a step starts: watch this thread's event loop (see _stalls)
-    if profile:
-        return maybe_profiled(_managed(group, name, UMBRELLA, attributes, None), attributes)
-    return _managed(group, name, UMBRELLA, attributes, None)
+    span = _managed(group, name, UMBRELLA, attributes, None)
+    if profile:  # maybe_profiled, inline, as in managed_span
+        profiler = _PROFILER[0]
+        if profiler is not None:
+            iteration = attributes.get(RL_ITERATION) if attributes else None
+            if iteration is None:
+                iteration = state.iteration
+            if iteration in profiler._steps or profiler._request.pending is not None:
+                return ProfiledSpan(span, profiler, iteration)
+    return span
 
 
 def instant(group: str, name: str, *, attributes: Attributes | None = None) -> None:
