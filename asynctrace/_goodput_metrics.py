@@ -139,10 +139,11 @@ class GoodputMetrics:
 
         The observable instruments read the counts when a reader collects.
         The sink commits once per batch: the histograms' records in a row keep
-        the metrics SDK's code and data in the cache (a step's two records
-        took 15 µs between the rollup's spans, 7 µs in a row). Only numbers
-        and names wait, no record: an object that lives through a batch is
-        work for the garbage collector.
+        the metrics SDK's code and data in the cache (with 10 spans a step,
+        metrics added 27-33 µs to a step recorded as it finished, 20-24 µs
+        recorded a batch at a time). Only numbers and names wait, no record:
+        an object that lives through a batch is work for the garbage
+        collector.
         """
         if record.goodput is not None:
             self._goodput = record.goodput
