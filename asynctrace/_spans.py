@@ -623,6 +623,26 @@ def _managed(
     return span
 
 
+def _profiled(
+    span: LiveSpan | ManagedSpan, attributes: Attributes | None, current: int | None
+) -> LiveSpan | ManagedSpan | ProfiledSpan:
+    """*span*, profiled if its step is scheduled or requested (a span that asks).
+
+    Its step is its own ``rl.iteration``, else *current*, the scope's. The
+    caller read the scope already: asking costs one call and a set lookup
+    when the step is not due.
+    """
+    profiler = _PROFILER[0]
+    if profiler is None:
+        return span
+    iteration = attributes.get(RL_ITERATION) if attributes else None
+    if iteration is None:
+        iteration = current
+    if iteration in profiler._steps or profiler._request.pending is not None:
+        return ProfiledSpan(span, profiler, iteration)
+    return span
+
+
 def managed_span(
     group: str,
     name: str,
@@ -651,15 +671,7 @@ def managed_span(
     if (PER_PROMPT_GROUP if state.per_prompt else group) not in enabled:
         return NOOP_CM
     span = _managed(group, name, LEAF, attributes, bucket)
-    if profile:  # maybe_profiled, inline: asking costs this little when the step is not due
-        profiler = _PROFILER[0]
-        if profiler is not None:
-            iteration = attributes.get(RL_ITERATION) if attributes else None
-            if iteration is None:
-                iteration = state.iteration
-            if iteration in profiler._steps or profiler._request.pending is not None:
-                return ProfiledSpan(span, profiler, iteration)
-    return span
+    return _profiled(span, attributes, state.iteration) if profile else span
 
 
 def umbrella_span(
@@ -684,15 +696,7 @@ def umbrella_span(
     if LOOP_STALL in enabled:
         notice_loop()  # a step starts: watch this thread's event loop (see _stalls)
     span = _managed(group, name, UMBRELLA, attributes, None)
-    if profile:  # maybe_profiled, inline, as in managed_span
-        profiler = _PROFILER[0]
-        if profiler is not None:
-            iteration = attributes.get(RL_ITERATION) if attributes else None
-            if iteration is None:
-                iteration = state.iteration
-            if iteration in profiler._steps or profiler._request.pending is not None:
-                return ProfiledSpan(span, profiler, iteration)
-    return span
+    return _profiled(span, attributes, state.iteration) if profile else span
 
 
 def instant(group: str, name: str, *, attributes: Attributes | None = None) -> None:
