@@ -52,14 +52,13 @@ def step_numbers(row: StepRow) -> dict[str, Any]:
         >>> step_numbers(row)["goodput"], step_numbers(row)["unattributed_s"]
         (0.25, 1.25)
     """
-    sums = row.sums
-    wall = row.end - row.start
-    out: dict[str, Any] = {"wall_s": round(wall / 1e6, 6)}
-    for key, us in zip(_BUCKET_KEYS, sums, strict=True):
-        out[key] = round(us / 1e6, 6)
-    out["unattributed_s"] = round((wall - sum(sums)) / 1e6, 6)
-    out["goodput"] = round(sums[0] / wall, 6) if wall > 0 else None
-    out["stalled_s"] = round(row.stalled / 1e6, 6)
+    wall = row.wall
+    out: dict[str, Any] = {"wall_s": _seconds(wall)}
+    for key, us in zip(_BUCKET_KEYS, row.sums, strict=True):
+        out[key] = _seconds(us)
+    out["unattributed_s"] = _seconds(row.unattributed)
+    out["goodput"] = round(row.sums[0] / wall, 6) if wall > 0 else None
+    out["stalled_s"] = _seconds(row.stalled)
     out["leaves"] = row.leaves
     out["parent_missing"] = row.parent_missing
     return out

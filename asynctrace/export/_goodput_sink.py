@@ -320,6 +320,8 @@ class GoodputSink:
                 stamp = self._stamp = (time.time(), self._exporters())
             line = record.to_dict()
             line["time"], line["exporters"] = stamp
+            # Encoded now, kept as bytes: a dict held until the batch's end would be
+            # the garbage collector's work (see GoodputMetrics.queue).
             data, skipped = encode_lines((line,))
             if skipped:  # not expected: a record holds numbers and span names
                 self._warn("a goodput line could not be encoded", ValueError("left out"))
