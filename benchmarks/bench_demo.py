@@ -6,8 +6,8 @@ Figure (target in brackets): the rollout-pump demo (``asynctrace demo`` at its
 default size: 8 steps x 16 prompt groups, 4 in flight, a checkpoint every 2
 steps) with every span group on (``--span-groups all``) spends at most 3 % of
 its event-loop thread's CPU inside asynctrace [<= 3 %], by sampling (1. below).
-Exits 1 if missed. Takes about 30 s; ``--quick``: 4 steps x 8 prompt groups,
-3 rounds, about 6 s (a smoke run: too few samples for a verdict).
+Exits 1 if missed. Takes about 45 s; ``--quick``: 4 steps x 8 prompt groups,
+3 rounds, about 10 s (a smoke run: too few samples for a verdict).
 
 What runs. The demo's own pieces, in this process, wired as ``run_demo`` wires
 them: ``init_driver`` with the demo's configuration (chrome exporter and
@@ -56,6 +56,17 @@ flipping every round, after one untimed warm-up run of each.
    effects) and is noisy: the demo is timer driven, and its loop-thread CPU
    varies by 10 to 20 % from run to run; the round-by-round differences are
    printed too.
+3. The anchor, in the same rounds: the same demo recorded by AReaL 1.0.4's
+   ``perf_tracer`` instead (``_demo_areal.py``: its scopes, session tracer and
+   ``save()`` at the same places, asynctrace off; no trace context over HTTP,
+   no loop-stall watch, no goodput, which it does not have), sampled and
+   classified by the same rules with AReaL's frames as the tracer's. AReaL
+   writes its files on the calling thread with ``os.fsync``: a sample
+   waiting in that call is blocked, not busy. Printed: its share of the loop
+   thread's busy samples and its CPU difference against telemetry off, and
+   ours against it. A reference, not the verdict; if AReaL cannot be loaded
+   (``pip install --no-deps areal==1.0.4 orjson colorlog``), the script says
+   so loudly and exits 1.
 """
 
 from __future__ import annotations
@@ -64,6 +75,7 @@ import argparse
 import asyncio
 import json
 import linecache
+import math
 import os
 import platform
 import signal
@@ -85,10 +97,14 @@ from asynctrace_contrib.demo.gym import GymServer
 
 import asynctrace as at
 
+sys.path.insert(0, str(Path(__file__).parent))
+from _areal import AnchorMissing, load_perf_tracer
+
 TARGET = 0.03
 SAMPLE_INTERVAL_S = 0.001
 DEMO = {"steps": 8, "prompts": 16, "max_inflight": 4, "checkpoint_every": 2}
 QUICK_DEMO = {"steps": 4, "prompts": 8, "max_inflight": 4, "checkpoint_every": 2}
+FLUSH_THRESHOLD = 32  # session records per write: the demo's, for both tracers
 
 
 def _dir(module: Any) -> str:
@@ -98,6 +114,8 @@ def _dir(module: Any) -> str:
 AT_DIRS = (_dir(at), _dir(asynctrace_contrib))
 DEMO_DIR = _dir(demo_driver)
 THIS_FILE = os.path.realpath(__file__)
+ANCHOR_FILE = os.path.realpath(Path(__file__).with_name("_demo_areal.py"))
+AREAL_DIRS: tuple[str, ...] = ()  # AReaL's package, once loaded: the anchor's tracer frames
 
 # Asynctrace frames that call back into the caller's code: the marker is the
 # text of the calling line. A frame of non-asynctrace code called from such a
@@ -117,7 +135,8 @@ _lines: dict[tuple[CodeType, int], str] = {}
 
 
 def kind(code: CodeType) -> str:
-    """Whether *code* is asynctrace's, the application's, or library code."""
+    """Whether *code* is the tracer's (asynctrace, or AReaL's for the anchor), the
+    application's, or library code."""
     found = _kinds.get(code)
     if found is None:
         name = code.co_filename
@@ -127,9 +146,9 @@ def kind(code: CodeType) -> str:
             found = LIB
         else:
             real = os.path.realpath(name)
-            if real.startswith(DEMO_DIR) or real == THIS_FILE:
+            if real.startswith(DEMO_DIR) or real in (THIS_FILE, ANCHOR_FILE):
                 found = APP
-            elif real.startswith(AT_DIRS):
+            elif real.startswith(AT_DIRS + AREAL_DIRS):
                 found = AT
             else:
                 found = LIB
@@ -142,7 +161,7 @@ def label(code: CodeType) -> str:
     name = code.co_filename
     if not name.startswith("<"):
         real = os.path.realpath(name)
-        for root in AT_DIRS:
+        for root in AT_DIRS + AREAL_DIRS:
             if real.startswith(root):
                 name = os.path.basename(root.rstrip(os.sep)) + "/" + real[len(root) :]
                 break
@@ -265,6 +284,9 @@ class Tally:
         ):
             self.blocked += 1
             return
+        if "os.fsync(" in _source_line(top, stack[0][1]):
+            self.blocked += 1  # waiting for the disk (AReaL's writes, on the calling thread)
+            return
         inside: CodeType | None = None
         for i, (code, _lasti) in enumerate(stack):
             what = kind(code)
@@ -304,24 +326,27 @@ class Run:
 
 
 def config(mode: str, out: Path) -> dict[str, Any]:
-    """The demo's own configuration (``run_demo``), or telemetry off."""
+    """The demo's own configuration (``run_demo``), or telemetry off (also for AReaL's run)."""
     if mode == "on":
         return {
             "enabled": True,
             "span_groups": "all",
             "exporters": ["chrome"],
             "output_dir": str(out),
-            "session_tracer": {"enabled": True, "flush_threshold": 32},
+            "session_tracer": {"enabled": True, "flush_threshold": FLUSH_THRESHOLD},
         }
     return {"enabled": False, "output_dir": str(out)}
 
 
 def run_demo(mode: str, demo: Mapping[str, int]) -> Run:
-    """Run the demo once with telemetry *mode* ("on" or "off"), sampling its loop thread."""
+    """Run the demo once, sampling its loop thread: *mode* "on", "off", or "areal"
+    (asynctrace off, AReaL's tracer recording)."""
     with tempfile.TemporaryDirectory(prefix="asynctrace-bench-demo-") as tmp:
         out = Path(tmp)
         cpu = time.thread_time()
         telemetry = at.init_driver(config(mode, out))
+        if mode == "areal":
+            _demo_areal.configure(out, FLUSH_THRESHOLD)
         init_cpu = time.thread_time() - cpu
         gym = GymServer()
         sampler = Sampler(SAMPLE_INTERVAL_S)
@@ -330,16 +355,17 @@ def run_demo(mode: str, demo: Mapping[str, int]) -> Run:
             wall, cpu = time.perf_counter(), time.thread_time()
             sampler.start()
             try:
-                rollouts = asyncio.run(
-                    demo_driver._run(
-                        out,
-                        demo["steps"],
-                        demo["prompts"],
-                        demo["max_inflight"],
-                        demo["checkpoint_every"],
-                        gym.url,
-                    )
+                sizes = (
+                    demo["steps"],
+                    demo["prompts"],
+                    demo["max_inflight"],
+                    demo["checkpoint_every"],
+                    gym.url,
                 )
+                if mode == "areal":
+                    rollouts = asyncio.run(_demo_areal.run(*sizes))
+                else:
+                    rollouts = asyncio.run(demo_driver._run(out, *sizes))
             finally:
                 sampler.stop()
             cpu = time.thread_time() - cpu - sampler.handler_cpu_s
@@ -349,12 +375,13 @@ def run_demo(mode: str, demo: Mapping[str, int]) -> Run:
             shutdown_cpu = time.thread_time()
             telemetry.shutdown()
             shutdown_cpu = time.thread_time() - shutdown_cpu
-        trace_bytes = sum(p.stat().st_size for p in out.glob("traces-*.jsonl"))
+        pattern = "traces-*.jsonl" if mode != "areal" else "**/perf_tracer/*.jsonl"
+        trace_bytes = sum(p.stat().st_size for p in out.glob(pattern))
     if len(rollouts) != demo["steps"] * demo["prompts"]:
         expected = demo["steps"] * demo["prompts"]
         raise RuntimeError(f"the demo finished {len(rollouts)} rollouts, not {expected}")
-    if mode == "on" and not trace_bytes:
-        raise RuntimeError("the demo wrote no trace with telemetry on")
+    if mode != "off" and not trace_bytes:
+        raise RuntimeError(f"the demo wrote no trace ({mode})")
     return Run(
         mode,
         wall,
@@ -442,11 +469,13 @@ def main() -> int:
         f"{rounds} rounds of on/off after a warm-up; loop thread sampled every "
         f"{SAMPLE_INTERVAL_S * 1e3:g} ms (SIGALRM)"
     )
-    for mode in ("on", "off"):
+    anchor = load_anchor()
+    modes = ("on", "off", "areal") if anchor else ("on", "off")
+    for mode in modes:
         run_demo(mode, demo)  # warm-up: imports, first calls, the OS's socket buffers
-    runs: dict[str, list[Run]] = {"on": [], "off": []}
+    runs: dict[str, list[Run]] = {mode: [] for mode in modes}
     for i in range(rounds):
-        for mode in ("on", "off") if i % 2 == 0 else ("off", "on"):
+        for mode in modes[i % len(modes) :] + modes[: i % len(modes)]:  # the order rotates
             runs[mode].append(run_demo(mode, demo))
     on, on_fig = summary(runs["on"])
     off, off_fig = summary(runs["off"])
@@ -507,6 +536,29 @@ def main() -> int:
         f"round by round: median {statistics.median(paired):.1%}, from {paired[0]:.1%} "
         f"to {paired[-1]:.1%})"
     )
+    anchor_json: dict[str, Any] | None = None
+    if anchor:
+        areal, areal_fig = summary(runs["areal"])
+        cpu_areal = [r.cpu_s for r in runs["areal"]]
+        areal_diff = (areal_fig["loop_cpu_s"] - cpu_off_s) / areal_fig["loop_cpu_s"]
+        print(
+            f"anchor, AReaL's perf_tracer in the same demo: per run (median) loop-thread CPU "
+            f"{areal_fig['loop_cpu_s'] * 1e3:.0f} ms ({_ms(cpu_areal)}), trace "
+            f"{areal_fig['trace_bytes'] / 1e3:.0f} kB; samples {areal.samples:,}, busy "
+            f"{areal.busy:,} (blocked {areal.blocked:,}, in its fsync among them); inside "
+            f"AReaL's tracer {areal.inside:,} = {areal.share():.2%} +- {areal.error():.2%} of "
+            f"busy; CPU against off: {areal_diff:.2%}"
+        )
+        _top("top AReaL functions (innermost tracer frame):", areal.functions, areal.busy, 5)
+        ratio = share / areal.share() if areal.share() else math.inf
+        print(
+            f"ours / AReaL's, sampled share: {ratio:.2f}  (ours records more: HTTP spans "
+            "with trace context, loop stalls, goodput)"
+        )
+        anchor_json = {**_tally_json(areal), **areal_fig, "loop_cpu_runs_s": cpu_areal}
+        anchor_json["estimate_cpu_difference"] = round(areal_diff, 4)
+    else:
+        print("MISSING anchor: AReaL's perf_tracer could not be loaded; no reference figure")
     ok = share <= TARGET
     print(
         f"{'ok  ' if ok else 'MISS'} demo with --span-groups all: {share:.2%} of its event-loop "
@@ -523,6 +575,7 @@ def main() -> int:
             "sample_interval_s": SAMPLE_INTERVAL_S,
             "on": {**_tally_json(on), **on_fig, "loop_cpu_runs_s": cpu_on},
             "off": {**_tally_json(off), **off_fig, "loop_cpu_runs_s": cpu_off},
+            "anchor_areal": anchor_json,
             "estimate_sampling": round(share, 4),
             "estimate_cpu_difference": round(diff, 4),
             "cpu_difference_by_round": [round(d, 4) for d in paired],
@@ -531,7 +584,25 @@ def main() -> int:
             "seconds": round(elapsed, 1),
         }
         options.json.write_text(json.dumps(results, indent=2) + "\n")
-    return 0 if ok else 1
+    return 0 if ok and anchor else 1
+
+
+def load_anchor() -> bool:
+    """Load AReaL's tracer and the demo recorded by it; say so loudly when it cannot."""
+    global AREAL_DIRS, _demo_areal
+    try:
+        perf_tracer = load_perf_tracer()
+        import _demo_areal as module
+    except AnchorMissing as exc:
+        print(f"MISSING anchor: {exc}", file=sys.stderr)
+        return False
+    _demo_areal = module
+    AREAL_DIRS = (os.path.realpath(Path(perf_tracer.__file__).parents[1]) + os.sep,)
+    _kinds.clear()
+    return True
+
+
+_demo_areal: Any = None  # the anchor's demo (_demo_areal.py), once load_anchor() loaded it
 
 
 if __name__ == "__main__":
