@@ -138,10 +138,20 @@ class session_scope(SyncAndAsync[str]):
 
 
 _untracked = itertools.count(1).__next__
+_untracked_prefix = f"u{os.getpid():x}-"  # made again in a forked child (its own pid)
 
 
 def _untracked_id() -> str:
-    return f"u{os.getpid():x}-{_untracked()}"
+    return _untracked_prefix + str(_untracked())
+
+
+def _new_untracked_prefix() -> None:
+    global _untracked_prefix
+    _untracked_prefix = f"u{os.getpid():x}-"
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_untracked_prefix)
 
 
 def session_context() -> Callable[[F], F]:

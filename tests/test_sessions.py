@@ -545,3 +545,34 @@ def test_the_writer_starts_on_a_fresh_line_after_a_torn_tail(tmp_path: Path) -> 
     lines = path.read_bytes().splitlines()
     assert lines[:2] == [b'{"session_id":"whole"}', b'{"session_id":"to']
     assert json.loads(lines[2])["session_id"] == session_id
+
+
+def test_sessions_without_a_tracer_get_ids_of_their_own_process(tmp_path: Path) -> None:
+    """With the session tracer off, ids still stamp spans: unique, naming this process.
+
+    A forked child (a data-loader worker) names its own pid, not the parent's,
+    so the two never make the same id.
+    """
+    previous = install(None)
+    try:
+        with at.session_scope() as first, at.session_scope() as second:
+            assert first != second
+        assert first.startswith(f"u{os.getpid():x}-")
+        out = tmp_path / "child-id"
+        pid = os.fork()
+        if pid == 0:  # the child: never return into pytest
+            code = 1
+            try:
+                with at.session_scope() as session_id:
+                    out.write_text(session_id)
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        child = out.read_text()
+        assert child.startswith(f"u{pid:x}-"), child
+        with at.session_scope() as later:
+            assert later.startswith(f"u{os.getpid():x}-")
+    finally:
+        install(previous)
