@@ -24,7 +24,12 @@ it would pay anyway with a worker that runs, and keeps its spans.
 A worker that waits for something other than the lock (a slow or stalled
 exporter, a full disk) takes no work however often it is given the lock, and
 the sleeps would only slow the loop: after ``TRIES`` sleeps in a row with no
-work taken, none is given until the worker takes work again.
+work taken, none is given until the worker takes work again. Where the
+worker's CPU clock can be read (Linux; the worker calls :meth:`Handoff.attach`
+on its own thread), a sleep during which the worker ran counts as help
+however long it goes without taking work: a worker busy with one large batch
+(an export that gives the lock up several times, a writer's chunks) is
+starved for the lock, not blocked, and keeps getting it.
 """
 
 from __future__ import annotations
@@ -44,6 +49,23 @@ TRIES: Final = 4
 _EVERY_S: Final = 0.001
 
 
+def _own_cpu_clock() -> int | None:
+    """The calling thread's CPU-time clock, if the platform lets other threads read it."""
+    try:
+        return time.pthread_getcpuclockid(threading.get_ident())
+    except (AttributeError, OSError):  # not on this platform
+        return None
+
+
+def _cpu(clock: int | None) -> float | None:
+    if clock is None:
+        return None
+    try:
+        return time.clock_gettime(clock)
+    except OSError:  # the thread is gone
+        return None
+
+
 class Handoff:
     """Sleeps that give the interpreter lock to a starved worker.
 
@@ -53,7 +75,16 @@ class Handoff:
         False
     """
 
-    __slots__ = ("_after", "_behind", "_given", "_ran", "_starved", "_tries", "starved_s")
+    __slots__ = (
+        "_after",
+        "_behind",
+        "_clock",
+        "_given",
+        "_ran",
+        "_starved",
+        "_tries",
+        "starved_s",
+    )
 
     def __init__(self, starved_s: float) -> None:
         self.starved_s = starved_s  # behind and no work taken for this long: starved
@@ -62,7 +93,13 @@ class Handoff:
         self._behind = 0.0  # when the queue was first seen behind since then
         self._starved = False  # until the worker empties its queue
         self._given = 0.0  # the worker's last ``ran()`` when sleeps were last counted
-        self._tries = 0  # sleeps given since the worker last took work
+        self._tries = 0  # sleeps given since the worker last took work or ran in one
+        self._clock: int | None = None  # the worker's CPU clock (attach)
+
+    def attach(self) -> None:
+        """The worker calls this first, on its own thread: its CPU clock shows
+        whether a sleep let it run (a restarted worker calls it again)."""
+        self._clock = _own_cpu_clock()
 
     def ran(self) -> None:
         """The worker calls this when it takes work (it holds the lock then)."""
@@ -85,8 +122,9 @@ class Handoff:
         (half the queue), and stays so until it calls
         :meth:`caught_up`. At most one sleep a millisecond; none on the
         worker's own thread or for a worker that is not alive, and none after
-        ``TRIES`` in a row with no work taken, until it takes some. Returns
-        whether the lock was given.
+        ``TRIES`` in a row with no work taken (nor, where its CPU clock is
+        known, any CPU time used), until it takes some. Returns whether the
+        lock was given.
         """
         now = time.monotonic()
         if now < self._after:
@@ -109,5 +147,11 @@ class Handoff:
         elif self._tries >= TRIES:  # it waits for something else (a slow exporter)
             return False
         self._tries += 1
+        clock = self._clock
+        before = _cpu(clock)
         time.sleep(HANDOFF_S)
+        if before is not None:
+            after = _cpu(clock)
+            if after is not None and after > before:  # it ran: it needs the lock
+                self._tries = 0
         return True

@@ -79,7 +79,8 @@ class SessionWriter:
     def add_one(self, record: Record, status: str, reason: str | None, finalized_ns: int) -> bool:
         """Queue one finished session: :meth:`add` without the list.
 
-        Returns whether a whole flush threshold more now waits: the caller
+        Returns whether a whole flush threshold more now waits (or, once the
+        writer is found starved, whether a threshold waits at all): the caller
         then calls :meth:`behind` once it holds no lock of its own.
         """
         record.status, record.reason, record.finalized_ns = status, reason, finalized_ns
@@ -93,7 +94,11 @@ class SessionWriter:
             queued = len(pending)
             if queued >= self._threshold:
                 self._cond.notify()
-        return not queued % self._threshold
+        # Once starved, offered at every record (the hand-off keeps to one sleep a
+        # millisecond): once a threshold, it would get the lock a few times a second.
+        return not queued % self._threshold or (
+            self._handoff._starved and queued >= self._threshold
+        )
 
     def behind(self) -> None:
         """Records wait: a writer starved by a busy loop gets the interpreter lock.
@@ -157,6 +162,7 @@ class SessionWriter:
         return not lost_now
 
     def _run(self) -> None:
+        self._handoff.attach()
         try:
             while True:
                 with self._cond:
@@ -220,6 +226,7 @@ class SessionWriter:
                     exc_info=error,
                 )
             del chunk
+            self._handoff.ran()  # a chunk done: the hand-off sees progress within a batch
             with self._cond:
                 self.written += written
                 self.failed += failed

@@ -386,8 +386,8 @@ class FastSpan(trace.Span):
                 if len(items) >= queue._batch_size:
                     if not queue._wake.is_set():
                         queue._wake.set()
-                    elif not len(items) % queue._batch_size:  # batches behind: let it run
-                        queue.behind()
+                    elif queue._handoff._starved or not len(items) % queue._batch_size:
+                        queue.behind()  # batches behind: let it run (see _put)
             else:
                 queue._drop(1)
         for put in provider._puts:

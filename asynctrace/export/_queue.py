@@ -221,7 +221,10 @@ class QueuedSpanProcessor(SpanProcessor):
         if len(queue) >= self._batch_size:
             if not self._wake.is_set():
                 self._wake.set()
-            elif not len(queue) % self._batch_size:
+            elif self._handoff._starved or not len(queue) % self._batch_size:
+                # Once a batch; once starved, at every span (the hand-off keeps to one
+                # sleep a millisecond): a worker that needs the lock several times a
+                # batch (an OTLP request) would otherwise get it once a batch.
                 self.behind()
 
     def _put_control(self, item: Any) -> None:
@@ -386,6 +389,7 @@ class QueuedSpanProcessor(SpanProcessor):
     # -- worker side ---------------------------------------------------------
 
     def _run(self) -> None:
+        self._handoff.attach()
         try:
             while not self._closing:
                 self._wake.wait(self._delay)
@@ -457,6 +461,7 @@ class QueuedSpanProcessor(SpanProcessor):
         self._failed += failed
         self._exported += exported
         self._in_flight = 0
+        self._handoff.ran()  # a batch done: the sleeps given during it helped
         if failed and not self._warned_failure:
             self._warned_failure = True
             logger.warning(

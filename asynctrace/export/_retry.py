@@ -131,6 +131,7 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
     # -- worker side ---------------------------------------------------------
 
     def _run(self) -> None:
+        self._handoff.attach()
         try:
             while not self._closing:
                 self._wake.wait(self._wait_s())
@@ -155,8 +156,10 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
 
     def _drain(self) -> None:
         queue = self._queue
+        handoff = self._handoff
         while not self._abandoned:
             while queue and not self._abandoned:
+                handoff.ran()  # as the base class: the hand-off sees the worker take work
                 count = min(len(queue), self._batch_size)
                 marker: _Marker | None = None
                 if not self._markers:  # no flush waiting: take the items in bulk
@@ -178,6 +181,8 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
                         self._next_attempt = 0.0  # a flush is waiting: try now
                     else:
                         self._honour(marker)
+            if not queue:
+                handoff.caught_up()
             if not self._retry_one():
                 return
 
