@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ._errors import ConfigurationError, MissingExtraError
+from ._errors import ConfigurationError, MissingExtraError, report_internal_error
 from ._goodput import StepGoodput
 from ._goodput_settings import GoodputSettings
 from ._rollup import BUCKETS
@@ -159,21 +159,31 @@ class GoodputMetrics:
             leaf.append(seconds)
 
     def commit(self) -> None:
-        """Record the queued histogram values (the thread that queues them)."""
+        """Record the queued histogram values (the thread that queues them).
+
+        A value that cannot be recorded is reported once and skipped; the
+        batch's other values are still recorded.
+        """
         walls, self._walls = self._walls, []
         leaf, self._leaf = self._leaf, []
         record = self.step.record
         for seconds in walls:
-            record(seconds)
+            try:
+                record(seconds)
+            except Exception as exc:
+                report_internal_error(("goodput metrics", "rl.step.duration"), exc)
         spans = self._spans
         for i in range(0, len(leaf), 2):
             name = leaf[i]
-            histogram = spans.get(name)
-            if histogram is None:
-                histogram = self._span_histogram(name)
+            try:
+                histogram = spans.get(name)
                 if histogram is None:
-                    continue
-            histogram.record(leaf[i + 1])
+                    histogram = self._span_histogram(name)
+                    if histogram is None:
+                        continue
+                histogram.record(leaf[i + 1])
+            except Exception as exc:
+                report_internal_error(("goodput metrics", "span histogram"), exc)
 
     def _observe_goodput(self, _options: Any) -> list[Any]:
         """The gauge's reading (on the reader's thread): the last step's goodput."""

@@ -111,6 +111,50 @@ def test_cardinality_stays_bounded_over_10000_steps() -> None:
     provider.shutdown()
 
 
+def test_a_value_that_cannot_be_recorded_costs_only_itself(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A histogram that raises on one leaf name: reported once; the batch's other values land."""
+    from asynctrace import _errors
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    metrics = GoodputMetrics(provider)
+
+    class Refusing:
+        def record(self, value: float) -> None:
+            raise ValueError("refused")
+
+    for i in range(3):
+        metrics.queue(
+            StepGoodput(
+                name="rl.step",
+                iteration=i,
+                wall_s=1.0,
+                productive_s=0.5,
+                overhead_s=0.2,
+                unattributed_s=0.3,
+                goodput=0.5,
+                spans={"rl.a": 0.1, "rl.refused": 0.2, "rl.b": 0.3},
+            )
+        )
+    metrics._spans["rl.refused"] = Refusing()
+    strict = _errors.set_strict(False)
+    try:
+        metrics.commit()
+    finally:
+        _errors.set_strict(strict)
+    found = _metrics(reader)
+    assert found["rl.step.duration"].data.data_points[0].count == 3
+    for name in ("rl.a", "rl.b"):
+        (point,) = next(m for key, m in found.items() if name in key).data.data_points
+        assert point.count == 3
+    assert not [key for key in found if "refused" in key]
+    reports = [r for r in caplog.records if "span histogram" in r.getMessage()]
+    assert len(reports) == 1  # once, not once a value
+    provider.shutdown()
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
