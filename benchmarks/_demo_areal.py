@@ -23,6 +23,7 @@ runs here as it runs in AReaL.
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import random
 import threading
@@ -45,6 +46,7 @@ def configure(out: Path, flush_threshold: int) -> Any:
     """Load and configure AReaL's tracer and session tracer, writing under *out*."""
     global pt
     pt = load_perf_tracer()
+    pt.logger.setLevel(logging.WARNING)  # not a line per run ("Configured global PerfTracer")
     pt.reset()
     config = PerfTracerConfig(
         experiment_name="demo",
