@@ -14,7 +14,9 @@ import argparse
 import contextlib
 import json
 import platform
+import statistics
 import sys
+import time
 import timeit
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -227,20 +229,28 @@ def bench_bind_context_thread_handoff(n: int, r: int) -> Figure:
 
     pool = ThreadPoolExecutor(1)
     ctx_pool = at.context_executor(pool)
-    n = max(n // 250, 1000)
-    # Each call is a thread hand-off (tens of us, set by the OS's wake-ups): paired
-    # rounds, each pool with its own name, share the machine's mood.
-    ours_ns, base_ns = paired_ns(
-        "ctx_pool.submit(fn).result()",
-        "pool.submit(copy().run, fn).result()",
-        n,
-        2 * r + 1,
-        ctx_pool=ctx_pool,
-        pool=pool,
-        copy=contextvars.copy_context,
-        fn=_fn,
-    )
+    copy = contextvars.copy_context
+    clock = time.perf_counter_ns
+    # Each call is a thread hand-off (about 100 us, set by the OS's wake-ups, which
+    # drift by tens of percent within seconds): rounds of thousands of calls a side
+    # read 0.92-1.10 in one minute. So the two calls are paired one by one, the
+    # order flipped every pair, and the figure is the ratio of the medians of all
+    # calls: each pair shares the machine's mood.
+    pairs = max(n // 25, 2_000)
+    ours: list[int] = []
+    base: list[int] = []
+    for i in range(pairs):
+        for side in (0, 1) if i % 2 == 0 else (1, 0):
+            if side == 0:
+                t0 = clock()
+                ctx_pool.submit(_fn).result()
+                ours.append(clock() - t0)
+            else:
+                t0 = clock()
+                pool.submit(copy().run, _fn).result()
+                base.append(clock() - t0)
     pool.shutdown()
+    ours_ns, base_ns = statistics.median(ours), statistics.median(base)
     return Figure(
         "context_executor(pool).submit(fn) vs pool.submit(copy_context().run, fn)",
         ours_ns,
