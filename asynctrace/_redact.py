@@ -39,8 +39,11 @@ from urllib.parse import unquote_plus
 __all__ = [
     "REDACTED",
     "SECRET_WORDS",
+    "URL_ATTRIBUTES",
     "exception_reason",
+    "redact_query",
     "redact_text",
+    "redact_url_attributes",
     "remember",
     "secrets_of",
 ]
@@ -107,6 +110,47 @@ def redact_text(text: str, secrets: Collection[str] = ()) -> str:
         return REDACTED
 
 
+URL_ATTRIBUTES: Final = frozenset(
+    {"url.full", "url.query", "url.path", "url.original", "http.url", "http.target"}
+)
+"""The semantic-convention attributes that hold a URL or a part of one."""
+
+
+def redact_url_attributes(attributes: dict[str, object]) -> dict[str, object]:
+    """*attributes* with the URL ones (:data:`URL_ATTRIBUTES`) redacted; a copy if any changed.
+
+    For spans another instrumentation records through asynctrace's provider
+    (FastAPI's built-in telemetry records ``url.query`` as sent, say).
+
+    Example:
+        >>> redact_url_attributes({"url.query": "token=abc&n=1", "n": 1})
+        {'url.query': 'token=REDACTED&n=1', 'n': 1}
+    """
+    changed: dict[str, object] | None = None
+    for key in URL_ATTRIBUTES.intersection(attributes):
+        value = attributes[key]
+        if value.__class__ is str:
+            text = redact_query(value) if key == "url.query" else redact_text(value)
+            if text != value:
+                if changed is None:
+                    changed = dict(attributes)
+                changed[key] = text
+    return attributes if changed is None else changed
+
+
+def redact_query(query: str) -> str:
+    """A query string (``a=1&token=abc``) with the values of its secret-like keys redacted.
+
+    Example:
+        >>> redact_query("n=1&access_token=abc")
+        'n=1&access_token=REDACTED'
+    """
+    try:
+        return _redact_query(query)
+    except Exception:  # pragma: no cover - string operations on a str
+        return REDACTED
+
+
 def exception_reason(exc_type: type[BaseException], exc: BaseException | None) -> str:
     """``"ValueError: <message>"``, redacted (with *exc*'s remembered secrets); never raises.
 
@@ -142,14 +186,15 @@ def remember(exc: BaseException, secrets: Collection[str]) -> None:
 
 
 def secrets_of(exc: BaseException) -> frozenset[str]:
-    """The secrets remembered for *exc* and the exceptions it was raised from or during."""
+    """The secrets remembered for *exc*, the exceptions it was raised from or during, and,
+    for an exception group (a ``TaskGroup``'s), the exceptions it holds (at most 256 in all)."""
     if not _KNOWN:
         return frozenset()
     found: set[str] = set()
     seen: set[int] = set()
     pending: list[BaseException | None] = [exc]
     with _KNOWN_LOCK:
-        while pending and len(seen) < 64:
+        while pending and len(seen) < 256:
             current = pending.pop()
             if current is None or id(current) in seen:
                 continue
@@ -157,6 +202,9 @@ def secrets_of(exc: BaseException) -> frozenset[str]:
             found.update(_KNOWN.get(id(current), ()))
             pending.append(current.__cause__)
             pending.append(current.__context__)
+            inner = getattr(current, "exceptions", None)  # an exception group's members
+            if inner.__class__ is tuple:
+                pending.extend(e for e in inner if isinstance(e, BaseException))
     return frozenset(found)
 
 
@@ -178,18 +226,31 @@ def _replace_secrets(text: str, secrets: Collection[str]) -> str:
 def _redact_url(match: re.Match[str]) -> str:
     url = match.group()
     scheme, _, rest = url.partition("://")
-    end = len(rest)
-    for stop in "/?#":
-        at = rest.find(stop)
-        if at != -1 and at < end:
-            end = at
-    netloc, tail = rest[:end], rest[end:]
-    netloc = netloc.rpartition("@")[2]  # no userinfo
+    netloc, tail = _split_netloc(rest)
+    if "@" in netloc:
+        netloc = netloc.rpartition("@")[2]  # no userinfo
+    elif ":" in netloc and "@" in tail:
+        # A password with an unencoded "/", "?" or "#" (base64 has "/"), as in the
+        # text of aiohttp's InvalidUrlClientError: "u:pa/ss@h" reads as host "u",
+        # port "pa". Cut to the last "@"; a port and an "@" in the path or the
+        # query lose the host and path too (on the safe side).
+        rest = rest.rpartition("@")[2]
+        netloc, tail = _split_netloc(rest)
     tail, hash_, _ = tail.partition("#")
     path, question, query = tail.partition("?")
     if question:
         query = _redact_query(query)
     return f"{scheme}://{netloc}{path}{question}{query}{hash_ and '#' + REDACTED}"
+
+
+def _split_netloc(rest: str) -> tuple[str, str]:
+    """*rest* (a URL after ``scheme://``) split before its first ``/``, ``?`` or ``#``."""
+    end = len(rest)
+    for stop in "/?#":
+        at = rest.find(stop)
+        if at != -1 and at < end:
+            end = at
+    return rest[:end], rest[end:]
 
 
 def _redact_query(query: str) -> str:

@@ -26,7 +26,7 @@ from ._cm import SyncAndAsync
 from ._errors import ConfigurationError
 from ._payloads import check_payload, plain_payload
 from ._phases import FINALIZED, STATUSES, _phases, check_phase, register_phase, registered_phases
-from ._redact import exception_reason
+from ._redact import exception_reason, redact_text
 from ._scopes import SCOPES, ScopeState, leave
 from ._session_record import merge_payload
 from ._session_tracer import SessionTracer
@@ -326,6 +326,19 @@ def trace_session(phase: str) -> Callable[[F], F]:
     return decorator
 
 
+def _reason_text(reason: object) -> str | None:
+    """A ``finalized`` reason as recorded: redacted like exception text (it often quotes one)."""
+    if reason is None:
+        return None
+    if isinstance(reason, BaseException):
+        return exception_reason(type(reason), reason)
+    try:
+        text = reason if isinstance(reason, str) else str(reason)
+    except Exception:
+        return f"<unprintable {type(reason).__name__}>"
+    return redact_text(text)
+
+
 def trace_session_event(
     event: str,
     session_id: str | None = None,
@@ -338,9 +351,11 @@ def trace_session_event(
     """Record a lifecycle event for a session, or for every pending session of a task.
 
     Events: ``finalized`` (``status`` one of accepted, rejected, failed,
-    dropped; optional ``reason``), and ``<phase>_start`` / ``<phase>_end`` for
-    every registered phase. Without *session_id* or *task_id* the current
-    session (else the current task) is meant. Finalizing closes open phase
+    dropped; optional ``reason``, a string or an exception, recorded redacted
+    as exception text is: no URL userinfo, secret query value or credential),
+    and ``<phase>_start`` / ``<phase>_end`` for every registered phase.
+    Without *session_id* or *task_id* the current session (else the current
+    task) is meant. Finalizing closes open phase
     executions at ``finalized_ts`` (flagged ``truncated``); events for a
     session that was already finalized are dropped and counted.
 
@@ -363,10 +378,10 @@ def trace_session_event(
                 f"trace_session_event('finalized', status=...): {status!r} is not accepted; "
                 f"accepted: {', '.join(STATUSES)}"
             )
-        text = reason if reason is None or isinstance(reason, str) else str(reason)
         tracer = _session_tracer._tracer
         if tracer is None:
             return
+        text = _reason_text(reason)
         if session_id is None and task_id is None:
             session_id = SCOPES.get().session_id
             if session_id is None:

@@ -29,6 +29,7 @@ from opentelemetry.trace.propagation import _SPAN_KEY
 from ._errors import report_internal_error
 from ._fast import FastTracer
 from ._groups import LOOP_STALL
+from ._redact import redact_text
 from ._scopes import SCOPES
 from ._semconv import GROUP
 from ._stall_frames import Frame, stack, task_context
@@ -294,7 +295,7 @@ class _Monitor:
         if task is not None:
             get_name = getattr(task, "get_name", None)
             if callable(get_name):
-                attributes["asynctrace.stall.task"] = str(get_name())
+                attributes["asynctrace.stall.task"] = redact_text(str(get_name()))
             get_coro = getattr(task, "get_coro", None)
             coro = get_coro() if callable(get_coro) else None
             name = getattr(coro, "__qualname__", None)

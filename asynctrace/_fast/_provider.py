@@ -25,6 +25,7 @@ from opentelemetry.trace.propagation import _SPAN_KEY
 from opentelemetry.util import types
 
 from .._forksafe import reinit_at_fork
+from ._foreign import ForeignSpan, is_own_scope, redacted_start
 from ._ids import IDS, IdGenerator
 from ._limits import SpanLimits
 from ._sampling import Sampling
@@ -106,7 +107,7 @@ def _owner() -> object:
 class FastTracer(trace.Tracer):
     """A tracer of :class:`FastTracerProvider` (get one with ``provider.get_tracer``)."""
 
-    __slots__ = ("_limits", "_max_attributes", "_provider", "scope")
+    __slots__ = ("_foreign", "_limits", "_max_attributes", "_provider", "scope")
 
     def __init__(self, provider: FastTracerProvider, scope: Scope) -> None:
         self._provider = provider
@@ -114,6 +115,7 @@ class FastTracer(trace.Tracer):
         limit = provider.limits.max_attributes
         self._max_attributes = sys.maxsize if limit is None else limit  # one test per span
         self.scope = scope
+        self._foreign = not is_own_scope(scope.name)  # its spans redact their URLs (_foreign.py)
 
     def start_span(
         self,
@@ -132,12 +134,16 @@ class FastTracer(trace.Tracer):
         if attributes and limit is not None and len(attributes) > limit:
             extra = len(attributes) - limit  # the newest are kept, as the SDK keeps them
             attributes = dict(islice(attributes.items(), extra, None))
+        blank = None
+        if self._foreign:
+            attributes = redacted_start(attributes)
+            blank = _new(ForeignSpan)
         span = self.start_owned(
-            name, context, _copy_attributes(attributes), None, kind, links, start_time
+            name, context, _copy_attributes(attributes), blank, kind, links, start_time
         )
-        if extra and span.__class__ is FastSpan:
+        if extra and isinstance(span, FastSpan):
             span._dropped = extra
-        if not (record_exception and set_status_on_exception) and span.__class__ is FastSpan:
+        if not (record_exception and set_status_on_exception) and isinstance(span, FastSpan):
             span._opts = (1 if record_exception else 0) | (2 if set_status_on_exception else 0)
         return span
 

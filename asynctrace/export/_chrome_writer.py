@@ -28,6 +28,7 @@ from .._fast._span import NONFINITE, SPAN_TYPES
 from .._files import AppendFile
 from .._jsonl import encode_lines
 from .._propagation import PLAIN_CONTEXT
+from .._redact import redact_text
 from .._semconv import GROUP, RL_BUCKET
 from ._convert import finish_event
 from ._tracks import TrackAssigner
@@ -636,7 +637,7 @@ def _public_fields(
 def _owner_name(owner: object) -> str:
     """``thread: NAME``, or ``task: NAME [THREAD]`` (the thread of the task's loop, if known)."""
     if isinstance(owner, threading.Thread):
-        return f"thread: {owner.name}"
+        return f"thread: {redact_text(owner.name)}"
     get_name = getattr(owner, "get_name", None)
     name = str(get_name()) if callable(get_name) else str(getattr(owner, "name", "") or "task")
     thread = None
@@ -645,6 +646,7 @@ def _owner_name(owner: object) -> str:
         ident = getattr(get_loop(), "_thread_id", None)
         found = threading._active.get(ident) if ident is not None else None  # type: ignore[attr-defined]
         thread = found.name if found is not None else None
+    name = redact_text(name)  # create_task(..., name=f"GET {url}") names a URL, token and all
     return f"task: {name} [{thread}]" if thread else f"task: {name}"
 
 

@@ -17,7 +17,20 @@ __all__ = [
     "url_secrets",
 ]
 
-DEFAULT_SECRET_KEYS: Final = ("token", "key", "secret", "password", "sig", "signature", "auth")
+# The words the exception-text redaction (asynctrace's SECRET_WORDS) calls secret, and
+# "signature": a key holding any of them (case-insensitive) has its value redacted.
+DEFAULT_SECRET_KEYS: Final = (
+    "token",
+    "key",
+    "secret",
+    "password",
+    "passwd",
+    "sig",
+    "signature",
+    "auth",
+    "cookie",
+    "credential",
+)
 REDACTED: Final = "REDACTED"
 
 
@@ -60,11 +73,21 @@ def _redact_slowly(url: str, keys: SecretKeys) -> str:
     if query:
         # ";" separates pairs for some servers: treat it as "&" so no value hides behind it
         pairs = parse_qsl(query.replace(";", "&"), keep_blank_values=True)
-        if any(keys.pattern.search(k) for k, _ in pairs):  # else the query stays as sent
-            query = urlencode(
-                [(k, REDACTED if keys.pattern.search(k) else v) for k, v in pairs], safe=""
-            )
+        redacted = [
+            (k, REDACTED if keys.pattern.search(k) else _nested(v, keys)) for k, v in pairs
+        ]
+        if redacted != pairs:  # else the query stays as sent
+            query = urlencode(redacted, safe="")
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment and REDACTED))
+
+
+def _nested(value: str, keys: SecretKeys) -> str:
+    """A query value that is itself a URL or a query (``upload_url=...``), redacted inside."""
+    if "=" not in value or not keys.pattern.search(value):
+        return value
+    if "://" in value:
+        return redact_url(value, keys)
+    return _redact_slowly("?" + value.lstrip("?"), keys).lstrip("?")
 
 
 def header_attribute(prefix: str, name: str) -> str:
@@ -131,6 +154,8 @@ def url_secrets(url: str, secret_keys: SecretKeys) -> set[str]:
                     )
                 ):
                     found.add(value)
+                elif value and "=" in unquote_plus(value):  # a URL or a query as a value
+                    found.update(url_secrets(_as_url(unquote_plus(value)), secret_keys))
         if parts.fragment:
             found.add(parts.fragment)
         found.update({unquote_plus(value) for value in found} | {unquote(v) for v in found})
@@ -140,20 +165,51 @@ def url_secrets(url: str, secret_keys: SecretKeys) -> set[str]:
     return found
 
 
+def _as_url(value: str) -> str:
+    """*value* (a URL, or a bare query) as something :func:`urlsplit` reads a query from."""
+    return value if "://" in value else "x://h/?" + value.lstrip("?")
+
+
 def _keys_match(secret_keys: SecretKeys, key: str) -> bool:
     """Whether *key* is secret-like for *secret_keys*."""
     return secret_keys.pattern.search(key) is not None
+
+
+_PART_MIN = 6  # a shorter part alone ("dark", "en") is not worth redacting everywhere
+
+
+def _value_parts(value: str) -> set[str]:
+    """The pieces of a header value a message may quote on their own.
+
+    ``Basic dTpwZA==`` -> its credential; ``sid=abc123; theme=dark`` (a cookie)
+    -> each value; ``a-key, b-key`` (a list) -> each item. Pieces shorter
+    than six characters are left out.
+    """
+    parts: set[str] = set()
+    for item in re.split("[,;]", value):
+        item = item.strip()
+        _, equals, rest = item.partition("=")
+        for part in (item, rest.strip() if equals else "", item.rpartition(" ")[2]):
+            part = part.strip('"')
+            if len(part) >= _PART_MIN:
+                parts.add(part)
+    parts.discard(value)
+    return parts
 
 
 def header_secrets(*headers: Any) -> set[str]:
     """The values of every header in *headers* (mappings, or ``(name, value)`` pairs).
 
     Except those of :data:`_PLAIN_HEADERS` (``Host``, ``Content-Type``, ...).
-    Bytes are read as latin-1, as HTTP sends them. Never raises.
+    Each value's pieces count too: a scheme's credential (``Basic <c>``), a
+    cookie's values, a list's items. Bytes are read as latin-1, as HTTP sends
+    them. Never raises.
 
     Example:
-        >>> sorted(header_secrets({"Authorization": "Basic dTpw", "Host": "h"}))
-        ['Basic dTpw']
+        >>> sorted(header_secrets({"Authorization": "Basic dTpwZA==", "Host": "h"}))
+        ['Basic dTpwZA==', 'dTpwZA==']
+        >>> sorted(header_secrets({"Cookie": "sid=abc123; theme=dark"}))
+        ['abc123', 'sid=abc123', 'sid=abc123; theme=dark', 'theme=dark']
     """
     found: set[str] = set()
     for group in headers:
@@ -171,9 +227,7 @@ def header_secrets(*headers: Any) -> set[str]:
                     and value.strip()
                 ):
                     found.add(value)
-                    credential = value.rpartition(" ")[2]  # "Basic dTpw" -> "dTpw" too
-                    if len(credential) >= 8:
-                        found.add(credential)
+                    found.update(_value_parts(value))
         except Exception:  # hostile input: what was found so far
             continue
     return found

@@ -28,7 +28,7 @@ from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 
 import asynctrace
 
-from ._http import DEFAULT_SECRET_KEYS, SecretKeys, header_secrets, url_secrets
+from ._http import DEFAULT_SECRET_KEYS, SecretKeys, header_secrets, redact_url, url_secrets
 
 try:
     import starlette  # noqa: F401
@@ -149,12 +149,16 @@ class AsyncTraceMiddleware:
         self._excluded = re.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else None
         self.server_request_hook = server_request_hook
         self._hook_warned = False
+        self._mounts_seen = False  # apps mounted after instrument_fastapi(): at the first request
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope.get("type")
         if kind not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
+        if not self._mounts_seen:
+            self._mounts_seen = True
+            _native_tracing(scope.get("app"), enabled=False)
         if _outer_server_span():
             # The server span is another layer's: only the caller's scopes are restored.
             carrier = _headers(scope, trust=self.trust_incoming)
@@ -200,7 +204,7 @@ class AsyncTraceMiddleware:
         attributes: dict[str, Any] = {
             "http.request.method": method,
             "url.scheme": str(scope.get("scheme", "http")),
-            "url.path": str(scope.get("path", "")),
+            "url.path": _path(scope),
         }
         server = scope.get("server")
         if server and server[0]:
@@ -393,24 +397,36 @@ def uninstrument_fastapi(app: Any) -> None:
         _native_tracing(app, enabled=True)
 
 
+def _path(scope: Scope) -> str:
+    """The request's path; an absolute-form target (``GET http://u:p@h/x``) without userinfo."""
+    path = str(scope.get("path", ""))
+    return path if path[:1] == "/" else redact_url(path)
+
+
 _NATIVE_KEY = "asynctrace.native_tracing"
 
 
-def _native_tracing(app: Any, *, enabled: bool) -> None:
+def _native_tracing(app: Any, *, enabled: bool, depth: int = 0) -> None:
     """Turn FastAPI's own request spans off while this middleware traces the app.
 
     FastAPI versions with built-in telemetry emit a server span (and spans per
     dependency, endpoint and serialization) for every request as soon as a
     global tracer provider exists, whatever the span groups say. With both, each
-    request would have two server spans. The previous setting is restored by
-    :func:`uninstrument_fastapi`.
+    request would have two server spans, and FastAPI's records the raw query
+    string. The same holds for every app mounted under *app* (``app.mount``),
+    whose requests this middleware traces too. The previous setting is
+    restored by :func:`uninstrument_fastapi`.
     """
     config = getattr(app, "_telemetry", None)
-    if not isinstance(config, dict) or "tracing" not in config:
-        return  # a FastAPI without built-in telemetry
-    state = app.__dict__
-    if not enabled:
-        state.setdefault(_NATIVE_KEY, config["tracing"])
-        config["tracing"] = False
-    elif _NATIVE_KEY in state:
-        config["tracing"] = state.pop(_NATIVE_KEY)
+    if isinstance(config, dict) and "tracing" in config:  # a FastAPI with built-in telemetry
+        state = app.__dict__
+        if not enabled:
+            state.setdefault(_NATIVE_KEY, config["tracing"])
+            config["tracing"] = False
+        elif _NATIVE_KEY in state:
+            config["tracing"] = state.pop(_NATIVE_KEY)
+    if depth < 8:
+        for route in getattr(app, "routes", None) or ():
+            mounted = getattr(route, "app", None)  # a Mount's (or Host's) application
+            if mounted is not None and mounted is not app and hasattr(mounted, "routes"):
+                _native_tracing(mounted, enabled=enabled, depth=depth + 1)

@@ -1,0 +1,66 @@
+"""Spans of other instrumentations: their URL attributes redacted as they are set.
+
+Installed as the global provider, the fast provider records for every
+OpenTelemetry instrumentation in the process, and some record more of a URL
+than asynctrace would: FastAPI's built-in telemetry keeps ``url.query`` as
+sent, tokens and all. A tracer asked for by anyone but asynctrace itself
+makes :class:`ForeignSpan` objects, whose URL attributes
+(:data:`asynctrace._redact.URL_ATTRIBUTES`) and status description go
+through the same redaction as exception text, when they are set: nothing
+secret is held, queued or exported. asynctrace's own spans, which redact
+their URLs where they make them, pay nothing for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry.trace.status import Status, StatusCode
+from opentelemetry.util import types
+
+from .._redact import URL_ATTRIBUTES, redact_query, redact_text, redact_url_attributes
+from ._span import SPAN_TYPES, FastSpan
+
+__all__ = ["ForeignSpan", "is_own_scope"]
+
+
+def is_own_scope(name: str) -> bool:
+    """Whether the scope *name* is asynctrace's own (its spans redact their URLs themselves)."""
+    return name == "asynctrace" or name.startswith(("asynctrace.", "asynctrace_contrib"))
+
+
+class ForeignSpan(FastSpan):
+    """A :class:`FastSpan` of another instrumentation's tracer (see the module)."""
+
+    __slots__ = ()
+
+    def set_attribute(self, key: str, value: types.AttributeValue) -> None:
+        """Set one attribute, a URL one redacted."""
+        if key in URL_ATTRIBUTES and value.__class__ is str:
+            value = redact_query(value) if key == "url.query" else redact_text(value)
+        FastSpan.set_attribute(self, key, value)
+
+    def set_attributes(self, attributes: Mapping[str, types.AttributeValue]) -> None:
+        """Set several attributes, the URL ones redacted."""
+        if attributes and not URL_ATTRIBUTES.isdisjoint(attributes):
+            attributes = redact_url_attributes(dict(attributes))  # type: ignore[assignment]
+        FastSpan.set_attributes(self, attributes)
+
+    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
+        """Set the status, its description redacted (it often quotes an exception)."""
+        if isinstance(status, Status) and status.description:
+            status = Status(status.status_code, redact_text(status.description))
+        elif description:
+            description = redact_text(description)
+        FastSpan.set_status(self, status, description)
+
+
+def redacted_start(attributes: Any) -> Any:
+    """The attributes a foreign span starts with, the URL ones redacted."""
+    if attributes and not URL_ATTRIBUTES.isdisjoint(attributes):
+        return redact_url_attributes(dict(attributes))
+    return attributes
+
+
+SPAN_TYPES.add(ForeignSpan)
