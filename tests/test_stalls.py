@@ -89,6 +89,9 @@ def test_a_blocking_call_in_a_step_is_one_stall_span_on_the_task_track(
 
     async def main() -> None:
         nonlocal line, blocked
+        task = asyncio.current_task()
+        assert task is not None
+        task.set_name("GET http://env/step?token=tok-SECRET")  # named after its request
         async with at.umbrella_span("step", "train.step"):
             await asyncio.sleep(0.02)  # the heartbeat is beating before the block
             started = time.perf_counter()
@@ -122,12 +125,14 @@ def test_a_blocking_call_in_a_step_is_one_stall_span_on_the_task_track(
     assert attrs["asynctrace.group"] == "loop_stall"
     assert "rl.bucket" not in attrs
     assert attrs["asynctrace.stall.threshold_ms"] == 50.0
+    assert attrs["asynctrace.stall.task"] == "GET http://env/step?token=REDACTED"
     # On the task's track: the same tid as the step, a track named after the task.
     events = _events(tmp_path / "traces-r0.jsonl")
     complete = {e["name"]: e for e in events if e.get("ph") == "X"}
     assert complete[STALL]["tid"] == complete["train.step"]["tid"]
     names = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
     assert names[complete[STALL]["tid"]].startswith(f"task: {attrs['asynctrace.stall.task']}")
+    assert "SECRET" not in (tmp_path / "traces-r0.jsonl").read_text()
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)

@@ -318,8 +318,9 @@ class ChromeWriter:
     def _control(self, item: Any) -> None:
         """A track opened (:class:`NewTrack`) or retired (its tid)."""
         if item.__class__ is NewTrack:
-            self._tracks.open(item.tid, item.name)
-            self._track_made(item.tid, item.name)
+            name = redact_text(item.name)  # a task named after its request's URL, say
+            self._tracks.open(item.tid, name)
+            self._track_made(item.tid, name)
         else:
             self._tracks.retire(item)
 

@@ -14,14 +14,18 @@ import base64
 import functools
 import gzip
 import io
+import json
 import socket
+import sys
 import threading
+import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 import pytest
@@ -29,8 +33,9 @@ from aiohttp import web
 from asynctrace_contrib.aiohttp_client import client_middleware, trace_config
 from asynctrace_contrib.fastapi import instrument_fastapi
 from fastapi import FastAPI, Request
+from opentelemetry import trace
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter as Console
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import Status, StatusCode
 
 import asynctrace as at
 from asynctrace.export import _pipeline
@@ -253,3 +258,313 @@ def test_server_error_secrets_reach_no_exporter(outputs: Outputs, asgi_server: A
     )
     (server,) = outputs.spans
     assert "REDACTED" in (server.status.description or "")
+
+
+COOKIE = "ck-SECRET-9f3a"  # a cookie's value, sent as "sid=<it>; theme=dark"
+ITEM = "it-SECRET-5b6c"  # the first item of a comma-separated header
+
+
+def _wait_for_spans(outputs: Outputs, count: int) -> None:
+    """Until *count* spans have ended (a server span ends just after its response is sent)."""
+    memory = outputs.telemetry.memory_exporter
+    deadline = time.monotonic() + 10
+    while len(memory.get_finished_spans()) < count and time.monotonic() < deadline:
+        outputs.telemetry.flush(1.0)
+        time.sleep(0.01)
+
+
+def _client_forms() -> list[Any]:
+    """Both client forms with their default secret keys."""
+    return [
+        pytest.param({"middlewares": (client_middleware(),)}, id="middleware"),
+        pytest.param({"trace_configs": [trace_config()]}, id="trace_config"),
+    ]
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="asyncio.TaskGroup is Python 3.11+")
+def test_an_exception_group_keeps_the_secrets_of_its_members(
+    outputs: Outputs, aiohttp_server: Any
+) -> None:
+    """A request failing in a TaskGroup: the group escaping the step keeps its secrets."""
+
+    async def forbidden(request: web.Request) -> web.Response:
+        return web.Response(status=403)
+
+    app = web.Application()
+    app.router.add_get("/step", forbidden)
+    url = f"{aiohttp_server(app)}/step?session_id={CUSTOM}&n=1"  # secret to this client only
+    keys = ["token", "key", "secret", "password", "sig", "auth", "session"]
+    raised: list[BaseException] = []
+
+    async def call(session: aiohttp.ClientSession) -> None:
+        async with session.get(url):
+            pass
+
+    async def main() -> None:
+        tracing = trace_config(secret_keys=keys)
+        async with aiohttp.ClientSession(
+            raise_for_status=True, trace_configs=[tracing]
+        ) as session:
+            try:
+                with at.umbrella_span("job", "driver"):
+                    async with asyncio.TaskGroup() as group:  # type: ignore[attr-defined]
+                        group.create_task(call(session))
+            except Exception as exc:
+                raised.append(exc)
+
+    asyncio.run(main())
+    assert type(raised[0]).__name__ == "ExceptionGroup"
+    outputs.assert_no_secret()
+    recorded = dict(_exceptions(outputs.spans))
+    assert "session_id=REDACTED" in recorded["driver"]["exception.stacktrace"]
+    assert "ClientResponseError" in recorded["driver"]["exception.stacktrace"]
+
+
+def test_pieces_of_a_header_value_are_secrets_on_the_server(
+    outputs: Outputs, asgi_server: Any
+) -> None:
+    """A handler quoting one cookie's value, or one item of a list header: neither is recorded."""
+    app = FastAPI()
+
+    @app.get("/step")
+    async def step(request: Request) -> dict[str, int]:
+        first = request.headers["x-env-keys"].split(",")[0]
+        raise ValueError(f"session {request.cookies['sid']} refused for {first}")
+
+    instrument_fastapi(app)
+    base = asgi_server(app)
+
+    async def main() -> int:
+        headers = {"Cookie": f"sid={COOKIE}; theme=dark", "X-Env-Keys": f"{ITEM}, other-value"}
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"{base}/step", headers=headers) as response:
+                return response.status
+
+    assert asyncio.run(main()) == 500
+    outputs.assert_no_secret()
+    ((_, attrs),) = _exceptions(outputs.spans)
+    assert attrs["exception.message"] == "session REDACTED refused for REDACTED"
+
+
+@pytest.mark.parametrize("password", ["pw/SECRET+k3", "pw?SECRET", "pw#SECRET"])
+def test_a_password_aiohttp_cannot_parse_is_not_recorded(
+    outputs: Outputs, traced: Any, password: str
+) -> None:
+    """aiohttp refuses ``u:pa/ss@h`` with the raw URL in its message: no userinfo is kept."""
+    url = f"http://envuser:{password}@127.0.0.1:9/envs/7/step"
+
+    async def main() -> None:
+        async with aiohttp.ClientSession(**traced) as session:
+            with pytest.raises(aiohttp.InvalidUrlClientError, match="SECRET"):
+                with at.managed_span("reward", "env.call"):
+                    await session.get(url)
+
+    asyncio.run(main())
+    outputs.assert_no_secret()
+    assert not any("envuser" in text for text in outputs.texts.values())
+    recorded = dict(_exceptions(outputs.spans))
+    assert "http://127.0.0.1:9/envs/7/step" in recorded["env.call"]["exception.message"]
+
+
+@pytest.mark.parametrize("form", _client_forms())
+def test_url_full_hides_every_secret_word_and_urls_inside_values(
+    outputs: Outputs, aiohttp_server: Any, form: Any
+) -> None:
+    """The default keys are the redaction's words; a URL given as a value is redacted inside."""
+
+    async def ok(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_get("/step", ok)
+    inner = (
+        "https://bucket.s3.example/obj?X-Amz-Credential=cr-SECRET-1&X-Amz-Signature=sg-SECRET-2"
+    )
+    query = (
+        "db_passwd=pw-SECRET-3&session_cookie=ck-SECRET-4&X-Amz-Credential=cr-SECRET-5"
+        f"&upload_url={quote(inner, safe='')}"
+        "&raw_url=https://bucket.s3.example/obj?X-Amz-Signature%3Dsg-SECRET-6&n=1"
+    )
+
+    async def main() -> None:
+        async with aiohttp.ClientSession(**form) as session:
+            async with session.get(f"{aiohttp_server(app)}/step?{query}") as response:
+                assert await response.text() == "ok"
+
+    asyncio.run(main())
+    outputs.assert_no_secret()
+    (client,) = [s for s in outputs.spans if s.kind.name == "CLIENT"]
+    full = client.attributes["url.full"]
+    assert "db_passwd=REDACTED" in full
+    assert full.endswith("&n=1")
+    assert "X-Amz-Signature%3DREDACTED" in full  # the upload URL's own query, redacted inside
+
+
+def test_a_session_reason_is_recorded_redacted(tmp_path: Path) -> None:
+    """``reason=exc`` or a string quoting a URL or a header: the session record keeps no secret."""
+    at.configure(
+        {
+            "enabled": True,
+            "exporters": ["chrome"],
+            "output_dir": str(tmp_path),
+            "session_tracer": {"enabled": True},
+        }
+    )
+
+    async def main() -> None:
+        with at.task_scope(1):
+            async with at.session_scope():
+                exc = ValueError(f"GET http://u:{PASSWORD}@env/step?token={TOKEN}")
+                at.trace_session_event("finalized", status="failed", reason=exc)
+            async with at.session_scope():
+                reason = f"refused: {{'Authorization': 'Bearer {HEADER}'}} api_key={CUSTOM}"
+                at.trace_session_event("finalized", status="rejected", reason=reason)
+
+    try:
+        asyncio.run(main())
+    finally:
+        at.shutdown()
+    text = "".join(p.read_text() for p in tmp_path.rglob("sessions*.jsonl"))
+    reasons = [json.loads(line)["reason"] for line in text.splitlines()]
+    assert reasons == [
+        "ValueError: GET http://env/step?token=REDACTED",
+        "refused: {'Authorization': 'REDACTED'} api_key=REDACTED",
+    ]
+    assert "SECRET" not in text
+
+
+@pytest.mark.parametrize("mounted", ["before", "after"])
+def test_an_app_mounted_under_an_instrumented_one_records_no_query(
+    outputs: Outputs, asgi_server: Any, mounted: str
+) -> None:
+    """FastAPI's own tracing is off in a mounted sub-app too: one SERVER span, no raw query."""
+    sub = FastAPI()
+    if not isinstance(getattr(sub, "_telemetry", None), dict):
+        pytest.skip("this FastAPI has no built-in telemetry")
+
+    @sub.get("/step")
+    async def step() -> dict[str, int]:
+        return {"ok": 1}
+
+    app = FastAPI()
+    if mounted == "before":
+        app.mount("/env", sub)
+    instrument_fastapi(app)
+    if mounted == "after":  # seen at the first request
+        app.mount("/env", sub)
+    base = asgi_server(app)
+
+    async def main() -> int:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"{base}/env/step?token={TOKEN}&n=1") as response:
+                return response.status
+
+    assert asyncio.run(main()) == 200
+    _wait_for_spans(outputs, 1)  # the server span ends after the response is sent
+    outputs.assert_no_secret()
+    assert [s.kind.name for s in outputs.spans] == ["SERVER"]
+
+
+def test_an_absolute_form_target_loses_its_userinfo(outputs: Outputs, asgi_server: Any) -> None:
+    """``GET http://u:p@host/step HTTP/1.1``: ``url.path`` is recorded without the userinfo."""
+    app = FastAPI()
+
+    @app.get("/step")
+    async def step() -> dict[str, int]:
+        return {"ok": 1}
+
+    instrument_fastapi(app)
+    host, port = asgi_server(app).removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        target = f"http://user:{PASSWORD}@{host}:{port}/step"
+        sock.sendall(
+            f"GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode()
+        )
+        reply = b""
+        while chunk := sock.recv(4096):
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 ")
+    _wait_for_spans(outputs, 1)
+    outputs.assert_no_secret()
+    (server,) = outputs.spans
+    assert server.attributes["url.path"] in ("/step", f"http://{host}:{port}/step")
+
+
+def test_task_names_are_recorded_redacted(tmp_path: Path) -> None:
+    """``create_task(..., name=f"GET {url}")``: the chrome track's name keeps no token."""
+    at.configure(
+        {
+            "enabled": True,
+            "span_groups": "all",
+            "exporters": ["chrome"],
+            "output_dir": str(tmp_path),
+        }
+    )
+
+    async def work() -> None:
+        with at.managed_span("reward", "env.call"):
+            await asyncio.sleep(0)
+
+    async def main() -> None:
+        await asyncio.create_task(work(), name=f"GET http://env/step?token={TOKEN}")
+
+    try:
+        asyncio.run(main())
+    finally:
+        at.shutdown()
+    text = "".join(p.read_text() for p in tmp_path.rglob("traces*.jsonl"))
+    assert "task: GET http://env/step?token=REDACTED" in text
+    assert TOKEN not in text
+
+
+def test_other_instrumentations_spans_lose_their_url_secrets(
+    tmp_path: Path, asgi_server: Any
+) -> None:
+    """On the fast provider, a span another instrumentation records keeps no URL secret.
+
+    FastAPI's built-in telemetry (an app asynctrace does not instrument) records
+    ``url.query`` as sent; a plain OpenTelemetry tracer sets ``url.full``,
+    ``http.target`` and a status description quoting a URL.
+    """
+    telemetry = at.configure(
+        {
+            "enabled": True,
+            "provider": "fast",
+            "exporters": ["chrome", "memory"],
+            "output_dir": str(tmp_path),
+        }
+    )
+    app = FastAPI()
+
+    @app.get("/step")
+    async def step() -> dict[str, int]:
+        return {"ok": 1}
+
+    base = asgi_server(app)
+
+    async def main() -> int:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"{base}/step?token={TOKEN}&n=1") as response:
+                return response.status
+
+    try:
+        assert asyncio.run(main()) == 200
+        tracer = trace.get_tracer("third.party")
+        url = f"http://u:{PASSWORD}@env/step?api_key={CUSTOM}"
+        with tracer.start_as_current_span("GET", attributes={"url.full": url}) as span:
+            span.set_attribute("http.target", f"/step?access_token={TOKEN}")
+            span.set_attributes({"url.query": f"token={TOKEN}&n=1", "n": 1})
+            span.set_status(Status(StatusCode.ERROR, f"refused {url}"))
+        assert telemetry.flush(10.0)
+        finished = telemetry.memory_exporter.get_finished_spans()
+    finally:
+        at.shutdown()
+    text = "".join(p.read_text() for p in tmp_path.rglob("traces*.jsonl"))
+    text += "\n".join(s.to_json() for s in finished)
+    assert "SECRET" not in text
+    (plain,) = [s for s in finished if s.instrumentation_scope.name == "third.party"]
+    assert plain.attributes["url.full"] == "http://env/step?api_key=REDACTED"
+    assert plain.attributes["url.query"] == "token=REDACTED&n=1"
+    assert plain.status.description == "refused http://env/step?api_key=REDACTED"
+    if isinstance(getattr(app, "_telemetry", None), dict):  # FastAPI's own spans came through
+        assert any(s.attributes.get("url.query") == "token=REDACTED&n=1" for s in finished)
