@@ -153,8 +153,8 @@ class ChromeTraceProcessor(QueuedSpanProcessor):
             if len(queue) >= self._batch_size:
                 if not self._wake.is_set():
                     self._wake.set()
-                elif not len(queue) % self._batch_size:  # batches behind: let it run
-                    self.behind()
+                elif self._handoff._starved or not len(queue) % self._batch_size:
+                    self.behind()  # batches behind (or starved: at every span) let it run
         except Exception as exc:
             report_internal_error(("chrome", "on_end"), exc)
 
