@@ -31,7 +31,18 @@ def _ids(pending: str | set[str] | None) -> list[str]:
 
 
 _session_numbers = itertools.count(1).__next__
-_PROCESS_NONCE = os.urandom(2).hex()
+# With the pid, what tells this process's session ids from another's. A forked
+# child draws its own: it inherits the parent's counter, and a pid freed by one
+# child may be given to the next.
+_nonce = (os.getpid(), os.urandom(2).hex())
+
+
+def _process_nonce() -> str:
+    """This process's nonce, drawn again in a forked child (read when ids get a prefix)."""
+    global _nonce
+    if _nonce[0] != os.getpid():
+        _nonce = (os.getpid(), os.urandom(2).hex())
+    return _nonce[1]
 
 
 class SessionTracer:
@@ -59,7 +70,7 @@ class SessionTracer:
         # The counter is process-wide (a reconfigured tracer never reuses an id)
         # and the process tag carries random bits (two hosts may share a pid).
         self._next = _session_numbers
-        self._prefix = "" if sequential_ids else f"{rank}-{os.getpid():x}{_PROCESS_NONCE}-"
+        self._prefix = "" if sequential_ids else f"{rank}-{os.getpid():x}{_process_nonce()}-"
         self.dropped_events = 0
         self._writer = SessionWriter(
             path, rank=rank, role=role, run_id=run_id, flush_threshold=flush_threshold
@@ -75,7 +86,7 @@ class SessionTracer:
         """
         self._live = {}
         self._tasks = {}
-        self._prefix = f"{self._prefix.split('-', 1)[0]}-{os.getpid():x}{_PROCESS_NONCE}-"
+        self._prefix = f"{self._prefix.split('-', 1)[0]}-{os.getpid():x}{_process_nonce()}-"
 
     # -- registration and phases ------------------------------------------------
 

@@ -576,3 +576,32 @@ def test_sessions_without_a_tracer_get_ids_of_their_own_process(tmp_path: Path) 
             assert later.startswith(f"u{os.getpid():x}-")
     finally:
         install(previous)
+
+
+def test_a_forked_child_draws_its_own_id_nonce(tmp_path: Path) -> None:
+    """Session ids are ``rank-<pid><nonce>-n``: a forked child inherits the counter, and a
+    pid freed by one child may be given to the next, so each child draws its own nonce."""
+    tracer = SessionTracer(tmp_path / "sessions.jsonl", rank=0)
+    previous = install(tracer)
+    try:
+        with at.session_scope() as parent_id:
+            pass
+        out = tmp_path / "child-id"
+        pid = os.fork()
+        if pid == 0:  # the child: never return into pytest
+            code = 1
+            try:
+                with at.session_scope() as session_id:
+                    out.write_text(session_id)
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        child_id = out.read_text()
+        parent_nonce = parent_id.split("-")[1].removeprefix(f"{os.getpid():x}")
+        assert child_id.split("-")[1] != f"{pid:x}{parent_nonce}", child_id  # its own nonce
+        assert child_id.split("-")[1].startswith(f"{pid:x}")
+    finally:
+        install(previous)
+        tracer.shutdown()
