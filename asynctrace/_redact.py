@@ -186,8 +186,11 @@ def remember(exc: BaseException, secrets: Collection[str]) -> None:
 
 
 def secrets_of(exc: BaseException) -> frozenset[str]:
-    """The secrets remembered for *exc*, the exceptions it was raised from or during, and,
-    for an exception group (a ``TaskGroup``'s), the exceptions it holds (at most 256 in all)."""
+    """The secrets remembered for *exc* and for the exceptions behind it.
+
+    Those it was raised from or during and, for an exception group (a
+    ``TaskGroup``'s), those it holds: at most 256 exceptions in all.
+    """
     if not _KNOWN:
         return frozenset()
     found: set[str] = set()

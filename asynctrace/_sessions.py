@@ -355,9 +355,9 @@ def trace_session_event(
     as exception text is: no URL userinfo, secret query value or credential),
     and ``<phase>_start`` / ``<phase>_end`` for every registered phase.
     Without *session_id* or *task_id* the current session (else the current
-    task) is meant. Finalizing closes open phase
-    executions at ``finalized_ts`` (flagged ``truncated``); events for a
-    session that was already finalized are dropped and counted.
+    task) is meant. Finalizing closes open phase executions at
+    ``finalized_ts`` (flagged ``truncated``); events for a session that was
+    already finalized are dropped and counted.
 
     Any other keyword is *payload*: on ``finalized`` it joins the record's
     ``payload``; on a phase event, the execution's ``payload``. It is copied
