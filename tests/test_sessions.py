@@ -547,6 +547,23 @@ def test_the_writer_starts_on_a_fresh_line_after_a_torn_tail(tmp_path: Path) -> 
     assert json.loads(lines[2])["session_id"] == session_id
 
 
+def _session_id_of_a_forked_child(tmp_path: Path) -> tuple[int, str]:
+    """Fork; the child opens one session and reports its id. (The child's pid, the id.)"""
+    out = tmp_path / "child-id"
+    pid = os.fork()
+    if pid == 0:  # the child: never return into pytest
+        code = 1
+        try:
+            with at.session_scope() as session_id:
+                out.write_text(session_id)
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    return pid, out.read_text()
+
+
 def test_sessions_without_a_tracer_get_ids_of_their_own_process(tmp_path: Path) -> None:
     """With the session tracer off, ids still stamp spans: unique, naming this process.
 
@@ -558,19 +575,7 @@ def test_sessions_without_a_tracer_get_ids_of_their_own_process(tmp_path: Path) 
         with at.session_scope() as first, at.session_scope() as second:
             assert first != second
         assert first.startswith(f"u{os.getpid():x}-")
-        out = tmp_path / "child-id"
-        pid = os.fork()
-        if pid == 0:  # the child: never return into pytest
-            code = 1
-            try:
-                with at.session_scope() as session_id:
-                    out.write_text(session_id)
-                code = 0
-            finally:
-                os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0
-        child = out.read_text()
+        pid, child = _session_id_of_a_forked_child(tmp_path)
         assert child.startswith(f"u{pid:x}-"), child
         with at.session_scope() as later:
             assert later.startswith(f"u{os.getpid():x}-")
@@ -586,19 +591,7 @@ def test_a_forked_child_draws_its_own_id_nonce(tmp_path: Path) -> None:
     try:
         with at.session_scope() as parent_id:
             pass
-        out = tmp_path / "child-id"
-        pid = os.fork()
-        if pid == 0:  # the child: never return into pytest
-            code = 1
-            try:
-                with at.session_scope() as session_id:
-                    out.write_text(session_id)
-                code = 0
-            finally:
-                os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0
-        child_id = out.read_text()
+        pid, child_id = _session_id_of_a_forked_child(tmp_path)
         parent_nonce = parent_id.split("-")[1].removeprefix(f"{os.getpid():x}")
         assert child_id.split("-")[1] != f"{pid:x}{parent_nonce}", child_id  # its own nonce
         assert child_id.split("-")[1].startswith(f"{pid:x}")
