@@ -29,7 +29,10 @@ worker's CPU clock can be read (Linux; the worker calls :meth:`Handoff.attach`
 on its own thread), a sleep during which the worker ran counts as help
 however long it goes without taking work: a worker busy with one large batch
 (an export that gives the lock up several times, a writer's chunks) is
-starved for the lock, not blocked, and keeps getting it.
+starved for the lock, not blocked, and keeps getting it. A round of
+``TRIES`` sleeps it never ran in says it waits on its exporter: the next
+round waits for 1, 2, 4, ... 64 batches taken, since on a machine with more
+runnable threads than cores a sleep can cost the loop a scheduler slice.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ HANDOFF_S: Final = 0.0002
 """How long the ending thread sleeps: a woken thread takes the lock well within it."""
 
 TRIES: Final = 4
+_MAX_BACKOFF: Final = 64
 """Sleeps given in a row to a worker that takes no work before it is left alone."""
 
 _EVERY_S: Final = 0.001
@@ -77,10 +81,12 @@ class Handoff:
 
     __slots__ = (
         "_after",
+        "_backoff",
         "_behind",
         "_clock",
         "_given",
         "_ran",
+        "_skip",
         "_starved",
         "_tries",
         "starved_s",
@@ -95,6 +101,8 @@ class Handoff:
         self._given = 0.0  # the worker's last ``ran()`` when sleeps were last counted
         self._tries = 0  # sleeps given since the worker last took work or ran in one
         self._clock: int | None = None  # the worker's CPU clock (attach)
+        self._skip = 0  # times the worker is seen taking work before the next round
+        self._backoff = 1  # the next _skip after a round that did not help (doubles)
 
     def attach(self) -> None:
         """The worker calls this first, on its own thread: its CPU clock shows
@@ -141,8 +149,11 @@ class Handoff:
                 if now - behind < self.starved_s:
                     return False
             self._starved = True
-        if self._ran != self._given:  # it took work since: the sleeps help
+        if self._ran != self._given:  # it took work since: the sleeps may help again
             self._given = self._ran
+            if self._skip:  # ... but the last round did not: sit out some of its batches
+                self._skip -= 1
+                return False
             self._tries = 0
         elif self._tries >= TRIES:  # it waits for something else (a slow exporter)
             return False
@@ -154,4 +165,13 @@ class Handoff:
             after = _cpu(clock)
             if after is not None and after > before:  # it ran: it needs the lock
                 self._tries = 0
+                self._backoff = 1
+            elif self._tries >= TRIES:
+                # A round in which it never ran: it waits on its exporter (a slow
+                # collector), and a sleep only costs the loop, which on a machine with
+                # more runnable threads than cores may not get its core back for a
+                # scheduler slice (7 ms seen). The next round waits for 1, 2, 4 ... 64
+                # batches taken; one sleep it runs in resets that.
+                self._skip = self._backoff
+                self._backoff = min(2 * self._backoff, _MAX_BACKOFF)
         return True

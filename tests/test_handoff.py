@@ -149,8 +149,21 @@ def test_a_worker_that_waits_for_something_else_is_left_alone() -> None:
             time.sleep(0.0012)
         assert sum(given) == TRIES
         assert given[:TRIES] == [True] * TRIES  # one a millisecond, from the first
-        handoff.ran()  # it took a batch: the sleeps help again
+        # It takes a batch after a round it never ran in: it sits out that one (then
+        # two, four ... after further such rounds), and the next opens a round again.
+        handoff.ran()
+        assert handoff.offer(worker, urgent=True) is False
+        time.sleep(0.0012)
+        handoff.ran()
         assert handoff.offer(worker, urgent=True) is True
+        rounds = [handoff.offer(worker, urgent=True) or time.sleep(0.0012) for _ in range(8)]
+        assert rounds.count(True) == TRIES - 1  # the rest of that round
+        waits = []
+        for _ in range(3):  # a second fruitless round: the next waits for two batches
+            time.sleep(0.0012)
+            handoff.ran()
+            waits.append(handoff.offer(worker, urgent=True))
+        assert waits == [False, False, True]
     finally:
         stop.set()
         worker.join()
