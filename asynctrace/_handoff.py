@@ -47,8 +47,9 @@ HANDOFF_S: Final = 0.0002
 """How long the ending thread sleeps: a woken thread takes the lock well within it."""
 
 TRIES: Final = 4
-_MAX_BACKOFF: Final = 64
 """Sleeps given in a row to a worker that takes no work before it is left alone."""
+
+_MAX_BACKOFF: Final = 64  # batches sat out after fruitless rounds, at most
 
 _EVERY_S: Final = 0.001
 

@@ -158,7 +158,10 @@ class AsyncTraceMiddleware:
             return
         if not self._mounts_seen:
             self._mounts_seen = True
-            _native_tracing(scope.get("app"), enabled=False)
+            try:
+                _native_tracing(scope.get("app"), enabled=False)
+            except Exception as exc:  # an odd app object: its requests still run
+                logger.warning("asynctrace: mounted apps not examined: %r", exc)
         if _outer_server_span():
             # The server span is another layer's: only the caller's scopes are restored.
             carrier = _headers(scope, trust=self.trust_incoming)
