@@ -32,8 +32,8 @@ from __future__ import annotations
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Collection
-from typing import Final
+from collections.abc import Collection, Mapping
+from typing import Any, Final
 from urllib.parse import unquote_plus
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "exception_reason",
     "redact_query",
     "redact_text",
+    "redact_url_attribute",
     "redact_url_attributes",
     "remember",
     "secrets_of",
@@ -116,7 +117,17 @@ URL_ATTRIBUTES: Final = frozenset(
 """The semantic-convention attributes that hold a URL or a part of one."""
 
 
-def redact_url_attributes(attributes: dict[str, object]) -> dict[str, object]:
+def redact_url_attribute(key: str, value: str) -> str:
+    """The value of the URL attribute *key* redacted: a query as a query, the rest as text.
+
+    Example:
+        >>> redact_url_attribute("url.full", "http://u:p@h/?token=abc")
+        'http://h/?token=REDACTED'
+    """
+    return redact_query(value) if key == "url.query" else redact_text(value)
+
+
+def redact_url_attributes(attributes: Mapping[str, Any]) -> Mapping[str, Any]:
     """*attributes* with the URL ones (:data:`URL_ATTRIBUTES`) redacted; a copy if any changed.
 
     For spans another instrumentation records through asynctrace's provider
@@ -126,11 +137,13 @@ def redact_url_attributes(attributes: dict[str, object]) -> dict[str, object]:
         >>> redact_url_attributes({"url.query": "token=abc&n=1", "n": 1})
         {'url.query': 'token=REDACTED&n=1', 'n': 1}
     """
-    changed: dict[str, object] | None = None
+    if not attributes or URL_ATTRIBUTES.isdisjoint(attributes):
+        return attributes
+    changed: dict[str, Any] | None = None
     for key in URL_ATTRIBUTES.intersection(attributes):
         value = attributes[key]
         if value.__class__ is str:
-            text = redact_query(value) if key == "url.query" else redact_text(value)
+            text = redact_url_attribute(key, value)
             if text != value:
                 if changed is None:
                     changed = dict(attributes)

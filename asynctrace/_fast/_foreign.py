@@ -14,12 +14,11 @@ their URLs where they make them, pay nothing for it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from opentelemetry.trace.status import Status, StatusCode
 from opentelemetry.util import types
 
-from .._redact import URL_ATTRIBUTES, redact_query, redact_text, redact_url_attributes
+from .._redact import URL_ATTRIBUTES, redact_text, redact_url_attribute, redact_url_attributes
 from ._span import SPAN_TYPES, FastSpan
 
 __all__ = ["ForeignSpan", "is_own_scope"]
@@ -31,21 +30,23 @@ def is_own_scope(name: str) -> bool:
 
 
 class ForeignSpan(FastSpan):
-    """A :class:`FastSpan` of another instrumentation's tracer (see the module)."""
+    """A :class:`FastSpan` of another instrumentation's tracer (see the module).
+
+    Its tracer passes its starting attributes through
+    :func:`~asynctrace._redact.redact_url_attributes` too.
+    """
 
     __slots__ = ()
 
     def set_attribute(self, key: str, value: types.AttributeValue) -> None:
         """Set one attribute, a URL one redacted."""
         if key in URL_ATTRIBUTES and value.__class__ is str:
-            value = redact_query(value) if key == "url.query" else redact_text(value)
+            value = redact_url_attribute(key, value)
         FastSpan.set_attribute(self, key, value)
 
     def set_attributes(self, attributes: Mapping[str, types.AttributeValue]) -> None:
         """Set several attributes, the URL ones redacted."""
-        if attributes and not URL_ATTRIBUTES.isdisjoint(attributes):
-            attributes = redact_url_attributes(dict(attributes))  # type: ignore[assignment]
-        FastSpan.set_attributes(self, attributes)
+        FastSpan.set_attributes(self, redact_url_attributes(attributes))
 
     def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
         """Set the status, its description redacted (it often quotes an exception)."""
@@ -54,13 +55,6 @@ class ForeignSpan(FastSpan):
         elif description:
             description = redact_text(description)
         FastSpan.set_status(self, status, description)
-
-
-def redacted_start(attributes: Any) -> Any:
-    """The attributes a foreign span starts with, the URL ones redacted."""
-    if attributes and not URL_ATTRIBUTES.isdisjoint(attributes):
-        return redact_url_attributes(dict(attributes))
-    return attributes
 
 
 SPAN_TYPES.add(ForeignSpan)

@@ -25,7 +25,8 @@ from opentelemetry.trace.propagation import _SPAN_KEY
 from opentelemetry.util import types
 
 from .._forksafe import reinit_at_fork
-from ._foreign import ForeignSpan, is_own_scope, redacted_start
+from .._redact import redact_url_attributes
+from ._foreign import ForeignSpan, is_own_scope
 from ._ids import IDS, IdGenerator
 from ._limits import SpanLimits
 from ._sampling import Sampling
@@ -136,7 +137,7 @@ class FastTracer(trace.Tracer):
             attributes = dict(islice(attributes.items(), extra, None))
         blank = None
         if self._foreign:
-            attributes = redacted_start(attributes)
+            attributes = redact_url_attributes(attributes) if attributes else attributes
             blank = _new(ForeignSpan)
         span = self.start_owned(
             name, context, _copy_attributes(attributes), blank, kind, links, start_time
