@@ -1020,3 +1020,98 @@ def test_the_chrome_writer_takes_any_size(tmp_path: Path) -> None:
 
     writer = ChromeWriter(tmp_path / "t.jsonl", {}, iter(range(1, 100)).__next__)
     assert writer.any_batch_size is True
+
+
+class _Flaky:
+    """An exporter (or chrome-like sink) that delivers, refuses every third batch, or raises."""
+
+    any_batch_size = False
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def export(self, batch: list[Any]) -> Any:
+        self.calls += 1
+        if self.calls % 7 == 0:
+            raise RuntimeError("down for a moment")
+        if self.calls % 3 == 0:
+            return SpanExportResult.FAILURE
+        return SpanExportResult.SUCCESS
+
+    def flush(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return True
+
+    def shutdown(self) -> None:
+        pass
+
+
+class _Writes(_Flaky):
+    """As a sink: ``(exported, failed)``, a third of the batches failed, some raising."""
+
+    def export(self, batch: list[Any]) -> tuple[int, int]:  # type: ignore[override]
+        result = super().export(batch)
+        return (0, len(batch)) if result is SpanExportResult.FAILURE else (len(batch), 0)
+
+
+@pytest.mark.parametrize("kind", ["queue", "retrying"])
+def test_stats_count_every_span_once_while_the_worker_moves_batches(kind: str) -> None:
+    """Each ``stats()`` accounts for exactly the spans ended so far: a batch the worker
+    is taking from the queue, exporting, holding for retry or giving up is never missed
+    or counted twice (the reads used to interleave with those moves: with the threads
+    switching every microsecond, a quarter of the reads or more were off)."""
+    from asynctrace.export import QueuedSpanProcessor
+    from asynctrace.export._retry import RetryingSpanProcessor
+
+    processor: QueuedSpanProcessor
+    if kind == "queue":
+        processor = QueuedSpanProcessor(
+            _Writes(), name="moves", max_queue_size=4096, max_export_batch_size=4,
+            schedule_delay_millis=1,
+        )  # fmt: skip
+    else:  # held batches, retries, a bounded buffer trimmed (dropped), failures
+        processor = RetryingSpanProcessor(
+            _Flaky(), name="moves", max_queue_size=4096, max_export_batch_size=4,
+            schedule_delay_millis=1, buffer_spans=256,
+        )  # fmt: skip
+    ended = 0
+    stop = threading.Event()
+
+    def produce() -> None:
+        nonlocal ended
+        while not stop.is_set():
+            processor.on_end(ended)  # type: ignore[arg-type]
+            ended += 1  # after the span is in: a read may count one more than this
+
+    wrong: list[tuple[int, int, int, Any]] = []
+    reads = 0
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            before = ended
+            stats = processor.stats()
+            after = ended
+            reads += 1
+            total = (
+                stats.exported + stats.dropped + stats.failed + stats.queued
+                + stats.in_flight + stats.buffered
+            )  # fmt: skip
+            if not before <= total <= after + 1:
+                wrong.append((before, total, after, stats))
+    finally:
+        stop.set()
+        thread.join(10)
+        sys.setswitchinterval(interval)
+        processor.shutdown_within(0.5)  # held batches wait out a backoff: then dropped
+    assert reads > 50
+    assert not wrong, f"{len(wrong)} of {reads} reads: {wrong[:3]}"
+    final = processor.stats()
+    assert final.exported + final.dropped + final.failed == ended
+    assert final.exported
+    assert final.failed

@@ -14,8 +14,10 @@ report a loss since the previous one by returning ``False``.
 from __future__ import annotations
 
 import logging
+import operator
 import os
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Sequence
@@ -132,6 +134,35 @@ class _Marker:
 
 
 _CONTROL: tuple[type, ...] = (_Marker,)
+_READ_TRIES = 50  # stats(): consistent reads attempted, the later ones after a short wait
+_READ_WAIT_S = 0.0001
+
+
+class Moves:
+    """A count that is odd while the worker moves spans from one counter to another.
+
+    The worker thread wraps each move (queue to in flight, in flight to
+    exported) in ``with moves:``; a reader on another thread reads the
+    counters between two equal even values of :attr:`value`, so a batch is
+    never missed or counted twice (a seqlock: the worker never waits for a
+    reader). Nested moves count once.
+    """
+
+    __slots__ = ("_depth", "value")
+
+    def __init__(self) -> None:
+        self.value = 0
+        self._depth = 0
+
+    def __enter__(self) -> None:
+        if not self._depth:
+            self.value += 1
+        self._depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self._depth -= 1
+        if not self._depth:
+            self.value += 1
 
 
 class QueuedSpanProcessor(SpanProcessor):
@@ -184,6 +215,7 @@ class QueuedSpanProcessor(SpanProcessor):
         self._loss_seen = 0  # dropped + failed when flush()/shutdown() last reported
         self._restarts = 0
         self._stopped = False  # the worker finished its last drain
+        self._moves = Moves()  # odd while the worker moves spans between the counters
         self._marker_lock = threading.Lock()
         self._drop_lock = threading.Lock()
         reinit_at_fork(self._marker_lock, self._drop_lock)
@@ -349,19 +381,46 @@ class QueuedSpanProcessor(SpanProcessor):
         """Current counters: spans only (flush markers and track notices are not counted).
 
         Spans abandoned with a stuck exporter at shutdown, and spans left in
-        the queue after the worker's last drain, count as dropped.
+        the queue after the worker's last drain, count as dropped. The
+        counters are read together, never in the middle of the worker moving
+        a batch, so every span ended before the call is counted exactly once.
         """
-        queued = self._queued_spans()
-        in_flight = self._in_flight
-        dropped = self._dropped
+        return self._stats(*self._snapshot())
+
+    _counted = operator.attrgetter("_in_flight", "_dropped", "_exported", "_failed")
+    """The counters :meth:`_snapshot` reads (a subclass adds its own after these)."""
+
+    def _snapshot(self) -> tuple[list[Any], tuple[int, ...]]:
+        """The queue's items and the :attr:`_counted` counters, read between two moves.
+
+        Each read is one C call, so no move can happen inside it, only
+        between them: then it is read again, after a short wait when a move
+        is under way (the interpreter lock goes to the worker meanwhile).
+        Never blocks: after :data:`_READ_TRIES` tries the last read is taken.
+        """
+        moves, queue, counted = self._moves, self._queue, self._counted
+        for attempt in range(_READ_TRIES):
+            before = moves.value
+            if not before & 1:
+                items = list(queue)
+                values = counted(self)
+                if moves.value == before:
+                    return items, values
+            if attempt:
+                time.sleep(_READ_WAIT_S)
+        return list(queue), counted(self)  # pragma: no cover - a worker moving for 5 ms
+
+    def _stats(self, items: list[Any], values: tuple[int, ...]) -> ExportStats:
+        """:meth:`stats` from a snapshot."""
+        in_flight, dropped, exported, failed = values[:4]
+        control = self._control_types
+        queued = sum(1 for item in items if item.__class__ not in control)
         if self._abandoned:
             dropped += queued + in_flight
         elif self._stopped or (self._closing and not self._thread.is_alive()):
             dropped += queued  # ended in the instant the worker finished: never exported
         lost = getattr(self._sink, "lost", 0)
-        return ExportStats(
-            self.name, self._exported, dropped, self._failed, queued, in_flight, lost
-        )
+        return ExportStats(self.name, exported, dropped, failed, queued, in_flight, lost)
 
     def counts(self) -> tuple[int, int, int]:
         """``(exported, dropped, failed)`` as :meth:`stats` gives them (any thread).
@@ -374,14 +433,6 @@ class QueuedSpanProcessor(SpanProcessor):
             stats = self.stats()
             return stats.exported, stats.dropped, stats.failed
         return self._exported, self._dropped, self._failed
-
-    def _queued_spans(self) -> int:
-        try:
-            items = list(self._queue)
-        except RuntimeError:  # pragma: no cover - list() of a deque does not release the GIL
-            return len(self._queue)
-        control = self._control_types
-        return sum(1 for item in items if item.__class__ not in control)
 
     _control_types: tuple[type, ...] = _CONTROL
     """Queue items that are not spans (a subclass adds its own)."""
@@ -423,19 +474,23 @@ class QueuedSpanProcessor(SpanProcessor):
             if backlog >= 2 * size and getattr(self._sink, "any_batch_size", False) is True:
                 size *= 2
             count = min(backlog, size)
-            # Read after the length: a marker counted in *count* was counted here first.
-            if not self._markers:  # no flush waiting: take the items in bulk
-                popleft = queue.popleft
-                self._export([popleft() for _ in range(count)])
-                continue
-            batch: list[Any] = []
+            batch: list[Any]
             markers: list[_Marker] = []
-            for _ in range(count):
-                item = queue.popleft()
-                if item.__class__ is _Marker:
-                    markers.append(item)
-                    break  # export what precedes the marker before honouring it
-                batch.append(item)
+            with self._moves:  # the items leave the queue and are in flight at once
+                # Read after the length: a marker counted in *count* was counted here first.
+                if not self._markers:  # no flush waiting: take the items in bulk
+                    popleft = queue.popleft
+                    batch = [popleft() for _ in range(count)]
+                else:
+                    batch = []
+                    for _ in range(count):
+                        item = queue.popleft()
+                        if item.__class__ is _Marker:
+                            markers.append(item)
+                            break  # export what precedes the marker before honouring it
+                        batch.append(item)
+                control = self._control_types
+                self._in_flight = sum(1 for item in batch if item.__class__ not in control)
             if batch:
                 self._export(batch)
             if markers:
@@ -450,17 +505,16 @@ class QueuedSpanProcessor(SpanProcessor):
         self._handoff.caught_up()
 
     def _export(self, batch: list[Any]) -> None:
-        control = self._control_types
-        spans = sum(1 for item in batch if item.__class__ not in control)
-        self._in_flight = spans
+        """Hand *batch* (its spans counted in flight) to the sink and count the outcome."""
         try:
             exported, failed = self._sink.export(batch)
         except BaseException as exc:  # SystemExit from an exporter must not end the worker
-            exported, failed = 0, spans
+            exported, failed = 0, self._in_flight
             self._report(exc, "export")
-        self._failed += failed
-        self._exported += exported
-        self._in_flight = 0
+        with self._moves:
+            self._failed += failed
+            self._exported += exported
+            self._in_flight = 0
         self._handoff.ran()  # a batch done: the sleeps given during it helped
         if failed and not self._warned_failure:
             self._warned_failure = True
@@ -489,6 +543,7 @@ class QueuedSpanProcessor(SpanProcessor):
         self._queue = deque()
         self._markers = 0  # (the locks are made new by _forksafe)
         self._in_flight = 0
+        self._moves = Moves()  # a fork in the middle of a move leaves it odd
         self._stopped = True
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import operator
 import random
 import threading
 import time
@@ -162,17 +163,19 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
                 handoff.ran()  # as the base class: the hand-off sees the worker take work
                 count = min(len(queue), self._batch_size)
                 marker: _Marker | None = None
-                if not self._markers:  # no flush waiting: take the items in bulk
-                    popleft = queue.popleft
-                    batch = [popleft() for _ in range(count)]
-                else:
-                    batch = []
-                    for _ in range(count):
-                        item = queue.popleft()
-                        if item.__class__ is _Marker:
-                            marker = item
-                            break
-                        batch.append(item)
+                with self._moves:  # the spans leave the queue and are in flight at once
+                    if not self._markers:  # no flush waiting: take the items in bulk
+                        popleft = queue.popleft
+                        batch = [popleft() for _ in range(count)]
+                    else:
+                        batch = []
+                        for _ in range(count):
+                            item = queue.popleft()
+                            if item.__class__ is _Marker:
+                                marker = item
+                                break
+                            batch.append(item)
+                    self._in_flight = len(batch)
                 if batch:
                     self._submit(batch)
                 if marker is not None:
@@ -187,19 +190,27 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
                 return
 
     def _submit(self, batch: list[Any]) -> None:
+        """Send *batch* (counted in flight), or hold it behind what is held already."""
         ready = self._ready(batch)
         if not ready:
             return
         if self._pending:  # an outage: wait in line behind what is held
-            self._hold(_Held(ready, self._size(ready), 0))
+            waiting = _Held(ready, self._size(ready), 0)
+            with self._moves:
+                self._in_flight = 0
+                self._hold(waiting)
             return
-        self._in_flight = len(ready)
-        try:
-            ok = self._send(ready)
-        finally:
+        ok = self._send(ready)
+        held = _Held(ready, self._size(ready), 1) if ok is False else None
+        with self._moves:
             self._in_flight = 0
-        if ok is False:
-            self._hold(_Held(ready, self._size(ready), 1))
+            if held is not None:
+                self._hold(held)
+            elif ok:
+                self._exported += len(ready)
+            else:  # it raised: given up
+                self._failed += len(ready)
+        if held is not None:
             self._schedule_retry()
 
     def _ready(self, batch: list[Any]) -> list[Any]:
@@ -211,7 +222,9 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
             try:
                 ready.append(convert(span))
             except Exception as exc:
-                self._failed += 1
+                with self._moves:
+                    self._failed += 1
+                    self._in_flight -= 1
                 self._report(exc, "conversion")
         return ready
 
@@ -228,17 +241,25 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
         return total
 
     def _send(self, spans: list[Any]) -> bool | None:
-        """One attempt: ``True`` delivered, ``False`` to retry, ``None`` given up (it raised)."""
+        """One attempt: ``True`` delivered, ``False`` to retry, ``None`` given up (it raised).
+
+        The caller counts the outcome, in one move with where the spans were.
+        """
         try:
             result = self._exporter.export(spans)
         except BaseException as exc:  # SystemExit from an exporter must not end the worker
-            self._failed += len(spans)
             self._report(exc, "export")
             return None
-        if getattr(result, "name", "SUCCESS") == "FAILURE":
-            return False
-        self._exported += len(spans)
-        return True
+        return getattr(result, "name", "SUCCESS") != "FAILURE"
+
+    def _resolve(self, held: _Held, delivered: bool) -> None:
+        """A held batch leaves the buffer: exported, or failed (given up)."""
+        with self._moves:
+            self._release(held)
+            if delivered:
+                self._exported += len(held.spans)
+            else:
+                self._failed += len(held.spans)
 
     def _retry_one(self) -> bool:
         """Resolve the oldest held item if it is due; whether there may be more to do now."""
@@ -258,13 +279,12 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
         if ok is False:
             head.attempts += 1
             if head.attempts > PROBE_AFTER and self._probe_next():
-                self._release(head)  # the backend is up and refuses this batch: give it up
-                self._failed += len(head.spans)
+                self._resolve(head, False)  # the backend is up and refuses this batch
                 self._failures = 0
                 return True
             self._schedule_retry()
             return False
-        self._release(head)
+        self._resolve(head, ok is True)
         if self._failures:
             logger.info(
                 "asynctrace: exporter %r delivers again after %d failed attempts",
@@ -281,18 +301,19 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
         if second is None:
             return False
         self._retried += len(second.spans)
-        if self._send(second.spans) is False:
+        ok = self._send(second.spans)
+        if ok is False:
             second.attempts += 1
             return False
-        self._release(second)
+        self._resolve(second, ok is True)
         return True
 
-    def _release(self, held: _Held) -> None:
+    def _release(self, held: _Held) -> None:  # inside a move
         self._pending.remove(held)
         self._pending_spans -= len(held.spans)
         self._pending_bytes -= held.size
 
-    def _hold(self, held: _Held) -> None:
+    def _hold(self, held: _Held) -> None:  # inside a move
         self._pending.append(held)
         self._pending_spans += len(held.spans)
         self._pending_bytes += held.size
@@ -371,18 +392,23 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
             self._close_exporter()
         return ok
 
+    _counted = operator.attrgetter(
+        "_in_flight", "_dropped", "_exported", "_failed", "_pending_spans", "_retried"
+    )
+
     def stats(self) -> ExportStats:
-        """The base counters plus ``retried`` and ``buffered``.
+        """The base counters plus ``retried`` and ``buffered``, read together.
 
         Held spans that the worker gave up on at shutdown count as dropped.
         """
-        base = super().stats()
-        buffered = self._pending_spans
+        items, values = self._snapshot()
+        base = self._stats(items, values)
+        buffered, retried = values[4:]
         dropped = base.dropped
         if self._abandoned or self._stopped or (self._closing and not self._thread.is_alive()):
             dropped += buffered
             buffered = 0
-        return dataclasses.replace(base, dropped=dropped, retried=self._retried, buffered=buffered)
+        return dataclasses.replace(base, dropped=dropped, retried=retried, buffered=buffered)
 
     def _after_fork_in_child(self) -> None:
         super()._after_fork_in_child()
