@@ -1115,3 +1115,20 @@ def test_stats_count_every_span_once_while_the_worker_moves_batches(kind: str) -
     assert final.exported + final.dropped + final.failed == ended
     assert final.exported
     assert final.failed
+
+
+def test_a_batch_counts_its_spans_not_its_notices(tmp_path: Path) -> None:
+    """The worker counts a batch's spans in flight in one C pass when it holds none of
+    the queue's notices (flush markers, chrome track notices), item by item otherwise."""
+    from asynctrace.export._chrome_writer import NewTrack
+    from asynctrace.export._queue import _Marker
+    from asynctrace.export.chrome import ChromeTraceProcessor
+
+    processor = ChromeTraceProcessor(tmp_path / "t.jsonl")
+    try:
+        spans: list[Any] = [("a span",), object(), 3.0]
+        assert processor._spans_in(spans) == 3
+        assert processor._spans_in([*spans, NewTrack(7, "task: x"), 7, _Marker()]) == 3
+        assert processor._spans_in([]) == 0
+    finally:
+        assert processor.shutdown_within(5.0)

@@ -22,6 +22,7 @@ import weakref
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, Protocol
 
 from opentelemetry.context import Context
@@ -134,6 +135,14 @@ class _Marker:
 
 
 _CONTROL: tuple[type, ...] = (_Marker,)
+_popleft = deque.popleft
+
+
+def take(queue: deque[Any], count: int) -> list[Any]:
+    """The first *count* items of *queue* (it holds that many), taken in one C loop."""
+    return list(map(_popleft, repeat(queue, count)))
+
+
 _READ_TRIES = 50  # stats(): consistent reads attempted, the later ones after a short wait
 _READ_WAIT_S = 0.0001
 
@@ -216,6 +225,7 @@ class QueuedSpanProcessor(SpanProcessor):
         self._restarts = 0
         self._stopped = False  # the worker finished its last drain
         self._moves = Moves()  # odd while the worker moves spans between the counters
+        self._control_set = frozenset(self._control_types)
         self._marker_lock = threading.Lock()
         self._drop_lock = threading.Lock()
         reinit_at_fork(self._marker_lock, self._drop_lock)
@@ -436,7 +446,6 @@ class QueuedSpanProcessor(SpanProcessor):
 
     _control_types: tuple[type, ...] = _CONTROL
     """Queue items that are not spans (a subclass adds its own)."""
-
     # -- worker side ---------------------------------------------------------
 
     def _run(self) -> None:
@@ -479,8 +488,7 @@ class QueuedSpanProcessor(SpanProcessor):
             with self._moves:  # the items leave the queue and are in flight at once
                 # Read after the length: a marker counted in *count* was counted here first.
                 if not self._markers:  # no flush waiting: take the items in bulk
-                    popleft = queue.popleft
-                    batch = [popleft() for _ in range(count)]
+                    batch = take(queue, count)
                 else:
                     batch = []
                     for _ in range(count):
@@ -489,8 +497,7 @@ class QueuedSpanProcessor(SpanProcessor):
                             markers.append(item)
                             break  # export what precedes the marker before honouring it
                         batch.append(item)
-                control = self._control_types
-                self._in_flight = sum(1 for item in batch if item.__class__ not in control)
+                self._in_flight = self._spans_in(batch)
             if batch:
                 self._export(batch)
             if markers:
@@ -503,6 +510,13 @@ class QueuedSpanProcessor(SpanProcessor):
                         self._markers -= 1
                     marker.done.set()
         self._handoff.caught_up()
+
+    def _spans_in(self, batch: list[Any]) -> int:
+        """How many of *batch*'s items are spans (not flush markers or notices)."""
+        if self._control_set.isdisjoint(map(type, batch)):  # in C: the common case
+            return len(batch)
+        control = self._control_types
+        return sum(1 for item in batch if item.__class__ not in control)
 
     def _export(self, batch: list[Any]) -> None:
         """Hand *batch* (its spans counted in flight) to the sink and count the outcome."""

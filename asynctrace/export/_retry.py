@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._otlp_wire import EncodedSpan
-from ._queue import ExporterSink, ExportStats, QueuedSpanProcessor, _Marker
+from ._queue import ExporterSink, ExportStats, QueuedSpanProcessor, _Marker, take
 
 __all__ = ["RetryingSpanProcessor", "estimate_bytes"]
 
@@ -165,8 +165,7 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
                 marker: _Marker | None = None
                 with self._moves:  # the spans leave the queue and are in flight at once
                     if not self._markers:  # no flush waiting: take the items in bulk
-                        popleft = queue.popleft
-                        batch = [popleft() for _ in range(count)]
+                        batch = take(queue, count)
                     else:
                         batch = []
                         for _ in range(count):
