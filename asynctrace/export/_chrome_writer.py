@@ -157,7 +157,9 @@ class ChromeWriter:
         max_len = self._max_len
         event_limits = self._event_limits
         child_args, root_args = self._arg_types[True], self._arg_types[False]
-        line: Any = None
+        line: Any = None  # the primary track of the owner of the last fast-provider span
+        ends: list[int] = []  # its top-level intervals' ends, and its two lists' appends
+        add_start = add_end = ends.append
         span_types = SPAN_TYPES
         last_trace, last_trace_hex = self._last_trace_id, self._last_trace_hex
         last_parent, last_parent_hex = 0, ""
@@ -177,14 +179,17 @@ class ChromeWriter:
                         last_tid = owners.get(id(owner)) or self._owner_track(owner)
                         last_owner = owner
                         line = primary.get(last_tid)  # a primary track lives as long as its owner
+                        if line is not None:  # its lists change in place only: kept at hand
+                            ends = line.ends
+                            add_start, add_end = line.starts.append, ends.append
                     start = item._start // 1000
                     end = item._end // 1000
                     if end < start:
                         end = start
-                    if line is not None and (not line.ends or line.ends[-1] <= start):
-                        line.starts.append(start)  # TrackAssigner.place's common case, inline
-                        line.ends.append(end)
-                        if len(line.ends) > most:
+                    if line is not None and (not ends or ends[-1] <= start):
+                        add_start(start)  # TrackAssigner.place's common case, inline
+                        add_end(end)
+                        if len(ends) > most:
                             line.compact()
                         track = last_tid
                     else:
@@ -247,12 +252,12 @@ class ChromeWriter:
                 if dur < 0:
                     dur = 0
                 end = start + dur
-                line = primary.get(tid)
-                if line is not None and (not line.ends or line.ends[-1] <= start):
-                    line.starts.append(start)  # TrackAssigner.place's common case, inline
-                    line.ends.append(end)
-                    if len(line.ends) > most:
-                        line.compact()
+                sdk_line = primary.get(tid)  # not `line`: that one is the last fast span's
+                if sdk_line is not None and (not sdk_line.ends or sdk_line.ends[-1] <= start):
+                    sdk_line.starts.append(start)  # TrackAssigner.place's common case, inline
+                    sdk_line.ends.append(end)
+                    if len(sdk_line.ends) > most:
+                        sdk_line.compact()
                     track = tid
                 else:
                     track = place(tid, start, end)

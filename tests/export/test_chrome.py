@@ -507,3 +507,27 @@ def test_sdk_fast_path_matches_the_public_properties() -> None:
     tids = {finished.context.span_id: 3}
     assert span_fields(finished, dict(tids), tid)[-1] == 3
     assert _public_fields(finished, dict(tids), tid)[-1] == 3
+
+
+def test_a_batch_mixing_providers_places_each_span_on_its_own_track(tmp_path: Path) -> None:
+    """A fast-provider span after an SDK span in one batch is checked against its own
+    track, not the SDK span's (the writer used to keep the SDK span's track at hand, and
+    a span that partly overlaps its predecessor stayed on the same track)."""
+    from asynctrace._fast import FastTracerProvider
+    from asynctrace.export._chrome_writer import ChromeWriter, NewTrack
+
+    provider = FastTracerProvider()
+    provider._wants_owner = True
+    tracer = provider.get_tracer("mixed")
+    first = tracer.start_span("first", start_time=1_000_000)
+    first.end(end_time=100_000_000)  # [1 ms, 100 ms]
+    late = tracer.start_span("late", start_time=50_000_000)
+    late.end(end_time=150_000_000)  # [50 ms, 150 ms]: partly over "first", same task
+    sdk = ("sdk", 7, 9, 0, 1_000_000, 10_000_000, None, None, None, None, "sdk", None, 40)
+    writer = ChromeWriter(tmp_path / "t.jsonl", {}, itertools.count(1).__next__)
+    writer.export([first, NewTrack(40, "thread: sdk"), sdk, late])
+    writer.shutdown()
+    events = read_chrome_trace(tmp_path / "t.jsonl").complete_events()
+    tids = {event["name"]: event["tid"] for event in events}
+    assert tids["sdk"] == 40
+    assert tids["late"] != tids["first"]  # an overflow track: the two do not nest
