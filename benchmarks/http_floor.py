@@ -7,14 +7,19 @@ GETs, each variant's requests alternating with the plain client's in one
 event loop; the ratio of median times, and of the client's CPU per request).
 The variants are: a middleware that does nothing; one that sets a constant
 ``traceparent``; one that starts and ends an unsampled SDK span; one with a
-sampled SDK span and no header; the floor (that span plus its header); and
-asynctrace, recorded and with ``per_prompt`` off. A
-reference script: it has no target and always exits 0.
+sampled SDK span and no header; the floor (that span plus its header);
+asynctrace's parts on its fast provider (the carrier of the current span,
+not sent; a span started, its ``traceparent`` set and the span ended before
+the request goes out); and asynctrace, recorded and with ``per_prompt`` off.
+As ``bench_http.py``, the client and the server run on cores of their own
+(``--no-pin``: left to the scheduler). A reference script: it has no target
+and always exits 0.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +32,8 @@ from opentelemetry.trace import SpanKind
 import asynctrace as at
 
 sys.path.insert(0, str(Path(__file__).parent))
+import bench_http
+from _http_server import fast_provider
 from bench_http import _floor, _ours, measure, provider, report, server
 
 Setup = tuple[dict[str, Any], Callable[[], None]]
@@ -67,11 +74,39 @@ def _span(sampled: bool) -> Setup:
     return _with(span_only)
 
 
+def _carrier_only() -> Setup:
+    at.enable_telemetry(fast_provider(), span_groups="job,per_prompt")
+
+    async def carrier(request: Any, handler: Any) -> Any:
+        at.current_trace_carrier()  # made, not sent
+        return await handler(request)
+
+    return {"middlewares": (carrier,)}, at.disable_telemetry
+
+
+def _fast_span_and_header() -> Setup:
+    at.enable_telemetry(fast_provider(), span_groups="job,per_prompt")
+
+    async def span_and_header(request: Any, handler: Any) -> Any:
+        span = at.start_span("per_prompt", request.method, kind=SpanKind.CLIENT)
+        request.headers.update(at.span_carrier(span))
+        at.end_span(span)
+        return await handler(request)
+
+    return {"middlewares": (span_and_header,)}, at.disable_telemetry
+
+
 def main() -> int:
     """Measure and print the ratios."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--no-pin", action="store_true", help="leave cores to the scheduler")
     args = parser.parse_args()
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_setaffinity") else []
+    if not args.no_pin and len(cores) >= 2:  # as bench_http.py: the client, the servers
+        os.sched_setaffinity(0, {cores[0]})
+        bench_http.SERVER_CORE[0] = cores[1]
+        bench_http.PIN = True
     with server("aiohttp") as url:
         variants: dict[str, Callable[[], Setup]] = {
             "middleware doing nothing": _noop,
@@ -79,6 +114,8 @@ def main() -> int:
             "unsampled SDK span": lambda: _span(False),
             "sampled SDK span, no header": lambda: _span(True),
             "floor: span + traceparent": _floor,
+            "asynctrace: the current carrier, not sent": _carrier_only,
+            "asynctrace: fast span + its traceparent": _fast_span_and_header,
             "asynctrace, span recorded": lambda: _ours("job,per_prompt"),
             "asynctrace, per_prompt off": lambda: _ours("job"),
         }
