@@ -1132,3 +1132,51 @@ def test_a_batch_counts_its_spans_not_its_notices(tmp_path: Path) -> None:
         assert processor._spans_in([]) == 0
     finally:
         assert processor.shutdown_within(5.0)
+
+
+class _Refuses:
+    """An OTLP-like exporter that refuses every batch (each is held for retry)."""
+
+    def export(self, batch: list[Any]) -> Any:
+        return SpanExportResult.FAILURE
+
+    def force_flush(self, timeout_millis: int = 0) -> bool:
+        return True
+
+    def shutdown(self) -> None:
+        pass
+
+
+def test_a_sigterm_handler_counts_trimmed_spans_while_a_producer_holds_the_drop_lock() -> None:
+    """The retry buffer's trim never waits for a lock inside a move: a SIGTERM handler
+    that interrupted a producer dropping spans (holding the drop lock) reads every span,
+    at once (the trim used to wait for that lock with the move open: the handler's reads
+    all failed and its last read missed the trimmed spans)."""
+    from asynctrace.export._retry import RetryingSpanProcessor
+
+    processor = RetryingSpanProcessor(
+        _Refuses(), name="otlp", max_export_batch_size=4, schedule_delay_millis=1, buffer_spans=4
+    )
+    for item in range(4):
+        processor.on_end(item)  # type: ignore[arg-type]  # held: the buffer is full
+    deadline = time.monotonic() + 5
+    while processor.stats().buffered != 4 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    seen: list[Any] = []
+    old = signal.signal(signal.SIGTERM, lambda *_: seen.append(processor.stats()))
+    try:
+        with processor._drop_lock:  # where the signal lands: inside a producer's _drop()
+            for item in range(4, 8):
+                processor.on_end(item)  # type: ignore[arg-type]  # held behind: trimmed
+            time.sleep(0.05)  # the worker takes the batch and trims the buffer
+            signal.raise_signal(signal.SIGTERM)
+        (stats,) = seen
+        total = (
+            stats.exported + stats.dropped + stats.failed + stats.queued
+            + stats.in_flight + stats.buffered
+        )  # fmt: skip
+        assert total == 8, stats
+        assert stats.dropped == 4
+    finally:
+        signal.signal(signal.SIGTERM, old)
+        processor.shutdown_within(0.2)

@@ -393,7 +393,9 @@ class QueuedSpanProcessor(SpanProcessor):
         Spans abandoned with a stuck exporter at shutdown, and spans left in
         the queue after the worker's last drain, count as dropped. The
         counters are read together, never in the middle of the worker moving
-        a batch, so every span ended before the call is counted exactly once.
+        a batch, so while the worker runs every span ended before the call is
+        counted exactly once (once abandoned, queued and in-flight spans are
+        also counted as dropped).
         """
         return self._stats(*self._snapshot())
 

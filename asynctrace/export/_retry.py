@@ -119,6 +119,7 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
         self._buffer_bytes = buffer_bytes
         self._pending: deque[_Held | _Marker] = deque()
         self._pending_spans = 0
+        self._trimmed = 0  # held spans the full buffer dropped (the worker's own count: no lock)
         self._pending_bytes = 0
         self._retried = 0
         self._failures = 0  # consecutive failed attempts
@@ -333,8 +334,7 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
             self._pending_bytes -= size
             if not oldest.spans:
                 self._pending.remove(oldest)
-            with self._drop_lock:
-                self._dropped += count
+            self._trimmed += count  # inside a move: never wait for a lock a reader may hold
             if not self._warned_overflow:
                 self._warned_overflow = True
                 logger.warning(
@@ -392,7 +392,7 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
         return ok
 
     _counted = operator.attrgetter(
-        "_in_flight", "_dropped", "_exported", "_failed", "_pending_spans", "_retried"
+        "_in_flight", "_dropped", "_exported", "_failed", "_pending_spans", "_retried", "_trimmed"
     )
 
     def stats(self) -> ExportStats:
@@ -402,12 +402,19 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
         """
         items, values = self._snapshot()
         base = self._stats(items, values)
-        buffered, retried = values[4:]
-        dropped = base.dropped
+        buffered, retried, trimmed = values[4:]
+        dropped = base.dropped + trimmed
         if self._abandoned or self._stopped or (self._closing and not self._thread.is_alive()):
             dropped += buffered
             buffered = 0
         return dataclasses.replace(base, dropped=dropped, retried=retried, buffered=buffered)
+
+    def counts(self) -> tuple[int, int, int]:
+        """As the base class, with the spans the full buffer dropped."""
+        exported, dropped, failed = super().counts()
+        if self._abandoned or self._stopped or self._closing:  # from stats(): counted there
+            return exported, dropped, failed
+        return exported, dropped + self._trimmed, failed
 
     def _after_fork_in_child(self) -> None:
         super()._after_fork_in_child()
