@@ -154,24 +154,19 @@ class Moves:
     exported) in ``with moves:``; a reader on another thread reads the
     counters between two equal even values of :attr:`value`, so a batch is
     never missed or counted twice (a seqlock: the worker never waits for a
-    reader). Nested moves count once.
+    reader). Moves do not nest.
     """
 
-    __slots__ = ("_depth", "value")
+    __slots__ = ("value",)
 
     def __init__(self) -> None:
         self.value = 0
-        self._depth = 0
 
     def __enter__(self) -> None:
-        if not self._depth:
-            self.value += 1
-        self._depth += 1
+        self.value += 1
 
     def __exit__(self, *exc: object) -> None:
-        self._depth -= 1
-        if not self._depth:
-            self.value += 1
+        self.value += 1
 
 
 class QueuedSpanProcessor(SpanProcessor):
@@ -448,6 +443,7 @@ class QueuedSpanProcessor(SpanProcessor):
 
     _control_types: tuple[type, ...] = _CONTROL
     """Queue items that are not spans (a subclass adds its own)."""
+
     # -- worker side ---------------------------------------------------------
 
     def _run(self) -> None:
@@ -484,34 +480,41 @@ class QueuedSpanProcessor(SpanProcessor):
             # Asked of the sink it has now: the live rollup wraps the writer after start.
             if backlog >= 2 * size and getattr(self._sink, "any_batch_size", False) is True:
                 size *= 2
-            count = min(backlog, size)
-            batch: list[Any]
-            markers: list[_Marker] = []
-            with self._moves:  # the items leave the queue and are in flight at once
-                # Read after the length: a marker counted in *count* was counted here first.
-                if not self._markers:  # no flush waiting: take the items in bulk
-                    batch = take(queue, count)
-                else:
-                    batch = []
-                    for _ in range(count):
-                        item = queue.popleft()
-                        if item.__class__ is _Marker:
-                            markers.append(item)
-                            break  # export what precedes the marker before honouring it
-                        batch.append(item)
-                self._in_flight = self._spans_in(batch)
+            batch, marker = self._take(min(backlog, size))
             if batch:
                 self._export(batch)
-            if markers:
+            if marker is not None:
                 try:
                     self._sink.flush()
                 except BaseException as exc:
                     self._report(exc, "flush")
-                for marker in markers:
-                    with self._marker_lock:
-                        self._markers -= 1
-                    marker.done.set()
+                with self._marker_lock:
+                    self._markers -= 1
+                marker.done.set()
         self._handoff.caught_up()
+
+    def _take(self, count: int) -> tuple[list[Any], _Marker | None]:
+        """Up to *count* items from the queue, ending at a flush marker (returned apart).
+
+        The items' spans are counted in flight in the same move that takes them.
+        The length *count* was read before :attr:`_markers`: a marker counted in
+        it was counted there first.
+        """
+        queue = self._queue
+        marker: _Marker | None = None
+        with self._moves:
+            if not self._markers:  # no flush waiting: take the items in bulk
+                batch = take(queue, count)
+            else:
+                batch = []
+                for _ in range(count):
+                    item = queue.popleft()
+                    if item.__class__ is _Marker:
+                        marker = item
+                        break  # export what precedes the marker before honouring it
+                    batch.append(item)
+            self._in_flight = self._spans_in(batch)
+        return batch, marker
 
     def _spans_in(self, batch: list[Any]) -> int:
         """How many of *batch*'s items are spans (not flush markers or notices)."""

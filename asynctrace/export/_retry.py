@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._otlp_wire import EncodedSpan
-from ._queue import ExporterSink, ExportStats, QueuedSpanProcessor, _Marker, take
+from ._queue import ExporterSink, ExportStats, QueuedSpanProcessor, _Marker
 
 __all__ = ["RetryingSpanProcessor", "estimate_bytes"]
 
@@ -162,20 +162,7 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
         while not self._abandoned:
             while queue and not self._abandoned:
                 handoff.ran()  # as the base class: the hand-off sees the worker take work
-                count = min(len(queue), self._batch_size)
-                marker: _Marker | None = None
-                with self._moves:  # the spans leave the queue and are in flight at once
-                    if not self._markers:  # no flush waiting: take the items in bulk
-                        batch = take(queue, count)
-                    else:
-                        batch = []
-                        for _ in range(count):
-                            item = queue.popleft()
-                            if item.__class__ is _Marker:
-                                marker = item
-                                break
-                            batch.append(item)
-                    self._in_flight = len(batch)
+                batch, marker = self._take(min(len(queue), self._batch_size))
                 if batch:
                     self._submit(batch)
                 if marker is not None:
