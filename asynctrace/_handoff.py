@@ -32,7 +32,11 @@ however long it goes without taking work: a worker busy with one large batch
 starved for the lock, not blocked, and keeps getting it. A round of
 ``TRIES`` sleeps it never ran in says it waits on its exporter: the next
 round waits for 1, 2, 4, ... 64 batches taken, since on a machine with more
-runnable threads than cores a sleep can cost the loop a scheduler slice.
+runnable threads than cores a sleep can cost the loop a scheduler slice. A
+sleep that comes back late (``COSTLY_S``) with no worker of the process
+having run in it (their CPU clocks, read together) ends its round at once: a
+thread of the program took the lock, and a busy one keeps it for a whole
+switch interval, which the loop would pay at every further sleep.
 """
 
 from __future__ import annotations
@@ -41,13 +45,16 @@ import threading
 import time
 from typing import Final
 
-__all__ = ["HANDOFF_S", "TRIES", "Handoff"]
+__all__ = ["COSTLY_S", "HANDOFF_S", "TRIES", "Handoff"]
 
 HANDOFF_S: Final = 0.0002
 """How long the ending thread sleeps: a woken thread takes the lock well within it."""
 
 TRIES: Final = 4
 """Sleeps given in a row to a worker that takes no work before it is left alone."""
+
+COSTLY_S: Final = 0.001
+"""A sleep back later than this, no worker having run in it, ends its round."""
 
 _MAX_BACKOFF: Final = 64  # batches sat out after fruitless rounds, at most
 
@@ -69,6 +76,21 @@ def _cpu(clock: int | None) -> float | None:
         return time.clock_gettime(clock)
     except OSError:  # the thread is gone
         return None
+
+
+_CLOCKS: dict[int, int] = {}  # every attached worker's CPU clock, by its thread's ident
+
+
+def _workers_cpu() -> float:
+    """The CPU time of every worker attached in this process, together."""
+    total = 0.0
+    for ident, clock in tuple(_CLOCKS.items()):
+        used = _cpu(clock)
+        if used is None:
+            _CLOCKS.pop(ident, None)
+        else:
+            total += used
+    return total
 
 
 class Handoff:
@@ -109,6 +131,8 @@ class Handoff:
         """The worker calls this first, on its own thread: its CPU clock shows
         whether a sleep let it run (a restarted worker calls it again)."""
         self._clock = _own_cpu_clock()
+        if self._clock is not None:
+            _CLOCKS[threading.get_ident()] = self._clock
 
     def ran(self) -> None:
         """The worker calls this when it takes work (it holds the lock then)."""
@@ -161,18 +185,25 @@ class Handoff:
         self._tries += 1
         clock = self._clock
         before = _cpu(clock)
+        workers = _workers_cpu() if before is not None else 0.0
         time.sleep(HANDOFF_S)
         if before is not None:
             after = _cpu(clock)
             if after is not None and after > before:  # it ran: it needs the lock
                 self._tries = 0
                 self._backoff = 1
-            elif self._tries >= TRIES:
+            elif self._tries >= TRIES or (
+                time.monotonic() - now > COSTLY_S and _workers_cpu() <= workers
+            ):
                 # A round in which it never ran: it waits on its exporter (a slow
                 # collector), and a sleep only costs the loop, which on a machine with
                 # more runnable threads than cores may not get its core back for a
-                # scheduler slice (7 ms seen). The next round waits for 1, 2, 4 ... 64
-                # batches taken; one sleep it runs in resets that.
+                # scheduler slice (7 ms seen). A sleep that came back late with no
+                # worker having run in it ends the round at once: a thread of the
+                # program took the lock (a busy one keeps it a whole switch interval,
+                # 5 ms) or another process the core. The next round waits for 1, 2,
+                # 4 ... 64 batches taken; one sleep it runs in resets that.
+                self._tries = TRIES
                 self._skip = self._backoff
                 self._backoff = min(2 * self._backoff, _MAX_BACKOFF)
         return True

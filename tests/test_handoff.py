@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 import asynctrace as at
-from asynctrace import _session_tracer
-from asynctrace._handoff import TRIES, Handoff
+from asynctrace import _handoff, _session_tracer
+from asynctrace._handoff import COSTLY_S, TRIES, Handoff
 from asynctrace.export import read_chrome_trace
 
 RATE = 5_000  # spans a second: a modest rate, from a loop that is busy all the time
@@ -119,13 +119,19 @@ def test_a_handoff_goes_only_to_a_starved_worker_at_most_once_a_millisecond() ->
         worker.join()
 
 
-def test_a_worker_that_waits_for_something_else_is_left_alone() -> None:
+def test_a_worker_that_waits_for_something_else_is_left_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A worker blocked in its exporter takes no work however often it gets the lock.
 
     The loop sleeps TRIES times in a row for it, then not until it takes work
-    again (its CPU clock, read where the platform allows, shows it idle).
+    again (its CPU clock, read where the platform allows, shows it idle). A
+    sleep that comes back late ends a round sooner (its own test); on a loaded
+    machine any sleep may, so that rule is off here.
     """
     import threading
+
+    monkeypatch.setattr(_handoff, "COSTLY_S", float("inf"))
 
     handoff = Handoff(0.05)
     stop = threading.Event()
@@ -169,6 +175,54 @@ def test_a_worker_that_waits_for_something_else_is_left_alone() -> None:
         worker.join()
 
 
+@pytest.mark.skipif(
+    not hasattr(time, "pthread_getcpuclockid"), reason="needs the worker's CPU clock"
+)
+def test_a_sleep_a_busy_program_thread_takes_ends_the_round() -> None:
+    """Another thread took the lock in the sleep and the worker never ran: no more sleeps.
+
+    A busy thread of the program keeps the lock a whole switch interval once it
+    has it, so each further sleep would cost the loop 5 ms for nothing.
+    """
+    import threading
+
+    handoff = Handoff(0.05)
+    stop = threading.Event()
+    attached = threading.Event()
+
+    def blocked() -> None:  # an exporter that does not return
+        handoff.attach()
+        attached.set()
+        stop.wait()
+
+    def busy() -> None:  # the program's Python work on a thread of its own
+        while not stop.is_set():
+            sum(range(2_000))
+
+    worker = threading.Thread(target=blocked)
+    program = threading.Thread(target=busy)
+    worker.start()
+    try:
+        assert attached.wait(5)
+        time.sleep(0.01)
+        program.start()
+        handoff.ran()
+        given, took = [], []
+        deadline = time.monotonic() + 0.05
+        while time.monotonic() < deadline:
+            began = time.monotonic()
+            given.append(handoff.offer(worker, urgent=True))
+            took.append(time.monotonic() - began)
+            time.sleep(0.0012)
+        assert took[0] > COSTLY_S  # the program's thread kept the lock
+        assert sum(given) == 1, (given, took)
+    finally:
+        stop.set()
+        worker.join()
+        if program.ident is not None:
+            program.join()
+
+
 def test_a_blocked_exporter_costs_the_loop_a_few_sleeps(monkeypatch: pytest.MonkeyPatch) -> None:
     """An exporter blocked for the whole run: the loop ending spans sleeps TRIES times.
 
@@ -209,6 +263,7 @@ def test_a_blocked_exporter_costs_the_loop_a_few_sleeps(monkeypatch: pytest.Monk
         }
     )
     try:
+        monkeypatch.setattr(_handoff, "COSTLY_S", float("inf"))  # TRIES is counted here
         monkeypatch.setattr(time, "sleep", counted)
         began = time.perf_counter()
         while time.perf_counter() - began < 0.1:  # 100 ms of spans, the queue full
@@ -284,7 +339,9 @@ def test_the_session_writer_is_offered_the_lock_outside_the_tracers_lock(
 @pytest.mark.skipif(
     not hasattr(time, "pthread_getcpuclockid"), reason="no per-thread CPU clock here"
 )
-def test_a_worker_busy_within_one_batch_keeps_getting_the_lock() -> None:
+def test_a_worker_busy_within_one_batch_keeps_getting_the_lock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A worker that takes no new work but runs in each sleep is starved, not blocked.
 
     It needs the lock for one long batch (an export that gives the lock up many
@@ -292,6 +349,7 @@ def test_a_worker_busy_within_one_batch_keeps_getting_the_lock() -> None:
     """
     import threading
 
+    monkeypatch.setattr(_handoff, "COSTLY_S", float("inf"))  # as in the test above
     handoff = Handoff(0.05)
     stop = threading.Event()
     attached = threading.Event()

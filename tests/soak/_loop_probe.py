@@ -5,20 +5,27 @@ is: the stall, the time the loop did not run a callback that was due. A
 watchdog thread reads every thread's CPU clock every millisecond and, while a
 wake-up is overdue, samples the loop thread's stack.
 
-A stall is attributed in two steps. If the loop thread itself used at least
-half of the stall's time on the CPU, it was running code, and the samples
+A stall is attributed in two steps. A sample in a hand-off's sleep
+(``asynctrace._handoff``, the lock given to a starved export thread on
+purpose) while the loop thread was mostly off the CPU makes it a yield: the
+loop waited to get the lock back. Otherwise, if the loop thread itself used
+at least half of the stall's time on the CPU, it was running code, and the samples
 say whose: the innermost frame outside the standard library is telemetry's
 (asynctrace, OpenTelemetry, the integrations) or the program's. If it did
 not, it was waiting: on a lock in telemetry's code (more than one sample says so), or
 for the GIL or a CPU. Then the threads that ran during the stall say who held
 it: telemetry's threads (``asynctrace-*``) when they used the most CPU and at
 least half the stall, else the program's; when no thread of the process ran
-that much, the machine was busy with other processes (``machine``).
+that much, the machine was busy with other processes (``machine``). A
+garbage collection on the loop thread (``gc.callbacks``) that took half the
+stall or more makes it the collector's (``gc``): it walks the whole heap,
+whoever allocated the object that set it off.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import sys
 import sysconfig
@@ -29,6 +36,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 
 import asynctrace
+from asynctrace._handoff import Handoff
 
 PERIOD_S = 0.001
 SAMPLE_AFTER_S = 0.0015  # sample the loop thread once a wake-up is this late
@@ -43,6 +51,7 @@ _TELEMETRY = (
 )
 _PROGRAM = (f"{os.sep}asynctrace_contrib{os.sep}demo{os.sep}",)
 _LOOP = ("base_events.py", "events.py", "runners.py")
+_YIELD = Handoff.offer.__code__
 
 
 def owner(frame: FrameType | None, extra_telemetry: tuple[str, ...] = ()) -> tuple[str, str]:
@@ -51,6 +60,8 @@ def owner(frame: FrameType | None, extra_telemetry: tuple[str, ...] = ()) -> tup
         path = frame.f_code.co_filename
         where = f"{os.path.basename(path)}:{frame.f_lineno} {frame.f_code.co_name}"
         stdlib = path.startswith(_STDLIB) and not path.startswith(_SITES)
+        if frame.f_code is _YIELD:
+            return "telemetry-yield", where  # slept to give a starved worker the lock
         if not stdlib:
             if any(part in path for part in _PROGRAM):
                 return "program", where
@@ -103,18 +114,25 @@ class Stall:
     samples: Counter[str] = field(default_factory=Counter)
     places: Counter[str] = field(default_factory=Counter)
     threads: dict[str, float] = field(default_factory=dict)  # CPU share by thread name
+    collecting_s: float = 0.0  # the loop thread's garbage collections within the stall
 
     @property
     def owner(self) -> str:
         """Who held the loop: see the module's docstring for the kinds.
 
         ``telemetry``: the loop thread ran telemetry's code, or was blocked in
-        it. ``telemetry-start``: telemetry started a thread from the loop and
+        it. ``telemetry-yield``: it slept in a hand-off
+        (``asynctrace._handoff``), giving the lock to a starved export thread,
+        and waited to get it back from whichever thread took it.
+        ``telemetry-start``: telemetry started a thread from the loop and
         waited for the OS to run it. ``telemetry-threads``: the loop waited
         while telemetry's threads used the CPU (the GIL, most likely).
         ``program``, ``loop`` (its own bookkeeping), ``machine`` (no thread of
-        this process ran: other processes had the CPUs).
+        this process ran: other processes had the CPUs), ``gc`` (a garbage
+        collection on the loop thread took half the stall or more).
         """
+        if self.collecting_s * 2 >= self.late_s:
+            return "gc"  # a collection of the whole heap, on the loop thread
         total = sum(self.samples.values())
         # Mostly off the CPU, the loop thread was waiting. Blocked on a lock in telemetry's
         # code, it leaves the sampler a sample a millisecond; waiting for the interpreter
@@ -125,6 +143,8 @@ class Stall:
             and (self.cpu_share >= 0.5 or total > 1)
         ):
             return "telemetry"  # running telemetry's code, or blocked in it
+        if self.samples["telemetry-yield"] and self.cpu_share < 0.5:
+            return "telemetry-yield"  # waiting to get the lock back after a hand-off's sleep
         starts = sum(n for place, n in self.places.items() if place.startswith("thread-start"))
         if total and starts * 2 >= total:
             started_by = [p for p in self.places if p.startswith("thread-start telemetry")]
@@ -155,6 +175,8 @@ class LoopProbe:
         self._epoch = 0
         self._samples: dict[int, tuple[Counter[str], Counter[str]]] = {}
         self._clocks: list[tuple[float, dict[str, float]]] = []  # (time, CPU by kind)
+        self._collections: list[tuple[float, float]] = []  # the loop thread's, start to stop
+        self._collecting = 0.0
         self._stop = threading.Event()
         self._loop_thread = 0
         self._task: asyncio.Task[None] | None = None
@@ -163,6 +185,7 @@ class LoopProbe:
     def start(self) -> None:
         """Start the probe task on the running loop and its watchdog thread."""
         self._loop_thread = threading.get_ident()
+        gc.callbacks.append(self._collected)
         self._due = time.perf_counter() + PERIOD_S
         self._task = asyncio.get_running_loop().create_task(self._tick(), name="loop-probe")
         self._watchdog.start()
@@ -173,8 +196,23 @@ class LoopProbe:
         if self._task is not None:
             await self._task
         self._watchdog.join(5)
+        gc.callbacks.remove(self._collected)
         for stall in self.stalls:
-            stall.threads = self._cpu_between(stall.at_s, stall.at_s + PERIOD_S + stall.late_s)
+            end = stall.at_s + PERIOD_S + stall.late_s
+            stall.threads = self._cpu_between(stall.at_s, end)
+            stall.collecting_s = sum(
+                max(0.0, min(end, stop) - max(stall.at_s, start))
+                for start, stop in self._collections
+            )
+
+    def _collected(self, phase: str, info: dict[str, int]) -> None:
+        """A garbage collection's start or stop (``gc.callbacks``), on the loop thread."""
+        if threading.get_ident() != self._loop_thread:
+            return
+        if phase == "start":
+            self._collecting = time.perf_counter()
+        else:
+            self._collections.append((self._collecting, time.perf_counter()))
 
     def _cpu_between(self, start: float, end: float) -> dict[str, float]:
         """Each kind of thread's CPU time from *start* to *end*, as a share of the time."""

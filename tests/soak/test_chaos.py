@@ -12,7 +12,8 @@ clean run has the same configuration and a well-behaved exporter.
 
 Must hold, on every chaos run: the demo's rollouts (prompt, step, reward,
 attempts) are those of the clean run; nothing raises into it; no stall of its
-event loop past 5 ms is telemetry's (``_loop_probe``); the loss is reported:
+event loop past 5 ms is telemetry's (``_loop_probe``) but a few hand-off
+yields of a switch interval each (``_check_stalls``); the loss is reported:
 counted in ``stats()``, ``flush()`` returns ``False``, one warning per kind
 and file.
 """
@@ -45,6 +46,7 @@ pytest.importorskip("uvicorn")
 driver = pytest.importorskip("asynctrace_contrib.demo.driver")
 
 THRESHOLD_S = 0.005
+MAX_YIELDS = 4  # hand-off sleeps a run whose lock a thread of the program took (seen: 0-2)
 EXTRA_CONFIG = {"schedule_delay_millis": 20, "max_export_batch_size": 32}
 
 
@@ -237,21 +239,33 @@ def _check_reported(run: Run, clean: Run, kind: str) -> dict[str, Any]:
 
 
 def _check_stalls(run: Run, kind: str) -> Counter[str]:
-    """No stall past 5 ms in telemetry's code; its one thread start per loop at most."""
+    """No stall past 5 ms in telemetry's code; its one thread start per loop at most.
+
+    A hand-off's sleep (``asynctrace._handoff``) gives the lock away on purpose;
+    when a busy thread of the program takes it instead of the starved worker, the
+    loop waits a switch interval (5 ms) to get it back, and the hand-off then
+    stops for that round. A few such yields a run at most, each about a
+    switch interval.
+    """
     stalls = run.probe.by_owner()
     assert stalls["telemetry"] == 0, (
         kind,
         [s for s in run.probe.stalls if s.owner == "telemetry"],
     )
     assert stalls["telemetry-start"] <= 1, (kind, run.probe.stalls)  # the loop-stall watchdog
+    yields = [s for s in run.probe.stalls if s.owner == "telemetry-yield"]
+    assert len(yields) <= MAX_YIELDS, (kind, yields)
+    assert all(s.late_s < 0.025 for s in yields), (kind, yields)
     return stalls
 
 
 def _stall_figures(run: Run) -> dict[str, Any]:
     threads = [s.late_s for s in run.probe.stalls if s.owner == "telemetry-threads"]
+    yields = [s.late_s for s in run.probe.stalls if s.owner == "telemetry-yield"]
     return {
         "worst_late_ms": round(run.probe.worst_late_s * 1000, 1),
         "worst_telemetry_threads_ms": round(max(threads, default=0.0) * 1000, 1),
+        "worst_telemetry_yield_ms": round(max(yields, default=0.0) * 1000, 1),
     }
 
 
