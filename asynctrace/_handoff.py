@@ -32,7 +32,11 @@ however long it goes without taking work: a worker busy with one large batch
 starved for the lock, not blocked, and keeps getting it. A round of
 ``TRIES`` sleeps it never ran in says it waits on its exporter: the next
 round waits for 1, 2, 4, ... 64 batches taken, since on a machine with more
-runnable threads than cores a sleep can cost the loop a scheduler slice. A
+runnable threads than cores a sleep can cost the loop a scheduler slice; if
+the worker takes none, it opens after 16, 32, ... 1024 ms all the same: an
+export that waited on its collector (the reply of an OTLP request) then needs
+the lock again to finish, and without a sleep would get it only when the loop
+goes idle. A
 sleep that comes back late (``COSTLY_S``) with no worker of the process
 having run in it (their CPU clocks, read together) ends its round at once: a
 thread of the program took the lock, and a busy one keeps it for a whole
@@ -59,6 +63,10 @@ COSTLY_S: Final = 0.001
 _MAX_BACKOFF: Final = 64  # batches sat out after fruitless rounds, at most
 
 _EVERY_S: Final = 0.001
+
+_REPROBE_S: Final = 0.016  # a fruitless round's pause when no work is taken (x backoff)
+
+_NEVER: Final = float("inf")
 
 
 def _own_cpu_clock() -> int | None:
@@ -109,6 +117,7 @@ class Handoff:
         "_clock",
         "_given",
         "_ran",
+        "_reprobe",
         "_skip",
         "_starved",
         "_tries",
@@ -126,6 +135,7 @@ class Handoff:
         self._clock: int | None = None  # the worker's CPU clock (attach)
         self._skip = 0  # times the worker is seen taking work before the next round
         self._backoff = 1  # the next _skip after a round that did not help (doubles)
+        self._reprobe = _NEVER  # when a fruitless round ends: the next without work taken
 
     def attach(self) -> None:
         """The worker calls this first, on its own thread: its CPU clock shows
@@ -156,8 +166,9 @@ class Handoff:
         :meth:`caught_up`. At most one sleep a millisecond; none on the
         worker's own thread or for a worker that is not alive, and none after
         ``TRIES`` in a row with no work taken (nor, where its CPU clock is
-        known, any CPU time used), until it takes some. Returns whether the
-        lock was given.
+        known, any CPU time used), until it takes some (or, where the clock is
+        known, a pause that doubles per such round has passed). Returns
+        whether the lock was given.
         """
         now = time.monotonic()
         if now < self._after:
@@ -180,8 +191,11 @@ class Handoff:
                 self._skip -= 1
                 return False
             self._tries = 0
+            self._reprobe = _NEVER
         elif self._tries >= TRIES:  # it waits for something else (a slow exporter)
-            return False
+            if now < self._reprobe:
+                return False
+            self._tries = 0  # ... or, by now, for the lock again (an export's reply came)
         self._tries += 1
         clock = self._clock
         before = _cpu(clock)
@@ -202,8 +216,11 @@ class Handoff:
                 # worker having run in it ends the round at once: a thread of the
                 # program took the lock (a busy one keeps it a whole switch interval,
                 # 5 ms) or another process the core. The next round waits for 1, 2,
-                # 4 ... 64 batches taken; one sleep it runs in resets that.
+                # 4 ... 64 batches taken, or 16, 32 ... 1024 ms if it takes none (it
+                # may be starved again within one export); one sleep it runs in
+                # resets that.
                 self._tries = TRIES
                 self._skip = self._backoff
+                self._reprobe = time.monotonic() + _REPROBE_S * self._backoff
                 self._backoff = min(2 * self._backoff, _MAX_BACKOFF)
         return True

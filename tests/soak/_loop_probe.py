@@ -5,9 +5,9 @@ is: the stall, the time the loop did not run a callback that was due. A
 watchdog thread reads every thread's CPU clock every millisecond and, while a
 wake-up is overdue, samples the loop thread's stack.
 
-A stall is attributed in two steps. A sample in a hand-off's sleep
-(``asynctrace._handoff``, the lock given to a starved export thread on
-purpose) while the loop thread was mostly off the CPU makes it a yield: the
+A stall is attributed in two steps. Half its samples or more in a hand-off's
+sleep (``asynctrace._handoff``, the lock given to a starved export thread on
+purpose), the loop thread mostly off the CPU, make it a yield: the
 loop waited to get the lock back. Otherwise, if the loop thread itself used
 at least half of the stall's time on the CPU, it was running code, and the samples
 say whose: the innermost frame outside the standard library is telemetry's
@@ -143,7 +143,7 @@ class Stall:
             and (self.cpu_share >= 0.5 or total > 1)
         ):
             return "telemetry"  # running telemetry's code, or blocked in it
-        if self.samples["telemetry-yield"] and self.cpu_share < 0.5:
+        if self.samples["telemetry-yield"] * 2 >= total > 0 and self.cpu_share < 0.5:
             return "telemetry-yield"  # waiting to get the lock back after a hand-off's sleep
         starts = sum(n for place, n in self.places.items() if place.startswith("thread-start"))
         if total and starts * 2 >= total:
