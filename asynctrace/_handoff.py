@@ -36,11 +36,10 @@ runnable threads than cores a sleep can cost the loop a scheduler slice; if
 the worker takes none, it opens after 16, 32, ... 1024 ms all the same: an
 export that waited on its collector (the reply of an OTLP request) then needs
 the lock again to finish, and without a sleep would get it only when the loop
-goes idle. A
-sleep that comes back late (``COSTLY_S``) with no worker of the process
-having run in it (their CPU clocks, read together) ends its round at once: a
-thread of the program took the lock, and a busy one keeps it for a whole
-switch interval, which the loop would pay at every further sleep.
+goes idle. A sleep that comes back late (``COSTLY_S``) with no worker of the
+process having run in it (their CPU clocks, read together) ends its round at
+once: a thread of the program took the lock, and a busy one keeps it for a
+whole switch interval, which the loop would pay at every further sleep.
 """
 
 from __future__ import annotations
