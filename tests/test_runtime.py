@@ -1010,8 +1010,69 @@ def test_counts_are_the_stats_without_counting_the_queue() -> None:
         assert processor.shutdown_within(0.2) is False  # the export is stuck: abandoned
         counts, stats = both()
         assert counts == stats == (0, 16 + 16 + 8, 0)
+        abandoned = processor.stats()
+        assert (abandoned.queued, abandoned.in_flight) == (0, 0)  # counted once, as dropped
+        sink.release.set()  # the stuck export returns after all: its spans were exported
+        processor._thread.join(5)
+        late = processor.stats()
+        assert (late.exported, late.dropped, late.queued, late.in_flight) == (8, 32, 0, 0)
     finally:
         sink.release.set()
+
+
+def test_a_dead_worker_is_started_again_once_by_concurrent_flushes(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Eight threads flush at once after the worker died: one new worker, not several.
+
+    Two workers would drain one queue at once: the chrome writer is not
+    thread-safe, and ``stats()``'s moves assume one writer.
+    """
+    import ctypes
+
+    from asynctrace.export import QueuedSpanProcessor
+
+    processor = QueuedSpanProcessor(
+        _Writes(),
+        name="dies",
+        max_queue_size=64,
+        max_export_batch_size=8,
+        schedule_delay_millis=60_000,
+    )
+    try:
+        worker = processor._thread
+        assert worker.ident is not None
+        # What ends a thread from outside: an exception raised in it, asynchronously
+        # (delivered once it runs Python again: woken, past its wait).
+        raised = ctypes.pythonapi.PyThreadState_SetAsyncExc(
+            ctypes.c_ulong(worker.ident), ctypes.py_object(SystemExit)
+        )
+        assert raised == 1
+        with caplog.at_level(logging.CRITICAL, logger="asynctrace"):
+            processor._wake.set()
+            worker.join(5)
+        assert not worker.is_alive()
+        barrier = threading.Barrier(8)
+
+        def flush() -> None:
+            barrier.wait()
+            processor.request_flush()
+
+        flushers = [threading.Thread(target=flush) for _ in range(8)]
+        for flusher in flushers:
+            flusher.start()
+        for flusher in flushers:
+            flusher.join(5)
+        workers = [t for t in threading.enumerate() if t.name == "asynctrace-export-dies"]
+        assert len(workers) == 1, workers
+        assert processor._restarts == 1
+        for item in range(8):
+            processor.on_end(item)  # type: ignore[arg-type]
+        processor.force_flush(5_000)
+        stats = processor.stats()
+        assert stats.exported + stats.failed == 8  # the new worker exports; nothing twice
+    finally:
+        assert processor.shutdown_within(5.0)
 
 
 def test_the_chrome_writer_takes_any_size(tmp_path: Path) -> None:

@@ -102,7 +102,8 @@ class ExportStats:
         queued: spans waiting right now.
         in_flight: spans handed to the exporter that it has not returned from
             yet (a stuck exporter holds them; abandoned at shutdown, they are
-            counted as dropped).
+            counted as dropped, and so are the queued ones, no longer here,
+            until the stuck export returns: then as it returned).
         lost: spans written to a file that was then deleted or replaced (the
             chrome exporter opens it again at its next write).
         retried: spans sent again after a failed attempt (OTLP; a span sent
@@ -223,7 +224,8 @@ class QueuedSpanProcessor(SpanProcessor):
         self._control_set = frozenset(self._control_types)
         self._marker_lock = threading.Lock()
         self._drop_lock = threading.Lock()
-        reinit_at_fork(self._marker_lock, self._drop_lock)
+        self._restart_lock = threading.Lock()  # the SIGTERM handler takes none of these
+        reinit_at_fork(self._marker_lock, self._drop_lock, self._restart_lock)
         self._warned_failure = False
         self._handoff = Handoff(self._delay / 2)  # half the durability bound
         self._thread = self._start_worker()
@@ -301,17 +303,23 @@ class QueuedSpanProcessor(SpanProcessor):
         return thread
 
     def _ensure_worker(self) -> None:
-        """Start the worker again if it died (it should not: everything is caught)."""
+        """Start the worker again if it died (it should not: everything is caught).
+
+        One thread restarts it: two workers would drain one queue at once.
+        """
         if self._thread.is_alive() or self._closing:
             return
-        self._restarts += 1
-        logger.warning(
-            "asynctrace: the export thread of %r had stopped; it was restarted (%d spans "
-            "lost so far are counted in stats())",
-            self.name,
-            self._dropped + self._failed,
-        )
-        self._thread = self._start_worker()
+        with self._restart_lock:
+            if self._thread.is_alive() or self._closing:
+                return  # another flush restarted it first
+            self._restarts += 1
+            logger.warning(
+                "asynctrace: the export thread of %r had stopped; it was restarted (%d spans "
+                "lost so far are counted in stats())",
+                self.name,
+                self._dropped + self._failed,
+            )
+            self._thread = self._start_worker()
 
     def request_flush(self) -> threading.Event | None:
         """Ask the worker to export everything queued so far; returns the done event.
@@ -358,8 +366,8 @@ class QueuedSpanProcessor(SpanProcessor):
         self._thread.join(min(max(0.0, timeout_s), _MAX_WAIT_S))
         if self._thread.is_alive():
             if not self._abandoned:
+                stats = self.stats()  # before: abandoned, they count as dropped
                 self._abandoned = True
-                stats = self.stats()
                 logger.warning(
                     "asynctrace: exporter %r did not finish within the shutdown timeout; "
                     "%d queued and %d in-flight spans are abandoned",
@@ -422,8 +430,9 @@ class QueuedSpanProcessor(SpanProcessor):
         in_flight, dropped, exported, failed = values[:4]
         control = self._control_types
         queued = sum(1 for item in items if item.__class__ not in control)
-        if self._abandoned:
+        if self._abandoned:  # never exported now; one that returns late moves to exported
             dropped += queued + in_flight
+            queued = in_flight = 0
         elif self._stopped or (self._closing and not self._thread.is_alive()):
             dropped += queued  # ended in the instant the worker finished: never exported
         lost = getattr(self._sink, "lost", 0)
