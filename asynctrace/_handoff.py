@@ -32,14 +32,16 @@ however long it goes without taking work: a worker busy with one large batch
 starved for the lock, not blocked, and keeps getting it. A round of
 ``TRIES`` sleeps it never ran in says it waits on its exporter: the next
 round waits for 1, 2, 4, ... 64 batches taken, since on a machine with more
-runnable threads than cores a sleep can cost the loop a scheduler slice; if
-the worker takes none, it opens after 16, 32, ... 1024 ms all the same: an
-export that waited on its collector (the reply of an OTLP request) then needs
-the lock again to finish, and without a sleep would get it only when the loop
-goes idle. A sleep that comes back late (``COSTLY_S``) with no worker of the
-process having run in it (their CPU clocks, read together) ends its round at
-once: a thread of the program took the lock, and a busy one keeps it for a
-whole switch interval, which the loop would pay at every further sleep.
+runnable threads than cores a sleep can cost the loop a scheduler slice. If
+the worker takes none, the round opens all the same once 16, 32, ... 1024 ms
+have passed and its CPU clock has moved: an export that waited on its
+collector (the reply of an OTLP request) has woken and needs the lock again
+to finish, and without a sleep would get it only when the loop goes idle; an
+exporter still blocked uses no CPU and gets no sleep. A sleep that comes back
+late (``COSTLY_S``) with no worker of the process having run in it (their
+CPU clocks, read together) ends its round at once: a thread of the program
+took the lock, and a busy one keeps it for a whole switch interval, which
+the loop would pay at every further sleep.
 """
 
 from __future__ import annotations
@@ -115,6 +117,7 @@ class Handoff:
         "_behind",
         "_clock",
         "_given",
+        "_idle",
         "_ran",
         "_reprobe",
         "_skip",
@@ -135,6 +138,7 @@ class Handoff:
         self._skip = 0  # times the worker is seen taking work before the next round
         self._backoff = 1  # the next _skip after a round that did not help (doubles)
         self._reprobe = _NEVER  # when a fruitless round ends: the next without work taken
+        self._idle = 0.0  # the worker's CPU clock then: used since, it woke from its wait
 
     def attach(self) -> None:
         """The worker calls this first, on its own thread: its CPU clock shows
@@ -166,8 +170,8 @@ class Handoff:
         worker's own thread or for a worker that is not alive, and none after
         ``TRIES`` in a row with no work taken (nor, where its CPU clock is
         known, any CPU time used), until it takes some (or, where the clock is
-        known, a pause that doubles per such round has passed). Returns
-        whether the lock was given.
+        known, it has used CPU again after a pause that doubles per such
+        round). Returns whether the lock was given.
         """
         now = time.monotonic()
         if now < self._after:
@@ -194,7 +198,10 @@ class Handoff:
         elif self._tries >= TRIES:  # it waits for something else (a slow exporter)
             if now < self._reprobe:
                 return False
-            self._tries = 0  # ... or, by now, for the lock again (an export's reply came)
+            used = _cpu(self._clock)
+            if used is None or used <= self._idle:  # still waiting: it has not woken since
+                return False
+            self._tries = 0  # ... or, woken, for the lock again (an export's reply came)
         self._tries += 1
         clock = self._clock
         before = _cpu(clock)
@@ -215,11 +222,12 @@ class Handoff:
                 # worker having run in it ends the round at once: a thread of the
                 # program took the lock (a busy one keeps it a whole switch interval,
                 # 5 ms) or another process the core. The next round waits for 1, 2,
-                # 4 ... 64 batches taken, or 16, 32 ... 1024 ms if it takes none (it
-                # may be starved again within one export); one sleep it runs in
-                # resets that.
+                # 4 ... 64 batches taken, or, if it takes none, 16, 32 ... 1024 ms
+                # and its CPU clock moving (woken from its wait within one export, it
+                # needs the lock again); one sleep it runs in resets that.
                 self._tries = TRIES
                 self._skip = self._backoff
                 self._reprobe = time.monotonic() + _REPROBE_S * self._backoff
+                self._idle = after if after is not None else _NEVER
                 self._backoff = min(2 * self._backoff, _MAX_BACKOFF)
         return True

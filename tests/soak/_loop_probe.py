@@ -17,9 +17,10 @@ for the GIL or a CPU. Then the threads that ran during the stall say who held
 it: telemetry's threads (``asynctrace-*``) when they used the most CPU and at
 least half the stall, else the program's; when no thread of the process ran
 that much, the machine was busy with other processes (``machine``). A
-garbage collection on the loop thread (``gc.callbacks``) that took half the
-stall or more makes it the collector's (``gc``): it walks the whole heap,
-whoever allocated the object that set it off.
+garbage collection (``gc.callbacks``) that took half the stall or more
+makes it the collector's: ``gc`` on the loop thread, ``gc-telemetry`` or
+``gc-program`` on another thread, which holds every thread up while it walks
+the whole heap (whoever allocated the object that set it off).
 """
 
 from __future__ import annotations
@@ -114,7 +115,8 @@ class Stall:
     samples: Counter[str] = field(default_factory=Counter)
     places: Counter[str] = field(default_factory=Counter)
     threads: dict[str, float] = field(default_factory=dict)  # CPU share by thread name
-    collecting_s: float = 0.0  # the loop thread's garbage collections within the stall
+    collecting_s: float = 0.0  # garbage collections within the stall, on any thread
+    collector: str = ""  # the kind of thread that collected longest (``_kind``)
 
     @property
     def owner(self) -> str:
@@ -129,10 +131,11 @@ class Stall:
         while telemetry's threads used the CPU (the GIL, most likely).
         ``program``, ``loop`` (its own bookkeeping), ``machine`` (no thread of
         this process ran: other processes had the CPUs), ``gc`` (a garbage
-        collection on the loop thread took half the stall or more).
+        collection on the loop thread took half the stall or more; on
+        another thread: ``gc-`` and that thread's kind).
         """
-        if self.collecting_s * 2 >= self.late_s:
-            return "gc"  # a collection of the whole heap, on the loop thread
+        if self.collecting_s * 2 >= self.late_s:  # one collection holds every thread up
+            return "gc" if self.collector in ("loop", "") else f"gc-{self.collector}"
         total = sum(self.samples.values())
         # Mostly off the CPU, the loop thread was waiting. Blocked on a lock in telemetry's
         # code, it leaves the sampler a sample a millisecond; waiting for the interpreter
@@ -175,7 +178,7 @@ class LoopProbe:
         self._epoch = 0
         self._samples: dict[int, tuple[Counter[str], Counter[str]]] = {}
         self._clocks: list[tuple[float, dict[str, float]]] = []  # (time, CPU by kind)
-        self._collections: list[tuple[float, float]] = []  # the loop thread's, start to stop
+        self._collections: list[tuple[float, float, str]] = []  # start, stop, thread kind
         self._collecting = 0.0
         self._stop = threading.Event()
         self._loop_thread = 0
@@ -200,19 +203,26 @@ class LoopProbe:
         for stall in self.stalls:
             end = stall.at_s + PERIOD_S + stall.late_s
             stall.threads = self._cpu_between(stall.at_s, end)
-            stall.collecting_s = sum(
-                max(0.0, min(end, stop) - max(stall.at_s, start))
-                for start, stop in self._collections
-            )
+            by: Counter[str] = Counter()
+            for start, stop, kind in self._collections:
+                overlap = min(end, stop) - max(stall.at_s, start)
+                if overlap > 0:
+                    by[kind] += overlap
+            stall.collecting_s = sum(by.values())
+            stall.collector = by.most_common(1)[0][0] if by else ""
 
     def _collected(self, phase: str, info: dict[str, int]) -> None:
-        """A garbage collection's start or stop (``gc.callbacks``), on the loop thread."""
-        if threading.get_ident() != self._loop_thread:
-            return
+        """A garbage collection's start or stop (``gc.callbacks``), on whichever thread.
+
+        The collecting thread holds the GIL throughout: start and stop come in
+        pairs, and no other thread runs Python in between.
+        """
         if phase == "start":
             self._collecting = time.perf_counter()
         else:
-            self._collections.append((self._collecting, time.perf_counter()))
+            ident = threading.get_ident()
+            kind = "loop" if ident == self._loop_thread else _kind(threading.current_thread().name)
+            self._collections.append((self._collecting, time.perf_counter(), kind))
 
     def _cpu_between(self, start: float, end: float) -> dict[str, float]:
         """Each kind of thread's CPU time from *start* to *end*, as a share of the time."""
