@@ -96,7 +96,8 @@ def _workers_cpu() -> float:
     for ident, clock in tuple(_CLOCKS.items()):
         used = _cpu(clock)
         if used is None:
-            _CLOCKS.pop(ident, None)
+            if _CLOCKS.get(ident) == clock:  # not a new worker's under a reused ident
+                _CLOCKS.pop(ident, None)
         else:
             total += used
     return total
@@ -144,6 +145,8 @@ class Handoff:
         """The worker calls this first, on its own thread: its CPU clock shows
         whether a sleep let it run (a restarted worker calls it again)."""
         self._clock = _own_cpu_clock()
+        self._tries = self._skip = 0  # a new thread: nothing known of it yet
+        self._idle = 0.0
         if self._clock is not None:
             _CLOCKS[threading.get_ident()] = self._clock
 
@@ -190,11 +193,11 @@ class Handoff:
             self._starved = True
         if self._ran != self._given:  # it took work since: the sleeps may help again
             self._given = self._ran
+            self._reprobe = _NEVER  # taking work, it is counted in batches again
             if self._skip:  # ... but the last round did not: sit out some of its batches
                 self._skip -= 1
                 return False
             self._tries = 0
-            self._reprobe = _NEVER
         elif self._tries >= TRIES:  # it waits for something else (a slow exporter)
             if now < self._reprobe:
                 return False
@@ -202,6 +205,7 @@ class Handoff:
             if used is None or used <= self._idle:  # still waiting: it has not woken since
                 return False
             self._tries = 0  # ... or, woken, for the lock again (an export's reply came)
+            self._skip = 0
         self._tries += 1
         clock = self._clock
         before = _cpu(clock)
@@ -210,7 +214,7 @@ class Handoff:
         if before is not None:
             after = _cpu(clock)
             if after is not None and after > before:  # it ran: it needs the lock
-                self._tries = 0
+                self._tries = self._skip = 0
                 self._backoff = 1
             elif self._tries >= TRIES or (
                 time.monotonic() - now > COSTLY_S and _workers_cpu() <= workers

@@ -101,9 +101,9 @@ class ExportStats:
             that could not be written (a full disk).
         queued: spans waiting right now.
         in_flight: spans handed to the exporter that it has not returned from
-            yet (a stuck exporter holds them; abandoned at shutdown, they are
-            counted as dropped, and so are the queued ones, no longer here,
-            until the stuck export returns: then as it returned).
+            yet (a stuck exporter holds them). Abandoned at shutdown, these and
+            the queued ones are counted as dropped, not here; in-flight spans
+            whose stuck export returns after all move to exported or failed.
         lost: spans written to a file that was then deleted or replaced (the
             chrome exporter opens it again at its next write).
         retried: spans sent again after a failed attempt (OTLP; a span sent
@@ -313,13 +313,13 @@ class QueuedSpanProcessor(SpanProcessor):
             if self._thread.is_alive() or self._closing:
                 return  # another flush restarted it first
             self._restarts += 1
-            logger.warning(
-                "asynctrace: the export thread of %r had stopped; it was restarted (%d spans "
-                "lost so far are counted in stats())",
-                self.name,
-                self._dropped + self._failed,
-            )
             self._thread = self._start_worker()
+        logger.warning(  # outside the lock: a handler may flush this very queue
+            "asynctrace: the export thread of %r had stopped; it was restarted (%d spans "
+            "lost so far are counted in stats())",
+            self.name,
+            self._dropped + self._failed,
+        )
 
     def request_flush(self) -> threading.Event | None:
         """Ask the worker to export everything queued so far; returns the done event.
@@ -394,11 +394,10 @@ class QueuedSpanProcessor(SpanProcessor):
         """Current counters: spans only (flush markers and track notices are not counted).
 
         Spans abandoned with a stuck exporter at shutdown, and spans left in
-        the queue after the worker's last drain, count as dropped. The
-        counters are read together, never in the middle of the worker moving
-        a batch, so while the worker runs every span ended before the call is
-        counted exactly once (once abandoned, queued and in-flight spans are
-        also counted as dropped).
+        the queue after the worker's last drain, count as dropped (and not
+        as queued or in flight). The counters are read together, never in the
+        middle of the worker moving a batch, so every span ended before the
+        call is counted exactly once.
         """
         return self._stats(*self._snapshot())
 

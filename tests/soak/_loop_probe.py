@@ -7,20 +7,22 @@ wake-up is overdue, samples the loop thread's stack.
 
 A stall is attributed in two steps. Half its samples or more in a hand-off's
 sleep (``asynctrace._handoff``, the lock given to a starved export thread on
-purpose), the loop thread mostly off the CPU, make it a yield: the
-loop waited to get the lock back. Otherwise, if the loop thread itself used
-at least half of the stall's time on the CPU, it was running code, and the samples
-say whose: the innermost frame outside the standard library is telemetry's
-(asynctrace, OpenTelemetry, the integrations) or the program's. If it did
-not, it was waiting: on a lock in telemetry's code (more than one sample says so), or
-for the GIL or a CPU. Then the threads that ran during the stall say who held
-it: telemetry's threads (``asynctrace-*``) when they used the most CPU and at
-least half the stall, else the program's; when no thread of the process ran
-that much, the machine was busy with other processes (``machine``). A
-garbage collection (``gc.callbacks``) that took half the stall or more
-makes it the collector's: ``gc`` on the loop thread, ``gc-telemetry`` or
-``gc-program`` on another thread, which holds every thread up while it walks
-the whole heap (whoever allocated the object that set it off).
+purpose), the loop thread mostly off the CPU, make it a yield: the loop
+waited to get the lock back, from the worker (``telemetry-threads``, as
+meant) or from a thread of the program that took it instead. Otherwise, if
+the loop thread itself used at least half of the stall's time on the CPU, it
+was running code, and the samples say whose: the innermost frame outside the
+standard library is telemetry's (asynctrace, OpenTelemetry, the
+integrations) or the program's. If it did not, it was waiting: on a lock in
+telemetry's code (more than one sample says so), or for the GIL or a CPU.
+Then the threads that ran during the stall say who held it: telemetry's
+threads (``asynctrace-*``) when they used the most CPU and at least half the
+stall, else the program's; when no thread of the process ran that much, the
+machine was busy with other processes (``machine``). A garbage collection
+(``gc.callbacks``) that took half the stall or more makes it the
+collector's: ``gc`` on the loop thread, ``gc-`` and the kind of the thread
+otherwise (``gc-telemetry``, ``gc-program``...), which holds every thread up
+while it walks the whole heap (whoever allocated the object that set it off).
 """
 
 from __future__ import annotations
@@ -125,7 +127,8 @@ class Stall:
         ``telemetry``: the loop thread ran telemetry's code, or was blocked in
         it. ``telemetry-yield``: it slept in a hand-off
         (``asynctrace._handoff``), giving the lock to a starved export thread,
-        and waited to get it back from whichever thread took it.
+        and waited to get it back from a thread of the program that took it
+        instead.
         ``telemetry-start``: telemetry started a thread from the loop and
         waited for the OS to run it. ``telemetry-threads``: the loop waited
         while telemetry's threads used the CPU (the GIL, most likely).
@@ -147,7 +150,10 @@ class Stall:
         ):
             return "telemetry"  # running telemetry's code, or blocked in it
         if self.samples["telemetry-yield"] * 2 >= total > 0 and self.cpu_share < 0.5:
-            return "telemetry-yield"  # waiting to get the lock back after a hand-off's sleep
+            # Waiting to get the lock back after a hand-off's sleep: the worker took it,
+            # as meant (the loop pays its time), or another thread of the program did.
+            kind = self._busiest()
+            return "telemetry-threads" if kind == "telemetry" else "telemetry-yield"
         starts = sum(n for place, n in self.places.items() if place.startswith("thread-start"))
         if total and starts * 2 >= total:
             started_by = [p for p in self.places if p.startswith("thread-start telemetry")]
@@ -155,14 +161,19 @@ class Stall:
         if self.cpu_share >= 0.5:
             best = self.samples.most_common(1)
             return best[0][0] if best and best[0][0] != "idle" else "loop"
+        kind = self._busiest(0.5)
+        if not kind:
+            return "machine"
+        return "telemetry-threads" if kind == "telemetry" else kind
+
+    def _busiest(self, least: float = 0.0) -> str:
+        """The kind of thread (not the loop) that used the most CPU in the stall, if *least*."""
         kinds: Counter[str] = Counter()
         for name, share in self.threads.items():
             kinds[_kind(name)] += share
         del kinds["loop"]
         kind, share = max(kinds.items(), key=lambda item: item[1], default=("", 0.0))
-        if share < 0.5:
-            return "machine"
-        return "telemetry-threads" if kind == "telemetry" else kind
+        return kind if share >= least and share > 0 else ""
 
 
 class LoopProbe:
@@ -214,8 +225,9 @@ class LoopProbe:
     def _collected(self, phase: str, info: dict[str, int]) -> None:
         """A garbage collection's start or stop (``gc.callbacks``), on whichever thread.
 
-        The collecting thread holds the GIL throughout: start and stop come in
-        pairs, and no other thread runs Python in between.
+        Collections do not nest: start and stop come in pairs. (Finalizers run
+        during one may let another thread run a while; its time is counted to
+        the collection.)
         """
         if phase == "start":
             self._collecting = time.perf_counter()
