@@ -8,7 +8,10 @@ export thread never runs and the queue drops what the loop records.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,52 @@ from asynctrace.export import read_chrome_trace
 
 RATE = 5_000  # spans a second: a modest rate, from a loop that is busy all the time
 SECONDS = 1.5
+
+
+@contextlib.contextmanager
+def _worker(
+    handoff: Handoff,
+    body: Callable[[threading.Event], None],
+    unblock: threading.Event | None = None,
+) -> Iterator[threading.Thread]:
+    """A worker thread attached to *handoff* running *body(stop)*.
+
+    At the end of the block *stop* is set (and *unblock*, which *body* may be
+    waiting on), and the thread joined.
+    """
+    stop, attached = threading.Event(), threading.Event()
+
+    def run() -> None:
+        handoff.attach()
+        attached.set()
+        body(stop)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        assert attached.wait(5)
+        yield thread
+    finally:
+        stop.set()
+        if unblock is not None:
+            unblock.set()
+        thread.join()
+
+
+def _spin(stop: threading.Event) -> None:
+    """Python work until stopped: it runs only while it holds the lock."""
+    while not stop.is_set():
+        sum(range(2_000))
+
+
+def _fruitless_round(handoff: Handoff, worker: threading.Thread) -> list[bool]:
+    """Offers a millisecond apart until TRIES sleeps were given (or 5 s passed)."""
+    given: list[bool] = []
+    deadline = time.monotonic() + 5
+    while sum(given) < TRIES and time.monotonic() < deadline:
+        given.append(handoff.offer(worker, urgent=True))
+        time.sleep(0.0012)
+    return given
 
 
 async def _busy_loop() -> int:
@@ -84,8 +133,6 @@ def test_a_busy_loop_that_yields_often_keeps_every_span(tmp_path: Path, provider
 
 def test_a_handoff_goes_only_to_a_starved_worker_at_most_once_a_millisecond() -> None:
     """A worker that took work within starved_s gets none; a starved one, until it catches up."""
-    import threading
-
     handoff = Handoff(0.05)
     stop = threading.Event()
     worker = threading.Thread(target=stop.wait)
@@ -131,31 +178,12 @@ def test_a_worker_that_waits_for_something_else_is_left_alone(
     sleep that comes back late ends a round sooner (its own test); on a
     loaded machine any sleep may, so that rule is off here.
     """
-    import threading
-
     monkeypatch.setattr(_handoff, "COSTLY_S", float("inf"))
-
     handoff = Handoff(0.05)
-    stop = threading.Event()
-    attached = threading.Event()
-
-    def blocked() -> None:  # an exporter that does not return
-        handoff.attach()
-        attached.set()
-        stop.wait()
-
-    worker = threading.Thread(target=blocked)
-    worker.start()
-    try:
-        assert attached.wait(5)
+    with _worker(handoff, threading.Event.wait) as worker:  # an exporter that does not return
         time.sleep(0.01)  # into its wait: blocked, as an exporter that hangs has been for a while
         handoff.ran()
-        given: list[bool] = []
-        deadline = time.monotonic() + 5
-        while sum(given) < TRIES and time.monotonic() < deadline:
-            given.append(handoff.offer(worker, urgent=True))
-            time.sleep(0.0012)
-        assert given == [True] * TRIES  # one a millisecond, from the first
+        assert _fruitless_round(handoff, worker) == [True] * TRIES  # one a ms, from the first
         later = []
         for _ in range(5):
             later.append(handoff.offer(worker, urgent=True))
@@ -180,9 +208,6 @@ def test_a_worker_that_waits_for_something_else_is_left_alone(
             handoff.ran()
             waits.append(handoff.offer(worker, urgent=True))
         assert waits == [False, False, True]
-    finally:
-        stop.set()
-        worker.join()
 
 
 @pytest.mark.skipif(
@@ -197,34 +222,19 @@ def test_a_worker_that_waited_and_now_needs_the_lock_gets_it_again(
     the export ends, so only the pause after that round reopens the sleeps,
     in which it now runs.
     """
-    import threading
-
     monkeypatch.setattr(_handoff, "COSTLY_S", float("inf"))  # a loaded machine: see above
     handoff = Handoff(0.05)
-    stop = threading.Event()
-    attached = threading.Event()
     replied = threading.Event()
 
-    def exporting() -> None:  # one export: wait for the reply, then Python work
-        handoff.attach()
-        attached.set()
+    def exporting(stop: threading.Event) -> None:  # one export: the reply, then Python work
         replied.wait()
-        while not stop.is_set():
-            sum(range(2_000))
+        _spin(stop)
 
-    worker = threading.Thread(target=exporting)
-    worker.start()
-    try:
-        assert attached.wait(5)
-        assert worker.ident is not None
-        clock = time.pthread_getcpuclockid(worker.ident)
+    with _worker(handoff, exporting, unblock=replied) as worker:
+        clock = time.pthread_getcpuclockid(worker.ident or 0)
         time.sleep(0.01)
         handoff.ran()
-        waited = []
-        while len(waited) < TRIES:  # the round while it waits on its collector
-            waited.append(handoff.offer(worker, urgent=True))
-            time.sleep(0.0012)
-        assert waited == [True] * TRIES
+        assert _fruitless_round(handoff, worker) == [True] * TRIES  # waiting on its collector
         replied.set()
         given, ran_in = [], []
         deadline = time.monotonic() + 3 * REPROBE_S
@@ -234,9 +244,6 @@ def test_a_worker_that_waited_and_now_needs_the_lock_gets_it_again(
             ran_in.append(given[-1] and time.clock_gettime_ns(clock) > before)
             time.sleep(0.0012)
         assert any(ran_in), (given, ran_in)  # the sleeps came back, and it ran in them
-    finally:
-        stop.set()
-        worker.join()
 
 
 @pytest.mark.skipif(
@@ -251,50 +258,33 @@ def test_a_worker_taking_batches_again_is_counted_in_batches_not_reopened_by_tim
     Otherwise a slow exporter (each batch sent, then a wait on the network) would
     get a round of fruitless sleeps every pause instead of every few batches.
     """
-    import threading
-
     monkeypatch.setattr(_handoff, "COSTLY_S", float("inf"))  # a loaded machine: see above
     handoff = Handoff(0.05)
-    stop, go, spun = threading.Event(), threading.Event(), threading.Event()
-    attached = threading.Event()
+    go, spun = threading.Event(), threading.Event()
 
-    def slow_exporter() -> None:  # waits on the network (no CPU); works only when told to
-        handoff.attach()
-        attached.set()
+    def slow_exporter(stop: threading.Event) -> None:  # waits on the network (no CPU)
         while go.wait() and not stop.is_set():
             go.clear()
             sum(range(20_000))  # encoding a batch
             spun.set()
 
-    worker = threading.Thread(target=slow_exporter)
-    worker.start()
-    try:
-        assert attached.wait(5)
-        time.sleep(0.01)
-        handoff.ran()
-        given: list[bool] = []
-        deadline = time.monotonic() + 5
-        while sum(given) < TRIES and time.monotonic() < deadline:
-            given.append(handoff.offer(worker, urgent=True))
-            time.sleep(0.0012)
-        assert given == [True] * TRIES  # a fruitless round: it sits out the next batch
+    def batch() -> None:
         go.set()
         assert spun.wait(5)
         spun.clear()
         handoff.ran()  # it took a batch, using CPU for it
         time.sleep(0.0012)
+
+    with _worker(handoff, slow_exporter, unblock=go) as worker:
+        time.sleep(0.01)
+        handoff.ran()
+        assert _fruitless_round(handoff, worker) == [True] * TRIES  # it sits out a batch
+        batch()
         assert handoff.offer(worker, urgent=True) is False  # the batch it sits out
         time.sleep(2 * REPROBE_S)  # past the pause, and it used CPU: still no round
         assert handoff.offer(worker, urgent=True) is False
-        go.set()
-        assert spun.wait(5)
-        handoff.ran()  # the next batch opens the next round
-        time.sleep(0.0012)
+        batch()  # the next batch opens the next round
         assert handoff.offer(worker, urgent=True) is True
-    finally:
-        stop.set()
-        go.set()
-        worker.join()
 
 
 @pytest.mark.skipif(
@@ -310,54 +300,37 @@ def test_a_sleep_a_busy_program_thread_takes_ends_the_round(
     this test's worker is attached: another test's worker running in this
     process would count as help.)
     """
-    import threading
-
     monkeypatch.setattr(_handoff, "_CLOCKS", {})
-    handoff = Handoff(0.05)
-    stop = threading.Event()
-    attached = threading.Event()
-
-    def blocked() -> None:  # an exporter that does not return
-        handoff.attach()
-        attached.set()
-        stop.wait()
-
-    def busy() -> None:  # the program's Python work on a thread of its own
-        while not stop.is_set():
-            sum(range(2_000))
-
-    worker = threading.Thread(target=blocked)
-    program = threading.Thread(target=busy)
-    worker.start()
-    try:
-        assert attached.wait(5)
+    attached = Handoff(0.05)
+    program_stop = threading.Event()
+    program = threading.Thread(target=_spin, args=(program_stop,))  # the program's work
+    with _worker(attached, threading.Event.wait) as worker:  # an exporter that does not return
         time.sleep(0.01)
         program.start()
-        late_seen = False
-        for _ in range(5):  # on a loaded machine the busy thread may be off its core
-            handoff = Handoff(0.05)  # a fresh round each time
-            handoff._clock = time.pthread_getcpuclockid(worker.ident or 0)
-            handoff.ran()
-            given, took = [], []
-            for _ in range(12):
-                began = time.monotonic()
-                given.append(handoff.offer(worker, urgent=True))
-                took.append(time.monotonic() - began)
-                time.sleep(0.0012)
-            # The rule, offer by offer: given until TRIES, or until one came back late.
-            expected, done = [], False
-            for spent in took:
-                expected.append(not done and sum(expected) < TRIES)
-                done = done or (expected[-1] and spent > COSTLY_S)
-            assert given == expected, (given, took)
-            late_seen = any(g and t > COSTLY_S for g, t in zip(given, took, strict=True))
-            if late_seen:
-                break
-        assert late_seen  # the program's thread took the lock in a sleep at least once
-    finally:
-        stop.set()
-        worker.join()
-        if program.ident is not None:
+        try:
+            late_seen = False
+            for _ in range(5):  # on a loaded machine the busy thread may be off its core
+                handoff = Handoff(0.05)  # a fresh round each time, for the same worker
+                handoff._clock = attached._clock
+                handoff.ran()
+                given, took = [], []
+                for _ in range(12):
+                    began = time.monotonic()
+                    given.append(handoff.offer(worker, urgent=True))
+                    took.append(time.monotonic() - began)
+                    time.sleep(0.0012)
+                # The rule, offer by offer: given until TRIES, or until one came back late.
+                expected, done = [], False
+                for spent in took:
+                    expected.append(not done and sum(expected) < TRIES)
+                    done = done or (expected[-1] and spent > COSTLY_S)
+                assert given == expected, (given, took)
+                late_seen = any(g and t > COSTLY_S for g, t in zip(given, took, strict=True))
+                if late_seen:
+                    break
+            assert late_seen  # the program's thread took the lock in a sleep at least once
+        finally:
+            program_stop.set()
             program.join()
 
 
@@ -368,8 +341,6 @@ def test_a_blocked_exporter_costs_the_loop_a_few_sleeps(monkeypatch: pytest.Monk
     takes its first batch, since the sleeps after a batch taken count afresh.
     A blocked worker uses no CPU: no round reopens after the pause.
     """
-    import threading
-
     from opentelemetry.sdk.trace.export import SpanExportResult
 
     release = threading.Event()
@@ -486,25 +457,10 @@ def test_a_worker_busy_within_one_batch_keeps_getting_the_lock(
     It needs the lock for one long batch (an export that gives the lock up many
     times, a writer's chunks): every sleep it runs in counts as help.
     """
-    import threading
-
     monkeypatch.setattr(_handoff, "COSTLY_S", float("inf"))  # as in the test above
     handoff = Handoff(0.05)
-    stop = threading.Event()
-    attached = threading.Event()
-
-    def busy() -> None:  # Python work: it runs only while it holds the lock
-        handoff.attach()
-        attached.set()
-        while not stop.is_set():
-            sum(range(2_000))
-
-    worker = threading.Thread(target=busy)
-    worker.start()
-    try:
-        assert attached.wait(5)
-        assert worker.ident is not None
-        clock = time.pthread_getcpuclockid(worker.ident)
+    with _worker(handoff, _spin) as worker:
+        clock = time.pthread_getcpuclockid(worker.ident or 0)
         handoff.ran()
         given, ran_in = [], []
         for _ in range(3 * TRIES):  # each waits for the lock the worker holds
@@ -521,9 +477,6 @@ def test_a_worker_busy_within_one_batch_keeps_getting_the_lock(
             tries = 0 if ran and expected[-1] else tries + expected[-1]
         assert given == expected, (given, ran_in)
         assert any(ran_in), ran_in  # it ran in a sleep: the count was reset at least once
-    finally:
-        stop.set()
-        worker.join()
 
 
 def test_a_busy_loop_keeps_every_span_it_sends_over_otlp(
@@ -583,8 +536,6 @@ class _Blocking:
     """An SDK exporter that holds its first batch until released."""
 
     def __init__(self) -> None:
-        import threading
-
         self.release = threading.Event()
 
     def export(self, batch: object) -> object:
