@@ -457,7 +457,10 @@ def test_a_worker_busy_within_one_batch_keeps_getting_the_lock(
     It needs the lock for one long batch (an export that gives the lock up many
     times, a writer's chunks): every sleep it runs in counts as help.
     """
-    monkeypatch.setattr(_handoff, "COSTLY_S", float("inf"))  # as in the test above
+    # The rule under test alone: a late sleep ends a round sooner, and a round reopens
+    # after a pause for a worker using CPU (their own tests); a loaded machine trips both.
+    monkeypatch.setattr(_handoff, "COSTLY_S", float("inf"))
+    monkeypatch.setattr(_handoff, "_REPROBE_S", float("inf"))
     handoff = Handoff(0.05)
     with _worker(handoff, _spin) as worker:
         clock = time.pthread_getcpuclockid(worker.ident or 0)
