@@ -1075,6 +1075,20 @@ def test_a_dead_worker_is_started_again_once_by_concurrent_flushes(
         assert processor.shutdown_within(5.0)
 
 
+def test_a_span_queued_after_the_last_drain_counts_once_as_dropped() -> None:
+    """A span that got into the queue in the instant the worker finished (its end
+    passed the closing check just before shutdown began) is never exported: it is
+    counted as dropped, not also as queued."""
+    from asynctrace.export import QueuedSpanProcessor
+
+    processor = QueuedSpanProcessor(_Writes(), name="late", schedule_delay_millis=60_000)
+    processor.on_end(0)  # type: ignore[arg-type]
+    assert processor.shutdown_within(5.0)
+    processor._queue.append(1)  # what that span's end did, after the worker's last drain
+    stats = processor.stats()
+    assert (stats.exported, stats.dropped, stats.queued, stats.in_flight) == (1, 1, 0, 0)
+
+
 def test_the_chrome_writer_takes_any_size(tmp_path: Path) -> None:
     """The chrome writer says it takes any size (the catch-up above is then its)."""
     from asynctrace.export._chrome_writer import ChromeWriter

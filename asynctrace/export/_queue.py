@@ -434,6 +434,7 @@ class QueuedSpanProcessor(SpanProcessor):
             queued = in_flight = 0
         elif self._stopped or (self._closing and not self._thread.is_alive()):
             dropped += queued  # ended in the instant the worker finished: never exported
+            queued = 0
         lost = getattr(self._sink, "lost", 0)
         return ExportStats(self.name, exported, dropped, failed, queued, in_flight, lost)
 
