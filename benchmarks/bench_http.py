@@ -310,17 +310,27 @@ def _plain() -> tuple[dict[str, Any], Callable[[], None]]:
     return {}, at.disable_telemetry
 
 
+def pin_cores(no_pin: bool) -> bool:
+    """The client (this process) on the first core, servers started later on the second.
+
+    Nothing is pinned with *no_pin*, or with fewer than two cores; returns whether
+    it pinned.
+    """
+    global PIN
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_setaffinity") else []
+    PIN = not no_pin and len(cores) >= 2
+    if PIN:
+        os.sched_setaffinity(0, {cores[0]})
+        SERVER_CORE[0] = cores[1]
+    return PIN
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--no-pin", action="store_true", help="leave cores to the scheduler")
     args = parser.parse_args()
-    global PIN
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_setaffinity") else []
-    PIN = not args.no_pin and len(cores) >= 2
-    if PIN:
-        os.sched_setaffinity(0, {cores[0]})
-        SERVER_CORE[0] = cores[1]
+    pin_cores(args.no_pin)
     count, rounds = (200, 2) if args.quick else (1000, 8)
     placement = "client and servers on their own cores" if PIN else "cores left to the scheduler"
     print(f"python {platform.python_version()} on {platform.machine()}; {placement}")

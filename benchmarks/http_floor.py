@@ -19,7 +19,6 @@ and always exits 0.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -32,9 +31,8 @@ from opentelemetry.trace import SpanKind
 import asynctrace as at
 
 sys.path.insert(0, str(Path(__file__).parent))
-import bench_http
 from _http_server import fast_provider
-from bench_http import _floor, _ours, measure, provider, report, server
+from bench_http import _floor, _ours, measure, pin_cores, provider, report, server
 
 Setup = tuple[dict[str, Any], Callable[[], None]]
 _TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -102,11 +100,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--no-pin", action="store_true", help="leave cores to the scheduler")
     args = parser.parse_args()
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_setaffinity") else []
-    if not args.no_pin and len(cores) >= 2:  # as bench_http.py: the client, the servers
-        os.sched_setaffinity(0, {cores[0]})
-        bench_http.SERVER_CORE[0] = cores[1]
-        bench_http.PIN = True
+    pin_cores(args.no_pin)  # as bench_http.py: the client, the servers
     with server("aiohttp") as url:
         variants: dict[str, Callable[[], Setup]] = {
             "middleware doing nothing": _noop,
