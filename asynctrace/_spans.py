@@ -623,26 +623,6 @@ def _managed(
     return span
 
 
-def _profiled(
-    span: LiveSpan | ManagedSpan, attributes: Attributes | None, current: int | None
-) -> LiveSpan | ManagedSpan | ProfiledSpan:
-    """*span*, profiled if its step is scheduled or requested (a span that asks).
-
-    Its step is its own ``rl.iteration``, else *current*, the scope's. The
-    caller read the scope already: asking costs one call and a set lookup
-    when the step is not due.
-    """
-    profiler = _PROFILER[0]
-    if profiler is None:
-        return span
-    iteration = attributes.get(RL_ITERATION) if attributes else None
-    if iteration is None:
-        iteration = current
-    if iteration in profiler._steps or profiler._request.pending is not None:
-        return ProfiledSpan(span, profiler, iteration)
-    return span
-
-
 def managed_span(
     group: str,
     name: str,
@@ -671,7 +651,15 @@ def managed_span(
     if (PER_PROMPT_GROUP if state.per_prompt else group) not in enabled:
         return NOOP_CM
     span = _managed(group, name, LEAF, attributes, bucket)
-    return _profiled(span, attributes, state.iteration) if profile else span
+    if profile and (profiler := _PROFILER[0]) is not None:
+        # A span that asks: profiled if its step (its own rl.iteration, else the
+        # scope's) is scheduled or requested. Inline: asking costs a set lookup.
+        iteration = attributes.get(RL_ITERATION) if attributes else None
+        if iteration is None:
+            iteration = state.iteration
+        if iteration in profiler._steps or profiler._request.pending is not None:
+            return ProfiledSpan(span, profiler, iteration)
+    return span
 
 
 def umbrella_span(
@@ -696,7 +684,15 @@ def umbrella_span(
     if LOOP_STALL in enabled:
         notice_loop()  # a step starts: watch this thread's event loop (see _stalls)
     span = _managed(group, name, UMBRELLA, attributes, None)
-    return _profiled(span, attributes, state.iteration) if profile else span
+    if profile and (profiler := _PROFILER[0]) is not None:
+        # A span that asks: profiled if its step (its own rl.iteration, else the
+        # scope's) is scheduled or requested. Inline: asking costs a set lookup.
+        iteration = attributes.get(RL_ITERATION) if attributes else None
+        if iteration is None:
+            iteration = state.iteration
+        if iteration in profiler._steps or profiler._request.pending is not None:
+            return ProfiledSpan(span, profiler, iteration)
+    return span
 
 
 def instant(group: str, name: str, *, attributes: Attributes | None = None) -> None:

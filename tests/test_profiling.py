@@ -67,6 +67,47 @@ def test_the_schedule_rule(
     assert captures(tmp_path) == expected
 
 
+def test_a_span_s_own_iteration_decides_over_the_scope_s(tmp_path: Path) -> None:
+    """Leaf and umbrella alike: the step is the span's own rl.iteration, else the scope's."""
+    telemetry = configure(tmp_path, {"steps": [2, 5]})
+
+    def asks(kind: str, name: str, own: int | None) -> None:
+        attributes = {"rl.iteration": own} if own is not None else None
+        if kind == "leaf":
+            span = at.managed_span("policy_update", name, attributes=attributes, profile=True)
+        else:
+            span = at.umbrella_span("step", name, attributes=attributes, profile=True)
+        with span:
+            busy(1000)
+
+    async def run() -> None:
+        asks("umbrella", "own-2-no-scope", 2)  # profiled: step 2
+        with at.iteration_scope(3):
+            await asyncio.sleep(0.02)  # the last capture is saved meanwhile
+            asks("leaf", "own-5-in-scope-3", 5)  # profiled: step 5
+            asks("leaf", "scope-3", None)  # not scheduled
+        with at.iteration_scope(5):
+            asks("umbrella", "own-3-in-scope-5", 3)  # not scheduled
+            await asyncio.sleep(0.02)
+            asks("leaf", "scope-5", None)  # profiled: step 5
+
+    asyncio.run(run())
+    assert telemetry.shutdown()
+    events, _ = _merged(tmp_path)
+    profiled = {
+        e["name"]: e["args"].get("asynctrace.profile.file")
+        for e in events
+        if e.get("ph") == "X" and e["name"].startswith(("own-", "scope-"))
+    }
+    assert profiled == {
+        "own-2-no-scope": "profile-r0-step2.python.json",
+        "own-5-in-scope-3": "profile-r0-step5.python.json",
+        "scope-3": None,
+        "own-3-in-scope-5": None,
+        "scope-5": "profile-r0-step5.python.json",
+    }
+
+
 def _merged(tmp_path: Path) -> tuple[list[dict[str, Any]], str]:
     out = tmp_path / "trace.json"
     assert cli(["convert", str(tmp_path), "-o", str(out), "--no-progress"]) == 0
