@@ -135,9 +135,9 @@ def main() -> int:
         f"{args.spans:,} spans at {args.rate:,.0f}/s, each variant in a fresh process"
     )
     for variant in VARIANTS:
+        sizes = ["--heap", str(args.heap), "--spans", str(args.spans), "--rate", str(args.rate)]
         done = subprocess.run(
-            [sys.executable, __file__, "--variant", variant, "--heap", str(args.heap),
-             "--spans", str(args.spans), "--rate", str(args.rate)],  # fmt: skip
+            [sys.executable, __file__, "--variant", variant, *sizes],
             capture_output=True,
             text=True,
             check=False,
