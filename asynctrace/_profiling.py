@@ -12,7 +12,8 @@ per request.
 
 The capture starts after the span starts and stops before it ends, so it
 covers the span and nothing after it. It is saved by a background thread
-next to the trace as ``profile-r{rank}-step{N}.{backend}.json``, with the
+next to the trace as ``profile-r{rank}-step{N}.{backend}.json`` (``step{N}_2``,
+``_3``, ... for the step's later captures in this process), with the
 clock offset between the backend's timeline and the spans' (measured around
 marker events, see :mod:`asynctrace._profiler_backends`) under
 ``otherData.asynctrace``, which ``asynctrace convert`` uses to merge it.
@@ -150,6 +151,7 @@ class Profiler:
     _closed: threading.Event = field(default_factory=threading.Event)
     _spare: Backend | None = None  # built ahead of the next capture
     _steps: frozenset[int] = frozenset()
+    _captures: dict[object, int] = field(default_factory=dict)  # step -> captures started
 
     def __post_init__(self) -> None:
         self._steps = self.settings.steps  # read on the hot path: one attribute, no chain
@@ -180,10 +182,6 @@ class Profiler:
         thread = threading.Thread(target=build, name="asynctrace-profile-prepare", daemon=True)
         thread.start()
 
-    def wants(self, iteration: object) -> bool:
-        """Whether a span of *iteration* that asks should be profiled now."""
-        return iteration in self._steps or self._request.pending is not None
-
     def start(self, iteration: object) -> Backend | None:
         """Start a capture; ``None`` when one is running or the backend fails to start."""
         with self._lock:
@@ -202,8 +200,12 @@ class Profiler:
             self._active = backend
             if request is not None:  # this capture answers the request
                 self._request.honoured, self._request.pending = request, None
-        step = iteration if isinstance(iteration, int) else "na"
-        backend.path = self.directory / f"profile-r{self.rank}-step{step}.{backend.name}.json"
+            step = iteration if isinstance(iteration, int) else "na"
+            # A step profiled again (a second span of it that asks) gets a file of its
+            # own: the same name would be overwritten, or torn by two saves at once.
+            count = self._captures[step] = self._captures.get(step, 0) + 1
+        name = f"{step}" if count == 1 else f"{step}_{count}"
+        backend.path = self.directory / f"profile-r{self.rank}-step{name}.{backend.name}.json"
         return backend
 
     def stop(self, backend: Backend, span: Any) -> None:

@@ -34,7 +34,7 @@ import tempfile
 import threading
 import time
 from collections import deque
-from itertools import repeat
+from itertools import islice, repeat
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,7 @@ from asynctrace._goodput_settings import GoodputSettings
 from asynctrace.export._goodput_sink import GoodputSink
 
 LEAVES = 9  # per step in the producer round (10 spans a step)
+_WINDOW = 50_000  # spans the floors remember for late children
 
 
 def _producer_round(directory: Path, on: bool, steps: int, idle_writer: bool = False) -> float:
@@ -166,7 +167,7 @@ def _floor(batches: list[list[Any]]) -> float:
             key = item._span_id | item._trace_id << 64
             home[key] = (entry, start, item._name, attrs.get("asynctrace.group"))
             order.append(key)
-            if len(order) > 50_000:
+            if len(order) > _WINDOW:
                 home.pop(order.popleft(), None)
     return time.perf_counter() - began
 
@@ -182,11 +183,12 @@ def _floor_columns(batches: list[list[Any]]) -> float:
     """:func:`_floor`'s work column by column: each field of the batch by one C loop.
 
     No Python bytecode runs per span: ``map`` over ``attrgetter``s and
-    ``dict.get``, ``zip`` into the tuples, ``dict.update`` and ``deque.extend``
-    for the window. It is no cheaper: each C loop pays a call per span.
+    ``dict.get``, ``zip`` into the tuples, ``dict.update``, and the window's
+    oldest keys dropped by ``map(home.pop, ...)`` and a bounded ``deque``. It
+    is no cheaper: each C loop pays a call per span.
     """
     home: dict[int, Any] = {}
-    order: deque[int] = deque()
+    order: deque[int] = deque(maxlen=_WINDOW)  # extend() drops the oldest keys
     get = dict.get
     began = time.perf_counter()
     for batch in batches:
@@ -205,9 +207,10 @@ def _floor_columns(batches: list[list[Any]]) -> float:
         )
         groups = map(get, attrs, repeat("asynctrace.group"))
         home.update(zip(keys, zip(entries, starts, names, groups, strict=True), strict=True))
+        excess = len(order) + len(keys) - _WINDOW
+        if excess > 0:  # the keys extend() is about to drop leave the window
+            deque(map(home.pop, islice(order, excess), repeat(None)), maxlen=0)
         order.extend(keys)
-        for _ in range(len(order) - 50_000):
-            home.pop(order.popleft(), None)
     return time.perf_counter() - began
 
 

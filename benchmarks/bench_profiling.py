@@ -55,19 +55,18 @@ def plain() -> None:
 def ratio(n: int, rounds: int, telemetry: at.Telemetry | None = None) -> float:
     """Median over rounds of (asking / plain), the order flipping every round.
 
-    With *telemetry*, its queues are flushed after each round, untimed: the
-    writer thread does not run while a round is timed, so neither side pays
-    for the writer's work on the other's spans.
+    With *telemetry*, its queues are flushed after each side, untimed: the
+    writer thread does not run while a side is timed, so neither side pays
+    for the writer's work, and each starts with an empty queue.
     """
     ratios = []
     for i in range(rounds):
-        if i % 2:
-            a, b = per_call_ns(asks, n), per_call_ns(plain, n)
-        else:
-            b, a = per_call_ns(plain, n), per_call_ns(asks, n)
-        ratios.append(a / b)
-        if telemetry is not None:
-            telemetry.flush(30)
+        cost = {}
+        for body in (asks, plain) if i % 2 else (plain, asks):
+            cost[body] = per_call_ns(body, n)
+            if telemetry is not None:
+                telemetry.flush(30)
+        ratios.append(cost[asks] / cost[plain])
     return statistics.median(ratios)
 
 

@@ -68,7 +68,8 @@ def test_the_schedule_rule(
 
 
 def test_a_span_s_own_iteration_decides_over_the_scope_s(tmp_path: Path) -> None:
-    """Leaf and umbrella alike: the step is the span's own rl.iteration, else the scope's."""
+    """Leaf and umbrella alike: the step is the span's own rl.iteration, else the scope's;
+    a step profiled again gets a capture file of its own."""
     telemetry = configure(tmp_path, {"steps": [2, 5]})
 
     def asks(kind: str, name: str, own: int | None) -> None:
@@ -80,19 +81,21 @@ def test_a_span_s_own_iteration_decides_over_the_scope_s(tmp_path: Path) -> None
         with span:
             busy(1000)
 
-    async def run() -> None:
-        asks("umbrella", "own-2-no-scope", 2)  # profiled: step 2
-        with at.iteration_scope(3):
-            await asyncio.sleep(0.02)  # the last capture is saved meanwhile
-            asks("leaf", "own-5-in-scope-3", 5)  # profiled: step 5
-            asks("leaf", "scope-3", None)  # not scheduled
-        with at.iteration_scope(5):
-            asks("umbrella", "own-3-in-scope-5", 3)  # not scheduled
-            await asyncio.sleep(0.02)
-            asks("leaf", "scope-5", None)  # profiled: step 5
-
-    asyncio.run(run())
+    asks("umbrella", "own-2-no-scope", 2)  # profiled: step 2
+    with at.iteration_scope(3):
+        asks("leaf", "own-5-in-scope-3", 5)  # profiled: step 5
+        asks("leaf", "scope-3", None)  # not scheduled
+    with at.iteration_scope(5):
+        asks("umbrella", "own-3-in-scope-5", 3)  # not scheduled
+        asks("leaf", "scope-5", None)  # profiled: step 5 again, while the first is saved
     assert telemetry.shutdown()
+    assert captures(tmp_path) == [
+        "profile-r0-step2.python.json",
+        "profile-r0-step5.python.json",
+        "profile-r0-step5_2.python.json",
+    ]
+    for name in captures(tmp_path):  # each whole: no two saves wrote one file
+        assert json.loads((tmp_path / name).read_text())["traceEvents"]
     events, _ = _merged(tmp_path)
     profiled = {
         e["name"]: e["args"].get("asynctrace.profile.file")
@@ -104,8 +107,11 @@ def test_a_span_s_own_iteration_decides_over_the_scope_s(tmp_path: Path) -> None
         "own-5-in-scope-3": "profile-r0-step5.python.json",
         "scope-3": None,
         "own-3-in-scope-5": None,
-        "scope-5": "profile-r0-step5.python.json",
+        "scope-5": "profile-r0-step5_2.python.json",
     }
+    tracks = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    for step in ("2", "5", "5_2"):  # every capture merged onto the timeline
+        assert any(name.startswith(f"profile step {step}: ") for name in tracks), tracks
 
 
 def _merged(tmp_path: Path) -> tuple[list[dict[str, Any]], str]:
