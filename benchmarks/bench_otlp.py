@@ -18,8 +18,10 @@ Figures (targets in brackets); exits 1 if a target is missed:
    plus ``encode_spans``), the path SDK exporters take. A keep-up target
    above the floor cannot be met on this machine.
 2. producer: the recording thread's CPU time per span (``time.thread_time``)
-   with the otlp exporter versus the chrome exporter, interleaved repeats,
-   minimum [otlp <= 1.10x chrome].
+   with the otlp exporter versus the chrome exporter, in pairs run back to
+   back (which one first alternating); the median of the pairs' ratios
+   [otlp <= 1.10x chrome]. The ratio of the two minimums, taken runs apart,
+   read 1.04 to 1.19 on one host in one afternoon.
 3. non-exporting rank: per-span cost of a recorded span on a rank that
    ``export_ranks`` leaves out versus the same span with telemetry disabled
    [<= 1.10x].
@@ -31,6 +33,7 @@ import argparse
 import gc
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -230,16 +233,19 @@ def main() -> int:
         receiver, env = start_receiver("http/protobuf")
         os.environ.update(env)
         try:
-            for _ in range(repeats):
-                chrome.append(producer_cost("chrome", count, directory))
-                otlp.append(producer_cost("otlp", count, directory))
+            for i in range(2 * repeats + 1):  # pairs, which one first alternating
+                for exporter in ("chrome", "otlp") if i % 2 else ("otlp", "chrome"):
+                    cost = producer_cost(exporter, count, directory)
+                    (chrome if exporter == "chrome" else otlp).append(cost)
         finally:
             receiver.kill()
             receiver.wait()
-    ratio = min(otlp) / min(chrome)
+    pairs = sorted(o / c for o, c in zip(otlp, chrome, strict=True))
+    ratio = statistics.median(pairs)
     print(
-        f"  producer: otlp {min(otlp) * 1e6:.2f} us/span, chrome {min(chrome) * 1e6:.2f} "
-        f"us/span: {ratio:.3f}x [<= 1.10x]"
+        f"  producer: otlp / chrome, median of {len(pairs)} pairs {ratio:.3f}x "
+        f"(pairs {pairs[0]:.3f}-{pairs[-1]:.3f}; best otlp {min(otlp) * 1e6:.2f} us/span, "
+        f"chrome {min(chrome) * 1e6:.2f} us/span) [<= 1.10x]"
     )
     if ratio > 1.10:
         missed.append("producer cost")
