@@ -608,18 +608,37 @@ class _Reentered:
 
 
 def _managed(
-    group: str, name: str, shape: int, attributes: Attributes | None, bucket: Bucket | None
-) -> LiveSpan | ManagedSpan:
-    """The context manager of an enabled span: a :class:`ManagedSpan` on the fast provider."""
+    group: str,
+    name: str,
+    shape: int,
+    attributes: Attributes | None,
+    bucket: Bucket | None,
+    profile: bool,
+    current: int | None,
+) -> LiveSpan | ManagedSpan | ProfiledSpan:
+    """The context manager of an enabled span: a :class:`ManagedSpan` on the fast provider.
+
+    With *profile* (a span that asks), it is profiled if its step is scheduled
+    or requested: its own ``rl.iteration``, else *current*, the scope's.
+    Checked here, with no call of its own: asking costs a set lookup.
+    """
+    span: LiveSpan | ManagedSpan
     if GATE.tracer.__class__ is not FastTracer or _CONTEXT_VAR is None:
-        return _live(group, name, shape, attributes, bucket)
-    span = _new(ManagedSpan)
-    span._group = group
-    span._name = name
-    span._shape = shape
-    span._attributes = attributes  # type: ignore[assignment]  # the caller's, until __enter__
-    span._bucket = bucket
-    span._token = span._other = None
+        span = _live(group, name, shape, attributes, bucket)
+    else:
+        span = _new(ManagedSpan)
+        span._group = group
+        span._name = name
+        span._shape = shape
+        span._attributes = attributes  # type: ignore[assignment]  # the caller's, until __enter__
+        span._bucket = bucket
+        span._token = span._other = None
+    if profile and (profiler := _PROFILER[0]) is not None:
+        iteration = attributes.get(RL_ITERATION) if attributes else None
+        if iteration is None:
+            iteration = current
+        if iteration in profiler._steps or profiler._request.pending is not None:
+            return ProfiledSpan(span, profiler, iteration)
     return span
 
 
@@ -650,16 +669,7 @@ def managed_span(
     state = SCOPES.get()
     if (PER_PROMPT_GROUP if state.per_prompt else group) not in enabled:
         return NOOP_CM
-    span = _managed(group, name, LEAF, attributes, bucket)
-    if profile and (profiler := _PROFILER[0]) is not None:
-        # A span that asks: profiled if its step (its own rl.iteration, else the
-        # scope's) is scheduled or requested. Inline: asking costs a set lookup.
-        iteration = attributes.get(RL_ITERATION) if attributes else None
-        if iteration is None:
-            iteration = state.iteration
-        if iteration in profiler._steps or profiler._request.pending is not None:
-            return ProfiledSpan(span, profiler, iteration)
-    return span
+    return _managed(group, name, LEAF, attributes, bucket, profile, state.iteration)
 
 
 def umbrella_span(
@@ -683,16 +693,7 @@ def umbrella_span(
         return NOOP_CM
     if LOOP_STALL in enabled:
         notice_loop()  # a step starts: watch this thread's event loop (see _stalls)
-    span = _managed(group, name, UMBRELLA, attributes, None)
-    if profile and (profiler := _PROFILER[0]) is not None:
-        # A span that asks: profiled if its step (its own rl.iteration, else the
-        # scope's) is scheduled or requested. Inline: asking costs a set lookup.
-        iteration = attributes.get(RL_ITERATION) if attributes else None
-        if iteration is None:
-            iteration = state.iteration
-        if iteration in profiler._steps or profiler._request.pending is not None:
-            return ProfiledSpan(span, profiler, iteration)
-    return span
+    return _managed(group, name, UMBRELLA, attributes, None, profile, state.iteration)
 
 
 def instant(group: str, name: str, *, attributes: Attributes | None = None) -> None:
