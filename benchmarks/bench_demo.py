@@ -67,6 +67,15 @@ flipping every round, after one untimed warm-up run of each.
    ours against it. A reference, not the verdict; if AReaL cannot be loaded
    (``pip install --no-deps areal==1.0.4 orjson colorlog``), the script says
    so loudly and exits 1.
+4. The floor, in the same rounds: the same demo recorded by the least a
+   tracer can do at the same places (``_demo_floor.py`` with
+   ``_floor_tracer.py``: the same spans as OpenTelemetry API spans made
+   current in the OpenTelemetry context, an id, two clock reads and a tuple
+   each; a ``traceparent`` per Gym request; the session records; nothing
+   written, nothing else), asynctrace off, sampled and classified by the
+   same rules with the floor tracer's frames as the tracer's. Printed: its
+   share of the loop thread's busy samples, and ours against it. It tells
+   how much of the target any tracer recording this content must use.
 """
 
 from __future__ import annotations
@@ -98,6 +107,8 @@ from asynctrace_contrib.demo.gym import GymServer
 import asynctrace as at
 
 sys.path.insert(0, str(Path(__file__).parent))
+import _demo_floor
+import _floor_tracer
 from _areal import AnchorMissing, load_perf_tracer
 
 TARGET = 0.03
@@ -115,6 +126,8 @@ AT_DIRS = (_dir(at), _dir(asynctrace_contrib))
 DEMO_DIR = _dir(demo_driver)
 THIS_FILE = os.path.realpath(__file__)
 ANCHOR_FILE = os.path.realpath(Path(__file__).with_name("_demo_areal.py"))
+FLOOR_DEMO_FILE = os.path.realpath(_demo_floor.__file__)
+FLOOR_FILE = os.path.realpath(_floor_tracer.__file__)  # the floor's tracer frames
 AREAL_DIRS: tuple[str, ...] = ()  # AReaL's package, once loaded: the anchor's tracer frames
 
 # Asynctrace frames that call back into the caller's code: the marker is the
@@ -146,9 +159,9 @@ def kind(code: CodeType) -> str:
             found = LIB
         else:
             real = os.path.realpath(name)
-            if real.startswith(DEMO_DIR) or real in (THIS_FILE, ANCHOR_FILE):
+            if real.startswith(DEMO_DIR) or real in (THIS_FILE, ANCHOR_FILE, FLOOR_DEMO_FILE):
                 found = APP
-            elif real.startswith(AT_DIRS + AREAL_DIRS):
+            elif real.startswith(AT_DIRS + AREAL_DIRS) or real == FLOOR_FILE:
                 found = AT
             else:
                 found = LIB
@@ -161,7 +174,7 @@ def label(code: CodeType) -> str:
     name = code.co_filename
     if not name.startswith("<"):
         real = os.path.realpath(name)
-        for root in AT_DIRS + AREAL_DIRS:
+        for root in AT_DIRS + AREAL_DIRS + (os.path.dirname(FLOOR_FILE) + os.sep,):
             if real.startswith(root):
                 name = os.path.basename(root.rstrip(os.sep)) + "/" + real[len(root) :]
                 break
@@ -339,8 +352,9 @@ def config(mode: str, out: Path) -> dict[str, Any]:
 
 
 def run_demo(mode: str, demo: Mapping[str, int]) -> Run:
-    """Run the demo once, sampling its loop thread: *mode* "on", "off", or "areal"
-    (asynctrace off, AReaL's tracer recording)."""
+    """Run the demo once, sampling its loop thread: *mode* "on", "off", "floor"
+    (asynctrace off, the floor tracer recording) or "areal" (asynctrace off,
+    AReaL's tracer recording)."""
     with tempfile.TemporaryDirectory(prefix="asynctrace-bench-demo-") as tmp:
         out = Path(tmp)
         cpu = time.thread_time()
@@ -364,6 +378,8 @@ def run_demo(mode: str, demo: Mapping[str, int]) -> Run:
                 )
                 if mode == "areal":
                     rollouts = asyncio.run(_demo_areal.run(*sizes))
+                elif mode == "floor":
+                    rollouts = asyncio.run(_demo_floor.run(*sizes))
                 else:
                     rollouts = asyncio.run(demo_driver._run(out, *sizes))
             finally:
@@ -377,6 +393,8 @@ def run_demo(mode: str, demo: Mapping[str, int]) -> Run:
             shutdown_cpu = time.thread_time() - shutdown_cpu
         pattern = "traces-*.jsonl" if mode != "areal" else "**/perf_tracer/*.jsonl"
         trace_bytes = sum(p.stat().st_size for p in out.glob(pattern))
+    if mode == "floor":  # the floor keeps its records in memory: their count, not bytes
+        trace_bytes = len(_floor_tracer.records)
     if len(rollouts) != demo["steps"] * demo["prompts"]:
         expected = demo["steps"] * demo["prompts"]
         raise RuntimeError(f"the demo finished {len(rollouts)} rollouts, not {expected}")
@@ -470,7 +488,7 @@ def main() -> int:
         f"{SAMPLE_INTERVAL_S * 1e3:g} ms (SIGALRM)"
     )
     anchor = load_anchor()
-    modes = ("on", "off", "areal") if anchor else ("on", "off")
+    modes = ("on", "off", "floor", "areal") if anchor else ("on", "off", "floor")
     for mode in modes:
         run_demo(mode, demo)  # warm-up: imports, first calls, the OS's socket buffers
     runs: dict[str, list[Run]] = {mode: [] for mode in modes}
@@ -536,6 +554,24 @@ def main() -> int:
         f"round by round: median {statistics.median(paired):.1%}, from {paired[0]:.1%} "
         f"to {paired[-1]:.1%})"
     )
+    floor, floor_fig = summary(runs["floor"])
+    cpu_floor = [r.cpu_s for r in runs["floor"]]
+    floor_diff = (floor_fig["loop_cpu_s"] - cpu_off_s) / floor_fig["loop_cpu_s"]
+    print(
+        f"floor, the least a tracer does at the same places (_floor_tracer.py: a current "
+        f"OpenTelemetry span, an id, two clock reads and a tuple a span; "
+        f"{floor_fig['trace_bytes']:.0f} records a run, kept in memory): per run (median) "
+        f"loop-thread CPU {floor_fig['loop_cpu_s'] * 1e3:.0f} ms "
+        f"({_ms(cpu_floor)}); samples {floor.samples:,}, busy {floor.busy:,}; inside the floor "
+        f"tracer {floor.inside:,} = {floor.share():.2%} +- {floor.error():.2%} of busy; CPU "
+        f"against off: {floor_diff:.2%}"
+    )
+    _top("top floor functions (innermost tracer frame):", floor.functions, floor.busy, 3)
+    floor_json = {**_tally_json(floor), **floor_fig, "loop_cpu_runs_s": cpu_floor}
+    floor_json["records"] = floor_json.pop("trace_bytes")
+    floor_json["estimate_cpu_difference"] = round(floor_diff, 4)
+    if floor.share():
+        print(f"ours / the floor's, sampled share: {share / floor.share():.1f}")
     anchor_json: dict[str, Any] | None = None
     if anchor:
         areal, areal_fig = summary(runs["areal"])
@@ -575,6 +611,7 @@ def main() -> int:
             "sample_interval_s": SAMPLE_INTERVAL_S,
             "on": {**_tally_json(on), **on_fig, "loop_cpu_runs_s": cpu_on},
             "off": {**_tally_json(off), **off_fig, "loop_cpu_runs_s": cpu_off},
+            "floor": floor_json,
             "anchor_areal": anchor_json,
             "estimate_sampling": round(share, 4),
             "estimate_cpu_difference": round(diff, 4),

@@ -1,0 +1,169 @@
+"""The demo's pump and driver recorded by the floor tracer (benchmark only).
+
+The floor of ``bench_demo.py``: the same work as ``asynctrace_contrib.demo``
+(the same seeds, sleeps, CPU work, Gym requests, batches and checkpoints,
+against the same Gym server), recorded by ``_floor_tracer.py``, the least a
+tracer can do, at the places the demo calls asynctrace: the same spans with
+the attributes the demo's spans carry (passed by hand), a ``traceparent`` on
+every Gym request, a session per prompt group with its ``generate`` and
+``reward`` phases and its final status. asynctrace is off in these runs, as
+in the anchor's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import _floor_tracer as ft
+import aiohttp
+from asynctrace_contrib.demo.driver import _cpu
+from asynctrace_contrib.demo.pump import MAX_ATTEMPTS, Collector, Rollout, RolloutPump
+
+__all__ = ["run"]
+
+
+class FloorPump(RolloutPump):
+    """:class:`RolloutPump` recorded by the floor tracer, over a plain aiohttp session."""
+
+    async def run(self) -> None:
+        limit = asyncio.Semaphore(self.max_inflight)
+        async with aiohttp.ClientSession() as http:
+
+            async def group(prompt_id: int, target_step: int) -> None:
+                async with limit:
+                    await self._group(http, prompt_id, target_step)
+
+            tasks = [
+                asyncio.create_task(group(prompt, step), name=f"prompt-{prompt}")
+                for step in range(1, self.steps + 1)
+                for prompt in range((step - 1) * self.prompts, step * self.prompts)
+            ]
+            await asyncio.gather(*tasks)
+        self.out.put(None)
+
+    async def _group(self, http: aiohttp.ClientSession, prompt_id: int, target_step: int) -> None:
+        draw = random.Random(self.seed * 1_000_003 + prompt_id)
+        record = ft.session(prompt_id)
+        ids = {"rl.task_id": prompt_id, "rl.session_id": record[0]}
+        with ft.Phase(record, "generate"):
+            with ft.Span("rl.generate", ids.copy()):
+                await asyncio.sleep(draw.uniform(0.005, 0.03))
+            tokens = [draw.randrange(32_000) for _ in range(16)]
+        reward = None
+        attempt = 0
+        url = f"{self.gym_url}/score/{prompt_id}"
+        for attempt in range(MAX_ATTEMPTS):
+            dispatch = {**ids, "rl.rollout.attempt": attempt, "rl.target_step": target_step}
+            with ft.Span("rl.rollout.dispatch", dispatch), ft.Phase(record, "reward"):
+                request = {**ids, "http.request.method": "POST", "url.full": url}
+                with ft.Span("POST", request) as span:
+                    reward = await self._score(http, url, attempt, tokens, span)
+            if reward is not None:
+                break
+            if attempt + 1 < MAX_ATTEMPTS:
+                record.append(("retries", 1))
+        status = "accepted" if reward is not None else "failed"
+        reason = None if reward is not None else "gym error on every attempt"
+        ft.finalize(record, status, reason)
+        self.finished += 1
+        self.out.put(Rollout(prompt_id, target_step, reward, attempt + 1))
+
+    async def _score(  # type: ignore[override]
+        self,
+        http: aiohttp.ClientSession,
+        url: str,
+        attempt: int,
+        tokens: list[int],
+        span: ft.Span,
+    ) -> float | None:
+        body = {"attempt": attempt, "tokens": tokens}
+        async with http.post(url, json=body, headers=ft.carrier(span)) as response:
+            span.attributes["http.response.status_code"] = response.status
+            if response.status >= 500:
+                await response.read()
+                return None
+            response.raise_for_status()
+            reply: dict[str, Any] = await response.json()
+            return float(reply["reward"])
+
+
+class _Checkpointer:
+    """The demo's two-part checkpoint: staging on the loop, finalize in a thread."""
+
+    def __init__(self, finalize: Callable[[int], None]) -> None:
+        self._finalize = finalize
+        self._thread: threading.Thread | None = None
+
+    def save(self, step: int) -> None:
+        at_step = {"rl.iteration": step, "rl.bucket": "overhead"}
+        with ft.Span("rl.checkpointing", at_step):
+            self.finalize_pending()
+            _cpu(8)
+            self._thread = threading.Thread(target=self._run, args=(step,), daemon=True)
+            self._thread.start()
+
+    def _run(self, step: int) -> None:
+        with ft.Span("rl.checkpoint.finalize", {"rl.iteration": step}):
+            self._finalize(step)
+
+    def finalize_pending(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+
+async def _train(
+    collector: Collector, steps: int, checkpoint_every: int, rollouts: list[Rollout]
+) -> None:
+    checkpointer = _Checkpointer(finalize=lambda step: time.sleep(0.15))
+    for step in range(1, steps + 1):
+        with ft.Span("rl.step", {"rl.iteration": step}):
+            if not collector.batches:
+                wait = {"rl.iteration": step, "rl.bucket": "idle", "rl.idle.polls": 0}
+                with ft.Span("rl.idle.buffer_starvation", wait):
+                    while not collector.batches:
+                        await asyncio.sleep(0.005)
+                        wait["rl.idle.polls"] += 1
+            batch = collector.batches.popleft()
+            rollouts.extend(batch)
+            collector.refit_done.clear()
+            try:
+                update = {"rl.iteration": step, "rl.bucket": "productive"}
+                update["rl.batch_size"] = len(batch)
+                with ft.Span("rl.policy_update", update):
+                    await asyncio.to_thread(_cpu, 25)
+            finally:
+                collector.refit_done.set()
+            if step % 2 == 0:
+                with ft.Span("rl.validate", {"rl.iteration": step, "rl.bucket": "overhead"}):
+                    await asyncio.sleep(0.01)
+            if step % checkpoint_every == 0:
+                checkpointer.save(step)
+    checkpointer.finalize_pending(timeout=10)
+
+
+async def run(
+    steps: int, prompts: int, max_inflight: int, checkpoint_every: int, gym_url: str
+) -> list[Rollout]:
+    """The demo's ``_run``, recorded by the floor tracer."""
+    ft.reset()
+    rollouts: list[Rollout] = []
+    finished: queue.Queue[Rollout | None] = queue.Queue()
+    current = asyncio.current_task()
+    if current is not None:
+        current.set_name("driver")
+    with ft.Span("rl.job", {"rl.steps": steps}):
+        collector = Collector(finished, batch_size=prompts)
+        collector.start()
+        pump = FloorPump(gym_url, steps, prompts, finished, max_inflight=max_inflight)
+        pump_task = asyncio.create_task(pump.run(), name="rollout-pump")
+        await _train(collector, steps, checkpoint_every, rollouts)
+        await pump_task
+        await asyncio.to_thread(collector.thread.join, 10)
+    return rollouts
