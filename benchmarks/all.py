@@ -21,6 +21,7 @@ SCRIPTS = [
     "bench_http.py",
     "bench_cli.py",
     "bench_demo.py",
+    "wake_penalty.py",
 ]
 
 
