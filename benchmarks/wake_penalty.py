@@ -18,15 +18,18 @@ recording to its buffer. Each body is timed with ``perf_counter_ns``:
   (the median of the calls).
 
 The four bodies take turns within a round (the order rotating), so a drift
-of the machine falls on all of them alike. Printed: each body's hot and
-after-a-wait cost, the difference (what a wake costs that body), and
-ours against AReaL's and against the floor, hot and after a wait. A
-reference: no target. On the 2-core microVM this project's figures come
-from, the first Python call after a wait costs several times its hot cost
-(``_url_attributes``: 0.7 us hot, about 8 us right after a 0.2 ms sleep,
-1 us after a 0.2 ms busy spin), which is why the end-to-end figures
-(``bench_demo.py``, ``bench_http.py``) read higher than the microbenchmarks
-predict.
+of the machine falls on all of them alike. Then asynctrace's span alone:
+its first and second call after each sleep, and its first call after a
+busy spin of the same length (the thread never leaves the CPU). Printed:
+each body's hot and after-a-wait cost, the difference (what a wake-up
+costs that body), the three calls, and ours against AReaL's and against
+the floor, hot and after a wait. A reference: no target. On the 2-core
+microVM this project's figures come from, the first call after a sleep
+costs about three times its hot cost and the second call a little more
+than its hot cost, while a busy spin costs nothing: that is why the
+end-to-end figures (``bench_demo.py``, ``bench_http.py``), whose loop
+thread waits for the network between events, read higher than the
+microbenchmarks predict.
 """
 
 from __future__ import annotations
@@ -64,17 +67,29 @@ def hot_ns(body: Callable[[], None], n: int = 1000) -> float:
         gc.enable()
 
 
-def after_wait_ns(body: Callable[[], None], n: int) -> list[float]:
-    """Nanoseconds of each of *n* calls of *body*, each right after a short sleep."""
-    sleep = time.sleep
-    out = []
+def _sleep() -> None:
+    time.sleep(WAIT_S)
+
+
+def _spin() -> None:
+    until = _ns() + int(WAIT_S * 1e9)
+    while _ns() < until:
+        pass
+
+
+def after_wait_ns(
+    body: Callable[[], None], n: int, wait: Callable[[], None] = _sleep, calls: int = 1
+) -> list[list[float]]:
+    """Nanoseconds of the first *calls* calls of *body* after each of *n* waits."""
+    out: list[list[float]] = [[] for _ in range(calls)]
     gc.disable()
     try:
         for _ in range(n):
-            sleep(WAIT_S)
-            start = _ns()
-            body()
-            out.append(_ns() - start)
+            wait()
+            for times in out:
+                start = _ns()
+                body()
+                times.append(_ns() - start)
     finally:
         gc.enable()
     return out
@@ -137,7 +152,7 @@ def main() -> int:
                     for name in names[i % len(names) :] + names[: i % len(names)]:
                         body = bodies[name]
                         hot[name].extend(hot_ns(body) for _ in range(5))
-                        cold[name].extend(after_wait_ns(body, waits))
+                        cold[name].extend(after_wait_ns(body, waits)[0])
                     ft.reset()
                     if "AReaL trace_scope" in bodies:
                         areal_events.clear()
@@ -152,6 +167,21 @@ def main() -> int:
         h, c = statistics.median(hot[name]), statistics.median(cold[name])
         medians[name] = (h, c)
         print(f"  {name:18s} hot {h:7.0f} ns   after a wait {c:7.0f} ns   (+{c - h:,.0f} ns)")
+    # The same span: the first and second call after a sleep, and after a busy
+    # spin of the same length (the thread never leaves the CPU).
+    with tempfile.TemporaryDirectory() as tmp:
+        telemetry = configure("fast", tmp, waits * 4 + 20_000)
+        try:
+            with at.iteration_scope(3):
+                first, second = after_wait_ns(ours_body, waits, calls=2)
+                (spun,) = after_wait_ns(ours_body, waits, _spin)
+        finally:
+            telemetry.shutdown()
+    print(
+        f"  asynctrace span, after a sleep: 1st call {statistics.median(first):,.0f} ns, "
+        f"2nd call {statistics.median(second):,.0f} ns; 1st call after a busy spin of the "
+        f"same length {statistics.median(spun):,.0f} ns"
+    )
     ours = medians["asynctrace span"]
     for other in ("AReaL trace_scope", "floor span"):
         if other in medians:
