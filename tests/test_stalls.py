@@ -307,9 +307,21 @@ def test_a_bad_threshold_names_the_key_the_value_and_what_is_accepted(value: Any
     assert at.current_telemetry() is None
 
 
-def test_shutdown_stops_the_watchdog_within_100_ms() -> None:
-    """shutdown() ends the watchdog thread and the heartbeat at once."""
-    telemetry = at.configure({"enabled": True, "span_groups": "per_step", "exporters": ["memory"]})
+@pytest.mark.parametrize("threshold_ms", [50.0, 20_000.0])
+def test_shutdown_stops_the_watchdog_within_100_ms(threshold_ms: float) -> None:
+    """shutdown() ends the watchdog thread and the heartbeat at once.
+
+    With a 20 s threshold the watchdog sleeps 10 s at a time: only the wake-up
+    that stopping sends ends that sleep within the 100 ms.
+    """
+    telemetry = at.configure(
+        {
+            "enabled": True,
+            "span_groups": "per_step",
+            "exporters": ["memory"],
+            "loop_stall_threshold_ms": threshold_ms,
+        }
+    )
     timing: dict[str, float] = {}
 
     async def main() -> None:
@@ -326,6 +338,7 @@ def test_shutdown_stops_the_watchdog_within_100_ms() -> None:
         assert monitor.stopped
 
         assert _stalls._monitors == {}
+        monitor.stop()  # stopping again: the wake-up was sent already, nothing raises
 
     asyncio.run(main())
     assert timing["stopped"] < 0.1
