@@ -375,18 +375,22 @@ def test_a_blocked_exporter_costs_the_loop_a_few_sleeps(monkeypatch: pytest.Monk
     try:
         monkeypatch.setattr(_handoff, "COSTLY_S", float("inf"))  # TRIES is counted here
         monkeypatch.setattr(time, "sleep", counted)
+        # Spans until the queue has overflowed and the round's sleeps were given: on a
+        # loaded machine (test workers beside CPU-bound tests on 2 cores) one sleep can
+        # cost the loop a whole slice, so no fixed window would hold TRIES of them. Then
+        # 100 ms more of spans, the queue full: a blocked worker gets no more sleeps.
         began = time.perf_counter()
-        while time.perf_counter() - began < 0.1:  # 100 ms of spans, the queue full
-            with at.managed_span("generation", "gen"):
-                pass
-        monkeypatch.undo()
-        # On a loaded machine (test workers beside CPU-bound tests on 2 cores) one
-        # sleep can cost the loop a whole slice: go on, uncounted, until the queue
-        # has overflowed.
-        while telemetry.dropped_spans == 0 and time.perf_counter() - began < 10:
+        while (telemetry.dropped_spans == 0 or len(slept) < TRIES) and (
+            time.perf_counter() - began < 10
+        ):
             for _ in range(100):
                 with at.managed_span("generation", "gen"):
                     pass
+        settled = time.perf_counter()
+        while time.perf_counter() - settled < 0.1:
+            with at.managed_span("generation", "gen"):
+                pass
+        monkeypatch.undo()
     finally:
         release.set()
         telemetry.shutdown(timeout_s=0.5)
