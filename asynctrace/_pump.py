@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import sys
 from collections.abc import Awaitable, Callable
 from contextlib import nullcontext
 from types import TracebackType
@@ -17,6 +18,7 @@ from ._errors import ConfigurationError
 from ._groups import PER_PROMPT
 from ._scopes import per_prompt_scope
 from ._spans import Attributes, umbrella_span
+from ._stalls import _in_trio
 
 __all__ = ["dispatch_scope", "wait_until"]
 
@@ -82,6 +84,20 @@ class dispatch_scope(SyncAndAsync[Any]):
             self._scope.__exit__(exc_type, exc, tb)
 
 
+def _sleep_here() -> Callable[[float], Awaitable[None]]:
+    """The calling task's sleep: asyncio's own on an asyncio (or uvloop) loop, else anyio's.
+
+    anyio's looks up the backend at every call, about 1.5 us a poll (3.11).
+    A trio task that runs as a guest of an asyncio loop gets anyio's.
+    """
+    if asyncio._get_running_loop() is None:
+        return anyio.sleep
+    trio = sys.modules.get("trio")
+    if trio is not None and _in_trio(trio):
+        return anyio.sleep
+    return asyncio.sleep
+
+
 async def wait_until(
     ready: Callable[[], bool | Awaitable[bool]],
     *,
@@ -105,7 +121,7 @@ async def wait_until(
         ...     await wait_until(lambda: len(buffer) >= size)
         ...     return [buffer.pop() for _ in range(size)]
     """
-    if interval_s <= 0:
+    if not interval_s > 0:  # NaN too: a timer of NaN seconds fires at once, a busy wait
         raise ConfigurationError(f"wait_until(interval_s): expected > 0, got {interval_s!r}")
 
     async def check() -> bool:
@@ -118,9 +134,7 @@ async def wait_until(
 
     if await check():
         return 0
-    # asyncio's own sleep where an asyncio loop runs (uvloop's too): anyio's looks
-    # up the backend at every poll, about 1.5 us (3.11); trio goes through anyio.
-    sleep = asyncio.sleep if asyncio._get_running_loop() is not None else anyio.sleep
+    sleep = _sleep_here()
     with start_efficiency_span(category) as wait:
         polls = wait.poll()
         # Without a timeout there is nothing to cancel: no cancel scope (it costs

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import anyio
 import pytest
 
@@ -76,3 +79,45 @@ async def test_wait_until_timeout_and_async_predicates(spans: CapturedSpans) -> 
         await at.wait_until(never, interval_s=0.001, timeout_s=0.02)
     (wait,) = spans.spans
     assert wait.status.status_code.name == "ERROR"
+
+
+@pytest.mark.parametrize("bad", [0, -0.5, float("nan")])
+def test_wait_until_rejects_bad_intervals(bad: float) -> None:
+    """interval_s must be > 0; NaN too is refused (a NaN timer would fire at once, a busy wait)."""
+
+    async def main() -> None:
+        await at.wait_until(lambda: False, interval_s=bad, timeout_s=1.0)
+
+    with pytest.raises(ConfigurationError, match=r"wait_until\(interval_s\).*expected > 0"):
+        asyncio.run(main())
+
+
+def test_wait_until_in_a_trio_guest_run_on_an_asyncio_loop(spans: CapturedSpans) -> None:
+    """A trio task running as a guest of an asyncio loop polls with trio's sleep, not asyncio's."""
+    trio = pytest.importorskip("trio")
+    box: list[int] = []
+
+    async def trio_main() -> int:
+        async def fill() -> None:
+            await trio.sleep(0.02)
+            box.append(1)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(fill)
+            return await at.wait_until(lambda: bool(box), interval_s=0.002)
+
+    async def host() -> int:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[Any] = loop.create_future()
+        trio.lowlevel.start_guest_run(
+            trio_main,
+            run_sync_soon_threadsafe=loop.call_soon_threadsafe,
+            done_callback=done.set_result,
+        )
+        outcome = await done
+        result: int = outcome.unwrap()
+        return result
+
+    assert asyncio.run(host()) >= 1
+    (wait,) = spans.by_name("rl.idle.buffer_starvation")
+    assert attrs(wait)["rl.idle.polls"] >= 1
