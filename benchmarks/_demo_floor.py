@@ -3,16 +3,21 @@
 The floor of ``bench_demo.py``: the same work as ``asynctrace_contrib.demo``
 (the same seeds, sleeps, CPU work, Gym requests, batches and checkpoints,
 against the same Gym server), recorded by ``_floor_tracer.py``, the least a
-tracer can do, at the places the demo calls asynctrace: the same spans with
-the attributes the demo's spans carry (passed by hand), a ``traceparent`` on
-every Gym request, a session per prompt group with its ``generate`` and
-``reward`` phases and its final status. asynctrace is off in these runs, as
-in the anchor's.
+tracer can do, at the places the demo calls asynctrace: the event-loop
+thread's spans with the attributes the demo's spans carry, a ``traceparent``
+on every Gym request, a session per prompt group with its ``generate`` and
+``reward`` phases and its final status, and the checkpoint's finalize span
+in its thread. The attributes are built by hand in this module (as a user of
+AReaL's tracer builds them), so that work counts as the application's: where
+asynctrace's scopes stamp them, it counts as asynctrace's. The collector
+thread's batch and wait spans are not recorded (they are not on the loop's
+thread). asynctrace is off in these runs, as in the anchor's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import queue
 import random
 import threading
@@ -22,6 +27,7 @@ from typing import Any
 
 import _floor_tracer as ft
 import aiohttp
+import yarl
 from asynctrace_contrib.demo.driver import _cpu
 from asynctrace_contrib.demo.pump import MAX_ATTEMPTS, Collector, Rollout, RolloutPump
 
@@ -57,11 +63,13 @@ class FloorPump(RolloutPump):
             tokens = [draw.randrange(32_000) for _ in range(16)]
         reward = None
         attempt = 0
-        url = f"{self.gym_url}/score/{prompt_id}"
+        url = yarl.URL(f"{self.gym_url}/score/{prompt_id}")
+        server = {"server.address": url.host, "server.port": url.port}
         for attempt in range(MAX_ATTEMPTS):
             dispatch = {**ids, "rl.rollout.attempt": attempt, "rl.target_step": target_step}
             with ft.Span("rl.rollout.dispatch", dispatch), ft.Phase(record, "reward"):
-                request = {**ids, "http.request.method": "POST", "url.full": url}
+                request = {**ids, "http.request.method": "POST", "url.full": str(url)}
+                request.update(server)
                 with ft.Span("POST", request) as span:
                     reward = await self._score(http, url, attempt, tokens, span)
             if reward is not None:
@@ -77,7 +85,7 @@ class FloorPump(RolloutPump):
     async def _score(  # type: ignore[override]
         self,
         http: aiohttp.ClientSession,
-        url: str,
+        url: yarl.URL,
         attempt: int,
         tokens: list[int],
         span: ft.Span,
@@ -105,7 +113,11 @@ class _Checkpointer:
         with ft.Span("rl.checkpointing", at_step):
             self.finalize_pending()
             _cpu(8)
-            self._thread = threading.Thread(target=self._run, args=(step,), daemon=True)
+            # In this span's context, as the demo's ContextThread: the finalize span's parent.
+            context = contextvars.copy_context()
+            self._thread = threading.Thread(
+                target=context.run, args=(self._run, step), daemon=True
+            )
             self._thread.start()
 
     def _run(self, step: int) -> None:

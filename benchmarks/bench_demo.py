@@ -69,13 +69,16 @@ flipping every round, after one untimed warm-up run of each.
    so loudly and exits 1.
 4. The floor, in the same rounds: the same demo recorded by the least a
    tracer can do at the same places (``_demo_floor.py`` with
-   ``_floor_tracer.py``: the same spans as OpenTelemetry API spans made
-   current in the OpenTelemetry context, an id, two clock reads and a tuple
-   each; a ``traceparent`` per Gym request; the session records; nothing
-   written, nothing else), asynctrace off, sampled and classified by the
-   same rules with the floor tracer's frames as the tracer's. Printed: its
-   share of the loop thread's busy samples, and ours against it. It tells
-   how much of the target any tracer recording this content must use.
+   ``_floor_tracer.py``: the loop thread's spans as OpenTelemetry API spans
+   made current in the OpenTelemetry context, an id, two clock reads and a
+   tuple each; a ``traceparent`` per Gym request; the session records;
+   nothing written, nothing else), asynctrace off, sampled and classified by
+   the same rules with the floor tracer's frames as the tracer's. Its
+   attributes are built by hand in ``_demo_floor.py``, which counts as the
+   application (asynctrace's scopes do that work inside asynctrace), so the
+   floor is, if anything, a little low. Printed: its share of the loop
+   thread's busy samples, and ours against it: how much of the target a
+   tracer recording this content uses on this machine at the least.
 """
 
 from __future__ import annotations
@@ -559,7 +562,8 @@ def main() -> int:
     floor_diff = (floor_fig["loop_cpu_s"] - cpu_off_s) / floor_fig["loop_cpu_s"]
     print(
         f"floor, the least a tracer does at the same places (_floor_tracer.py: a current "
-        f"OpenTelemetry span, an id, two clock reads and a tuple a span; "
+        f"OpenTelemetry span, an id, two clock reads and a tuple a span, the attributes "
+        f"built by hand; "
         f"{floor_fig['trace_bytes']:.0f} records a run, kept in memory): per run (median) "
         f"loop-thread CPU {floor_fig['loop_cpu_s'] * 1e3:.0f} ms "
         f"({_ms(cpu_floor)}); samples {floor.samples:,}, busy {floor.busy:,}; inside the floor "

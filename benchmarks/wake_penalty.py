@@ -4,8 +4,8 @@ Usage: python benchmarks/wake_penalty.py [--quick]
 
 Microbenchmarks time a span in a tight loop, where everything it touches is
 in the CPU's caches. A rollout pump's loop thread is not like that: it waits
-in ``select`` for the network, and the span it records next runs on whatever
-the wait left in the caches. This script measures that directly, in one
+in ``select`` for the network, and the span it records next runs in whatever
+state the wait left the CPU in. This script measures that directly, in one
 process, for four bodies: ``with nullcontext()``; the floor tracer's span
 (``_floor_tracer.py``: a current OpenTelemetry span, an id, two clock reads
 and a tuple); asynctrace's recorded leaf span (``managed_span`` in an
@@ -23,10 +23,13 @@ its first and second call after each sleep, and its first call after a
 busy spin of the same length (the thread never leaves the CPU). Printed:
 each body's hot and after-a-wait cost, the difference (what a wake-up
 costs that body), the three calls, and ours against AReaL's and against
-the floor, hot and after a wait. A reference: no target. On the 2-core
-microVM this project's figures come from, the first call after a sleep
-costs about three times its hot cost and the second call a little more
-than its hot cost, while a busy spin costs nothing: that is why the
+the floor, hot and after a wait. A reference: no target; like
+``bench_demo.py``, it exits 1 (and says so) when AReaL's tracer cannot be
+loaded, so that a missing anchor is never silent. On the 2-core microVM
+this project's figures come from, the first call after a sleep costs
+about three times its hot cost and the second call a little more than its
+hot cost, while after a busy spin the first call costs about its hot cost
+(one ``--quick`` run read more): that is why the
 end-to-end figures (``bench_demo.py``, ``bench_http.py``), whose loop
 thread waits for the network between events, read higher than the
 microbenchmarks predict.
