@@ -37,21 +37,9 @@ __all__ = ["run"]
 class FloorPump(RolloutPump):
     """:class:`RolloutPump` recorded by the floor tracer, over a plain aiohttp session."""
 
-    async def run(self) -> None:
-        limit = asyncio.Semaphore(self.max_inflight)
-        async with aiohttp.ClientSession() as http:
-
-            async def group(prompt_id: int, target_step: int) -> None:
-                async with limit:
-                    await self._group(http, prompt_id, target_step)
-
-            tasks = [
-                asyncio.create_task(group(prompt, step), name=f"prompt-{prompt}")
-                for step in range(1, self.steps + 1)
-                for prompt in range((step - 1) * self.prompts, step * self.prompts)
-            ]
-            await asyncio.gather(*tasks)
-        self.out.put(None)
+    def http_session(self) -> aiohttp.ClientSession:
+        """A plain session: no asynctrace middleware."""
+        return aiohttp.ClientSession()
 
     async def _group(self, http: aiohttp.ClientSession, prompt_id: int, target_step: int) -> None:
         draw = random.Random(self.seed * 1_000_003 + prompt_id)

@@ -459,6 +459,19 @@ def _tally_json(tally: Tally) -> dict[str, Any]:
     }
 
 
+def _reference(
+    runs: list[Run], cpu_off_s: float
+) -> tuple[Tally, dict[str, float], list[float], float, dict[str, Any]]:
+    """A reference mode (the floor, the anchor): its samples, timings, loop-thread CPU
+    per run, CPU against telemetry off, and all of it as JSON."""
+    tally, figures = summary(runs)
+    cpu = [r.cpu_s for r in runs]
+    diff = (figures["loop_cpu_s"] - cpu_off_s) / figures["loop_cpu_s"]
+    as_json = {**_tally_json(tally), **figures, "loop_cpu_runs_s": cpu}
+    as_json["estimate_cpu_difference"] = round(diff, 4)
+    return tally, figures, cpu, diff, as_json
+
+
 def _ms(values: list[float]) -> str:
     return " ".join(f"{v * 1e3:.0f}" for v in values)
 
@@ -557,9 +570,7 @@ def main() -> int:
         f"round by round: median {statistics.median(paired):.1%}, from {paired[0]:.1%} "
         f"to {paired[-1]:.1%})"
     )
-    floor, floor_fig = summary(runs["floor"])
-    cpu_floor = [r.cpu_s for r in runs["floor"]]
-    floor_diff = (floor_fig["loop_cpu_s"] - cpu_off_s) / floor_fig["loop_cpu_s"]
+    floor, floor_fig, cpu_floor, floor_diff, floor_json = _reference(runs["floor"], cpu_off_s)
     print(
         f"floor, the least a tracer does at the same places (_floor_tracer.py: a current "
         f"OpenTelemetry span, an id, two clock reads and a tuple a span, the attributes "
@@ -571,16 +582,12 @@ def main() -> int:
         f"against off: {floor_diff:.2%}"
     )
     _top("top floor functions (innermost tracer frame):", floor.functions, floor.busy, 3)
-    floor_json = {**_tally_json(floor), **floor_fig, "loop_cpu_runs_s": cpu_floor}
     floor_json["records"] = floor_json.pop("trace_bytes")
-    floor_json["estimate_cpu_difference"] = round(floor_diff, 4)
     if floor.share():
         print(f"ours / the floor's, sampled share: {share / floor.share():.1f}")
     anchor_json: dict[str, Any] | None = None
     if anchor:
-        areal, areal_fig = summary(runs["areal"])
-        cpu_areal = [r.cpu_s for r in runs["areal"]]
-        areal_diff = (areal_fig["loop_cpu_s"] - cpu_off_s) / areal_fig["loop_cpu_s"]
+        areal, areal_fig, cpu_areal, areal_diff, anchor_json = _reference(runs["areal"], cpu_off_s)
         print(
             f"anchor, AReaL's perf_tracer in the same demo: per run (median) loop-thread CPU "
             f"{areal_fig['loop_cpu_s'] * 1e3:.0f} ms ({_ms(cpu_areal)}), trace "
@@ -595,8 +602,6 @@ def main() -> int:
             f"ours / AReaL's, sampled share: {ratio:.2f}  (ours records more: HTTP spans "
             "with trace context, loop stalls, goodput)"
         )
-        anchor_json = {**_tally_json(areal), **areal_fig, "loop_cpu_runs_s": cpu_areal}
-        anchor_json["estimate_cpu_difference"] = round(areal_diff, 4)
     else:
         print("MISSING anchor: AReaL's perf_tracer could not be loaded; no reference figure")
     ok = share <= TARGET

@@ -52,10 +52,14 @@ class RolloutPump:
     seed: int = 0
     finished: int = 0
 
+    def http_session(self) -> aiohttp.ClientSession:
+        """The session the Gym is called through: asynctrace's client middleware on it."""
+        return aiohttp.ClientSession(middlewares=(client_middleware(),))
+
     async def run(self) -> None:
         """Dispatch every prompt group, bounded, then signal the end."""
         limit = asyncio.Semaphore(self.max_inflight)
-        async with aiohttp.ClientSession(middlewares=(client_middleware(),)) as http:
+        async with self.http_session() as http:
 
             async def group(prompt_id: int, target_step: int) -> None:
                 async with limit:
