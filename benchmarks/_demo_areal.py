@@ -26,14 +26,14 @@ import asyncio
 import logging
 import queue
 import random
-import threading
 import time
-from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 from _areal import PerfTracerConfig, SessionTracerConfig, load_perf_tracer
+from _demo_checkpoint import TwoPartCheckpointer
 from asynctrace_contrib.demo.driver import _cpu
 from asynctrace_contrib.demo.pump import MAX_ATTEMPTS, Collector, Rollout, RolloutPump
 
@@ -102,28 +102,11 @@ class AReaLPump(RolloutPump):
         self.out.put(Rollout(prompt_id, target_step, reward, attempt + 1))
 
 
-class _Checkpointer:
-    """The demo's two-part checkpoint: staging on the loop, finalize in a thread."""
+class _Checkpointer(TwoPartCheckpointer):
+    """The checkpoint's parts as AReaL scopes."""
 
-    def __init__(self, finalize: Callable[[int], None]) -> None:
-        self._finalize = finalize
-        self._thread: threading.Thread | None = None
-
-    def save(self, step: int) -> None:
-        with pt.trace_scope("rl.checkpointing", category="io", args={"global_step": step}):
-            self.finalize_pending()
-            _cpu(8)
-            self._thread = threading.Thread(target=self._run, args=(step,), daemon=True)
-            self._thread.start()
-
-    def _run(self, step: int) -> None:
-        with pt.trace_scope("rl.checkpoint.finalize", category="io", args={"global_step": step}):
-            self._finalize(step)
-
-    def finalize_pending(self, timeout: float | None = None) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
+    def scope(self, name: str, step: int) -> AbstractContextManager[Any]:
+        return pt.trace_scope(name, category="io", args={"global_step": step})
 
 
 async def _train(

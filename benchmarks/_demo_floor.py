@@ -17,17 +17,16 @@ thread). asynctrace is off in these runs, as in the anchor's.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import queue
 import random
-import threading
 import time
-from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import _floor_tracer as ft
 import aiohttp
 import yarl
+from _demo_checkpoint import TwoPartCheckpointer
 from asynctrace_contrib.demo.driver import _cpu
 from asynctrace_contrib.demo.pump import MAX_ATTEMPTS, Collector, Rollout, RolloutPump
 
@@ -89,33 +88,13 @@ class FloorPump(RolloutPump):
             return float(reply["reward"])
 
 
-class _Checkpointer:
-    """The demo's two-part checkpoint: staging on the loop, finalize in a thread."""
+class _Checkpointer(TwoPartCheckpointer):
+    """The checkpoint's parts as floor spans."""
 
-    def __init__(self, finalize: Callable[[int], None]) -> None:
-        self._finalize = finalize
-        self._thread: threading.Thread | None = None
-
-    def save(self, step: int) -> None:
-        at_step = {"rl.iteration": step, "rl.bucket": "overhead"}
-        with ft.Span("rl.checkpointing", at_step):
-            self.finalize_pending()
-            _cpu(8)
-            # In this span's context, as the demo's ContextThread: the finalize span's parent.
-            context = contextvars.copy_context()
-            self._thread = threading.Thread(
-                target=context.run, args=(self._run, step), daemon=True
-            )
-            self._thread.start()
-
-    def _run(self, step: int) -> None:
-        with ft.Span("rl.checkpoint.finalize", {"rl.iteration": step}):
-            self._finalize(step)
-
-    def finalize_pending(self, timeout: float | None = None) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
+    def scope(self, name: str, step: int) -> AbstractContextManager[Any]:
+        if name == "rl.checkpointing":
+            return ft.Span(name, {"rl.iteration": step, "rl.bucket": "overhead"})
+        return ft.Span(name, {"rl.iteration": step})
 
 
 async def _train(
