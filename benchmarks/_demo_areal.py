@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import queue
 import random
 import time
 from contextlib import AbstractContextManager
@@ -33,8 +32,8 @@ from typing import Any
 
 import aiohttp
 from _areal import PerfTracerConfig, SessionTracerConfig, load_perf_tracer
-from _demo_checkpoint import TwoPartCheckpointer
-from asynctrace_contrib.demo.driver import _cpu
+from _demo_parts import TwoPartCheckpointer
+from asynctrace_contrib.demo.driver import _cpu, _drive
 from asynctrace_contrib.demo.pump import MAX_ATTEMPTS, Collector, Rollout, RolloutPump
 
 __all__ = ["configure", "run"]
@@ -144,18 +143,11 @@ async def run(
     steps: int, prompts: int, max_inflight: int, checkpoint_every: int, gym_url: str
 ) -> list[Rollout]:
     """The demo's ``_run``, recorded by AReaL's tracer (configure it first)."""
-    rollouts: list[Rollout] = []
-    finished: queue.Queue[Rollout | None] = queue.Queue()
     current = asyncio.current_task()
     if current is not None:
         current.set_name("driver")
     async with pt.atrace_scope("rl.job", category="scheduler", args={"rl.steps": steps}):
-        collector = Collector(finished, batch_size=prompts)
-        collector.start()
-        pump = AReaLPump(gym_url, steps, prompts, finished, max_inflight=max_inflight)
-        pump_task = asyncio.create_task(pump.run(), name="rollout-pump")
-        await _train(collector, steps, checkpoint_every, rollouts)
-        await pump_task
-        await asyncio.to_thread(collector.thread.join, 10)
+        sizes = (steps, prompts, max_inflight, checkpoint_every, gym_url)
+        rollouts = await _drive(AReaLPump, _train, asyncio.to_thread, *sizes)
     pt.save(force=True)
     return rollouts

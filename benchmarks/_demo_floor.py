@@ -17,7 +17,6 @@ thread). asynctrace is off in these runs, as in the anchor's.
 from __future__ import annotations
 
 import asyncio
-import queue
 import random
 import time
 from contextlib import AbstractContextManager
@@ -26,8 +25,8 @@ from typing import Any
 import _floor_tracer as ft
 import aiohttp
 import yarl
-from _demo_checkpoint import TwoPartCheckpointer
-from asynctrace_contrib.demo.driver import _cpu
+from _demo_parts import TwoPartCheckpointer
+from asynctrace_contrib.demo.driver import _cpu, _drive
 from asynctrace_contrib.demo.pump import MAX_ATTEMPTS, Collector, Rollout, RolloutPump
 
 __all__ = ["run"]
@@ -132,17 +131,9 @@ async def run(
 ) -> list[Rollout]:
     """The demo's ``_run``, recorded by the floor tracer."""
     ft.reset()
-    rollouts: list[Rollout] = []
-    finished: queue.Queue[Rollout | None] = queue.Queue()
     current = asyncio.current_task()
     if current is not None:
         current.set_name("driver")
     with ft.Span("rl.job", {"rl.steps": steps}):
-        collector = Collector(finished, batch_size=prompts)
-        collector.start()
-        pump = FloorPump(gym_url, steps, prompts, finished, max_inflight=max_inflight)
-        pump_task = asyncio.create_task(pump.run(), name="rollout-pump")
-        await _train(collector, steps, checkpoint_every, rollouts)
-        await pump_task
-        await asyncio.to_thread(collector.thread.join, 10)
-    return rollouts
+        sizes = (steps, prompts, max_inflight, checkpoint_every, gym_url)
+        return await _drive(FloorPump, _train, asyncio.to_thread, *sizes)

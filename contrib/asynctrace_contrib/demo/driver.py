@@ -14,7 +14,7 @@ import asyncio
 import hashlib
 import queue
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,6 +76,35 @@ async def _train(
     checkpointer.finalize_pending(timeout=10)
 
 
+Train = Callable[[Collector, int, int, list[Rollout]], Awaitable[None]]
+
+
+async def _drive(
+    pump_type: type[RolloutPump],
+    train: Train,
+    to_thread: Callable[..., Awaitable[object]],
+    steps: int,
+    prompts: int,
+    max_inflight: int,
+    checkpoint_every: int,
+    gym_url: str,
+) -> list[Rollout]:
+    """The job: the collector thread, the pump task and *train*; the finished rollouts.
+
+    Shared with the benchmark's runs of the same work under other tracers.
+    """
+    rollouts: list[Rollout] = []
+    finished: queue.Queue[Rollout | None] = queue.Queue()
+    collector = Collector(finished, batch_size=prompts)
+    collector.start()  # a ContextThread: its spans join this trace
+    pump = pump_type(gym_url, steps, prompts, finished, max_inflight=max_inflight)
+    pump_task = asyncio.create_task(pump.run(), name="rollout-pump")
+    await train(collector, steps, checkpoint_every, rollouts)
+    await pump_task
+    await to_thread(collector.thread.join, 10)
+    return rollouts
+
+
 async def _run(
     out: Path,
     steps: int,
@@ -84,20 +113,12 @@ async def _run(
     checkpoint_every: int,
     gym_url: str,
 ) -> list[Rollout]:
-    rollouts: list[Rollout] = []
-    finished: queue.Queue[Rollout | None] = queue.Queue()
     current = asyncio.current_task()
     if current is not None:
         current.set_name("driver")  # names its trace track: before its first span
+    sizes = (steps, prompts, max_inflight, checkpoint_every, gym_url)
     with at.umbrella_span("job", "rl.job", attributes={"rl.steps": steps}):
-        collector = Collector(finished, batch_size=prompts)
-        collector.start()  # a ContextThread: its spans join this trace
-        pump = RolloutPump(gym_url, steps, prompts, finished, max_inflight=max_inflight)
-        pump_task = asyncio.create_task(pump.run(), name="rollout-pump")
-        await _train(collector, steps, checkpoint_every, rollouts)
-        await pump_task
-        await at.to_thread(collector.thread.join, 10)
-    return rollouts
+        return await _drive(RolloutPump, _train, at.to_thread, *sizes)
 
 
 def demo_exporters(exporters: Sequence[str] | None = None) -> list[str]:

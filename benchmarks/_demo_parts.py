@@ -1,9 +1,11 @@
 """The demo's two-part checkpoint for the benchmark's other tracers (benchmark only).
 
-``asynctrace_contrib.demo.checkpoint`` stages a checkpoint on the loop and
-finalizes it in a thread started in the staging span's context. The anchor
-(``_demo_areal.py``) and the floor (``_demo_floor.py``) do the same work and
-differ only in the span they open around each part: :meth:`scope`.
+The anchor (``_demo_areal.py``) and the floor (``_demo_floor.py``) run the
+demo's work (``asynctrace_contrib.demo``) with another tracer; the job itself
+is the demo's own (``driver._drive``). What they share besides lives here:
+:class:`TwoPartCheckpointer`, which stages a checkpoint on the loop and
+finalizes it in a thread started in the staging span's context; each tracer
+gives only the span around each part (:meth:`TwoPartCheckpointer.scope`).
 """
 
 from __future__ import annotations
