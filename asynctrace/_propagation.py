@@ -222,6 +222,12 @@ _FLAGS_LATER: Final = 0x01
 _FLAGS: Final = tuple(trace.TraceFlags(i) for i in range(4))
 _NAMES: Final = {TRACEPARENT: 0, TRACESTATE: 1, BAGGAGE: 2}
 _HEADER_NAMES: Final = (TRACEPARENT, TRACESTATE, BAGGAGE)
+# The value every Level 1 or 2 sender writes (version 00, flags 00 to 0f, nothing
+# around it), matched without groups: the common case of parse_traceparent.
+_TRACEPARENT_00: Final = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-0[0-9a-f]")
+_FLAGS_00_BY_HEX: Final = {f"0{d:x}": _FLAGS[d & _FLAGS_00] for d in range(16)}
+_new_tuple: Final = tuple.__new__
+_NO_STATE: Final = trace.DEFAULT_TRACE_STATE
 
 
 def parse_traceparent(value: str) -> trace.SpanContext | None:
@@ -232,6 +238,14 @@ def parse_traceparent(value: str) -> trace.SpanContext | None:
     later version is read for its first four fields, which must end the value
     or be followed by ``-``. Leading and trailing spaces and tabs are allowed.
     """
+    if len(value) == 55 and PLAIN_CONTEXT and _TRACEPARENT_00.fullmatch(value) is not None:
+        trace_id, span_id = int(value[3:35], 16), int(value[36:52], 16)
+        if not trace_id or not span_id:
+            return None
+        # SpanContext(trace_id, span_id, True, flags) without its checks, made above
+        # (PLAIN_CONTEXT: the tuple layout is known): both ids are in range and not 0.
+        sampled = _FLAGS_00_BY_HEX[value[53:]]
+        return _new_tuple(trace.SpanContext, (trace_id, span_id, True, sampled, _NO_STATE, True))
     if len(value) > _MAX_TRACEPARENT:
         return None
     match = _TRACEPARENT.fullmatch(value)

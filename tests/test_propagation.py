@@ -423,6 +423,50 @@ def test_traceparent_flags_and_versions(traceparent: str, flags: int) -> None:
     assert sent == f"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-{flags:02x}"
 
 
+@settings(max_examples=examples(300, 20_000), deadline=None)
+@given(
+    trace_id=st.integers(0, 2**128 - 1) | st.sampled_from([0, 1, 2**128 - 1]),
+    span_id=st.integers(0, 2**64 - 1) | st.sampled_from([0, 1, 2**64 - 1]),
+    flags=st.integers(0, 255),
+    case=st.sampled_from(["lower", "upper", "space"]),
+)
+def test_the_common_traceparent_reads_as_opentelemetry_reads_it(
+    trace_id: int, span_id: int, flags: int, case: str
+) -> None:
+    """Version 00 as senders write it (a quick path): the context OpenTelemetry's own
+    propagator extracts, flags 0x02 kept (Level 2's random flag); invalid is None."""
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    from asynctrace._propagation import parse_traceparent
+
+    value = f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"
+    if case == "upper":
+        value = value.upper()
+    elif case == "space":
+        value += " "
+    ours = parse_traceparent(value)
+    extracted = trace.get_current_span(
+        TraceContextTextMapPropagator().extract({"traceparent": value})
+    ).get_span_context()
+    if not extracted.is_valid:  # all-zero ids, upper-case hex (W3C: lower-case only)
+        assert ours is None
+        return
+    expected = trace.SpanContext(
+        trace_id, span_id, True, trace.TraceFlags(flags & 0x03), trace.DEFAULT_TRACE_STATE
+    )
+    assert ours == expected
+    assert ours is not None
+    assert (ours.trace_id, ours.span_id, ours.is_remote, ours.is_valid) == (
+        extracted.trace_id,
+        extracted.span_id,
+        True,
+        True,
+    )
+    assert ours.trace_flags.sampled == extracted.trace_flags.sampled
+    assert isinstance(ours.trace_flags, trace.TraceFlags)
+    assert ours.trace_state == extracted.trace_state
+
+
 def test_repeated_traceparent_is_invalid() -> None:
     """Two traceparent values (keys differing in case, or a multi-value carrier): no parent."""
     from multidict import CIMultiDict

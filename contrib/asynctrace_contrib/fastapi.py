@@ -62,6 +62,7 @@ _SECRET_KEYS = SecretKeys(DEFAULT_SECRET_KEYS)
 
 
 _TRACE_HEADERS = {"traceparent": 0, "tracestate": 1, "baggage": 2}
+_RAW_TRACE_HEADERS = {name.encode(): index for name, index in _TRACE_HEADERS.items()}
 
 
 def _headers(scope: Scope, *, trust: bool = True) -> dict[str, str]:
@@ -76,9 +77,16 @@ def _headers(scope: Scope, *, trust: bool = True) -> dict[str, str]:
     found: tuple[list[str], list[str], list[str]] = ([], [], [])
     for raw_name, raw_value in scope.get("headers") or ():
         try:
-            if len(raw_name) > 11:
-                continue
-            index = _TRACE_HEADERS.get(bytes(raw_name).decode("latin-1").lower())
+            if raw_name.__class__ is bytes:  # servers give lower-case bytes (ASGI)
+                index = _RAW_TRACE_HEADERS.get(raw_name)
+                if index is None:
+                    if len(raw_name) > 11 or raw_name.islower():
+                        continue  # not ours: only a name with capitals is looked at again
+                    index = _TRACE_HEADERS.get(raw_name.decode("latin-1").lower())
+            else:
+                if len(raw_name) > 11:
+                    continue
+                index = _TRACE_HEADERS.get(bytes(raw_name).decode("latin-1").lower())
             if index is not None:
                 found[index].append(bytes(raw_value).decode("latin-1"))
         except Exception:
@@ -102,9 +110,10 @@ def _outer_server_span() -> bool:
     HTTP instrumentation may ask the ones below it to stand aside with
     OpenTelemetry's ``suppress_http_instrumentation`` context key.
     """
-    if otel_context.get_value(_SUPPRESS_HTTP) or otel_context.get_value(_SUPPRESS):
+    current = otel_context.get_current()  # once: three reads of it follow
+    if current.get(_SUPPRESS_HTTP) or current.get(_SUPPRESS):
         return True
-    span = trace.get_current_span()
+    span = trace.get_current_span(current)
     return getattr(span, "kind", None) is SpanKind.SERVER and span.is_recording()
 
 

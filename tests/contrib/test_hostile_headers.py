@@ -107,3 +107,31 @@ def test_fuzz_raw_headers_never_change_the_response(trust_incoming: bool, groups
             _fuzz.run(check)
     finally:
         loop.close()
+
+
+def test_trace_headers_are_read_whatever_their_case_or_buffer_type() -> None:
+    """Lower-case bytes (what servers give), capitals, bytearray and memoryview names
+    and values: each trace header is read, repeated ones combined in order."""
+    from asynctrace_contrib.fastapi import _headers as read
+
+    parent = f"00-{TRACE}-00f067aa0ba902b7-01"
+    headers: list[tuple[Any, Any]] = [
+        (b"x-other", b"1"),
+        (b"TraceParent", parent.encode()),
+        (bytearray(b"tracestate"), b"a=1"),
+        (memoryview(b"BAGGAGE"), bytearray(b"k=v")),
+        (b"tracestate", memoryview(b"b=2")),
+        (b"baggage", b"m=w"),
+        (b"user-agent", b"x"),
+        (b"a-very-long-header-name", b"traceparent"),
+        ("traceparent", b"a str name is not ASGI: skipped"),
+    ]
+    assert read({"headers": headers}) == {
+        "traceparent": parent,
+        "tracestate": "a=1,b=2",
+        "baggage": "k=v,m=w",
+    }
+    assert read({"headers": headers}, trust=False) == {
+        "traceparent": parent,
+        "tracestate": "a=1,b=2",
+    }
