@@ -20,6 +20,7 @@ from ._cm import SyncAndAsync
 from ._errors import ConfigurationError, report_internal_error
 from ._fast._span import SPAN_TYPES
 from ._scopes import SCOPES, ScopeState, leave_all
+from ._spans import _CONTEXT_VAR, _SPAN_KEY
 from ._state import GATE
 
 __all__ = [
@@ -427,7 +428,13 @@ class remote_trace_context(SyncAndAsync["remote_trace_context"]):
         if remote is None:
             return self
         try:
-            if remote.span_context is not None or remote.baggage:
+            var = _CONTEXT_VAR
+            if var is not None and remote.span_context is not None and not remote.baggage:
+                # set_span_in_context and attach without their layers (as _spans.attach)
+                values = var.get().copy()
+                values[_SPAN_KEY] = trace.NonRecordingSpan(remote.span_context)
+                self._token = var.set(otel_context.Context(values))
+            elif remote.span_context is not None or remote.baggage:
                 ctx = otel_context.get_current()
                 if remote.span_context is not None:
                     ctx = trace.set_span_in_context(
@@ -454,7 +461,12 @@ class remote_trace_context(SyncAndAsync["remote_trace_context"]):
             leave_all(scope_token, self._scope_state)
         token, self._token = self._token, None
         if token is not None:
-            otel_context.detach(token)  # type: ignore[arg-type]
+            # Another runtime context (no variable of ours), a token of another
+            # context or one used already: OpenTelemetry's detach, which logs it.
+            try:
+                _CONTEXT_VAR.reset(token)  # type: ignore[union-attr,arg-type]
+            except (AttributeError, ValueError, RuntimeError):
+                otel_context.detach(token)  # type: ignore[arg-type]
 
 
 def _signature_with_carrier(fn: Callable[..., Any]) -> inspect.Signature | None:

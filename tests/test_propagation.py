@@ -730,3 +730,25 @@ def test_env_carries_the_scopes_to_a_subprocess() -> None:
     (span,) = result["spans"]
     assert "rl.iteration" not in span
     assert result["per_prompt"] is False
+
+
+def test_a_remote_context_left_in_another_context_never_raises(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Entered in one context and left in another (a generator resumed elsewhere):
+    OpenTelemetry's detach reports it, nothing raises; left where it was entered,
+    the span context before it is back."""
+    import contextvars
+
+    remote = remote_trace_context({"traceparent": VALID})
+    entered = contextvars.copy_context()
+    entered.run(remote.__enter__)
+    assert entered.run(current_trace_carrier)["traceparent"] == VALID
+    contextvars.copy_context().run(remote.__exit__, None, None, None)
+    assert any("detach" in record.getMessage().lower() for record in caplog.records)
+
+    again = remote_trace_context({"traceparent": VALID})
+    there = contextvars.copy_context()
+    there.run(again.__enter__)
+    there.run(again.__exit__, None, None, None)
+    assert there.run(current_trace_carrier) == {}
