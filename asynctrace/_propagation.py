@@ -223,8 +223,8 @@ _FLAGS_LATER: Final = 0x01
 _FLAGS: Final = tuple(trace.TraceFlags(i) for i in range(4))
 _NAMES: Final = {TRACEPARENT: 0, TRACESTATE: 1, BAGGAGE: 2}
 _HEADER_NAMES: Final = (TRACEPARENT, TRACESTATE, BAGGAGE)
-# The value every Level 1 or 2 sender writes (version 00, flags 00 to 0f, nothing
-# around it), matched without groups: the common case of parse_traceparent.
+# The common value (version 00, flags 00 to 0f, nothing around it), matched
+# without groups: parse_traceparent's quick path.
 _TRACEPARENT_00: Final = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-0[0-9a-f]")
 _FLAGS_00_BY_HEX: Final = {f"0{d:x}": _FLAGS[d & _FLAGS_00] for d in range(16)}
 _new_tuple: Final = tuple.__new__
@@ -243,10 +243,10 @@ def parse_traceparent(value: str) -> trace.SpanContext | None:
         trace_id, span_id = int(value[3:35], 16), int(value[36:52], 16)
         if not trace_id or not span_id:
             return None
-        # SpanContext(trace_id, span_id, True, flags) without its checks, made above
-        # (PLAIN_CONTEXT: the tuple layout is known): both ids are in range and not 0.
-        sampled = _FLAGS_00_BY_HEX[value[53:]]
-        return _new_tuple(trace.SpanContext, (trace_id, span_id, True, sampled, _NO_STATE, True))
+        # SpanContext(trace_id, span_id, True, flags) without its checks, which the
+        # match and the test above have made (PLAIN_CONTEXT: its tuple layout is known).
+        flags_00 = _FLAGS_00_BY_HEX[value[53:]]
+        return _new_tuple(trace.SpanContext, (trace_id, span_id, True, flags_00, _NO_STATE, True))
     if len(value) > _MAX_TRACEPARENT:
         return None
     match = _TRACEPARENT.fullmatch(value)
@@ -461,12 +461,14 @@ class remote_trace_context(SyncAndAsync["remote_trace_context"]):
             leave_all(scope_token, self._scope_state)
         token, self._token = self._token, None
         if token is not None:
-            # Another runtime context (no variable of ours), a token of another
-            # context or one used already: OpenTelemetry's detach, which logs it.
-            try:
-                _CONTEXT_VAR.reset(token)  # type: ignore[union-attr,arg-type]
-            except (AttributeError, ValueError, RuntimeError):
+            var = _CONTEXT_VAR
+            if var is None:  # OpenTelemetry's runtime context is not its ContextVar one
                 otel_context.detach(token)  # type: ignore[arg-type]
+                return
+            try:
+                var.reset(token)  # type: ignore[arg-type]
+            except Exception:  # a token of another context, or used already: OpenTelemetry's
+                otel_context.detach(token)  # type: ignore[arg-type]  # detach logs it
 
 
 def _signature_with_carrier(fn: Callable[..., Any]) -> inspect.Signature | None:

@@ -433,8 +433,9 @@ def test_traceparent_flags_and_versions(traceparent: str, flags: int) -> None:
 def test_the_common_traceparent_reads_as_opentelemetry_reads_it(
     trace_id: int, span_id: int, flags: int, case: str
 ) -> None:
-    """Version 00 as senders write it (a quick path): the context OpenTelemetry's own
-    propagator extracts, flags 0x02 kept (Level 2's random flag); invalid is None."""
+    """Version 00 as senders write it (a quick path): valid when OpenTelemetry's own
+    propagator finds it valid, with its ids and sampled flag; the flags masked to 0x03
+    (Level 2's random flag kept, reserved bits not passed on); invalid is None."""
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     from asynctrace._propagation import parse_traceparent

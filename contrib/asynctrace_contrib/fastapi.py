@@ -81,7 +81,7 @@ def _headers(scope: Scope, *, trust: bool = True) -> dict[str, str]:
                 index = _RAW_TRACE_HEADERS.get(raw_name)
                 if index is None:
                     if len(raw_name) > 11 or raw_name.islower():
-                        continue  # not ours: only a name with capitals is looked at again
+                        continue  # not ours; a name with capitals (or no letters) is lowered here
                     index = _TRACE_HEADERS.get(raw_name.decode("latin-1").lower())
             else:
                 if len(raw_name) > 11:
