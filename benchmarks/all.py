@@ -22,6 +22,7 @@ SCRIPTS = [
     "bench_cli.py",
     "bench_demo.py",
     "wake_penalty.py",
+    "server_path.py",
 ]
 
 
