@@ -228,6 +228,8 @@ def _suspects(attrs: dict[str, AttributeValue], user: Attributes) -> None:
 
 _LIST: Final = list
 _generation = 0  # bumped when the registry changes: cached stamps are then stale
+# (group or (shape, group), per_prompt, scoped bucket) -> (bucket, group stamp, generation)
+_RULES: dict[tuple[Any, bool, Bucket | None], tuple[Bucket | None, str | None, int]] = {}
 
 
 def _registry_changed() -> None:
@@ -256,9 +258,16 @@ def span_attributes(
     key = group if shape == LEAF else (shape, group)
     entry = state.cache.get(key)
     if entry is None or entry[2] != _generation:
-        bucket = _resolve_bucket(state, group, shape, None)
-        stamp = None if bucket is not None else _group_stamp(state, group, shape)
-        entry = state.cache[key] = (_base(state.stamps, bucket, stamp), bucket, _generation)
+        # A new state (a scope entered, scopes restored from a carrier): its bucket and
+        # group stamp depend only on the span's shape, per_prompt and the scoped bucket.
+        rules_key = (key, state.per_prompt, state.bucket)
+        rules = _RULES.get(rules_key)
+        if rules is None or rules[2] != _generation:
+            bucket = _resolve_bucket(state, group, shape, None)
+            stamp = None if bucket is not None else _group_stamp(state, group, shape)
+            rules = _RULES[rules_key] = (bucket, stamp, _generation)
+        bucket = rules[0]
+        entry = state.cache[key] = (_base(state.stamps, bucket, rules[1]), bucket, _generation)
     attrs = entry[0].copy()
     if user:
         return _merge(attrs, user, entry[1])
