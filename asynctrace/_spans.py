@@ -230,6 +230,7 @@ _LIST: Final = list
 _generation = 0  # bumped when the registry changes: cached stamps are then stale
 # (group or (shape, group), per_prompt, scoped bucket) -> (bucket, group stamp, generation)
 _RULES: dict[tuple[Any, bool, Bucket | None], tuple[Bucket | None, str | None, int]] = {}
+_MAX_RULES: Final = 4096
 
 
 def _registry_changed() -> None:
@@ -265,6 +266,8 @@ def span_attributes(
         if rules is None or rules[2] != _generation:
             bucket = _resolve_bucket(state, group, shape, None)
             stamp = None if bucket is not None else _group_stamp(state, group, shape)
+            if len(_RULES) >= _MAX_RULES:  # group names made up per span: stay bounded
+                _RULES.clear()
             rules = _RULES[rules_key] = (bucket, stamp, _generation)
         bucket = rules[0]
         entry = state.cache[key] = (_base(state.stamps, bucket, rules[1]), bucket, _generation)
