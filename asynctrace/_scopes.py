@@ -198,8 +198,15 @@ class _Scope(SyncAndAsync[T]):
         tb: TracebackType | None,
     ) -> None:
         token, self._token = self._token, None
-        if token is not None and self._state is not None:
-            leave(self._var.name, token, self._state)
+        state = self._state
+        if token is not None and state is not None:
+            if SCOPES.get() is state:  # leave()'s common case, inline
+                try:
+                    SCOPES.reset(token)
+                    return
+                except ValueError:  # a token of another context
+                    pass
+            leave(self._var.name, token, state)
 
 
 class bucket_scope(_Scope[Bucket]):
@@ -241,7 +248,19 @@ class per_prompt_scope(_Scope[bool]):
     _var = PER_PROMPT
 
     def __init__(self) -> None:
-        super().__init__(True)
+        self._value = True  # _Scope.__init__, inline: this runs once per item
+        self._token = None
+        self._state = None
+
+    def __enter__(self) -> bool:
+        if self._token is not None:
+            raise RuntimeError("per_prompt_scope is already entered")
+        state = SCOPES.get()  # ScopeState.replace, inline
+        self._state = state = ScopeState(
+            state.bucket, True, state.iteration, state.task_id, state.session_id
+        )
+        self._token = SCOPES.set(state)
+        return True
 
 
 class iteration_scope(_Scope[int]):

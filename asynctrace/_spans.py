@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 import traceback
@@ -23,7 +24,7 @@ from opentelemetry.trace import (
 from opentelemetry.trace.status import Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
-from . import _groups
+from . import _groups, _stalls
 from ._cm import SyncAndAsync
 from ._errors import report_internal_error
 from ._fast import FastSpan, FastTracer
@@ -33,7 +34,7 @@ from ._profiling import _PROFILER, ProfiledSpan
 from ._redact import redact_text, remember, secrets_of
 from ._scopes import SCOPES, ScopeState
 from ._semconv import CANCELLED, GROUP, RL_BUCKET, RL_ITERATION
-from ._stalls import LOOP_STALL, notice_loop
+from ._stalls import notice_loop
 from ._state import GATE
 
 __all__ = ["instant", "managed_span", "umbrella_span"]
@@ -205,16 +206,22 @@ def _merge(
     """The caller's attributes over the stamps (*attrs*, changed in place)."""
     if user:
         attrs.update(user)
-        if RL_BUCKET in user:  # the bucket rules decide, never a raw attribute
-            if bucket is None:
-                del attrs[RL_BUCKET]
-            else:
-                attrs[RL_BUCKET] = bucket._value_
         # Strings, ints and bools (nearly every attribute) need nothing more: one
         # pass in C says so, without building the set of their types.
-        if not _SUSPECT.isdisjoint(map(type, user.values())):
-            _suspects(attrs, user)
+        if RL_BUCKET in user or not _SUSPECT.isdisjoint(map(type, user.values())):
+            _settle(attrs, user, bucket)
     return attrs
+
+
+def _settle(attrs: dict[str, AttributeValue], user: Attributes, bucket: Bucket | None) -> None:
+    """After the caller's attributes went over the stamps: the bucket rules, then suspects."""
+    if RL_BUCKET in user:  # the bucket rules decide, never a raw attribute
+        if bucket is None:
+            del attrs[RL_BUCKET]
+        else:
+            attrs[RL_BUCKET] = bucket._value_
+    if not _SUSPECT.isdisjoint(map(type, user.values())):
+        _suspects(attrs, user)
 
 
 def _suspects(attrs: dict[str, AttributeValue], user: Attributes) -> None:
@@ -269,11 +276,22 @@ def span_attributes(
             if len(_RULES) >= _MAX_RULES:  # group names made up per span: stay bounded
                 _RULES.clear()
             rules = _RULES[rules_key] = (bucket, stamp, _generation)
-        bucket = rules[0]
-        entry = state.cache[key] = (_base(state.stamps, bucket, rules[1]), bucket, _generation)
-    attrs = entry[0].copy()
-    if user:
-        return _merge(attrs, user, entry[1])
+        # _base(state.stamps, ...), inline: a new state often starts a single span.
+        bucket, stamp = rules[0], rules[1]
+        attrs: dict[str, AttributeValue] = {GROUP: stamp} if stamp is not None else {}
+        stamps = state._stamps
+        attrs.update(stamps if stamps is not None else state.stamps)
+        if bucket is not None:
+            attrs[RL_BUCKET] = bucket._value_
+        state.cache[key] = (attrs, bucket, _generation)
+        attrs = attrs.copy()
+    else:
+        attrs = entry[0].copy()
+        bucket = entry[1]
+    if user:  # _merge, inline
+        attrs.update(user)
+        if RL_BUCKET in user or not _SUSPECT.isdisjoint(map(type, user.values())):
+            _settle(attrs, user, bucket)
     return attrs
 
 
@@ -293,7 +311,7 @@ def start(
         tracer = GATE.tracer
         if tracer is None:
             return None
-        if shape == UMBRELLA and LOOP_STALL in GATE.enabled:
+        if shape == UMBRELLA and GATE.loop_stall and _get_running_loop() is not _stalls._last:
             notice_loop()  # an umbrella (a step) starts: watch this thread's event loop
         attrs = span_attributes(group, shape, attributes, bucket)
         if tracer.__class__ is FastTracer:
@@ -325,6 +343,7 @@ _CONTEXT_VAR: Final = _context_var()
 _SPAN_KEY: Final = _span_key()
 _Context: Final = otel_context.Context
 _time_ns: Final = time.time_ns
+_get_running_loop: Final = asyncio._get_running_loop
 _new: Final = object.__new__
 _INTERNAL: Final = SpanKind.INTERNAL
 
@@ -703,7 +722,7 @@ def umbrella_span(
     state = SCOPES.get()
     if (PER_PROMPT_GROUP if state.per_prompt else group) not in enabled:
         return NOOP_CM
-    if LOOP_STALL in enabled:
+    if GATE.loop_stall and _get_running_loop() is not _stalls._last:
         notice_loop()  # a step starts: watch this thread's event loop (see _stalls)
     return _managed(group, name, UMBRELLA, attributes, None, profile, state.iteration)
 
@@ -826,7 +845,13 @@ def end_span(
         return
     if exc is None:  # finish(), without its call
         try:
-            span.end()
+            if span.__class__ in SPAN_TYPES:  # FastSpan.end, inline: the claim, then hand over
+                fast: Any = span
+                open_spans = fast._tracer._provider._open
+                if fast._end is None and open_spans.pop(fast._span_id, None) is not None:
+                    fast.finish(_time_ns())
+            else:
+                span.end()
         except Exception as err:
             report_internal_error(("end", type(span).__name__), err)
         return

@@ -30,10 +30,11 @@ class _Gate:
     telemetry is off, so ``if not GATE.enabled`` is the whole disabled path.
     """
 
-    __slots__ = ("enabled", "propagate_scopes", "provider", "tokens", "tracer")
+    __slots__ = ("enabled", "loop_stall", "propagate_scopes", "provider", "tokens", "tracer")
 
     def __init__(self) -> None:
         self.enabled: frozenset[str] = frozenset()
+        self.loop_stall = False  # "loop_stall" in enabled, kept with it: umbrellas ask it
         self.tracer: trace.Tracer | None = None
         self.provider: trace.TracerProvider | None = None
         self.tokens: tuple[str, ...] = ()
@@ -81,10 +82,12 @@ def _recompute() -> None:
     with _lock:
         if GATE.tracer is None:
             GATE.enabled = frozenset()
+            GATE.loop_stall = False
             return
         enabled, pending = _groups.resolve_tokens(GATE.tokens)
         # for a while, also note spans asked for under groups nobody registered
         GATE.enabled = _group_audit.audited(enabled, _end_audit, frozenset(pending))
+        GATE.loop_stall = _groups.LOOP_STALL in enabled  # a plain set: not an audited check
     for name in pending:
         if name not in _warned_pending:
             _warned_pending.add(name)
@@ -158,6 +161,7 @@ def disable_telemetry() -> None:
     """
     with _lock:
         GATE.enabled = frozenset()
+        GATE.loop_stall = False
         GATE.tracer = None
         GATE.provider = None
         GATE.tokens = ()

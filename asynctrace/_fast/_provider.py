@@ -16,7 +16,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import islice
-from typing import Any
+from types import FunctionType
+from typing import Any, Final
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -42,7 +43,6 @@ __all__ = ["FastTracer", "FastTracerProvider", "Scope"]
 _INTERNAL = SpanKind.INTERNAL
 _time_ns = time.time_ns
 _get_running_loop = asyncio._get_running_loop
-_current_task = asyncio.current_task
 _current_thread = threading.current_thread
 _threads = threading._active  # type: ignore[attr-defined]  # ident -> Thread, as current_thread reads
 _get_ident = threading.get_ident
@@ -51,6 +51,24 @@ _SAMPLED = 0x01
 _RANDOM = 0x02  # W3C trace-context level 2: the trace id is random (as the SDK sets it)
 _LOW_64 = (1 << 64) - 1
 _new = object.__new__
+
+
+def _task_getter() -> Callable[[asyncio.AbstractEventLoop], asyncio.Task[Any] | None]:
+    """``asyncio.current_task(loop)`` as a C call.
+
+    On 3.10 and 3.11 it is a Python function that looks *loop* up in the
+    ``_current_tasks`` dict (kept by the C tasks): that dict's ``get`` is the
+    same answer without the frame. Later versions have it in C already.
+    """
+    current = asyncio.current_task
+    tasks = getattr(asyncio.tasks, "_current_tasks", None)
+    if isinstance(current, FunctionType) and isinstance(tasks, dict):
+        return tasks.get
+    return current
+
+
+current_task_of: Final = _task_getter()
+_current_task = current_task_of
 
 
 def _context_getter() -> Callable[[], Mapping[str, object]]:

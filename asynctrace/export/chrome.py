@@ -37,13 +37,14 @@ from opentelemetry.sdk.trace import ReadableSpan, Span
 from opentelemetry.trace import SpanContext
 
 from .._errors import report_internal_error
+from .._fast._provider import current_task_of
 from ._chrome_writer import ChromeWriter, NewTrack, context_span_id, span_fields
 from ._queue import _CONTROL, QueuedSpanProcessor
 
 __all__ = ["ChromeTrace", "ChromeTraceProcessor", "read_chrome_trace"]
 
 _get_running_loop = asyncio._get_running_loop
-_current_asyncio_task = asyncio.current_task
+_current_asyncio_task = current_task_of
 _modules = sys.modules
 
 
