@@ -7,6 +7,7 @@ import inspect
 import sys
 from collections.abc import Awaitable, Callable
 from contextlib import nullcontext
+from contextvars import Token
 from types import TracebackType
 from typing import Any
 
@@ -16,7 +17,7 @@ from ._cm import SyncAndAsync
 from ._efficiency import start_efficiency_span
 from ._errors import ConfigurationError
 from ._groups import PER_PROMPT
-from ._scopes import per_prompt_scope
+from ._scopes import SCOPES, ScopeState, leave
 from ._spans import Attributes, umbrella_span
 from ._stalls import _in_trio
 
@@ -43,7 +44,7 @@ class dispatch_scope(SyncAndAsync[Any]):
         ...         ...  # generate, score, push
     """
 
-    __slots__ = ("_scope", "_span")
+    __slots__ = ("_span", "_state", "_token")
 
     def __init__(
         self,
@@ -57,19 +58,27 @@ class dispatch_scope(SyncAndAsync[Any]):
             raise ConfigurationError(
                 f"dispatch_scope(attempt): expected an int >= 0, got {attempt!r}"
             )
-        attrs: dict[str, Any] = dict(attributes or {})
+        attrs: dict[str, Any] = dict(attributes) if attributes else {}
         attrs[RL_ATTEMPT] = attempt
         if target_step is not None:
             attrs[RL_TARGET_STEP] = target_step
-        self._scope = per_prompt_scope()
+        self._token: Token[ScopeState] | None = None
+        self._state: ScopeState | None = None
         self._span = umbrella_span(PER_PROMPT, name, attributes=attrs)
 
     def __enter__(self) -> Any:
-        self._scope.__enter__()
+        # per_prompt_scope's entry, inline (this runs once per dispatch)
+        if self._token is not None:
+            raise RuntimeError("dispatch_scope is already entered")
+        state = SCOPES.get()
+        self._state = state = ScopeState(
+            state.bucket, True, state.iteration, state.task_id, state.session_id
+        )
+        self._token = SCOPES.set(state)
         try:
             return self._span.__enter__()
         except BaseException:
-            self._scope.__exit__(None, None, None)
+            self._leave()
             raise
 
     def __exit__(
@@ -81,7 +90,21 @@ class dispatch_scope(SyncAndAsync[Any]):
         try:
             self._span.__exit__(exc_type, exc, tb)
         finally:
-            self._scope.__exit__(exc_type, exc, tb)
+            token, self._token = self._token, None
+            state = self._state
+            if token is not None and state is not None:
+                if SCOPES.get() is not state:
+                    leave("per_prompt", token, state)
+                else:
+                    try:  # leave()'s common case, inline
+                        SCOPES.reset(token)
+                    except ValueError:  # a token of another context
+                        leave("per_prompt", token, state)
+
+    def _leave(self) -> None:
+        token, self._token = self._token, None
+        if token is not None and self._state is not None:
+            leave("per_prompt", token, self._state)
 
 
 def _sleep_here() -> Callable[[float], Awaitable[None]]:

@@ -395,7 +395,7 @@ def trace_session_event(
         tracer = _session_tracer._tracer
         if tracer is None:
             return
-        text = _reason_text(reason)
+        text = None if reason is None else _reason_text(reason)
         if session_id is None and task_id is None:
             session_id = SCOPES.get().session_id
             if session_id is None:
