@@ -1,8 +1,9 @@
 """Event-loop stalls: a heartbeat on the loop, a watchdog thread, one span per stall.
 
 The watchdog thread posts a heartbeat to the loop (``call_soon_threadsafe``)
-every half threshold. A heartbeat still waiting when the watchdog wakes means
-the loop is blocked: the watchdog samples the loop thread's stack
+every half threshold, unless the loop thread is waiting in its selector then
+(an idle loop is not woken for nothing). A heartbeat still waiting when the
+watchdog wakes means the loop is blocked: the watchdog samples the loop thread's stack
 (``sys._current_frames()``) every ``period`` and, on the first sample, the
 task that is running and the span current in it. When the heartbeat runs, it
 knows how long the loop did not run: past the threshold, it records one span
@@ -21,6 +22,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from types import CodeType
 from typing import Any, Final
 
 from opentelemetry import context as otel_context
@@ -105,6 +107,20 @@ def _notice(loop: asyncio.AbstractEventLoop | None) -> None:
         _last = loop
 
 
+def _waiting_codes(loop: asyncio.AbstractEventLoop) -> tuple[CodeType, CodeType] | None:
+    """The code of *loop*'s selector ``select`` and of the iteration that calls it.
+
+    ``None`` for a loop that does not wait in a Python selector (uvloop's
+    waits in C): it is posted a heartbeat every half threshold, idle or not.
+    """
+    select = getattr(type(getattr(loop, "_selector", None)), "select", None)
+    run_once = getattr(type(loop), "_run_once", None)
+    codes = (getattr(select, "__code__", None), getattr(run_once, "__code__", None))
+    if isinstance(codes[0], CodeType) and isinstance(codes[1], CodeType):
+        return codes[0], codes[1]
+    return None
+
+
 def _in_trio(trio: Any) -> bool:
     try:
         in_run = getattr(trio.lowlevel, "in_trio_run", None)
@@ -185,7 +201,8 @@ class _Monitor:
     """The watchdog thread of one loop and the heartbeat it posts to the loop.
 
     The watchdog posts the heartbeat (``call_soon_threadsafe``) every half
-    threshold and sleeps; a heartbeat that has not run when it wakes means the
+    threshold, unless the loop thread waits in its selector then (it is not
+    blocked, and would only be woken), and sleeps; a heartbeat that has not run when it wakes means the
     loop is blocked: it samples the loop thread every ``period`` until it
     runs. No timer stays on the loop between heartbeats, so the loop's own
     iterations cost nothing more.
@@ -208,6 +225,7 @@ class _Monitor:
         self.wake = threading.Lock()
         self.wake.acquire()
         self.seen = self.since = self.posted = _monotonic()  # the loop runs: it is arming us
+        self.waiting = _waiting_codes(loop)
         self.thread = threading.Thread(
             target=self._watch, name="asynctrace-loop-watchdog", daemon=True
         )
@@ -322,6 +340,11 @@ class _Monitor:
                     continue
                 self.since = self.seen
                 posted = self.posted = _monotonic()
+                if self._in_selector():  # it would run a heartbeat at once: no need to post one
+                    self.seen = posted
+                    if wake(True, self.half):
+                        break
+                    continue
                 try:
                     loop.call_soon_threadsafe(self._beat, posted, context=self.context)
                 except RuntimeError:  # the loop closed since is_closed() was asked
@@ -340,6 +363,25 @@ class _Monitor:
                 logger.warning("asynctrace: the loop-stall watchdog stopped", exc_info=exc)
         finally:
             self._retire()
+
+    def _in_selector(self) -> bool:
+        """Whether the loop thread waits in its selector, called from the loop's iteration.
+
+        Such a loop is not blocked. Not posting it a heartbeat then spares an
+        idle loop a wake-up every half threshold; a loop busy or blocked
+        anywhere else (a callback's own ``select`` included) still gets one.
+        """
+        codes = self.waiting
+        if codes is None:
+            return False
+        frame = sys._current_frames().get(self.loop_thread)
+        try:
+            if frame is None or frame.f_code is not codes[0]:
+                return False
+            caller = frame.f_back
+            return caller is not None and caller.f_code is codes[1]
+        finally:
+            del frame
 
     def _wake_up(self) -> None:
         """End the watchdog's current or next sleep (once is enough: it then stops)."""

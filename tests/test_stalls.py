@@ -507,3 +507,45 @@ def test_an_umbrella_decorator_arms_the_monitor_too() -> None:
     (parent,) = captured.by_name("decorated.step")
     assert stall.parent is not None
     assert stall.parent.span_id == parent.context.span_id
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_an_idle_loop_is_not_woken_by_heartbeats(
+    monkeypatch: pytest.MonkeyPatch, runner: Callable[[Awaitable[Any]], Any]
+) -> None:
+    """A loop waiting in its selector gets no heartbeat; one busy elsewhere still does.
+
+    Over 0.3 s of ``asyncio.sleep`` (half threshold 25 ms) asyncio's loop runs
+    at most the one posted as the step starts (about 12 before); uvloop, which waits in C where the watchdog cannot tell
+    waiting from blocked, is posted one every half threshold. A callback that
+    waits in a ``select`` of its own is blocked, not idle: it is posted one,
+    which runs once the callback returns, and the block is recorded.
+    """
+    beats: list[float] = []
+    beat = _stalls._Monitor._beat
+
+    def counted(self: Any, posted: float) -> None:
+        beats.append(posted)
+        beat(self, posted)
+
+    monkeypatch.setattr(_stalls._Monitor, "_beat", counted)
+    import select
+
+    async def main() -> tuple[int, int]:
+        async with at.umbrella_span("step", "train.step"):
+            await asyncio.sleep(0.3)
+            idle = len(beats)
+            select.select([], [], [], 0.2)  # blocks the loop in a select of its own
+            await asyncio.sleep(0.03)
+            return idle, len(beats)
+
+    with capture_spans("per_step") as captured:
+        idle, after = runner(asyncio.wait_for(main(), 10))
+    (stall,) = _stalls_in(captured.spans)
+    assert stall.attributes is not None
+    assert stall.attributes["code.function.name"].endswith("main")
+    if runner is asyncio.run:
+        assert idle <= 1, beats  # the watchdog's first look, as the step starts
+        assert after >= 1  # the heartbeat posted during the block ran after it
+    else:
+        assert idle >= 6, beats  # about 12 in 0.3 s
