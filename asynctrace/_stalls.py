@@ -202,10 +202,10 @@ class _Monitor:
 
     The watchdog posts the heartbeat (``call_soon_threadsafe``) every half
     threshold, unless the loop thread waits in its selector then (it is not
-    blocked, and would only be woken), and sleeps; a heartbeat that has not run when it wakes means the
-    loop is blocked: it samples the loop thread every ``period`` until it
-    runs. No timer stays on the loop between heartbeats, so the loop's own
-    iterations cost nothing more.
+    blocked, and would only be woken), and sleeps; a heartbeat that has not
+    run when it wakes means the loop is blocked: it samples the loop thread
+    every ``period`` until it runs. No timer stays on the loop between
+    heartbeats, so the loop's own iterations cost nothing more.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, threshold_s: float) -> None:

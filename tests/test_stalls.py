@@ -516,8 +516,9 @@ def test_an_idle_loop_is_not_woken_by_heartbeats(
     """A loop waiting in its selector gets no heartbeat; one busy elsewhere still does.
 
     Over 0.3 s of ``asyncio.sleep`` (half threshold 25 ms) asyncio's loop runs
-    at most the one posted as the step starts (about 12 before); uvloop, which waits in C where the watchdog cannot tell
-    waiting from blocked, is posted one every half threshold. A callback that
+    at most the one posted as the step starts (about 12 before); uvloop, which
+    waits in C where the watchdog cannot tell waiting from blocked, is posted
+    one every half threshold. A callback that
     waits in a ``select`` of its own is blocked, not idle: it is posted one,
     which runs once the callback returns, and the block is recorded.
     """
