@@ -265,6 +265,28 @@ def test_default_groups_start_no_watchdog() -> None:
     assert _stalls_in(captured.spans) == []
 
 
+def test_turning_the_group_on_and_off_arms_the_monitor_or_not() -> None:
+    """set_span_groups turns loop_stall on and off for the next umbrella.
+
+    A step under ``job`` alone starts no watchdog; after ``set_span_groups``
+    adds ``loop_stall``, the next step does; after it is taken away again and
+    the monitor retired, a step starts none.
+    """
+
+    async def watchdogs_after_a_step() -> int:
+        async with at.umbrella_span("job", "job"):
+            await asyncio.sleep(0)
+        return len(_watchdogs())
+
+    with capture_spans("job"):
+        assert asyncio.run(watchdogs_after_a_step()) == 0
+        at.set_span_groups("job,loop_stall")
+        assert asyncio.run(watchdogs_after_a_step()) == 1
+        at.set_span_groups("job")
+        _stalls.stop_all()
+        assert asyncio.run(watchdogs_after_a_step()) == 0
+
+
 def test_the_threshold_is_a_configuration_key(monkeypatch: pytest.MonkeyPatch) -> None:
     """loop_stall_threshold_ms: from a mapping or the environment; 30 ms blocked counts at 10."""
     assert TelemetryConfig().loop_stall_threshold_ms == 50.0
