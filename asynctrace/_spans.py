@@ -808,17 +808,23 @@ def start_span(
     if (PER_PROMPT_GROUP if state.per_prompt else group) not in enabled:
         return AMBIENT_SPAN
     tracer = GATE.tracer
-    if tracer.__class__ is FastTracer:  # start() and span_attributes() inline, stamps cached
-        entry = state.cache.get(group)
-        if entry is not None and entry[2] == _generation:
-            try:
+    if tracer.__class__ is FastTracer:  # start() inline; span_attributes() too, when cached
+        try:
+            entry = state.cache.get(group)
+            if entry is not None and entry[2] == _generation:
                 attrs = entry[0].copy()
-                if attributes:
-                    _merge(attrs, attributes, entry[1])
-                return tracer.start_owned(name, context, attrs, None, kind, links, None)
-            except Exception as exc:
-                report_internal_error(("start", group, name), exc)
-                return AMBIENT_SPAN
+                if attributes:  # _merge, inline
+                    attrs.update(attributes)
+                    if RL_BUCKET in attributes or not _SUSPECT.isdisjoint(
+                        map(type, attributes.values())
+                    ):
+                        _settle(attrs, attributes, entry[1])
+            else:
+                attrs = span_attributes(group, LEAF, attributes, None)
+            return tracer.start_owned(name, context, attrs, None, kind, links, None)
+        except Exception as exc:
+            report_internal_error(("start", group, name), exc)
+            return AMBIENT_SPAN
     span = start(name, group, LEAF, attributes, None, None, kind, context, links)
     return AMBIENT_SPAN if span is None else span
 
