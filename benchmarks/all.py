@@ -21,6 +21,7 @@ SCRIPTS = [
     "bench_http.py",
     "bench_cli.py",
     "bench_demo.py",
+    "demo_calls.py",
     "wake_penalty.py",
     "server_path.py",
 ]
