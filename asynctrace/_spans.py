@@ -214,14 +214,18 @@ def _merge(
 
 
 def _settle(attrs: dict[str, AttributeValue], user: Attributes, bucket: Bucket | None) -> None:
-    """After the caller's attributes went over the stamps: the bucket rules, then suspects."""
+    """After the caller's attributes went over the stamps: suspects, then the bucket rules.
+
+    In that order: a list the caller gave as ``rl.bucket`` is made a tuple
+    first and then overruled like any other raw value.
+    """
+    if not _SUSPECT.isdisjoint(map(type, user.values())):
+        _suspects(attrs, user)
     if RL_BUCKET in user:  # the bucket rules decide, never a raw attribute
         if bucket is None:
             del attrs[RL_BUCKET]
         else:
             attrs[RL_BUCKET] = bucket._value_
-    if not _SUSPECT.isdisjoint(map(type, user.values())):
-        _suspects(attrs, user)
 
 
 def _suspects(attrs: dict[str, AttributeValue], user: Attributes) -> None:
@@ -238,6 +242,7 @@ _generation = 0  # bumped when the registry changes: cached stamps are then stal
 # (group or (shape, group), per_prompt, scoped bucket) -> (bucket, group stamp, generation)
 _RULES: dict[tuple[Any, bool, Bucket | None], tuple[Bucket | None, str | None, int]] = {}
 _MAX_RULES: Final = 4096
+_MAX_SHAPES: Final = 256  # entries of one scope state's cache (a few in practice)
 
 
 def _registry_changed() -> None:
@@ -283,7 +288,10 @@ def span_attributes(
         attrs.update(stamps if stamps is not None else state.stamps)
         if bucket is not None:
             attrs[RL_BUCKET] = bucket._value_
-        state.cache[key] = (attrs, bucket, _generation)
+        cache = state.cache
+        if len(cache) >= _MAX_SHAPES:  # the same, for one long-lived scope state
+            cache.clear()
+        cache[key] = (attrs, bucket, _generation)
         attrs = attrs.copy()
     else:
         attrs = entry[0].copy()

@@ -369,17 +369,30 @@ class _Monitor:
 
         Such a loop is not blocked. Not posting it a heartbeat then spares an
         idle loop a wake-up every half threshold; a loop busy or blocked
-        anywhere else (a callback's own ``select`` included) still gets one.
+        anywhere else still gets one: a callback's own ``select``, and another
+        loop's iteration run from one of this loop's callbacks (a nested
+        ``run_until_complete``), whose stack holds two iterations. Any doubt
+        (the frames cannot be read) posts one.
         """
         codes = self.waiting
         if codes is None:
             return False
-        frame = sys._current_frames().get(self.loop_thread)
+        try:
+            frame = sys._current_frames().get(self.loop_thread)
+        except Exception:  # an audit hook that refuses it, say: post a heartbeat
+            return False
         try:
             if frame is None or frame.f_code is not codes[0]:
                 return False
-            caller = frame.f_back
-            return caller is not None and caller.f_code is codes[1]
+            frame = frame.f_back
+            if frame is None or frame.f_code is not codes[1]:
+                return False
+            frame = frame.f_back
+            while frame is not None:  # the only iteration on the stack: not a nested loop
+                if frame.f_code is codes[1]:
+                    return False
+                frame = frame.f_back
+            return True
         finally:
             del frame
 

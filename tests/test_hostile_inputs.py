@@ -268,13 +268,16 @@ def test_fuzz_env_values(environ: dict[str, str]) -> None:
 @pytest.mark.parametrize("provider", ["fast", "sdk"])
 def test_group_names_made_up_per_span_keep_the_bucket_rules_bounded(provider: str) -> None:
     """In a per-prompt scope any group name passes the gate (per_prompt decides): 5,000
-    names made up per span are all recorded and leave the rules lookup bounded."""
-    from asynctrace import _spans
+    names made up per span are all recorded and leave the rules lookup and the
+    scope state's own cache bounded."""
+    from asynctrace import _scopes, _spans
 
     with capture_spans("per_prompt", provider=provider) as captured:
         with at.per_prompt_scope():
             for i in range(5_000):
                 with at.managed_span(f"made-up-{i}", "leaf"):
                     pass
+            state_cache = len(_scopes.SCOPES.get().cache)
     assert len(captured.by_name("leaf")) == 5_000
     assert len(_spans._RULES) <= _spans._MAX_RULES
+    assert 0 < state_cache <= _spans._MAX_SHAPES

@@ -134,3 +134,72 @@ def test_scope_object_cannot_be_entered_twice() -> None:
     scope = iteration_scope(1)
     with scope, pytest.raises(RuntimeError), scope:
         pass
+
+
+def _exited_in_a_copy(scope: object, read: object) -> tuple[object, object, object]:
+    """Enter *scope* here, exit it in a copy of this context: (inside, in the copy, here)."""
+    import contextvars
+    from typing import Any, cast
+
+    cm, reader = cast("Any", scope), cast("Any", read)
+    inside = cm.__enter__()
+    inside = reader()
+    copy = contextvars.copy_context()
+    copy.run(cm.__exit__, None, None, None)  # the token is this context's: no reset there
+    return inside, copy.run(reader), reader()
+
+
+@pytest.mark.parametrize(
+    ("make", "read", "value"),
+    [
+        ("iteration", "iteration", 7),
+        ("bucket", "bucket", "idle"),
+        ("task", "task", 23),
+        ("per_prompt", "per_prompt", True),
+        ("dispatch", "per_prompt", True),
+    ],
+)
+def test_a_scope_exited_in_another_context_restores_its_field_there(
+    make: str, read: str, value: object
+) -> None:
+    """Entered in one context, exited in a copy (a token of another context): no error;
+    in the copy the scope's own field goes back to its value before, and the context
+    it was entered in is untouched."""
+    import contextvars
+
+    import asynctrace as at
+
+    makers = {
+        "iteration": lambda: at.iteration_scope(7),
+        "bucket": lambda: at.bucket_scope(at.Bucket.IDLE),
+        "task": lambda: at.task_scope(23),
+        "per_prompt": at.per_prompt_scope,
+        "dispatch": at.dispatch_scope,
+    }
+    readers = {
+        "iteration": at.current_iteration,
+        "bucket": lambda: b.value if (b := at.current_bucket()) is not None else None,
+        "task": at.current_task_id,
+        "per_prompt": at.in_per_prompt_scope,
+    }
+    before = readers[read]()
+    inside, in_copy, here = contextvars.copy_context().run(
+        _exited_in_a_copy, makers[make](), readers[read]
+    )
+    assert inside == value
+    assert in_copy == before
+    assert here == value  # exiting in the copy changed nothing here
+
+
+def test_a_session_scope_exited_in_another_context_restores_the_session_there() -> None:
+    """The session scope's inline exit, by a token of another context."""
+    import contextvars
+
+    import asynctrace as at
+
+    inside, in_copy, here = contextvars.copy_context().run(
+        _exited_in_a_copy, at.session_scope(), at.current_session_id
+    )
+    assert isinstance(inside, str)
+    assert in_copy is None
+    assert here == inside

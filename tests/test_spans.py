@@ -288,6 +288,22 @@ def test_rl_bucket_attribute_cannot_override_the_rules(spans: CapturedSpans) -> 
     assert attrs(spans.by_name("rl.idle.x")[0])["rl.bucket"] == "idle"
 
 
+def test_a_list_given_as_rl_bucket_is_overruled_too(spans: CapturedSpans) -> None:
+    """A list-valued raw rl.bucket (lists become tuples) is overruled like any other value."""
+    raw = {"rl.bucket": ["wasted"], "tags": ["a", "b"]}
+    with managed_span("generation", "leaf", attributes=raw):
+        pass
+    with managed_span("generation", "explicit", attributes=raw, bucket=Bucket.IDLE):
+        pass
+    with umbrella_span("step", "umbrella", attributes=raw):
+        pass
+    assert attrs(spans.by_name("leaf")[0])["rl.bucket"] == "productive"
+    assert attrs(spans.by_name("explicit")[0])["rl.bucket"] == "idle"
+    umbrella = attrs(spans.by_name("umbrella")[0])
+    assert "rl.bucket" not in umbrella
+    assert umbrella["tags"] == ("a", "b")
+
+
 def test_start_span_and_end_span(spans: CapturedSpans) -> None:
     """start_span: not current, gated, stamped, explicit parent and kind; end_span records."""
     from opentelemetry.trace import SpanKind

@@ -283,7 +283,7 @@ def test_turning_the_group_on_and_off_arms_the_monitor_or_not() -> None:
         at.set_span_groups("job,loop_stall")
         assert asyncio.run(watchdogs_after_a_step()) == 1
         at.set_span_groups("job")
-        _stalls.stop_all()
+        _stalls.stop_all(timeout_s=10.0)  # a loaded machine: wait for the thread to be gone
         assert asyncio.run(watchdogs_after_a_step()) == 0
 
 
@@ -572,3 +572,41 @@ def test_an_idle_loop_is_not_woken_by_heartbeats(
         assert after >= 1  # the heartbeat posted during the block ran after it
     else:
         assert idle >= 6, beats  # about 12 in 0.3 s
+
+
+def test_a_loop_blocked_in_a_selector_of_its_own_kind_is_not_taken_for_waiting() -> None:
+    """The watchdog's "waiting" test checks who called the selector, not just the frame.
+
+    A coroutine that blocks in a ``select`` of the loop's own selector class
+    (the same code object the loop waits in), and one that runs a second
+    loop of the same class to completion (``run_until_complete`` inside a
+    callback: the stack then holds two iterations, and the inner one waits
+    in its selector), both block this loop: each is recorded as a stall.
+    """
+    import selectors
+
+    async def main() -> None:
+        async with at.umbrella_span("step", "train.step"):
+            await asyncio.sleep(0.06)
+            selector = selectors.DefaultSelector()
+            try:
+                selector.select(0.2)  # the loop's own selector code, called by this coroutine
+            finally:
+                selector.close()
+            await asyncio.sleep(0.06)
+            # A sync wrapper runs a second loop here (nest_asyncio, or one that
+            # unsets the running loop, as this does): its iteration waits in its selector.
+            outer, inner = asyncio.get_running_loop(), asyncio.new_event_loop()
+            asyncio.events._set_running_loop(None)
+            try:
+                inner.run_until_complete(asyncio.sleep(0.2))
+            finally:
+                inner.close()
+                asyncio.events._set_running_loop(outer)
+            await asyncio.sleep(0.06)
+
+    with capture_spans("per_step") as captured:
+        asyncio.run(asyncio.wait_for(main(), 10))
+    stalls = sorted(_stalls_in(captured.spans), key=lambda span: span.start_time or 0)
+    long = [span for span in stalls if (span.end_time or 0) - (span.start_time or 0) > 100e6]
+    assert len(long) == 2, [(s.start_time, s.end_time) for s in stalls]

@@ -59,6 +59,9 @@ def _task_getter() -> Callable[[asyncio.AbstractEventLoop], asyncio.Task[Any] | 
     On 3.10 and 3.11 it is a Python function that looks *loop* up in the
     ``_current_tasks`` dict (kept by the C tasks): that dict's ``get`` is the
     same answer without the frame. Later versions have it in C already.
+    Callers pass a loop, never ``None`` (the two forms differ there: the
+    dict's ``get`` answers ``None``, ``current_task(None)`` looks for a
+    running loop).
     """
     current = asyncio.current_task
     tasks = getattr(asyncio.tasks, "_current_tasks", None)

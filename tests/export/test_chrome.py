@@ -226,6 +226,49 @@ async def test_tasks_get_their_own_tracks_on_every_backend(pipeline: Pipeline) -
     assert_tracks_nest(events)
 
 
+def test_a_callback_is_on_its_thread_and_tasks_of_two_loops_on_their_own(
+    pipeline: Pipeline,
+) -> None:
+    """The owner of a span is the running task of the calling thread's loop, else the thread.
+
+    A span started in a ``call_soon`` callback (a loop runs, no task does) goes
+    to the thread's track; tasks of two loops running at once in two threads
+    each get a task track named after the task and its thread.
+    """
+    barrier = threading.Barrier(2)
+
+    async def task_body(i: int) -> None:
+        with pipeline.tracer.start_as_current_span(f"task-{i}"):
+            await asyncio.to_thread(barrier.wait, 10)
+
+    def in_callback(done: asyncio.Future[None]) -> None:
+        with pipeline.tracer.start_as_current_span("callback"):
+            pass
+        done.set_result(None)
+
+    async def main(i: int) -> None:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        loop.call_soon(in_callback, done)
+        await done
+        await asyncio.create_task(task_body(i), name=f"job{i}")
+
+    threads = [
+        threading.Thread(target=asyncio.run, args=(main(i),), name=f"loop-{i}") for i in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    events = pipeline.events()
+    names = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    spans = [e for e in events if e["ph"] == "X"]
+    on = {e["name"]: names.get(e["tid"]) for e in spans if e["name"].startswith("task-")}
+    assert on == {"task-0": "task: job0 [loop-0]", "task-1": "task: job1 [loop-1]"}
+    callbacks = sorted(names.get(e["tid"]) or "" for e in spans if e["name"] == "callback")
+    assert callbacks == ["thread: loop-0", "thread: loop-1"]
+
+
 def test_threads_get_their_own_tracks(pipeline: Pipeline) -> None:
     """Spans of different threads never share a track."""
     barrier = threading.Barrier(3)
