@@ -188,6 +188,11 @@ class OtlpReceiver:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Buffered: a reply's status line, headers and body leave in one write at
+            # flush(). Unbuffered, the headers alone are a whole reply (its body is
+            # empty): the client may take it, succeed and close, and the body's own
+            # write then fails, unacknowledging spans the client counts delivered.
+            wbufsize = -1
 
             def setup(self) -> None:
                 super().setup()
