@@ -90,16 +90,7 @@ class dispatch_scope(SyncAndAsync[Any]):
         try:
             self._span.__exit__(exc_type, exc, tb)
         finally:
-            token, self._token = self._token, None
-            state = self._state
-            if token is not None and state is not None:
-                if SCOPES.get() is not state:
-                    leave("per_prompt", token, state)
-                else:
-                    try:  # leave()'s common case, inline
-                        SCOPES.reset(token)
-                    except ValueError:  # a token of another context
-                        leave("per_prompt", token, state)
+            self._leave()
 
     def _leave(self) -> None:
         token, self._token = self._token, None

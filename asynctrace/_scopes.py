@@ -198,15 +198,8 @@ class _Scope(SyncAndAsync[T]):
         tb: TracebackType | None,
     ) -> None:
         token, self._token = self._token, None
-        state = self._state
-        if token is not None and state is not None:
-            if SCOPES.get() is state:  # leave()'s common case, inline
-                try:
-                    SCOPES.reset(token)
-                    return
-                except ValueError:  # a token of another context
-                    pass
-            leave(self._var.name, token, state)
+        if token is not None and self._state is not None:
+            leave(self._var.name, token, self._state)
 
 
 class bucket_scope(_Scope[Bucket]):

@@ -89,14 +89,7 @@ class task_scope(SyncAndAsync["int | str"]):
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         token, self._token = self._token, None
         if token is not None:
-            state = self._state
-            if SCOPES.get() is state:  # leave()'s common case, inline
-                try:
-                    SCOPES.reset(token)
-                    return
-                except ValueError:  # a token of another context
-                    pass
-            leave("task_id", token, state)
+            leave("task_id", token, self._state)
 
 
 class session_scope(SyncAndAsync[str]):
@@ -137,14 +130,7 @@ class session_scope(SyncAndAsync[str]):
     ) -> None:
         token, self._token = self._token, None
         if token is not None:
-            state = self._state
-            if SCOPES.get() is not state:
-                leave("session_id", token, state)
-            else:
-                try:  # leave()'s common case, inline
-                    SCOPES.reset(token)
-                except ValueError:  # a token of another context
-                    leave("session_id", token, state)
+            leave("session_id", token, self._state)
         tracer = _session_tracer._tracer
         if exc_type is not None and tracer is not None and self._session_id is not None:
             status = "failed" if issubclass(exc_type, Exception) else "dropped"
