@@ -371,16 +371,13 @@ class _Monitor:
         idle loop a wake-up every half threshold; a loop busy or blocked
         anywhere else still gets one: a callback's own ``select``, and another
         loop's iteration run from one of this loop's callbacks (a nested
-        ``run_until_complete``), whose stack holds two iterations. Any doubt
-        (the frames cannot be read) posts one.
+        ``run_until_complete``), whose stack holds two iterations. Frames
+        that cannot be read raise: the watchdog, which samples them too, stops.
         """
         codes = self.waiting
         if codes is None:
             return False
-        try:
-            frame = sys._current_frames().get(self.loop_thread)
-        except Exception:  # an audit hook that refuses it, say: post a heartbeat
-            return False
+        frame = sys._current_frames().get(self.loop_thread)
         try:
             if frame is None or frame.f_code is not codes[0]:
                 return False

@@ -11,6 +11,7 @@ killed, printing ``PORT <n>`` on its first line and a line per request.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import select
 import socket
@@ -202,7 +203,8 @@ class OtlpReceiver:
             def finish(self) -> None:
                 with receiver._lock:
                     receiver._connections.discard(self.connection)
-                super().finish()
+                with contextlib.suppress(OSError):  # a reply that failed: flushed again here
+                    super().finish()
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))

@@ -142,7 +142,7 @@ def _exited_in_a_copy(scope: object, read: object) -> tuple[object, object, obje
     from typing import Any, cast
 
     cm, reader = cast("Any", scope), cast("Any", read)
-    inside = cm.__enter__()
+    cm.__enter__()
     inside = reader()
     copy = contextvars.copy_context()
     copy.run(cm.__exit__, None, None, None)  # the token is this context's: no reset there
@@ -192,7 +192,7 @@ def test_a_scope_exited_in_another_context_restores_its_field_there(
 
 
 def test_a_session_scope_exited_in_another_context_restores_the_session_there() -> None:
-    """The session scope's inline exit, by a token of another context."""
+    """The session scope's exit, by a token of another context."""
     import contextvars
 
     import asynctrace as at

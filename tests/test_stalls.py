@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -575,13 +576,16 @@ def test_an_idle_loop_is_not_woken_by_heartbeats(
 
 
 def test_a_loop_blocked_in_a_selector_of_its_own_kind_is_not_taken_for_waiting() -> None:
-    """The watchdog's "waiting" test checks who called the selector, not just the frame.
+    """A loop is waiting only when its own, single iteration calls the selector.
 
-    A coroutine that blocks in a ``select`` of the loop's own selector class
-    (the same code object the loop waits in), and one that runs a second
-    loop of the same class to completion (``run_until_complete`` inside a
-    callback: the stack then holds two iterations, and the inner one waits
-    in its selector), both block this loop: each is recorded as a stall.
+    Two blocks, each recorded as a stall: a coroutine that blocks in a
+    ``select`` of the loop's own selector class (the same code object the
+    loop waits in; the caller is the coroutine, not the iteration), and one
+    that runs another loop of the same class to completion
+    (``run_until_complete`` inside a coroutine: the stack then holds two
+    iterations, and the inner one waits in its selector, called by its
+    iteration). The second needs the check for a second iteration further
+    out; the first, the check of the caller.
     """
     import selectors
 
@@ -610,3 +614,41 @@ def test_a_loop_blocked_in_a_selector_of_its_own_kind_is_not_taken_for_waiting()
     stalls = sorted(_stalls_in(captured.spans), key=lambda span: span.start_time or 0)
     long = [span for span in stalls if (span.end_time or 0) - (span.start_time or 0) > 100e6]
     assert len(long) == 2, [(s.start_time, s.end_time) for s in stalls]
+
+
+_UNREADABLE_FRAMES = """
+import asyncio, sys, threading, time
+import asynctrace as at
+from asynctrace.testing import capture_spans
+
+def refuse(event, args):
+    if event == "sys._current_frames":
+        raise RuntimeError("frames refused by policy")
+
+sys.addaudithook(refuse)
+
+async def main():
+    async with at.umbrella_span("step", "train.step"):
+        await asyncio.sleep(0.2)
+        return [t for t in threading.enumerate() if t.name == "asynctrace-loop-watchdog"]
+
+with capture_spans("per_step") as captured:
+    left = asyncio.run(main())
+    print("watchdogs", len(left), "spans", len(captured.by_name("train.step")), flush=True)
+"""
+
+
+def test_a_loop_whose_frames_cannot_be_read_is_not_watched_and_the_program_goes_on() -> None:
+    """An audit hook that refuses ``sys._current_frames``: the watchdog stops, says so once
+    (a warning naming the failure), and the program and its spans are unaffected."""
+    env = {k: v for k, v in os.environ.items() if k != "ASYNCTRACE_STRICT"}
+    done = subprocess.run(
+        [sys.executable, "-c", _UNREADABLE_FRAMES],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["watchdogs", "0", "spans", "1"], done.stdout
+    assert done.stderr.count("frames refused by policy") == 1, done.stderr
