@@ -651,4 +651,5 @@ def test_a_loop_whose_frames_cannot_be_read_is_not_watched_and_the_program_goes_
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["watchdogs", "0", "spans", "1"], done.stdout
-    assert done.stderr.count("frames refused by policy") == 1, done.stderr
+    assert done.stderr.count("failed at ('loop_stall', 'watchdog')") == 1, done.stderr
+    assert done.stderr.count("RuntimeError: frames refused by policy") == 1, done.stderr
