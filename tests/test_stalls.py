@@ -598,8 +598,8 @@ def test_a_loop_blocked_in_a_selector_of_its_own_kind_is_not_taken_for_waiting()
             finally:
                 selector.close()
             await asyncio.sleep(0.06)
-            # A sync wrapper runs a second loop here (nest_asyncio, or one that
-            # unsets the running loop, as this does): its iteration waits in its selector.
+            # A sync wrapper runs another loop here (one that unsets the running
+            # loop, as this does): that loop's iteration waits in its selector.
             outer, inner = asyncio.get_running_loop(), asyncio.new_event_loop()
             asyncio.events._set_running_loop(None)
             try:
@@ -629,8 +629,12 @@ sys.addaudithook(refuse)
 
 async def main():
     async with at.umbrella_span("step", "train.step"):
-        await asyncio.sleep(0.2)
-        return [t for t in threading.enumerate() if t.name == "asynctrace-loop-watchdog"]
+        for _ in range(250):  # up to 5 s for the watchdog to look once and stop
+            await asyncio.sleep(0.02)
+            left = [t for t in threading.enumerate() if t.name == "asynctrace-loop-watchdog"]
+            if not left:
+                break
+        return left
 
 with capture_spans("per_step") as captured:
     left = asyncio.run(main())
