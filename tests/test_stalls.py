@@ -617,7 +617,7 @@ def test_a_loop_blocked_in_a_selector_of_its_own_kind_is_not_taken_for_waiting()
 
 
 _UNREADABLE_FRAMES = """
-import asyncio, sys, threading, time
+import asyncio, sys, threading
 import asynctrace as at
 from asynctrace.testing import capture_spans
 
