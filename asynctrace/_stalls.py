@@ -243,15 +243,16 @@ class _Monitor:
     def _beat(self, posted: float) -> None:
         try:
             now = _monotonic()
-            self.seen = now
+            # Under the lock the watchdog samples under: a sample either made its stall
+            # before this (taken here) or sees the loop ran (and makes none).
+            with self.lock:
+                self.seen = now
+                stall, self.stall = self.stall, None
             if self.stopped or LOOP_STALL not in GATE.enabled:
                 self._retire()
                 return
-            if self.stall is not None:  # the watchdog saw the loop blocked
-                with self.lock:
-                    stall, self.stall = self.stall, None
-                if stall is not None and stall.posted == posted:
-                    self._record(stall, now)
+            if stall is not None and stall.posted == posted:  # the watchdog saw the loop blocked
+                self._record(stall, now)
         except Exception as exc:  # never raise into the loop
             report_internal_error(("loop_stall", "heartbeat"), exc)
 
