@@ -133,7 +133,8 @@ def test_a_busy_loop_that_yields_often_keeps_every_span(tmp_path: Path, provider
 
 def test_a_handoff_goes_only_to_a_starved_worker_at_most_once_a_millisecond() -> None:
     """A worker that took work within starved_s gets none; a starved one, until it catches up."""
-    handoff = Handoff(0.05)
+    # 0.5 s starved: the 2 ms sleeps below stay far from it on a loaded machine.
+    handoff = Handoff(0.5)
     stop = threading.Event()
     worker = threading.Thread(target=stop.wait)
     assert handoff.offer(worker) is False  # not started
@@ -150,7 +151,7 @@ def test_a_handoff_goes_only_to_a_starved_worker_at_most_once_a_millisecond() ->
         time.sleep(0.002)
         handoff.ran()
         assert handoff.offer(worker) is False  # seen behind, from now
-        time.sleep(0.055)
+        time.sleep(0.505)
         began = time.perf_counter()
         given = [handoff.offer(worker) for _ in range(1000)]
         took = time.perf_counter() - began

@@ -51,14 +51,21 @@ def test_dispatch_scope_rejects_bad_attempts(bad: object) -> None:
 async def test_wait_until_coalesces_polls(spans: CapturedSpans) -> None:
     """A starved wait is one span with rl.idle.polls; a ready one records nothing."""
     box: list[int] = []
+    asked = 0
 
-    async def fill() -> None:
-        await anyio.sleep(0.05)
+    def ready() -> bool:
+        nonlocal asked
+        asked += 1
+        return bool(box)
+
+    async def fill() -> None:  # once the wait has polled five times, however slowly
+        while asked < 6:
+            await anyio.sleep(0.002)
         box.append(1)
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(fill)
-        polls = await at.wait_until(lambda: bool(box), interval_s=0.002)
+        polls = await at.wait_until(ready, interval_s=0.002)
     assert polls >= 5
     (wait,) = spans.spans
     assert wait.name == "rl.idle.buffer_starvation"

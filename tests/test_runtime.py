@@ -620,6 +620,21 @@ def _sigterm_run(mode: str, out: Path, delay_s: float) -> float:
     return took
 
 
+def _sigterm_within_a_second(mode: str, out: Path, delay_s: float) -> Path:
+    """The output of a run whose child exited within 1 s of SIGTERM (up to three runs).
+
+    A loaded machine (four test workers on two cores) can keep the child off the
+    CPU for a while; a shutdown that waits out its 5 s timeout does so every run.
+    """
+    took: list[float] = []
+    for n in range(3):
+        run = out / f"run-{n}"
+        took.append(_sigterm_run(mode, run, delay_s))
+        if took[-1] < 1.0:
+            return run
+    raise AssertionError(f"no run exited within 1 s of SIGTERM: {took}")
+
+
 def _session_records(out: Path) -> list[dict[str, Any]]:
     lines = (out / "sessions-r0.jsonl").read_bytes().splitlines()
     return [json.loads(line) for line in lines]
@@ -628,20 +643,19 @@ def _session_records(out: Path) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("mode", ["session-lock", "span-lock"])
 def test_sigterm_inside_a_held_lock_exits_within_a_second(tmp_path: Path, mode: str) -> None:
     """SIGTERM landing while the main thread holds a lock shutdown needs: no wait, nothing lost."""
-    took = _sigterm_run(mode, tmp_path, 0.2)
-    assert took < 1.0
-    records = _session_records(tmp_path)
+    out = _sigterm_within_a_second(mode, tmp_path, 0.2)
+    records = _session_records(out)
     accepted = [r for r in records if r["status"] == "accepted"]
     assert len(accepted) == 200
     assert len({r["session_id"] for r in records}) == len(records)  # each written once
-    names = _span_names(tmp_path)
+    names = _span_names(out)
     assert sorted(n for n in names if n.startswith("span-")) == sorted(
         f"span-{i}" for i in range(200)
     )
     if mode == "session-lock":
         assert [r["status"] for r in records if r["task_id"] == 2] == ["pending"]
     else:
-        events = read_chrome_trace(tmp_path / "traces-r0.jsonl").complete_events()
+        events = read_chrome_trace(out / "traces-r0.jsonl").complete_events()
         (open_event,) = [e for e in events if e["name"] == "open-at-sigterm"]
         assert open_event["args"]["asynctrace.truncated"] is True
 
@@ -649,16 +663,15 @@ def test_sigterm_inside_a_held_lock_exits_within_a_second(tmp_path: Path, mode: 
 @pytest.mark.parametrize("mode", ["busy-async", "busy-sync"])
 def test_sigterm_in_a_busy_program_keeps_everything_ended(tmp_path: Path, mode: str) -> None:
     """A busy loop, SIGTERM at an arbitrary instant: every ended span and session is written."""
-    took = _sigterm_run(mode, tmp_path, 0.3)
-    assert took < 1.0
-    spans, sessions = map(int, (tmp_path / "progress").read_text().split())
-    records = _session_records(tmp_path)
+    out = _sigterm_within_a_second(mode, tmp_path, 0.3)
+    spans, sessions = map(int, (out / "progress").read_text().split())
+    records = _session_records(out)
     busy = [r for r in records if r["task_id"] == 3]
     assert len({r["session_id"] for r in records}) == len(records)  # none written twice
     # Every session finalized before telemetry shut down is there as accepted, and
     # every span ended before then (the last one may be there too, or as pending).
     assert sum(r["status"] == "accepted" for r in busy) >= sessions > 0
-    assert _span_names(tmp_path).count("busy") >= spans > 0
+    assert _span_names(out).count("busy") >= spans > 0
 
 
 # -- a dead export thread, stats that add up ---------------------------------------
@@ -1243,7 +1256,11 @@ def test_a_sigterm_handler_counts_trimmed_spans_while_a_producer_holds_the_drop_
         with processor._drop_lock:  # where the signal lands: inside a producer's _drop()
             for item in range(4, 8):
                 processor.on_end(item)  # type: ignore[arg-type]  # held behind: trimmed
-            time.sleep(0.05)  # the worker takes the batch and trims the buffer
+            # The worker takes the batch and trims the buffer (a loaded machine may
+            # not run it for a while; a trim that waits for the drop lock never ends).
+            deadline = time.monotonic() + 5
+            while processor._trimmed < 4 and time.monotonic() < deadline:
+                time.sleep(0.005)
             signal.raise_signal(signal.SIGTERM)
         (stats,) = seen
         total = (

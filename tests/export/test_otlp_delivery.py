@@ -238,9 +238,10 @@ def test_the_producing_thread_is_never_held_up_during_an_outage(receiver: OtlpRe
     An attempt takes the export timeout (0.25 s here) to fail, so a producer
     that waited on one would take at least that long for some span. Wall time
     per span, with the cyclic garbage collector paused (a collection is
-    Python's pause, whatever runs when it strikes); the bound is a fifth of the
-    timeout, far above what a loaded machine's scheduling or the interpreter
-    lock's 5 ms switch interval add, and the typical span stays well under a
+    Python's pause, whatever runs when it strikes); the bound is four fifths of
+    the timeout, which a span that waited for an attempt would exceed, and far
+    above what the interpreter lock's 5 ms switch interval adds or a loaded
+    machine's scheduling usually does; the typical span stays well under a
     millisecond.
     """
     telemetry = _configure()
@@ -265,7 +266,7 @@ def test_the_producing_thread_is_never_held_up_during_an_outage(receiver: OtlpRe
         costs = asyncio.run(produce())
     finally:
         gc.enable()
-    assert max(costs) < TIMEOUT_S / 5, sorted(costs)[-5:]
+    assert max(costs) < TIMEOUT_S * 0.8, sorted(costs)[-5:]
     assert sorted(costs)[len(costs) // 2] < 0.001
     stats = telemetry.stats()["otlp"]
     assert stats.buffered + stats.queued > 0
