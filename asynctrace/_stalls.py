@@ -243,14 +243,14 @@ class _Monitor:
     def _beat(self, posted: float) -> None:
         try:
             now = _monotonic()
+            if self.stopped or LOOP_STALL not in GATE.enabled:
+                self._retire()  # (before the lock: a stopped monitor's may be a forked copy)
+                return
             # Under the lock the watchdog samples under: a sample either made its stall
             # before this (taken here) or sees the loop ran (and makes none).
             with self.lock:
                 self.seen = now
                 stall, self.stall = self.stall, None
-            if self.stopped or LOOP_STALL not in GATE.enabled:
-                self._retire()
-                return
             if stall is not None and stall.posted == posted:  # the watchdog saw the loop blocked
                 self._record(stall, now)
         except Exception as exc:  # never raise into the loop
