@@ -81,6 +81,20 @@ def _stalls_in(spans: Any) -> list[Any]:
     return [span for span in spans if span.name == STALL]
 
 
+def _one_stall_under(name: str, run: Callable[[], object]) -> None:
+    """*run*, with per_step on, records one stall, a child of the one span named *name*."""
+
+    def attempt(_: int) -> None:
+        with capture_spans("per_step") as captured:
+            run()
+        (stall,) = _stalls_in(captured.spans)
+        (parent,) = captured.by_name(name)
+        assert stall.parent is not None
+        assert stall.parent.span_id == parent.context.span_id
+
+    _within_tries(attempt)
+
+
 def _line_after() -> int:
     """The line number after the caller's line."""
     return sys._getframe(1).f_lineno + 1
@@ -207,15 +221,7 @@ def test_a_stall_below_the_threshold_records_nothing() -> None:
             time.sleep(0.2)
         await asyncio.sleep(0.03)
 
-    def attempt(_: int) -> None:
-        with capture_spans("per_step") as captured:
-            asyncio.run(main())
-        (stall,) = _stalls_in(captured.spans)
-        (long,) = captured.by_name("long")
-        assert stall.parent is not None
-        assert stall.parent.span_id == long.context.span_id
-
-    _within_tries(attempt)
+    _one_stall_under("long", lambda: asyncio.run(main()))
 
 
 def test_a_two_second_stall_is_one_span_not_forty() -> None:
@@ -593,15 +599,7 @@ def test_an_umbrella_decorator_arms_the_monitor_too() -> None:
         time.sleep(0.1)
         await asyncio.sleep(0.03)
 
-    def attempt(_: int) -> None:
-        with capture_spans("per_step") as captured:
-            asyncio.run(step())
-        (stall,) = _stalls_in(captured.spans)
-        (parent,) = captured.by_name("decorated.step")
-        assert stall.parent is not None
-        assert stall.parent.span_id == parent.context.span_id
-
-    _within_tries(attempt)
+    _one_stall_under("decorated.step", lambda: asyncio.run(step()))
 
 
 @pytest.mark.parametrize("runner", RUNNERS)
