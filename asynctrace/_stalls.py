@@ -244,7 +244,8 @@ class _Monitor:
         try:
             now = _monotonic()
             if self.stopped or LOOP_STALL not in GATE.enabled:
-                self._retire()  # (before the lock: a stopped monitor's may be a forked copy)
+                # Before the lock: in a forked child, the parent's watchdog may have held it.
+                self._retire()
                 return
             # Under the lock the watchdog samples under: a sample either made its stall
             # before this (taken here) or sees the loop ran (and makes none).
