@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextvars
+from collections.abc import Callable
+from typing import Any
+
 import anyio
 import pytest
 
+import asynctrace as at
 from asynctrace import (
     Bucket,
     ConfigurationError,
@@ -136,17 +141,13 @@ def test_scope_object_cannot_be_entered_twice() -> None:
         pass
 
 
-def _exited_in_a_copy(scope: object, read: object) -> tuple[object, object, object]:
+def _exited_in_a_copy(scope: Any, read: Callable[[], object]) -> tuple[object, object, object]:
     """Enter *scope* here, exit it in a copy of this context: (inside, in the copy, here)."""
-    import contextvars
-    from typing import Any, cast
-
-    cm, reader = cast("Any", scope), cast("Any", read)
-    cm.__enter__()
-    inside = reader()
+    scope.__enter__()
+    inside = read()
     copy = contextvars.copy_context()
-    copy.run(cm.__exit__, None, None, None)  # the token is this context's: no reset there
-    return inside, copy.run(reader), reader()
+    copy.run(scope.__exit__, None, None, None)  # the token is this context's: no reset there
+    return inside, copy.run(read), read()
 
 
 @pytest.mark.parametrize(
@@ -165,10 +166,6 @@ def test_a_scope_exited_in_another_context_restores_its_field_there(
     """Entered in one context, exited in a copy (a token of another context): no error;
     in the copy the scope's own field goes back to its value before, and the context
     it was entered in is untouched."""
-    import contextvars
-
-    import asynctrace as at
-
     makers = {
         "iteration": lambda: at.iteration_scope(7),
         "bucket": lambda: at.bucket_scope(at.Bucket.IDLE),
@@ -193,10 +190,6 @@ def test_a_scope_exited_in_another_context_restores_its_field_there(
 
 def test_a_session_scope_exited_in_another_context_restores_the_session_there() -> None:
     """The session scope's exit, by a token of another context."""
-    import contextvars
-
-    import asynctrace as at
-
     inside, in_copy, here = contextvars.copy_context().run(
         _exited_in_a_copy, at.session_scope(), at.current_session_id
     )

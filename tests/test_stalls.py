@@ -45,11 +45,16 @@ def _no_watchdog_left() -> Iterator[None]:
     A watchdog of an earlier test (of any file) leaves a while after its loop
     closed; the tests here count watchdog threads by name.
     """
+    _no_watchdog_now()
+    yield
+    _stalls.stop_all()
+
+
+def _no_watchdog_now() -> None:
+    """Stop every watchdog and wait (up to 10 s each) for every watchdog thread to end."""
     _stalls.stop_all(timeout_s=10.0)
     for thread in _watchdogs():
         thread.join(10.0)
-    yield
-    _stalls.stop_all()
 
 
 T = TypeVar("T")
@@ -69,7 +74,7 @@ def _within_tries(attempt: Callable[[int], T], tries: int = 3) -> T:
         try:
             return attempt(n)
         except (AssertionError, ValueError):
-            _stalls.stop_all(timeout_s=10.0)
+            _no_watchdog_now()
     return attempt(tries - 1)
 
 
@@ -435,8 +440,7 @@ def test_shutdown_stops_the_watchdog_within_100_ms(threshold_ms: float) -> None:
             asyncio.run(main())
         finally:
             telemetry.shutdown()  # a try that failed: the next one starts from nothing
-            for thread in _watchdogs():
-                thread.join(10.0)
+            _no_watchdog_now()
         assert timing["stopped"] < 0.1
 
     _within_tries(attempt)
