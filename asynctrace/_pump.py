@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import sys
 from collections.abc import Awaitable, Callable
 from contextlib import nullcontext
 from contextvars import Token
@@ -13,13 +12,13 @@ from typing import Any
 
 import anyio
 
+from ._backend import asyncio_loop
 from ._cm import SyncAndAsync
 from ._efficiency import start_efficiency_span
 from ._errors import ConfigurationError
 from ._groups import PER_PROMPT
 from ._scopes import SCOPES, ScopeState, leave
 from ._spans import Attributes, umbrella_span
-from ._stalls import _in_trio
 
 __all__ = ["dispatch_scope", "wait_until"]
 
@@ -104,12 +103,7 @@ def _sleep_here() -> Callable[[float], Awaitable[None]]:
     anyio's looks up the backend at every call, about 1.5 us a poll (3.11).
     A trio task that runs as a guest of an asyncio loop gets anyio's.
     """
-    if asyncio._get_running_loop() is None:
-        return anyio.sleep
-    trio = sys.modules.get("trio")
-    if trio is not None and _in_trio(trio):
-        return anyio.sleep
-    return asyncio.sleep
+    return asyncio.sleep if asyncio_loop() is not None else anyio.sleep
 
 
 async def wait_until(

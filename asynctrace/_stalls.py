@@ -29,6 +29,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation import _SPAN_KEY
 
+from ._backend import in_trio
 from ._errors import report_internal_error
 from ._fast import FastTracer
 from ._groups import LOOP_STALL
@@ -87,8 +88,7 @@ def notice_loop() -> None:
 def _notice(loop: asyncio.AbstractEventLoop | None) -> None:
     global _last
     if loop is None:
-        trio = sys.modules.get("trio")
-        if trio is not None and _in_trio(trio):
+        if in_trio():
             _say_once(
                 "trio", "trio is not watched for loop stalls; the loop_stall group stays off"
             )
@@ -119,17 +119,6 @@ def _waiting_codes(loop: asyncio.AbstractEventLoop) -> tuple[CodeType, CodeType]
     if isinstance(codes[0], CodeType) and isinstance(codes[1], CodeType):
         return codes[0], codes[1]
     return None
-
-
-def _in_trio(trio: Any) -> bool:
-    try:
-        in_run = getattr(trio.lowlevel, "in_trio_run", None)
-        if callable(in_run):
-            return bool(in_run())
-        trio.lowlevel.current_task()  # raises RuntimeError outside a run
-        return True
-    except Exception:
-        return False
 
 
 def _say_once(key: object, message: str) -> None:
