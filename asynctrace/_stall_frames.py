@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import contextvars
 import gc
+import operator
 import os
+import sys
 import sysconfig
+from collections.abc import Callable
+from functools import partial
+from itertools import chain
 from typing import Any, Final
 
-__all__ = ["MAX_FRAMES", "Frame", "stack", "task_context"]
+__all__ = ["MAX_FRAMES", "Frame", "current_frames", "stack", "task_context"]
 
 MAX_FRAMES: Final = 8  # frames kept per sample, innermost first
 _MAX_WALK: Final = 256  # frames walked per sample
@@ -47,6 +52,49 @@ def _program_code(code: Any) -> bool:
     if len(_is_program) < 4096:
         _is_program[code] = mine
     return mine
+
+
+# CPython 3.11's sys._current_frames() holds the runtime's lock on the thread list while
+# it makes frame objects, and making one may start a collection; code the collection runs
+# (a finalizer, a weakref callback, gc.callbacks) can hand the GIL to a thread that then
+# waits for that lock (a thread starting or ending, or reading frames too), and the
+# process hangs (python/cpython#106883, #116969). 3.10 makes no object there; 3.12
+# collects only between bytecodes.
+_COLLECTION_MAY_HANG: Final = sys.version_info[:2] == (3, 11)
+# f() from C: operator.call (3.11+) where the pipeline below runs.
+_call: Callable[[Callable[[], Any]], Any] = getattr(operator, "call", None) or (
+    operator.methodcaller("__call__")
+)
+
+
+def current_frames() -> dict[int, Any]:
+    """``sys._current_frames()``, made with the collector off where a collection could hang.
+
+    On 3.11 the collector is turned off for the call and back on after it (when
+    it was on), as the fix proposed for CPython does in C. The calls run from C
+    (``map`` over built-ins, with nothing made that the collector tracks in
+    between), so no bytecode runs among them: no other thread runs, or sees
+    the collector off, until it is on again. Only a Python audit hook on
+    ``sys._current_frames`` runs code there; if it raises, the collector is
+    turned back on before the error propagates.
+    """
+    if not _COLLECTION_MAY_HANG:
+        return sys._current_frames()
+    turned_off: list[bool] = []
+    # The iterators are made here, in bytecode: chain() takes them as they are.
+    branches = (
+        iter((sys._current_frames,)),  # off already (the program's choice): leave it off
+        iter((gc.disable, partial(turned_off.append, True), sys._current_frames, gc.enable)),
+    )
+    steps = chain.from_iterable(map(branches.__getitem__, map(_call, (gc.isenabled,))))
+    try:
+        done = list(map(_call, steps))
+    except BaseException:
+        if turned_off and not gc.isenabled():
+            gc.enable()
+        raise
+    frames: dict[int, Any] = done[0] if len(done) == 1 else done[2]
+    return frames
 
 
 Frame = tuple[str, int, str]  # (file, line, function)

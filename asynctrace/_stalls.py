@@ -36,7 +36,7 @@ from ._groups import LOOP_STALL
 from ._redact import redact_text
 from ._scopes import SCOPES
 from ._semconv import GROUP
-from ._stall_frames import Frame, stack, task_context
+from ._stall_frames import Frame, current_frames, stack, task_context
 from ._state import GATE
 
 __all__ = ["DEFAULT_THRESHOLD_MS", "LOOP_STALL", "SPAN_NAME", "notice_loop", "stop_all"]
@@ -368,7 +368,7 @@ class _Monitor:
         codes = self.waiting
         if codes is None:
             return False
-        frame = sys._current_frames().get(self.loop_thread)
+        frame = current_frames().get(self.loop_thread)
         try:
             if frame is None or frame.f_code is not codes[0]:
                 return False
@@ -390,7 +390,7 @@ class _Monitor:
             self.wake.release()
 
     def _sample(self, posted: float) -> None:
-        frame = sys._current_frames().get(self.loop_thread)
+        frame = current_frames().get(self.loop_thread)
         if frame is None:
             return
         task = _current_task(self.loop)

@@ -31,7 +31,7 @@ Every figure is measured in one process, in interleaved rounds, as a ratio:
    spans), with no line made; and a minimal Chrome writer: an export that
    makes the same lines the cheapest way the chrome writer knows for each
    part (:func:`_least_lines`: times in µs, the ids in hex with the trace's
-   and the siblings' parent's cached, the args as a struct per key set, one
+   and the siblings' parent's cached, the args a copy of the attributes, one
    encode call and one write a batch), without the rest of the chrome
    writer's work (tracks, the category, limits) [reported].
 
@@ -54,8 +54,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import msgspec
 
 import asynctrace as at
 
@@ -128,15 +126,15 @@ def _least_lines(writer: Any, batch: list[Any]) -> tuple[int, int]:
 
     The lines hold what the chrome writer's hold (the args: the attributes,
     the ids, the parent's only for a child, the rank), made the cheapest way
-    the chrome writer knows for each part: the args as a struct made once per
-    attribute key set (no dict per span; the rank a default), the trace's and
-    the siblings' parent's hex cached, one encode call and one write a batch.
-    It leaves out the rest of the chrome writer's work (tracks, the category,
-    limits, control items), so it is a lower bound of it, for these spans.
+    the chrome writer knows for each part: the args a copy of the attributes
+    with the ids and the rank stored in it, the trace's and the siblings'
+    parent's hex cached, one encode call and one write a batch. It leaves out
+    the rest of the chrome writer's work (tracks, the category, limits,
+    control items, an attribute named like the rank), so it is a lower bound
+    of it, for these spans.
     """
     from asynctrace.export._chrome_writer import _Complete, _encode
 
-    shapes = _LEAST_SHAPES
     rank = writer._ident["rank"]
     pid = writer.pid
     events = []
@@ -148,31 +146,19 @@ def _least_lines(writer: Any, batch: list[Any]) -> tuple[int, int]:
         trace_id = item._trace_id
         if trace_id != last_trace:
             last_trace, trace_hex = trace_id, trace_id.to_bytes(16, "big").hex()
+        args = item._attributes.copy()
+        args["trace_id"] = trace_hex
+        args["span_id"] = item._span_id.to_bytes(8, "big").hex()
         parent_id = item._parent_id
-        raw = item._attributes
-        keys = (*raw, parent_id != 0)
-        shape = shapes.get(keys)
-        if shape is None:
-            names = (*raw, "trace_id", "span_id", *(("parent_span_id",) if parent_id else ()))
-            fields: list[Any] = [f"f{i}" for i in range(len(names))]
-            rename = dict(zip(fields, names, strict=True))
-            fields.append(("i0", Any, rank))
-            rename["i0"] = "rank"
-            shape = shapes[keys] = msgspec.defstruct("_Args", fields, rename=rename, gc=False)
-        span_hex = item._span_id.to_bytes(8, "big").hex()
         if parent_id:
             if parent_id != last_parent:
                 last_parent, parent_hex = parent_id, parent_id.to_bytes(8, "big").hex()
-            args = shape(*raw.values(), trace_hex, span_hex, parent_hex)
-        else:
-            args = shape(*raw.values(), trace_hex, span_hex)
+            args["parent_span_id"] = parent_hex
+        args["rank"] = rank
         append(_Complete("X", item._name, "c", start, item._end // 1000 - start, pid, 1, args))
     data, _ = _encode(events, False)
     writer._file.write(data, len(events))
     return len(batch), 0
-
-
-_LEAST_SHAPES: dict[tuple[Any, ...], Any] = {}
 
 
 def writer_round(tmp: str, n: int, *, floor: str = "") -> tuple[float, float, int]:

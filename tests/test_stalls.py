@@ -7,6 +7,7 @@ thread and real pipelines on both providers.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import os
@@ -763,6 +764,95 @@ def test_a_first_sample_taken_as_the_heartbeat_runs_is_not_lost(
         loop.close()
 
 
+# The watchdog reads the blocked loop's frames while, on other threads, threads start and
+# end, with the conditions of CPython 3.11's hang (python/cpython#106883) made likely: a
+# collection at every allocation of a tracked object (so one starts inside
+# sys._current_frames()), Python code in every collection (so the GIL can change hands
+# there), the GIL offered every microsecond. With the plain sys._current_frames() the
+# process hangs on 3.11 (4 of 5 five-second runs on the project's host).
+_FRAMES_WHILE_THREADS_COME_AND_GO = """
+import asyncio, gc, sys, threading, time
+import asynctrace as at
+from asynctrace.testing import capture_spans
+
+gc.set_threshold(1)
+gc.callbacks.append(lambda phase, info: sum(range(20)))
+sys.setswitchinterval(1e-6)
+stop = time.monotonic() + 5.0
+
+def churn():
+    while time.monotonic() < stop:
+        thread = threading.Thread(target=sum, args=(range(10),))
+        thread.start()
+        thread.join()
+
+def deeper(n):
+    return deeper(n - 1) if n else sum(range(50))
+
+async def main():
+    workers = [threading.Thread(target=churn, daemon=True) for _ in range(4)]
+    for worker in workers:
+        worker.start()
+    async with at.umbrella_span("step", "train.step"):
+        while time.monotonic() < stop:
+            blocked = time.monotonic() + 0.05
+            while time.monotonic() < blocked:  # the watchdog samples the frames
+                deeper(4)
+            await asyncio.sleep(0)
+    for worker in workers:
+        worker.join()
+
+with capture_spans("per_step") as captured:
+    asyncio.run(main())
+    print("stalls", len(captured.by_name("asynctrace.loop_stall")), "gc", gc.isenabled())
+"""
+
+
+@pytest.mark.slow
+def test_reading_the_frames_does_not_hang_a_program_whose_threads_come_and_go() -> None:
+    """The watchdog's frame reads, among threads that start and end and a collector that
+    runs at every allocation: the program ends, its stalls recorded, the collector on."""
+    env = {k: v for k, v in os.environ.items() if k != "ASYNCTRACE_STRICT"}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _FRAMES_WHILE_THREADS_COME_AND_GO],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env=env,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("the program hung (it ends in about 5 s)")
+    assert done.returncode == 0, done.stderr
+    words = done.stdout.split()
+    assert words[0] == "stalls", done.stdout
+    assert int(words[1]) > 0, done.stdout
+    assert words[2:] == ["gc", "True"], done.stdout
+
+
+def test_frames_are_read_with_the_collector_left_as_the_program_set_it() -> None:
+    """current_frames() gives what sys._current_frames() gives, and leaves the collector on
+    or off as it found it."""
+    from asynctrace._stall_frames import current_frames
+
+    assert set(current_frames()) == set(sys._current_frames())
+    frame: Any = current_frames()[threading.get_ident()]
+    codes = []
+    while frame is not None:
+        codes.append(frame.f_code)
+        frame = frame.f_back
+    assert test_frames_are_read_with_the_collector_left_as_the_program_set_it.__code__ in codes
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        current_frames()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    current_frames()
+    assert gc.isenabled()
+
+
 _UNREADABLE_FRAMES = """
 import asyncio, sys, threading
 import asynctrace as at
@@ -786,6 +876,8 @@ async def main():
 with capture_spans("per_step") as captured:
     left = asyncio.run(main())
     print("watchdogs", len(left), "spans", len(captured.by_name("train.step")), flush=True)
+import gc
+print("gc", gc.isenabled())  # on 3.11 the refusal came with the collector off: on again
 """
 
 
@@ -801,6 +893,6 @@ def test_a_loop_whose_frames_cannot_be_read_is_not_watched_and_the_program_goes_
         env=env,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["watchdogs", "0", "spans", "1"], done.stdout
+    assert done.stdout.split() == ["watchdogs", "0", "spans", "1", "gc", "True"], done.stdout
     assert done.stderr.count("failed at ('loop_stall', 'watchdog')") == 1, done.stderr
     assert done.stderr.count("RuntimeError: frames refused by policy") == 1, done.stderr
