@@ -1,30 +1,34 @@
-"""Which async library runs the calling code, for helpers that take asyncio's own path.
+"""Whether the calling code is an asyncio task or a trio task, for asyncio's cheaper paths.
 
 anyio runs the same code on asyncio, uvloop and trio, at a price on every
-call (it looks the backend up, and its thread hop and sleep add cancel
-scopes and checkpoints). Helpers that run once per poll or per hop ask
-:func:`asyncio_loop` first and use asyncio directly when they can.
+call (it looks the backend up each time). Helpers that run once per poll ask
+:func:`asyncio_loop` and use asyncio directly when the caller is an asyncio
+task.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Any
 
-__all__ = ["asyncio_loop", "in_trio"]
+__all__ = ["asyncio_loop", "in_trio_task"]
 
 
-def in_trio(trio: Any = None) -> bool:
-    """Whether the calling code runs inside ``trio.run`` (also as a guest of another loop)."""
-    trio = trio if trio is not None else sys.modules.get("trio")
-    if trio is None:  # never imported: no trio run can be going on
+def in_trio_task() -> bool:
+    """Whether the calling code runs in a trio task (also one of a guest run on another loop).
+
+    Not the same as being inside a trio run: during a guest run, the host
+    loop's own tasks run on the same thread and are not trio's.
+    """
+    trio = sys.modules.get("trio")
+    if trio is None:  # never imported: no trio task can be running
         return False
     try:
-        in_run = getattr(trio.lowlevel, "in_trio_run", None)
-        if callable(in_run):
-            return bool(in_run())
-        trio.lowlevel.current_task()  # raises RuntimeError outside a run
+        lowlevel = trio.lowlevel
+        in_task = getattr(lowlevel, "in_trio_task", None)
+        if callable(in_task):
+            return bool(in_task())
+        lowlevel.current_task()  # raises RuntimeError outside a trio task
         return True
     except Exception:
         return False
@@ -37,6 +41,6 @@ def asyncio_loop() -> asyncio.AbstractEventLoop | None:
     guest of an asyncio loop (the loop runs, but the task is trio's).
     """
     loop = asyncio._get_running_loop()
-    if loop is None or in_trio():
+    if loop is None or in_trio_task():
         return None
     return loop

@@ -15,7 +15,7 @@ import sysconfig
 from collections.abc import Callable
 from functools import partial
 from itertools import chain
-from typing import Any, Final
+from typing import Any, Final, cast
 
 __all__ = ["MAX_FRAMES", "Frame", "current_frames", "stack", "task_context"]
 
@@ -61,10 +61,8 @@ def _program_code(code: Any) -> bool:
 # process hangs (python/cpython#106883, #116969). 3.10 makes no object there; 3.12
 # collects only between bytecodes.
 _COLLECTION_MAY_HANG: Final = sys.version_info[:2] == (3, 11)
-# f() from C: operator.call (3.11+) where the pipeline below runs.
-_call: Callable[[Callable[[], Any]], Any] = getattr(operator, "call", None) or (
-    operator.methodcaller("__call__")
-)
+# f() called from C, with no object made: operator.call, which 3.11 has.
+_call = cast("Callable[[Callable[[], Any]], Any]", getattr(operator, "call", None))
 
 
 def current_frames() -> dict[int, Any]:
@@ -84,7 +82,7 @@ def current_frames() -> dict[int, Any]:
     # The iterators are made here, in bytecode: chain() takes them as they are.
     branches = (
         iter((sys._current_frames,)),  # off already (the program's choice): leave it off
-        iter((gc.disable, partial(turned_off.append, True), sys._current_frames, gc.enable)),
+        iter((partial(turned_off.append, True), gc.disable, sys._current_frames, gc.enable)),
     )
     steps = chain.from_iterable(map(branches.__getitem__, map(_call, (gc.isenabled,))))
     try:

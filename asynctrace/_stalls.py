@@ -29,7 +29,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation import _SPAN_KEY
 
-from ._backend import in_trio
+from ._backend import in_trio_task
 from ._errors import report_internal_error
 from ._fast import FastTracer
 from ._groups import LOOP_STALL
@@ -88,7 +88,7 @@ def notice_loop() -> None:
 def _notice(loop: asyncio.AbstractEventLoop | None) -> None:
     global _last
     if loop is None:
-        if in_trio():
+        if in_trio_task():
             _say_once(
                 "trio", "trio is not watched for loop stalls; the loop_stall group stays off"
             )

@@ -17,7 +17,6 @@ from typing import Any, ParamSpec, TypeVar
 
 import anyio.to_thread
 
-from ._backend import asyncio_loop
 from ._groups import Bucket
 from ._propagation import current_trace_carrier, remote_trace_context
 from ._scopes import BUCKET, ITERATION, PER_PROMPT, SESSION_ID, TASK_ID
@@ -243,20 +242,13 @@ def context_executor(executor: concurrent.futures.Executor) -> ContextExecutor:
 
 
 async def to_thread(fn: Callable[..., R], *args: Any) -> R:
-    """Run ``fn(*args)`` in a worker thread, in a copy of the caller's context.
+    """Run ``fn(*args)`` in a worker thread, in the caller's context.
 
-    On asyncio and uvloop it is :func:`asyncio.to_thread`: the loop's default
-    executor runs it, and a cancelled caller stops waiting while the thread
-    runs on to its end. On trio it runs in anyio's worker threads, and a
-    cancelled caller waits for the thread first.
+    Works on asyncio, uvloop and trio (through anyio).
 
     Example:
         >>> import anyio
         >>> anyio.run(to_thread, sum, [1, 2])
         3
     """
-    run = contextvars.copy_context().run  # a fresh copy per call, as bind_context makes
-    loop = asyncio_loop()
-    if loop is None:
-        return await anyio.to_thread.run_sync(run, fn, *args)
-    return await loop.run_in_executor(None, run, fn, *args)
+    return await anyio.to_thread.run_sync(bind_context(fn), *args)

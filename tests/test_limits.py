@@ -277,6 +277,24 @@ def test_no_call_stalls_the_event_loop(
         assert not slow, f"calls that held the event loop for {BUDGET_MS} ms or more: {slow}"
 
 
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_category_taken_from_a_long_attribute_is_cut_as_the_attribute_is(
+    tmp_path: Path, provider: str
+) -> None:
+    """The chrome event's category is the attribute as exported: cut to the limit too."""
+    telemetry = _configure(tmp_path, provider, max_attribute_length=4)
+    tracer = telemetry.provider.get_tracer("limits")  # type: ignore[union-attr]
+    tracer.start_span("grouped", attributes={"asynctrace.group": "generation-x"}).end()
+    tracer.start_span("bucketed", attributes={"rl.bucket": "productive"}).end()
+    assert telemetry.shutdown()
+    assert telemetry.trace_file is not None
+    events = {
+        event["name"]: event for event in read_chrome_trace(telemetry.trace_file).complete_events()
+    }
+    assert events["grouped"]["cat"] == events["grouped"]["args"]["asynctrace.group"] == "gene"
+    assert events["bucketed"]["cat"] == events["bucketed"]["args"]["rl.bucket"] == "prod"
+
+
 @pytest.mark.parametrize("size", [8, 9, 30])
 @pytest.mark.parametrize("existing", [[], ["a", "k3"], ["k29", "b", "k7", "c"]])
 def test_a_mapping_past_the_limit_leaves_what_setting_it_key_by_key_leaves(

@@ -10,6 +10,7 @@ import pytest
 
 import asynctrace as at
 from asynctrace import ConfigurationError
+from asynctrace._backend import asyncio_loop
 from asynctrace.testing import CapturedSpans, capture_spans
 
 
@@ -129,3 +130,30 @@ def test_wait_until_in_a_trio_guest_run_on_an_asyncio_loop(spans: CapturedSpans)
     assert asyncio.run(host()) >= 1
     (wait,) = spans.by_name("rl.idle.buffer_starvation")
     assert attrs(wait)["rl.idle.polls"] >= 1
+
+
+def test_during_a_trio_guest_run_the_host_loops_own_tasks_are_asyncio_tasks() -> None:
+    """The guest's trio task takes anyio's paths; the host's asyncio tasks keep asyncio's."""
+    trio = pytest.importorskip("trio")
+    seen: dict[str, object] = {}
+
+    async def trio_main() -> None:
+        seen["trio task"] = asyncio_loop()
+        await trio.sleep(0.2)  # the guest run goes on while the host's task looks
+
+    async def host() -> None:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[Any] = loop.create_future()
+        trio.lowlevel.start_guest_run(
+            trio_main,
+            run_sync_soon_threadsafe=loop.call_soon_threadsafe,
+            done_callback=done.set_result,
+        )
+        await asyncio.sleep(0.05)
+        seen["asyncio task"] = asyncio_loop()
+        seen["loop"] = loop
+        (await done).unwrap()
+
+    asyncio.run(host())
+    assert seen["trio task"] is None
+    assert seen["asyncio task"] is seen["loop"]

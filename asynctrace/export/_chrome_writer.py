@@ -211,7 +211,7 @@ class ChromeWriter:
                     kind = item._kind
                     if status is not None or kind is not _INTERNAL:
                         _fast_status_and_kind(args, status, kind)
-                    cat = raw.get(GROUP) or raw.get(RL_BUCKET) or item._tracer.scope.name
+                    cat = args.get(GROUP) or args.get(RL_BUCKET) or item._tracer.scope.name
                     if cat.__class__ is not str:
                         cat = str(cat)
                     append(_Complete("X", item._name, cat, start, end - start, pid, track, args))

@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
-import sys
 import sysconfig
 import threading
 import time
@@ -40,6 +39,7 @@ from types import FrameType
 
 import asynctrace
 from asynctrace._handoff import Handoff
+from asynctrace._stall_frames import current_frames
 
 PERIOD_S = 0.001
 SAMPLE_AFTER_S = 0.0015  # sample the loop thread once a wake-up is this late
@@ -285,7 +285,7 @@ class LoopProbe:
             if time.perf_counter() - self._due < SAMPLE_AFTER_S:
                 continue
             epoch = self._epoch
-            frame = sys._current_frames().get(self._loop_thread)
+            frame = current_frames().get(self._loop_thread)  # safe from 3.11's hang
             whose, where = owner(frame, self.extra_telemetry)
             del frame
             samples, places = self._samples.setdefault(epoch, (Counter(), Counter()))
