@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -101,6 +102,16 @@ def test_wait_until_rejects_bad_intervals(bad: float) -> None:
         asyncio.run(main())
 
 
+def _guest_run(trio: Any, main: Callable[[], Awaitable[Any]]) -> asyncio.Future[Any]:
+    """Start *main* as a trio guest run on the running asyncio loop; its outcome, when done."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Any] = loop.create_future()
+    trio.lowlevel.start_guest_run(
+        main, run_sync_soon_threadsafe=loop.call_soon_threadsafe, done_callback=done.set_result
+    )
+    return done
+
+
 def test_wait_until_in_a_trio_guest_run_on_an_asyncio_loop(spans: CapturedSpans) -> None:
     """A trio task running as a guest of an asyncio loop polls with trio's sleep, not asyncio's."""
     trio = pytest.importorskip("trio")
@@ -116,15 +127,7 @@ def test_wait_until_in_a_trio_guest_run_on_an_asyncio_loop(spans: CapturedSpans)
             return await at.wait_until(lambda: bool(box), interval_s=0.002)
 
     async def host() -> int:
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[Any] = loop.create_future()
-        trio.lowlevel.start_guest_run(
-            trio_main,
-            run_sync_soon_threadsafe=loop.call_soon_threadsafe,
-            done_callback=done.set_result,
-        )
-        outcome = await done
-        result: int = outcome.unwrap()
+        result: int = (await _guest_run(trio, trio_main)).unwrap()
         return result
 
     assert asyncio.run(host()) >= 1
@@ -142,16 +145,10 @@ def test_during_a_trio_guest_run_the_host_loops_own_tasks_are_asyncio_tasks() ->
         await trio.sleep(0.2)  # the guest run goes on while the host's task looks
 
     async def host() -> None:
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[Any] = loop.create_future()
-        trio.lowlevel.start_guest_run(
-            trio_main,
-            run_sync_soon_threadsafe=loop.call_soon_threadsafe,
-            done_callback=done.set_result,
-        )
+        done = _guest_run(trio, trio_main)
         await asyncio.sleep(0.05)
         seen["asyncio task"] = asyncio_loop()
-        seen["loop"] = loop
+        seen["loop"] = asyncio.get_running_loop()
         (await done).unwrap()
 
     asyncio.run(host())

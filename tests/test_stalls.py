@@ -763,6 +763,14 @@ def test_a_first_sample_taken_as_the_heartbeat_runs_is_not_lost(
         loop.close()
 
 
+def _python(script: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run *script* in a fresh interpreter (not strict: its warnings are what is checked)."""
+    env = {k: v for k, v in os.environ.items() if k != "ASYNCTRACE_STRICT"}
+    return subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout_s, env=env
+    )
+
+
 # The watchdog reads the blocked loop's frames while, on other threads, threads start and
 # end, with the conditions of CPython 3.11's hang (python/cpython#106883) made likely: a
 # collection at every allocation of a tracked object (so one starts inside
@@ -810,15 +818,8 @@ with capture_spans("per_step") as captured:
 @pytest.mark.slow
 def test_reading_the_frames_does_not_hang_a_program_whose_threads_come_and_go() -> None:
     """Frames read among threads that come and go: the program ends, its stalls recorded."""
-    env = {k: v for k, v in os.environ.items() if k != "ASYNCTRACE_STRICT"}
     try:
-        done = subprocess.run(
-            [sys.executable, "-c", _FRAMES_WHILE_THREADS_COME_AND_GO],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            env=env,
-        )
+        done = _python(_FRAMES_WHILE_THREADS_COME_AND_GO, timeout_s=30)
     except subprocess.TimeoutExpired:
         pytest.fail("the program hung (it ends in about 5 s)")
     assert done.returncode == 0, done.stderr
@@ -856,13 +857,8 @@ def test_on_3_11_frames_are_read_with_the_collector_off_and_left_as_found() -> N
         codes.append(frame.f_code)
         frame = frame.f_back
     assert test_on_3_11_frames_are_read_with_the_collector_off_and_left_as_found.__code__ in codes
-    done = subprocess.run(
-        [sys.executable, "-c", _COLLECTOR_DURING_THE_READ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    done = _python(_COLLECTOR_DURING_THE_READ)
+    assert done.returncode == 0, done.stderr
     during = "False" if sys.version_info[:2] == (3, 11) else "True"
     assert done.stdout.split() == [f"[{during},", "False]", "False", "True"], done.stdout
 
@@ -898,14 +894,7 @@ print("gc", gc.isenabled())  # on 3.11 the refusal came with the collector off: 
 def test_a_loop_whose_frames_cannot_be_read_is_not_watched_and_the_program_goes_on() -> None:
     """An audit hook that refuses ``sys._current_frames``: the watchdog stops, says so once
     (a warning naming the failure), and the program and its spans are unaffected."""
-    env = {k: v for k, v in os.environ.items() if k != "ASYNCTRACE_STRICT"}
-    done = subprocess.run(
-        [sys.executable, "-c", _UNREADABLE_FRAMES],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
+    done = _python(_UNREADABLE_FRAMES)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["watchdogs", "0", "spans", "1", "gc", "True"], done.stdout
     assert done.stderr.count("failed at ('loop_stall', 'watchdog')") == 1, done.stderr
