@@ -1,9 +1,11 @@
 """Whether the calling code is an asyncio task or a trio task, for asyncio's cheaper paths.
 
 anyio runs the same code on asyncio, uvloop and trio, at a price on every
-call (it looks the backend up each time). Helpers that run once per poll ask
-:func:`asyncio_loop` and use asyncio directly when the caller is an asyncio
-task.
+call (it looks the backend up each time). ``wait_until`` asks
+:func:`asyncio_loop` once per wait and then polls with asyncio's own sleep
+when the caller is an asyncio task; the stall monitor asks
+:func:`in_trio_task`. Both ask for a trio *task*, not a trio run: during a
+guest run the host loop's own tasks, on the same thread, are asyncio's.
 """
 
 from __future__ import annotations

@@ -281,7 +281,7 @@ def test_no_call_stalls_the_event_loop(
 def test_a_category_taken_from_a_long_attribute_is_cut_as_the_attribute_is(
     tmp_path: Path, provider: str
 ) -> None:
-    """The chrome event's category is the attribute as exported: cut to the limit too."""
+    """The chrome event's category is the attribute as exported (cut by the writer, fast)."""
     telemetry = _configure(tmp_path, provider, max_attribute_length=4)
     tracer = telemetry.provider.get_tracer("limits")  # type: ignore[union-attr]
     tracer.start_span("grouped", attributes={"asynctrace.group": "generation-x"}).end()

@@ -142,11 +142,11 @@ def test_during_a_trio_guest_run_the_host_loops_own_tasks_are_asyncio_tasks() ->
 
     async def trio_main() -> None:
         seen["trio task"] = asyncio_loop()
-        await trio.sleep(0.2)  # the guest run goes on while the host's task looks
+        await trio.sleep(0)
 
     async def host() -> None:
         done = _guest_run(trio, trio_main)
-        await asyncio.sleep(0.05)
+        assert trio.lowlevel.in_trio_run()  # the guest run is on this thread from here on
         seen["asyncio task"] = asyncio_loop()
         seen["loop"] = asyncio.get_running_loop()
         (await done).unwrap()

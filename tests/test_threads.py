@@ -303,6 +303,27 @@ async def test_to_thread_work_can_call_back_into_the_loop_through_anyio() -> Non
 
 
 @pytest.mark.anyio
+async def test_a_cancelled_to_thread_caller_waits_for_the_call_to_end() -> None:
+    """A caller cancelled while the call runs leaves only once it has ended: none left behind."""
+    release = threading.Event()
+    ended: list[int | None] = []
+
+    def blocked() -> None:
+        release.wait(10)
+        ended.append(current_iteration())
+
+    timer = threading.Timer(0.3, release.set)
+    timer.start()
+    try:
+        with iteration_scope(3), anyio.move_on_after(0.1):
+            await to_thread(blocked)
+        assert ended == [3]
+    finally:
+        release.set()
+        timer.cancel()
+
+
+@pytest.mark.anyio
 async def test_tasks_inherit_and_isolate(spans: CapturedSpans) -> None:
     """Tasks created in a span nest under it; sibling tasks do not see each other's spans."""
     async with umbrella_span("job", "driver") as driver:
