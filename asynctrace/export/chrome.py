@@ -24,7 +24,6 @@ import functools
 import itertools
 import json
 import os
-import sys
 import threading
 import weakref
 from collections.abc import Iterator, Mapping
@@ -36,6 +35,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span
 from opentelemetry.trace import SpanContext
 
+from .._backend import trio_task
 from .._errors import report_internal_error
 from .._fast._provider import current_task_of
 from ._chrome_writer import ChromeWriter, NewTrack, context_span_id, span_fields
@@ -45,25 +45,12 @@ __all__ = ["ChromeTrace", "ChromeTraceProcessor", "read_chrome_trace"]
 
 _get_running_loop = asyncio._get_running_loop
 _current_asyncio_task = current_task_of
-_modules = sys.modules
 
 
 class _ThreadToken:
     """Lives in a thread-local; its death tells us the thread is gone."""
 
     __slots__ = ("__weakref__",)
-
-
-def _trio_task(trio: Any) -> object | None:
-    """The current trio task, if this thread runs one."""
-    try:
-        lowlevel = trio.lowlevel
-        in_task = getattr(lowlevel, "in_trio_task", None)
-        if in_task is not None and not in_task():
-            return None
-        return lowlevel.current_task()  # type: ignore[no-any-return]
-    except Exception:  # RuntimeError outside trio, or an unexpected trio
-        return None
 
 
 def _task_name(task: object) -> str:
@@ -164,8 +151,7 @@ class ChromeTraceProcessor(QueuedSpanProcessor):
         if loop is not None:
             task: object | None = _current_asyncio_task(loop)
         else:
-            trio = _modules.get("trio")
-            task = None if trio is None else _trio_task(trio)
+            task = trio_task()
         local = self._local
         try:
             tasks: dict[int, int] = local.tasks
