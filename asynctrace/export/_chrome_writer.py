@@ -159,17 +159,23 @@ class ChromeWriter:
         last_owner: object = _NO_OWNER
         last_tid = 0
         ident = self._ident
-        ident_items = tuple(ident.items())
+        rank = ident["rank"]
+        role = tuple(ident.items())[1:]  # the role, when there is one
+        last_cls: type | None = None  # the last fast-provider span's class
         for item in batch:
             # A span, inline (this loop runs once per span). Ids are hex-encoded
             # with int.to_bytes().hex(), about twice as fast as a format spec.
             try:
                 cls = item.__class__
-                if cls in span_types:  # a fast-provider span: its own path, written for speed
-                    # Plain attribute loads: the interpreter specializes them for slots,
+                if cls is last_cls or cls in span_types:
+                    # A fast-provider span: its own path, written for speed. Plain
+                    # attribute loads: the interpreter specializes them for slots,
                     # far cheaper than an attrgetter of many names.
+                    last_cls = cls  # the batch's spans are mostly of one class
                     owner = item._owner
                     if owner is not last_owner:
+                        if line is not None and len(ends) > most:
+                            line.compact_to(most)  # bounded once per run of one owner
                         last_tid = owners.get(id(owner)) or self._owner_track(owner)
                         last_owner = owner
                         line = primary.get(last_tid)  # a primary track lives as long as its owner
@@ -182,14 +188,12 @@ class ChromeWriter:
                         end = start
                     if line is not None and (not ends or ends[-1] <= start):
                         add_start(start)  # TrackAssigner.place's common case, inline
-                        add_end(end)
-                        if len(ends) > most:
-                            line.compact()
+                        add_end(end)  # (its bound is kept at the owner's last span)
                         track = last_tid
                     else:
                         track = place(last_tid, start, end)
                     trace_id = item._trace_id
-                    if trace_id != last_trace:
+                    if trace_id is not last_trace:  # a trace's spans share its id object
                         last_trace = trace_id
                         last_trace_hex = trace_id.to_bytes(16, "big").hex()
                     raw = item._attributes
@@ -200,13 +204,14 @@ class ChromeWriter:
                     args["span_id"] = item._span_id.to_bytes(8, "big").hex()
                     parent_id = item._parent_id
                     if parent_id:
-                        if parent_id != last_parent:  # siblings in a row share it
+                        if parent_id is not last_parent:  # siblings share the object
                             last_parent = parent_id
                             last_parent_hex = parent_id.to_bytes(8, "big").hex()
                         args["parent_span_id"] = last_parent_hex
-                    for key, value in ident_items:  # an attribute of that name stays as it is
-                        if key not in args:
-                            args[key] = value
+                    if "rank" not in args:  # an attribute of that name stays as it is
+                        args["rank"] = rank
+                    if role:
+                        _add_missing(args, role)
                     status = item._status
                     kind = item._kind
                     if status is not None or kind is not _INTERNAL:
@@ -255,9 +260,10 @@ class ChromeWriter:
                     args["parent_span_id"] = last_parent_hex
                 if error is not None or kind is not None:
                     _status_and_kind(args, error, kind)
-                for key, value in ident_items:
-                    if key not in args:
-                        args[key] = value
+                if "rank" not in args:
+                    args["rank"] = rank
+                if role:
+                    _add_missing(args, role)
                 cat = category if category.__class__ is str else scope
                 append(_Complete("X", name, cat, start, dur, pid, track, args))
                 if span_events:
@@ -265,6 +271,8 @@ class ChromeWriter:
             except Exception as exc:
                 failed += 1
                 self._warn("a span could not be serialized; it is skipped", exc)
+        if line is not None and len(ends) > most:
+            line.compact_to(most)
         written = len(batch) - controls - failed
         self._last_trace_id, self._last_trace_hex = last_trace, last_trace_hex
         if self._pending:
@@ -424,6 +432,13 @@ def _spans_in_lines(events: list[Any], skipped: list[int], lines: int) -> int:
         if event.__class__ is _Complete:
             done += 1
     return done
+
+
+def _add_missing(args: dict[str, Any], items: Sequence[tuple[str, Any]]) -> None:
+    """Store each of *items* in *args* unless an attribute of that name is there."""
+    for key, value in items:
+        if key not in args:
+            args[key] = value
 
 
 def _fast_status_and_kind(args: dict[str, Any], status: Any, kind: SpanKind) -> None:

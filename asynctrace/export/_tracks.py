@@ -59,9 +59,15 @@ class _Track:
         return True
 
     def compact(self) -> None:
+        """Merge the oldest half of the intervals into one block."""
         half = len(self.starts) // 2
         self.starts[:half] = [self.starts[0]]
         self.ends[:half] = [self.ends[half - 1]]
+
+    def compact_to(self, max_intervals: int) -> None:
+        """:meth:`compact` until at most *max_intervals* are left (after appends in a row)."""
+        while len(self.starts) > max_intervals:
+            self.compact()
 
 
 class TrackAssigner:

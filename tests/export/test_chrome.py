@@ -476,6 +476,64 @@ def test_compaction_keeps_memory_bounded() -> None:
     assert assigner.place(1, 0, 10**9) == 1  # a long parent still contains them all
 
 
+def _fast_spans(count: int, owners: int = 1) -> list[Any]:
+    """*count* ended fast-provider spans, one after another, from *owners* threads in turn."""
+    from asynctrace._fast import FastTracerProvider
+
+    provider = FastTracerProvider()
+    provider._wants_owner = True
+    tracer = provider.get_tracer("bounded")
+    threads = [threading.Thread(name=f"owner-{i}") for i in range(owners)]
+    spans = []
+    for i in range(count):
+        span = tracer.start_span(f"s{i}", start_time=(2 * i + 1) * 1000)
+        span._owner = threads[i % owners]  # type: ignore[attr-defined]
+        span.end(end_time=(2 * i + 2) * 1000)
+        spans.append(span)
+    return spans
+
+
+@pytest.mark.parametrize("owners", [1, 2])
+def test_the_writers_track_lists_stay_bounded_batch_by_batch(tmp_path: Path, owners: int) -> None:
+    """The chrome writer appends a fast-provider span to its track inline and bounds the
+    track's lists when the owner changes and when a batch ends: after every batch, no
+    track remembers more than ``max_intervals``, and later spans still nest."""
+    from asynctrace.export._chrome_writer import ChromeWriter
+
+    writer = ChromeWriter(tmp_path / "t.jsonl", {}, itertools.count(1).__next__)
+    most = writer._tracks.max_intervals
+    spans = _fast_spans(6 * most, owners)
+    for start in range(0, len(spans), 2 * most):
+        assert writer.export(spans[start : start + 2 * most]) == (2 * most, 0)
+        lists = [(len(t.starts), len(t.ends)) for t in writer._tracks.primary.values()]
+        assert len(lists) == owners
+        assert all(starts == ends <= most for starts, ends in lists), lists
+    writer.shutdown()
+    events = read_chrome_trace(tmp_path / "t.jsonl").complete_events()
+    assert len(events) == len(spans)
+    assert len({event["tid"] for event in events}) == owners  # no overflow track was needed
+    assert_tracks_nest(events)
+
+
+def test_an_attribute_named_like_the_writers_rank_or_role_is_kept(tmp_path: Path) -> None:
+    """Every fast-provider span's args name the writer's rank and role, unless the span
+    has an attribute of that name: then the attribute is written as it is."""
+    from asynctrace.export._chrome_writer import ChromeWriter
+
+    plain, own_rank, own_role = _fast_spans(3)
+    own_rank._attributes["rank"] = 9  # type: ignore[attr-defined]
+    own_role._attributes["role"] = "judge"  # type: ignore[attr-defined]
+    resource = {"asynctrace.rank": 3, "asynctrace.role": "driver"}
+    writer = ChromeWriter(tmp_path / "t.jsonl", resource, itertools.count(1).__next__)
+    writer.export([plain, own_rank, own_role])
+    writer.shutdown()
+    events = read_chrome_trace(tmp_path / "t.jsonl").complete_events()
+    args = {event["name"]: event["args"] for event in events}
+    assert (args["s0"]["rank"], args["s0"]["role"]) == (3, "driver")
+    assert (args["s1"]["rank"], args["s1"]["role"]) == (9, "driver")
+    assert (args["s2"]["rank"], args["s2"]["role"]) == (3, "judge")
+
+
 # ---------------------------------------------------------------------------
 # Crash safety.
 
