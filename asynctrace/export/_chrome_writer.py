@@ -174,8 +174,6 @@ class ChromeWriter:
                     last_cls = cls  # the batch's spans are mostly of one class
                     owner = item._owner
                     if owner is not last_owner:
-                        if line is not None and len(ends) > most:
-                            line.compact_to(most)  # bounded once per run of one owner
                         last_tid = owners.get(id(owner)) or self._owner_track(owner)
                         last_owner = owner
                         line = primary.get(last_tid)  # a primary track lives as long as its owner
@@ -188,7 +186,9 @@ class ChromeWriter:
                         end = start
                     if line is not None and (not ends or ends[-1] <= start):
                         add_start(start)  # TrackAssigner.place's common case, inline
-                        add_end(end)  # (its bound is kept at the owner's last span)
+                        add_end(end)
+                        if len(ends) > most:
+                            line.compact()
                         track = last_tid
                     else:
                         track = place(last_tid, start, end)
@@ -271,8 +271,6 @@ class ChromeWriter:
             except Exception as exc:
                 failed += 1
                 self._warn("a span could not be serialized; it is skipped", exc)
-        if line is not None and len(ends) > most:
-            line.compact_to(most)
         written = len(batch) - controls - failed
         self._last_trace_id, self._last_trace_hex = last_trace, last_trace_hex
         if self._pending:

@@ -64,11 +64,6 @@ class _Track:
         self.starts[:half] = [self.starts[0]]
         self.ends[:half] = [self.ends[half - 1]]
 
-    def compact_to(self, max_intervals: int) -> None:
-        """:meth:`compact` until at most *max_intervals* are left (after appends in a row)."""
-        while len(self.starts) > max_intervals:
-            self.compact()
-
 
 class TrackAssigner:
     """Assigns each event a tid on which all complete events nest.

@@ -495,9 +495,9 @@ def _fast_spans(count: int, owners: int = 1) -> list[Any]:
 
 @pytest.mark.parametrize("owners", [1, 2])
 def test_the_writers_track_lists_stay_bounded_batch_by_batch(tmp_path: Path, owners: int) -> None:
-    """The chrome writer appends a fast-provider span to its track inline and bounds the
-    track's lists when the owner changes and when a batch ends: after every batch, no
-    track remembers more than ``max_intervals``, and later spans still nest."""
+    """The chrome writer appends a fast-provider span to its track inline, bounding the
+    track's lists as ``TrackAssigner.place`` does: after every batch, no track remembers
+    more than ``max_intervals``, and the spans nest on their owners' tracks."""
     from asynctrace.export._chrome_writer import ChromeWriter
 
     writer = ChromeWriter(tmp_path / "t.jsonl", {}, itertools.count(1).__next__)
@@ -529,6 +529,19 @@ def test_an_attribute_named_like_the_writers_rank_or_role_is_kept(tmp_path: Path
     writer.shutdown()
     events = read_chrome_trace(tmp_path / "t.jsonl").complete_events()
     args = {event["name"]: event["args"] for event in events}
+    assert (args["s0"]["rank"], args["s0"]["role"]) == (3, "driver")
+    assert (args["s1"]["rank"], args["s1"]["role"]) == (9, "driver")
+    assert (args["s2"]["rank"], args["s2"]["role"]) == (3, "judge")
+
+
+def test_an_sdk_span_attribute_named_like_the_writers_rank_or_role_is_kept(
+    pipeline: Pipeline,
+) -> None:
+    """The same for SDK spans (the writer's other path)."""
+    for name, attributes in (("s0", {}), ("s1", {"rank": 9}), ("s2", {"role": "judge"})):
+        with pipeline.tracer.start_as_current_span(name, attributes=attributes):
+            pass
+    args = {e["name"]: e["args"] for e in pipeline.events() if e["ph"] == "X"}
     assert (args["s0"]["rank"], args["s0"]["role"]) == (3, "driver")
     assert (args["s1"]["rank"], args["s1"]["role"]) == (9, "driver")
     assert (args["s2"]["rank"], args["s2"]["role"]) == (3, "judge")
