@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,6 +33,7 @@ def plain_payload(payload: Mapping[str, Any]) -> dict[str, Any]:
     changing the record; converting now means the record reads the same
     whichever JSON encoder writes it: non-finite floats become ``"nan"``,
     ``"inf"``, ``"-inf"``; keys become strings; tuples and sets become lists;
+    an int of more than 4096 bits a note of its size (``"<int of N bits>"``);
     anything else (and anything nested deeper than 16 levels) its ``str()``.
     A value that cannot be read (its ``str()`` raises, say) is written as
     ``"<unreadable TYPE>"``: a payload never breaks the caller.
@@ -45,10 +47,17 @@ def plain_payload(payload: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+_BIG = 1 << 4096  # past this, an int is written as a note of its size (see _plain)
+
+
 def _plain(value: Any, depth: int) -> Any:
     kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None:
+    if kind is str or kind is bool or value is None:
         return value
+    if kind is int:
+        # JSON holds any int, but writing one with more than sys.get_int_max_str_digits()
+        # digits (4300 by default) raises, which would cost the whole record.
+        return value if -_BIG < value < _BIG else f"<int of {value.bit_length()} bits>"
     if kind is float:
         return value if math.isfinite(value) else repr(value)
     if depth <= 0:
@@ -57,6 +66,6 @@ def _plain(value: Any, depth: int) -> Any:
         return {(k if type(k) is str else str(k)): _plain(v, depth - 1) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
         return [_plain(v, depth - 1) for v in value]
-    if isinstance(value, (int, float)):  # int and float subclasses (enums, numpy scalars)
-        return _plain(int(value) if isinstance(value, int) else float(value), depth)
+    if isinstance(value, numbers.Real):  # int and float subclasses (enums), numpy's numbers
+        return _plain(int(value) if isinstance(value, numbers.Integral) else float(value), depth)
     return str(value)

@@ -10,6 +10,7 @@ late phase end or event is dropped and counted instead.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import threading
 import time
@@ -31,17 +32,20 @@ def _ids(pending: str | set[str] | None) -> list[str]:
 
 
 _session_numbers = itertools.count(1).__next__
-# With the pid, what tells this process's session ids from another's. A forked
-# child draws its own: it inherits the parent's counter, and a pid freed by one
-# child may be given to the next.
-_nonce = (os.getpid(), os.urandom(2).hex())
+# With the pid, what tells this process's session ids from another's: 64 random
+# bits, since many processes of a run may share a rank and a pid (Ray actors
+# left at rank 0, each its container's pid 1). A forked child draws its own: it
+# inherits the parent's counter, and a pid freed by one child may be given to
+# the next.
+_NONCE_BYTES = 8
+_nonce = (os.getpid(), os.urandom(_NONCE_BYTES).hex())
 
 
 def _process_nonce() -> str:
     """This process's nonce, drawn again in a forked child (read when ids get a prefix)."""
     global _nonce
     if _nonce[0] != os.getpid():
-        _nonce = (os.getpid(), os.urandom(2).hex())
+        _nonce = (os.getpid(), os.urandom(_NONCE_BYTES).hex())
     return _nonce[1]
 
 
@@ -72,6 +76,7 @@ class SessionTracer:
         self._next = _session_numbers
         self._prefix = "" if sequential_ids else f"{rank}-{os.getpid():x}{_process_nonce()}-"
         self.dropped_events = 0
+        self._closed = False  # shut down: a session registered now is never written
         self._writer = SessionWriter(
             path, rank=rank, role=role, run_id=run_id, flush_threshold=flush_threshold
         )
@@ -81,20 +86,30 @@ class SessionTracer:
     def _after_fork_in_child(self) -> None:
         """A forked child does not own the parent's sessions: it starts with none.
 
-        Its writer is inert there (the parent's file is the parent's); events
-        are dropped and counted until the child configures its own tracer.
+        Its writer is inert there (the parent's file is the parent's): until
+        the child configures its own tracer, sessions registered in it are not
+        kept, and their events are dropped and counted (``dropped_events``).
         """
         self._live = {}
         self._tasks = {}
+        self._closed = True
         self._prefix = f"{self._prefix.split('-', 1)[0]}-{os.getpid():x}{_process_nonce()}-"
 
     # -- registration and phases ------------------------------------------------
 
     def register(self, task_id: int | str | None) -> str:
-        """Register a new pending session under *task_id*; returns its id."""
+        """Register a new pending session under *task_id*; returns its id.
+
+        After :meth:`finalize_all_pending` (shutdown), or in a forked child,
+        the session is not kept: the registration is counted as a dropped
+        event, and so is each of its later events.
+        """
         session_id = self._prefix + str(self._next())
         record = Record(session_id, task_id, time.time_ns())
         with self._lock:
+            if self._closed:  # a caller that found this tracer just before its shutdown
+                self.dropped_events += 1
+                return session_id
             self._live[session_id] = record
             if task_id is not None:
                 pending = self._tasks.get(task_id)
@@ -191,7 +206,12 @@ class SessionTracer:
             counters = record.counters
             if counters is None:
                 counters = record.counters = {}
-            counters[name] = counters.get(name, 0) + value
+            total = counters.get(name, 0)
+            try:
+                counters[name] = total + value
+            except OverflowError:  # an int sum past a float's range, then a float
+                big = total if type(total) is int else value
+                counters[name] = math.inf if big > 0 else -math.inf
 
     # -- finalization -----------------------------------------------------------
 
@@ -252,9 +272,14 @@ class SessionTracer:
         return record
 
     def finalize_all_pending(self, reason: str) -> int:
-        """At shutdown: write every still-pending session as ``pending``."""
+        """At shutdown: write every still-pending session as ``pending``.
+
+        Sessions registered after it are not kept (their events are dropped
+        and counted): nothing would ever write them.
+        """
         now = time.time_ns()
         with self._lock:
+            self._closed = True
             records = list(self._live.values())
             self._live.clear()
             self._tasks.clear()

@@ -15,8 +15,9 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
-import math
+import numbers
 import os
+import sys
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
@@ -215,10 +216,16 @@ class trace_session_phase(SyncAndAsync[None]):
     to this execution in the record, as its ``payload``; on a key in both, the
     end wins.
 
+    One object times one execution at a time: it may be entered again once
+    exited (each entry is a new execution), not while it is entered.
+
     Raises:
         ConfigurationError: *phase* is not registered, or a payload is not a
             mapping with string keys (checked even when the session tracer is
             off).
+        RuntimeError: the object is entered while an entry of it is open
+            (nested on itself, or shared by concurrent tasks): that entry
+            would take over the open one's execution.
 
     Example:
         >>> with trace_session_phase("reward", end_payload={"accepted": True}):
@@ -247,12 +254,18 @@ class trace_session_phase(SyncAndAsync[None]):
 
     # phase_start/phase_end inlined: a session runs several phases, this is the hot path.
     def __enter__(self) -> None:
+        if self._tracer is not None:  # an entry of this object is open (with a tracer)
+            raise RuntimeError(
+                f"trace_session_phase({self._phase!r}) is already entered; "
+                "make one object per execution"
+            )
         tracer = _session_tracer._tracer
         session_id = SCOPES.get().session_id
         if tracer is None or session_id is None:
             return
         self._tracer = tracer
         self._session_id = session_id
+        self._handle = -1  # this entry's, once its start is recorded
         phase = self._phase
         now = time.time_ns()
         with tracer._lock:
@@ -339,6 +352,21 @@ def _reason_text(reason: object) -> str | None:
     return redact_text(text)
 
 
+def _check_session_id(session_id: object) -> None:
+    if not isinstance(session_id, str):
+        raise ConfigurationError(
+            f"trace_session_event(session_id): expected a str (a session id), got {session_id!r}"
+        )
+
+
+def _check_event_task_id(task_id: object) -> int | str:
+    if isinstance(task_id, bool) or not isinstance(task_id, (int, str)):
+        raise ConfigurationError(
+            f"trace_session_event(task_id): expected an int or str, got {task_id!r}"
+        )
+    return task_id
+
+
 def trace_session_event(
     event: str,
     session_id: str | None = None,
@@ -365,13 +393,19 @@ def trace_session_event(
     ``str()``).
 
     Raises:
-        ConfigurationError: unknown event, bad status, or ``status``/``reason``
-            on a phase event (checked even when the session tracer is off).
+        ConfigurationError: unknown event, bad status, ``status``/``reason``
+            on a phase event, or a *session_id* that is not a str or a
+            *task_id* that is not an int or str (checked even when the
+            session tracer is off).
 
     Example:
         >>> trace_session_event("finalized", status="rejected", reason="stale_weight")
         >>> trace_session_event("finalized", status="accepted", reward=0.75)
     """
+    if session_id is not None and type(session_id) is not str:
+        _check_session_id(session_id)
+    if task_id is not None and type(task_id) is not int and type(task_id) is not str:
+        task_id = _check_event_task_id(task_id)
     if event == FINALIZED:
         if status not in STATUSES:
             raise ConfigurationError(
@@ -412,6 +446,29 @@ def trace_session_event(
     tracer.mark(session_id or SCOPES.get().session_id, phase, edge == "start", plain)
 
 
+_MAX_COUNT = sys.float_info.max  # an increment a float can hold: sums never raise
+
+
+def _counter_increment(value: object) -> float:
+    """*value* as an int or float increment, or a :class:`ConfigurationError`.
+
+    Any real number but a bool is accepted (numpy's integers and floats, a
+    ``Fraction``), as a plain int or float, if it is finite and within a
+    float's range.
+    """
+    number: float | None = None
+    if not isinstance(value, bool) and isinstance(value, numbers.Real):
+        try:
+            number = int(value) if isinstance(value, numbers.Integral) else float(value)
+        except (TypeError, ValueError, OverflowError):
+            number = None
+    if number is None or not -_MAX_COUNT <= number <= _MAX_COUNT:  # NaN is not either
+        raise ConfigurationError(
+            f"increment_counter(value): expected a finite int or float, got {value!r}"
+        )
+    return number
+
+
 def increment_counter(name: str, value: float = 1) -> None:
     """Add *value* to counter *name* of the current session (written in ``counters``).
 
@@ -422,14 +479,9 @@ def increment_counter(name: str, value: float = 1) -> None:
         raise ConfigurationError(
             f"increment_counter(name): expected a non-empty str, got {name!r}"
         )
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or (isinstance(value, float) and not math.isfinite(value))
-    ):
-        raise ConfigurationError(
-            f"increment_counter(value): expected a finite int or float, got {value!r}"
-        )
+    kind = type(value)
+    if (kind is not int and kind is not float) or not -_MAX_COUNT <= value <= _MAX_COUNT:
+        value = _counter_increment(value)
     tracer = _session_tracer._tracer
     session_id = SCOPES.get().session_id
     if tracer is not None and session_id is not None:

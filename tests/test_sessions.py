@@ -598,3 +598,159 @@ def test_a_forked_child_draws_its_own_id_nonce(tmp_path: Path) -> None:
     finally:
         install(previous)
         tracer.shutdown()
+
+
+def test_a_phase_object_entered_while_open_raises_and_after_exit_times_anew(
+    tracer: SessionTracer, tmp_path: Path
+) -> None:
+    """One phase object times one execution at a time. Entered again once exited, it
+    times a new one (a refused single-shot start leaves the first execution alone);
+    entered while open (nested, or shared by another session) it raises, and the
+    open execution is timed as if nothing happened."""
+    at.register_phase("validation_reused", allow_multiple=False)
+    with at.session_scope() as first:
+        phase = at.trace_session_phase("validation_reused")
+        with phase:
+            pass
+        with phase:  # refused: a single-shot phase ran already
+            threading.Event().wait(0.05)
+        shared = at.trace_session_phase("generate")
+        with shared:
+            with pytest.raises(RuntimeError, match="already entered"):
+                with shared:
+                    pass
+            with at.session_scope() as second:
+                with pytest.raises(RuntimeError, match="already entered"):
+                    with shared:
+                        pass
+                at.trace_session_event("finalized", status="accepted")
+        at.trace_session_event("finalized", status="accepted")
+    assert tracer.flush(5.0)
+    by_id = {r["session_id"]: r for r in records(tmp_path / "sessions-r0.jsonl")}
+    (validation,) = by_id[first]["phases"]["validation_reused"]
+    assert validation["end_ts"] - validation["start_ts"] < 0.04  # not the refused one's end
+    (generate,) = by_id[first]["phases"]["generate"]
+    assert not generate["truncated"]
+    assert "generate" not in by_id[second]["phases"]
+    assert tracer.stats()["dropped_events"] == 2  # the refused start and its end
+
+
+@pytest.mark.parametrize("tracer_on", [True, False])
+def test_event_ids_of_the_wrong_type_raise_at_the_call(tracer_on: bool, tmp_path: Path) -> None:
+    """A session id that is not a str, or a task id that is not an int or str (a bool
+    included), is a ConfigurationError naming the argument, tracer on or off."""
+    tracer = SessionTracer(tmp_path / "sessions-r0.jsonl") if tracer_on else None
+    previous = install(tracer)
+    try:
+        with at.task_scope(1), at.session_scope():
+            cases: list[dict[str, Any]] = [
+                {"session_id": ["s"]},
+                {"session_id": 7},
+                {"task_id": [1]},
+                {"task_id": True},
+                {"task_id": 1.0},
+            ]
+            for event in ("finalized", "generate_start"):
+                status = {"status": "accepted"} if event == "finalized" else {}
+                for ids in cases:
+                    name = next(iter(ids))
+                    with pytest.raises(ConfigurationError, match=rf"\({name}\)"):
+                        at.trace_session_event(event, **ids, **status)
+            at.trace_session_event("finalized", task_id=1, status="accepted")
+        if tracer is not None:
+            assert tracer.stats()["written"] == 0 or tracer.flush(5.0)
+            assert tracer.stats()["live_sessions"] == 0  # finalized by its task id
+    finally:
+        install(previous)
+        if tracer is not None:
+            tracer.shutdown(5.0)
+
+
+def test_counters_take_any_real_number_and_never_raise_on_a_sum(
+    tracer: SessionTracer, tmp_path: Path
+) -> None:
+    """numpy's numbers and fractions count as ints and floats; a value no float holds is
+    refused at the call; a sum past a float's range is written as "inf", not raised."""
+    np = pytest.importorskip("numpy")
+    from fractions import Fraction
+
+    with at.session_scope():
+        at.increment_counter("tokens", np.int64(5))
+        at.increment_counter("tokens", np.int32(2))
+        at.increment_counter("share", np.float32(0.5))
+        at.increment_counter("share", Fraction(1, 4))
+        for bad in (10**400, float("nan"), np.float64("inf"), "3", True, 1j):
+            with pytest.raises(ConfigurationError, match=r"increment_counter\(value\)"):
+                at.increment_counter("tokens", bad)
+        huge = int(1.7e308)
+        at.increment_counter("big", huge)
+        at.increment_counter("big", huge)  # an int sum: past a float's range
+        at.increment_counter("big", 1.0)  # int + float would raise OverflowError
+        at.trace_session_event("finalized", status="accepted")
+    assert tracer.flush(5.0)
+    (record,) = records(tmp_path / "sessions-r0.jsonl")
+    assert record["counters"] == {"tokens": 7, "share": 0.75, "big": "inf"}
+    assert type(record["counters"]["tokens"]) is int
+
+
+def test_a_payload_int_too_long_to_write_costs_only_itself(
+    tracer: SessionTracer, tmp_path: Path
+) -> None:
+    """An int whose decimal text Python refuses to make (over 4300 digits) becomes a note of
+    its size; numpy integers are written as numbers; the record is written."""
+    np = pytest.importorskip("numpy")
+    with at.session_scope():
+        at.trace_session_event(
+            "finalized", status="accepted", big=10**5000, ok=2**70, n=np.int64(3), x=[-(1 << 5000)]
+        )
+    assert tracer.flush(5.0)
+    (record,) = records(tmp_path / "sessions-r0.jsonl")
+    assert record["payload"] == {
+        "big": "<int of 16610 bits>",
+        "ok": 2**70,
+        "n": 3,
+        "x": ["<int of 5001 bits>"],
+    }
+
+
+def test_a_session_registered_after_shutdown_is_not_kept(tmp_path: Path) -> None:
+    """A caller that found the tracer just before its shutdown gets an id; the session is
+    not kept where nothing would write it: its events are dropped and counted."""
+    tracer = SessionTracer(tmp_path / "sessions-r0.jsonl")
+    assert tracer.shutdown(5.0)
+    session_id = tracer.register(3)
+    tracer.phase_start(session_id, "generate")
+    tracer.finalize(session_id, None, "accepted", None)
+    stats = tracer.stats()
+    assert (stats["live_sessions"], stats["live_tasks"]) == (0, 0)
+    assert stats["dropped_events"] == 3
+
+
+def test_a_forked_child_keeps_no_session_of_its_own_until_it_configures(tmp_path: Path) -> None:
+    """In a forked child the parent's tracer writes nothing: sessions opened there are not
+    kept, and their events are dropped and counted (not queued as failed records)."""
+    tracer = SessionTracer(tmp_path / "sessions.jsonl")
+    previous = install(tracer)
+    out = tmp_path / "child-stats"
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: never return into pytest
+            code = 1
+            try:
+                with at.session_scope():
+                    with at.trace_session_phase("generate"):
+                        pass
+                    at.trace_session_event("finalized", status="accepted")
+                out.write_text(json.dumps(tracer.stats()))
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        stats = json.loads(out.read_text())
+        assert stats["live_sessions"] == 0
+        assert stats["failed"] == 0
+        assert stats["dropped_events"] == 4  # the registration, the phase (start, end), finalize
+    finally:
+        install(previous)
+        tracer.shutdown(5.0)
