@@ -231,13 +231,14 @@ def parse(header: str) -> tuple[dict[str, str], ScopeValues]:
             continue
         name, sep, rest = member.partition("=")
         name = name.rstrip(" \t")
-        value, _, properties = rest.partition(";")
+        value, semicolon, properties = rest.partition(";")
         value = value.strip(" \t")
         if (
             not sep
             or _KEY.fullmatch(name) is None
             or _VALUE.fullmatch(value) is None
-            or (properties and not all(_PROPERTY.fullmatch(p) for p in properties.split(";")))
+            # every ";" opens a property, which needs a key ("k=v;" is not a member)
+            or (semicolon and not all(_PROPERTY.fullmatch(p) for p in properties.split(";")))
         ):
             skipped += 1
             continue

@@ -110,6 +110,24 @@ def test_entries_past_the_limit_are_counted_not_read() -> None:
     assert counted["baggage_entries_skipped"] == 220
 
 
+@pytest.mark.parametrize(
+    ("header", "kept"),
+    [
+        ("a=1,k=v;,b=2", {"a": "1", "b": "2"}),  # ";" with no property after it
+        ("k=v;;p", {}),  # an empty property between two
+        ("k=v; ", {}),
+        ("k=v;p", {"k": "v;p"}),  # properties are kept in the value, as OpenTelemetry keeps them
+        ("k=v; p = 1", {"k": "v; p = 1"}),
+    ],
+)
+def test_a_semicolon_opens_a_property_that_needs_a_key(header: str, kept: dict[str, str]) -> None:
+    """W3C Baggage: ``member = key OWS "=" OWS value *( OWS ";" OWS property )``, and a
+    property has a key: a member with an empty one is invalid, skipped and counted."""
+    user, _, counted = _parsed(header)
+    assert user == kept
+    assert counted["baggage_entries_skipped"] == (0 if kept.get("k") else 1)
+
+
 @pytest.mark.parametrize("key", ["found", "not found"])
 def test_received_entries_join_the_baggage_as_set_baggage_would_add_them(
     key: str, monkeypatch: pytest.MonkeyPatch

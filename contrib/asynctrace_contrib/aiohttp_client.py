@@ -44,6 +44,7 @@ from ._http import (
     redact_url,
     url_secrets,
 )
+from ._http_values import KNOWN_METHODS, method_attributes
 
 try:
     import aiohttp
@@ -107,11 +108,14 @@ def _run_hook(options: _Options, name: str, hook: RequestHook, span: Span, param
 
 
 def _inject(headers: Any, carrier: dict[str, str]) -> None:
+    own_parent = "traceparent" in headers  # a caller's own traceparent wins
     for key, value in carrier.items():
         if key == "baggage" and key in headers:
             _add_scope_baggage(headers, value)
+        elif key == "tracestate" and own_parent:
+            continue  # vendor data of our trace: it goes with our traceparent only (W3C)
         else:
-            headers.setdefault(key, value)  # a caller's own traceparent wins
+            headers.setdefault(key, value)
 
 
 def _add_scope_baggage(headers: Any, value: str) -> None:
@@ -164,12 +168,12 @@ class _Requests:
             _inject(headers, asynctrace.current_trace_carrier())
             return None
         options = self.options
-        name = method
+        name = method if method in KNOWN_METHODS else "HTTP"
         if options.span_name is not None:
             try:
                 name = options.span_name(method, params)
             except Exception:
-                logger.warning("asynctrace: span_name raised; using %r", method, exc_info=True)
+                logger.warning("asynctrace: span_name raised; using %r", name, exc_info=True)
         last = self._last
         if last[0] is url and last[1] == method:
             attrs = last[2].copy()
@@ -249,11 +253,13 @@ class _Requests:
 
 
 def _url_attributes(method: str, url: Any, secret_keys: Any) -> dict[str, Any]:
-    """The request's method, redacted ``url.full``, ``server.address`` and ``server.port``."""
+    """The request's method (``_OTHER`` if unknown), redacted ``url.full``,
+    ``server.address`` and ``server.port``."""
     full = str(url)
     if "?" in full or "@" in full or "#" in full:  # redact_url's own fast path, inline
         full = redact_url(full, secret_keys)
-    attrs: dict[str, Any] = {"http.request.method": method, "url.full": full}
+    _, attrs = method_attributes(method)
+    attrs["url.full"] = full
     host, port = url.host, url.port
     if host:
         attrs["server.address"] = host

@@ -29,6 +29,7 @@ from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 import asynctrace
 
 from ._http import DEFAULT_SECRET_KEYS, SecretKeys, header_secrets, redact_url, url_secrets
+from ._http_values import KNOWN_METHODS, method_attributes, request_authority
 
 try:
     import starlette  # noqa: F401
@@ -61,34 +62,49 @@ ServerHook = Callable[[Span, Scope], None]
 _SECRET_KEYS = SecretKeys(DEFAULT_SECRET_KEYS)
 
 
+# The trace headers (0-2), and the ones that name the server (3-5: see _http_values).
 _TRACE_HEADERS = {"traceparent": 0, "tracestate": 1, "baggage": 2}
+_ALL_HEADERS = {**_TRACE_HEADERS, "forwarded": 3, "x-forwarded-host": 4, "host": 5}
 _RAW_TRACE_HEADERS = {name.encode(): index for name, index in _TRACE_HEADERS.items()}
+_RAW_ALL_HEADERS = {name.encode(): index for name, index in _ALL_HEADERS.items()}
+_LONGEST = max(map(len, _ALL_HEADERS))
 
 
-def _headers(scope: Scope, *, trust: bool = True) -> dict[str, str]:
+def _headers(
+    scope: Scope, *, trust: bool = True, named: list[str | None] | None = None
+) -> dict[str, str]:
     """The request's trace headers as one carrier, decoded without ever failing.
 
     Header names are matched case-insensitively. Repeated ``tracestate`` and
     ``baggage`` headers are combined in order, as HTTP combines repeated
     headers; a repeated ``traceparent`` is invalid (W3C: start a new trace),
     so it is left out, and so is the ``tracestate`` that came with it.
-    Without *trust*, no ``baggage`` is read.
+    Without *trust*, no ``baggage`` is read. Given *named* (three ``None``),
+    the first ``Forwarded``, ``X-Forwarded-Host`` and ``Host`` values are
+    stored in it.
     """
+    raw_names, names = (
+        (_RAW_TRACE_HEADERS, _TRACE_HEADERS) if named is None else (_RAW_ALL_HEADERS, _ALL_HEADERS)
+    )
     found: tuple[list[str], list[str], list[str]] = ([], [], [])
     for raw_name, raw_value in scope.get("headers") or ():
         try:
             if raw_name.__class__ is bytes:  # servers give lower-case bytes (ASGI)
-                index = _RAW_TRACE_HEADERS.get(raw_name)
+                index = raw_names.get(raw_name)
                 if index is None:
-                    if len(raw_name) > 11 or raw_name.islower():
+                    if len(raw_name) > _LONGEST or raw_name.islower():
                         continue  # not ours; a name with capitals (or no letters) is lowered here
-                    index = _TRACE_HEADERS.get(raw_name.decode("latin-1").lower())
+                    index = names.get(raw_name.decode("latin-1").lower())
             else:
-                if len(raw_name) > 11:
+                if len(raw_name) > _LONGEST:
                     continue
-                index = _TRACE_HEADERS.get(bytes(raw_name).decode("latin-1").lower())
-            if index is not None:
+                index = names.get(bytes(raw_name).decode("latin-1").lower())
+            if index is None:
+                continue
+            if index < 3:
                 found[index].append(bytes(raw_value).decode("latin-1"))
+            elif named is not None and named[index - 3] is None:  # the first one counts
+                named[index - 3] = bytes(raw_value).decode("latin-1")
         except Exception:
             continue
     parents, states, bags = found
@@ -188,10 +204,11 @@ class AsyncTraceMiddleware:
             else:
                 await self.app(scope, receive, send)
             return
-        carrier = _headers(scope, trust=self.trust_incoming)
+        named: list[str | None] = [None, None, None]
+        carrier = _headers(scope, trust=self.trust_incoming, named=named)
         # The caller's scopes (per-prompt above all) decide the server span's gate too.
         with asynctrace.remote_trace_context(carrier) as remote:
-            span = self._start(scope, kind, remote)
+            span = self._start(scope, remote, named)
             token = _attach(span)
             try:
                 if not span.is_recording():
@@ -210,19 +227,42 @@ class AsyncTraceMiddleware:
             finally:
                 _detach(token)
 
-    def _start(self, scope: Scope, kind: str, remote: asynctrace.remote_trace_context) -> Span:
-        """Start the SERVER span inside the entered *remote* context."""
-        method = "WEBSOCKET" if kind == "websocket" else str(scope.get("method", "GET"))
+    def _start(
+        self,
+        scope: Scope,
+        remote: asynctrace.remote_trace_context,
+        named: list[str | None],
+    ) -> Span:
+        """Start the SERVER span inside the entered *remote* context.
+
+        *named*: the request's ``Forwarded``, ``X-Forwarded-Host`` and ``Host``.
+        """
+        scheme = str(scope.get("scheme", "http"))
+        method = "GET" if scope.get("type") == "websocket" else str(scope.get("method", "GET"))
         attributes: dict[str, Any] = {
             "http.request.method": method,
-            "url.scheme": str(scope.get("scheme", "http")),
+            "url.scheme": scheme,
             "url.path": _path(scope),
         }
-        server = scope.get("server")
-        if server and server[0]:
-            attributes["server.address"] = str(server[0])
-            if server[1] is not None:
-                attributes["server.port"] = int(server[1])
+        if method not in KNOWN_METHODS:
+            method, known = method_attributes(method)
+            attributes.update(known)
+        elif scope.get("type") == "websocket":
+            method = "WEBSOCKET"  # the span's name; its method is the handshake's
+        forwarded, forwarded_host, host = named
+        authority = (
+            request_authority(forwarded, forwarded_host, host, scheme)
+            if forwarded is not None or forwarded_host is not None or host is not None
+            else None
+        )
+        if authority is None:  # the request names no host: the socket's
+            server = scope.get("server")
+            if server and server[0]:
+                authority = (str(server[0]), int(server[1]) if server[1] is not None else None)
+        if authority is not None:
+            attributes["server.address"] = authority[0]
+            if authority[1] is not None:
+                attributes["server.port"] = authority[1]
         client = scope.get("client")
         if client and client[0]:
             attributes["client.address"] = str(client[0])
@@ -307,8 +347,12 @@ class _Exchange:
         span = self.span
         try:
             template = _route_template(scope)
-            method = "WEBSOCKET" if scope.get("type") == "websocket" else scope.get("method")
             if template is not None:
+                method = scope.get("method")
+                if scope.get("type") == "websocket":
+                    method = "WEBSOCKET"
+                elif method not in KNOWN_METHODS:
+                    method = "HTTP"
                 span.update_name(f"{method} {template}")
                 span.set_attribute("http.route", template)
             if self.status is not None:
@@ -323,6 +367,10 @@ class _Exchange:
                 span.set_attribute("error.type", type(self.error).__qualname__)
                 if scope.get("type") == "http" and not _custom_error_handler(scope):
                     span.set_attribute("http.response.status_code", 500)
+            if (
+                isinstance(self.error, Exception) and self.status is not None and self.status < 500
+            ):  # raised after its response started (a stream cut off): it ended in error
+                span.set_attribute("error.type", type(self.error).__qualname__)
         except Exception:  # pragma: no cover - a broken span must not break the response
             logger.debug("asynctrace: could not annotate the server span", exc_info=True)
         error = self.error

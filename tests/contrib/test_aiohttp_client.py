@@ -36,6 +36,9 @@ def traced(request: pytest.FixtureRequest) -> Any:
     return make
 
 
+VALID_PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
 def attrs(span: Any) -> dict[str, Any]:
     """A span's attributes as a dict."""
     return dict(span.attributes or {})
@@ -104,6 +107,53 @@ def test_traceparent_always_sent_span_only_with_per_prompt(
     assert attrs(client)["http.response.status_code"] == 200
     assert attrs(client)["http.request.method"] == "GET"
     assert "rl.bucket" not in attrs(client)
+
+
+def test_a_callers_own_traceparent_gets_no_tracestate_of_another_trace(
+    traced: Any, aiohttp_server: Any
+) -> None:
+    """A request whose caller set ``traceparent`` goes out with it, and without the ambient
+    ``tracestate``: W3C ties a tracestate to the traceparent it came with. A request
+    without its own carries the ambient pair."""
+    url = aiohttp_server(echo_app()) + "/echo"
+    incoming = {"traceparent": VALID_PARENT, "tracestate": "vendor=abc"}
+    own = "00-11111111111111111111111111111111-2222222222222222-00"
+
+    async def main() -> tuple[Any, Any]:
+        with at.remote_trace_context(incoming):
+            async with aiohttp.ClientSession(**traced()) as session:
+                async with session.get(url, headers={"traceparent": own}) as response:
+                    theirs = await response.json()
+                async with session.get(url) as response:
+                    ours = await response.json()
+        return theirs, ours
+
+    for groups in ("job", "job,per_prompt"):
+        with capture_spans(groups):
+            theirs, ours = asyncio.run(main())
+        assert (theirs["traceparent"], theirs["tracestate"]) == (own, None)
+        assert ours["traceparent"].split("-")[1] == VALID_PARENT.split("-")[1]
+        assert ours["tracestate"] == "vendor=abc"
+
+
+def test_a_method_nobody_knows_is_other(traced: Any, aiohttp_server: Any) -> None:
+    """Semantic conventions: an unknown method is ``_OTHER``, the original in
+    ``http.request.method_original``, and the span is named ``HTTP`` (aiohttp's server
+    refuses the method: what is recorded of the request does not depend on the answer)."""
+    url = aiohttp_server(echo_app()) + "/echo"
+
+    async def main() -> int:
+        async with aiohttp.ClientSession(**traced()) as session:
+            async with session.request("BREW", url) as response:
+                await response.read()
+                return response.status
+
+    with capture_spans("per_prompt") as captured:
+        assert asyncio.run(main()) == 400
+    (client,) = captured.by_name("HTTP")
+    assert attrs(client)["http.request.method"] == "_OTHER"
+    assert attrs(client)["http.request.method_original"] == "BREW"
+    assert attrs(client)["http.response.status_code"] == 400
 
 
 def test_no_context_no_header(traced: Any, aiohttp_server: Any) -> None:

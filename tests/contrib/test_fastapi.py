@@ -159,6 +159,103 @@ def test_unknown_route_never_uses_the_raw_path(asgi_server: Any, spans: Captured
     assert server.status.status_code is not StatusCode.ERROR
 
 
+async def _request(url: str, method: str, headers: dict[str, str] | None = None) -> int:
+    """*method* on *url* (any token: aiohttp sends it as given); the status."""
+    async with aiohttp.ClientSession() as session:
+        async with session.request(method, url, headers=headers) as response:
+            await response.read()
+            return response.status
+
+
+def test_a_method_nobody_knows_is_other_in_the_attribute_and_http_in_the_name(
+    asgi_server: Any, spans: CapturedSpans
+) -> None:
+    """Semantic conventions: an unknown method is ``_OTHER`` (the original kept in
+    ``http.request.method_original``) and the span name says ``HTTP``, so clients cannot
+    make names or values unbounded; a known one is kept; a websocket's handshake is a GET."""
+    app = make_app()
+
+    @app.api_route("/brew/{pot}", methods=["BREW"])
+    async def brew(pot: int) -> str:
+        return "coffee"
+
+    base = asgi_server(app)
+    assert asyncio.run(_request(base + "/brew/1", "BREW")) == 200
+    assert asyncio.run(_request(base + "/items/2", "FROB")) == 405  # routed, method refused
+    assert asyncio.run(_request(base + "/items/3", "GET")) == 200
+    (brewed,) = server_spans(spans, "HTTP /brew/{pot}")
+    assert attrs(brewed)["http.request.method"] == "_OTHER"
+    assert attrs(brewed)["http.request.method_original"] == "BREW"
+    (frob,) = server_spans(spans, "HTTP /items/{item_id}")
+    assert attrs(frob)["http.request.method_original"] == "FROB"
+    (got,) = server_spans(spans, "GET /items/{item_id}")
+    assert attrs(got)["http.request.method"] == "GET"
+    assert "http.request.method_original" not in attrs(got)
+
+
+def test_the_server_names_itself_as_the_request_does(
+    asgi_server: Any, spans: CapturedSpans
+) -> None:
+    """``server.address``/``server.port`` come from ``Forwarded``'s host, else
+    ``X-Forwarded-Host``, else ``Host`` (the port defaulting to the scheme's), else the
+    socket; a value that does not parse is passed over."""
+    base = asgi_server(make_app())
+    port = int(base.rsplit(":", 1)[1])
+    cases: list[tuple[dict[str, str], tuple[str, int]]] = [
+        ({"Host": "api.example.com:8443"}, ("api.example.com", 8443)),
+        ({"Host": "api.example.com"}, ("api.example.com", 80)),
+        ({"Host": "[2001:db8::7]:9000"}, ("2001:db8::7", 9000)),
+        (
+            {"Host": "h.example", "X-Forwarded-Host": "edge.example:444, inner"},
+            ("edge.example", 444),
+        ),
+        (
+            {
+                "X-Forwarded-Host": "edge.example",
+                "Forwarded": 'for=1.2.3.4;host="front.example:8"',
+            },
+            ("front.example", 8),
+        ),
+        ({"Host": "bad host:99999"}, ("127.0.0.1", port)),  # no name in it: the socket's
+    ]
+    for number, (headers, _) in enumerate(cases):
+        assert asyncio.run(_request(f"{base}/items/{number}", "GET", headers)) == 200
+    found = server_spans(spans, "GET /items/{item_id}", len(cases))
+    by_path = {attrs(span)["url.path"]: span for span in found}
+    for number, (headers, expected) in enumerate(cases):
+        got = attrs(by_path[f"/items/{number}"])
+        assert (got["server.address"], got["server.port"]) == expected, headers
+
+
+def test_an_error_after_the_response_started_has_an_error_type(
+    asgi_server: Any, spans: CapturedSpans
+) -> None:
+    """A stream that raises after its first chunk: the span is an error with ``error.type``
+    (the status line already said 200)."""
+    app = make_app()
+
+    @app.get("/cut")
+    async def cut() -> StreamingResponse:
+        async def body() -> Any:
+            yield b"first"
+            raise ValueError("the source went away")
+
+        return StreamingResponse(body())
+
+    async def main() -> None:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(asgi_server(app) + "/cut") as response:
+                assert response.status == 200
+                with pytest.raises(aiohttp.ClientPayloadError):
+                    await response.read()
+
+    asyncio.run(main())
+    (server,) = server_spans(spans, "GET /cut")
+    assert server.status.status_code is StatusCode.ERROR
+    assert attrs(server)["error.type"] == "ValueError"
+    assert attrs(server)["http.response.status_code"] == 200
+
+
 def test_streaming_covered_to_the_last_byte(asgi_server: Any, spans: CapturedSpans) -> None:
     """A ~240 ms streaming response gives a server span of at least 200 ms."""
     url = asgi_server(make_app()) + "/stream"

@@ -125,12 +125,17 @@ def test_trace_headers_are_read_whatever_their_case_or_buffer_type() -> None:
         (b"user-agent", b"x"),
         (b"a-very-long-header-name", b"traceparent"),
         ("traceparent", b"a str name is not ASGI: skipped"),
+        (b"Host", b"h.example:81"),
+        (bytearray(b"X-Forwarded-Host"), b"edge.example"),
+        (b"host", b"second.example"),
     ]
-    assert read({"headers": headers}) == {
+    named: list[str | None] = [None, None, None]
+    assert read({"headers": headers}, named=named) == {
         "traceparent": parent,
         "tracestate": "a=1,b=2",
         "baggage": "k=v,m=w",
     }
+    assert named == [None, "edge.example", "h.example:81"]  # the first of each
     assert read({"headers": headers}, trust=False) == {
         "traceparent": parent,
         "tracestate": "a=1,b=2",
