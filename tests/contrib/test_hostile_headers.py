@@ -140,3 +140,42 @@ def test_trace_headers_are_read_whatever_their_case_or_buffer_type() -> None:
         "traceparent": parent,
         "tracestate": "a=1,b=2",
     }
+
+
+@pytest.mark.parametrize(
+    ("forwarded", "forwarded_host", "host", "expected"),
+    [
+        (None, None, "h.example", ("h.example", 80)),
+        (None, None, "h.example:", ("h.example", 80)),
+        (None, None, "h.example:8080", ("h.example", 8080)),
+        (None, None, "[::1]:9", ("::1", 9)),
+        (None, None, "[", None),
+        (None, None, "[]", None),
+        (None, None, "[::1", None),
+        (None, None, "[::1]x", None),
+        (None, None, "::1", None),  # an IPv6 address needs its brackets
+        (None, None, "h:99999", None),
+        (None, None, "h:" + "9" * 5000, None),  # int() would refuse the digits
+        (None, None, "h:+80", None),
+        (None, None, "h:٣", None),  # a digit, but not an ASCII one
+        (None, None, ":80", None),
+        (None, None, "user@h.example", None),
+        (None, None, "h.example/x", None),
+        ("for=1.2.3.4", None, "h.example", ("h.example", 80)),  # no host in it
+        ('host="[::2]:7";proto=https, host=second', None, None, ("::2", 7)),
+        ("HOST=edge", None, None, ("edge", 80)),
+        ("host=", "x.example", None, ("x.example", 80)),
+        (None, " , later", "h.example", ("h.example", 80)),
+    ],
+)
+def test_the_server_authority_parser_passes_over_what_does_not_parse(
+    forwarded: str | None,
+    forwarded_host: str | None,
+    host: str | None,
+    expected: tuple[str, int] | None,
+) -> None:
+    """``Forwarded``/``X-Forwarded-Host``/``Host`` values: each either names a host (and a
+    port in range) or is passed over; nothing raises, whatever the bytes."""
+    from asynctrace_contrib._http_values import request_authority
+
+    assert request_authority(forwarded, forwarded_host, host, "http") == expected
