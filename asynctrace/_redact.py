@@ -36,6 +36,8 @@ from collections.abc import Collection, Mapping
 from typing import Any, Final
 from urllib.parse import unquote_plus
 
+from ._forksafe import reinit_at_fork
+
 __all__ = [
     "REDACTED",
     "SECRET_WORDS",
@@ -184,6 +186,7 @@ def exception_reason(exc_type: type[BaseException], exc: BaseException | None) -
 _KNOWN: OrderedDict[int, frozenset[str]] = OrderedDict()
 _KNOWN_MAX = 1024
 _KNOWN_LOCK = threading.Lock()
+reinit_at_fork(_KNOWN_LOCK)  # held by another thread at fork(): new in the child
 
 
 def remember(exc: BaseException, secrets: Collection[str]) -> None:

@@ -22,7 +22,7 @@ from opentelemetry import trace
 
 from . import _otel_global, _session_tracer, _stalls, _state
 from ._config import TelemetryConfig
-from ._errors import ConfigurationError, MissingExtraError
+from ._errors import ConfigurationError, MissingExtraError, report_internal_error
 from ._forksafe import reinit_at_fork
 from ._profiling import Profiler, active_profiler, install_profiler
 from ._session_tracer import SessionTracer
@@ -53,8 +53,12 @@ _MAX_WAIT_S = threading.TIMEOUT_MAX / 2  # waits longer than this raise Overflow
 
 ConfigLike = Union[TelemetryConfig, Mapping[str, Any], None]  # noqa: UP007
 
-_lock = threading.RLock()
-reinit_at_fork(_lock, _state._lock)  # held by another thread at fork(): new in the child
+_lock = threading.RLock()  # one configure() at a time
+# _current itself: held only to read or swap it, never while waiting, so that a
+# shutdown running on another thread (on SIGTERM, at exit) can forget its handle
+# while a configure() holding _lock waits for that shutdown to end.
+_current_lock = threading.Lock()
+reinit_at_fork(_lock, _current_lock, _state._lock)  # held at fork(): new in the child
 _current: Telemetry | None = None
 
 
@@ -89,6 +93,7 @@ class Telemetry:
         self._sigterm: SigtermHandler | None = None
         self._atexit_registered = False
         self._profiler: Profiler | None = None  # set by configure() when profiling
+        self._pid = os.getpid()  # a forked child inherits the handle, not what it runs
 
     def __repr__(self) -> str:
         state = "running" if self._running else "stopped" if self._pipeline else "disabled"
@@ -216,11 +221,21 @@ class Telemetry:
             return self._result
         try:
             self._result = self._shut_down(timeout)
+        except Exception as exc:  # a user's processor or exporter raised: still stopped
+            report_internal_error(("shutdown",), exc)
+            self._result = False
         finally:
             self._stopped.set()
         return self._result
 
     def _shut_down(self, timeout: float) -> bool:
+        try:
+            return self._stop_everything(timeout)
+        finally:  # whatever raised on the way: no hook left behind, the handle forgotten
+            self._remove_hooks()
+            self._forget()
+
+    def _stop_everything(self, timeout: float) -> bool:
         deadline = time.monotonic() + max(0.0, timeout)
         ok = True
         if self._sessions is not None:
@@ -229,8 +244,6 @@ class Telemetry:
             ok = self._sessions.shutdown(timeout)
         pipeline = self._pipeline
         if pipeline is None:
-            self._remove_hooks()
-            self._forget()
             return ok
         profiler = self._profiler
         if profiler is not None and active_profiler() is profiler:
@@ -244,7 +257,8 @@ class Telemetry:
         ok = ok and pipeline_ok
         if profiler is not None:  # captures still being saved, in what time is left
             ok = profiler.close(max(0.0, deadline - time.monotonic())) and ok
-        self._remove_hooks()
+        if os.getpid() != self._pid:  # a forked child: the counts below are the parent's
+            return ok
         if truncated:
             logger.info(
                 "asynctrace: %d spans were still open at shutdown; they were ended with "
@@ -254,12 +268,11 @@ class Telemetry:
         from .export._queue import summarize
 
         summarize(pipeline.stats())
-        self._forget()
         return ok
 
     def _forget(self) -> None:
         global _current
-        with _lock:
+        with _current_lock:
             if _current is self:
                 _current = None
 
@@ -301,6 +314,11 @@ class Telemetry:
             self._sigterm.close()  # on SIGTERM it stays, to hand the signal on
 
     def _at_exit(self) -> None:
+        if os.getpid() != self._pid:
+            # A forked child exiting: the handle and its exporters are the parent's (inert
+            # here, they write nothing); shutting them down would only report the
+            # parent's counts as the child's.
+            return
         self.shutdown()
 
 
@@ -353,14 +371,14 @@ def configure(
     if not settings.enabled:
         with _lock:
             previous = _current
-        if previous is not None:
-            previous.shutdown()
-        if session_path is None:
-            return Telemetry(settings, None)
-        with _lock:
+            if previous is not None:
+                previous.shutdown()
+            if session_path is None:
+                return Telemetry(settings, None)
             telemetry = Telemetry(settings, None, _new_session_tracer(settings, session_path))
             telemetry._install()
-            _current = telemetry
+            with _current_lock:
+                _current = telemetry
         return telemetry
     try:
         import opentelemetry.sdk.trace  # noqa: F401
@@ -371,8 +389,9 @@ def configure(
     plan = _pipeline.prepare(settings)
     profile_dir = _profile_dir(settings)  # checked before anything changes
     with _lock:
-        if _current is not None:
-            _current.shutdown()
+        previous = _current
+        if previous is not None:  # waits for a shutdown running on another thread, if any
+            previous.shutdown()
         sessions = (
             _new_session_tracer(settings, session_path) if session_path is not None else None
         )
@@ -380,7 +399,8 @@ def configure(
         if profile_dir is not None and settings.profiler is not None:  # its threads start now
             telemetry._profiler = Profiler(settings.profiler, profile_dir, settings.rank)
         telemetry._install()
-        _current = telemetry
+        with _current_lock:
+            _current = telemetry
     return telemetry
 
 
@@ -469,7 +489,9 @@ def _env_int(name: str, default: int) -> int:
     try:
         return int(raw)
     except ValueError:
-        raise ConfigurationError(f"{name}: {raw!r} is not an integer") from None
+        raise ConfigurationError(
+            f"{name}: {raw!r} is not accepted; accepted: an integer (as launchers set it)"
+        ) from None
 
 
 def current_telemetry() -> Telemetry | None:

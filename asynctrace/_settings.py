@@ -153,6 +153,12 @@ def resolve(
         )
     local_rank = _local_rank(env)
     export_ranks: ExportRanks = values["export_ranks"]
+    if export_ranks.mode == "list" and not any(r < world_size for r in export_ranks.ranks):
+        raise ConfigurationError(
+            f"export_ranks: {sorted(export_ranks.ranks)} names no rank of this job "
+            f"(world_size={world_size}), so no rank would export; accepted: ranks below "
+            "world_size, or all, first, last, local_first, sampled:<rate>"
+        )
     exporting = export_ranks.exports(
         rank=rank, world_size=world_size, local_rank=_node_local_rank(local_rank, env)
     )

@@ -59,8 +59,10 @@ class SigtermHandler:
         self._done_read, self._done_write = os.pipe()
         self._fired = False
         self._deferred = False
-        self._handed_on = False
         self._stopped = False
+        # Taken (without blocking) by whichever of the handler and the helper hands a
+        # deferred signal on, so that the previous handler runs once.
+        self._claim = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="asynctrace-sigterm", daemon=True)
         self._thread.start()
         signal.signal(signal.SIGTERM, self.handle)
@@ -78,7 +80,8 @@ class SigtermHandler:
             self._hand_on(signum, frame)
             return
         self._deferred = True  # the helper signals again when the shutdown is done
-        if self._finished(0.0):  # it finished just now, before it could see the flag
+        # It finished just now and may not have seen the flag: one of us hands it on.
+        if self._finished(0.0) and self._claim.acquire(blocking=False):
             self._hand_on(signum, frame)
 
     def _finished(self, timeout_s: float) -> bool:
@@ -90,7 +93,6 @@ class SigtermHandler:
 
     def _hand_on(self, signum: int, frame: FrameType | None) -> None:
         """Behave as the previous handler would have."""
-        self._handed_on = True
         previous = self.previous
         if signal.getsignal(signum) == self.handle:
             signal.signal(signum, signal.SIG_DFL if previous is None else previous)
@@ -99,6 +101,9 @@ class SigtermHandler:
         elif previous == signal.SIG_IGN:
             return
         else:  # SIG_DFL, or a handler installed outside Python: die of the signal
+            # Whatever is installed now (a handler set after ours, which called us) has
+            # run: the signal's default action ends the process, not another call of it.
+            signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
 
     # -- the helper thread -----------------------------------------------------------
@@ -117,7 +122,7 @@ class SigtermHandler:
         except BaseException as exc:  # the signal must still be handed on
             logger.warning("asynctrace: shutdown on SIGTERM failed", exc_info=exc)
         os.write(self._done_write, b"d")
-        if self._deferred and not self._handed_on:
+        if self._deferred and self._claim.acquire(blocking=False):
             main = threading.main_thread().ident
             if main is not None:
                 signal.pthread_kill(main, signal.SIGTERM)
@@ -138,14 +143,19 @@ class SigtermHandler:
         if self._stopped or self._fired:
             return
         self._stopped = True
+        child = os.getpid() != self._pid  # a forked child: the pipes' other ends are the parent's
         if threading.current_thread() is not threading.main_thread():
             # Still installed, so its pipes stay open (handle() reads one); the helper ends.
-            self._wake(b"s")
+            if not child:
+                self._wake(b"s")
             return
         if signal.getsignal(signal.SIGTERM) == self.handle:
             previous = self.previous
             signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
-        self._wake(b"q")  # the helper closes the pipes and ends
+        if child:  # this process's copies of the pipes; the parent's helper is not told
+            self._close_fds()
+        else:
+            self._wake(b"q")  # the helper closes the pipes and ends
 
     def _wake(self, command: bytes) -> None:
         try:

@@ -10,6 +10,10 @@ spans named ``span-<i>`` in concurrent asyncio tasks, then, by MODE:
 - ``sigterm-chain``: like ``sigterm`` with a previous Python handler that exits 7;
 - ``sigterm-ignored``: like ``sigterm`` with SIG_IGN as the previous handler;
   prints ``survived`` once telemetry is shut down, then exits 0;
+- ``sigterm-wrapped``: like ``sigterm``, with a handler installed after
+  asynctrace's that calls it (the default action was the previous one);
+- ``sigterm-after-fork``: like ``sigterm``, after a forked child (one span of
+  its own) has exited normally, through ``sys.exit`` and its exit hooks;
 - ``flush-kill``: calls ``flush()``, prints ``flushed True``, and waits to be killed;
 - ``heavy``: ends spans as fast as it can, forever, with a short schedule delay.
 """
@@ -58,6 +62,21 @@ def main() -> None:
             "schedule_delay_millis": 5 if mode == "heavy" else 1000,
         }
     )
+    if mode == "sigterm-wrapped":
+        ours = signal.getsignal(signal.SIGTERM)
+        assert callable(ours)
+
+        def wrapper(signum: int, frame: object) -> None:
+            ours(signum, frame)  # type: ignore[arg-type]
+
+        signal.signal(signal.SIGTERM, wrapper)
+    if mode == "sigterm-after-fork":
+        pid = os.fork()
+        if pid == 0:
+            with asynctrace.managed_span("generation", "in-the-child"):
+                pass
+            sys.exit(0)  # the exit hooks run, the inherited telemetry's among them
+        os.waitpid(pid, 0)
     if mode == "heavy":
         i = 0
         while True:

@@ -179,3 +179,49 @@ def test_fuzz_any_text_any_secrets(text: str, secrets: list[str]) -> None:
     for secret in secrets:
         if len(secret) >= 8 and secret.strip() and REDACTED not in secret:
             assert secret not in result.replace(REDACTED, "\x00")
+
+
+def test_a_child_forked_while_another_thread_holds_the_secrets_lock_can_redact() -> None:
+    """The lock that guards the remembered secrets is made new in a forked child: a child
+    forked while another thread held it (walking an exception chain) redacts at once
+    instead of hanging on its first exception."""
+    import os
+    import threading
+
+    from asynctrace import _redact
+
+    holding = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:
+        with _redact._KNOWN_LOCK:
+            holding.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert holding.wait(5)
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: never return into pytest
+            code = 1
+            try:
+                exc = ValueError("token=abc123")
+                _redact.remember(exc, {"abc123"})
+                code = 0 if _redact.secrets_of(exc) == {"abc123"} else 2
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + 10
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                pytest.fail("the forked child hung on the secrets lock")
+            time.sleep(0.01)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        release.set()
+        holder.join()

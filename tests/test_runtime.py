@@ -508,6 +508,90 @@ def test_flush_respects_its_timeout_with_a_stuck_exporter() -> None:
         exporter.release.set()
 
 
+class _RaisingProcessor:
+    """An SDK span processor whose shutdown raises."""
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        pass
+
+    def on_end(self, span: Any) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        raise RuntimeError("processor shutdown failed")
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return True
+
+
+def test_a_failure_inside_shutdown_still_leaves_telemetry_stopped() -> None:
+    """A user's span processor that raises in ``shutdown()``, and an exporter that shuts
+    telemetry down from inside ``export`` (on the export thread, which cannot wait for
+    itself): ``shutdown()`` returns False instead of raising, and the handle is forgotten,
+    its hooks removed, and a second call is a quick no-op."""
+    from asynctrace import _errors
+
+    strict = _errors.set_strict(False)
+    try:
+        telemetry = configure(memory_config(provider="sdk"))
+        telemetry.provider.add_span_processor(_RaisingProcessor())  # type: ignore[union-attr]
+        assert telemetry.shutdown(2.0) is False
+        assert current_telemetry() is None
+        assert not telemetry._atexit_registered  # its exit hook is gone
+        assert telemetry.shutdown(2.0) is False
+
+        results: list[bool] = []
+
+        class ShutsDown:
+            def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+                results.append(asynctrace.shutdown(2.0))
+                return SpanExportResult.SUCCESS
+
+            def shutdown(self) -> None:
+                pass
+
+        telemetry = configure(memory_config(exporters=[ShutsDown()], schedule_delay_millis=5))
+        with managed_span("reward", "x"):
+            pass
+        deadline = time.monotonic() + 10
+        while not results and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert results == [False]
+        assert current_telemetry() is None
+        started = time.monotonic()
+        assert telemetry.shutdown(2.0) is False
+        assert time.monotonic() - started < 1.0
+    finally:
+        _errors.set_strict(strict)
+
+
+def test_configure_does_not_wait_out_a_shutdown_running_on_another_thread() -> None:
+    """A shutdown in progress on another thread (SIGTERM's helper, an exit hook) and a
+    configure() meanwhile: configure waits for that shutdown to end, not for its timeout
+    (the shutdown needed a lock configure held, to forget its handle)."""
+
+    class SlowToStop:
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+        def shutdown(self) -> None:
+            time.sleep(0.5)
+
+    old = configure(memory_config(exporters=[SlowToStop()], shutdown_timeout_s=20))
+    stopper = threading.Thread(target=old.shutdown)
+    stopper.start()
+    time.sleep(0.1)
+    started = time.monotonic()
+    new = configure(memory_config())
+    try:
+        took = time.monotonic() - started
+        assert took < 5.0, took  # the old handle's exporter needs 0.5 s; its timeout is 20
+        stopper.join(10)
+        assert current_telemetry() is new
+    finally:
+        new.shutdown()
+
+
 # ---------------------------------------------------------------------------
 # Process exits: every span ended before the exit/signal is in the file.
 
@@ -580,6 +664,40 @@ def test_sigterm_with_ignored_previous_handler_keeps_running(tmp_path: Path) -> 
         child.wait(timeout=30)
     assert child.returncode == 0
     _expect_spans(tmp_path, 200)
+
+
+def test_sigterm_through_a_later_handler_that_calls_ours_dies_once(tmp_path: Path) -> None:
+    """A handler installed after asynctrace's that calls it, the default action before:
+    the flush, then the process dies of SIGTERM (handing the signal on by re-raising it
+    used to reach that handler again, and again)."""
+    with _spawn("sigterm-wrapped", tmp_path) as child:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
+        child.send_signal(signal.SIGTERM)
+        _, err = child.communicate(timeout=30)
+    assert child.returncode == -signal.SIGTERM, err
+    assert "RecursionError" not in err
+    _expect_spans(tmp_path, 200)
+
+
+def test_a_forked_child_that_exits_leaves_the_parents_sigterm_handling_alone(
+    tmp_path: Path,
+) -> None:
+    """A forked child's normal exit (its exit hooks run) neither tells the parent's
+    SIGTERM helper to stop (the pipe is shared) nor reports the parent's counts as its
+    own; the parent's SIGTERM then flushes and ends the parent as usual."""
+    with _spawn("sigterm-after-fork", tmp_path) as child:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
+        child.send_signal(signal.SIGTERM)
+        _, err = child.communicate(timeout=30)
+    assert child.returncode == -signal.SIGTERM, err
+    assert "Bad file descriptor" not in err
+    assert "dropped" not in err, err
+    assert "still open at shutdown" not in err, err
+    names = _expect_spans(tmp_path, 200)
+    assert "in-the-child" not in names  # the child never writes the parent's file
+    assert "open-at-sigterm" in names
 
 
 def test_flush_then_sigkill_keeps_every_ended_span(tmp_path: Path) -> None:

@@ -161,10 +161,14 @@ class Pipeline:
         for processor in queues:
             if not processor.wait_shutdown(deadline - time.monotonic()):
                 ok = False
-        if self.owns_provider:  # the tracker, the memory exporter, and any user processor
-            self.provider.shutdown()  # type: ignore[attr-defined]
-        elif self.memory is not None:
-            self.memory.shutdown()
+        try:
+            if self.owns_provider:  # the tracker, the memory exporter, and any user processor
+                self.provider.shutdown()  # type: ignore[attr-defined]
+            elif self.memory is not None:
+                self.memory.shutdown()
+        except Exception as exc:  # a user's span processor raised in its shutdown()
+            report_internal_error(("shutdown", "provider"), exc)
+            ok = False
         return ok, truncated
 
     def stats(self) -> list[ExportStats]:

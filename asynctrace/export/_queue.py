@@ -362,7 +362,14 @@ class QueuedSpanProcessor(SpanProcessor):
         self._wake.set()
 
     def wait_shutdown(self, timeout_s: float) -> bool:
-        """Wait up to *timeout_s* for the worker; ``False`` if it is stuck or spans were lost."""
+        """Wait up to *timeout_s* for the worker; ``False`` if it is stuck or spans were lost.
+
+        Called on the worker itself (an exporter that shuts telemetry down from
+        ``export``), it cannot wait: ``False``, and the worker drains the queue
+        once that call returns.
+        """
+        if threading.current_thread() is self._thread:
+            return False
         self._thread.join(min(max(0.0, timeout_s), _MAX_WAIT_S))
         if self._thread.is_alive():
             if not self._abandoned:

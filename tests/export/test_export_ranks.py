@@ -81,6 +81,25 @@ def test_bad_export_ranks_name_key_value_and_accepted(bad: object) -> None:
     assert "accepted: all, first, last, local_first" in message
 
 
+def test_a_list_naming_no_rank_of_the_job_is_refused() -> None:
+    """A list of ranks none of which is below world_size would leave every rank silent:
+    a ConfigurationError naming the key, the ranks and the world size. A list that names
+    some rank of the job is fine (one config for jobs of several sizes)."""
+    with pytest.raises(ConfigurationError) as info:
+        at.configure({"enabled": True, "exporters": ["memory"], "export_ranks": [5, 9]},
+                     rank=1, world_size=2)  # fmt: skip
+    message = str(info.value)
+    assert message.startswith("export_ranks: [5, 9] names no rank of this job (world_size=2)")
+    assert "accepted: ranks below world_size" in message
+    settings = resolve(
+        at.TelemetryConfig(enabled=True, exporters=["memory"], export_ranks="0,8"),
+        rank=0,
+        world_size=2,
+        environ={},
+    )
+    assert settings.exporting
+
+
 def test_export_ranks_from_the_environment() -> None:
     """ASYNCTRACE_EXPORT_RANKS and ASYNCTRACE_SAMPLE_RATE set the keys."""
     config = at.TelemetryConfig.from_env(
