@@ -109,6 +109,7 @@ class OtlpReceiver:
         self.headers: list[dict[str, str]] = []
         self.on_request: Callable[[int], None] | None = None
         self.stall_next_s = 0.0  # the next request waits this long first: a slow collector
+        self.refuse_with: int | None = None  # HTTP: answer every request with this status
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._server: Any = None
@@ -220,6 +221,14 @@ class OtlpReceiver:
                     return
                 request = ExportTraceServiceRequest()
                 request.ParseFromString(body)
+                refusal = receiver.refuse_with
+                if refusal is not None:  # a collector that refuses: nothing is kept
+                    with receiver._lock:
+                        receiver.requests += 1
+                    self.send_response(refusal)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 receiver._stall()
                 if _peer_gone(self.connection):  # the client timed out while we were slow
                     receiver._accept(request, {}, acknowledged=False)

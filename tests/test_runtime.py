@@ -22,7 +22,7 @@ import pytest
 from _forks import fork_under_load
 from _tmpfs import mounted_tmpfs
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 import asynctrace
@@ -508,20 +508,11 @@ def test_flush_respects_its_timeout_with_a_stuck_exporter() -> None:
         exporter.release.set()
 
 
-class _RaisingProcessor:
+class _RaisingProcessor(SpanProcessor):
     """An SDK span processor whose shutdown raises."""
-
-    def on_start(self, span: Any, parent_context: Any = None) -> None:
-        pass
-
-    def on_end(self, span: Any) -> None:
-        pass
 
     def shutdown(self) -> None:
         raise RuntimeError("processor shutdown failed")
-
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        return True
 
 
 def test_a_failure_inside_shutdown_still_leaves_telemetry_stopped() -> None:
@@ -845,6 +836,83 @@ def test_an_exporter_raising_systemexit_is_counted_and_the_worker_lives(
     finally:
         assert telemetry.shutdown(5.0) is True  # the loss was reported by the first flush
     assert "raised in export" in caplog.text
+
+
+def test_a_flush_that_a_processor_or_exporter_refuses_is_a_failed_flush() -> None:
+    """A user's span processor, or an exporter, whose ``force_flush`` returns False (its own
+    buffer was not delivered): ``flush()`` returns False, as the SDK's provider would."""
+    from opentelemetry.sdk.trace.export import SpanExporter
+
+    class Undelivered(SpanProcessor):
+        def force_flush(self, timeout_millis: int = 30_000) -> bool:
+            return False
+
+    class Unflushed(SpanExporter):
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+        def force_flush(self, timeout_millis: int = 30_000) -> bool:
+            return False
+
+    for provider in ("fast", "sdk"):
+        telemetry = configure(memory_config(provider=provider))
+        telemetry.provider.add_span_processor(Undelivered())  # type: ignore[union-attr]
+        with managed_span("generation", "x"):
+            pass
+        assert telemetry.flush(5.0) is False, provider
+        telemetry.shutdown(2.0)
+    telemetry = configure(memory_config(exporters=[Unflushed()]))
+    with managed_span("generation", "x"):
+        pass
+    assert telemetry.flush(5.0) is False
+    assert telemetry.stats()["Unflushed"].exported == 1
+
+
+def test_an_attribute_whose_str_raises_systemexit_costs_only_its_span() -> None:
+    """OTLP on the fast provider encodes on its export thread, calling ``str()`` on an odd
+    attribute value: one that raises SystemExit fails that span, counted; the thread lives
+    and the spans around it are delivered."""
+    from opentelemetry.sdk.trace.export import SpanExporter
+
+    from asynctrace._fast import FastTracerProvider
+    from asynctrace.export._otlp_wire import WireEncoder
+    from asynctrace.export._retry import RetryingSpanProcessor
+
+    class Counting(SpanExporter):
+        received = 0
+
+        def export(self, spans: Sequence[Any]) -> SpanExportResult:
+            Counting.received += len(spans)
+            return SpanExportResult.SUCCESS
+
+    class Exits:
+        def __str__(self) -> str:
+            raise SystemExit("from __str__")
+
+    provider = FastTracerProvider()
+    exporter = Counting()
+    queue = RetryingSpanProcessor(
+        exporter, name="otlp", convert=WireEncoder(None, provider.limits).encode
+    )
+    provider.add_queue(queue)
+    tracer = provider.get_tracer("t")
+    from asynctrace import _errors
+
+    strict = _errors.set_strict(False)
+    try:
+        for i in range(9):
+            tracer.start_span(f"s{i}").end()
+        tracer.start_span("odd", attributes={"v": Exits()}).end()  # type: ignore[dict-item]
+        for i in range(5):
+            tracer.start_span(f"later{i}").end()
+        assert queue.force_flush(5000) is False  # one span was lost, and said so
+        assert queue._thread.is_alive()
+        stats = queue.stats()
+        assert (stats.exported, stats.failed, stats.in_flight) == (14, 1, 0)
+        assert Counting.received == 14
+    finally:
+        _errors.set_strict(strict)
+        queue.shutdown_within(2.0)
 
 
 def test_a_blocked_exporter_holds_spans_in_flight_and_markers_are_not_spans(

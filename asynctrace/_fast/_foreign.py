@@ -52,7 +52,7 @@ class ForeignSpan(FastSpan):
         """Set the status, its description redacted (it often quotes an exception)."""
         if isinstance(status, Status) and status.description:
             status = Status(status.status_code, redact_text(status.description))
-        elif description:
+        elif description and isinstance(description, str):  # Status drops any other value
             description = redact_text(description)
         FastSpan.set_status(self, status, description)
 

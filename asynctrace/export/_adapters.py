@@ -89,9 +89,9 @@ class ProcessorSink:
                 failed += 1
         return done, failed
 
-    def flush(self) -> None:
-        """The processor's ``force_flush``."""
-        self.processor.force_flush()
+    def flush(self) -> bool:
+        """The processor's ``force_flush``; ``False`` if it says so."""
+        return self.processor.force_flush() is not False
 
     def shutdown(self) -> None:
         """The processor's ``shutdown``."""

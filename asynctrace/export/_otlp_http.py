@@ -26,6 +26,8 @@ from ._otlp_wire import EncodedSpan, request_bytes
 __all__ = ["HttpSpanExporter"]
 
 _logger = logging.getLogger("opentelemetry.exporter.otlp.proto.http.trace_exporter")
+# Client errors another attempt may get past: the request timed out, too many requests.
+_TRANSIENT = frozenset((408, 429))
 
 
 class HttpSpanExporter(OTLPSpanExporter):
@@ -41,6 +43,9 @@ class HttpSpanExporter(OTLPSpanExporter):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         _read_environment_once(self)
+        # Why the backend refused the last encoded batch for good (an HTTP status that
+        # another attempt would meet again), else None: read by the retry buffer.
+        self.refused: str | None = None
 
     @property
     def sends_encoded(self) -> bool:
@@ -71,7 +76,14 @@ class HttpSpanExporter(OTLPSpanExporter):
             if not outcome.success:
                 if result is not None:
                     result.error = outcome.error
+                status = getattr(outcome, "status_code", None)
+                self.refused = (
+                    f"HTTP {status}"
+                    if isinstance(status, int) and 400 <= status < 500 and status not in _TRANSIENT
+                    else None
+                )
                 return SpanExportResult.FAILURE
+        self.refused = None
         return SpanExportResult.SUCCESS
 
 

@@ -51,8 +51,11 @@ class Sink(Protocol):
     def export(self, batch: list[Any]) -> tuple[int, int]:
         """Export *batch*; return ``(spans exported, spans failed)``."""
 
-    def flush(self) -> None:
-        """Make everything exported so far durable (called on the worker thread)."""
+    def flush(self) -> bool | None:
+        """Make everything exported so far durable (called on the worker thread).
+
+        ``False``: it could not (the flush that asked returns ``False``).
+        """
 
     def shutdown(self) -> None:
         """Release resources (called once, on the worker thread)."""
@@ -78,11 +81,12 @@ class ExporterSink:
             return 0, len(batch)
         return len(batch), 0
 
-    def flush(self) -> None:
-        """Call the exporter's ``force_flush`` when it has one."""
+    def flush(self) -> bool:
+        """Call the exporter's ``force_flush`` when it has one; ``False`` if it says so."""
         force_flush = getattr(self.exporter, "force_flush", None)
         if callable(force_flush):
-            force_flush()
+            return force_flush() is not False
+        return True
 
     def shutdown(self) -> None:
         """Shut the exporter down."""
@@ -217,6 +221,7 @@ class QueuedSpanProcessor(SpanProcessor):
         self._dropped = 0
         self._markers = 0  # flush markers queued and not yet honoured
         self._in_flight = 0  # spans inside the sink's export() right now
+        self._flush_failures = 0  # flushes the sink failed (the worker's own count)
         self._loss_seen = 0  # dropped + failed when flush()/shutdown() last reported
         self._restarts = 0
         self._stopped = False  # the worker finished its last drain
@@ -350,7 +355,7 @@ class QueuedSpanProcessor(SpanProcessor):
     def lost_since_last_check(self) -> bool:
         """Whether spans were dropped or failed since this was last asked (then ``True`` once)."""
         stats = self.stats()
-        loss = stats.dropped + stats.failed
+        loss = stats.dropped + stats.failed + self._flush_failures
         lost, self._loss_seen = loss > self._loss_seen, loss
         return lost
 
@@ -472,6 +477,7 @@ class QueuedSpanProcessor(SpanProcessor):
             self._drain()
         except BaseException as exc:  # not expected: the next flush restarts the worker
             self._report(exc, "the export thread")
+            self._count_in_flight_as_failed()
             if not self._closing:
                 return
         try:
@@ -500,14 +506,26 @@ class QueuedSpanProcessor(SpanProcessor):
             if batch:
                 self._export(batch)
             if marker is not None:
-                try:
-                    self._sink.flush()
-                except BaseException as exc:
-                    self._report(exc, "flush")
+                self._flush_sink()
                 with self._marker_lock:
                     self._markers -= 1
                 marker.done.set()
         self._handoff.caught_up()
+
+    def _flush_sink(self) -> None:
+        """The sink's flush, for a marker; one that fails or raises fails that flush."""
+        try:
+            if self._sink.flush() is False:
+                self._flush_failures += 1
+        except BaseException as exc:
+            self._report(exc, "flush")
+            self._flush_failures += 1
+
+    def _count_in_flight_as_failed(self) -> None:
+        """The worker is ending on an unexpected error: what it held in flight is lost."""
+        with self._moves:
+            self._failed += self._in_flight
+            self._in_flight = 0
 
     def _take(self, count: int) -> tuple[list[Any], _Marker | None]:
         """Up to *count* items from the queue, ending at a flush marker (returned apart).

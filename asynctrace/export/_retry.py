@@ -126,6 +126,7 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
         self._next_attempt = 0.0
         self._warned_outage = False
         self._warned_overflow = False
+        self._warned_refusal = False
         self._exporter_closed = False
         self._close_lock = threading.Lock()
         super().__init__(ExporterSink(exporter), name=name, **limits)  # flush, shutdown
@@ -147,6 +148,7 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
                 self._drain()
         except BaseException as exc:  # not expected: the next flush restarts the worker
             self._report(exc, "the export thread")
+            self._count_in_flight_as_failed()
             if not self._closing:
                 return
         self._close_exporter()
@@ -208,7 +210,7 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
         for span in batch:
             try:
                 ready.append(convert(span))
-            except Exception as exc:
+            except BaseException as exc:  # a value's __str__ raising SystemExit, say
                 with self._moves:
                     self._failed += 1
                     self._in_flight -= 1
@@ -228,16 +230,33 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
         return total
 
     def _send(self, spans: list[Any]) -> bool | None:
-        """One attempt: ``True`` delivered, ``False`` to retry, ``None`` given up (it raised).
+        """One attempt: ``True`` delivered, ``False`` to retry, ``None`` given up.
 
-        The caller counts the outcome, in one move with where the spans were.
+        Given up: the exporter raised, or the backend refused the batch for
+        good (an exporter that can tell sets ``refused``: an HTTP status
+        such as 400 or 401, which another attempt would meet again). The
+        caller counts the outcome, in one move with where the spans were.
         """
         try:
             result = self._exporter.export(spans)
         except BaseException as exc:  # SystemExit from an exporter must not end the worker
             self._report(exc, "export")
             return None
-        return getattr(result, "name", "SUCCESS") != "FAILURE"
+        if getattr(result, "name", "SUCCESS") != "FAILURE":
+            return True
+        refused = getattr(self._exporter, "refused", None)
+        if refused:
+            if not self._warned_refusal:
+                self._warned_refusal = True
+                logger.warning(
+                    "asynctrace: the backend of exporter %r refused a batch (%s); refused "
+                    "batches are counted as failed, not retried (further refusals are not "
+                    "logged)",
+                    self.name,
+                    refused,
+                )
+            return None
+        return False
 
     def _resolve(self, held: _Held, delivered: bool) -> None:
         """A held batch leaves the buffer: exported, or failed (given up)."""
@@ -346,10 +365,7 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
             )
 
     def _honour(self, marker: _Marker) -> None:
-        try:
-            self._sink.flush()
-        except BaseException as exc:
-            self._report(exc, "flush")
+        self._flush_sink()
         with self._marker_lock:
             self._markers -= 1
         marker.done.set()

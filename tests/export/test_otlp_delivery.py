@@ -68,6 +68,34 @@ def _configure(**extra: object) -> at.Telemetry:
     )
 
 
+@pytest.mark.parametrize("status", [400, 401])
+def test_a_batch_the_collector_refuses_for_good_is_failed_not_retried(
+    status: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OTLP/HTTP: a client error another attempt would meet again (400, 401) fails the
+    batch at once, counted, and the flush says so; it is not held and sent again every
+    few seconds for the life of the process. Spans after the collector accepts again
+    are delivered."""
+    with OtlpReceiver("http/protobuf") as receiver:
+        for key, value in receiver.env(timeout_s=TIMEOUT_S).items():
+            monkeypatch.setenv(key, value)
+        receiver.refuse_with = status
+        telemetry = _configure()
+        try:
+            _spans(3)
+            assert telemetry.flush(5.0) is False
+            time.sleep(1.5)  # a held batch would be sent again within 0.5-1 s
+            stats = telemetry.stats()["otlp"]
+            assert (stats.failed, stats.retried, stats.buffered) == (6, 0, 0)
+            assert receiver.requests == 1
+            receiver.refuse_with = None
+            ids = _spans(2)
+            assert telemetry.flush(5.0)
+            assert sorted(s.span_id for s in receiver.spans) == sorted(ids)
+        finally:
+            telemetry.shutdown(2.0)
+
+
 def test_the_protocol_variable_alone_picks_the_transport(receiver: OtlpReceiver) -> None:
     """OTEL_EXPORTER_OTLP_TRACES_PROTOCOL picks grpc or http/protobuf; spans arrive over it."""
     telemetry = _configure()
