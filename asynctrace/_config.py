@@ -53,7 +53,7 @@ class SessionTracerConfig:
             ``{run_id}`` is substituted). ``None`` (the default): ``output_dir``
             itself. AReaL's layout keeps them apart from the trace files
             (``session_tracer/`` beside ``perf_tracer/``).
-        ids: ``"unique"`` (the default) gives ``"<rank>-<pid hex><4 random
+        ids: ``"unique"`` (the default) gives ``"<rank>-<pid hex><16 random
             hex>-<n>"``, unique across the run; ``"sequential"`` gives the
             per-process count alone (``"1"``, ``"2"``, ...), unique only
             within one process (and its ``sessions-r{rank}.jsonl``), as AReaL's

@@ -57,7 +57,7 @@ _lock = threading.RLock()  # one configure() at a time
 # _current itself: held only to read or swap it, never while waiting, so that a
 # shutdown running on another thread (on SIGTERM, at exit) can forget its handle
 # while a configure() holding _lock waits for that shutdown to end.
-_current_lock = threading.Lock()
+_current_lock = threading.RLock()  # (a signal handler's shutdown may come in while held)
 reinit_at_fork(_lock, _current_lock, _state._lock)  # held at fork(): new in the child
 _current: Telemetry | None = None
 

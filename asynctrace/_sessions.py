@@ -55,9 +55,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _check_task_id(task_id: object) -> int | str:
-    if isinstance(task_id, bool) or not isinstance(task_id, (int, str)):
-        raise ConfigurationError(f"task_scope(task_id): expected an int or str, got {task_id!r}")
-    return task_id
+    if not isinstance(task_id, bool):
+        if isinstance(task_id, (int, str)):
+            return task_id
+        if isinstance(task_id, numbers.Integral):
+            return int(task_id)  # numpy's integers: the int they stand for
+    raise ConfigurationError(f"task_scope(task_id): expected an int or str, got {task_id!r}")
 
 
 class task_scope(SyncAndAsync["int | str"]):
@@ -224,15 +227,15 @@ class trace_session_phase(SyncAndAsync[None]):
             mapping with string keys (checked even when the session tracer is
             off).
         RuntimeError: the object is entered while an entry of it is open
-            (nested on itself, or shared by concurrent tasks): that entry
-            would take over the open one's execution.
+            (nested on itself, or shared by concurrent tasks), tracer on or
+            off: that entry would take over the open one's execution.
 
     Example:
         >>> with trace_session_phase("reward", end_payload={"accepted": True}):
         ...     pass
     """
 
-    __slots__ = ("_end", "_handle", "_phase", "_session_id", "_start", "_tracer")
+    __slots__ = ("_end", "_handle", "_open", "_phase", "_session_id", "_start", "_tracer")
 
     def __init__(
         self,
@@ -244,6 +247,7 @@ class trace_session_phase(SyncAndAsync[None]):
         self._tracer: SessionTracer | None = None
         self._session_id: str | None = None
         self._handle = -1
+        self._open = False  # an entry is open (tracer or not: the same rule everywhere)
         # The checks cost a call each: only made when a payload is given.
         self._start = None
         self._end = None
@@ -254,11 +258,12 @@ class trace_session_phase(SyncAndAsync[None]):
 
     # phase_start/phase_end inlined: a session runs several phases, this is the hot path.
     def __enter__(self) -> None:
-        if self._tracer is not None:  # an entry of this object is open (with a tracer)
+        if self._open:
             raise RuntimeError(
                 f"trace_session_phase({self._phase!r}) is already entered; "
                 "make one object per execution"
             )
+        self._open = True
         tracer = _session_tracer._tracer
         session_id = SCOPES.get().session_id
         if tracer is None or session_id is None:
@@ -281,6 +286,7 @@ class trace_session_phase(SyncAndAsync[None]):
             tracer.dropped_events += 1
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self._open = False
         tracer, self._tracer = self._tracer, None
         if tracer is None:
             return
@@ -360,11 +366,14 @@ def _check_session_id(session_id: object) -> None:
 
 
 def _check_event_task_id(task_id: object) -> int | str:
-    if isinstance(task_id, bool) or not isinstance(task_id, (int, str)):
-        raise ConfigurationError(
-            f"trace_session_event(task_id): expected an int or str, got {task_id!r}"
-        )
-    return task_id
+    if not isinstance(task_id, bool):
+        if isinstance(task_id, (int, str)):
+            return task_id
+        if isinstance(task_id, numbers.Integral):
+            return int(task_id)  # numpy's integers: the int they stand for
+    raise ConfigurationError(
+        f"trace_session_event(task_id): expected an int or str, got {task_id!r}"
+    )
 
 
 def trace_session_event(

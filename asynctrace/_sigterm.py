@@ -3,7 +3,7 @@
 A Python signal handler runs on the main thread, between two bytecodes of
 whatever it interrupted, and that code may hold any lock: the session
 tracer's, an SDK span's, the lock of the thread table inside
-``Thread.start()``. So the handler takes no lock and starts no thread. A
+``Thread.start()``. So the handler waits for no lock and starts no thread. A
 helper thread, started when the handler is installed, waits on a pipe; the
 handler writes one byte to wake it, then waits on a second pipe (``select``,
 no lock) up to :data:`WAIT_S` for the shutdown to finish:
@@ -13,8 +13,10 @@ no lock) up to :data:`WAIT_S` for the shutdown to finish:
 - not finished: the interrupted code may hold a lock the shutdown needs, so
   the handler returns and lets it run on; when the shutdown is done the
   helper sends SIGTERM to the main thread again, and the handler, called a
-  second time, hands the signal on. A second SIGTERM from outside does the
-  same at once.
+  second time, hands the signal on. A second SIGTERM from outside hands it
+  on at once instead, and the helper then sends nothing: whichever comes
+  first claims the hand-off (a lock taken without waiting), so the previous
+  handler runs once.
 
 In a forked child the handler only hands the signal on: the helper thread
 and the telemetry it would shut down are the parent's.
@@ -60,9 +62,10 @@ class SigtermHandler:
         self._fired = False
         self._deferred = False
         self._stopped = False
-        # Taken (without blocking) by whichever of the handler and the helper hands a
-        # deferred signal on, so that the previous handler runs once.
+        # Taken (without blocking) by whichever of the handler, the helper and a second
+        # signal hands a deferred signal on, so that the previous handler runs once.
         self._claim = threading.Lock()
+        self._resent = False  # the helper claimed and sent the signal again
         self._thread = threading.Thread(target=self._run, name="asynctrace-sigterm", daemon=True)
         self._thread.start()
         signal.signal(signal.SIGTERM, self.handle)
@@ -71,8 +74,13 @@ class SigtermHandler:
 
     def handle(self, signum: int, frame: FrameType | None) -> None:
         """Wake the helper, wait a little for the shutdown, then hand the signal on."""
-        if self._fired or self._stopped or os.getpid() != self._pid:
-            self._hand_on(signum, frame)  # a second signal, a closed handler, a forked child
+        if self._stopped or os.getpid() != self._pid:
+            self._hand_on(signum, frame)  # a closed handler, a forked child
+            return
+        if self._fired:  # the helper's own signal, or a second one from outside
+            if self._resent or self._claim.acquire(blocking=False):
+                self._resent = False
+                self._hand_on(signum, frame)
             return
         self._fired = True
         os.write(self._go_write, b"t")
@@ -125,6 +133,7 @@ class SigtermHandler:
         if self._deferred and self._claim.acquire(blocking=False):
             main = threading.main_thread().ident
             if main is not None:
+                self._resent = True
                 signal.pthread_kill(main, signal.SIGTERM)
 
     # -- removal -----------------------------------------------------------------------

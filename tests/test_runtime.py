@@ -691,6 +691,40 @@ def test_a_forked_child_that_exits_leaves_the_parents_sigterm_handling_alone(
     assert "open-at-sigterm" in names
 
 
+_TWO_SIGNALS = """
+import os, signal, sys, time
+from asynctrace._sigterm import SigtermHandler
+calls = []
+signal.signal(signal.SIGTERM, lambda signum, frame: calls.append(time.monotonic()))
+handler = SigtermHandler(lambda: time.sleep(float(sys.argv[1])))
+os.kill(os.getpid(), signal.SIGTERM)  # the shutdown outlasts the handler's wait: deferred
+time.sleep(float(sys.argv[2]))
+if float(sys.argv[2]) < float(sys.argv[1]):
+    os.kill(os.getpid(), signal.SIGTERM)  # a second one from outside, while it runs
+deadline = time.monotonic() + 3
+while time.monotonic() < deadline and (len(calls) < 1 or time.monotonic() < deadline - 1.5):
+    time.sleep(0.02)
+print(len(calls))
+"""
+
+
+@pytest.mark.parametrize(("shutdown_s", "second_after_s"), [(0.6, 0.1), (0.6, 1.0)])
+def test_a_deferred_sigterm_reaches_the_previous_handler_once(
+    shutdown_s: float, second_after_s: float
+) -> None:
+    """A shutdown that outlasts the handler's wait: the previous handler runs once, when
+    the shutdown ends, or at once when a second SIGTERM comes from outside meanwhile
+    (the helper then sends nothing)."""
+    result = subprocess.run(
+        [sys.executable, "-c", _TWO_SIGNALS, str(shutdown_s), str(second_after_s)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "1"
+
+
 def test_flush_then_sigkill_keeps_every_ended_span(tmp_path: Path) -> None:
     """flush() returns once the spans are written: a SIGKILL after it loses none."""
     with _spawn("flush-kill", tmp_path, count=500) as child:

@@ -754,3 +754,32 @@ def test_a_forked_child_keeps_no_session_of_its_own_until_it_configures(tmp_path
     finally:
         install(previous)
         tracer.shutdown(5.0)
+
+
+def test_a_phase_object_entered_while_open_raises_with_the_tracer_off_too() -> None:
+    """The rule does not depend on the tracer: code that nests one phase object in itself
+    fails in development as it would in production."""
+    previous = install(None)
+    try:
+        phase = at.trace_session_phase("generate")
+        with phase:
+            with pytest.raises(RuntimeError, match="already entered"):
+                with phase:
+                    pass
+        with phase:  # exited: it may be entered again
+            pass
+    finally:
+        install(previous)
+
+
+def test_numpy_integers_are_task_ids(tracer: SessionTracer, tmp_path: Path) -> None:
+    """A task id that is a numpy integer is the int it stands for, in task_scope and in
+    trace_session_event (which finalizes the task's sessions by it)."""
+    np = pytest.importorskip("numpy")
+    with at.task_scope(np.int64(7)) as task_id, at.session_scope():
+        assert task_id == 7
+        assert type(task_id) is int
+    at.trace_session_event("finalized", task_id=np.int32(7), status="accepted")
+    assert tracer.flush(5.0)
+    (record,) = records(tmp_path / "sessions-r0.jsonl")
+    assert (record["task_id"], record["status"]) == (7, "accepted")

@@ -255,7 +255,12 @@ def iter_file(
             raise CliError(
                 f"{path}: not a JSON-lines trace (none of its {lineno} lines is a JSON object)"
             )
-        for obj in document:
+        kept, left_out = document
+        if left_out:
+            stats.malformed += left_out
+            if len(stats.samples) < _SAMPLES:
+                stats.samples.append(f"{path.name}: {left_out} unusable events")
+        for obj in kept:
             stats.records += 1
             yield obj, dumps(obj)
         return
@@ -266,6 +271,7 @@ def iter_file(
 
 _IDS = (int, str)
 _NUMBERS = (int, float)
+_MAX_US = 1e18  # about 31,700 years of microseconds: any real timestamp or duration
 
 
 def event_ok(event: dict[str, Any]) -> bool:
@@ -273,14 +279,17 @@ def event_ok(event: dict[str, Any]) -> bool:
 
     ``ph`` is a string; ``name``, when present, a string; ``pid`` and
     ``tid``, when present, an integer or a string (they are keys); ``ts`` and
-    ``dur`` a number. Anything else (a ``pid`` that is a list, a ``ts`` that
-    is a string, a ``name`` that is a list, a ``true``) makes the line
-    malformed, skipped and counted like a torn one.
+    ``dur`` a finite number within 1e18 µs. Anything else (a ``pid`` that is
+    a list, a ``ts`` that is a string or ``1e400``, a ``name`` that is a
+    list, a ``true``) makes the line malformed, skipped and counted like a
+    torn one.
 
     Example:
         >>> event_ok({"ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1})
         True
         >>> event_ok({"ph": "X", "ts": "1"})
+        False
+        >>> event_ok({"ph": "X", "ts": 1, "dur": float("inf")})
         False
     """
     if event["ph"].__class__ is not str:
@@ -292,11 +301,16 @@ def event_ok(event: dict[str, Any]) -> bool:
         value = event.get(key)
         if value is not None and (value.__class__ is bool or not isinstance(value, kinds)):
             return False
+    for key in ("ts", "dur"):  # a time no float holds, NaN or an infinity: not a time
+        value = event.get(key)
+        if value is not None and not -_MAX_US <= value <= _MAX_US:
+            return False
     return True
 
 
-def _whole_document(path: Path) -> list[dict[str, Any]] | None:
-    """A Chrome JSON document (``{"traceEvents": [...]}`` or ``[...]``), loaded whole."""
+def _whole_document(path: Path) -> tuple[list[dict[str, Any]], int] | None:
+    """A Chrome JSON document (``{"traceEvents": [...]}`` or ``[...]``), loaded whole: its
+    events, and how many of its items were left out (not an object, or not a usable event)."""
     try:
         with open_input(path) as stream:
             document = json.load(stream)
@@ -305,11 +319,12 @@ def _whole_document(path: Path) -> list[dict[str, Any]] | None:
     events = document.get("traceEvents") if isinstance(document, dict) else document
     if not isinstance(events, list):
         return None
-    return [
+    kept = [
         event
         for event in events
         if isinstance(event, dict) and ("ph" not in event or event_ok(event))
     ]
+    return kept, len(events) - len(kept)
 
 
 @dataclass(frozen=True)

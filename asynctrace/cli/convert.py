@@ -12,10 +12,11 @@ read: an event that needs no change is copied byte for byte.
 from __future__ import annotations
 
 import argparse
+import heapq
 import os
 import sys
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -256,6 +257,35 @@ class _Merger:
         return len(self._by_process)
 
 
+def _in_end_order(
+    paths: Sequence[Path], stats: ReadStats, bar: Progress, shifts: dict[int, float]
+) -> Iterator[tuple[float, int, int, dict[str, Any], bytes]]:
+    """Every file's events, the files merged by end time (each file is in end order).
+
+    ``goodput`` reads the converted document line by line, in end order as it
+    reads trace files: files one after the other would end one rank's steps
+    before the next file's spans for them arrive.
+    """
+    streams = [
+        _keyed(index, path, stats, bar, shifts.get(index, 0.0)) for index, path in enumerate(paths)
+    ]
+    return streams[0] if len(streams) == 1 else heapq.merge(*streams)
+
+
+def _keyed(
+    index: int, path: Path, stats: ReadStats, bar: Progress, shift: float
+) -> Iterator[tuple[float, int, int, dict[str, Any], bytes]]:
+    """``(end, file index, sequence, event, raw)`` on the output's clock (*shift* taken
+    off); an event without an end of its own keeps the last one's."""
+    last = float("-inf")
+    for seq, (event, raw) in enumerate(iter_file(path, stats, bar)):
+        ts = event.get("ts")
+        if ts.__class__ in (int, float):
+            end = ts + (event.get("dur") or 0) if event.get("ph") == "X" else ts
+            last = max(last, float(end) - shift)
+        yield last, index, seq, event, raw
+
+
 def _earliest(paths: Sequence[Path], shifts: dict[int, float] | None = None) -> float:
     earliest: float | None = None
     for index, path in enumerate(paths):
@@ -333,21 +363,20 @@ def run(args: argparse.Namespace) -> int:
         chunk: list[bytes] = [_HEADER]
         size = 0
         separator = b""
-        for index, path in enumerate(paths):
-            for event, raw in iter_file(path, stats, bar):
-                if event.get("ph").__class__ is not str:
-                    others += 1
-                    continue
-                line = merger.event(index, event, raw)
-                chunk.append(separator)
-                chunk.append(line)
-                separator = b",\n"
-                size += len(line)
-                events += 1
-                if size > 1 << 20:
-                    stream.write(b"".join(chunk))
-                    chunk.clear()
-                    size = 0
+        for _, index, _, event, raw in _in_end_order(paths, stats, bar, shifts):
+            if event.get("ph").__class__ is not str:
+                others += 1
+                continue
+            line = merger.event(index, event, raw)
+            chunk.append(separator)
+            chunk.append(line)
+            separator = b",\n"
+            size += len(line)
+            events += 1
+            if size > 1 << 20:
+                stream.write(b"".join(chunk))
+                chunk.clear()
+                size = 0
         merged, skipped, error_us = 0, [], 0.0
         next_tid = tid_counter()
         for capture_path in find_captures(args.inputs):

@@ -322,12 +322,24 @@ def _sessions(paths: list[Path], stats: ReadStats, progress: bool) -> Sessions:
     return out
 
 
-def _session_row(record: dict[str, Any], phase_order: dict[str, None]) -> SessionRow | None:
-    submit = record.get("submit_ts")
-    finalized = record.get("finalized_ts")
-    if not isinstance(submit, (int, float)):
+def _seconds(value: object) -> float | None:
+    """*value* as a time in seconds, if it is a finite number a float holds."""
+    if value.__class__ is bool or not isinstance(value, (int, float)):
         return None
-    if not isinstance(finalized, (int, float)):
+    if not -_MAX_S <= value <= _MAX_S:  # NaN, an infinity, an int no float holds
+        return None
+    return float(value)
+
+
+_MAX_S = 1e12  # about 31,700 years: any real timestamp
+
+
+def _session_row(record: dict[str, Any], phase_order: dict[str, None]) -> SessionRow | None:
+    submit = _seconds(record.get("submit_ts"))
+    if submit is None:
+        return None
+    finalized = _seconds(record.get("finalized_ts"))
+    if finalized is None:
         finalized = submit
     phases: list[tuple[str, float, float]] = []
     raw = record.get("phases")
@@ -339,17 +351,16 @@ def _session_row(record: dict[str, Any], phase_order: dict[str, None]) -> Sessio
             for run in runs:
                 if not isinstance(run, dict):
                     continue
-                start = run.get("start_ts")
-                end = run.get("end_ts")
-                if isinstance(start, (int, float)):
-                    stop = end if isinstance(end, (int, float)) else finalized
-                    phases.append((str(name), float(start), float(stop)))
+                start = _seconds(run.get("start_ts"))
+                end = _seconds(run.get("end_ts"))
+                if start is not None:
+                    phases.append((str(name), start, end if end is not None else finalized))
     return SessionRow(
         session_id=str(record.get("session_id")),
         task_id=str(record.get("task_id")),
         status=str(record.get("status")),
-        submit=float(submit),
-        finalized=float(finalized),
+        submit=submit,
+        finalized=finalized,
         phases=phases,
     )
 

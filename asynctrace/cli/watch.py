@@ -81,6 +81,7 @@ class Follower:
         self._identity: tuple[int, int] | None = None
         self._partial = b""
         self.modified = 0.0
+        self.skipped = 0  # lines that are not a JSON object (a torn line of a killed writer)
 
     def lines(self) -> list[dict[str, Any]]:
         """The JSON objects of the lines completed since the last call."""
@@ -105,13 +106,53 @@ class Follower:
         *complete, self._partial = data.split(b"\n")
         out = []
         for raw in complete:
+            if not raw.strip():
+                continue
             try:
-                item = json.loads(raw)
-            except ValueError:
-                continue  # a torn line of a killed writer
+                item = json.loads(raw, parse_constant=_no_constant)
+            except ValueError:  # a torn line of a killed writer, NaN, not JSON
+                self.skipped += 1
+                continue
             if isinstance(item, dict):
                 out.append(item)
+            else:
+                self.skipped += 1
         return out
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON holds")
+
+
+def _number(value: object) -> bool:
+    return value.__class__ is not bool and isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def _step_ok(line: dict[str, Any]) -> bool:
+    """Whether a step line's fields have the types the view reads: the times and the
+    goodput numbers, ``spans`` names to numbers (a line of another shape is skipped)."""
+    for key, value in line.items():
+        timed = key.endswith("_s") or key in ("goodput", "time")
+        if timed and value is not None and not _number(value):
+            return False
+    spans = line.get("spans")
+    return spans is None or (isinstance(spans, dict) and all(map(_number, spans.values())))
+
+
+def _time_ok(line: dict[str, Any]) -> bool:
+    """A line's ``time``, when it has one, is a number the view can compare."""
+    value = line.get("time")
+    return value is None or _number(value)
+
+
+def _exporters_ok(value: object) -> bool:
+    """``{name: [exported, dropped, failed, ...]}`` with integer counts."""
+    return isinstance(value, dict) and all(
+        isinstance(counts, list)
+        and len(counts) >= 3
+        and all(c.__class__ is int for c in counts[:3])
+        for counts in value.values()
+    )
 
 
 @dataclass
@@ -136,6 +177,8 @@ class State:
     total_steps: int = 0
     productive: float = 0.0
     wall: float = 0.0
+    skipped: int = 0  # lines of a shape the view cannot show (counted, shown in the view)
+    unreadable: int = 0  # lines that are not a JSON object, in every file followed
 
     def add_goodput(self, path: Path, lines: Iterable[dict[str, Any]], modified: float) -> None:
         rank = self.ranks.get(path)
@@ -143,10 +186,17 @@ class State:
             rank = self.ranks[path] = Rank(path.name.removeprefix("goodput-").split(".")[0])
         rank.last_line = max(rank.last_line, modified)
         for line in lines:
+            if (line.get("kind") == "step" and not _step_ok(line)) or not _time_ok(line):
+                self.skipped += 1
+                continue
             if isinstance(line.get("time"), (int, float)):
                 rank.last_line = max(rank.last_line, float(line["time"]))
-            if isinstance(line.get("exporters"), dict):
-                rank.exporters = line["exporters"]
+            exporters = line.get("exporters")
+            if exporters is not None:
+                if _exporters_ok(exporters):
+                    rank.exporters = exporters
+                else:
+                    self.skipped += 1
             if line.get("kind") == "end":
                 rank.ended = True
             elif line.get("kind") == "step":
@@ -163,7 +213,7 @@ class State:
         for line in lines:
             self.statuses[str(line.get("status"))] += 1
             for key, value in line.items():
-                if key.endswith("_s") and isinstance(value, (int, float)):
+                if key.endswith("_s") and _number(value):
                     self.phases.setdefault(key, deque(maxlen=10_000)).append(float(value))
 
 
@@ -268,6 +318,14 @@ def render(state: State, directory: Path, stale: float, show: int, now: float) -
                     style="bold red",
                 )
             )
+    if state.skipped or state.unreadable:
+        parts.append(
+            Text(
+                f"skipped: {state.unreadable} lines that are not JSON objects, "
+                f"{state.skipped} with fields the view cannot read",
+                style="yellow",
+            )
+        )
     if not state.ranks:
         parts.append(
             Text(
@@ -290,6 +348,7 @@ def _poll(directory: Path, followers: dict[Path, Follower], state: State) -> Non
         if follower is None:
             follower = followers[path] = Follower(path)
         state.add_sessions(follower.lines())
+    state.unreadable = sum(follower.skipped for follower in followers.values())
 
 
 def run(args: argparse.Namespace) -> int:

@@ -43,17 +43,47 @@ class HttpSpanExporter(OTLPSpanExporter):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         _read_environment_once(self)
-        # Why the backend refused the last encoded batch for good (an HTTP status that
-        # another attempt would meet again), else None: read by the retry buffer.
+        # Why the backend refused the last batch for good (an HTTP status that another
+        # attempt would meet again), else None: read by the retry buffer.
         self.refused: str | None = None
+        self._status: int | None = None  # the last response's, whichever path sent it
+        client = getattr(self, "_client", None)
+        send = getattr(client, "export", None)
+        if callable(send):
+
+            def export_noting_the_status(data: bytes) -> Any:
+                outcome = send(data)
+                status = getattr(outcome, "status_code", None)
+                self._status = status if isinstance(status, int) else None
+                return outcome
+
+            client.export = export_noting_the_status  # type: ignore[union-attr]
+
+    def export(self, spans: Sequence[Any]) -> SpanExportResult:
+        """Export SDK spans (OpenTelemetry encodes them) or :class:`EncodedSpan` items."""
+        self._status = None
+        result = self._export_either(spans)
+        status = self.last_status()
+        self.refused = (
+            f"HTTP {status}"
+            if result is SpanExportResult.FAILURE
+            and status is not None
+            and 400 <= status < 500
+            and status not in _TRANSIENT
+            else None
+        )
+        return result
 
     @property
     def sends_encoded(self) -> bool:
         """Whether the installed exporter has the client this posts encoded requests with."""
         return callable(getattr(getattr(self, "_client", None), "export", None))
 
-    def export(self, spans: Sequence[Any]) -> SpanExportResult:
-        """Export SDK spans (OpenTelemetry encodes them) or :class:`EncodedSpan` items."""
+    def last_status(self) -> int | None:
+        """The HTTP status of the last response (``None``: no response, or not sent)."""
+        return self._status
+
+    def _export_either(self, spans: Sequence[Any]) -> SpanExportResult:
         if not spans or spans[0].__class__ is not EncodedSpan:
             return super().export(spans)
         if self._shutdown:
@@ -76,14 +106,7 @@ class HttpSpanExporter(OTLPSpanExporter):
             if not outcome.success:
                 if result is not None:
                     result.error = outcome.error
-                status = getattr(outcome, "status_code", None)
-                self.refused = (
-                    f"HTTP {status}"
-                    if isinstance(status, int) and 400 <= status < 500 and status not in _TRANSIENT
-                    else None
-                )
                 return SpanExportResult.FAILURE
-        self.refused = None
         return SpanExportResult.SUCCESS
 
 

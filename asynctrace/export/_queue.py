@@ -222,7 +222,7 @@ class QueuedSpanProcessor(SpanProcessor):
         self._markers = 0  # flush markers queued and not yet honoured
         self._in_flight = 0  # spans inside the sink's export() right now
         self._flush_failures = 0  # flushes the sink failed (the worker's own count)
-        self._loss_seen = 0  # dropped + failed when flush()/shutdown() last reported
+        self._loss_seen = 0  # dropped + failed + failed sink flushes when last reported
         self._restarts = 0
         self._stopped = False  # the worker finished its last drain
         self._moves = Moves()  # odd while the worker moves spans between the counters
@@ -353,7 +353,8 @@ class QueuedSpanProcessor(SpanProcessor):
         return finished and not self.lost_since_last_check()
 
     def lost_since_last_check(self) -> bool:
-        """Whether spans were dropped or failed since this was last asked (then ``True`` once)."""
+        """Whether spans were dropped or failed, or a flush of the sink failed, since this
+        was last asked (then ``True`` once)."""
         stats = self.stats()
         loss = stats.dropped + stats.failed + self._flush_failures
         lost, self._loss_seen = loss > self._loss_seen, loss

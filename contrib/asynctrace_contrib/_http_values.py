@@ -26,7 +26,8 @@ _DEFAULT_METHODS: Final = "CONNECT,DELETE,GET,HEAD,OPTIONS,PATCH,POST,PUT,QUERY,
 
 
 def _known_methods(setting: str | None) -> frozenset[str]:
-    names = _DEFAULT_METHODS if setting is None else setting
+    """The known methods: *setting*'s names, or the default list when it is unset or empty."""
+    names = setting if setting is not None and setting.strip() else _DEFAULT_METHODS
     return frozenset(name.strip() for name in names.split(",") if name.strip())
 
 
@@ -67,6 +68,8 @@ def request_authority(
         >>> request_authority(None, "edge.example, inner", "[::1]", "https")
         ('edge.example', 443)
     """
+    if forwarded is not None:  # it names the client too (for=): keyed by its host alone
+        forwarded = _forwarded_host(forwarded)
     key = (forwarded, forwarded_host, host, scheme)
     try:
         return _cache[key]
@@ -74,7 +77,7 @@ def request_authority(
         pass
     found = None
     default_port = _DEFAULT_PORTS.get(scheme)
-    for candidate in (_forwarded_host(forwarded), _first(forwarded_host), host):
+    for candidate in (forwarded, _first(forwarded_host), host):
         found = _host_and_port(candidate, default_port)
         if found is not None:
             break

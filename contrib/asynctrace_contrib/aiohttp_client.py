@@ -389,7 +389,8 @@ def trace_config(
     """An ``aiohttp.TraceConfig`` that propagates context and records client spans.
 
     Args:
-        span_name: ``(method, params) -> name``; default ``"{METHOD}"``.
+        span_name: ``(method, params) -> name``; default ``"{METHOD}"`` (``"HTTP"``
+            for a method not known: see :mod:`._http_values`).
         secret_keys: query keys whose values are redacted in ``url.full``
             (case-insensitive substrings).
         record_request_headers: request header names recorded as

@@ -3,7 +3,8 @@
 :func:`instrument_fastapi` adds an ASGI middleware to one application (no
 global class swap; importing this module changes no framework state). Each
 HTTP request becomes a SERVER span named ``"{METHOD} {route template}"``
-(``GET /items/{item_id}``, never the raw path), continuing the caller's W3C
+(``GET /items/{item_id}``, never the raw path; ``HTTP`` for a method not
+known, see :mod:`._http_values`), continuing the caller's W3C
 context, covering the response to its last byte. Websocket connections get
 one span each; lifespan events pass through untouched.
 

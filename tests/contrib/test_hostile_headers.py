@@ -179,3 +179,25 @@ def test_the_server_authority_parser_passes_over_what_does_not_parse(
     from asynctrace_contrib._http_values import request_authority
 
     assert request_authority(forwarded, forwarded_host, host, "http") == expected
+
+
+@pytest.mark.parametrize(("setting", "known"), [("", True), ("  ", True), ("GET,BREW", False)])
+def test_the_known_methods_variable_replaces_the_list_unless_empty(
+    setting: str, known: bool
+) -> None:
+    """``OTEL_INSTRUMENTATION_HTTP_KNOWN_METHODS`` replaces the known methods (read at
+    import); set but empty, it is as if unset, as every variable here."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from asynctrace_contrib._http_values import method_attributes as m;"
+        "print(m('POST')[0], m('BREW')[0])"
+    )
+    env = {**os.environ, "OTEL_INSTRUMENTATION_HTTP_KNOWN_METHODS": setting}
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == (["POST", "HTTP"] if known else ["HTTP", "BREW"])

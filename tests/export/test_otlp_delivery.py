@@ -68,9 +68,9 @@ def _configure(**extra: object) -> at.Telemetry:
     )
 
 
-@pytest.mark.parametrize("status", [400, 401])
+@pytest.mark.parametrize(("status", "provider"), [(400, "fast"), (401, "fast"), (401, "sdk")])
 def test_a_batch_the_collector_refuses_for_good_is_failed_not_retried(
-    status: int, monkeypatch: pytest.MonkeyPatch
+    status: int, provider: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """OTLP/HTTP: a client error another attempt would meet again (400, 401) fails the
     batch at once, counted, and the flush says so; it is not held and sent again every
@@ -80,7 +80,7 @@ def test_a_batch_the_collector_refuses_for_good_is_failed_not_retried(
         for key, value in receiver.env(timeout_s=TIMEOUT_S).items():
             monkeypatch.setenv(key, value)
         receiver.refuse_with = status
-        telemetry = _configure()
+        telemetry = _configure(provider=provider)  # sdk: OpenTelemetry encodes and sends
         try:
             _spans(3)
             assert telemetry.flush(5.0) is False
