@@ -270,7 +270,8 @@ class Rollup:
 
     Args:
         step_name: only spans whose name matches this regular expression can be
-            steps (``None``: any name).
+            taken for steps by their ``rl.iteration``; spans of group ``step``
+            are steps whatever their name (``None``: any name).
         window: how many arrived spans are remembered for detached children
             that arrive after their parent.
         grace_us: a step is finished once a span arrives that ended more than

@@ -85,7 +85,9 @@ def add_step_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--step-name",
         metavar="REGEX",
-        help="only spans whose name matches REGEX can be steps (default: any name)",
+        help="only spans whose name matches REGEX can be taken for steps by their "
+        "rl.iteration; spans of group 'step' are steps whatever their name "
+        "(default: any name)",
     )
     parser.add_argument(
         "--no-progress", action="store_true", help="no progress bar, even on a terminal"

@@ -58,6 +58,8 @@ HOSTILE: dict[str, dict[str, Any]] = {
     "ph list": {**_SPAN, "ph": ["X"]},
     "name list": {**_SPAN, "name": []},  # once a crash of goodput (the name is a dict key)
     "name number": {**_SPAN, "name": 7},
+    "ts no float holds": {**_SPAN, "ts": 10**400},  # once a crash: float(ts + dur)
+    "dur past any real time": {**_SPAN, "dur": -(10**30)},
 }
 
 
@@ -91,6 +93,80 @@ def test_a_badly_typed_event_is_skipped_and_counted(
     else:
         document = json.loads((tmp_path / "out.json").read_text())
         assert document["otherData"]["asynctrace"]["malformed"] == 1
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_an_infinite_duration_is_skipped_and_counted(
+    run: Run, tmp_path: Path, command: str
+) -> None:
+    """``"dur": 1e400`` parses as an infinity: a span that never ends would hold its step
+    open for good (and --rebase wrote it as null); it is a malformed line instead."""
+    line = json.dumps({**_SPAN, "dur": 1}).replace('"dur": 1', '"dur": 1e400').encode()
+    trace = tmp_path / "traces-r0.jsonl"
+    trace.write_bytes(_GOLDEN_LINES + line + b"\n")
+    result = run(*_commands(tmp_path, trace)[command])
+    assert result.code == 0, result.err
+    if command != "convert":
+        assert "skipped 1 malformed line" in result.err
+    else:
+        document = json.loads((tmp_path / "out.json").read_text())
+        assert document["otherData"]["asynctrace"]["malformed"] == 1
+
+
+def _xr_traces(directory: Path) -> None:
+    """Two ranks: r0's steps, and r1's productive leaf of step 0 (it ends before step 0)."""
+    directory.mkdir()
+    trace = "0af7651916cd43dd8448eb211c80319c"
+    r0 = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "r0", "rank": 0}}]
+    for i in range(3):
+        step_id, leaf_id = f"{16 + i:016x}", f"{256 + i:016x}"
+        start = 1_000_000 * (i + 1)
+        r0 += [
+            {"ph": "X", "name": "upd", "ts": start + 500_000, "dur": 300_000, "pid": 1,
+             "tid": 1, "args": {"trace_id": trace, "span_id": leaf_id,
+                                "parent_span_id": step_id, "rl.bucket": "productive"}},
+            {"ph": "X", "name": "rl.step", "ts": start, "dur": 1_000_000, "pid": 1, "tid": 1,
+             "args": {"trace_id": trace, "span_id": step_id, "rl.iteration": i,
+                      "asynctrace.group": "step"}},
+        ]  # fmt: skip
+    r1 = [
+        {"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "r1", "rank": 1}},
+        {"ph": "X", "name": "gen", "ts": 1_100_000, "dur": 300_000, "pid": 2, "tid": 1,
+         "args": {"trace_id": trace, "span_id": f"{513:016x}",
+                  "parent_span_id": f"{16:016x}", "rl.bucket": "productive"}},
+    ]  # fmt: skip
+    for name, events in (("traces-r0.jsonl", r0), ("traces-r1.jsonl", r1)):
+        (directory / name).write_text("".join(json.dumps(e) + "\n" for e in events))
+
+
+def test_goodput_of_a_converted_trace_is_the_goodput_of_its_files(
+    run: Run, tmp_path: Path
+) -> None:
+    """``convert`` merges its input files in end order, as ``goodput`` reads trace files:
+    goodput reads the same numbers from the converted document (written one file after
+    the other, r1's leaf of step 0 came after all of r0's steps, and was lost)."""
+    _xr_traces(tmp_path / "xr")
+    direct = run("goodput", tmp_path / "xr", "--json", "--no-progress")
+    assert direct.code == 0, direct.err
+    converted = run("convert", tmp_path / "xr", "-o", tmp_path / "xr.json", "--quiet")
+    assert converted.code == 0, converted.err
+    again = run("goodput", tmp_path / "xr.json", "--json", "--no-progress")
+    assert again.code == 0, again.err
+    steps = [s["productive_s"] for s in json.loads(direct.out)["steps"]]
+    assert steps == pytest.approx([0.6, 0.3, 0.3])
+    assert [s["productive_s"] for s in json.loads(again.out)["steps"]] == pytest.approx(steps)
+
+
+def test_a_whole_json_document_counts_the_events_it_leaves_out(run: Run, tmp_path: Path) -> None:
+    """A pretty-printed ``{"traceEvents": [...]}`` (read whole): items that are not usable
+    events are skipped and counted, as lines of a JSON-lines trace are."""
+    events = [json.loads(line) for line in _GOLDEN_LINES.splitlines() if line.strip()]
+    document = {"traceEvents": [*events, "not an event", {**_SPAN, "ts": "late"}]}
+    path = tmp_path / "pretty.json"
+    path.write_text(json.dumps(document, indent=2))
+    result = run("goodput", path, "--json", "--no-progress")
+    assert result.code == 0, result.err
+    assert json.loads(result.out)["inputs"]["malformed_lines"] == 2
 
 
 def test_the_same_line_without_the_bad_field_is_read(run: Run, tmp_path: Path) -> None:

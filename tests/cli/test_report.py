@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from collections.abc import Callable, Iterator
@@ -88,6 +89,25 @@ def test_inputs_are_recognised_by_content(run: Run, tmp_path: Path) -> None:
     only_sessions = run("report", GOLDEN / "sessions-r0.jsonl", "-o", tmp_path / "r.html")
     assert only_sessions.code == 2
     assert "no trace files among the inputs" in one_line(only_sessions.err)
+
+
+def test_session_times_no_float_holds_are_passed_over(run: Run, tmp_path: Path) -> None:
+    """A session record whose times are an int past a float's range, NaN or a string: that
+    record (or that execution) is left out of the timelines; the page is written."""
+    sessions = (GOLDEN / "sessions-r0.jsonl").read_text().splitlines()
+    first = json.loads(sessions[0])
+    odd = [
+        {**first, "session_id": "huge", "submit_ts": 10**400},
+        {**first, "session_id": "late", "finalized_ts": "soon"},
+        {**first, "session_id": "phase",
+         "phases": {"generate": [{"start_ts": 10**400, "end_ts": None}]}},
+    ]  # fmt: skip
+    path = tmp_path / "sessions-r0.jsonl"
+    path.write_text("\n".join(sessions + [json.dumps(o) for o in odd]) + "\n")
+    result = run("report", GOLDEN / "traces-r0.jsonl", path, "-o", tmp_path / "r.html")
+    assert result.code == 0, result.err
+    assert "internal error" not in result.err
+    assert (tmp_path / "r.html").read_text()
 
 
 # -- in a real browser ---------------------------------------------------------

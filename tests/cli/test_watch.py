@@ -115,6 +115,32 @@ def test_the_follower_reads_complete_lines_and_restarts_on_a_new_file(tmp_path: 
     assert follower.lines() == [{"c": 3}]
 
 
+def test_lines_the_view_cannot_read_are_skipped_and_counted(
+    tmp_path: Path, run: Callable[..., Result]
+) -> None:
+    """A goodput line whose numbers are strings or NaN, spans or exporters of the wrong
+    shape, or no JSON object at all: skipped and counted in the view, which shows the
+    good lines (each of these once ended the view with an internal error)."""
+    good = {"kind": "step", "name": "rl.step", "iteration": 1, "wall_s": 2.0,
+            "productive_s": 1.0, "goodput": 0.5, "spans": {"rl.train": 1.0},
+            "time": time.time()}  # fmt: skip
+    bad = [
+        _line(**{**good, "goodput": "0.5"}),
+        _line(**{**good, "productive_s": "x"}),
+        _line(**{**good, "spans": {"a": "x"}}),
+        _line(**{**good, "exporters": {"chrome": 5}}),
+        _line(**good).replace("2.0", "NaN"),
+        "garbage\n",
+        "[1, 2]\n",
+    ]
+    (tmp_path / "goodput-r0.jsonl").write_text(_line(**good) + "".join(bad))
+    result = run("watch", tmp_path, "--once")
+    assert result.code == 0, result.err
+    text = re.sub(r"\s+", " ", result.out)
+    assert "steps finished: 2 ranks: 1 goodput: 50.0%" in text  # (the exporters line's step)
+    assert "skipped: 3 lines that are not JSON objects, 4 with fields the view cannot read" in text
+
+
 def test_not_a_directory_is_an_error(tmp_path: Path, run: Callable[..., Result]) -> None:
     """A missing directory exits with status 2 and one line."""
     result = run("watch", tmp_path / "missing")
