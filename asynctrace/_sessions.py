@@ -54,13 +54,15 @@ F = TypeVar("F", bound=Callable[..., Any])
 # Scopes.
 
 
-def _check_task_id(task_id: object) -> int | str:
+def _check_task_id(task_id: object, where: str = "task_scope(task_id)") -> int | str:
+    """*task_id* as an int or str (numpy's integers as the int they stand for), else a
+    :class:`ConfigurationError` naming *where*."""
     if not isinstance(task_id, bool):
         if isinstance(task_id, (int, str)):
             return task_id
         if isinstance(task_id, numbers.Integral):
-            return int(task_id)  # numpy's integers: the int they stand for
-    raise ConfigurationError(f"task_scope(task_id): expected an int or str, got {task_id!r}")
+            return int(task_id)
+    raise ConfigurationError(f"{where}: expected an int or str, got {task_id!r}")
 
 
 class task_scope(SyncAndAsync["int | str"]):
@@ -365,17 +367,6 @@ def _check_session_id(session_id: object) -> None:
         )
 
 
-def _check_event_task_id(task_id: object) -> int | str:
-    if not isinstance(task_id, bool):
-        if isinstance(task_id, (int, str)):
-            return task_id
-        if isinstance(task_id, numbers.Integral):
-            return int(task_id)  # numpy's integers: the int they stand for
-    raise ConfigurationError(
-        f"trace_session_event(task_id): expected an int or str, got {task_id!r}"
-    )
-
-
 def trace_session_event(
     event: str,
     session_id: str | None = None,
@@ -414,7 +405,7 @@ def trace_session_event(
     if session_id is not None and type(session_id) is not str:
         _check_session_id(session_id)
     if task_id is not None and type(task_id) is not int and type(task_id) is not str:
-        task_id = _check_event_task_id(task_id)
+        task_id = _check_task_id(task_id, "trace_session_event(task_id)")
     if event == FINALIZED:
         if status not in STATUSES:
             raise ConfigurationError(

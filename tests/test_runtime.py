@@ -657,17 +657,23 @@ def test_sigterm_with_ignored_previous_handler_keeps_running(tmp_path: Path) -> 
     _expect_spans(tmp_path, 200)
 
 
-def test_sigterm_through_a_later_handler_that_calls_ours_dies_once(tmp_path: Path) -> None:
-    """A handler installed after asynctrace's that calls it, the default action before:
-    the flush, then the process dies of SIGTERM (handing the signal on by re-raising it
-    used to reach that handler again, and again)."""
-    with _spawn("sigterm-wrapped", tmp_path) as child:
+def _terminated(mode: str, out: Path) -> str:
+    """Run the child in *mode*, send SIGTERM once it is ready; its stderr, once it died
+    of that signal (asserted)."""
+    with _spawn(mode, out) as child:
         assert child.stdout is not None
         assert child.stdout.readline().strip() == "ready"
         child.send_signal(signal.SIGTERM)
         _, err = child.communicate(timeout=30)
     assert child.returncode == -signal.SIGTERM, err
-    assert "RecursionError" not in err
+    return err
+
+
+def test_sigterm_through_a_later_handler_that_calls_ours_dies_once(tmp_path: Path) -> None:
+    """A handler installed after asynctrace's that calls it, the default action before:
+    the flush, then the process dies of SIGTERM (handing the signal on by re-raising it
+    used to reach that handler again, and again)."""
+    assert "RecursionError" not in _terminated("sigterm-wrapped", tmp_path)
     _expect_spans(tmp_path, 200)
 
 
@@ -677,12 +683,7 @@ def test_a_forked_child_that_exits_leaves_the_parents_sigterm_handling_alone(
     """A forked child's normal exit (its exit hooks run) neither tells the parent's
     SIGTERM helper to stop (the pipe is shared) nor reports the parent's counts as its
     own; the parent's SIGTERM then flushes and ends the parent as usual."""
-    with _spawn("sigterm-after-fork", tmp_path) as child:
-        assert child.stdout is not None
-        assert child.stdout.readline().strip() == "ready"
-        child.send_signal(signal.SIGTERM)
-        _, err = child.communicate(timeout=30)
-    assert child.returncode == -signal.SIGTERM, err
+    err = _terminated("sigterm-after-fork", tmp_path)
     assert "Bad file descriptor" not in err
     assert "dropped" not in err, err
     assert "still open at shutdown" not in err, err
