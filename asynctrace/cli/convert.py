@@ -5,7 +5,8 @@ writing process, keyed by (run, host, rank, role, pid), is one process of the
 output; its pid is kept unless two processes share one (containers often
 do), in which case one of them gets a fresh pid, its name (which shows the
 original pid) unchanged. Timestamps are wall-clock microseconds, so ranks
-line up as they are. Inputs are streamed, and events are written as they are
+line up as they are. Inputs are streamed, merged by end time (each file is in
+end order, as asynctrace writes it), and events are written as they are
 read: an event that needs no change is copied byte for byte.
 """
 

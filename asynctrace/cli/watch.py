@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from collections import Counter, deque
 from collections.abc import Iterable
@@ -125,7 +126,10 @@ def _no_constant(name: str) -> Any:
 
 
 def _number(value: object) -> bool:
-    return value.__class__ is not bool and isinstance(value, (int, float)) and math.isfinite(value)
+    """A finite number a float holds (NaN, infinities and ints past a float's range are not)."""
+    if value.__class__ is bool or not isinstance(value, (int, float)):
+        return False
+    return -sys.float_info.max <= value <= sys.float_info.max
 
 
 def _step_ok(line: dict[str, Any]) -> bool:

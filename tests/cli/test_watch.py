@@ -129,6 +129,7 @@ def test_lines_the_view_cannot_read_are_skipped_and_counted(
         _line(**{**good, "productive_s": "x"}),
         _line(**{**good, "spans": {"a": "x"}}),
         _line(**{**good, "exporters": {"chrome": 5}}),
+        _line(**{**good, "wall_s": 10**400}),  # an int no float holds
         _line(**good).replace("2.0", "NaN"),
         "garbage\n",
         "[1, 2]\n",
@@ -138,7 +139,7 @@ def test_lines_the_view_cannot_read_are_skipped_and_counted(
     assert result.code == 0, result.err
     text = re.sub(r"\s+", " ", result.out)
     assert "steps finished: 2 ranks: 1 goodput: 50.0%" in text  # (the exporters line's step)
-    assert "skipped: 3 lines that are not JSON objects, 4 with fields the view cannot read" in text
+    assert "skipped: 3 lines that are not JSON objects, 5 with fields the view cannot read" in text
 
 
 def test_not_a_directory_is_an_error(tmp_path: Path, run: Callable[..., Result]) -> None:
