@@ -403,14 +403,15 @@ class remote_trace_context(SyncAndAsync["remote_trace_context"]):
         ...     pass
     """
 
-    __slots__ = ("_remote", "_scope_state", "_scope_token", "_token")
+    __slots__ = ("_open", "_remote", "_scope_state", "_scope_token", "_token")
 
     def __init__(self, carrier: Mapping[str, str] | None) -> None:
         self._remote: _Remote | None = None
         self._token: object | None = None
         self._scope_token: Token[ScopeState] | None = None
         self._scope_state: ScopeState | None = None
-        if not carrier:
+        self._open = False
+        if _no_carrier(carrier):
             return
         try:
             self._remote = _Remote(carrier, scopes=GATE.propagate_scopes)
@@ -424,6 +425,9 @@ class remote_trace_context(SyncAndAsync["remote_trace_context"]):
         return remote is not None and remote.span_context is not None
 
     def __enter__(self) -> remote_trace_context:
+        if self._open:  # its one token would be overwritten: the first entry's context leaks
+            raise RuntimeError("remote_trace_context is already entered; make one per block")
+        self._open = True
         remote = self._remote
         if remote is None:
             return self
@@ -456,6 +460,7 @@ class remote_trace_context(SyncAndAsync["remote_trace_context"]):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        self._open = False
         scope_token, self._scope_token = self._scope_token, None
         if scope_token is not None and self._scope_state is not None:
             leave_all(scope_token, self._scope_state)
@@ -496,13 +501,22 @@ def _signature_with_carrier(fn: Callable[..., Any]) -> inspect.Signature | None:
     return signature.replace(parameters=params)
 
 
+def _no_carrier(carrier: object) -> bool:
+    """Whether *carrier* holds nothing to read: ``None``, empty, or an object whose truth
+    value raises (a numpy array, say), which is not a carrier either."""
+    try:
+        return not carrier
+    except Exception:
+        return True
+
+
 def _carrier_of(kwargs: dict[str, Any], declared: frozenset[str]) -> Any:
     """The carrier passed under either keyword; a keyword *fn* declares stays in *kwargs*."""
     carrier = None
     for name in _CARRIER_KWARGS:
         if name in kwargs:
             value = kwargs[name] if name in declared else kwargs.pop(name)
-            if carrier is None or not carrier:
+            if _no_carrier(carrier):
                 carrier = value
     return carrier
 
@@ -548,7 +562,7 @@ def accepts_trace_context(fn: F) -> F:
         @functools.wraps(fn)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
             carrier = _carrier_of(kwargs, declared)
-            if not carrier:
+            if _no_carrier(carrier):
                 return await fn(*args, **kwargs)
             with remote_trace_context(carrier):
                 return await fn(*args, **kwargs)
@@ -559,7 +573,7 @@ def accepts_trace_context(fn: F) -> F:
         @functools.wraps(fn)
         def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
             carrier = _carrier_of(kwargs, declared)
-            if not carrier:
+            if _no_carrier(carrier):
                 return fn(*args, **kwargs)
             with remote_trace_context(carrier):
                 return fn(*args, **kwargs)

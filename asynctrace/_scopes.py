@@ -107,17 +107,23 @@ def leave(field: str, token: Token[ScopeState], state: ScopeState) -> None:
     the state before it is put back by *token*, exactly. Exited out of order
     (scopes entered and exited by hand), only its own field goes back to what
     it was, so the scopes entered after it keep their values, as separate
-    context variables would.
+    context variables would. Exited in another context than the one it was
+    entered in (a copy of it, a generator resumed elsewhere), its field goes
+    back there only if it still holds this scope's value: one that context set
+    for itself is not this scope's to undo.
     """
-    if SCOPES.get() is state:
-        try:
-            SCOPES.reset(token)
+    current = SCOPES.get()
+    try:
+        SCOPES.reset(token)
+    except ValueError:  # a token of another context
+        if getattr(current, field) != getattr(state, field):
             return
-        except ValueError:  # a token of another context: restore the field instead
-            pass
+    else:
+        if current is state:  # the innermost: reset put back the state before it
+            return
     old = token.old_value
     value = getattr(old if isinstance(old, ScopeState) else _EMPTY, field)
-    SCOPES.set(SCOPES.get().replace(field, value))
+    SCOPES.set(current.replace(field, value))
 
 
 _FIELDS = ("bucket", "per_prompt", "iteration", "task_id", "session_id")
@@ -127,18 +133,24 @@ def leave_all(token: Token[ScopeState], state: ScopeState) -> None:
     """Undo an entry that installed *state* whole (a carrier's scopes, say).
 
     By token when it is the innermost; otherwise every field that the entry
-    changed goes back to what it was, and the rest stays as later entries left it.
+    changed goes back to what it was, and the rest stays as later entries left
+    it. In another context than its own, only the fields that still hold this
+    entry's values go back (as :func:`leave`).
     """
-    if SCOPES.get() is state:
-        try:
-            SCOPES.reset(token)
+    current = SCOPES.get()
+    foreign = False
+    try:
+        SCOPES.reset(token)
+    except ValueError:  # a token of another context
+        foreign = True
+    else:
+        if current is state:
             return
-        except ValueError:  # a token of another context: restore the fields instead
-            pass
     old = token.old_value
     before = old if isinstance(old, ScopeState) else _EMPTY
-    current = SCOPES.get()
     for name in _FIELDS:
+        if foreign and getattr(current, name) != getattr(state, name):
+            continue
         if getattr(state, name) != getattr(before, name):
             current = current.replace(name, getattr(before, name))
     SCOPES.set(current)

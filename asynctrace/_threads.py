@@ -166,7 +166,9 @@ class _ScopeSnapshot:
             with remote_trace_context(self.carrier):
                 return fn(*args, **kwargs)
 
-        return contextvars.copy_context().run(restored)
+        # A fresh context, not the worker's: a forked worker would otherwise keep the
+        # span (and scopes) of whoever first submitted to it.
+        return contextvars.Context().run(restored)
 
 
 def _run_in_snapshot(snapshot: _ScopeSnapshot, fn: Callable[..., R], *args: Any) -> R:

@@ -35,3 +35,16 @@ def traced_work(x: int, *, name: str = "pool.work") -> dict[str, Any]:
         "per_prompt": asynctrace.in_per_prompt_scope(),
         "span_bucket": dict(span.attributes or {}).get("rl.bucket"),
     }
+
+
+def what_is_current(x: int) -> dict[str, Any]:
+    """The span and scopes current in the worker when the call runs (no span of its own)."""
+    from opentelemetry import trace
+
+    context = trace.get_current_span().get_span_context()
+    return {
+        "x": x,
+        "trace_id": context.trace_id,
+        "iteration": asynctrace.current_iteration(),
+        "task_id": asynctrace.current_task_id(),
+    }

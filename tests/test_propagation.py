@@ -753,3 +753,36 @@ def test_a_remote_context_left_in_another_context_never_raises(
     there.run(again.__enter__)
     there.run(again.__exit__, None, None, None)
     assert there.run(current_trace_carrier) == {}
+
+
+def test_a_remote_trace_context_entered_twice_is_refused() -> None:
+    """One object holds one token: a second entry (nested, or from another task) would
+    overwrite it and leave the first entry's context attached for good; it raises."""
+    remote = remote_trace_context({"traceparent": f"00-{'1' * 32}-{'2' * 16}-01"})
+    with remote:
+        with pytest.raises(RuntimeError, match="already entered"):
+            with remote:
+                pass
+    assert trace.get_current_span().get_span_context().span_id == 0
+    with remote:  # exited: it may be entered again
+        assert trace.get_current_span().get_span_context().span_id == int("2" * 16, 16)
+
+
+def test_a_carrier_whose_truth_value_raises_is_no_carrier() -> None:
+    """A numpy array, or an object whose ``__len__`` raises, handed in as a carrier: no
+    carrier (nothing attached), never an exception into the caller."""
+    np = pytest.importorskip("numpy")
+
+    class Broken(dict):  # type: ignore[type-arg]
+        def __len__(self) -> int:
+            raise RuntimeError("boom")
+
+    for carrier in (np.array([1, 2]), Broken(traceparent=f"00-{'1' * 32}-{'2' * 16}-01")):
+        with remote_trace_context(carrier):  # type: ignore[arg-type]
+            pass
+
+    @accepts_trace_context
+    def work(x: int) -> int:
+        return x
+
+    assert work(3, trace_carrier=np.array([1, 2])) == 3

@@ -188,6 +188,31 @@ def test_a_scope_exited_in_another_context_restores_its_field_there(
     assert here == value  # exiting in the copy changed nothing here
 
 
+def test_a_scope_exited_where_that_context_set_its_own_leaves_that_one_alone() -> None:
+    """A generator holding ``iteration_scope(5)`` across a ``yield``, resumed (and closed)
+    in a context that has its own ``iteration_scope(8)``: that context still sees 8 after
+    the generator's scope ends there, and the generator's own context sees 5 no more."""
+
+    def steps() -> Any:
+        with at.iteration_scope(5):
+            yield at.current_iteration()
+            yield at.current_iteration()
+
+    generator = steps()
+    seen = [contextvars.copy_context().run(next, generator)]
+
+    def elsewhere() -> tuple[object, object]:
+        with at.iteration_scope(8):
+            value = next(generator)
+            generator.close()  # its scope exits here, by a token of another context
+            return value, at.current_iteration()
+
+    inside, after = contextvars.copy_context().run(elsewhere)
+    assert seen == [5]
+    assert inside == 8  # (the generator reads the context it runs in)
+    assert after == 8
+
+
 def test_a_session_scope_exited_in_another_context_restores_the_session_there() -> None:
     """The session scope's exit, by a token of another context."""
     inside, in_copy, here = contextvars.copy_context().run(

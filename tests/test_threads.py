@@ -283,6 +283,28 @@ def test_process_pool_gets_a_carrier(spans: CapturedSpans) -> None:
         sys.path.remove(str(HERE))
 
 
+def test_a_forked_pool_worker_runs_each_call_in_a_fresh_context(spans: CapturedSpans) -> None:
+    """A worker forked when the first call was submitted inherits that thread's context;
+    each call still runs in the caller's context alone: a later call made outside any
+    span and scope sees none, not the first caller's."""
+    sys.path.insert(0, str(HERE))
+    try:
+        import _pool_worker
+
+        ctx = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(1, mp_context=ctx) as raw:
+            pool = context_executor(raw)
+            with iteration_scope(1), umbrella_span("job", "step-1") as step:
+                first = pool.submit(_pool_worker.what_is_current, 1).result()
+            later = pool.submit(_pool_worker.what_is_current, 2).result()
+            mapped = list(pool.map(_pool_worker.what_is_current, [3]))
+        assert (first["trace_id"], first["iteration"]) == (step.get_span_context().trace_id, 1)
+        for result in [later, *mapped]:
+            assert (result["trace_id"], result["iteration"], result["task_id"]) == (0, None, None)
+    finally:
+        sys.path.remove(str(HERE))
+
+
 @pytest.mark.anyio
 async def test_to_thread_on_every_backend(spans: CapturedSpans) -> None:
     """to_thread carries span and scopes on asyncio, uvloop and trio."""
