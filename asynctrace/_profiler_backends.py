@@ -98,8 +98,10 @@ class PythonBackend(Backend):
         self.mark()
 
     def stop(self) -> None:
-        self.mark()
-        self._tracer.stop()
+        try:
+            self.mark()
+        finally:  # the tracer stops whatever the marker did: it would trace on for good
+            self._tracer.stop()
 
     def save(self) -> None:
         self._tracer.save(str(self.path), verbose=0)
@@ -131,8 +133,10 @@ class TorchBackend(Backend):
         self.mark()
 
     def stop(self) -> None:
-        self.mark()
-        self._profile.stop()
+        try:
+            self.mark()
+        finally:  # the profiler stops whatever the marker did: it would run on for good
+            self._profile.stop()
 
     def save(self) -> None:
         self._profile.export_chrome_trace(str(self.path))

@@ -22,6 +22,7 @@ marker events, see :mod:`asynctrace._profiler_backends`) under
 from __future__ import annotations
 
 import logging
+import numbers
 import os
 import threading
 import time
@@ -200,7 +201,9 @@ class Profiler:
             self._active = backend
             if request is not None:  # this capture answers the request
                 self._request.honoured, self._request.pending = request, None
-            step = iteration if isinstance(iteration, int) else "na"
+            step: int | str = "na"
+            if iteration.__class__ is not bool and isinstance(iteration, numbers.Integral):
+                step = int(iteration)  # numpy's integers too
             # A step profiled again (a second span of it that asks) gets a file of its
             # own: the same name would be overwritten, or torn by two saves at once.
             count = self._captures[step] = self._captures.get(step, 0) + 1
@@ -212,8 +215,9 @@ class Profiler:
         """Stop *backend*'s capture and save it in the background."""
         try:
             backend.stop()
-        except Exception as exc:
+        except Exception as exc:  # a capture that did not stop is not saved, half-written
             _warn_once(f"the {self.settings.backend} profiler did not stop cleanly", exc)
+            return
         finally:
             with self._lock:
                 self._active = None

@@ -676,7 +676,11 @@ def _managed(
         iteration = attributes.get(RL_ITERATION) if attributes else None
         if iteration is None:
             iteration = current
-        if iteration in profiler._steps or profiler._request.pending is not None:
+        try:
+            scheduled = iteration in profiler._steps
+        except TypeError:  # an rl.iteration no set holds (a list): no step of the schedule
+            scheduled = False
+        if scheduled or profiler._request.pending is not None:
             return ProfiledSpan(span, profiler, iteration)
     return span
 

@@ -29,7 +29,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation import _SPAN_KEY
 
-from ._backend import in_trio_task
+from ._backend import asyncio_loop, in_trio_task
 from ._errors import report_internal_error
 from ._fast import FastTracer
 from ._groups import LOOP_STALL
@@ -80,7 +80,7 @@ def notice_loop() -> None:
     loop = _get_running_loop()
     if loop is not _last:
         try:
-            _notice(loop)
+            _notice(asyncio_loop())  # None for a trio task, a guest of this loop included
         except Exception as exc:  # never raise into the program
             report_internal_error(("loop_stall", "notice"), exc)
 
@@ -343,6 +343,9 @@ class _Monitor:
                 if wake(True, self.half):
                     break
                 while self.seen < posted and not self.stopped:  # blocked past half the threshold
+                    if not loop.is_running():  # it stopped, the heartbeat still queued: what
+                        self._forget(posted)  # its thread runs now is not the loop's
+                        break
                     self._sample(posted)
                     if wake(True, self.period):
                         break
@@ -405,6 +408,12 @@ class _Monitor:
             if stall is None or stall.posted != posted:
                 stall = self.stall = _Stall(posted, self.since, task)
             stall.add(frames)
+
+    def _forget(self, posted: float) -> None:
+        """Drop the stall being sampled for the heartbeat *posted* (the loop stopped)."""
+        with self.lock:
+            if self.stall is not None and self.stall.posted == posted:
+                self.stall = None
 
     def _retire(self) -> None:
         """Stop and leave the registry (from either thread)."""

@@ -247,3 +247,61 @@ def test_a_sampled_out_root_records_nothing_but_carries_its_context() -> None:
         assert telemetry.memory_exporter.get_finished_spans() == ()
     finally:
         telemetry.shutdown()
+
+
+def test_threads_setting_attributes_on_one_span_past_its_limit_never_raise() -> None:
+    """Four threads set attributes on one span at its attribute limit at once (no lock on
+    that path): none raises (once a KeyError or "dictionary changed size"), the span keeps
+    at most the limit, and the writes past it are counted."""
+    from asynctrace import SpanLimits
+
+    tracer = FastTracerProvider(limits=SpanLimits(max_attributes=4)).get_tracer("threads")
+    span = tracer.start_span("shared")
+    errors: list[BaseException] = []
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+
+    def write(prefix: str) -> None:
+        try:
+            for i in range(3000):
+                span.set_attribute(f"{prefix}{i}", i)
+        except BaseException as exc:  # what the test looks for
+            errors.append(exc)
+
+    try:
+        writers = [threading.Thread(target=write, args=(p,)) for p in "abcd"]
+        for writer in writers:
+            writer.start()
+        for writer in writers:
+            writer.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []
+    assert len(span._attributes) <= 4  # type: ignore[attr-defined]
+    assert span._dropped > 0  # type: ignore[attr-defined]  # (racing counts may coalesce)
+
+
+def test_what_the_sdk_ignores_is_ignored_here_too() -> None:
+    """A key that is not a non-empty string is dropped and counted, and evicts no valid
+    attribute; ``add_link(None)``, a ``None`` link at start and ``get_tracer(None)`` raise
+    nothing; a time of 0 is kept, not taken for "now"."""
+    from opentelemetry.trace import Link
+
+    from asynctrace import SpanLimits
+
+    provider = FastTracerProvider(limits=SpanLimits(max_attributes=2))
+    tracer = provider.get_tracer(None)  # type: ignore[arg-type]
+    assert tracer.scope.name == ""
+    span = tracer.start_span("s", links=[None, Link(None)], start_time=0)  # type: ignore[list-item, arg-type]
+    span.set_attribute("a", 1)
+    span.set_attribute("b", 2)
+    span.set_attribute(5, 3)  # type: ignore[arg-type]
+    span.set_attribute("", 4)
+    span.add_link(None)  # type: ignore[arg-type]
+    span.add_event("e", timestamp=0)
+    span.end(end_time=0)
+    assert span._attributes == {"a": 1, "b": 2}  # type: ignore[attr-defined]
+    assert span._dropped == 2  # type: ignore[attr-defined]
+    assert span._start == 0  # type: ignore[attr-defined]
+    assert span._events[0].timestamp == 0  # type: ignore[attr-defined]
+    assert getattr(span, "_links", None) in (None, [])

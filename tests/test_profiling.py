@@ -253,3 +253,55 @@ def test_the_torch_backend_puts_operators_on_the_timeline(tmp_path: Path) -> Non
     assert any(e["name"] == "aten::mm" for e in ops), sorted({e["name"] for e in ops})[:20]
     for op in ops:
         assert span["ts"] - slack <= op["ts"] <= span["ts"] + span["dur"] + slack
+
+
+def test_an_odd_iteration_never_stops_the_step(tmp_path: Path) -> None:
+    """A span that asks with an ``rl.iteration`` no set holds (a list, a valid attribute
+    value) runs unprofiled instead of raising into the program; a numpy integer is the
+    step it stands for, in the capture's file name too."""
+    np = pytest.importorskip("numpy")
+    telemetry = configure(tmp_path, {"steps": [2]})
+    with at.managed_span(
+        "policy_update", "listed", attributes={"rl.iteration": [2]}, profile=True
+    ):
+        busy(100)
+    with at.managed_span(
+        "policy_update", "numpy", attributes={"rl.iteration": np.int64(2)}, profile=True
+    ):
+        busy(1000)
+    assert telemetry.shutdown()
+    assert captures(tmp_path) == ["profile-r0-step2.python.json"]
+
+
+def test_a_backend_that_fails_to_stop_is_stopped_and_not_saved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backend's end marker raising: the tracer is stopped all the same (it traced
+    everything after, for good), the capture is not saved half-made, the step runs."""
+    from asynctrace import _errors
+    from asynctrace._profiler_backends import PythonBackend
+
+    stopped: list[bool] = []
+    real_stop = PythonBackend.stop
+
+    def failing_mark(self: Any) -> None:
+        raise RuntimeError("marker failed")
+
+    def recording_stop(self: Any) -> None:
+        monkeypatch.setattr(PythonBackend, "mark", failing_mark)
+        try:
+            real_stop(self)
+        finally:
+            stopped.append(not self._tracer.enable)
+
+    monkeypatch.setattr(PythonBackend, "stop", recording_stop)
+    strict = _errors.set_strict(False)
+    try:
+        telemetry = configure(tmp_path, {"steps": [2]})
+        with at.iteration_scope(2), at.umbrella_span("step", "rl.step", profile=True):
+            busy(1000)
+        assert telemetry.shutdown()
+    finally:
+        _errors.set_strict(strict)
+    assert stopped == [True]
+    assert captures(tmp_path) == []

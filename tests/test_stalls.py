@@ -602,6 +602,64 @@ def test_trio_says_so_once_and_stays_off(caplog: pytest.LogCaptureFixture) -> No
     assert _stalls_in(captured.spans) == []
 
 
+def test_a_trio_guest_run_is_not_watched_either(caplog: pytest.LogCaptureFixture) -> None:
+    """trio running as a guest of an asyncio loop: its tasks' umbrella spans watch nothing
+    (the running asyncio loop is the host's, whose thread runs trio's code): no stall span
+    for a block in the trio task, and one line saying trio is not watched."""
+    trio = pytest.importorskip("trio")
+    _stalls._said.discard("trio")
+    _stalls._last = _stalls._UNSET
+
+    async def trio_main() -> None:
+        async with at.umbrella_span("step", "train.step"):
+            await trio.sleep(0.01)
+            time.sleep(0.2)
+            await trio.sleep(0.01)
+
+    async def host() -> None:
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        trio.lowlevel.start_guest_run(
+            trio_main,
+            run_sync_soon_threadsafe=loop.call_soon_threadsafe,
+            done_callback=lambda outcome: done.set_result(outcome),
+        )
+        (await done).unwrap()
+
+    with caplog.at_level(logging.WARNING, "asynctrace"), capture_spans("per_step") as captured:
+        asyncio.run(host())
+    assert len(captured.by_name("train.step")) == 1
+    assert _stalls_in(captured.spans) == []
+    assert any("trio is not watched" in r.getMessage() for r in caplog.records)
+
+
+def test_a_loop_stopped_with_its_heartbeat_queued_records_no_stall() -> None:
+    """A callback stops the loop and blocks; the program then runs plain code for a while
+    before it runs the loop again: the loop was stopped, not blocked (the heartbeat the
+    watchdog posted waits in its queue), so no stall is recorded."""
+    loop = asyncio.new_event_loop()
+    try:
+        with capture_spans("per_step") as captured:
+
+            async def arm() -> None:
+                async with at.umbrella_span("step", "rl.step"):
+                    await asyncio.sleep(0.05)
+
+            loop.run_until_complete(arm())
+
+            def stop_then_block() -> None:
+                loop.stop()
+                time.sleep(0.1)
+
+            loop.call_soon(stop_then_block)
+            loop.run_forever()
+            time.sleep(0.6)  # the program's own code, the loop not running
+            loop.run_until_complete(asyncio.sleep(0))
+        assert _stalls_in(captured.spans) == []
+    finally:
+        loop.close()
+
+
 def test_an_umbrella_decorator_arms_the_monitor_too() -> None:
     """A step written as @umbrella_trace_fn starts the monitor like umbrella_span does."""
 

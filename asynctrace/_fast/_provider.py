@@ -11,6 +11,7 @@ happens on the queue's thread.
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import threading
 import time
@@ -32,6 +33,8 @@ from ._ids import IDS, IdGenerator
 from ._limits import SpanLimits
 from ._sampling import Sampling
 from ._span import SPAN_TYPES, FastSpan, _copy_attributes
+
+logger = logging.getLogger("asynctrace")
 
 try:  # the API's decorator-and-context-manager helper (1.24+)
     from opentelemetry.util._decorator import _agnosticcontextmanager as _cm_factory
@@ -249,7 +252,7 @@ class FastTracer(trace.Tracer):
         span._parent_remote = remote
         span._kind = kind
         span._attributes = attributes
-        span._start = start_time or _time_ns()
+        span._start = _time_ns() if start_time is None else start_time
         if provider._wants_owner:  # the chrome exporter's track: task, else thread
             loop = _get_running_loop()
             if loop is not None:
@@ -264,7 +267,8 @@ class FastTracer(trace.Tracer):
         span._end = span._events = span._status = span._context = None  # the rest: on demand
         if links:
             for link in links:
-                span.add_link(link.context, link.attributes)
+                if link is not None:  # (the SDK skips None)
+                    span.add_link(link.context, link.attributes)
         provider._open[span_id] = span
         return span
 
@@ -304,13 +308,14 @@ class FastTracer(trace.Tracer):
             remote,
             kind,
             kept,
-            start_time or _time_ns(),
+            _time_ns() if start_time is None else start_time,
             _owner() if self._provider._wants_owner else None,
         )
         span._dropped = dropped
         if links:
             for link in links:
-                span.add_link(link.context, link.attributes)
+                if link is not None:  # (the SDK skips None)
+                    span.add_link(link.context, link.attributes)
         self._provider._open[span_id] = span
         return span
 
@@ -403,7 +408,13 @@ class FastTracerProvider(trace.TracerProvider):
         schema_url: str | None = None,
         attributes: types.Attributes = None,
     ) -> FastTracer:
-        """A tracer for the instrumentation scope *instrumenting_module_name*."""
+        """A tracer for the instrumentation scope *instrumenting_module_name*.
+
+        No name (``None`` or empty) is logged and taken as ``""``, as the SDK does.
+        """
+        if not instrumenting_module_name or not isinstance(instrumenting_module_name, str):
+            logger.error("get_tracer called with missing module name.")
+            instrumenting_module_name = ""
         return FastTracer(
             self,
             Scope(

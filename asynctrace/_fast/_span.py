@@ -107,6 +107,20 @@ def _copy_attributes(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
     return copied
 
 
+def _evict_past(span: FastSpan, attributes: dict[str, Any], keep: int) -> None:
+    """Evict the oldest attributes until *keep* are left, counting them as dropped.
+
+    Another thread may change *attributes* meanwhile: what it removed first is
+    simply gone.
+    """
+    while len(attributes) > keep:
+        try:
+            attributes.pop(next(iter(attributes)), None)
+        except (RuntimeError, StopIteration):  # changed while read: look again
+            continue
+        span._dropped = getattr(span, "_dropped", 0) + 1
+
+
 class FastSpan(trace.Span):
     """A recording span of :class:`asynctrace.FastTracerProvider`.
 
@@ -209,26 +223,36 @@ class FastSpan(trace.Span):
     # -- setters -----------------------------------------------------------------
 
     def set_attribute(self, key: str, value: types.AttributeValue) -> None:
-        """Set one attribute; the oldest is evicted past ``max_attributes``."""
+        """Set one attribute; the oldest is evicted past ``max_attributes``.
+
+        A key that is not a non-empty string is dropped and counted, as the SDK
+        drops it, and evicts nothing. Several threads may set attributes on one
+        span at once, without a lock: none of them raises, and once they are
+        done the span holds at most ``max_attributes`` (each evicts after its
+        write what went past the limit meanwhile).
+        """
         if self._end is not None:
             return
+        if (key.__class__ is not str and not isinstance(key, str)) or not key:
+            self._dropped = getattr(self, "_dropped", 0) + 1
+            return
         attributes = self._attributes
+        limit = self._tracer._limits.max_attributes
         if key in attributes:
-            del attributes[key]  # as the SDK does: a key set again moves to the end
-        else:
-            limit = self._tracer._limits.max_attributes
-            if limit is not None and len(attributes) >= limit:
-                if not limit:
-                    self._dropped = getattr(self, "_dropped", 0) + 1
-                    return
-                del attributes[next(iter(attributes))]
+            attributes.pop(key, None)  # as the SDK does: a key set again moves to the end
+        elif limit is not None and len(attributes) >= limit:
+            if not limit:
                 self._dropped = getattr(self, "_dropped", 0) + 1
+                return
+            _evict_past(self, attributes, limit - 1)
         cls = value.__class__
         if cls is _LIST:
             value = tuple(value)  # type: ignore[arg-type]
         if (cls is float or cls is _LIST or cls is tuple) and not NONFINITE[0]:
             note_floats((value,))
         attributes[key] = value
+        if limit is not None and len(attributes) > limit:  # another thread wrote meanwhile
+            _evict_past(self, attributes, limit)
 
     def set_attributes(self, attributes: Mapping[str, types.AttributeValue]) -> None:
         """Set several attributes (see :meth:`set_attribute`)."""
@@ -270,7 +294,11 @@ class FastSpan(trace.Span):
         """Record an event; the oldest is evicted past ``max_events``."""
         if self._end is not None:
             return
-        self._add(SpanEvent(name, _copy_attributes(attributes), timestamp or _time_ns()))
+        self._add(
+            SpanEvent(
+                name, _copy_attributes(attributes), _time_ns() if timestamp is None else timestamp
+            )
+        )
 
     def _add(self, event: SpanEvent) -> None:
         events = self._events
@@ -286,7 +314,7 @@ class FastSpan(trace.Span):
 
     def add_link(self, context: SpanContext, attributes: types.Attributes = None) -> None:
         """Link to another span's context (ignored when invalid and without attributes)."""
-        if self._end is not None:
+        if self._end is not None or context is None:  # (no context: the SDK ignores it)
             return
         if not context.is_valid and not attributes and not context.trace_state:
             return  # the SDK's rule: kept if valid, or for its attributes or trace state
@@ -360,7 +388,15 @@ class FastSpan(trace.Span):
         if attributes:
             attrs.update(_copy_attributes(attributes))
         captured = _captured(exception)
-        self._add(SpanEvent("exception", attrs, timestamp or _time_ns(), captured, secrets))
+        self._add(
+            SpanEvent(
+                "exception",
+                attrs,
+                _time_ns() if timestamp is None else timestamp,
+                captured,
+                secrets,
+            )
+        )
 
     # -- end ---------------------------------------------------------------------
 
