@@ -19,6 +19,7 @@ import gzip
 import json
 import os
 import re
+import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -270,8 +271,20 @@ def iter_file(
 
 
 _IDS = (int, str)
-_NUMBERS = (int, float)
 _MAX_US = 1e18  # about 31,700 years of microseconds: any real timestamp or duration
+
+
+def real_number(value: object, bound: float = sys.float_info.max) -> bool:
+    """Whether *value* is an int or float (not a bool) within ``±bound``: not NaN, not an
+    infinity, not an int no float holds (``float()`` of it would raise).
+
+    Example:
+        >>> real_number(3), real_number(float("nan")), real_number(10**400), real_number(True)
+        (True, False, False, False)
+    """
+    if value.__class__ is bool or not isinstance(value, (int, float)):
+        return False
+    return -bound <= value <= bound
 
 
 def event_ok(event: dict[str, Any]) -> bool:
@@ -297,13 +310,13 @@ def event_ok(event: dict[str, Any]) -> bool:
     name = event.get("name")
     if name is not None and name.__class__ is not str:
         return False
-    for key, kinds in (("pid", _IDS), ("tid", _IDS), ("ts", _NUMBERS), ("dur", _NUMBERS)):
+    for key in ("pid", "tid"):
         value = event.get(key)
-        if value is not None and (value.__class__ is bool or not isinstance(value, kinds)):
+        if value is not None and (value.__class__ is bool or not isinstance(value, _IDS)):
             return False
     for key in ("ts", "dur"):  # a time no float holds, NaN or an infinity: not a time
         value = event.get(key)
-        if value is not None and not -_MAX_US <= value <= _MAX_US:
+        if value is not None and not real_number(value, _MAX_US):
             return False
     return True
 

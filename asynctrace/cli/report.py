@@ -30,6 +30,7 @@ from ._reader import (
     expand_inputs,
     file_size,
     iter_file,
+    real_number,
     sniff_kind,
 )
 from .goodput import Collected, add_step_options, collect, to_json
@@ -324,11 +325,7 @@ def _sessions(paths: list[Path], stats: ReadStats, progress: bool) -> Sessions:
 
 def _seconds(value: object) -> float | None:
     """*value* as a time in seconds, if it is a finite number a float holds."""
-    if value.__class__ is bool or not isinstance(value, (int, float)):
-        return None
-    if not -_MAX_S <= value <= _MAX_S:  # NaN, an infinity, an int no float holds
-        return None
-    return float(value)
+    return float(value) if real_number(value, _MAX_S) else None  # type: ignore[arg-type]
 
 
 _MAX_S = 1e12  # about 31,700 years: any real timestamp

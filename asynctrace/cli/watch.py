@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import time
 from collections import Counter, deque
 from collections.abc import Iterable
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ._common import CliError, HelpFormatter
+from ._reader import real_number
 
 __all__ = ["Follower", "State", "add_parser", "run"]
 
@@ -125,28 +125,21 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON holds")
 
 
-def _number(value: object) -> bool:
-    """A finite number a float holds (NaN, infinities and ints past a float's range are not)."""
-    if value.__class__ is bool or not isinstance(value, (int, float)):
-        return False
-    return -sys.float_info.max <= value <= sys.float_info.max
-
-
 def _step_ok(line: dict[str, Any]) -> bool:
     """Whether a step line's fields have the types the view reads: the times and the
     goodput numbers, ``spans`` names to numbers (a line of another shape is skipped)."""
     for key, value in line.items():
         timed = key.endswith("_s") or key in ("goodput", "time")
-        if timed and value is not None and not _number(value):
+        if timed and value is not None and not real_number(value):
             return False
     spans = line.get("spans")
-    return spans is None or (isinstance(spans, dict) and all(map(_number, spans.values())))
+    return spans is None or (isinstance(spans, dict) and all(map(real_number, spans.values())))
 
 
 def _time_ok(line: dict[str, Any]) -> bool:
     """A line's ``time``, when it has one, is a number the view can compare."""
     value = line.get("time")
-    return value is None or _number(value)
+    return value is None or real_number(value)
 
 
 def _exporters_ok(value: object) -> bool:
@@ -217,7 +210,7 @@ class State:
         for line in lines:
             self.statuses[str(line.get("status"))] += 1
             for key, value in line.items():
-                if key.endswith("_s") and _number(value):
+                if key.endswith("_s") and real_number(value):
                     self.phases.setdefault(key, deque(maxlen=10_000)).append(float(value))
 
 

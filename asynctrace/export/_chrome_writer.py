@@ -160,7 +160,7 @@ class ChromeWriter:
         last_tid = 0
         ident = self._ident
         rank = ident["rank"]
-        role = tuple(ident.items())[1:]  # the role, when there is one
+        role = (("role", ident["role"]),) if "role" in ident else ()  # (for _add_missing)
         last_cls: type | None = None  # the last fast-provider span's class
         for item in batch:
             # A span, inline (this loop runs once per span). Ids are hex-encoded
