@@ -1,9 +1,17 @@
-"""A mixin giving a sync context manager its ``async with`` form."""
+"""Context-manager helpers: a sync context manager's ``async with`` form, and
+OpenTelemetry's context manager that is also a decorator."""
 
 from __future__ import annotations
 
 from types import TracebackType
 from typing import Generic, TypeVar
+
+try:  # the API's decorator-and-context-manager helper (opentelemetry-api 1.24+)
+    from opentelemetry.util._decorator import _agnosticcontextmanager as otel_contextmanager
+except ImportError:  # pragma: no cover - older opentelemetry-api
+    from contextlib import contextmanager as otel_contextmanager  # type: ignore[assignment]
+
+__all__ = ["SyncAndAsync", "otel_contextmanager"]
 
 T = TypeVar("T")
 

@@ -7,16 +7,23 @@ switching provider whose tracers forward each call to the provider of the
 current :func:`asynctrace.configure` (or to a no-op tracer when telemetry is
 off). If the application already installed its own global provider,
 asynctrace leaves it alone.
+
+A tracer's ``start_as_current_span`` picks the provider when its block is
+entered, not when it is called: ``@tracer.start_as_current_span("x")``
+decorates a function once, at import, and each call of that function enters
+the block anew, so it follows a reconfiguration made between the two.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.util.types import Attributes
 
+from ._cm import otel_contextmanager
 from ._forksafe import reinit_at_fork
 
 __all__ = ["SwitchingTracerProvider", "claim", "release"]
@@ -95,8 +102,11 @@ class _SwitchingTracer(trace.Tracer):
     def start_span(self, *args: Any, **kwargs: Any) -> trace.Span:
         return self._current().start_span(*args, **kwargs)
 
-    def start_as_current_span(self, *args: Any, **kwargs: Any) -> Any:
-        return self._current().start_as_current_span(*args, **kwargs)
+    @otel_contextmanager
+    def start_as_current_span(self, *args: Any, **kwargs: Any) -> Iterator[trace.Span]:
+        # The current provider's, chosen at entry: as a decorator, at each call.
+        with self._current().start_as_current_span(*args, **kwargs) as span:
+            yield span
 
 
 _SWITCH = SwitchingTracerProvider()

@@ -281,6 +281,32 @@ print(json.dumps({"first": names(first), "second": names(second),
                   "owns": [first.owns_global_provider, second.owns_global_provider]}))
 """
 
+_DECORATOR_SCRIPT = """
+import asyncio, json
+from opentelemetry import trace
+from asynctrace._runtime import configure
+
+first = configure({"enabled": True, "exporters": ["memory"]})
+tracer = trace.get_tracer("thirdparty")  # made under the first configuration
+
+@tracer.start_as_current_span("sync")
+def work():
+    return trace.get_current_span().get_span_context().is_valid
+
+@tracer.start_as_current_span("async")
+async def awork():
+    await asyncio.sleep(0)
+    return trace.get_current_span().get_span_context().is_valid
+
+calls = [work(), asyncio.run(awork())]
+second = configure({"enabled": True, "exporters": ["memory"]})
+calls += [work(), asyncio.run(awork())]
+second.shutdown()
+calls += [work(), asyncio.run(awork())]
+names = lambda t: sorted(s.name for s in t.memory_exporter.get_finished_spans())
+print(json.dumps({"first": names(first), "second": names(second), "calls": calls}))
+"""
+
 _OWN_GLOBAL_SCRIPT = """
 import json
 from opentelemetry import trace
@@ -306,6 +332,17 @@ def test_global_provider_follows_reconfiguration() -> None:
     """Third-party tracers join the current pipeline, follow reconfiguration, stop at shutdown."""
     result = _run_python(_GLOBAL_SCRIPT)
     assert result == {"first": ["one"], "second": ["two", "three"], "owns": [True, True]}
+
+
+def test_a_global_tracers_decorator_follows_reconfiguration() -> None:
+    """``@tracer.start_as_current_span`` made under one configuration records into the
+    configuration of each call: the next one after a reconfigure, none after shutdown."""
+    result = _run_python(_DECORATOR_SCRIPT)
+    assert result == {
+        "first": ["async", "sync"],
+        "second": ["async", "sync"],
+        "calls": [True, True, True, True, False, False],
+    }
 
 
 def test_an_application_global_provider_is_left_alone() -> None:

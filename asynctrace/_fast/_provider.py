@@ -26,6 +26,7 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, T
 from opentelemetry.trace.propagation import _SPAN_KEY
 from opentelemetry.util import types
 
+from .._cm import otel_contextmanager
 from .._forksafe import reinit_at_fork
 from .._redact import redact_url_attributes
 from ._foreign import ForeignSpan, is_own_scope
@@ -36,10 +37,6 @@ from ._span import SPAN_TYPES, FastSpan, _copy_attributes
 
 logger = logging.getLogger("asynctrace")
 
-try:  # the API's decorator-and-context-manager helper (1.24+)
-    from opentelemetry.util._decorator import _agnosticcontextmanager as _cm_factory
-except ImportError:  # pragma: no cover - older opentelemetry-api
-    from contextlib import contextmanager as _cm_factory  # type: ignore[assignment]
 
 __all__ = ["FastTracer", "FastTracerProvider", "Scope"]
 
@@ -319,7 +316,7 @@ class FastTracer(trace.Tracer):
         self._provider._open[span_id] = span
         return span
 
-    @_cm_factory
+    @otel_contextmanager
     def start_as_current_span(
         self,
         name: str,
