@@ -51,7 +51,28 @@ class MissingExtraError(ImportError):
 _reported: set[Hashable] = set()
 _reported_lock = threading.Lock()
 reinit_at_fork(_reported_lock)  # a lock held at fork() is made new in the child
-_strict = os.environ.get("ASYNCTRACE_STRICT", "").strip().lower() in ("1", "true", "yes", "on")
+_STRICT_ON = ("1", "true", "yes", "on")
+_STRICT_OFF = ("", "0", "false", "no", "off")
+
+
+def _strict_from_env() -> bool:
+    """``ASYNCTRACE_STRICT``: on, off, or (anything else) off with a warning naming it."""
+    raw = os.environ.get("ASYNCTRACE_STRICT", "")
+    value = raw.strip().lower()
+    if value in _STRICT_ON:
+        return True
+    if value not in _STRICT_OFF:
+        logger.warning(
+            "asynctrace: ASYNCTRACE_STRICT=%r is not understood; strict mode stays off "
+            "(accepted: %s to turn it on, %s or empty to leave it off)",
+            raw,
+            ", ".join(_STRICT_ON),
+            ", ".join(_STRICT_OFF[1:]),
+        )
+    return False
+
+
+_strict = _strict_from_env()
 
 
 def set_strict(value: bool) -> bool:

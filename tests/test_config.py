@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -383,3 +385,22 @@ def test_an_output_dir_that_cannot_be_a_path_is_a_configuration_error(
     with pytest.raises(ConfigurationError) as caught:
         configure({"enabled": False, "output_dir": raw, "session_tracer": {"enabled": True}})
     assert "output_dir" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("value", "strict", "warned"),
+    [("1", True, False), (" On ", True, False), ("YES", True, False), ("off", False, False),
+     ("0", False, False), ("", False, False), ("2", False, True), ("enabled", False, True)],
+)  # fmt: skip
+def test_asynctrace_strict_values(value: str, strict: bool, warned: bool) -> None:
+    """``ASYNCTRACE_STRICT`` turns strict mode on for 1/true/yes/on only; a value that is
+    neither on nor off leaves it off and says so, naming the value."""
+    env = {**os.environ, "ASYNCTRACE_STRICT": value}
+    done = subprocess.run(
+        [sys.executable, "-c", "import asynctrace._errors as e; print(e.is_strict())"],
+        env=env, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert done.stdout.strip() == str(strict)
+    assert ("ASYNCTRACE_STRICT=" in done.stderr) is warned, done.stderr
+    if warned:
+        assert repr(value) in done.stderr and "strict mode stays off" in done.stderr
