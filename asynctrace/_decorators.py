@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
+import types
 from collections.abc import Callable, Generator
 from keyword import iskeyword
 from typing import Any, TypeVar, cast
 
+from . import _scopes
 from ._errors import ConfigurationError
 from ._groups import PER_PROMPT as PER_PROMPT_GROUP
-from ._scopes import SCOPES
 from ._spans import (
     LEAF,
     UMBRELLA,
     Attributes,
     attach,
+    attach_context,
+    current_context,
     detach,
     finish,
     managed_span,
@@ -23,6 +27,11 @@ from ._spans import (
     umbrella_span,
 )
 from ._state import GATE
+
+# What the wrappers use lives in modules, read through them (``_scopes.SCOPES``,
+# not a ContextVar of their own): a traced function pickled by value (cloudpickle:
+# Ray, loky, Dask) then carries references to them, which pickle, and not the
+# ContextVar, which does not.
 
 __all__ = ["trace_fn", "umbrella_trace_fn"]
 
@@ -48,23 +57,42 @@ def _profiled(
             "function; accepted: a function or a coroutine function (profile the loop that "
             "consumes it)"
         )
-    span_name = name or getattr(fn, "__qualname__", None) or repr(fn)
-    attrs = dict(attributes) if attributes else None
-    if inspect.iscoroutinefunction(fn):
+    is_async = inspect.iscoroutinefunction(fn)
+    p = _PREFIX
 
-        @functools.wraps(fn)
-        async def profiled_coroutine(*args: Any, **kwargs: Any) -> Any:
-            with open_span(group, span_name, attributes=attrs, profile=True):
-                return await fn(*args, **kwargs)
+    def source(params: str, call: str) -> str:
+        return (
+            f"{'async ' if is_async else ''}def {p}wrapper({params}):\n"
+            f"    with {p}open({p}group, {p}name, attributes={p}attrs, profile=True):\n"
+            f"        return {'await ' if is_async else ''}{p}fn({call})\n"
+        )
 
-        return cast("F", profiled_coroutine)
+    names = {
+        "fn": fn,
+        "open": open_span,
+        "group": group,
+        "name": name or _default_name(fn),
+        "attrs": dict(attributes) if attributes else None,
+    }
+    return _compile_wrapper(fn, source, names)
 
-    @functools.wraps(fn)
-    def profiled_call(*args: Any, **kwargs: Any) -> Any:
-        with open_span(group, span_name, attributes=attrs, profile=True):
-            return fn(*args, **kwargs)
 
-    return cast("F", profiled_call)
+def _default_name(fn: Callable[..., Any]) -> str:
+    """The function's qualified name; never its ``repr``, which can hold a partial's
+    arguments (a token among them) or an address that differs per object."""
+    target: Any = fn
+    while isinstance(target, functools.partial):
+        target = target.func
+    name = getattr(target, "__qualname__", None)
+    return name if isinstance(name, str) and name else type(target).__qualname__
+
+
+def _check_callable(fn: object, where: str) -> None:
+    if not callable(fn):
+        raise ConfigurationError(
+            f"{where}: expected a function, a method or another callable to decorate, "
+            f"got a {type(fn).__name__}"
+        )
 
 
 def _check_group(group: object, where: str) -> str:
@@ -74,7 +102,7 @@ def _check_group(group: object, where: str) -> str:
 
 
 def _decorate(fn: F, group: str, name: str | None, shape: int, attributes: Attributes | None) -> F:
-    span_name = name or getattr(fn, "__qualname__", None) or repr(fn)
+    span_name = name or _default_name(fn)
     attrs = dict(attributes) if attributes else None
 
     if inspect.iscoroutinefunction(fn):
@@ -105,7 +133,7 @@ def _decorate(fn: F, group: str, name: str | None, shape: int, attributes: Attri
             enabled = GATE.enabled
             if (
                 not enabled
-                or (PER_PROMPT_GROUP if SCOPES.get().per_prompt else group) not in enabled
+                or (PER_PROMPT_GROUP if _scopes.SCOPES.get().per_prompt else group) not in enabled
             ):
                 return (yield from gen)
             span = start(span_name, group, shape, attrs, None)
@@ -113,7 +141,10 @@ def _decorate(fn: F, group: str, name: str | None, shape: int, attributes: Attri
                 return (yield from gen)
             return (yield from _traced_sync(gen, span))
 
-        return _generator_wrapper(fn, run_generator)
+        wrapper = _generator_wrapper(fn, run_generator)
+        if fn.__code__.co_flags & inspect.CO_ITERABLE_COROUTINE:  # @types.coroutine: awaited
+            return cast("F", types.coroutine(wrapper))
+        return wrapper
 
     def traced_call(*args: Any, **kwargs: Any) -> Any:
         span = start(span_name, group, shape, attrs, None)
@@ -203,10 +234,14 @@ def _compile_wrapper(fn: F, source: Callable[[str, str], str], names: dict[str, 
         params, call, defaults = forwarding
     namespace = {f"{_PREFIX}{key}": value for key, value in names.items()}
     namespace.update(defaults)
-    filename = f"<asynctrace wrapper of {getattr(fn, '__qualname__', fn)!r}>"
+    qualname = _default_name(fn)
+    filename = f"<asynctrace wrapper of {qualname!r}>"
     exec(compile(source(params, call), filename, "exec"), namespace)
     wrapper = namespace[f"{_PREFIX}wrapper"]
     functools.update_wrapper(wrapper, fn)
+    if not isinstance(getattr(fn, "__name__", None), str):  # a partial, a callable object
+        wrapper.__name__ = qualname.rpartition(".")[2]
+        wrapper.__qualname__ = qualname
     return cast("F", wrapper)
 
 
@@ -219,12 +254,13 @@ def _gated_wrapper(fn: F, group: str, traced: Callable[..., Any], *, is_async: b
         return (
             f"{'async ' if is_async else ''}def {p}wrapper({params}):\n"
             f"    {p}on = {p}gate.enabled\n"
-            f"    if not {p}on or ({p}ppg if {p}pp.get().per_prompt else {p}group) not in {p}on:\n"
+            f"    if not {p}on or ({p}ppg if {p}scopes.SCOPES.get().per_prompt else {p}group)"
+            f" not in {p}on:\n"
             f"        return {awaiting}{p}fn({call})\n"
             f"    return {awaiting}{p}traced({call})\n"
         )
 
-    names = {"gate": GATE, "ppg": PER_PROMPT_GROUP, "pp": SCOPES, "group": group}
+    names = {"gate": GATE, "ppg": PER_PROMPT_GROUP, "scopes": _scopes, "group": group}
     return _compile_wrapper(fn, source, {**names, "fn": fn, "traced": traced})
 
 
@@ -252,31 +288,51 @@ def _generator_wrapper(
 # names, so a parameter (``type``, say) can shadow none of them.
 _ASYNCGEN_BODY = """\
     _at_agen = _at_fn({call})
+    # The first asend made with the event loop's hooks off: the loop then knows
+    # only this wrapper, whose closing closes *fn*'s generator, and never closes
+    # that generator itself, concurrently (as it would at shutdown_asyncgens).
+    _at_hooks = _at_get_hooks()
+    _at_set_hooks(None, None)
+    try:
+        _at_next = _at_agen.asend(None)
+    finally:
+        _at_set_hooks(*_at_hooks)
     _at_on = _at_gate.enabled
     _at_span = None
-    if _at_on and (_at_ppg if _at_pp.get().per_prompt else _at_group) in _at_on:
+    if _at_on and (_at_ppg if _at_scopes.SCOPES.get().per_prompt else _at_group) in _at_on:
         _at_span = _at_start(_at_name, _at_group, _at_shape, _at_attrs, None)
+    _at_body = None
     _at_send = None
     _at_throw = None
     try:
         while True:
             # The span is current only while the body runs; no token is held
-            # across the yield below.
-            _at_token = _at_attach(_at_span) if _at_span is not None else None
+            # across the yield below. The body's own context (a span it opened
+            # across a yield) is kept from one resume to the next.
+            _at_token = None
+            if _at_span is not None:
+                _at_token = _at_attach(_at_span) if _at_body is None else _at_resume(_at_body)
             try:
                 if _at_throw is not None:
                     _at_exc, _at_throw = _at_throw, None
                     _at_item = await _at_agen.athrow(_at_exc)
+                elif _at_next is not None:
+                    _at_item = await _at_next
+                    _at_next = None
                 else:
                     _at_item = await _at_agen.asend(_at_send)
             except _at_StopAsyncIteration:
                 break
             finally:
-                _at_detach(_at_token)
+                if _at_token is not None:
+                    _at_body = _at_current()
+                    _at_detach(_at_token)
             try:
                 _at_send = yield _at_item
             except _at_GeneratorExit:
-                _at_token = _at_attach(_at_span) if _at_span is not None else None
+                _at_token = None
+                if _at_span is not None:
+                    _at_token = _at_attach(_at_span) if _at_body is None else _at_resume(_at_body)
                 try:
                     await _at_agen.aclose()
                 finally:
@@ -311,15 +367,19 @@ def _asyncgen_wrapper(
         "fn": fn,
         "gate": GATE,
         "ppg": PER_PROMPT_GROUP,
-        "pp": SCOPES,
+        "scopes": _scopes,
         "group": group,
         "name": span_name,
         "shape": shape,
         "attrs": attrs,
         "start": start,
         "attach": attach,
+        "resume": attach_context,
+        "current": current_context,
         "detach": detach,
         "finish": finish,
+        "get_hooks": sys.get_asyncgen_hooks,
+        "set_hooks": sys.set_asyncgen_hooks,
         "type": type,
         "BaseException": BaseException,
         "GeneratorExit": GeneratorExit,
@@ -333,12 +393,15 @@ def _traced_sync(gen: Generator[Any, Any, Any], span: Any) -> Generator[Any, Any
 
     The context is attached around each resume and detached before the value
     is handed to the consumer, so no token is ever held across a ``yield``.
+    What the body made current itself (a span it opened across a ``yield``)
+    is current again when it resumes, as in a generator without the decorator.
     """
     send_value: Any = None
     throw: BaseException | None = None
+    body: Any = None  # the body's context when it last yielded
     try:
         while True:
-            token = attach(span)
+            token = attach(span) if body is None else attach_context(body)
             try:
                 if throw is not None:
                     exc, throw = throw, None
@@ -346,11 +409,13 @@ def _traced_sync(gen: Generator[Any, Any, Any], span: Any) -> Generator[Any, Any
                 else:
                     item = gen.send(send_value)
             finally:
+                if token is not None:
+                    body = current_context()
                 detach(token)
             try:
                 send_value = yield item
             except GeneratorExit:
-                token = attach(span)
+                token = attach(span) if body is None else attach_context(body)
                 try:
                     gen.close()
                 finally:
@@ -391,6 +456,9 @@ def trace_fn(
     checked = _check_group(group, "trace_fn")
 
     def decorator(fn: F) -> F:
+        if isinstance(fn, (staticmethod, classmethod)):  # the function inside, wrapped again
+            return cast("F", type(fn)(decorator(fn.__func__)))
+        _check_callable(fn, "trace_fn")
         if profile:
             return _profiled(fn, checked, name, attributes, managed_span, "trace_fn")
         return _decorate(fn, checked, name, LEAF, attributes)
@@ -414,6 +482,9 @@ def umbrella_trace_fn(
     checked = _check_group(group, "umbrella_trace_fn")
 
     def decorator(fn: F) -> F:
+        if isinstance(fn, (staticmethod, classmethod)):  # the function inside, wrapped again
+            return cast("F", type(fn)(decorator(fn.__func__)))
+        _check_callable(fn, "umbrella_trace_fn")
         if profile:
             return _profiled(fn, checked, name, attributes, _umbrella, "umbrella_trace_fn")
         return _decorate(fn, checked, name, UMBRELLA, attributes)

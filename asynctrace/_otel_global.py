@@ -17,7 +17,7 @@ the block anew, so it follows a reconfiguration made between the two.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from opentelemetry import trace
@@ -32,12 +32,16 @@ __all__ = ["SwitchingTracerProvider", "claim", "release"]
 class SwitchingTracerProvider(trace.TracerProvider):
     """A global provider that forwards to whichever provider asynctrace runs now.
 
-    Attributes not defined here (``add_span_processor``, ``force_flush``,
-    ``resource``...) are looked up on the current provider.
+    Attributes not defined here (``add_span_processor``, ``resource``...) are
+    looked up on the current provider. ``shutdown`` shuts asynctrace's
+    telemetry down, as ``Telemetry.shutdown()`` does, so a program's exit hook
+    that shuts the global provider down ends it cleanly (flushed, the groups
+    off), not behind asynctrace's back.
     """
 
     def __init__(self) -> None:
         self._target: trace.TracerProvider | None = None
+        self._shutdown: Callable[[], object] | None = None
         self._generation = 0
 
     @property
@@ -45,10 +49,26 @@ class SwitchingTracerProvider(trace.TracerProvider):
         """The provider calls are forwarded to (``None``: telemetry off)."""
         return self._target
 
-    def retarget(self, provider: trace.TracerProvider | None) -> None:
-        """Forward to *provider* from now on."""
+    def retarget(
+        self,
+        provider: trace.TracerProvider | None,
+        shutdown: Callable[[], object] | None = None,
+    ) -> None:
+        """Forward to *provider* from now on; *shutdown* ends the telemetry that runs it."""
         self._target = provider
+        self._shutdown = shutdown if provider is not None else None
         self._generation += 1
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        """Flush the current provider (``True`` when telemetry is off)."""
+        flush = getattr(self._target, "force_flush", None)
+        return bool(flush(timeout_millis)) if callable(flush) else True
+
+    def shutdown(self) -> None:
+        """Shut the running telemetry down (nothing when telemetry is off)."""
+        shutdown = self._shutdown
+        if shutdown is not None:
+            shutdown()
 
     def get_tracer(
         self,
@@ -80,24 +100,26 @@ class _SwitchingTracer(trace.Tracer):
     ) -> None:
         self._owner = owner
         self._args = (name, version, schema_url, attributes)
-        self._seen = -1
-        self._tracer: trace.Tracer = trace.NoOpTracer()
+        # (generation, its tracer): one object, so two threads that both find it
+        # stale never leave an old tracer under a new generation.
+        self._tracer: tuple[int, trace.Tracer] = (-1, trace.NoOpTracer())
 
     def _current(self) -> trace.Tracer:
         owner = self._owner
         generation = owner._generation
-        if generation != self._seen:
+        seen, tracer = self._tracer
+        if generation != seen:
             target = owner.target
             if target is None:
-                self._tracer = trace.NoOpTracer()
+                tracer = trace.NoOpTracer()
             else:
                 name, version, schema_url, attributes = self._args
                 if attributes is None:
-                    self._tracer = target.get_tracer(name, version, schema_url)
+                    tracer = target.get_tracer(name, version, schema_url)
                 else:
-                    self._tracer = target.get_tracer(name, version, schema_url, attributes)
-            self._seen = generation
-        return self._tracer
+                    tracer = target.get_tracer(name, version, schema_url, attributes)
+            self._tracer = (generation, tracer)
+        return tracer
 
     def start_span(self, *args: Any, **kwargs: Any) -> trace.Span:
         return self._current().start_span(*args, **kwargs)
@@ -114,11 +136,12 @@ _lock = threading.Lock()
 reinit_at_fork(_lock)  # a lock held at fork() is made new in the child
 
 
-def claim(provider: trace.TracerProvider) -> bool:
+def claim(provider: trace.TracerProvider, shutdown: Callable[[], object] | None = None) -> bool:
     """Route the global provider to *provider* if asynctrace may own the global.
 
     True when the global was still OpenTelemetry's default proxy (it is then
     set, once, to the switching provider) or is already the switching provider.
+    *shutdown* is what the global provider's ``shutdown()`` calls meanwhile.
     """
     with _lock:
         current = trace.get_tracer_provider()
@@ -128,7 +151,7 @@ def claim(provider: trace.TracerProvider) -> bool:
             trace.set_tracer_provider(_SWITCH)
             if trace.get_tracer_provider() is not _SWITCH:
                 return False  # lost a race with another setter
-        _SWITCH.retarget(provider)
+        _SWITCH.retarget(provider, shutdown)
         return True
 
 

@@ -287,7 +287,7 @@ class Telemetry:
                 span_groups=self.settings.span_groups,
                 propagate_scopes=self.settings.propagate_scopes,
             )
-            self._owns_global = _otel_global.claim(pipeline.provider)
+            self._owns_global = _otel_global.claim(pipeline.provider, self.shutdown)
             if self._profiler is not None:
                 install_profiler(self._profiler)
         if self._sessions is not None:

@@ -370,6 +370,22 @@ def attach(span: Span) -> object | None:
         return None
 
 
+def current_context() -> otel_context.Context:
+    """The current OpenTelemetry context (to :func:`attach_context` again later)."""
+    var = _CONTEXT_VAR
+    return var.get() if var is not None else otel_context.get_current()
+
+
+def attach_context(context: otel_context.Context) -> object | None:
+    """Make *context* current; returns the token (for :func:`detach`) or ``None`` on failure."""
+    try:
+        var = _CONTEXT_VAR
+        return var.set(context) if var is not None else otel_context.attach(context)
+    except Exception as exc:
+        report_internal_error(("attach", "context"), exc)
+        return None
+
+
 def detach(token: object | None) -> None:
     """Undo :func:`attach`."""
     if token is None:

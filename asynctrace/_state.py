@@ -41,6 +41,11 @@ class _Gate:
         # Carriers send and restore the scopes (W3C baggage); off unless configured.
         self.propagate_scopes = False
 
+    def __reduce__(self) -> str:
+        # By reference: a traced function pickled by value (cloudpickle: Ray, loky,
+        # Dask) reads the gate of the process it runs in, not a frozen copy.
+        return "GATE"
+
 
 GATE = _Gate()
 _lock = threading.RLock()

@@ -477,3 +477,221 @@ def test_parameter_names_that_clash_with_internals_fall_back() -> None:
 
     assert trace_fn("reward")(f)(1) == 3
     assert trace_fn("reward")(f)(1, _at_gate=5) == 6
+
+
+def test_a_traced_function_pickled_by_value_records_where_it_runs() -> None:
+    """cloudpickle (Ray, loky, Dask) sends a function defined in ``__main__`` or locally
+    by value: a traced one pickles, and its copy reads the gate of the process it runs
+    in, not a frozen copy of the sender's."""
+    cloudpickle = pytest.importorskip("cloudpickle")
+    from asynctrace._state import GATE
+
+    @trace_fn("reward")
+    def score(x: int) -> int:
+        return x + 1
+
+    class Worker:
+        @trace_fn("generation", "worker.generate")
+        async def generate(self, x: int) -> int:
+            return x
+
+        @trace_fn("generation", "worker.items")
+        def items(self) -> Iterator[int]:
+            yield 1
+
+        @trace_fn("generation", "worker.aitems")
+        async def aitems(self) -> AsyncIterator[int]:
+            yield 1
+
+        @trace_fn("generation", "worker.profiled", profile=True)
+        def profiled(self) -> int:
+            return 2
+
+    assert cloudpickle.loads(cloudpickle.dumps(GATE)) is GATE
+    cloudpickle.dumps(Worker)  # a class with traced methods, by value
+    copy, generate, items, aitems, profiled = cloudpickle.loads(
+        cloudpickle.dumps((score, Worker.generate, Worker.items, Worker.aitems, Worker.profiled))
+    )
+    assert copy is not score
+    assert generate is not Worker.generate
+    worker = Worker()
+    with capture_spans(span_groups="all") as spans:
+        assert copy(1) == 2
+        assert anyio.run(generate, worker, 3) == 3
+        assert list(items(worker)) == [1]
+
+        async def drain() -> list[int]:
+            return [x async for x in aitems(worker)]
+
+        assert anyio.run(drain) == [1]
+        assert profiled(worker) == 2
+    assert sorted(s.name for s in spans) == sorted(
+        [f"{score.__qualname__}", "worker.generate", "worker.items", "worker.aitems",
+         "worker.profiled"]
+    )  # fmt: skip
+
+
+@trace_fn("reward", "gen")
+def opens_a_span_across_a_yield() -> Iterator[int]:
+    with umbrella_span("step", "inner"):
+        yield 1
+        with umbrella_span("step", "child"):
+            pass
+
+
+@trace_fn("reward", "agen")
+async def aopens_a_span_across_a_yield() -> AsyncIterator[int]:
+    async with umbrella_span("step", "inner"):
+        yield 1
+        async with umbrella_span("step", "child"):
+            pass
+
+
+@pytest.mark.anyio
+async def test_a_span_the_generator_opens_across_a_yield_stays_its_parent(
+    spans: CapturedSpans,
+) -> None:
+    """A span the body opens before a ``yield`` is the parent of what it opens after,
+    as without the decorator; the consumer's context is left as it was."""
+    with umbrella_span("step", "caller") as caller:
+        assert list(opens_a_span_across_a_yield()) == [1]
+        assert trace.get_current_span() is caller
+        assert [x async for x in aopens_a_span_across_a_yield()] == [1]
+        assert trace.get_current_span() is caller
+    inner, ainner = spans.by_name("inner")
+    child, achild = spans.by_name("child")
+    assert child.parent.span_id == inner.context.span_id
+    assert achild.parent.span_id == ainner.context.span_id
+    assert inner.parent.span_id == spans.by_name("gen")[0].context.span_id
+    assert ainner.parent.span_id == spans.by_name("agen")[0].context.span_id
+
+
+def test_an_async_generator_left_open_closes_once_at_loop_shutdown() -> None:
+    """The loop's ``shutdown_asyncgens`` closes a traced async generator left open once:
+    its ``finally`` may await, nothing is reported, and the span says it was cancelled."""
+    import asyncio
+
+    closed: list[str] = []
+    errors: list[dict[str, Any]] = []
+
+    @trace_fn("reward", "left.open")
+    async def items() -> AsyncIterator[int]:
+        try:
+            for i in range(10):
+                yield i
+        finally:
+            await asyncio.sleep(0)
+            closed.append("finally")
+
+    kept: list[Any] = []
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: errors.append(ctx))
+        agen = items()
+        kept.append(agen)  # alive until the loop shuts its generators down
+        async for i in agen:
+            if i == 2:
+                break
+
+    with capture_spans(span_groups="all") as spans:
+        asyncio.run(main())
+    assert errors == []
+    assert closed == ["finally"]
+    (span,) = spans.by_name("left.open")
+    assert attrs(span).get("asynctrace.cancelled") is True
+    assert span.status.status_code is not StatusCode.ERROR
+
+
+def test_the_default_name_is_never_a_repr(spans: CapturedSpans) -> None:
+    """A partial's arguments (a token, say) and an object's address never name the span:
+    the function's qualified name does, or the callable's class."""
+    import functools
+
+    def fetch(url: str, api_key: str) -> str:
+        return url
+
+    class Client:
+        def __init__(self, token: str) -> None:
+            self.token = token
+
+        def __repr__(self) -> str:
+            return f"Client(token={self.token})"
+
+        def __call__(self, url: str) -> str:
+            return url
+
+    partial = trace_fn("reward")(functools.partial(fetch, api_key="sk-SECRET123"))
+    client = trace_fn("reward")(Client("tok-SECRET"))
+    assert partial("u") == "u"
+    assert client("v") == "v"
+    names = [s.name for s in spans]
+    assert names == [fetch.__qualname__, "test_the_default_name_is_never_a_repr.<locals>.Client"]
+    assert partial.__name__ == "fetch"
+    assert "SECRET" not in partial.__code__.co_filename + client.__code__.co_filename
+
+
+@pytest.mark.anyio
+async def test_static_and_class_methods(spans: CapturedSpans) -> None:
+    """``@trace_fn`` above ``@staticmethod`` / ``@classmethod`` traces the function inside
+    and keeps the descriptor; something that cannot be called is refused at decoration."""
+
+    class C:
+        @trace_fn("reward", "s")
+        @staticmethod
+        def s(x: int) -> int:
+            return x
+
+        @trace_fn("reward", "c")
+        @classmethod
+        def c(cls, x: int) -> str:
+            return f"{cls.__name__}{x}"
+
+        @trace_fn("reward", "a")
+        @staticmethod
+        async def a(x: int) -> int:
+            return x
+
+    assert C().s(1) == 1
+    assert C.s(2) == 2
+    assert C.c(1) == "C1"
+    assert C().c(2) == "C2"
+    assert inspect.iscoroutinefunction(C.a)
+    assert await C.a(3) == 3
+    assert [s.name for s in spans] == ["s", "s", "c", "c", "a"]
+    with pytest.raises(ConfigurationError, match="expected a function"):
+        trace_fn("reward")(42)  # type: ignore[type-var]
+
+
+def test_a_types_coroutine_generator_can_still_be_awaited(spans: CapturedSpans) -> None:
+    """A ``@types.coroutine`` generator function stays awaitable; the span covers the await
+    (asyncio: the bare ``yield`` is asyncio's way to let the loop run)."""
+    import asyncio
+    import types
+
+    @trace_fn("reward", "legacy")
+    @types.coroutine
+    def legacy() -> Iterator[None]:
+        yield
+        return 5
+
+    async def main() -> int:
+        result: int = await legacy()  # type: ignore[misc]
+        return result
+
+    assert asyncio.run(main()) == 5
+    assert [s.name for s in spans] == ["legacy"]
+
+
+@pytest.mark.anyio
+async def test_profiled_wrappers_check_arguments_at_the_call() -> None:
+    """With ``profile=True`` too, bad arguments raise at the call, as calling the function
+    would, not when the coroutine is awaited."""
+
+    @trace_fn("reward", profile=True)
+    async def one(a: int) -> int:
+        return a
+
+    with pytest.raises(TypeError):
+        one(1, 2, 3)  # type: ignore[call-arg]
+    assert await one(4) == 4
+    assert inspect.signature(one) == inspect.signature(one.__wrapped__)

@@ -307,6 +307,26 @@ names = lambda t: sorted(s.name for s in t.memory_exporter.get_finished_spans())
 print(json.dumps({"first": names(first), "second": names(second), "calls": calls}))
 """
 
+_GLOBAL_SHUTDOWN_SCRIPT = """
+import json
+from opentelemetry import trace
+import asynctrace
+from asynctrace._runtime import configure
+
+first = configure({"enabled": True, "exporters": ["memory"], "span_groups": "all"})
+with asynctrace.managed_span("generation", "before"):
+    pass
+trace.get_tracer_provider().shutdown()  # a program's exit hook
+after = [asynctrace.is_span_group_enabled("generation"), trace.get_tracer_provider().force_flush()]
+second = configure({"enabled": True, "exporters": ["memory"], "span_groups": "all"})
+with asynctrace.managed_span("generation", "again"):
+    pass
+names = lambda t: [s.name for s in t.memory_exporter.get_finished_spans()]
+print(json.dumps({"first": names(first), "after": after, "second": names(second),
+                  "first_shut": first.shutdown(),
+                  "flush": trace.get_tracer_provider().force_flush()}))
+"""
+
 _OWN_GLOBAL_SCRIPT = """
 import json
 from opentelemetry import trace
@@ -342,6 +362,20 @@ def test_a_global_tracers_decorator_follows_reconfiguration() -> None:
         "first": ["async", "sync"],
         "second": ["async", "sync"],
         "calls": [True, True, True, True, False, False],
+    }
+
+
+def test_shutting_the_global_provider_down_shuts_telemetry_down() -> None:
+    """``trace.get_tracer_provider().shutdown()`` (a program's exit hook) ends asynctrace's
+    telemetry as ``Telemetry.shutdown()`` does: spans flushed, groups off; the global's
+    ``force_flush`` works with telemetry off, and a later ``configure`` records again."""
+    result = _run_python(_GLOBAL_SHUTDOWN_SCRIPT)
+    assert result == {
+        "first": ["before"],
+        "after": [False, True],
+        "second": ["again"],
+        "first_shut": True,
+        "flush": True,
     }
 
 
