@@ -21,7 +21,9 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections import Counter
+from collections.abc import Callable
 from types import CodeType
 from typing import Any, Final
 
@@ -161,6 +163,14 @@ if hasattr(os, "register_at_fork"):
 # One loop's monitor.
 
 
+def _loop_ref(loop: asyncio.AbstractEventLoop) -> Callable[[], asyncio.AbstractEventLoop | None]:
+    """A weak reference to *loop*, or (a loop type without them) a strong one."""
+    try:
+        return weakref.ref(loop)
+    except TypeError:  # not weak-referenceable: watched for as long as it is not closed
+        return lambda: loop
+
+
 class _Stall:
     """What the watchdog saw while the heartbeat posted at ``posted`` had not run."""
 
@@ -198,7 +208,8 @@ class _Monitor:
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, threshold_s: float) -> None:
-        self.loop = loop
+        self._loop = _loop_ref(loop)
+        self.loop_id = id(loop)
         self.loop_thread = threading.get_ident()
         self.threshold = threshold_s
         self.half = threshold_s / 2
@@ -219,6 +230,11 @@ class _Monitor:
             target=self._watch, name="asynctrace-loop-watchdog", daemon=True
         )
         self.thread.start()
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The watched loop (``None`` once collected)."""
+        return self._loop()
 
     def stop(self) -> None:
         self.stopped = True
@@ -248,7 +264,8 @@ class _Monitor:
 
     def _record(self, stall: _Stall, now: float) -> None:
         tracer = GATE.tracer
-        if tracer is None or not stall.samples:
+        loop = self.loop  # running this heartbeat: alive
+        if tracer is None or not stall.samples or loop is None:
             return
         wall, mono = time.time_ns(), time.monotonic_ns()
         # The loop ran the heartbeat at `since` and not the one posted at `posted`: the
@@ -268,9 +285,9 @@ class _Monitor:
         context = stall.otel if stall.otel is not None else otel_context.Context()
         task = stall.task
         entered = False
-        if task is not None and _enter_task is not None and _current_task(self.loop) is None:
+        if task is not None and _enter_task is not None and _current_task(loop) is None:
             try:  # start the span as the blocked task: its track, for every processor
-                _enter_task(self.loop, task)
+                _enter_task(loop, task)
                 entered = True
             except Exception:
                 entered = False
@@ -284,7 +301,7 @@ class _Monitor:
             span.end(end)
         finally:
             if entered and _leave_task is not None:
-                _leave_task(self.loop, task)
+                _leave_task(loop, task)
 
     def _attributes(self, stall: _Stall) -> dict[str, Any]:
         attributes: dict[str, Any] = {GROUP: LOOP_STALL}
@@ -321,34 +338,18 @@ class _Monitor:
 
     def _watch(self) -> None:
         try:
-            wake, loop = self.wake.acquire, self.loop
             while not self.stopped:
-                if LOOP_STALL not in GATE.enabled or loop.is_closed():
+                # The loop is held only while it runs: one the program dropped without
+                # closing it is collected (it is garbage in a cycle), and the watchdog ends.
+                loop = self._loop()
+                if loop is None or LOOP_STALL not in GATE.enabled or loop.is_closed():
                     break
-                if not loop.is_running():
-                    if wake(True, self.half):
-                        break
-                    continue
-                self.since = self.seen
-                posted = self.posted = _monotonic()
-                if self._in_selector():  # it would run a heartbeat at once: no need to post one
-                    self.seen = posted
-                    if wake(True, self.half):
-                        break
-                    continue
-                try:
-                    loop.call_soon_threadsafe(self._beat, posted, context=self.context)
-                except RuntimeError:  # the loop closed since is_closed() was asked
+                done = self._round(loop) if loop.is_running() else None
+                del loop
+                if done is None:  # not running: look again in a while
+                    done = self.wake.acquire(True, self.half)
+                if done:
                     break
-                if wake(True, self.half):
-                    break
-                while self.seen < posted and not self.stopped:  # blocked past half the threshold
-                    if not loop.is_running():  # it stopped, the heartbeat still queued: what
-                        self._forget(posted)  # its thread runs now is not the loop's
-                        break
-                    self._sample(posted)
-                    if wake(True, self.period):
-                        break
         except Exception as exc:  # never raise: log once and stop watching this loop
             self.failed = True
             try:
@@ -357,6 +358,30 @@ class _Monitor:
                 logger.warning("asynctrace: the loop-stall watchdog stopped", exc_info=exc)
         finally:
             self._retire()
+
+    def _round(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Post a heartbeat to the running *loop* and wait for it, sampling while it is
+        late; True: stop."""
+        wake = self.wake.acquire
+        self.since = self.seen
+        posted = self.posted = _monotonic()
+        if self._in_selector():  # it would run a heartbeat at once: no need to post one
+            self.seen = posted
+            return wake(True, self.half)
+        try:
+            loop.call_soon_threadsafe(self._beat, posted, context=self.context)
+        except RuntimeError:  # the loop closed since is_closed() was asked
+            return True
+        if wake(True, self.half):
+            return True
+        while self.seen < posted and not self.stopped:  # blocked past half the threshold
+            if not loop.is_running():  # it stopped, the heartbeat still queued: what
+                self._forget(posted)  # its thread runs now is not the loop's
+                return False
+            self._sample(loop, posted)
+            if wake(True, self.period):
+                return True
+        return False
 
     def _in_selector(self) -> bool:
         """Whether the loop thread waits in its selector, called from the loop's iteration.
@@ -392,11 +417,11 @@ class _Monitor:
         with contextlib.suppress(RuntimeError):  # released already: nothing to wake
             self.wake.release()
 
-    def _sample(self, posted: float) -> None:
+    def _sample(self, loop: asyncio.AbstractEventLoop, posted: float) -> None:
         frame = current_frames().get(self.loop_thread)
         if frame is None:
             return
-        task = _current_task(self.loop)
+        task = _current_task(loop)
         frames, in_program = stack(frame)
         del frame
         if task is None and not in_program:
@@ -421,7 +446,7 @@ class _Monitor:
         self._wake_up()
         global _last
         with _lock:
-            if _monitors.get(id(self.loop)) is self and not self.failed:
-                del _monitors[id(self.loop)]
+            if _monitors.get(self.loop_id) is self and not self.failed:
+                del _monitors[self.loop_id]
         if _last is self.loop:
             _last = _UNSET

@@ -351,6 +351,52 @@ def test_turning_the_group_on_and_off_arms_the_monitor_or_not() -> None:
         assert asyncio.run(watchdogs_after_a_step()) == 0
 
 
+def test_a_loop_dropped_without_closing_it_is_collected_and_its_watchdog_ends(
+    tmp_path: Path,
+) -> None:
+    """A program that runs a loop and drops it unclosed (``run_until_complete`` per step
+    on a new loop, say) does not have it kept alive by its watchdog, nor a watchdog per
+    such loop waking for good: once a later loop is watched, the dropped one is
+    collected and its watchdog thread ends."""
+    import gc
+    import warnings
+    import weakref
+
+    async def step() -> None:
+        async with at.umbrella_span("step", "step"):
+            await asyncio.sleep(0)
+
+    # Written to a file, not captured: captured spans would keep their tasks, and so
+    # their loops, alive.
+    config = {"enabled": True, "span_groups": "step,loop_stall", "output_dir": str(tmp_path)}
+    telemetry = at.configure(config)
+    try:
+        dropped = []
+        for _ in range(3):
+            loop = asyncio.new_event_loop()
+            loop.run_until_complete(step())
+            dropped.append(weakref.ref(loop))
+            del loop  # never closed
+        kept = asyncio.new_event_loop()
+        try:
+            kept.run_until_complete(step())
+            assert telemetry.flush(10.0)  # the spans, and their tasks, let go of
+            deadline = time.monotonic() + 10.0
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ResourceWarning)  # the unclosed loops'
+                while time.monotonic() < deadline:
+                    gc.collect()
+                    if all(ref() is None for ref in dropped) and len(_watchdogs()) == 1:
+                        break
+                    time.sleep(0.05)
+            assert [ref() for ref in dropped] == [None, None, None]
+            assert len(_watchdogs()) == 1  # the kept loop's
+        finally:
+            kept.close()
+    finally:
+        telemetry.shutdown()
+
+
 def test_the_threshold_is_a_configuration_key(monkeypatch: pytest.MonkeyPatch) -> None:
     """loop_stall_threshold_ms: from a mapping or the environment; 30 ms blocked counts at 10."""
     assert TelemetryConfig().loop_stall_threshold_ms == 50.0
@@ -809,7 +855,7 @@ def test_a_first_sample_taken_as_the_heartbeat_runs_is_not_lost(
                 assert thread.ident is not None
                 monitor.loop_thread = thread.ident
                 posted = time.monotonic()
-                sampler = threading.Thread(target=monitor._sample, args=(posted,))
+                sampler = threading.Thread(target=monitor._sample, args=(loop, posted))
                 sampler.start()
                 assert making.wait(10)  # the sample holds the lock, making its stall
                 beat = threading.Thread(target=monitor._beat, args=(posted,))
