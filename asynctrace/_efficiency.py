@@ -43,6 +43,7 @@ _DEFAULT_TABLE: Final[dict[str, Bucket | None]] = {
 }
 _table: dict[str, Bucket | None] = dict(_DEFAULT_TABLE)
 _cache: dict[str, tuple[str, Bucket | None]] = {}
+_CACHE_MAX = 4096
 _lock = threading.Lock()
 reinit_at_fork(_lock)  # a lock held at fork() is made new in the child
 
@@ -107,6 +108,8 @@ def _lookup(category: str) -> tuple[str, Bucket | None]:
                 if key.endswith("/*") and category.startswith(key[:-1]) and len(key) > best:
                     best, bucket = len(key), value
         result = ("rl." + category.replace("/", "."), bucket)
+        if len(_cache) >= _CACHE_MAX:  # categories made up per call: bounded all the same
+            _cache.clear()
         _cache[category] = result
     return result
 
@@ -137,7 +140,11 @@ class _WaitSpan(SyncAndAsync[Span]):
         self._span: Span | None = None
 
     def __enter__(self) -> Span:
-        self._span = _start_wait(self._category, self._attributes)
+        try:
+            self._span = _start_wait(self._category, self._attributes)
+        except Exception as exc:  # attributes that are not a mapping, say: never raised
+            report_internal_error(("efficiency_span",), exc)
+            self._span = None
         return self._span if self._span is not None else AMBIENT_SPAN
 
     def __exit__(
@@ -171,7 +178,7 @@ def efficiency_span(
     try:
         _lookup(category)
     except Exception as exc:  # never raise on the span path
-        report_internal_error(("efficiency_span", repr(category)), exc)
+        report_internal_error(("efficiency_span",), exc)  # one key: categories vary
         return NOOP_CM
     return _WaitSpan(category, attributes)
 
@@ -217,7 +224,7 @@ class PollWait(SyncAndAsync["PollWait"]):
         try:
             self._span = _start_wait(self.category, self._attributes)
         except Exception as exc:  # pragma: no cover - _start_wait already contains errors
-            report_internal_error(("poll", self.category), exc)
+            report_internal_error(("poll",), exc)
         return 1
 
     @property
@@ -244,7 +251,7 @@ class PollWait(SyncAndAsync["PollWait"]):
         try:
             span.set_attribute(RL_IDLE_POLLS, polls)
         except Exception as err:
-            report_internal_error(("poll_end", self.category), err)
+            report_internal_error(("poll_end",), err)
         finish(span, exc_type, exc)
 
     def __enter__(self) -> PollWait:
@@ -279,6 +286,6 @@ def start_efficiency_span(category: str, *, attributes: Attributes | None = None
     try:
         _lookup(category)
     except Exception as exc:  # never raise on the span path
-        report_internal_error(("start_efficiency_span", repr(category)), exc)
+        report_internal_error(("start_efficiency_span",), exc)
         return _NOOP_WAIT
     return PollWait(category, attributes)

@@ -91,11 +91,13 @@ def is_strict() -> bool:
     return _strict
 
 
-def report_internal_error(site: Hashable, exc: BaseException) -> None:
+def report_internal_error(site: Hashable, exc: BaseException, detail: str = "") -> None:
     """Log *exc* once for *site* on the ``asynctrace`` logger.
 
-    In strict mode the exception is re-raised instead, so that test suites
-    see failures that production code would swallow.
+    *detail* (a span's name, say: what differs from call to call) is told in
+    the one message, and is not part of the site. In strict mode the
+    exception is re-raised instead, so that test suites see failures that
+    production code would swallow.
     """
     if _strict:
         raise exc
@@ -105,9 +107,10 @@ def report_internal_error(site: Hashable, exc: BaseException) -> None:
         _reported.add(site)
     try:
         logger.warning(
-            "asynctrace: instrumentation failed at %s; continuing untraced "
+            "asynctrace: instrumentation failed at %s%s; continuing untraced "
             "(further failures here are not logged)",
             site,
+            f" ({detail})" if detail else "",
             exc_info=exc,
         )
     except Exception:  # pragma: no cover - logging itself broken

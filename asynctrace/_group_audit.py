@@ -61,7 +61,7 @@ class AuditedGroups(frozenset[str]):
 
     def __contains__(self, name: object) -> bool:
         checks = self._checks = self._checks - 1
-        if (checks <= 0 or (checks & 4095 == 0 and time.monotonic() >= self._deadline)) and (
+        if (checks <= 0 or (checks & 255 == 0 and time.monotonic() >= self._deadline)) and (
             not is_strict()
         ):
             _window[1:] = [0.0]  # the process's window is over

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal, TypeAlias, Union
 
-from ._errors import ConfigurationError
+from ._errors import ConfigurationError, report_internal_error
 from ._forksafe import reinit_at_fork
 
 __all__ = [
@@ -134,13 +134,24 @@ def _coerce_groups(
         items: Iterable[SpanGroup | tuple[object, object]] = list(groups.items())
     else:
         items = list(groups)
+    where = f"register_span_groups({namespace!r})"
     for item in items:
         if isinstance(item, SpanGroup):
             group = item
-        else:
+        elif isinstance(item, tuple) and len(item) == 2:
             raw_name, bucket = item
             group = SpanGroup(raw_name, bucket)  # type: ignore[arg-type]
-        name = validate_name(group.name, f"register_span_groups({namespace!r}) group")
+        else:
+            raise ConfigurationError(
+                f"{where}: {item!r} is not a group; accepted: a mapping of "
+                "{name: Bucket | None | BY_CATEGORY}, or SpanGroup objects"
+            )
+        name = validate_name(group.name, f"{where} group")
+        if name != group.name:  # the span helpers match names exactly: no silent mismatch
+            raise ConfigurationError(
+                f"{where}: group name {group.name!r} is not in normal form; register {name!r} "
+                "(lower case, no surrounding spaces) and open its spans with that name"
+            )
         if group.bucket is not None and group.bucket != BY_CATEGORY:
             validate_bucket(group.bucket, f"register_span_groups({namespace!r}) group {name!r}")
         elif group.bucket is not None and not isinstance(group.bucket, str):
@@ -181,10 +192,10 @@ def register_span_groups(
     new_presets: dict[str, tuple[str, ...]] = {}
     for raw, members in (presets or {}).items():
         pname = validate_name(raw, f"register_span_groups({namespace!r}) preset")
-        if isinstance(members, str):
+        if isinstance(members, str) or not isinstance(members, Iterable):
             raise ConfigurationError(
                 f"register_span_groups({namespace!r}) preset {pname!r}: members must be a "
-                f"list of names, got the string {members!r}"
+                f"list of names, got {members!r}"
             )
         new_presets[pname] = tuple(
             validate_name(m, f"register_span_groups({namespace!r}) preset {pname!r} member")
@@ -218,6 +229,11 @@ def register_span_groups(
                 raise ConfigurationError(
                     f"register_span_groups({namespace!r}): {pname!r} is already a group name"
                 )
+        cycle = _preset_cycle({**_REGISTRY.presets, **new_presets})
+        if cycle:
+            raise ConfigurationError(
+                f"register_span_groups({namespace!r}): preset cycle {' -> '.join(cycle)}"
+            )
         changed = False
         for group in new_groups:
             if group.name not in _REGISTRY.groups:
@@ -234,7 +250,10 @@ def register_span_groups(
         listeners = list(_REGISTRY.listeners)
     if changed:
         for listener in listeners:
-            listener()
+            try:  # the registration is made: a listener's failure is not the registrant's
+                listener()
+            except Exception as exc:
+                report_internal_error(("registry listener",), exc)
 
 
 def _fmt_bucket(bucket: GroupBucket) -> str:
@@ -275,6 +294,33 @@ def registered_presets() -> dict[str, frozenset[str]]:
     """
     with _REGISTRY.lock:
         return {name: _expand_preset(name, ()) for name in _REGISTRY.presets}
+
+
+def _preset_cycle(
+    presets: Mapping[str, tuple[str, ...] | Callable[[], frozenset[str]]],
+) -> list[str]:
+    """A cycle among the fixed presets (``[a, b, a]``), or an empty list."""
+    done: set[str] = set()
+
+    def visit(name: str, path: list[str]) -> list[str]:
+        if name in path:
+            return [*path[path.index(name) :], name]
+        if name in done:
+            return []
+        members = presets.get(name)
+        if isinstance(members, tuple):
+            for member in members:
+                found = visit(member, [*path, name])
+                if found:
+                    return found
+        done.add(name)
+        return []
+
+    for name in presets:
+        found = visit(name, [])
+        if found:
+            return found
+    return []
 
 
 def _expand_preset(name: str, stack: tuple[str, ...]) -> frozenset[str]:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import numbers
+import time
 from collections.abc import Awaitable, Callable
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from contextvars import Token
 from types import TracebackType
 from typing import Any
@@ -17,7 +19,7 @@ from ._cm import SyncAndAsync
 from ._efficiency import start_efficiency_span
 from ._errors import ConfigurationError
 from ._groups import PER_PROMPT
-from ._scopes import SCOPES, ScopeState, leave
+from ._scopes import SCOPES, ScopeState, check_step, leave
 from ._spans import Attributes, umbrella_span
 
 __all__ = ["dispatch_scope", "wait_until"]
@@ -53,14 +55,16 @@ class dispatch_scope(SyncAndAsync[Any]):
         target_step: int | None = None,
         attributes: Attributes | None = None,
     ) -> None:
-        if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 0:
-            raise ConfigurationError(
-                f"dispatch_scope(attempt): expected an int >= 0, got {attempt!r}"
-            )
+        if attempt.__class__ is not int or attempt < 0:
+            attempt = check_step(attempt, "dispatch_scope(attempt)", least=0)
         attrs: dict[str, Any] = dict(attributes) if attributes else {}
         attrs[RL_ATTEMPT] = attempt
         if target_step is not None:
-            attrs[RL_TARGET_STEP] = target_step
+            attrs[RL_TARGET_STEP] = (
+                target_step
+                if target_step.__class__ is int
+                else check_step(target_step, "dispatch_scope(target_step)")
+            )
         self._token: Token[ScopeState] | None = None
         self._state: ScopeState | None = None
         self._span = umbrella_span(PER_PROMPT, name, attributes=attrs)
@@ -97,6 +101,11 @@ class dispatch_scope(SyncAndAsync[Any]):
             leave("per_prompt", token, self._state)
 
 
+def _is_real(value: object) -> bool:
+    """A real number that is not a bool (``True`` seconds is a mistake, not 1 s)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 def _sleep_here() -> Callable[[float], Awaitable[None]]:
     """The calling task's sleep: asyncio's own on an asyncio (or uvloop) loop, else anyio's.
 
@@ -129,8 +138,15 @@ async def wait_until(
         ...     await wait_until(lambda: len(buffer) >= size)
         ...     return [buffer.pop() for _ in range(size)]
     """
-    if not interval_s > 0:  # NaN too: a timer of NaN seconds fires at once, a busy wait
-        raise ConfigurationError(f"wait_until(interval_s): expected > 0, got {interval_s!r}")
+    # NaN fails both tests: a timer of NaN seconds fires at once, a busy wait.
+    if not _is_real(interval_s) or not interval_s > 0:
+        raise ConfigurationError(
+            f"wait_until(interval_s): expected a number of seconds > 0, got {interval_s!r}"
+        )
+    if timeout_s is not None and (not _is_real(timeout_s) or not timeout_s >= 0):
+        raise ConfigurationError(
+            f"wait_until(timeout_s): expected a number of seconds >= 0 or None, got {timeout_s!r}"
+        )
 
     async def check() -> bool:
         result = ready()
@@ -140,14 +156,23 @@ async def wait_until(
             result = await result
         return bool(result)
 
-    if await check():
-        return 0
+    # Without a timeout there is nothing to cancel: no cancel scope (it costs a task
+    # hook per poll on asyncio). With one, the first check is timed too (an async
+    # predicate may take its time), and the wait gets what is left.
+    if timeout_s is None:
+        if await check():
+            return 0
+        timeout: AbstractContextManager[object] = nullcontext()
+    else:
+        started = time.monotonic()
+        with anyio.fail_after(timeout_s):
+            if await check():
+                return 0
+        timeout = anyio.fail_after(max(0.0, timeout_s - (time.monotonic() - started)))
     sleep = _sleep_here()
     with start_efficiency_span(category) as wait:
         polls = wait.poll()
-        # Without a timeout there is nothing to cancel: no cancel scope (it costs
-        # a task hook per poll on asyncio).
-        with anyio.fail_after(timeout_s) if timeout_s is not None else nullcontext():
+        with timeout:  # inside the span: a timeout ends it as an error
             while True:
                 await sleep(interval_s)
                 if await check():

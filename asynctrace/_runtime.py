@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 from opentelemetry import trace
 
-from . import _otel_global, _session_tracer, _stalls, _state
+from . import _group_audit, _otel_global, _session_tracer, _stalls, _state
 from ._config import TelemetryConfig
 from ._errors import ConfigurationError, MissingExtraError, report_internal_error
 from ._forksafe import reinit_at_fork
@@ -249,6 +249,9 @@ class Telemetry:
         if profiler is not None and active_profiler() is profiler:
             install_profiler(None)  # no new capture; those being saved are waited for below
         if GATE.provider is pipeline.provider:
+            # Groups asked for and never registered are told before the end, however
+            # short the run was (the audit window may not have closed).
+            _group_audit.report_unregistered()
             disable_telemetry()
             _stalls.stop_all()  # loop-stall watchdogs end now (within 100 ms)
             _stalls.set_threshold(_stalls.DEFAULT_THRESHOLD_MS)

@@ -11,6 +11,7 @@ attribute sets per group. Each concern keeps its own handle
 
 from __future__ import annotations
 
+import operator
 from contextvars import ContextVar, Token
 from types import TracebackType
 from typing import Any, Generic, TypeVar
@@ -285,9 +286,25 @@ class iteration_scope(_Scope[int]):
     _var = ITERATION
 
     def __init__(self, step: int) -> None:
-        if not isinstance(step, int) or isinstance(step, bool):
-            raise ConfigurationError(f"iteration_scope(step): expected an int, got {step!r}")
-        super().__init__(step)
+        super().__init__(step if step.__class__ is int and _INT64_MIN <= step <= _INT64_MAX
+                         else check_step(step, "iteration_scope(step)"))  # fmt: skip
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def check_step(value: object, where: str, *, least: int = _INT64_MIN) -> int:
+    """*value* as a plain int: any integer (a numpy one, an ``IntEnum``) from *least*
+    up to what a 64-bit attribute holds; ``ConfigurationError`` naming *where* otherwise."""
+    if not isinstance(value, bool):
+        try:
+            number = operator.index(value)  # type: ignore[arg-type]
+        except TypeError:
+            pass
+        else:
+            if least <= number <= _INT64_MAX:
+                return number
+    raise ConfigurationError(f"{where}: expected an int from {least} to 2**63 - 1, got {value!r}")
 
 
 def in_per_prompt_scope() -> bool:

@@ -327,7 +327,7 @@ def start(
         # positional: the API's parameter order, cheaper than keywords per span
         return tracer.start_span(name, context, kind, attrs, links, start_time)
     except Exception as exc:
-        report_internal_error(("start", group, name), exc)
+        report_internal_error(("start", group), exc, _named(name))  # names vary
         return None
 
 
@@ -368,6 +368,14 @@ def attach(span: Span) -> object | None:
     except Exception as exc:
         report_internal_error(("attach", type(span).__name__), exc)
         return None
+
+
+def _named(name: object) -> str:
+    """A span's name for a failure message: redacted, never raising."""
+    try:
+        return "span " + redact_text(name) if isinstance(name, str) else ""
+    except Exception:
+        return ""
 
 
 def current_context() -> otel_context.Context:
@@ -592,13 +600,13 @@ class ManagedSpan(FastSpan, SyncAndAsync[Span]):
             self._token = var.set(_Context(values))
             return span
         except Exception as exc:
-            report_internal_error(("start", self._group, self._name), exc)
+            report_internal_error(("start", self._group), exc, _named(self._name))
             return AMBIENT_SPAN
 
     def _refuse(self) -> Span:
         """A second ``with`` on this object: the disabled span, and its exit will do nothing."""
         report_internal_error(
-            ("reenter", self._group, self._name),
+            ("reenter", self._group),
             RuntimeError("this managed_span() was entered already; make a new one"),
         )
         if self._token is not _DONE:  # nested on itself: its exit comes before ours
@@ -775,7 +783,7 @@ def instant(group: str, name: str, *, attributes: Attributes | None = None) -> N
             current.add_event(name, attributes=build_attributes(attributes, None))
             return
     except Exception as exc:
-        report_internal_error(("instant", group, name), exc)
+        report_internal_error(("instant", group), exc, _named(name))
         return
     now = time.time_ns()
     span = start(name, group, MARKER, attributes, None, start_time=now)
@@ -851,7 +859,7 @@ def start_span(
                 attrs = span_attributes(group, LEAF, attributes, None)
             return tracer.start_owned(name, context, attrs, None, kind, links, None)
         except Exception as exc:
-            report_internal_error(("start", group, name), exc)
+            report_internal_error(("start", group), exc, _named(name))  # names vary
             return AMBIENT_SPAN
     span = start(name, group, LEAF, attributes, None, None, kind, context, links)
     return AMBIENT_SPAN if span is None else span

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import warnings
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ __all__ = [
 ]
 
 INSTRUMENTATION_NAME = "asynctrace"
+_LOG = logging.getLogger("asynctrace")
 
 
 class _Gate:
@@ -96,11 +98,14 @@ def _recompute() -> None:
     for name in pending:
         if name not in _warned_pending:
             _warned_pending.add(name)
-            warnings.warn(
+            message = (
                 f"asynctrace: span group {name!r} is not registered (yet); it stays pending "
-                f"and turns on when a library registers it. {_groups.known_names_message()}",
-                stacklevel=4,
+                f"and turns on when a library registers it. {_groups.known_names_message()}"
             )
+            try:  # the gate is set: a warnings filter set to "error" must not leave it half done
+                warnings.warn(message, stacklevel=4)
+            except Exception:
+                _LOG.warning(message)
 
 
 def _end_audit(groups: frozenset[str]) -> None:
