@@ -305,3 +305,17 @@ def test_what_the_sdk_ignores_is_ignored_here_too() -> None:
     assert span._start == 0  # type: ignore[attr-defined]
     assert span._events[0].timestamp == 0  # type: ignore[attr-defined]
     assert getattr(span, "_links", None) in (None, [])
+
+
+@pytest.mark.parametrize("provider", ["fast", "sdk"])
+def test_a_tracer_without_a_version_has_the_sdks_scope(provider: str) -> None:
+    """``get_tracer(name)`` gives the scope the SDK gives: version ``""``, schema URL
+    ``""``, no attributes; so exporters see the same scope on both providers."""
+    with capture_spans("all", provider=provider) as captured:
+        captured.provider.get_tracer("bare.lib").start_span("bare").end()
+    (span,) = captured.spans
+    scope = span.instrumentation_scope
+    assert scope is not None
+    assert (scope.name, scope.version, scope.schema_url, dict(scope.attributes or {})) == (
+        "bare.lib", "", "", {}
+    )  # fmt: skip

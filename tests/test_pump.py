@@ -98,7 +98,8 @@ def test_wait_until_rejects_bad_intervals(bad: float) -> None:
     async def main() -> None:
         await at.wait_until(lambda: False, interval_s=bad, timeout_s=1.0)
 
-    with pytest.raises(ConfigurationError, match=r"wait_until\(interval_s\).*expected a number of seconds > 0"):
+    expected = r"wait_until\(interval_s\).*expected a number of seconds > 0"
+    with pytest.raises(ConfigurationError, match=expected):
         asyncio.run(main())
 
 

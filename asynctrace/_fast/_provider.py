@@ -407,11 +407,14 @@ class FastTracerProvider(trace.TracerProvider):
     ) -> FastTracer:
         """A tracer for the instrumentation scope *instrumenting_module_name*.
 
-        No name (``None`` or empty) is logged and taken as ``""``, as the SDK does.
+        No name (``None`` or empty) is logged and taken as ``""``, and no
+        version is ``""``, as the SDK does.
         """
         if not instrumenting_module_name or not isinstance(instrumenting_module_name, str):
             logger.error("get_tracer called with missing module name.")
             instrumenting_module_name = ""
+        if instrumenting_library_version is None:
+            instrumenting_library_version = ""
         return FastTracer(
             self,
             Scope(

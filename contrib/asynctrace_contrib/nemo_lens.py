@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import logging
 import os
 import uuid
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
@@ -40,7 +41,6 @@ from typing import Any, ClassVar, Final, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 import asynctrace
 
@@ -70,7 +70,9 @@ __all__ = [
 F = TypeVar("F", bound=Callable[..., Any])
 
 NAMESPACE: Final = "nemo_lens"
-"""The namespace lens's extra groups are registered under."""
+"""The namespace lens's extra groups (and names lens code enables) are registered under."""
+
+_LOG = logging.getLogger(__name__)
 
 asynctrace.register_span_groups(
     NAMESPACE,
@@ -91,10 +93,14 @@ asynctrace.register_span_groups(
 class SpanGroup:
     """lens's group names, as constants; every one is registered with asynctrace.
 
-    ``SpanGroup.resolve(spec)`` resolves a spec against asynctrace's registry
-    (so groups other libraries registered count too) and raises
-    :class:`asynctrace.ConfigurationError` (a ``ValueError``, as lens raises)
-    for an unknown name.
+    ``SpanGroup.resolve(spec)`` resolves a spec against the class's own
+    ``ALL_GROUPS`` and ``_PRESETS`` (as lens does, so a lens library's
+    subclass declares its groups the lens way) and against asynctrace's
+    registry (so groups other libraries registered count too). A preset both
+    know gives the union. An unknown name raises
+    :class:`asynctrace.ConfigurationError` (a ``ValueError``, as lens raises).
+    :func:`setup_telemetry` registers a subclass's groups with asynctrace
+    (unbucketed), so their spans are recorded.
 
     Example:
         >>> SpanGroup.FORWARD_BACKWARD
@@ -115,11 +121,51 @@ class SpanGroup:
     ALL_GROUPS: ClassVar[frozenset[str]] = frozenset(
         [JOB, CHECKPOINT, EVALUATE, MODEL_INIT, LOAD_CHECKPOINT, STEP, FORWARD_BACKWARD, OPTIMIZER]
     )
+    # lens's presets, by the same name (asynctrace's presets of these names are supersets).
+    _PRESETS: ClassVar[dict[str, frozenset[str]]] = {
+        "default": frozenset([JOB, CHECKPOINT, EVALUATE]),
+        "per_step": ALL_GROUPS,
+        "all": ALL_GROUPS,
+    }
 
     @classmethod
     def resolve(cls, spec: str) -> frozenset[str]:
         """The group names *spec* turns on (presets and bare names, case-insensitive)."""
-        return asynctrace.resolve_span_groups(spec)
+        names: set[str] = set()
+        rest: list[str] = []
+        known_presets = asynctrace.registered_presets()
+        for token in (part.strip().lower() for part in spec.split(",")):
+            if not token:
+                continue
+            if token in cls._PRESETS:
+                names |= cls._PRESETS[token]
+                if token in known_presets:
+                    names |= known_presets[token]
+            elif token in cls.ALL_GROUPS:
+                names.add(token)
+            else:
+                rest.append(token)
+        if rest:
+            names |= asynctrace.resolve_span_groups(",".join(rest))
+        return frozenset(names)
+
+
+def _register_names(names: frozenset[str] | set[str], origin: str) -> None:
+    """Register the *names* asynctrace does not know yet, as unbucketed groups.
+
+    lens has no buckets and no registry: a name is a group when its class (or
+    ``set_enabled_span_groups``) says so. Registering it (under ``nemo_lens``)
+    makes asynctrace record its spans; a name already registered, or a
+    preset, keeps its definition.
+    """
+    registered = asynctrace.registered_span_groups()
+    presets = asynctrace.registered_presets()
+    new = sorted(n for n in names if n not in registered and n not in presets)
+    if new:
+        asynctrace.register_span_groups(
+            NAMESPACE,
+            [asynctrace.SpanGroup(n, None, description=f"enabled through {origin}") for n in new],
+        )
 
 
 @dataclass
@@ -164,8 +210,20 @@ class NemoLensConfig:
 
     @property
     def resolved_span_groups(self) -> frozenset[str]:
-        """:attr:`span_groups` resolved to group names."""
-        return SpanGroup.resolve(self.span_groups)
+        """:attr:`span_groups` resolved to group names, through ``span_group_cls`` as in lens."""
+        return self._span_groups_class().resolve(self.span_groups)
+
+    def _span_groups_class(self) -> type[SpanGroup]:
+        cls = self._span_group_cls
+        if cls is None:
+            return SpanGroup
+        if not (isinstance(cls, type) and issubclass(cls, SpanGroup)):
+            raise TypeError(
+                f"span_group_cls: {cls!r} is not a subclass of "
+                "asynctrace_contrib.nemo_lens.SpanGroup (subclass the ported SpanGroup, "
+                "not nemo.lens's)"
+            )
+        return cls
 
     @classmethod
     def from_env(
@@ -243,7 +301,10 @@ class NemoLensConfig:
 class TelemetryHandle:
     """What :func:`setup_telemetry` returns: ``tracer``, ``meter``, ``is_exporting``, ``shutdown``.
 
-    ``telemetry`` is the underlying :class:`asynctrace.Telemetry`.
+    ``telemetry`` is the underlying :class:`asynctrace.Telemetry`: the one
+    :func:`setup_telemetry` started, the application's when it reused that,
+    ``None`` for a disabled config. ``shutdown`` shuts down only telemetry
+    this handle started; an application's stays its own to shut down.
 
     Example:
         >>> handle = setup_telemetry(NemoLensConfig())
@@ -251,14 +312,21 @@ class TelemetryHandle:
         False
     """
 
-    def __init__(self, telemetry: asynctrace.Telemetry, is_exporting: bool) -> None:
+    def __init__(
+        self,
+        telemetry: asynctrace.Telemetry | None,
+        is_exporting: bool,
+        *,
+        owned: bool = True,
+    ) -> None:
         self.telemetry = telemetry
         self.is_exporting = is_exporting
+        self._owned = owned
 
     @property
     def tracer(self) -> trace.Tracer:
         """The tracer asynctrace records through (a no-op one when not exporting)."""
-        return asynctrace.get_tracer()
+        return asynctrace.get_tracer() if self.is_exporting else trace.NoOpTracer()
 
     @property
     def meter(self) -> metrics.Meter:
@@ -266,11 +334,13 @@ class TelemetryHandle:
         return metrics.get_meter("nemo.lens")
 
     def shutdown(self, timeout_ms: int = 5000) -> None:
-        """Flush and shut telemetry down (bounded by *timeout_ms*)."""
-        self.telemetry.shutdown(timeout_ms / 1000)
+        """Flush and shut telemetry down (bounded by *timeout_ms*), if this handle started it."""
+        if self.telemetry is not None and self._owned:
+            self.telemetry.shutdown(timeout_ms / 1000)
 
 
 _initialized = False
+_started: asynctrace.Telemetry | None = None  # what setup_telemetry last configured
 
 
 def _should_export(config: NemoLensConfig, rank: int, world_size: int) -> bool:
@@ -292,6 +362,14 @@ def _should_export(config: NemoLensConfig, rank: int, world_size: int) -> bool:
     )
 
 
+def _application_telemetry() -> asynctrace.Telemetry | None:
+    """The running asynctrace telemetry, if the application (not this module) configured it."""
+    current = asynctrace.current_telemetry()
+    if current is None or current is _started or not current.enabled:
+        return None
+    return current
+
+
 def setup_telemetry(
     config: NemoLensConfig,
     rank: int = 0,
@@ -304,31 +382,46 @@ def setup_telemetry(
 ) -> TelemetryHandle:
     """Start telemetry for this process from a :class:`NemoLensConfig`, as lens's does.
 
-    Calls :func:`asynctrace.configure` with the equivalent
-    :class:`asynctrace.TelemetryConfig`: ``span_groups``, ``service_name``,
-    ``run_id`` (lens's rule: ``SLURM_JOB_ID`` or a random id when empty),
-    the exporter (``span_exporter`` replaces it, as in lens) and
-    *resource_attributes*. A rank that does not export, or a disabled
-    config, gets telemetry off. *metric_reader* is accepted and not used.
+    A disabled config returns a no-op handle and changes nothing (an
+    application's own :func:`asynctrace.configure` keeps running). An
+    enabled one calls :func:`asynctrace.configure` with the equivalent
+    :class:`asynctrace.TelemetryConfig`: the groups ``span_groups`` resolves
+    to through ``span_group_cls`` (a subclass's own groups are registered
+    with asynctrace, unbucketed), ``service_name``, ``run_id`` (lens's rule:
+    ``SLURM_JOB_ID`` or a random id when empty), the exporter
+    (``span_exporter`` replaces it, as in lens) and *resource_attributes*. A
+    rank that does not export gets telemetry off. *metric_reader* is
+    accepted and not used.
+
+    When the application already configured asynctrace itself (an enabled
+    :func:`asynctrace.configure` this function did not make), that
+    configuration is reused, as NeMo Gym reuses an existing lens setup: the
+    handle wraps it, the lens config's settings are not applied (its
+    subclass groups are still registered) and ``handle.shutdown()`` leaves
+    it running for its owner.
 
     Raises:
         RuntimeError: called a second time with telemetry enabled (lens's
-            rule), unless ``_allow_reinit``.
+            rule), unless ``_allow_reinit`` (which also replaces an
+            application's configuration).
+        ValueError: an unknown span-group name, exporter or export strategy
+            (checked before anything changes; not checked when disabled).
 
     Example:
         >>> setup_telemetry(NemoLensConfig(enabled=False)).is_exporting
         False
     """
-    global _initialized
-    if _initialized and config.enabled and not _allow_reinit:
+    global _initialized, _started
+    if not config.enabled:  # lens: nothing to set up; the exporter is never looked at
+        return TelemetryHandle(None, False, owned=False)
+    application = None if _allow_reinit else _application_telemetry()
+    if _initialized and application is None and not _allow_reinit:
         raise RuntimeError(
             "setup_telemetry() has already been initialised for this process. "
             "Call it once at startup. Pass _allow_reinit=True to override (testing only)."
         )
-    if not config.run_id:
-        config.run_id = os.environ.get("SLURM_JOB_ID", "") or uuid.uuid4().hex[:12]
-    decide = export_strategy if export_strategy is not None else _should_export
-    exporting = bool(config.enabled and config.traces_enabled and decide(config, rank, world_size))
+    groups_class = config._span_groups_class()
+    groups = groups_class.resolve(config.span_groups)  # ValueError on an unknown name
     exporters: list[Any]
     if span_exporter is not None:
         exporters = [span_exporter]
@@ -336,10 +429,24 @@ def setup_telemetry(
         exporters = [config.exporter]
     else:
         raise ValueError(f"Unknown exporter {config.exporter!r}; accepted: otlp, console")
+    decide = export_strategy if export_strategy is not None else _should_export
+    exporting = bool(config.traces_enabled and decide(config, rank, world_size))
+    if groups_class is not SpanGroup:  # a lens library's own groups: asynctrace records them
+        _register_names(groups_class.ALL_GROUPS | groups, groups_class.__qualname__)
+    if application is not None:
+        _LOG.info(
+            "setup_telemetry: asynctrace is already configured by the application; "
+            "reusing it (the nemo-lens config's settings are not applied)"
+        )
+        return TelemetryHandle(application, application.enabled, owned=False)
+    if not config.run_id:
+        config.run_id = os.environ.get("SLURM_JOB_ID", "") or uuid.uuid4().hex[:12]
     telemetry = asynctrace.configure(
         asynctrace.TelemetryConfig(
             enabled=exporting,
-            span_groups=config.span_groups,
+            span_groups=(
+                config.span_groups if groups_class is SpanGroup else ",".join(sorted(groups))
+            ),
             exporters=exporters,
             service_name=config.service_name,
             run_id=config.run_id,
@@ -348,8 +455,8 @@ def setup_telemetry(
         rank=rank,
         world_size=world_size,
     )
-    if config.enabled:
-        _initialized = True
+    _started = telemetry
+    _initialized = True
     return TelemetryHandle(telemetry, exporting)
 
 
@@ -477,13 +584,27 @@ def inject_context(carrier: MutableMapping[str, str]) -> None:
 def extract_context(carrier: Mapping[str, str]) -> otel_context.Context:
     """The OpenTelemetry ``Context`` carried by *carrier* (empty when it has none).
 
+    Read by :func:`asynctrace.remote_trace_context`, as every asynctrace
+    carrier is: the span context and, with ``propagate_scopes`` on, the
+    sender's OpenTelemetry baggage (lens's W3C Trace Context + Baggage). Like
+    lens's, the context is built from an empty one, not the current one.
+    asynctrace's own scopes (iteration, per-prompt, task, session) live
+    outside the OpenTelemetry context: to have them too, run the block under
+    ``with asynctrace.remote_trace_context(carrier):`` instead of attaching
+    this context.
+
     Example:
         >>> from opentelemetry import trace
         >>> ctx = extract_context({})
         >>> trace.get_current_span(ctx).get_span_context().is_valid
         False
     """
-    return TraceContextTextMapPropagator().extract(dict(carrier))
+    token = otel_context.attach(otel_context.Context())
+    try:
+        with asynctrace.remote_trace_context(carrier):
+            return otel_context.get_current()
+    finally:
+        otel_context.detach(token)
 
 
 def is_span_group_enabled(group: str) -> bool:
@@ -499,10 +620,21 @@ def is_span_group_enabled(group: str) -> bool:
 def set_enabled_span_groups(groups: frozenset[str] | set[str] | list[str]) -> None:
     """Enable exactly *groups* (keeping the pipeline), as lens's does for tests.
 
+    As in lens, any name works: one no library registered is registered
+    with asynctrace (under ``nemo_lens``, unbucketed) so its spans are
+    recorded. Names are group names or asynctrace presets.
+
+    Raises:
+        asynctrace.ConfigurationError: a name that is not a valid group name
+            (a ``ValueError``).
+
     Example:
         >>> set_enabled_span_groups(frozenset({"job"}))
     """
-    asynctrace.set_span_groups(",".join(sorted(groups)))
+    names = {str(name).strip().lower() for name in groups}
+    names.discard("")
+    _register_names(names, "set_enabled_span_groups")
+    asynctrace.set_span_groups(",".join(sorted(names)))
 
 
 def get_tracer(name: str = "nemo.lens") -> trace.Tracer:
