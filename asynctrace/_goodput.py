@@ -215,7 +215,13 @@ class GoodputStats:
         callback_errors: calls of a callback that raised.
         evicted: waits for a parent span given up (``goodput.max_pending``).
         awaited_parents: parent spans that arrived spans wait for right now
-            (the open steps and their open subtrees).
+            (the open steps and their open subtrees); at shutdown, those
+            still awaited when the rollup finished.
+        evicted_leaves: bucketed spans of the evicted waits (counted in no step).
+        abandoned: waits still open at shutdown: their parent never arrived.
+        abandoned_leaves: bucketed spans of those waits (counted in no step).
+        failed: spans that could not be rolled up (skipped; the first is logged).
+        lost_records: lines of ``goodput-r{rank}.jsonl`` that could not be written.
 
     Example:
         >>> GoodputStats(steps=3).dropped
@@ -229,6 +235,11 @@ class GoodputStats:
     callback_errors: int = 0
     evicted: int = 0
     awaited_parents: int = 0
+    evicted_leaves: int = 0
+    abandoned: int = 0
+    abandoned_leaves: int = 0
+    failed: int = 0
+    lost_records: int = 0
 
 
 # -- callbacks -----------------------------------------------------------------

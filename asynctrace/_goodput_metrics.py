@@ -13,8 +13,11 @@ name                   kind       unit  attributes
 =====================  =========  ====  =================================================
 
 A leaf's histogram carries the span's name (``rl.policy_update``), so a span
-and the metric measuring it have one name; at most 256 such names get one,
-the rest are counted. ``rl.iteration`` is never an attribute: it grows
+and the metric measuring it have one name. Names one reader would take for
+the same series (see :func:`metric_key`: case, ``. _ / -``, a ``_seconds``
+ending, past 255 characters) share one histogram; a name meeting a built-in
+instrument's gets ``span.`` before it. At most 256 such histograms are made,
+values of names past them are counted. ``rl.iteration`` is never an attribute: it grows
 without bound, and each value would be a time series of its own.
 
 The gauge and the counter are observable instruments: a step adds its
@@ -32,6 +35,7 @@ import logging
 import os
 import re
 import sys
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -46,6 +50,9 @@ __all__ = [
     "GoodputMetrics",
     "MeterSetup",
     "meter_provider_for",
+    "metric_key",
+    "prometheus_port",
+    "serving",
     "span_metric_name",
 ]
 
@@ -74,6 +81,11 @@ SECONDS_BOUNDARIES: Final = (
     3600.0,
 )
 _INVALID = re.compile(r"[^A-Za-z0-9_./\-]")
+_PROMETHEUS_RUN = re.compile(r"[^A-Za-z0-9:]+")  # what the Prometheus exporter makes one "_"
+RESERVED_PREFIX: Final = "span."
+# The built-in instruments' names, as metric_key() gives them.
+_BUILT_IN: Final = frozenset({"rl_goodput", "rl_bucket_duration", "rl_step_duration"})
+_NAME_CACHE: Final = 4096  # leaf names remembered with their histogram
 
 
 def span_metric_name(name: str) -> str:
@@ -82,15 +94,61 @@ def span_metric_name(name: str) -> str:
     OpenTelemetry instrument names are ASCII letters, digits and ``_ . / -``,
     start with a letter and have at most 255 characters; other characters
     become ``_``, and a name not starting with a letter gets ``span.`` before it.
+    A name that would meet a built-in instrument (``rl.step.duration``,
+    ``rl.goodput``, ``rl.bucket.duration``, in any case or spelling that
+    :func:`metric_key` takes for the same) gets ``span.`` before it too.
 
     Example:
         >>> span_metric_name("rl.policy_update"), span_metric_name("2 phase")
         ('rl.policy_update', 'span.2_phase')
+        >>> span_metric_name("rl.step.duration")
+        'span.rl.step.duration'
     """
     clean = _INVALID.sub("_", name)
     if not clean[:1].isascii() or not clean[:1].isalpha():
-        clean = "span." + clean
-    return clean[:255]
+        clean = RESERVED_PREFIX + clean
+    clean = clean[:255]
+    if metric_key(clean) in _BUILT_IN:
+        clean = (RESERVED_PREFIX + clean)[:255]
+    return clean
+
+
+def metric_key(instrument_name: str) -> str:
+    """The series an instrument of this name (unit ``s``) ends in, for every reader.
+
+    OpenTelemetry takes instrument names without case; the Prometheus
+    exporter makes each run of characters other than letters, digits and
+    ``:`` one ``_``, and adds ``_seconds`` unless the name ends with it.
+    Leaf names of one key share one histogram, so no reader sees a family
+    twice.
+
+    Example:
+        >>> metric_key("RL.Phase"), metric_key("rl-phase_seconds")
+        ('rl_phase', 'rl_phase')
+    """
+    key = _PROMETHEUS_RUN.sub("_", instrument_name).lower()
+    return key[: -len("_seconds")] if key.endswith("_seconds") else key
+
+
+class _Shared:
+    """The observable instruments of one meter provider, reading its latest GoodputMetrics."""
+
+    __slots__ = ("__weakref__", "counter", "gauge", "metrics")
+
+    def __init__(self, metrics: GoodputMetrics) -> None:
+        self.metrics = metrics
+        self.gauge: Any = None
+        self.counter: Any = None
+
+    def observe_goodput(self, options: Any) -> list[Any]:
+        return self.metrics._observe_goodput(options)
+
+    def observe_buckets(self, options: Any) -> list[Any]:
+        return self.metrics._observe_buckets(options)
+
+
+# meter provider -> its observable instruments (gone with the provider)
+_SHARED: weakref.WeakKeyDictionary[Any, _Shared] = weakref.WeakKeyDictionary()
 
 
 class GoodputMetrics:
@@ -105,18 +163,38 @@ class GoodputMetrics:
         # bucket -> seconds of every finished step (a bucket is reported once it has some)
         self._totals = dict.fromkeys((*BUCKETS, "unattributed"), 0.0)
         self._fields = tuple((bucket, f"{bucket}_s") for bucket in self._totals)
-        self.goodput = meter.create_observable_gauge(
-            "rl.goodput",
-            callbacks=[self._observe_goodput],
-            unit="1",
-            description="productive seconds / wall seconds of a step",
-        )
-        self.buckets = meter.create_observable_counter(
-            "rl.bucket.duration",
-            callbacks=[self._observe_buckets],
-            unit="s",
-            description="seconds of finished steps by goodput bucket (rl.bucket)",
-        )
+        # A meter provider keeps an observable instrument's first callbacks: made again
+        # (a configure() again on the program's provider), it would read the first
+        # telemetry's numbers for ever. So the instruments are made once per provider
+        # and read the latest GoodputMetrics on it, whose totals go on from the last.
+        try:
+            shared = _SHARED.get(meter_provider)
+        except TypeError:  # a provider that cannot be weakly referenced
+            shared = None
+        if shared is None:
+            shared = _Shared(self)
+            shared.gauge = meter.create_observable_gauge(
+                "rl.goodput",
+                callbacks=[shared.observe_goodput],
+                unit="1",
+                description="productive seconds / wall seconds of a step",
+            )
+            shared.counter = meter.create_observable_counter(
+                "rl.bucket.duration",
+                callbacks=[shared.observe_buckets],
+                unit="s",
+                description="seconds of finished steps by goodput bucket (rl.bucket)",
+            )
+            try:
+                _SHARED[meter_provider] = shared
+            except TypeError:
+                pass
+        else:
+            self._totals = shared.metrics._totals  # a counter never goes back
+            self._goodput = shared.metrics._goodput
+            shared.metrics = self
+        self.goodput = shared.gauge
+        self.buckets = shared.counter
         self.step = meter.create_histogram(
             "rl.step.duration",
             unit="s",
@@ -124,7 +202,8 @@ class GoodputMetrics:
             explicit_bucket_boundaries_advisory=SECONDS_BOUNDARIES,
         )
         self._bucket_attrs = {b: {"rl.bucket": b} for b in (*BUCKETS, "unattributed")}
-        self._spans: dict[str, Any] = {}
+        self._spans: dict[str, Any] = {}  # leaf name -> its histogram (up to _NAME_CACHE)
+        self._families: dict[str, Any] = {}  # metric_key -> the histogram of those names
         self.untracked = 0  # leaf values not recorded: their name came past the limit
         self._walls: list[float] = []  # queued values of the step histogram
         self._leaf: list[Any] = []  # queued leaf values: name, seconds, name, seconds, ...
@@ -204,22 +283,29 @@ class GoodputMetrics:
         ]
 
     def _span_histogram(self, name: str) -> Any:
-        if len(self._spans) >= MAX_SPAN_INSTRUMENTS:
-            self.untracked += 1
-            if self.untracked == 1:
-                logger.warning(
-                    "asynctrace: more than %d leaf span names; %r and later new names get no "
-                    "duration histogram",
-                    MAX_SPAN_INSTRUMENTS,
-                    name,
-                )
-            return None
-        histogram = self._spans[name] = self._meter.create_histogram(
-            span_metric_name(name),
-            unit="s",
-            description=f"seconds of {name} spans in a step",
-            explicit_bucket_boundaries_advisory=SECONDS_BOUNDARIES,
-        )
+        """The histogram of leaf *name*: shared by the names of its :func:`metric_key`."""
+        instrument = span_metric_name(name)
+        key = metric_key(instrument)
+        histogram = self._families.get(key)
+        if histogram is None:
+            if len(self._families) >= MAX_SPAN_INSTRUMENTS:
+                self.untracked += 1
+                if self.untracked == 1:
+                    logger.warning(
+                        "asynctrace: more than %d leaf span names; %r and later new names get "
+                        "no duration histogram",
+                        MAX_SPAN_INSTRUMENTS,
+                        name,
+                    )
+                return None
+            histogram = self._families[key] = self._meter.create_histogram(
+                instrument,
+                unit="s",
+                description=f"seconds of {instrument} spans in a step",
+                explicit_bucket_boundaries_advisory=SECONDS_BOUNDARIES,
+            )
+        if len(self._spans) < _NAME_CACHE:
+            self._spans[name] = histogram
         return histogram
 
 
@@ -293,6 +379,54 @@ def meter_provider_for(
     return MeterSetup(provider, shutdown)
 
 
+def prometheus_port(settings: GoodputSettings, local_rank: int | None) -> int:
+    """The port the Prometheus endpoint listens on: ``prometheus_port + LOCAL_RANK``.
+
+    Raises:
+        ConfigurationError: the sum is past 65535.
+
+    Example:
+        >>> prometheus_port(GoodputSettings(prometheus_port=9464), 2)
+        9466
+    """
+    if not settings.prometheus_port:
+        return 0
+    rank = local_rank or 0
+    port = settings.prometheus_port + rank
+    if port > 65535:
+        raise ConfigurationError(
+            f"goodput.prometheus_port: {settings.prometheus_port} + LOCAL_RANK {rank} = {port} "
+            f"is not a port; accepted: 1 to {max(1, 65535 - rank)} with LOCAL_RANK={rank} (the "
+            "port is prometheus_port + LOCAL_RANK, at most 65535), or 0 for any free port"
+        )
+    return port
+
+
+def serving(host: str, port: int) -> bool:
+    """Whether this process's own goodput endpoint listens on *host*:*port* (as configured).
+
+    A ``configure()`` with the same settings shuts the running telemetry down
+    before its endpoint starts, so that port is free by then.
+    """
+    return (host, port) in _serving
+
+
+def _close_in_child() -> None:
+    """A forked child: close the inherited listening sockets (the parent serves them)."""
+    for server in list(_serving.values()):
+        try:
+            server.socket.close()
+        except Exception:
+            pass
+    _serving.clear()
+
+
+# (host, port) as configured -> the server of this process's Prometheus endpoint there
+_serving: dict[tuple[str, int], Any] = {}
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_in_child)
+
+
 def _otlp_metric_exporter(protocol: str) -> Any:
     env_protocol = os.environ.get("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "").strip()
     if (env_protocol or protocol) == "grpc":
@@ -322,24 +456,32 @@ def _prometheus(settings: GoodputSettings, resource: Any, local_rank: int | None
 
     registry = CollectorRegistry()  # the process-wide default is left alone
     reader = PrometheusMetricReader(registry=registry)
-    port = settings.prometheus_port + (local_rank or 0) if settings.prometheus_port else 0
+    port = prometheus_port(settings, local_rank)
+    host = settings.prometheus_host
     try:
-        server, thread = start_http_server(port, addr=settings.prometheus_host, registry=registry)
+        server, thread = start_http_server(port, addr=host, registry=registry)
     except OSError as exc:
         raise ConfigurationError(
-            f"goodput.prometheus_port: cannot listen on {settings.prometheus_host}:{port} "
+            f"goodput.prometheus_port: cannot listen on {host}:{port} "
             f"({exc}); accepted: a free port (the port is prometheus_port + LOCAL_RANK), or 0 "
             "for any free port"
         ) from None
     provider = MeterProvider(resource=resource, metric_readers=[reader], shutdown_on_exit=False)
+    where = (host, port)
+    if port:
+        _serving[where] = server
+    pid = os.getpid()
 
     def shutdown(timeout_s: float) -> None:
         try:
             provider.shutdown(timeout_millis=max(0.0, timeout_s) * 1000.0)
         finally:
-            server.shutdown()
+            if _serving.get(where) is server:
+                del _serving[where]
+            if os.getpid() == pid:  # a forked child has no serving thread to stop
+                server.shutdown()
+                thread.join(max(0.0, timeout_s))
             server.server_close()
-            thread.join(max(0.0, timeout_s))
 
-    host, bound = server.server_address[:2]
-    return MeterSetup(provider, shutdown, (str(host), int(bound)))
+    bound_host, bound = server.server_address[:2]
+    return MeterSetup(provider, shutdown, (str(bound_host), int(bound)))

@@ -51,6 +51,7 @@ from __future__ import annotations
 import heapq
 import math
 import re
+import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -72,6 +73,8 @@ _WALK_LIMIT: Final = 64
 _NAMES_LIMIT: Final = 65536
 _ZERO: Final = (0.0, 0.0, 0.0, 0.0)
 LOOP_STALL: Final = "loop_stall"
+_I64_MIN: Final = -(1 << 63)
+_I64_MAX: Final = (1 << 63) - 1
 DEFAULT_GRACE_US: Final = 1_000_000.0
 """How long after its end (µs, in span end time) a step still takes late children."""
 
@@ -141,6 +144,7 @@ class _Step:
         "orphan",
         "overlaps",
         "phases",
+        "raw",
         "sealed",
         "stalled",
         "start",
@@ -166,6 +170,7 @@ class _Step:
         self.overlaps: Sequence[tuple[Example, Example]] = ()
         self.child: _Group | None = None  # the group of its children, forwarding here
         self.orphan = False  # confirmed because its parent never arrived
+        self.raw: list[Leaf] | None = None  # a candidate's leaves, clipped once confirmed
         self.fwd: _Container | None = None  # set when folded into its parent
 
     def add_leaves(self, leaves: list[Leaf]) -> None:
@@ -281,10 +286,13 @@ class Rollup:
         keep: keep the finished rows for :meth:`finish` (``False`` for a
             rollup that runs as long as the program: rows go to *on_step* only,
             violations are counted, not kept).
-        max_pending: most spans whose parent has not arrived yet that are
-            waiting at once (``None``: no limit); past it, the oldest wait is
-            given up (its candidate steps confirmed with their parent missing,
-            its leaves counted nowhere) and counted in ``evicted``.
+        max_pending: most waits (one per parent that has not arrived yet)
+            plus the bucketed spans they hold, at once (``None``: no limit);
+            past it, the oldest waits are given up (their candidate steps
+            confirmed with their parent missing, their leaves counted nowhere)
+            and counted in ``evicted`` (their leaves in ``evicted_leaves``).
+            Waits still open at :meth:`finish` are counted in ``abandoned``
+            (their leaves in ``abandoned_leaves``).
 
     Example:
         >>> rollup = Rollup()
@@ -294,7 +302,7 @@ class Rollup:
         >>> rollup.add({"ph": "X", "name": "step", "ts": 0, "dur": 20, "args": {
         ...     "rl.iteration": 1, "trace_id": "1", "span_id": "1"}})
         >>> [(row.name, row.sums[0], row.wall) for row in rollup.finish().steps]
-        [('step', 5.0, 20.0)]
+        [('step', 5.0, 20)]
     """
 
     def __init__(
@@ -314,7 +322,13 @@ class Rollup:
         self._keep = keep
         self._max_pending = max_pending
         self._waits: deque[int] = deque()  # pending keys in the order their wait began
+        # Groups waiting plus the bucketed leaves they hold, bounded by max_pending.
+        self._load = 0
+        self._limit = max_pending if max_pending is not None else sys.maxsize
         self.evicted = 0  # waits given up (max_pending)
+        self.evicted_leaves = 0  # ...and the bucketed spans they held, counted nowhere
+        self.abandoned = 0  # waits still open at finish (their parent never arrived)
+        self.abandoned_leaves = 0  # ...and the bucketed spans they held, counted nowhere
         self.violation_count = 0
         self._held: list[tuple[float, int, _Step]] = []  # confirmed, unfinished: heap by end
         self._seq = 0
@@ -375,16 +389,20 @@ class Rollup:
         attributes: Mapping[str, Any],
         cat: Any,
         origin: int = 0,
+        remote: bool = False,
     ) -> None:
         """Account one span given by its fields (the in-process driver).
 
         The same as :meth:`add` of the Chrome event the chrome exporter writes
         for it: *start* and *end* in µs as written (``ns // 1000``, the end
-        never before the start), *cat* the event's category.
+        never before the start), *cat* the event's category. *remote*: the
+        parent is another process's span, so it never arrives here: the span
+        is settled at once as one whose parent is missing (what
+        :meth:`finish` does for a parent that never arrived).
         """
         key = span_id | trace_id << 64
         pkey = parent_id | trace_id << 64 if parent_id else None
-        self._account(name, key, pkey, start, end, attributes, cat, origin)
+        self._account(name, key, pkey, start, end, attributes, cat, origin, remote)
 
     def _account(
         self,
@@ -396,6 +414,7 @@ class Rollup:
         args: Mapping[str, Any],
         cat: Any,
         origin: int,
+        remote: bool = False,
     ) -> None:
         if key in self._home:
             self._duplicates += 1
@@ -407,14 +426,14 @@ class Rollup:
         name = interned if interned is not None else self._intern(str(name))
         bucket: Any = args.get("rl.bucket")
         iteration = args.get("rl.iteration")
-        if iteration.__class__ is not int:
-            iteration = None
+        if iteration.__class__ is not int or not _I64_MIN <= iteration <= _I64_MAX:
+            iteration = _iteration(iteration)
         group = args.get("asynctrace.group")
         if group == LOOP_STALL and bucket is None:
-            self._stall(name, key, pkey, start, end)
+            self._stall(name, key, None if remote else pkey, start, end)
             return
         group_step = end > start and (group == "step" or cat == "step")
-        if bucket is not None and pkey is not None and not group_step:
+        if bucket is not None and pkey is not None and not group_step and not remote:
             # _span's common case, inline (most spans): a bucketed leaf whose parent is
             # still open and whose own children, if any, have not arrived.
             index = _BUCKET_INDEX.get(bucket, -1) if isinstance(bucket, str) else -1
@@ -433,12 +452,15 @@ class Rollup:
                 order.append(key)
                 if len(order) > self._window:
                     home.pop(order.popleft(), None)
+                self._load += 1
+                if self._load > self._limit:
+                    self._evict()
                 return
-        self._span(name, key, pkey, start, end, bucket, iteration, group_step, origin)
+        self._span(name, key, pkey, start, end, bucket, iteration, group_step, origin, remote)
 
     def _stall(self, name: str, key: int, pkey: int | None, start: float, end: float) -> None:
         """A loop-stall span: never a step, in no bucket; its seconds go to its step apart."""
-        payload = self._pending.pop(key, None) or _Group()
+        payload = self._take(key) or _Group()
         if payload.cands:  # stamped spans under a stall span (not expected): steps
             for cand in payload.cands:
                 self._confirm(cand)
@@ -475,8 +497,9 @@ class Rollup:
         iteration: int | None,
         group_step: bool,
         origin: int,
+        remote: bool = False,
     ) -> None:
-        children = self._pending.pop(key, None)
+        children = self._take(key)
         flags = (_HAS_ITERATION if iteration is not None else 0) | (_STEP if group_step else 0)
         bucket_index = -1
         if bucket is not None:
@@ -498,13 +521,23 @@ class Rollup:
                 for cand in children.cands:
                     self._confirm(cand)
             children.cands = None
-        parent = self._home.get(pkey) if pkey is not None else None
         candidate = (
             bucket is None
             and iteration is not None
             and end > start
             and (self._step_name is None or self._step_name.search(name) is not None)
         )
+        if remote and pkey is not None:
+            # The parent is another process's: it never arrives. A candidate is a step
+            # with its parent missing, now; anything else is settled outside any step.
+            if candidate and not group_step:
+                step = self._make_step(name, key, origin, iteration, start, end, children)
+                step.orphan = True
+                self._remember(key, (None, step, flags | _STEP, name))
+                self._confirm(step)
+                return
+            pkey = None
+        parent = self._home.get(pkey) if pkey is not None else None
         if group_step or (candidate and (pkey is None or parent is not None)):
             # A step for sure: marked as one, a root, or its parent is known.
             if group_step or parent is None or not parent[2] & _DISQUALIFIES:
@@ -514,7 +547,7 @@ class Rollup:
                 return
         elif candidate and pkey is not None:
             # Its parent has not arrived: a step unless the parent carries an iteration.
-            step = self._make_step(name, key, origin, iteration, start, end, children)
+            step = self._make_step(name, key, origin, iteration, start, end, children, True)
             target = self._pending.get(pkey)
             if target is None:
                 target = self._wait(pkey)
@@ -528,9 +561,12 @@ class Rollup:
             target = self._pending.get(pkey)
             if target is None:
                 target = self._wait(pkey)
+            self._remember(key, (pkey, target, flags, name))
             if bucket is not None:
                 target.leaves.append((start, end, bucket_index, name, key))
-            self._remember(key, (pkey, target, flags, name))
+                self._load += 1
+                if self._load > self._limit:
+                    self._evict()
             return
         payload = children if children is not None else _Group()
         if bucket is not None:
@@ -553,14 +589,18 @@ class Rollup:
     ) -> None:
         if pkey is None:
             payload.fwd = _OUTSIDE
+            payload.leaves.clear()  # outside any step: counted nowhere
             self._remember(key, (None, _OUTSIDE, flags, name))
             return
         if parent is None:  # the parent is still open: wait in its group
             target = self._pending.get(pkey)
             if target is None:
                 target = self._wait(pkey)
+            self._load += len(payload.leaves)
             _merge(payload, target)
             self._remember(key, (pkey, target, flags, name))
+            if self._load > self._limit:
+                self._evict()
             return
         # A late child: its parent arrived (ended) before it.
         container = _resolve(parent[1])
@@ -571,7 +611,8 @@ class Rollup:
                 payload.leaves.clear()
                 payload.pre = None
                 payload.nb = 0
-        if isinstance(container, _Group):
+        if isinstance(container, _Group):  # still waiting (a settled group forwards)
+            self._load += len(payload.leaves)
             _merge(payload, container)
         elif isinstance(container, _Step):
             if container.sealed:
@@ -582,14 +623,21 @@ class Rollup:
                 payload.nb = 0
                 payload.stalled = 0.0
             else:
-                container.add_leaves(payload.leaves)
+                if container.raw is not None:  # a candidate: clipped once confirmed
+                    container.raw.extend(payload.leaves)
+                    self._load += len(payload.leaves)
+                else:
+                    container.add_leaves(payload.leaves)
                 _add_sums(container, payload)
                 container.add_stalls(payload)
                 payload.leaves.clear()
             payload.fwd = container
         else:
             payload.fwd = _OUTSIDE
+            payload.leaves.clear()
         self._remember(key, (pkey, container, flags, name))
+        if self._load > self._limit:
+            self._evict()
 
     def _make_step(
         self,
@@ -600,26 +648,43 @@ class Rollup:
         start: float,
         end: float,
         children: _Group | None,
+        candidate: bool = False,
     ) -> _Step:
+        """A step of *children*'s subtree; a *candidate* keeps its leaves unclipped.
+
+        A candidate's leaves are clipped to it once it is confirmed; folded
+        into its parent's subtree instead, they are clipped to the step they
+        end up in, as if the candidate had never been taken for one.
+        """
         step = _Step(name, key, origin, iteration, start, end)
+        if candidate:
+            step.raw = []
         if children is None:
             return step
         leaves = children.leaves
-        step.add_leaves(leaves)
+        examples = children.examples()
+        if candidate:
+            step.raw, children.leaves = leaves, []
+            self._load += len(leaves)  # they wait with the candidate
+        else:
+            step.add_leaves(leaves)
         _add_sums(step, children)
         step.add_stalls(children)
-        examples = children.examples()
         if examples:
             step.ex = examples
-        if sum(step.sums) > step.end - step.start:
+        if not candidate and sum(step.sums) > step.end - step.start:
             step.overlaps = _overlapping(leaves)
-        leaves.clear()
+        children.leaves.clear()
         children.fwd = step
         step.child = children
         return step
 
     def _fold_step(self, step: _Step, into: _Group) -> None:
         """A candidate turned out not to be a step: its sums join its parent's subtree."""
+        if step.raw is not None:  # its leaves, unclipped, join the subtree's
+            into.leaves.extend(step.raw)
+            self._load -= len(step.raw)
+            step.raw = None
         if isinstance(step.sums, list):
             if into.pre is None:
                 into.pre = step.sums
@@ -643,6 +708,13 @@ class Rollup:
 
     def _confirm(self, step: _Step) -> None:
         """*step* is a step: it finishes once the spans arriving end past its grace."""
+        raw = step.raw
+        if raw is not None:  # a candidate: its leaves are clipped to it now
+            step.raw = None
+            self._load -= len(raw)
+            step.add_leaves(raw)
+            if sum(step.sums) > step.end - step.start:
+                step.overlaps = _overlapping(raw)
         self._seq += 1
         due = step.end + self._grace
         heapq.heappush(self._held, (due, self._seq, step))
@@ -668,7 +740,7 @@ class Rollup:
             start=step.start,
             end=step.end,
             sums=list(step.sums),
-            leaves=step.leaves,
+            leaves=step.leaves + step.nb,
             parent_missing=step.orphan,
             stalled=step.stalled,
             phases=dict(step.phases) if step.phases else {},
@@ -688,25 +760,36 @@ class Rollup:
     def _wait(self, pkey: int) -> _Group:
         """A new group of spans waiting for *pkey* (the oldest given up past max_pending)."""
         group = self._pending[pkey] = _Group()
+        self._load += 1
         limit = self._max_pending
         if limit is not None:
             waits = self._waits
             waits.append(pkey)
-            if len(self._pending) > limit:
+            if self._load > limit:
                 self._evict()
             elif len(waits) > 2 * limit + 64:  # forget keys no longer waiting
                 pending = self._pending
                 self._waits = deque(k for k in waits if k in pending)
         return group
 
+    def _take(self, key: int) -> _Group | None:
+        """The group waiting for *key* (which has arrived), no longer waiting."""
+        group = self._pending.pop(key, None)
+        if group is not None:
+            self._load -= 1 + len(group.leaves)
+        return group
+
     def _evict(self) -> None:
+        """Give the oldest waits up until the waiting groups and leaves fit max_pending."""
         pending, waits = self._pending, self._waits
-        while waits:
+        while waits and self._load > self._limit:
             key = waits.popleft()
             group = pending.pop(key, None)
             if group is None:
                 continue
+            self._load -= 1 + len(group.leaves)
             self.evicted += 1
+            self.evicted_leaves += len(group.leaves)
             if group.cands:
                 for cand in group.cands:
                     cand.orphan = True
@@ -715,7 +798,6 @@ class Rollup:
             group.leaves.clear()
             group.pre = group.phases = group.stalls = None
             group.fwd = _OUTSIDE
-            return
 
     def _remember(self, key: int, entry: _Entry) -> None:
         home = self._home
@@ -789,8 +871,13 @@ class Rollup:
                     cand.orphan = True
                     self._confirm(cand)
                 group.cands = None
+            self.abandoned_leaves += len(group.leaves)
+            group.leaves.clear()
+            group.fwd = _OUTSIDE
+        self.abandoned += missing
         self._pending.clear()
         self._waits.clear()
+        self._load = 0
         self._seal(math.inf)
         self._rows.sort(key=lambda item: item[0])
         rows = [row for _, row in self._rows]
@@ -832,6 +919,19 @@ class Rollup:
             f"{row.wall / 1e6:.6f} s{detail}",
             [(n, f"{k & _MASK:016x}", self._trace_of(k)) for n, k in spans],
         )
+
+
+def _iteration(value: Any) -> int | None:
+    """*value* as an ``rl.iteration``: an int (subclasses such as ``IntEnum`` too, not
+    ``bool``) in the signed 64-bit range the trace file keeps exactly; else ``None``.
+
+    A trace file's reader may read a larger integer as a float, so the live rollup
+    and ``asynctrace goodput`` agree by taking neither for an iteration.
+    """
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    value = int(value)
+    return value if _I64_MIN <= value <= _I64_MAX else None
 
 
 def _resolve(container: _Container) -> _Container:

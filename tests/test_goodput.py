@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import enum
 import json
 import logging
 import statistics
@@ -412,3 +413,234 @@ def test_on_the_fast_provider_the_rollup_rides_on_the_chrome_writer(
     record = json.loads(lines[0])
     assert record["iteration"] == 1
     assert record["exporters"]["chrome"][0] >= 2  # what the chrome queue had written by then
+
+
+# -- parents that never arrive, bounds, lost records ---------------------------------
+
+
+def _wait_for(predicate: Any, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _end_line(directory: Path) -> dict[str, Any]:
+    _, rest = _live(directory)
+    (end,) = (x for x in rest if x["kind"] == "end")
+    goodput: dict[str, Any] = end["goodput"]
+    return goodput
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_remote_parent_is_missing_at_once(tmp_path: Path, provider: str) -> None:
+    """Spans under another process's span: steps confirmed at once, leaves settled at once.
+
+    The parent never arrives in this process, so nothing waits for it: the
+    records come while the program runs (not at shutdown), nothing is
+    awaited, and they equal what `asynctrace goodput` reads from the file.
+    """
+    from opentelemetry import trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    telemetry = _configure(tmp_path, provider)
+    assert telemetry.provider is not None
+    tracer = telemetry.provider.get_tracer("worker")
+    t0 = time.time_ns()
+    for i in range(5):
+        remote = NonRecordingSpan(
+            SpanContext(0xABC, 0x1000 + i, is_remote=True, trace_flags=TraceFlags(1))
+        )
+        ctx = trace.set_span_in_context(remote)
+        base = t0 + i * 3_000_000_000
+        step = tracer.start_span(
+            "worker.step", context=ctx, start_time=base, attributes={"rl.iteration": i}
+        )
+        gen = tracer.start_span(
+            "gen",
+            context=trace.set_span_in_context(step),
+            start_time=base,
+            attributes={"rl.bucket": "productive"},
+        )
+        gen.end(base + 500_000_000)
+        step.end(base + 1_000_000_000)
+        sync = tracer.start_span(
+            "sync", context=ctx, start_time=base, attributes={"rl.bucket": "overhead"}
+        )
+        sync.end(base + 2_000_000_000)
+    try:
+        assert telemetry.flush()
+        _wait_for(lambda: telemetry.goodput is not None and telemetry.goodput.steps >= 4)
+        stats = telemetry.goodput
+        assert stats is not None
+        assert stats.steps == 4  # the last one is within its grace
+        assert stats.awaited_parents == 0
+    finally:
+        assert telemetry.shutdown()
+    live = _assert_equal(tmp_path)
+    assert [s["iteration"] for s in live] == [0, 1, 2, 3, 4]
+    assert all(s["parent_missing"] and s["productive_s"] == 0.5 for s in live)
+    assert all(s["overhead_s"] == 0.0 for s in live)
+    end = _end_line(tmp_path)
+    assert (end["awaited_parents"], end["abandoned"], end["abandoned_leaves"]) == (0, 0, 0)
+
+
+def test_waiting_leaves_count_against_max_pending(tmp_path: Path) -> None:
+    """Leaves piling up under a parent still open count against goodput.max_pending."""
+    telemetry = _configure(tmp_path, "fast", max_pending=1000)
+    try:
+        with at.umbrella_span("job", "rl.job"):
+            for _ in range(5000):
+                with at.managed_span("data_plane", "rl.weight_sync", bucket=at.Bucket.OVERHEAD):
+                    pass
+            assert telemetry.flush()
+            _wait_for(lambda: telemetry.goodput is not None and telemetry.goodput.evicted > 0)
+            stats = telemetry.goodput
+            assert stats is not None
+            assert stats.evicted >= 4
+            assert stats.evicted_leaves >= 4000
+            assert stats.awaited_parents <= 1
+    finally:
+        assert telemetry.shutdown()
+
+
+def test_waits_left_at_shutdown_are_counted_in_the_end_line(tmp_path: Path) -> None:
+    """A parent that never ended: the end line counts its wait and the leaf given up."""
+    from opentelemetry import trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    telemetry = _configure(tmp_path, "fast")
+    assert telemetry.provider is not None
+    tracer = telemetry.provider.get_tracer("test")
+    local = NonRecordingSpan(SpanContext(0xABC, 0x99, is_remote=False, trace_flags=TraceFlags(1)))
+    tracer.start_span(
+        "sync", context=trace.set_span_in_context(local), attributes={"rl.bucket": "overhead"}
+    ).end()
+    assert telemetry.shutdown()
+    end = _end_line(tmp_path)
+    assert (end["awaited_parents"], end["abandoned"], end["abandoned_leaves"]) == (1, 1, 1)
+
+
+def test_records_that_cannot_be_written_are_counted(tmp_path: Path) -> None:
+    """The records' file replaced by a directory: the lines that cannot go are counted."""
+    telemetry = _configure(tmp_path, "fast", grace_s=0.0)
+    path = tmp_path / "goodput-r0.jsonl"
+    try:
+        for i in range(1, 4):
+            with at.iteration_scope(i), at.umbrella_span("step", "rl.step"):
+                with at.managed_span("generation", "rl.generate", bucket=at.Bucket.PRODUCTIVE):
+                    time.sleep(0.002)
+            assert telemetry.flush()
+            if i == 1:
+                _wait_for(lambda: path.exists() and path.stat().st_size > 0)
+                path.unlink()
+                path.mkdir()  # reopening it fails from now on
+    finally:
+        assert telemetry.shutdown()
+    stats = telemetry.goodput
+    assert stats is not None
+    assert stats.steps == 3
+    assert stats.lost_records >= 2
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_leaves_under_per_prompt_spans_are_counted(tmp_path: Path, provider: str) -> None:
+    """A step's leaves count those under its per-prompt spans (live and command line)."""
+    telemetry = _configure(tmp_path, provider)
+    with at.iteration_scope(7), at.umbrella_span("step", "rl.step"):
+        with at.umbrella_span("per_prompt", "rl.prompt"):
+            for _ in range(3):
+                with at.managed_span("generation", "rl.generate", bucket=at.Bucket.PRODUCTIVE):
+                    pass
+        with at.managed_span("generation", "rl.generate", bucket=at.Bucket.PRODUCTIVE):
+            pass
+    assert telemetry.shutdown()
+    (step,) = _assert_equal(tmp_path)
+    assert step["leaves"] == 4
+
+
+class _Iteration(enum.IntEnum):
+    THIRD = 3
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize(
+    ("iteration", "expected"),
+    [(_Iteration.THIRD, [3]), (-5, [-5]), (2**63, []), (2**64, []), (-(2**63) - 1, [])],
+)
+def test_iteration_types_live_equals_offline(
+    tmp_path: Path, provider: str, iteration: int, expected: list[int]
+) -> None:
+    """An int subclass is an iteration; one outside 64 bits is none, live and offline alike."""
+    telemetry = _configure(tmp_path, provider)
+    assert telemetry.provider is not None
+    tracer = telemetry.provider.get_tracer("test")
+    from opentelemetry import trace
+
+    step = tracer.start_span("rl.step", attributes={"rl.iteration": iteration})
+    gen = tracer.start_span(
+        "gen", context=trace.set_span_in_context(step), attributes={"rl.bucket": "productive"}
+    )
+    gen.end()
+    step.end()
+    assert telemetry.shutdown()
+    live = _assert_equal(tmp_path)
+    assert [s["iteration"] for s in live] == expected
+    assert all(type(s["iteration"]) is int for s in live)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_an_attribute_named_parent_span_id_on_a_root_is_not_its_parent(
+    tmp_path: Path, provider: str
+) -> None:
+    """The trace file gives a root no parent, whatever its attributes: a root step stays one."""
+    telemetry = _configure(tmp_path, provider)
+    with at.umbrella_span(
+        "step", "rl.step", attributes={"rl.iteration": 1, "parent_span_id": "upstream-7"}
+    ):
+        with at.managed_span("generation", "rl.generate", bucket=at.Bucket.PRODUCTIVE):
+            time.sleep(0.002)
+    assert telemetry.shutdown()
+    (step,) = _assert_equal(tmp_path)
+    assert not step["parent_missing"]
+    (trace_path,) = tmp_path.glob("traces-*.jsonl")
+    events = [json.loads(line) for line in trace_path.read_text().splitlines()]
+    (root,) = [e for e in events if e.get("name") == "rl.step"]
+    assert "parent_span_id" not in root["args"]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_leaf_outliving_its_per_prompt_span_is_clipped_to_the_step(
+    tmp_path: Path, provider: str
+) -> None:
+    """A per-prompt span is taken for a step until its parent arrives; it never clips."""
+    from opentelemetry import trace
+
+    telemetry = _configure(tmp_path, provider)
+    assert telemetry.provider is not None
+    tracer = telemetry.provider.get_tracer("test")
+    ms = 1_000_000
+    t0 = time.time_ns()
+    step = tracer.start_span(
+        "rl.step", start_time=t0, attributes={"rl.iteration": 7, "asynctrace.group": "step"}
+    )
+    prompt = tracer.start_span(
+        "rl.prompt",
+        context=trace.set_span_in_context(step),
+        start_time=t0 + 5 * ms,
+        attributes={"rl.iteration": 7},
+    )
+    reward = tracer.start_span(
+        "reward",
+        context=trace.set_span_in_context(prompt),
+        start_time=t0 + 40 * ms,
+        attributes={"rl.bucket": "productive", "rl.iteration": 7},
+    )
+    prompt.end(t0 + 50 * ms)
+    assert telemetry.flush()  # the per-prompt span arrives first, then its child
+    reward.end(t0 + 90 * ms)
+    assert telemetry.flush()
+    step.end(t0 + 100 * ms)
+    assert telemetry.shutdown()
+    (row,) = _assert_equal(tmp_path)
+    assert row["productive_s"] == 0.05  # [40, 90] ms inside the step, not cut at 50
+    assert row["leaves"] == 1

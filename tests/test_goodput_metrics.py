@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import socket
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -212,7 +214,7 @@ def test_prometheus_endpoint_is_scraped_over_loopback(tmp_path: Path) -> None:
         for line in text.splitlines()
         if line and not line.startswith("#")
     }
-    assert re.search(r"^rl_goodput(_ratio)?\{", text, re.M)
+    assert re.search(r"^rl_goodput\{", text, re.M)  # the name docs/live-goodput.md gives
     assert re.search(r'^rl_bucket_duration_seconds_total\{[^}]*rl_bucket="productive"', text, re.M)
     assert samples["rl_step_duration_seconds_count"].endswith(" 2.0")
     assert samples["rl_policy_update_seconds_count"].endswith(" 2.0")
@@ -252,3 +254,220 @@ def test_console_metrics_are_set_up_and_shut_down(capsys: pytest.CaptureFixture[
     asyncio.run(_steps(1))
     telemetry.shutdown()
     assert '"name": "rl.step.duration"' in capsys.readouterr().out
+
+
+def _prometheus_config(port: int) -> dict[str, Any]:
+    return {
+        "enabled": True,
+        "span_groups": "all",
+        "exporters": ["memory"],
+        "goodput": {
+            "metrics": "prometheus",
+            "prometheus_host": "127.0.0.1",
+            "prometheus_port": port,
+            "file": False,
+            "grace_s": 0,
+        },
+    }
+
+
+def _scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text: str = response.read().decode()
+        return text
+
+
+def _listenable(port: int) -> bool:
+    """Whether a server (SO_REUSEADDR, as Prometheus's) could listen on *port* now."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+            probe.listen()
+        except OSError:
+            return False
+        return True
+
+
+def test_reconfiguring_with_the_same_prometheus_port_keeps_serving() -> None:
+    """The running telemetry's own endpoint holds the port: configure() again takes it over."""
+    pytest.importorskip("opentelemetry.exporter.prometheus")
+    port = _free_port()
+    first = at.configure(_prometheus_config(port))
+    try:
+        _scrape(port)
+        second = at.configure(_prometheus_config(port))
+        try:
+            asyncio.run(_steps(2))
+            assert second.flush()
+            assert "rl_step_duration_seconds_count" in _scrape(port)
+        finally:
+            second.shutdown()
+    finally:
+        first.shutdown()
+
+
+def test_a_port_whose_connections_linger_can_be_listened_on() -> None:
+    """A port left in TIME_WAIT by the last run's scrapes is not taken (SO_REUSEADDR)."""
+    pytest.importorskip("opentelemetry.exporter.prometheus")
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            accepted, _ = listener.accept()
+            accepted.close()  # the server side closes first: its end lingers in TIME_WAIT
+            client.recv(1)
+    with socket.socket() as plain, pytest.raises(OSError):
+        plain.bind(("127.0.0.1", port))  # what the check did: refused
+    telemetry = at.configure(_prometheus_config(port))
+    try:
+        _scrape(port)
+    finally:
+        telemetry.shutdown()
+
+
+def test_a_port_past_65535_is_a_configuration_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """prometheus_port + LOCAL_RANK must be a port: the error names key, value and range."""
+    pytest.importorskip("opentelemetry.exporter.prometheus")
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    with pytest.raises(at.ConfigurationError) as caught:
+        at.configure(_prometheus_config(65534))
+    message = str(caught.value)
+    assert message.startswith("goodput.prometheus_port: 65534 + LOCAL_RANK 3 = 65537")
+    assert "accepted: 1 to 65532 with LOCAL_RANK=3" in message
+
+
+def test_a_forked_child_does_not_keep_the_endpoint_port() -> None:
+    """After the parent shuts down, a forked child still running holds no listening socket."""
+    pytest.importorskip("opentelemetry.exporter.prometheus")
+    port = _free_port()
+    telemetry = at.configure(_prometheus_config(port))
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: wait until the parent has looked, then leave
+        os.close(write)
+        os.read(read, 1)
+        os._exit(0)
+    os.close(read)
+    try:
+        telemetry.shutdown()
+        assert _listenable(port)
+    finally:
+        os.close(write)
+        os.waitpid(pid, 0)
+
+
+LEAF_NAMES = [
+    "rl.phase",
+    "RL.Phase",  # case
+    "rl_phase",  # . _ / - are one to Prometheus
+    "rl/phase",
+    "rl-phase",
+    "rl..phase",  # a run of them too
+    "rl.phase_seconds",  # the unit suffix Prometheus adds
+    "rl.step.duration",  # the built-in instruments' names
+    "rl.goodput",
+    "rl.bucket.duration",
+    "Rl.Step.Duration",
+    "a" * 255 + "x",  # equal in their first 255 characters
+    "a" * 255 + "y",
+]
+
+
+def test_leaf_names_that_meet_in_prometheus_share_one_family(tmp_path: Path) -> None:
+    """Leaf names equal to Prometheus (or to a built-in's) give one valid OpenMetrics family.
+
+    The scrape is read by prometheus_client's OpenMetrics parser, which
+    rejects a family that appears twice.
+    """
+    pytest.importorskip("opentelemetry.exporter.prometheus")
+    from opentelemetry import trace
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+    port = _free_port()
+    telemetry = at.configure(_prometheus_config(port))
+    assert telemetry.provider is not None
+    tracer = telemetry.provider.get_tracer("test")
+    try:
+        t0 = time.time_ns()
+        for i in range(2):
+            base = t0 + i * 1_000_000_000
+            step = tracer.start_span(
+                "rl.step",
+                attributes={"rl.iteration": i, "asynctrace.group": "step"},
+                start_time=base,
+            )
+            for k, name in enumerate(LEAF_NAMES):
+                tracer.start_span(
+                    name,
+                    context=trace.set_span_in_context(step),
+                    attributes={"rl.bucket": "productive"},
+                    start_time=base + k * 1_000_000,
+                ).end(base + (k + 1) * 1_000_000)
+            step.end(base + 500_000_000)
+        assert telemetry.flush()
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/metrics",
+            headers={"Accept": "application/openmetrics-text; version=1.0.0; charset=utf-8"},
+        )
+        with urllib.request.urlopen(request, timeout=5) as response:
+            assert response.headers["Content-Type"].startswith("application/openmetrics-text")
+            text = response.read().decode()
+    finally:
+        telemetry.shutdown()
+    families = {f.name: f for f in text_string_to_metric_families(text)}  # no clash
+    assert families["rl_step_duration_seconds"].type == "histogram"
+    assert families["rl_bucket_duration_seconds"].type == "counter"
+    assert families["rl_goodput"].type == "gauge"
+
+    def count(family: str) -> float:
+        (value,) = [s.value for s in families[family].samples if s.name == f"{family}_count"]
+        return value
+
+    assert count("rl_step_duration_seconds") == 1.0  # the built-in: the steps only
+    assert count("rl_phase_seconds") == 7.0  # seven names, one step finished
+    assert count("span_rl_step_duration_seconds") == 2.0  # moved under span.
+    assert count("span_rl_goodput_seconds") == 1.0
+    assert count("span_rl_bucket_duration_seconds") == 1.0
+    assert count("a" * 255 + "_seconds") == 2.0
+
+
+def test_a_second_telemetry_on_the_same_meter_provider_is_read(tmp_path: Path) -> None:
+    """configure() again on the program's provider: the gauge and counter read the new steps."""
+    from opentelemetry import trace
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    for productive in (0.2, 0.9):
+        telemetry = at.configure(
+            {
+                "enabled": True,
+                "exporters": ["memory"],
+                "goodput": {"metrics": provider, "file": False},
+            }
+        )
+        assert telemetry.provider is not None
+        tracer = telemetry.provider.get_tracer("test")
+        t0 = time.time_ns()
+        step = tracer.start_span(
+            "rl.step", start_time=t0, attributes={"asynctrace.group": "step", "rl.iteration": 1}
+        )
+        tracer.start_span(
+            "gen",
+            context=trace.set_span_in_context(step),
+            start_time=t0,
+            attributes={"rl.bucket": "productive"},
+        ).end(t0 + int(productive * 1e9))
+        step.end(t0 + 1_000_000_000)
+        assert telemetry.shutdown()
+    found = _metrics(reader)
+    (gauge,) = found["rl.goodput"].data.data_points
+    assert gauge.value == pytest.approx(0.9)
+    buckets = {
+        p.attributes["rl.bucket"]: p.value for p in found["rl.bucket.duration"].data.data_points
+    }
+    assert buckets["productive"] == pytest.approx(1.1)
+    assert buckets["unattributed"] == pytest.approx(0.9)
+    provider.shutdown()

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from .._goodput import step_numbers
-from .._rollup import BUCKETS, DEFAULT_GRACE_US, Rollup, RollupResult, StepRow
+from .._goodput_settings import GoodputSettings
+from .._rollup import BUCKETS, Rollup, RollupResult, StepRow
 from ._areal import ArealEvents, parse_bucket_map
 from ._common import CliError, HelpFormatter, Progress, note, write_stdout
 from ._reader import (
@@ -59,6 +60,9 @@ exit status: 0 no violation, 1 invariant violations, 2 unreadable input
 """
 
 
+_LIVE = GoodputSettings()  # the live rollup's defaults: the CLI rolls a run up the same way
+
+
 def add_parser(subparsers: Any) -> None:
     """Register the ``goodput`` subcommand."""
     parser = subparsers.add_parser(
@@ -77,7 +81,54 @@ def add_parser(subparsers: Any) -> None:
     output.add_argument("--json", action="store_true", help="print JSON")
     output.add_argument("--csv", action="store_true", help="print CSV (violations on stderr)")
     add_step_options(parser)
+    live = _LIVE
+    parser.add_argument(
+        "--grace",
+        metavar="SECONDS",
+        type=_nonnegative_seconds,
+        default=live.grace_s,
+        help="a step is finished once a span ends this long after it; later bucketed "
+        "children count nowhere (late-bucket). The live rollup's goodput.grace_s "
+        f"(default: {live.grace_s:g}, as live)",
+    )
+    parser.add_argument(
+        "--window",
+        metavar="N",
+        type=_positive_int,
+        default=live.window,
+        help="spans remembered for detached children that arrive after their parent: "
+        f"goodput.window (default: {live.window}, as live)",
+    )
+    parser.add_argument(
+        "--max-pending",
+        metavar="N",
+        type=_positive_int,
+        default=live.max_pending,
+        help="most waits for a parent not read yet plus the bucketed spans in them; past "
+        f"it the oldest are given up: goodput.max_pending (default: {live.max_pending}, "
+        "as live)",
+    )
     parser.set_defaults(run=run)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: accepted: an integer of at least 1")
+    return value
+
+
+def _nonnegative_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: accepted: seconds, 0 or more")
+    return value
 
 
 def add_step_options(parser: argparse.ArgumentParser) -> None:
@@ -127,12 +178,16 @@ def collect(
     progress: bool,
     prog: str,
     bucket_map: str | None = None,
-    grace_s: float = DEFAULT_GRACE_US / 1e6,
+    grace_s: float = _LIVE.grace_s,
+    window: int = _LIVE.window,
+    max_pending: int | None = _LIVE.max_pending,
 ) -> Collected:
     """Read *paths* (merged in end-time order) through a :class:`Rollup`.
 
-    *grace_s* is the rollup's grace (see :mod:`asynctrace._rollup`): the live
-    rollup's ``goodput.grace_s``, to roll a run up exactly as it did.
+    *grace_s*, *window* and *max_pending* are the rollup's (see
+    :mod:`asynctrace._rollup`): the live rollup's ``goodput.grace_s``,
+    ``goodput.window`` and ``goodput.max_pending``, to roll a run up exactly
+    as it did; they default to the live defaults (``report`` uses them too).
 
     AReaL's own complete events (no span ids) are held per process and
     added last, with parents, buckets (*bucket_map* over the default table)
@@ -142,7 +197,9 @@ def collect(
     areal = ArealEvents(parse_bucket_map(bucket_map))
     stats = ReadStats()
     origins = Origins(paths)
-    rollup = Rollup(step_name=pattern, grace_us=grace_s * 1e6)
+    rollup = Rollup(
+        step_name=pattern, grace_us=grace_s * 1e6, window=window, max_pending=max_pending
+    )
     bar = Progress(file_size(paths), prog, enabled=progress)
     try:
         streams = [_complete_events(i, p, stats, bar, origins) for i, p in enumerate(paths)]
@@ -203,6 +260,9 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         prog=prog,
         bucket_map=args.bucket_map,
+        grace_s=args.grace,
+        window=args.window,
+        max_pending=args.max_pending,
     )
     result = collected.result
     if not result.steps:

@@ -208,6 +208,8 @@ class ChromeWriter:
                             last_parent = parent_id
                             last_parent_hex = parent_id.to_bytes(8, "big").hex()
                         args["parent_span_id"] = last_parent_hex
+                    elif "parent_span_id" in args:  # a root: an attribute is not its parent
+                        del args["parent_span_id"]
                     if "rank" not in args:  # an attribute of that name stays as it is
                         args["rank"] = rank
                     if role:
@@ -258,6 +260,8 @@ class ChromeWriter:
                         last_parent = parent_id
                         last_parent_hex = parent_id.to_bytes(8, "big").hex()
                     args["parent_span_id"] = last_parent_hex
+                elif "parent_span_id" in args:  # a root: an attribute is not its parent
+                    del args["parent_span_id"]
                 if error is not None or kind is not None:
                     _status_and_kind(args, error, kind)
                 if "rank" not in args:

@@ -121,13 +121,18 @@ def prepare_goodput(settings: Settings) -> GoodputPlan | None:
 
 
 def _check_port(goodput: GoodputSettings, local_rank: int | None) -> None:
-    if not goodput.prometheus_port:
-        return
-    port = goodput.prometheus_port + (local_rank or 0)
+    from .._goodput_metrics import prometheus_port, serving
+
+    port = prometheus_port(goodput, local_rank)  # ConfigurationError past 65535
+    if not port or serving(goodput.prometheus_host, port):
+        return  # any free port; or this process's own endpoint, stopped before it starts again
     try:
         infos = socket.getaddrinfo(goodput.prometheus_host, port, type=socket.SOCK_STREAM)
         family, kind, proto, _, address = infos[0]
         with socket.socket(family, kind, proto) as probe:
+            # As the endpoint's server does: a port whose last connections linger
+            # (TIME_WAIT) can be listened on; one that is listened on cannot.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind(address)
     except OSError as exc:
         from .._errors import ConfigurationError
@@ -176,9 +181,11 @@ class AlongChrome:
         """Write *batch*, then roll its spans up (queue control items are the writer's)."""
         result: tuple[int, int] = self.writer.export(batch)
         span_types = SPAN_TYPES
+        spans = [item for item in batch if item.__class__ in span_types]
         try:
-            self.goodput.export([item for item in batch if item.__class__ in span_types])
+            self.goodput.export(spans)  # counts the spans it skips in its stats
         except Exception as exc:
+            self.goodput.failed += len(spans)
             self.goodput._warn("a batch could not be rolled up; it is skipped", exc)
         return result
 
@@ -239,7 +246,12 @@ class GoodputSink:
         self._stamp: tuple[float, dict[str, list[int]]] | None = None  # the batch's time, counts
         self._due = False  # a step finished in this batch: lines and histograms to send out
         self.steps = 0
-        self.lost = 0  # (the queue reads it: lines lost to a deleted file are not tracked)
+        # The queue reads it as spans lost with a deleted file: records are not spans,
+        # so lines that could not be written are counted in lost_records instead.
+        self.lost = 0
+        self.lost_records = 0  # lines of the records' file that could not be written
+        self.failed = 0  # spans that could not be rolled up
+        self._awaited_at_finish: int | None = None
         # (name, exported, dropped, failed) of every export queue (set by the pipeline)
         self.export_counts: Callable[[], list[tuple[str, int, int, int]]] | None = None
         self._warned = False
@@ -275,12 +287,15 @@ class GoodputSink:
                         attrs,
                         cat,
                         0,
+                        item._parent_remote,
                     )
                 else:
                     self._sdk_span(item)
             except Exception as exc:
                 failed += 1
                 self._warn("a span could not be rolled up; it is skipped", exc)
+        if failed:
+            self.failed += failed
         if self._due:
             self._emit()
         return len(batch) - failed, failed
@@ -290,10 +305,12 @@ class GoodputSink:
 
     def shutdown(self) -> None:
         """Finish every step, write the last lines, stop the callbacks and metrics."""
+        awaited = len(self.rollup._pending)  # finish() settles them
         try:
             self.rollup.finish()
         except Exception as exc:
             self._warn("the rollup could not finish", exc)
+        self._awaited_at_finish = awaited
         self._emit()
         self.dispatcher.close(_CALLBACK_DRAIN_S)
         stats = self.stats()
@@ -357,18 +374,18 @@ class GoodputSink:
 
     def _write(self) -> None:
         lines, self._lines = self._lines, []
-        if self._file is None:
+        if self._file is None or not lines:
             return
         if self._file.moved():
             try:
                 self._file.reopen()
             except OSError as exc:
+                self.lost_records += len(lines)
                 self._warn(f"opening {self.path} again failed", exc)
                 return
-        data = b"".join(lines)
-        if not data:
-            return
-        _, error = self._file.write(data)
+        written, error = self._file.write(b"".join(lines), len(lines))
+        if written < len(lines):
+            self.lost_records += len(lines) - max(written, 0)
         if error is not None:
             self._warn(f"writing {self.path} failed", error)
 
@@ -383,7 +400,16 @@ class GoodputSink:
             dropped=dispatcher.dropped,
             callback_errors=dispatcher.errors,
             evicted=rollup.evicted,
-            awaited_parents=len(rollup._pending),
+            awaited_parents=(
+                len(rollup._pending)
+                if self._awaited_at_finish is None
+                else self._awaited_at_finish
+            ),
+            evicted_leaves=rollup.evicted_leaves,
+            abandoned=rollup.abandoned,
+            abandoned_leaves=rollup.abandoned_leaves,
+            failed=self.failed,
+            lost_records=self.lost_records,
         )
 
     # -- SDK spans --------------------------------------------------------------
@@ -408,6 +434,8 @@ class GoodputSink:
             end,
             attrs,
             cat,
+            0,
+            parent is not None and parent.is_remote,
         )
 
     def _warn(self, message: str, exc: BaseException) -> None:

@@ -535,3 +535,84 @@ def test_steps_without_iteration_scope_are_found(run: Run, tmp_path: Path) -> No
     assert [(s["name"], s["iteration"]) for s in steps] == [("train.step", None)] * 2
     for step in steps:
         assert 0.02 <= step["productive_s"] < step["wall_s"]
+
+
+def _live_run(
+    tmp_path: Path, goodput: dict[str, Any], misc: int, child_end_s: float
+) -> list[dict[str, Any]]:
+    """Two steps, the first with a leaf and a detached overhead child; the live lines."""
+    import time
+
+    from opentelemetry import trace
+
+    import asynctrace as at
+
+    telemetry = at.configure(
+        {
+            "enabled": True,
+            "exporters": ["chrome"],
+            "output_dir": str(tmp_path),
+            "goodput": {"metrics": "none", **goodput},
+        }
+    )
+    assert telemetry.provider is not None
+    tracer = telemetry.provider.get_tracer("test")
+    second = 1_000_000_000
+    t0 = time.time_ns()
+    step = tracer.start_span(
+        "rl.step", start_time=t0, attributes={"rl.iteration": 1, "asynctrace.group": "step"}
+    )
+    inside = trace.set_span_in_context(step)
+    tracer.start_span(
+        "gen", context=inside, start_time=t0, attributes={"rl.bucket": "productive"}
+    ).end(t0 + second // 10)
+    child = tracer.start_span(
+        "ckpt.upload", context=inside, start_time=t0 + second // 2,
+        attributes={"rl.bucket": "overhead"},
+    )  # fmt: skip
+    step.end(t0 + second)
+    for _ in range(misc):  # other spans, outside any step, ending within the grace
+        tracer.start_span("misc", start_time=t0 + second + 1000).end(t0 + second + 2000)
+    child_end = t0 + int(child_end_s * second)
+    if child_end_s < 2.5:
+        child.end(child_end)
+    step2 = tracer.start_span(
+        "rl.step",
+        start_time=t0 + 3 * second // 2,
+        attributes={"rl.iteration": 2, "asynctrace.group": "step"},
+    )
+    step2.end(t0 + 5 * second // 2)
+    if child_end_s >= 2.5:
+        child.end(child_end)
+    assert telemetry.shutdown()
+    (path,) = tmp_path.glob("goodput-*.jsonl")
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    return [line for line in lines if line["kind"] == "step"]
+
+
+@pytest.mark.parametrize(
+    ("goodput", "misc", "child_end_s", "options"),
+    [
+        ({"grace_s": 5}, 0, 3.0, ["--grace", "5"]),
+        ({"window": 1000}, 1500, 1.5, ["--window", "1000"]),
+        ({"max_pending": 1}, 0, 1.5, ["--max-pending", "1"]),
+        ({}, 1500, 1.5, []),  # the defaults are the live ones
+        ({}, 0, 3.0, []),
+    ],
+)
+def test_the_live_settings_give_the_live_numbers(
+    run: Run,
+    tmp_path: Path,
+    goodput: dict[str, Any],
+    misc: int,
+    child_end_s: float,
+    options: list[str],
+) -> None:
+    """--grace, --window and --max-pending roll the files up as the live rollup did."""
+    live = _live_run(tmp_path, goodput, misc, child_end_s)
+    result = run("goodput", tmp_path, "--json", *options)
+    keys = ["iteration", "wall_s", "productive_s", "overhead_s", "leaves", "parent_missing"]
+    offline = result.json()["steps"]
+    assert [{k: s[k] for k in keys} for s in offline] == [
+        {k: s[k] for k in keys} for s in sorted(live, key=lambda s: s["start_us"])
+    ]
