@@ -363,11 +363,13 @@ def meter_provider_for(
         from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
 
         reader: Any = PeriodicExportingMetricReader(
-            ConsoleMetricExporter(out=sys.stdout), export_interval_millis=interval_ms
+            _this_process_only(ConsoleMetricExporter(out=sys.stdout)),
+            export_interval_millis=interval_ms,
         )
     elif choice == "otlp":
         reader = PeriodicExportingMetricReader(
-            _otlp_metric_exporter(otlp_protocol), export_interval_millis=interval_ms
+            _this_process_only(_otlp_metric_exporter(otlp_protocol)),
+            export_interval_millis=interval_ms,
         )
     else:
         return _prometheus(settings, resource, local_rank)
@@ -425,6 +427,40 @@ def _close_in_child() -> None:
 _serving: dict[tuple[str, int], Any] = {}
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_close_in_child)
+
+
+def _this_process_only(exporter: Any) -> Any:
+    """*exporter*, exporting nothing in a forked child.
+
+    The SDK starts a periodic reader's thread again in a forked child, which
+    would export the parent's last values, frozen, under the parent's
+    identity (its ``service.instance.id`` and pid) for as long as the child
+    lives: the child's own telemetry, if it configures one, has its own.
+    """
+    from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
+
+    pid = os.getpid()
+
+    class ThisProcessOnly(MetricExporter):
+        def __init__(self) -> None:
+            super().__init__(
+                preferred_temporality=exporter._preferred_temporality,
+                preferred_aggregation=exporter._preferred_aggregation,
+            )
+
+        def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> Any:
+            if os.getpid() != pid:
+                return MetricExportResult.SUCCESS
+            return exporter.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+
+        def force_flush(self, timeout_millis: float = 10_000) -> bool:
+            return os.getpid() != pid or bool(exporter.force_flush(timeout_millis))
+
+        def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+            if os.getpid() == pid:
+                exporter.shutdown(timeout_millis=timeout_millis, **kwargs)
+
+    return ThisProcessOnly()
 
 
 def _otlp_metric_exporter(protocol: str) -> Any:

@@ -471,3 +471,46 @@ def test_a_second_telemetry_on_the_same_meter_provider_is_read(tmp_path: Path) -
     assert buckets["productive"] == pytest.approx(1.1)
     assert buckets["unattributed"] == pytest.approx(0.9)
     provider.shutdown()
+
+
+_FORKED_METRICS = """
+import os, sys, tempfile, time
+import asynctrace as at
+out = tempfile.mkdtemp()
+telemetry = at.configure({"enabled": True, "output_dir": out, "exporters": ["chrome"],
+    "goodput": {"metrics": "console", "export_interval_s": 0.2}})
+tracer = telemetry.provider.get_tracer("x")
+now = time.time_ns()
+step = tracer.start_span("rl.step", start_time=now,
+                         attributes={"asynctrace.group": "step", "rl.iteration": 1})
+step.end(now + 10**9)
+tracer.start_span("later", start_time=now + 3 * 10**9).end(now + 3 * 10**9 + 1)
+telemetry.flush()
+time.sleep(0.3)
+sys.stdout.flush()
+child = os.fork()
+if child == 0:
+    time.sleep(1.2)  # six export intervals of the reader the SDK restarts in a child
+    sys.stdout.flush()
+    os._exit(0)
+time.sleep(0.1)
+telemetry.shutdown()
+print("PARENT SHUT DOWN", flush=True)
+os.waitpid(child, 0)
+"""
+
+
+def test_a_forked_child_does_not_export_the_parents_metrics() -> None:
+    """A child forked while console (or OTLP) metrics run exports nothing of the parent's:
+    no frozen values under the parent's identity after the parent shut down."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _FORKED_METRICS], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    before, marker, after = done.stdout.partition("PARENT SHUT DOWN")
+    assert marker
+    assert "rl.step.duration" in before  # the parent's own exports
+    assert "resource_metrics" not in after
