@@ -249,6 +249,7 @@ class FastTracer(trace.Tracer):
         span._parent_remote = remote
         span._kind = kind
         span._attributes = attributes
+        span._dropped = 0  # always set: its readers (OTLP, conversion) then pay no exception
         span._start = _time_ns() if start_time is None else start_time
         if provider._wants_owner:  # the chrome exporter's track: task, else thread
             loop = _get_running_loop()

@@ -182,13 +182,14 @@ class FastSpan(trace.Span):
         self._parent_remote = parent_remote
         self._kind = kind
         self._attributes = attributes
+        self._dropped = 0
         self._start = start
         self._owner = owner
         self._end: int | None = None
         self._events: list[SpanEvent] | None = None
         self._status: Status | None = None
         self._context: SpanContext | None = None
-        # Set only when used (read with getattr and a default): _links; _dropped,
+        # Set only when used (read with getattr and a default): _links;
         # _dropped_events, _dropped_links (what the limits evicted); _opts (bit 0:
         # record exceptions, bit 1: set ERROR on them, when used as a `with`; 3).
 

@@ -26,6 +26,8 @@ from ._otlp_wire import EncodedSpan, request_bytes
 __all__ = ["GrpcSpanExporter"]
 
 _EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+# What the base exporter must have for encoded requests to go through its retry loop.
+_HOOKS = ("_export", "_translate_data", "_initialize_channel_and_stub")
 
 
 class _Encoded:
@@ -77,10 +79,16 @@ class GrpcSpanExporter(OTLPSpanExporter):
 
     @property
     def sends_encoded(self) -> bool:
-        """Whether the installed exporter has the channel and retry loop this relies on."""
-        return all(
-            callable(getattr(self, name, None))
-            for name in ("_export", "_translate_data", "_initialize_channel_and_stub")
+        """Whether the installed exporter has the channel and retry loop this relies on.
+
+        Read on the base class, which this class overrides, and on the client
+        built: an OpenTelemetry exporter whose ``__init__`` builds its stock
+        stub itself (1.30, say) would hand it bytes it cannot serialize.
+        """
+        base = super()
+        return (
+            all(callable(getattr(base, name, None)) for name in _HOOKS)
+            and getattr(self, "_client", None).__class__ is _Stub
         )
 
     def _initialize_channel_and_stub(self) -> None:

@@ -3,11 +3,18 @@
 :class:`HttpSpanExporter` is OpenTelemetry's ``OTLPSpanExporter``
 (``opentelemetry-exporter-otlp-proto-http``), configured by the same
 arguments and ``OTEL_EXPORTER_OTLP_*`` variables. Given the SDK's spans it
-works as OpenTelemetry's does. Given :class:`~._otlp_wire.EncodedSpan`
-items (the fast provider's spans, encoded on the export thread), it puts them
-into one request and posts the bytes through the exporter's own HTTP client:
-endpoint, headers, timeout, compression, certificates and the retries inside
-one attempt stay OpenTelemetry's.
+works as OpenTelemetry's does, except that a batch holding spans
+OpenTelemetry cannot encode is sent without them. Given
+:class:`~._otlp_wire.EncodedSpan` items (the fast provider's spans, encoded
+on the export thread), it puts them into one request and posts the bytes
+through the exporter's own HTTP client: endpoint, headers, timeout,
+compression, certificates and the retries inside one attempt stay
+OpenTelemetry's.
+
+OTLP/HTTP lets a client retry 429, 502, 503 and 504 only; every other
+status of 400 or more refuses the batch for good. OpenTelemetry's client
+does not follow redirects but counts a 3xx delivered: here it refuses the
+batch too.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
 
@@ -26,12 +34,19 @@ from ._otlp_wire import EncodedSpan, request_bytes
 __all__ = ["HttpSpanExporter"]
 
 _logger = logging.getLogger("opentelemetry.exporter.otlp.proto.http.trace_exporter")
-# Client errors another attempt may get past: the request timed out, too many requests.
-_TRANSIENT = frozenset((408, 429))
+
+# The statuses OTLP/HTTP says to retry; any other failure status must not be retried.
+_RETRYABLE = frozenset((429, 502, 503, 504))
 
 
 class HttpSpanExporter(OTLPSpanExporter):
     """``OTLPSpanExporter`` over http/protobuf that also takes encoded spans.
+
+    After each :meth:`export` it says how the batch failed, for the retry
+    buffer: :attr:`refused` (for good: a status other than 429, 502, 503 and
+    504, a redirect, a batch that cannot be sent at all), :attr:`transient`
+    (a status the collector asks to be retried), and :attr:`left_out` (spans
+    of a delivered batch that could not be encoded and were not sent).
 
     Example:
         >>> exporter = HttpSpanExporter(endpoint="http://127.0.0.1:4318/v1/traces")
@@ -43,15 +58,22 @@ class HttpSpanExporter(OTLPSpanExporter):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         _read_environment_once(self)
-        # Why the backend refused the last batch for good (an HTTP status that another
-        # attempt would meet again), else None: read by the retry buffer.
         self.refused: str | None = None
+        """Why the last batch failed for good (another attempt would fail again), else None."""
+        self.transient: str | None = None
+        """The status of the last batch's failure when it is one to retry (``HTTP 503``)."""
+        self.left_out = 0
+        """Spans of the last batch, delivered, that were left out: they cannot be encoded."""
         self._status: int | None = None  # the last response's, whichever path sent it
+        self._requested = False  # whether the last export made a request at all
+        self._unsent = "not sent"  # why not, when it made none
         client = getattr(self, "_client", None)
         send = getattr(client, "export", None)
+        self._notes_requests = callable(send)
         if callable(send):
 
             def export_noting_the_status(data: bytes) -> Any:
+                self._requested = True
                 outcome = send(data)
                 status = getattr(outcome, "status_code", None)
                 self._status = status if isinstance(status, int) else None
@@ -62,22 +84,32 @@ class HttpSpanExporter(OTLPSpanExporter):
     def export(self, spans: Sequence[Any]) -> SpanExportResult:
         """Export SDK spans (OpenTelemetry encodes them) or :class:`EncodedSpan` items."""
         self._status = None
+        self._requested = False
+        self._unsent = "not sent"
+        self.left_out = 0
         result = self._export_either(spans)
-        status = self.last_status()
-        self.refused = (
-            f"HTTP {status}"
-            if result is SpanExportResult.FAILURE
-            and status is not None
-            and 400 <= status < 500
-            and status not in _TRANSIENT
-            else None
-        )
+        status = self.last_status()  # set by the client's export, when it made a request
+        if status is not None and 300 <= status < 400:
+            # OpenTelemetry's client does not follow redirects and counts them delivered.
+            result = SpanExportResult.FAILURE
+        self.refused = self.transient = None
+        if result is SpanExportResult.FAILURE:
+            self.left_out = 0
+            if status is None:
+                if self._notes_requests and not self._requested and not self._shutdown:
+                    self.refused = self._unsent
+            elif status in _RETRYABLE:
+                self.transient = f"HTTP {status}"
+            elif status < 400:
+                self.refused = f"HTTP {status}: redirect not followed"
+            else:
+                self.refused = f"HTTP {status}"
         return result
 
     @property
     def sends_encoded(self) -> bool:
         """Whether the installed exporter has the client this posts encoded requests with."""
-        return callable(getattr(getattr(self, "_client", None), "export", None))
+        return self._notes_requests
 
     def last_status(self) -> int | None:
         """The HTTP status of the last response (``None``: no response, or not sent)."""
@@ -85,7 +117,7 @@ class HttpSpanExporter(OTLPSpanExporter):
 
     def _export_either(self, spans: Sequence[Any]) -> SpanExportResult:
         if not spans or spans[0].__class__ is not EncodedSpan:
-            return super().export(spans)
+            return self._export_spans(spans)
         if self._shutdown:
             _logger.warning("Exporter already shutdown, ignoring batch")
             return SpanExportResult.FAILURE
@@ -101,6 +133,7 @@ class HttpSpanExporter(OTLPSpanExporter):
                     len(data),
                     limit,
                 )
+                self._unsent = f"too large: {len(data)} bytes, over max_request_size {limit}"
                 return SpanExportResult.FAILURE
             outcome = self._client.export(data)
             if not outcome.success:
@@ -108,6 +141,40 @@ class HttpSpanExporter(OTLPSpanExporter):
                     result.error = outcome.error
                 return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS
+
+    def _export_spans(self, spans: Sequence[Any]) -> SpanExportResult:
+        """OpenTelemetry's export of SDK spans; a batch it cannot encode loses its bad spans only.
+
+        Without a request, OpenTelemetry's exporter failed to encode the batch
+        or found it too large; each span is then encoded alone to tell which,
+        and the ones that encode are sent without the others.
+        """
+        result = super().export(spans)
+        if result is SpanExportResult.SUCCESS or self._requested or self._shutdown:
+            return result
+        if not self._notes_requests:  # whether a request went out is not known
+            return result
+        bad = [index for index, span in enumerate(spans) if not _encodes(span)]
+        if bad and len(bad) < len(spans):
+            left_out = set(bad)
+            result = super().export([s for i, s in enumerate(spans) if i not in left_out])
+            if result is SpanExportResult.SUCCESS:
+                self.left_out = len(bad)
+        if not self._requested:
+            limit = getattr(self, "_max_request_size", 0)
+            self._unsent = (
+                "could not be encoded" if bad else f"too large for max_request_size {limit}"
+            )
+        return result
+
+
+def _encodes(span: Any) -> bool:
+    """Whether OpenTelemetry's encoder takes *span* alone."""
+    try:
+        encode_spans([span]).SerializePartialToString()
+    except Exception:  # a lone surrogate in its name, say
+        return False
+    return True
 
 
 def _read_environment_once(exporter: Any) -> None:

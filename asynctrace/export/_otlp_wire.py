@@ -151,7 +151,9 @@ class WireEncoder(AttributeEncoder):
         parts.append(_TIMES.pack(0x30, span._kind._value_ + 1, 0x39, span._start, 0x41, span._end))
         attributes = span._attributes
         own = span._tracer._limits  # what the span was recorded under
-        dropped = _counted(span, "_dropped", attributes, own.max_attributes)
+        # Not _counted: a key that is not a non-empty string is dropped (and counted, as the
+        # SDK counts it) whatever the limit, so a span below it may have dropped some.
+        dropped: int = getattr(span, "_dropped", 0)
         if attributes:
             dropped += self.append_attributes(
                 attributes, limits.max_attributes, b"\x4a", parts, limits.max_attribute_length
@@ -218,7 +220,7 @@ class WireEncoder(AttributeEncoder):
 
 
 def _counted(span: FastSpan, name: str, items: Any, limit: int | None) -> int:
-    """What *span* evicted past its *limit* (a span below its limit never evicted any).
+    """The events or links *span* evicted past its *limit* (one below it never evicted any).
 
     The counters are set only when used, and reading an unset slot is slow.
     """

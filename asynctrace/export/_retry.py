@@ -14,6 +14,14 @@ Two layers retry: inside one attempt, OpenTelemetry's exporter retries
 transient errors with its own backoff, never longer than its timeout
 (``OTEL_EXPORTER_OTLP_TIMEOUT``); across attempts, this buffer does, for as
 long as it holds the batch. See ``docs/design.md``.
+
+Not everything that fails is held. A batch the backend refuses for good
+(the exporter says so: an HTTP status other than 429, 502, 503 and 504, a
+redirect, a batch that cannot be encoded or is too large) is counted as
+failed at once. A held batch that failed three times with nothing to say
+why (gRPC, which does not hand the status on, or no response at all) is
+given up when the batch after it goes through; one the backend asked to
+retry (429, 502, 503, 504) never is.
 """
 
 from __future__ import annotations
@@ -127,6 +135,8 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
         self._warned_outage = False
         self._warned_overflow = False
         self._warned_refusal = False
+        self._transient = False  # the last failed attempt met a status the backend says to retry
+        self._left_out = 0  # spans the exporter left out of the last batch it delivered
         self._exporter_closed = False
         self._close_lock = threading.Lock()
         super().__init__(ExporterSink(exporter), name=name, **limits)  # flush, shutdown
@@ -196,8 +206,9 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
             if held is not None:
                 self._hold(held)
             elif ok:
-                self._exported += len(ready)
-            else:  # it raised: given up
+                self._exported += len(ready) - self._left_out
+                self._failed += self._left_out
+            else:  # refused, or it raised: given up
                 self._failed += len(ready)
         if held is not None:
             self._schedule_retry()
@@ -232,38 +243,55 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
     def _send(self, spans: list[Any]) -> bool | None:
         """One attempt: ``True`` delivered, ``False`` to retry, ``None`` given up.
 
-        Given up: the exporter raised, or the backend refused the batch for
-        good (an exporter that can tell sets ``refused``: an HTTP status
-        such as 400 or 401, which another attempt would meet again). The
-        caller counts the outcome, in one move with where the spans were.
+        An exporter that can tell says more after its ``export``
+        (:class:`~._otlp_http.HttpSpanExporter` does): ``refused``, why the
+        batch failed for good (an HTTP status other than 429, 502, 503 and
+        504, a redirect, a batch too large to send): given up, not retried;
+        ``transient``, that the backend asked for a retry (429, 502, 503,
+        504); ``left_out``, how many spans of a delivered batch it could not
+        encode (set aside in ``_left_out``, counted as failed). The caller
+        counts the outcome, in one move with where the spans were.
         """
+        self._transient = False
+        self._left_out = 0
         try:
             result = self._exporter.export(spans)
         except BaseException as exc:  # SystemExit from an exporter must not end the worker
             self._report(exc, "export")
             return None
+        exporter = self._exporter
         if getattr(result, "name", "SUCCESS") != "FAILURE":
+            left_out = getattr(exporter, "left_out", 0)
+            if isinstance(left_out, int) and 0 < left_out <= len(spans):
+                self._left_out = left_out
+                self._warn_refusal(f"{left_out} of its spans could not be encoded")
             return True
-        refused = getattr(self._exporter, "refused", None)
+        refused = getattr(exporter, "refused", None)
         if refused:
-            if not self._warned_refusal:
-                self._warned_refusal = True
-                logger.warning(
-                    "asynctrace: the backend of exporter %r refused a batch (%s); refused "
-                    "batches are counted as failed, not retried (further refusals are not "
-                    "logged)",
-                    self.name,
-                    refused,
-                )
+            self._warn_refusal(str(refused))
             return None
+        self._transient = bool(getattr(exporter, "transient", None))
         return False
 
+    def _warn_refusal(self, reason: str) -> None:
+        if not self._warned_refusal:
+            self._warned_refusal = True
+            logger.warning(
+                "asynctrace: the backend of exporter %r refused a batch (%s); refused "
+                "batches and spans are counted as failed, not retried (further refusals are "
+                "not logged)",
+                self.name,
+                reason,
+            )
+
     def _resolve(self, held: _Held, delivered: bool) -> None:
-        """A held batch leaves the buffer: exported, or failed (given up)."""
+        """A held batch leaves the buffer: exported (but what was left out), or failed."""
+        left_out = self._left_out if delivered else 0
         with self._moves:
             self._release(held)
             if delivered:
-                self._exported += len(held.spans)
+                self._exported += len(held.spans) - left_out
+                self._failed += left_out
             else:
                 self._failed += len(held.spans)
 
@@ -280,21 +308,30 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
         if time.monotonic() < self._next_attempt:
             return False
         assert isinstance(head, _Held)
-        self._retried += len(head.spans)
+        if head.attempts:  # not one that waited behind a failure and goes out the first time
+            self._retried += len(head.spans)
         ok = self._send(head.spans)
         if ok is False:
             head.attempts += 1
-            if head.attempts > PROBE_AFTER and self._probe_next():
-                self._resolve(head, False)  # the backend is up and refuses this batch
+            # A batch that keeps failing while the next goes through is refused by a backend
+            # that is up, but only a failure that says nothing can mean that: a 503 is the
+            # backend asking for a retry, whatever the next batch meets.
+            if head.attempts > PROBE_AFTER and not self._transient and self._probe_next():
+                self._resolve(head, False)
+                self._warn_refusal(
+                    f"a held batch failed {head.attempts} times while the next went through"
+                )
                 self._failures = 0
+                self._warned_outage = False
                 return True
             self._schedule_retry()
             return False
         self._resolve(head, ok is True)
-        if self._failures:
+        if self._failures:  # the backend answers again, or the exporter raised
             logger.info(
-                "asynctrace: exporter %r delivers again after %d failed attempts",
+                "asynctrace: exporter %r %s after %d failed attempts",
                 self.name,
+                "delivers again" if ok else "gave up a held batch (refused, or it raised)",
                 self._failures,
             )
         self._failures = 0
@@ -302,17 +339,22 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
         return True
 
     def _probe_next(self) -> bool:
-        """Send the held batch after the head; ``True`` if it went through."""
+        """Send the held batch after the head; ``True`` if it was delivered.
+
+        The batch after the head given up (refused too, or the exporter
+        raised) says nothing about the head: ``False``.
+        """
         second = next((item for item in list(self._pending)[1:] if isinstance(item, _Held)), None)
         if second is None:
             return False
-        self._retried += len(second.spans)
+        if second.attempts:
+            self._retried += len(second.spans)
         ok = self._send(second.spans)
         if ok is False:
             second.attempts += 1
             return False
         self._resolve(second, ok is True)
-        return True
+        return ok is True
 
     def _release(self, held: _Held) -> None:  # inside a move
         self._pending.remove(held)

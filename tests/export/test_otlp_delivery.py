@@ -68,14 +68,18 @@ def _configure(**extra: object) -> at.Telemetry:
     )
 
 
-@pytest.mark.parametrize(("status", "provider"), [(400, "fast"), (401, "fast"), (401, "sdk")])
+@pytest.mark.parametrize(
+    ("status", "provider"),
+    [(400, "fast"), (401, "fast"), (401, "sdk"), (500, "fast"), (301, "sdk")],
+)
 def test_a_batch_the_collector_refuses_for_good_is_failed_not_retried(
     status: int, provider: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """OTLP/HTTP: a client error another attempt would meet again (400, 401) fails the
-    batch at once, counted, and the flush says so; it is not held and sent again every
-    few seconds for the life of the process. Spans after the collector accepts again
-    are delivered."""
+    """OTLP/HTTP: a status another attempt must not retry (400, 401, 500: all but 429,
+    502, 503 and 504), or a redirect, fails the batch at once, counted, and the flush says
+    so; it is not held and sent again every few seconds for the life of the process. Spans
+    after the collector accepts again are delivered. (``test_otlp_statuses.py`` goes
+    through every status.)"""
     with OtlpReceiver("http/protobuf") as receiver:
         for key, value in receiver.env(timeout_s=TIMEOUT_S).items():
             monkeypatch.setenv(key, value)

@@ -252,6 +252,42 @@ def test_bad_keys_are_cleaned_as_the_sdk_cleans_them() -> None:
     assert decoded.spans[0].dropped_attributes_count == 2
 
 
+@pytest.mark.usefixtures("quiet_otel_logs")
+@pytest.mark.parametrize("max_attributes", [None, 5])
+def test_bad_keys_set_below_the_limit_are_counted_as_the_sdk_counts_them(
+    max_attributes: int | None,
+) -> None:
+    """set_attribute with an empty or a None key, on a span below its limit (or without
+    one): dropped_attributes_count is what the SDK's provider sends for the same calls."""
+    from opentelemetry.sdk.trace import SpanLimits as SdkLimits
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    def calls(span: Any) -> None:
+        span.set_attribute("", 1)
+        span.set_attribute(None, 2)
+        span.set_attribute("ok", 3)
+        span.end(2)
+
+    limits = SpanLimits(max_attributes=max_attributes)
+    provider, kept = _provider(limits)
+    calls(provider.get_tracer("keys").start_span("s", start_time=1))
+    ours, theirs, _ = _both(kept.spans, limits)
+    assert ours == theirs
+    sdk = TracerProvider(
+        resource=RESOURCE, span_limits=SdkLimits(max_span_attributes=max_attributes)
+    )
+    memory = InMemorySpanExporter()
+    sdk.add_span_processor(SimpleSpanProcessor(memory))
+    calls(sdk.get_tracer("keys").start_span("s", start_time=1))
+    sdk_request = encode_spans(memory.get_finished_spans())
+    (expected,) = sdk_request.resource_spans[0].scope_spans[0].spans
+    (span,) = ExportTraceServiceRequest.FromString(ours).resource_spans[0].scope_spans[0].spans
+    assert [kv.key for kv in span.attributes] == [kv.key for kv in expected.attributes] == ["ok"]
+    assert span.dropped_attributes_count == expected.dropped_attributes_count == 2
+
+
 def test_string_limits_cut_values_and_the_cache_keeps_them_cut() -> None:
     """max_attribute_length cuts strings (in lists too), the same on every span."""
     limits = SpanLimits(max_attribute_length=3)
