@@ -14,6 +14,35 @@ __all__ = ["ConfigurationError", "MissingExtraError", "report_internal_error"]
 logger = logging.getLogger("asynctrace")
 
 
+class _Redacting(logging.Filter):
+    """What asynctrace logs is redacted as recorded spans are: a user's exception in a
+    traceback (one a hook raised, or the one a failing ``__exit__`` was handling) may
+    name a URL with its token."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            from ._redact import redact_text, secrets_of
+
+            error = record.exc_info[1] if record.exc_info else None
+            secrets = secrets_of(error) if error is not None else frozenset()
+            record.msg = redact_text(record.getMessage(), secrets)
+            record.args = None
+            if record.exc_info:  # formatters print exc_text once set, not the traceback
+                text = record.exc_text or logging.Formatter().formatException(record.exc_info)
+                record.exc_text = redact_text(text, secrets)
+        except Exception:  # a record that cannot be examined is kept out whole
+            record.msg, record.args, record.exc_info, record.exc_text = (
+                "asynctrace: a log record could not be redacted; left out",
+                None,
+                None,
+                None,
+            )
+        return True
+
+
+logger.addFilter(_Redacting())
+
+
 class ConfigurationError(ValueError):
     """A configuration value was rejected.
 

@@ -41,7 +41,11 @@ _EXTRAS = {"python": ("profile", "viztracer"), "torch": ("torch", "torch")}
 def check_backend(name: str) -> None:
     """Raise :class:`MissingExtraError` if backend *name*'s package is not installed."""
     extra, module = _EXTRAS[name]
-    if importlib.util.find_spec(module) is None:
+    try:
+        spec = importlib.util.find_spec(module)
+    except ValueError:  # in sys.modules without a spec: a stand-in, not the package
+        spec = None
+    if spec is None:
         raise MissingExtraError(extra, module)
 
 

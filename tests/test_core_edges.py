@@ -210,3 +210,60 @@ def test_steps_may_be_any_integer_type() -> None:
         at.dispatch_scope(attempt=-1)
     with pytest.raises(ConfigurationError, match=r"dispatch_scope\(target_step\)"):
         at.dispatch_scope(target_step="5")  # type: ignore[arg-type]
+
+
+def test_what_asynctrace_logs_is_redacted(lenient: None, caplog: pytest.LogCaptureFixture) -> None:
+    """A failure logged with the user's exception in its traceback (a hook that raised,
+    an exception being handled) names no token, in the message or the traceback."""
+    from asynctrace._errors import report_internal_error
+
+    caplog.set_level(logging.WARNING, logger="asynctrace")
+    try:
+        raise ValueError("GET http://user:hunter2@h/x?token=abc123")
+    except ValueError as exc:
+        report_internal_error(("edges", "log"), exc)
+    logging.getLogger("asynctrace").warning("calling %s", "http://h/?api_key=sk-SECRET9")
+    text = caplog.text
+    assert "hunter2" not in text
+    assert "abc123" not in text
+    assert "sk-SECRET9" not in text
+    assert "token=REDACTED" in text
+    assert "Traceback" in text  # the traceback is kept, redacted
+
+
+def test_a_track_names_its_loops_thread_redacted(tmp_path: Path) -> None:
+    """A task's track names the thread of its loop: that name is redacted like the task's."""
+    import json
+    import threading
+
+    telemetry = at.configure({"enabled": True, "span_groups": "all", "output_dir": str(tmp_path)})
+
+    ended, written = threading.Event(), threading.Event()
+
+    async def work() -> None:
+        with at.managed_span("generation", "g"):
+            pass
+        ended.set()
+        # The loop runs on (its thread known) while the writer names the track.
+        await asyncio.get_running_loop().run_in_executor(None, written.wait, 10)
+
+    def run() -> None:
+        asyncio.run(work())
+
+    thread = threading.Thread(target=run, name="loop for http://svc:hunter2@h/?token=abc123")
+    thread.start()
+    try:
+        assert ended.wait(10)
+        assert telemetry.flush(10)
+    finally:
+        written.set()
+        thread.join()
+    telemetry.shutdown()
+    names = [
+        event["args"]["name"]
+        for path in tmp_path.glob("traces-*.jsonl")
+        for event in map(json.loads, path.read_text().splitlines())
+        if event.get("name") == "thread_name"
+    ]
+    assert any("loop for http://h/?token=REDACTED" in name for name in names), names
+    assert not any("hunter2" in name or "abc123" in name for name in names)

@@ -6,9 +6,10 @@ AReaL's ``perf_tracer`` writes Chrome complete events without span ids: a
 tracer's start. :class:`ArealEvents` turns such events into what the rollup
 reads: the bucket of the category (:data:`DEFAULT_BUCKETS`, the table
 ``asynctrace_contrib.areal`` records with, overridable with ``--bucket-map``),
-``rl.iteration`` from ``global_step``, and a parent: the innermost event of the
-same process whose interval contains it (AReaL runs many async tasks on one
-thread id, so the process, not the thread, is the scope).
+``rl.iteration`` from ``global_step``, and a parent: the smallest event of the
+same process whose interval contains it, one on the same thread id when there
+is one (AReaL runs many async tasks on one thread id, so the process, not the
+thread, is the scope; an event that crosses another is never its parent).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -135,6 +137,8 @@ class ArealEvents:
     def __init__(self, buckets: Mapping[str, str | None] | None = None) -> None:
         self.buckets = dict(DEFAULT_BUCKETS if buckets is None else buckets)
         self.count = 0
+        self.outside_steps = 0
+        self.outside_steps_s = 0.0
         self._held: dict[int, list[dict[str, Any]]] = {}
         self._ids = itertools.count(1)
 
@@ -147,36 +151,87 @@ class ArealEvents:
         return True
 
     def drain(self) -> Iterator[tuple[dict[str, Any], int]]:
-        """The held events as asynctrace's complete events, each with its origin."""
+        """The held events as asynctrace's complete events, each with its origin.
+
+        Parents first, then the events in end order (ties: the longer one
+        last), the order the rollup reads: a parent is the smallest event of
+        the process that contains the child's interval (one on the same
+        thread id when there is one), so a long event that crosses a step
+        (starts inside, ends after it) is not taken for the parent of what
+        runs in the step. Bucketed events under no step are counted in
+        :attr:`outside_steps` (and ``outside_steps_s``).
+        """
         for origin, events in self._held.items():
-            trace_id = f"{origin + 1:032x}"
-            timed = sorted(
-                (e for e in events if isinstance(e.get("ts"), int | float)),
-                key=lambda e: (e["ts"], -(e.get("dur") or 0)),
-            )
-            stack: list[tuple[float, str]] = []  # (end, span id) of the enclosing events
-            for event in timed:
-                start = float(event["ts"])
-                end = start + float(event.get("dur") or 0)
-                while stack and stack[-1][0] < end:
-                    stack.pop()
-                span_id = f"{next(self._ids):016x}"
-                args = dict(event["args"])
-                args["trace_id"] = trace_id
-                args["span_id"] = span_id
-                if stack:
-                    args["parent_span_id"] = stack[-1][1]
-                category = _category(event.get("cat"))
-                if category not in self.buckets:
-                    category = "misc"
-                bucket = self.buckets[category]
-                if bucket is not None:
-                    args["rl.bucket"] = bucket
-                else:
-                    args["asynctrace.group"] = f"areal.{category}"
-                step = args.get("global_step")
-                if isinstance(step, int) and not isinstance(step, bool):
-                    args["rl.iteration"] = step
-                stack.append((end, span_id))
-                yield {**event, "args": args}, origin
+            out: list[tuple[float, float, int, dict[str, Any]]] = []
+            for index, parented in enumerate(self._parented(origin, events)):
+                if parented is None:  # no timestamp: not an interval
+                    continue
+                args, start, end, in_step = parented
+                if args.get("rl.bucket") is not None and not in_step:
+                    self.outside_steps += 1
+                    self.outside_steps_s += (end - start) / 1e6
+                out.append((end, -start, index, args))
+            out.sort(key=lambda item: item[:3])
+            for _, _, index, args in out:
+                yield {**events[index], "args": args}, origin
         self._held.clear()
+        if self.outside_steps:
+            sys.stderr.write(
+                f"note: {self.outside_steps} bucketed AReaL event(s) "
+                f"({self.outside_steps_s:.3f}s) lie under no step (no unbucketed scope "
+                "with args.global_step contains them); they are in no step's figures\n"
+            )
+
+    def _parented(
+        self, origin: int, events: list[dict[str, Any]]
+    ) -> list[tuple[dict[str, Any], float, float, bool] | None]:
+        """``(args, start, end, in a step)`` per event (in *events*' order; ``None``: no
+        timestamp), args with ids."""
+        trace_id = f"{origin + 1:032x}"
+        done: list[tuple[dict[str, Any], float, float, bool] | None] = [None] * len(events)
+        order = sorted(
+            (i for i, e in enumerate(events) if isinstance(e.get("ts"), int | float)),
+            key=lambda i: (events[i]["ts"], -(events[i].get("dur") or 0), i),
+        )
+        # open events: (start, end, tid, span id, args, a step or in one)
+        active: list[tuple[float, float, object, str, dict[str, Any], bool]] = []
+        for i in order:
+            event = events[i]
+            start = float(event["ts"])
+            end = start + float(event.get("dur") or 0)
+            tid = event.get("tid")
+            active = [a for a in active if a[1] >= start]
+            parent = None
+            for candidate in active:
+                if candidate[1] < end:  # does not contain it (it crosses)
+                    continue
+                if parent is None:
+                    parent = candidate
+                    continue
+                same, best_same = candidate[2] == tid, parent[2] == tid
+                tighter = (candidate[1] - candidate[0]) <= (parent[1] - parent[0])
+                if (same and not best_same) or (same == best_same and tighter):
+                    parent = candidate
+            span_id = f"{next(self._ids):016x}"
+            args = dict(event["args"])
+            args["trace_id"] = trace_id
+            args["span_id"] = span_id
+            if parent is not None:
+                args["parent_span_id"] = parent[3]
+            category = _category(event.get("cat"))
+            if category not in self.buckets:
+                category = "misc"
+            bucket = self.buckets[category]
+            if bucket is not None:
+                args["rl.bucket"] = bucket
+            else:
+                args["asynctrace.group"] = f"areal.{category}"
+            step = args.get("global_step")
+            if isinstance(step, int) and not isinstance(step, bool):
+                args["rl.iteration"] = step
+            in_step = (parent is not None and parent[5]) or (
+                bucket is None and "rl.iteration" in args
+            )
+            active.append((start, end, tid, span_id, args, in_step))
+            done[i] = (args, start, end, in_step)
+        return done

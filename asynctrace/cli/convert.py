@@ -123,6 +123,21 @@ class _Track:
         return True
 
 
+def _file_info(path: Path) -> ProcessInfo:
+    """Rank and role from the file name; for AReaL's layout
+    (``perf_tracer/<role>/traces-r{rank}.jsonl``) the role is the directory's.
+
+    AReaL writes a ``thread_name`` before its ``process_name``, and every
+    role's file is ``traces-r{rank}.jsonl``: two roles' processes sharing a
+    pid (one per container) would otherwise be taken for one process before
+    the process name is read.
+    """
+    info = ProcessInfo.from_file_name(path.name)
+    if info.role is None and path.parent.parent.name == "perf_tracer":
+        return ProcessInfo(rank=info.rank, role=path.parent.name)
+    return info
+
+
 class _Merger:
     """Output pids per process, and tracks on which every complete event nests."""
 
@@ -147,7 +162,7 @@ class _Merger:
         found = self._out.get(key, key)
         if found is not key:
             return found
-        info = self._meta.get(key) or ProcessInfo.from_file_name(self.paths[file_index].name)
+        info = self._meta.get(key) or _file_info(self.paths[file_index])
         process = (info.run_id, info.host, info.rank, info.role, pid)
         out = self._by_process.get(process)
         if out is None:
@@ -180,7 +195,7 @@ class _Merger:
         ):
             args = event.get("args")
             if isinstance(args, dict):
-                fallback = ProcessInfo.from_file_name(self.paths[file_index].name)
+                fallback = _file_info(self.paths[file_index])
                 self._meta[(file_index, pid)] = ProcessInfo.from_metadata(args, fallback)
         out = self.out_pid(file_index, pid)
         changed = out != pid

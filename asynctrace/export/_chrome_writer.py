@@ -624,7 +624,7 @@ def _owner_name(owner: object) -> str:
     if callable(get_loop):
         ident = getattr(get_loop(), "_thread_id", None)
         found = threading._active.get(ident) if ident is not None else None  # type: ignore[attr-defined]
-        thread = found.name if found is not None else None
+        thread = redact_text(found.name) if found is not None else None
     name = redact_text(name)  # create_task(..., name=f"GET {url}") names a URL, token and all
     return f"task: {name} [{thread}]" if thread else f"task: {name}"
 

@@ -30,6 +30,10 @@ import functools
 import getpass
 import importlib.util
 import inspect
+import json
+import logging
+import math
+import numbers
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -42,12 +46,14 @@ import asynctrace
 
 __all__ = [
     "DEFAULT_CATEGORY_MAP",
+    "GLOBAL_TRACER",
     "Category",
     "CategoryLike",
     "PerfTraceCategory",
     "PerfTracer",
     "PerfTracerConfig",
     "SessionTraceEvent",
+    "SessionTracer",
     "SessionTracerConfig",
     "atrace_scope",
     "atrace_session_phase",
@@ -75,6 +81,17 @@ __all__ = [
 F = TypeVar("F", bound=Callable[..., Any])
 NAMESPACE: Final = "areal"
 """The namespace AReaL's category groups are registered under."""
+
+_log = logging.getLogger("asynctrace_contrib.areal")
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, message: str, *args: object) -> None:
+    """Log *message* the first time *key* comes up (AReaL warns and goes on; so does this)."""
+    if key in _warned:
+        return
+    _warned.add(key)
+    _log.warning(message, *args)
 
 
 class PerfTraceCategory(str, enum.Enum):
@@ -144,6 +161,18 @@ def _category(category: CategoryLike) -> str:
     return "misc"
 
 
+def _areal_category(category: CategoryLike) -> str:
+    """The category as AReaL writes it in ``cat``: aliases resolved, any other text as given."""
+    if isinstance(category, PerfTraceCategory):
+        return category.value
+    if isinstance(category, str) and category.strip():
+        lowered = category.strip().lower()
+        if lowered in _ALIASES or lowered in DEFAULT_CATEGORY_MAP:
+            return _ALIASES.get(lowered, lowered)
+        return category
+    return "misc"
+
+
 @dataclass
 class SessionTracerConfig:
     """AReaL 1.0.4's ``SessionTracerConfig`` (fields and defaults).
@@ -204,56 +233,314 @@ def _field(config: Any, name: str, default: Any = None) -> Any:
 _SCALARS: Final = frozenset({bool, int, float, str})
 
 
-def _attributes(args: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """AReaL's ``args`` as span attributes: scalars as they are, anything else as text."""
-    if not args:
-        return None
+def _json_text(value: Any) -> str:
+    """*value* as the JSON text AReaL writes for it (other objects as their ``str()``)."""
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except Exception:  # a circular value, a str() that raises: never break the caller
+        try:
+            return str(value)
+        except Exception:
+            return f"<unreadable {type(value).__name__}>"
+
+
+def _attribute(value: Any) -> Any:
+    """One ``args`` value as a span attribute, as close to AReaL's JSON as attributes go.
+
+    Scalars stay as they are (numpy's numbers as the int or float they stand
+    for), a list or tuple of one scalar type stays a list, anything else
+    (mappings, mixed or nested lists) is its JSON text.
+    """
+    if value.__class__ in _SCALARS:
+        return value
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, str):  # a str enum: its value, as json.dumps writes it
+        return str.__str__(value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, list | tuple):
+        kinds = {v.__class__ for v in value}
+        if len(kinds) == 1 and kinds <= _SCALARS:
+            return list(value)
+    return _json_text(value)
+
+
+def _attributes(
+    args: Mapping[str, Any] | None, category: str | None = None
+) -> dict[str, Any] | None:
+    """AReaL's ``args`` as span attributes (see :func:`_attribute`), with ``areal.category``.
+
+    ``None`` values are left out: an attribute cannot hold ``null``.
+    """
     out: dict[str, Any] = {}
-    for key, value in args.items():
-        if value is None:
-            continue
-        if value.__class__ in _SCALARS and key.__class__ is str:
-            out[key] = value
-        elif isinstance(value, bool | int | float | str):
-            out[str(key)] = value
-        elif isinstance(value, list | tuple) and all(
-            isinstance(v, bool | int | float | str) for v in value
-        ):
-            out[str(key)] = list(value)
-        else:
-            out[str(key)] = str(value)
-    return out
+    if args:
+        for key, value in args.items():
+            if value is None:
+                continue
+            out[key if key.__class__ is str else str(key)] = _attribute(value)
+    if category is not None:
+        out["areal.category"] = category
+    return out or None
+
+
+class SessionTracer:
+    """AReaL's ``SessionTracer`` API over asynctrace's session tracer.
+
+    What ``get_session_tracer()`` returns, so code written against AReaL's
+    object runs unchanged: :meth:`register_task`, :meth:`register_session`
+    (numeric ids), :meth:`get_session_ids`, :meth:`record_event`,
+    :meth:`increment_counter`, ``flush(force=...)`` and :meth:`reset`.
+    Anything else (``stats()``, ``path``) is asynctrace's tracer's.
+
+    AReaL's constructor, ``SessionTracer(config, output_path=..., rank=...)``,
+    is accepted: it wraps the session tracer asynctrace is running (the
+    records go where asynctrace's configuration puts them), since a second
+    writer for the same process is not something asynctrace has.
+
+    Example:
+        >>> tracer = get_session_tracer()
+        >>> tracer is None or isinstance(tracer.register_session(7), int)
+        True
+    """
+
+    def __init__(
+        self,
+        config: Any = None,
+        *,
+        output_path: str | None = None,
+        rank: int = 0,
+        role: str | None = None,
+        tracer: Any = None,
+    ) -> None:
+        if tracer is None:
+            running = asynctrace.current_telemetry()
+            tracer = running.sessions if running is not None else None
+        if tracer is None:
+            raise RuntimeError(
+                "no asynctrace session tracer is running: configure one first "
+                "(perf_tracer.configure(...) with session_tracer.enabled)"
+            )
+        self._inner = tracer
+        self.rank = rank
+        self.role = role
+        self._lock = threading.Lock()
+        self._tasks: dict[Any, set[int]] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_inner":
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+    def register_task(self, task_id: int) -> None:
+        """Declare a task (AReaL's ``register_task``)."""
+        with self._lock:
+            self._tasks.setdefault(task_id, set())
+
+    def _track(self, task_id: Any, session_id: str) -> int | None:
+        number = int(session_id) if session_id.isdigit() else None
+        if number is not None:
+            try:
+                with self._lock:
+                    self._tasks.setdefault(task_id, set()).add(number)
+            except TypeError:  # an unhashable task id: the session is still recorded
+                _warn_once("task-type", "perf_tracer: task id %r cannot be looked up", task_id)
+        return number
+
+    def register_session(self, task_id: Any) -> int | None:
+        """Register a pending session under *task_id* (``None`` too, as AReaL); its id."""
+        try:
+            return self._track(task_id, self._inner.register(_task_key(task_id)))
+        except Exception as exc:  # never into the host
+            _warn_once("register", "perf_tracer: register_session(%r) failed: %r", task_id, exc)
+            return None
+
+    def get_session_ids(self, task_id: Any) -> list[int]:
+        """The sessions of *task_id* not finalized through this layer."""
+        try:
+            with self._lock:
+                return sorted(self._tasks.get(task_id, ()))
+        except TypeError:
+            return []
+
+    def _forget(self, session_id: int) -> None:
+        with self._lock:
+            for task_id, sessions in list(self._tasks.items()):
+                if session_id in sessions:
+                    sessions.discard(session_id)
+                    if not sessions:
+                        del self._tasks[task_id]
+                    return
+
+    def record_event(self, session_id: int, event: Any, **payload: Any) -> None:
+        """Apply AReaL event *event* (``SessionTraceEvent`` or its value) to one session.
+
+        ``finalized`` takes ``status`` and ``reason`` (a status asynctrace has
+        no name for is recorded as ``dropped``, with the status as the reason,
+        warned once; no status leaves the session pending, as in AReaL);
+        ``<phase>_start``/``_end`` time a phase. Other payload is not
+        recorded, as AReaL does not record it. Nothing here raises.
+        """
+        try:
+            name = event.value if isinstance(event, enum.Enum) else str(event)
+            target = str(session_id)
+            if name == "finalized":
+                self._finalize(session_id, target, payload)
+                return
+            phase, _, edge = name.rpartition("_")
+            if edge in ("start", "end") and _phase_ok(phase):
+                asynctrace.trace_session_event(name, target)
+        except Exception as exc:  # an event never breaks the host
+            _warn_once(f"event:{type(exc).__name__}", "perf_tracer: event dropped: %r", exc)
+
+    def _finalize(self, session_id: int, target: str, payload: Mapping[str, Any]) -> None:
+        status = payload.get("status")
+        if status is None:  # AReaL stamps finalized_ts and keeps the session pending
+            return
+        reason = payload.get("reason")
+        text = status.value if isinstance(status, enum.Enum) else str(status)
+        if text not in _STATUSES:
+            _warn_once(
+                f"status:{text}",
+                "perf_tracer: status %r is not one of %s; recorded as 'dropped'",
+                text,
+                ", ".join(_STATUSES),
+            )
+            reason = reason if reason is not None else f"status {text}"
+            text = "dropped"
+        asynctrace.trace_session_event("finalized", target, status=text, reason=reason)
+        self._forget(session_id)
+
+    def increment_counter(self, session_id: int, name: str, value: Any = 1) -> None:
+        """Add *value* to counter *name* of one session (a non-number is ignored, warned once)."""
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            _warn_once("counter", "perf_tracer: counter %r: %r is not a number", name, value)
+            return
+        number = int(value) if isinstance(value, numbers.Integral) else float(value)
+        if not math.isfinite(number):
+            _warn_once("counter", "perf_tracer: counter %r: %r is not finite", name, value)
+            return
+        try:
+            self._inner.count(str(session_id), str(name), number)
+        except Exception as exc:
+            _warn_once("count", "perf_tracer: counter %r dropped: %r", name, exc)
+
+    def flush(self, force: bool = False) -> None:
+        """Write every finalized session (AReaL's ``flush``).
+
+        With *force*, AReaL also writes the pending ones; asynctrace keeps
+        them until they are finalized or the tracer shuts down (then they are
+        written as ``pending``), so both calls write the finalized sessions.
+        """
+        self._inner.flush()
+
+    def reset(self) -> None:
+        """Write the finalized sessions and forget the task map (AReaL's ``reset``)."""
+        self.flush(force=True)
+        with self._lock:
+            self._tasks.clear()
+
+
+_STATUSES: Final = ("accepted", "rejected", "failed", "dropped")
+
+
+def _task_ok(task_id: Any) -> bool:
+    return not isinstance(task_id, bool) and isinstance(task_id, int | str)
+
+
+def _task_key(task_id: Any) -> int | str | None:
+    """A task id as asynctrace records it: numpy's integers as ints, other objects as text."""
+    if task_id is None or _task_ok(task_id):
+        return task_id  # type: ignore[no-any-return]
+    if isinstance(task_id, numbers.Integral):
+        return int(task_id)
+    return str(task_id)
 
 
 class PerfTracer:
     """The configured tracer, as ``perf_tracer.get_tracer()`` returns it.
 
-    ``telemetry`` is the :class:`asynctrace.Telemetry` it runs;
-    ``trace_path`` and ``session_path`` are AReaL's file locations.
+    Built as AReaL's is, ``PerfTracer(config, rank=0, role=None)`` (what
+    :func:`configure` does, without making it the module's tracer; the
+    extra keywords are :func:`configure`'s). ``telemetry`` is the
+    :class:`asynctrace.Telemetry` it runs (``None`` until something is
+    recorded: a disabled tracer leaves asynctrace alone until
+    :meth:`set_enabled`); ``trace_path`` and ``session_path`` are AReaL's
+    file locations.
 
     Example:
-        >>> tracer = configure(PerfTracerConfig(), rank=0)  # doctest: +SKIP
+        >>> tracer = PerfTracer(PerfTracerConfig(), rank=0)
+        >>> tracer.enabled, tracer.telemetry
+        (False, None)
     """
 
     def __init__(
         self,
-        telemetry: asynctrace.Telemetry,
+        config: Any,
         *,
         rank: int,
-        role: str | None,
-        enabled: bool,
-        trace_path: Path,
-        session_path: Path | None,
-        buckets: Mapping[str, asynctrace.Bucket | None],
+        role: str | None = None,
+        telemetry: Mapping[str, Any] | None = None,
+        category_map: Mapping[str, asynctrace.Bucket | str | None] | None = None,
     ) -> None:
-        self.telemetry = telemetry
+        if rank < 0:
+            raise ValueError("rank must be a non-negative integer")
         self.rank = rank
         self.role = role
-        self._enabled = enabled
-        self.trace_path = trace_path
-        self.session_path = session_path
-        self._buckets = dict(buckets)
+        self._buckets = _category_map(category_map)
         self._groups = {name: (f"areal.{name}", b) for name, b in self._buckets.items()}
+        base = _base_dir(config).absolute()
+        trace_dir = base / "perf_tracer"
+        session_dir = base / "session_tracer"
+        if role:
+            trace_dir, session_dir = trace_dir / role, session_dir / role
+        sessions = _field(config, "session_tracer")
+        self._sessions_on = bool(sessions is not None and _field(sessions, "enabled", False))
+        self._enabled = bool(_field(config, "enabled", False))
+        extra = _deep_merge({}, telemetry or {})
+        groups = ",".join(filter(None, [NAMESPACE, extra.pop("span_groups", "")]))
+        settings: dict[str, Any] = {
+            "enabled": True,
+            "span_groups": groups,
+            "exporters": ["chrome"],
+            "output_dir": str(trace_dir),
+            "session_tracer": {
+                "enabled": self._sessions_on,
+                "flush_threshold": _flush_threshold(sessions) if self._sessions_on else 100,
+                "output_dir": str(session_dir),
+                "ids": "sequential",
+            },
+        }
+        steps = _field(config, "profile_steps")
+        if steps and "profiler" not in extra:
+            kept = _profile_steps(steps)
+            if kept:
+                settings["profiler"] = {"steps": kept, "backend": _profiler_backend()}
+        self._settings = _deep_merge(settings, extra)
+        self._world_size = _world_size(rank)
+        name = (
+            f"traces-r{rank}.jsonl" if role in (None, "worker") else f"traces-{role}-r{rank}.jsonl"
+        )
+        self.trace_path = trace_dir / name
+        self.session_path: Path | None = None
+        self.telemetry: asynctrace.Telemetry | None = None
+        self._session_tracer: SessionTracer | None = None
+        if self._enabled or self._sessions_on:
+            self._start()
+
+    def _start(self) -> None:
+        """Configure asynctrace (only now: a disabled tracer leaves its state alone)."""
+        handle = asynctrace.configure(
+            self._settings, rank=self.rank, world_size=self._world_size, role=self.role
+        )
+        self.telemetry = handle
+        if handle.sessions is not None:
+            self.session_path = Path(handle.sessions.path)
+            self._session_tracer = SessionTracer(
+                rank=self.rank, role=self.role, tracer=handle.sessions
+            )
 
     @property
     def enabled(self) -> bool:
@@ -261,13 +548,18 @@ class PerfTracer:
         return self._enabled
 
     def set_enabled(self, flag: bool) -> None:
-        """Turn recording of scopes and instants on or off (AReaL's switch)."""
+        """Turn recording of scopes and instants on or off (AReaL's switch).
+
+        Turning it on for a tracer configured disabled starts asynctrace then.
+        """
         self._enabled = bool(flag)
+        if self._enabled and self.telemetry is None:
+            self._start()
 
     @property
-    def session_tracer(self) -> Any:
-        """asynctrace's session tracer, when ``session_tracer.enabled``."""
-        return self.telemetry.sessions
+    def session_tracer(self) -> SessionTracer | None:
+        """AReaL's session tracer API (:class:`SessionTracer`), when ``session_tracer.enabled``."""
+        return self._session_tracer
 
     def bucket_of(self, category: str) -> tuple[str, asynctrace.Bucket | None]:
         """The span group and bucket of a (normalised) category."""
@@ -286,7 +578,7 @@ class PerfTracer:
         """A span around the block (``with`` or ``async with``); see :func:`trace_scope`."""
         if not self._enabled:
             return _NULL
-        return _Scope(self, name, _category(category), args, enable_profiler)
+        return _Scope(self, name, category, args, enable_profiler)
 
     atrace_scope = trace_scope
 
@@ -296,16 +588,54 @@ class PerfTracer:
         """A point in time; see :func:`instant`."""
         if self._enabled:
             group, _ = self.bucket_of(_category(category))
-            asynctrace.instant(group, name, attributes=_attributes(args))
+            asynctrace.instant(
+                group, name, attributes=_attributes(args, _areal_category(category))
+            )
 
     def save(self, *, step: int | None = None, force: bool = False) -> None:
         """Write out what was recorded; see :func:`save`."""
-        if force:
+        if force and self.telemetry is not None:
             self.telemetry.flush()
 
     def reset(self) -> None:
         """Flush and stop, as AReaL's ``reset`` does before a new ``configure``."""
-        self.telemetry.shutdown()
+        if self.telemetry is not None:
+            self.telemetry.shutdown()
+
+
+def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """*base* with *extra* merged in, nested mappings key by key (copies; neither changes)."""
+    out = dict(base)
+    for key, value in extra.items():
+        current = out.get(key)
+        if isinstance(value, Mapping) and isinstance(current, Mapping):
+            out[key] = _deep_merge(dict(current), value)
+        elif isinstance(value, Mapping):
+            out[key] = _deep_merge({}, value)
+        else:
+            out[key] = value
+    return out
+
+
+def _flush_threshold(sessions: Any) -> int:
+    """AReaL's rule: an int of at least 1; anything else is 1, with a warning."""
+    raw = _field(sessions, "flush_threshold", 256)
+    try:
+        return max(int(raw), 1)
+    except (TypeError, ValueError, OverflowError):
+        _warn_once("flush_threshold", "Invalid flush_threshold=%r; defaulting to 1", raw)
+        return 1
+
+
+def _world_size(rank: int) -> int:
+    """``WORLD_SIZE`` (at least ``rank + 1``); a value that is not an integer is warned about."""
+    raw = os.environ.get("WORLD_SIZE", "")
+    try:
+        size = int(raw) if raw.strip() else 1
+    except ValueError:
+        _warn_once("world_size", "perf_tracer: WORLD_SIZE=%r is not an integer; using 1", raw)
+        size = 1
+    return max(size, rank + 1)
 
 
 class _NullContext:
@@ -336,7 +666,7 @@ class _Scope:
         self,
         tracer: PerfTracer,
         name: str,
-        category: str,
+        category: CategoryLike,
         args: dict[str, Any] | None,
         profile: bool = False,
     ) -> None:
@@ -354,8 +684,9 @@ class _Scope:
         if step.__class__ is int:
             self._scope = scope = asynctrace.iteration_scope(step)
             scope.__enter__()
-        group, bucket = self._tracer.bucket_of(self._category)
-        attributes = _attributes(args) if args else None
+        category = self._category
+        group, bucket = self._tracer.bucket_of(_category(category))
+        attributes = _attributes(args, _areal_category(category))
         profile = self._profile
         if bucket is None:
             span = asynctrace.umbrella_span(
@@ -397,7 +728,8 @@ class _Scope:
 
 
 _lock = threading.Lock()
-_tracer: PerfTracer | None = None
+GLOBAL_TRACER: PerfTracer | None = None
+"""The configured tracer (AReaL's name), ``None`` until :func:`configure`."""
 _task_id: contextvars.ContextVar[int | None] = contextvars.ContextVar(
     "asynctrace_contrib.areal.task_id", default=None
 )
@@ -419,7 +751,8 @@ def _base_dir(config: Any) -> Path:
 
 
 def _profile_steps(steps: Any) -> list[int]:
-    """``profile_steps`` as a list of steps, or the configuration error naming the key."""
+    """``profile_steps`` as a list of steps; an entry that is not one is warned about and
+    skipped, as AReaL does."""
     if isinstance(steps, (str, bytes)) or not isinstance(steps, Iterable):
         steps = [steps]
     kept: list[int] = []
@@ -429,17 +762,19 @@ def _profile_steps(steps: Any) -> list[int]:
         except (TypeError, ValueError, OverflowError):
             step = -1
         if step < 0 or isinstance(raw, bool) or (isinstance(raw, float) and raw != step):
-            raise asynctrace.ConfigurationError(
-                f"perf_tracer.profile_steps: {raw!r} is not accepted; "
-                "accepted: a list of non-negative integer steps"
-            )
+            _warn_once(f"profile_steps:{raw!r}", "PerfTracer: invalid profile_steps entry %r", raw)
+            continue
         kept.append(step)
     return kept
 
 
 def _profiler_backend() -> str:
     """AReaL profiles with ``torch.profiler``: the torch backend where torch is installed."""
-    return "torch" if importlib.util.find_spec("torch") is not None else "python"
+    try:
+        found = importlib.util.find_spec("torch") is not None
+    except ValueError:  # a stand-in module in sys.modules, without a spec: not torch
+        found = False
+    return "torch" if found else "python"
 
 
 def _category_map(
@@ -490,7 +825,11 @@ def configure(
     with ``torch.profiler`` when torch is installed (AReaL's profiler), else
     the ``python`` backend; a ``profiler`` block in *telemetry* wins.
     ``save_interval`` is accepted; asynctrace writes continuously, so it
-    changes nothing.
+    changes nothing. With ``enabled: false`` and no session tracer,
+    asynctrace is left as it is (an application's own configuration keeps
+    running) until ``get_tracer().set_enabled(True)``. *telemetry* is merged
+    key by key into nested blocks; a bad ``flush_threshold``, ``WORLD_SIZE``
+    or ``profile_steps`` entry is warned about, as AReaL does, not raised.
 
     Raises:
         RuntimeError: already configured (call :func:`reset` first), as in AReaL.
@@ -500,62 +839,17 @@ def configure(
     Example:
         >>> tracer = configure({"enabled": True, "fileroot": "/tmp/run"}, rank=0)  # doctest: +SKIP
     """
-    global _tracer
-    if rank < 0:
-        raise ValueError("rank must be a non-negative integer")
-    buckets = _category_map(category_map)
-    base = _base_dir(config).absolute()
-    trace_dir = base / "perf_tracer"
-    session_dir = base / "session_tracer"
-    if role:
-        trace_dir, session_dir = trace_dir / role, session_dir / role
-    sessions = _field(config, "session_tracer")
-    sessions_on = bool(sessions is not None and _field(sessions, "enabled", False))
-    enabled = bool(_field(config, "enabled", False))
-    extra = dict(telemetry or {})
-    groups = ",".join(filter(None, [NAMESPACE, extra.pop("span_groups", "")]))
-    settings: dict[str, Any] = {
-        "enabled": enabled,
-        "span_groups": groups,
-        "exporters": ["chrome"],
-        "output_dir": str(trace_dir),
-        "session_tracer": {
-            "enabled": sessions_on,
-            "flush_threshold": max(1, int(_field(sessions, "flush_threshold", 256) or 1))
-            if sessions_on
-            else 100,
-            "output_dir": str(session_dir),
-            "ids": "sequential",
-        },
-        **extra,
-    }
-    steps = _field(config, "profile_steps")
-    if steps and "profiler" not in extra:
-        settings["profiler"] = {"steps": _profile_steps(steps), "backend": _profiler_backend()}
+    global GLOBAL_TRACER
     with _lock:
-        if _tracer is not None:
+        if GLOBAL_TRACER is not None:
             raise RuntimeError(
                 "PerfTracer has already been configured. Call perf_tracer.reset() "
                 "before configuring again."
             )
-        world_size = int(os.environ.get("WORLD_SIZE", "1") or 1)
-        handle = asynctrace.configure(
-            settings, rank=rank, world_size=max(world_size, rank + 1), role=role
+        GLOBAL_TRACER = PerfTracer(
+            config, rank=rank, role=role, telemetry=telemetry, category_map=category_map
         )
-        name = (
-            f"traces-r{rank}.jsonl" if role in (None, "worker") else f"traces-{role}-r{rank}.jsonl"
-        )
-        session_path = handle.sessions.path if handle.sessions is not None else None
-        _tracer = PerfTracer(
-            handle,
-            rank=rank,
-            role=role,
-            enabled=enabled,
-            trace_path=trace_dir / name,
-            session_path=Path(session_path) if session_path is not None else None,
-            buckets=buckets,
-        )
-        return _tracer
+        return GLOBAL_TRACER
 
 
 def is_configured() -> bool:
@@ -565,7 +859,7 @@ def is_configured() -> bool:
         >>> isinstance(is_configured(), bool)
         True
     """
-    return _tracer is not None
+    return GLOBAL_TRACER is not None
 
 
 def reset() -> None:
@@ -574,9 +868,9 @@ def reset() -> None:
     Example:
         >>> reset()
     """
-    global _tracer
+    global GLOBAL_TRACER
     with _lock:
-        tracer, _tracer = _tracer, None
+        tracer, GLOBAL_TRACER = GLOBAL_TRACER, None
     if tracer is not None:
         tracer.reset()
 
@@ -590,20 +884,21 @@ def get_tracer() -> PerfTracer:
     Example:
         >>> get_tracer()  # doctest: +SKIP
     """
-    tracer = _tracer
+    tracer = GLOBAL_TRACER
     if tracer is None:
         raise RuntimeError("PerfTracer is not configured. Call perf_tracer.configure(...) first.")
     return tracer
 
 
-def get_session_tracer() -> Any:
-    """asynctrace's session tracer, or ``None`` when sessions are off or nothing is configured.
+def get_session_tracer() -> SessionTracer | None:
+    """AReaL's session tracer API (:class:`SessionTracer`), or ``None`` when sessions are off
+    or nothing is configured.
 
     Example:
         >>> get_session_tracer() is None or True
         True
     """
-    tracer = _tracer
+    tracer = GLOBAL_TRACER
     return None if tracer is None else tracer.session_tracer
 
 
@@ -629,7 +924,7 @@ def trace_scope(
         >>> with trace_scope("train.ppo_update", category="compute", args={"global_step": 1}):
         ...     pass
     """
-    tracer = _tracer
+    tracer = GLOBAL_TRACER
     if tracer is None or not tracer.enabled:
         return _NULL
     return tracer.trace_scope(name, category=category, enable_profiler=enable_profiler, args=args)
@@ -661,7 +956,7 @@ def instant(
     Example:
         >>> instant("workflow_executor.wait", category="scheduler", args={"queue_size": 3})
     """
-    tracer = _tracer
+    tracer = GLOBAL_TRACER
     if tracer is not None:
         tracer.instant(name, category=category, args=args)
 
@@ -676,7 +971,7 @@ def save(*, step: int | None = None, force: bool = False) -> None:
     Example:
         >>> save(force=True)
     """
-    tracer = _tracer
+    tracer = GLOBAL_TRACER
     if tracer is not None:
         tracer.save(step=step, force=force)
 
@@ -754,57 +1049,94 @@ def get_task_id() -> int | None:
 
 
 def register_task(task_id: int) -> None:
-    """Declare a task (nothing to do: asynctrace tasks exist through their sessions).
+    """Declare a task (AReaL's ``register_task``).
 
     Example:
         >>> register_task(7)
     """
+    tracer = get_session_tracer()
+    if tracer is not None:
+        tracer.register_task(task_id)
 
 
-def register_session(task_id: int) -> int | None:
+def register_session(task_id: int | None) -> int | None:
     """Register a session under *task_id* and return its (numeric) id; ``None`` when off.
 
     Example:
         >>> register_session(7) is None or True
         True
     """
-    if get_session_tracer() is None:
-        return None
-    with asynctrace.task_scope(task_id), asynctrace.session_scope() as session_id:
-        pass
-    return int(session_id) if session_id.isdigit() else None
+    tracer = get_session_tracer()
+    return None if tracer is None else tracer.register_session(task_id)
+
+
+class _Activation:
+    """The span scopes of one :func:`session_context` call: ``rl.task_id`` and
+    ``rl.session_id`` on the spans inside, the session registered as AReaL does.
+
+    The session is left pending whatever the call does (AReaL's orchestrator
+    finalizes it), so the scopes are always left as if the block succeeded.
+    """
+
+    __slots__ = ("_scopes",)
+
+    def __init__(self) -> None:
+        self._scopes: list[Any] = []
+
+    def __enter__(self) -> None:
+        task_id = get_task_id()
+        tracer = get_session_tracer()
+        if task_id is None or tracer is None:  # AReaL: no task (or no tracer), no session
+            set_session_id(None)
+            return
+        if not _task_ok(task_id):  # no scope for it: registered, spans unstamped
+            set_session_id(tracer.register_session(task_id))
+            return
+        try:
+            task = asynctrace.task_scope(task_id)
+            task.__enter__()
+            self._scopes.append(task)
+            session = asynctrace.session_scope()
+            session_id = session.__enter__()
+            self._scopes.append(session)
+            set_session_id(tracer._track(task_id, session_id))
+        except Exception as exc:  # never into the host
+            self.__exit__()
+            _warn_once("activate", "perf_tracer: session not registered: %r", exc)
+            set_session_id(None)
+
+    def __exit__(self, *exc: object) -> None:
+        while self._scopes:
+            self._scopes.pop().__exit__(None, None, None)
 
 
 def session_context() -> Callable[[F], F]:
     """Each call registers a session for the current task and makes it current.
 
     As in AReaL: with no task in the context the session is ``None``, and
-    the session is not finalized when the call returns (the orchestrator
-    finalizes it with ``trace_session_event("mark_finalized", ...)``).
+    the session is not finalized when the call returns or raises (the
+    orchestrator finalizes it with ``trace_session_event("mark_finalized", ...)``).
+    Spans started inside carry ``rl.task_id`` and ``rl.session_id``.
 
     Example:
         >>> @session_context()
         ... async def collect(engine, request): ...
     """
 
-    def activate() -> None:
-        task_id = get_task_id()
-        set_session_id(register_session(task_id) if task_id is not None else None)
-
     def decorator(fn: F) -> F:
         if inspect.iscoroutinefunction(fn):
 
             @functools.wraps(fn)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                activate()
-                return await fn(*args, **kwargs)
+                with _Activation():
+                    return await fn(*args, **kwargs)
 
             return async_wrapper  # type: ignore[return-value]
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            activate()
-            return fn(*args, **kwargs)
+            with _Activation():
+                return fn(*args, **kwargs)
 
         return wrapper  # type: ignore[return-value]
 
@@ -814,13 +1146,21 @@ def session_context() -> Callable[[F], F]:
 _known_phases: set[str] = set()
 
 
-def _ensure_phase(phase: str) -> None:
-    """A phase AReaL users add by editing its enum is registered with asynctrace on first use."""
+def _phase_ok(phase: str) -> bool:
+    """Whether *phase* can be recorded: registered with asynctrace on first use (a phase
+    AReaL users add by editing its enum); a name asynctrace refuses (``Generate``,
+    ``total``, ``finalized``) is ignored, as AReaL ignores an event it has no rule for,
+    and warned about once."""
     if phase in _known_phases:
-        return
-    if phase not in asynctrace.registered_phases():
-        asynctrace.register_phase(phase)
+        return True
+    try:
+        if phase not in asynctrace.registered_phases():
+            asynctrace.register_phase(phase)
+    except asynctrace.ConfigurationError as exc:
+        _warn_once(f"phase:{phase}", "perf_tracer: session phase %r ignored: %s", phase, exc)
+        return False
     _known_phases.add(phase)
+    return True
 
 
 def trace_session_event(
@@ -832,36 +1172,35 @@ def trace_session_event(
     """AReaL's ``trace_session_event``: ``mark_finalized``, ``mark_<phase>_start``/``_end``,
     ``increment_counter``, for one session (*session_id*) or every pending session of a task.
 
-    Unknown methods are ignored, as in AReaL. ``increment_counter`` applies
-    to the current session only (asynctrace's counters are per current
-    session).
+    As in AReaL: unknown methods are ignored; ``mark_finalized`` takes
+    ``status`` and ``reason`` (no status leaves the session pending); other
+    payload keys are not recorded; counters count on the session(s) named.
+    Nothing raises into the caller (a failure is logged once).
 
     Example:
         >>> trace_session_event("mark_finalized", session_id=3, status="accepted")
     """
-    if get_session_tracer() is None or (session_id is None and task_id is None):
+    tracer = get_session_tracer()
+    if tracer is None:
         return
-    target = str(session_id) if session_id is not None else None
+    if session_id is not None:
+        session_ids = [session_id]
+    elif task_id is not None:
+        session_ids = tracer.get_session_ids(task_id)
+    else:
+        return
     if method == "increment_counter":
         name = payload.get("name")
-        if name:
-            asynctrace.increment_counter(str(name), payload.get("value", 1))
+        if not name:
+            return
+        for target in session_ids:
+            tracer.increment_counter(target, name, payload.get("value", 1))
         return
-    if not method.startswith("mark_"):
+    if not isinstance(method, str) or not method.startswith("mark_"):
         return
     event = method[len("mark_") :]
-    if event == "finalized":
-        status = payload.pop("status", "accepted")
-        reason = payload.pop("reason", None)
-        asynctrace.trace_session_event(
-            "finalized", target, task_id, status=status, reason=reason, **payload
-        )
-        return
-    phase, _, edge = event.rpartition("_")
-    if edge not in ("start", "end") or not phase.isidentifier():
-        return
-    _ensure_phase(phase)
-    asynctrace.trace_session_event(event, target, task_id, **payload)
+    for target in session_ids:
+        tracer.record_event(target, event, **payload)
 
 
 class _PhaseScope:

@@ -305,9 +305,13 @@ def test_profile_steps_profile_the_scopes_that_ask(tmp_path: Path) -> None:
         perf_tracer.reset()
     assert chosen.steps == {4}
     assert chosen.backend == ("torch" if importlib.util.find_spec("torch") else "python")
-    with pytest.raises(at.ConfigurationError, match=r"perf_tracer\.profile_steps: 'x'"):
-        perf_tracer.configure({**config, "profile_steps": [1, "x"]}, rank=0)
-    assert not perf_tracer.is_configured()
+    # a bad entry is warned about and skipped, as AReaL does
+    tracer = perf_tracer.configure({**config, "profile_steps": [1, "x"]}, rank=0)
+    try:
+        assert tracer.telemetry is not None
+        assert tracer.telemetry.settings.profiler.steps == {1}
+    finally:
+        perf_tracer.reset()
 
 
 def test_unconfigured_and_disabled_are_no_ops(tmp_path: Path) -> None:
@@ -360,5 +364,5 @@ def test_exceptions_and_unknown_phases(tmp_path: Path) -> None:
     assert sessions is not None
     (record,) = read_lines(sessions)
     assert record["session_id"] == str(session_id)
-    assert record["phases"]["postprocess"][0]["payload"] == {"accepted": True}
+    assert "payload" not in record["phases"]["postprocess"][0]  # AReaL records no payload
     assert "postprocess_s" in record
