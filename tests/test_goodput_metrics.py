@@ -188,20 +188,7 @@ def test_prometheus_endpoint_is_scraped_over_loopback(tmp_path: Path) -> None:
     """metrics: prometheus serves the goodput metrics on 127.0.0.1, in Prometheus names."""
     pytest.importorskip("opentelemetry.exporter.prometheus")
     port = _free_port()
-    telemetry = at.configure(
-        {
-            "enabled": True,
-            "span_groups": "all",
-            "exporters": ["memory"],
-            "goodput": {
-                "metrics": "prometheus",
-                "prometheus_host": "127.0.0.1",
-                "prometheus_port": port,
-                "file": False,
-                "grace_s": 0,
-            },
-        }
-    )
+    telemetry = at.configure(_prometheus_config(port))
     try:
         asyncio.run(_steps(3))  # the third finishes when a later span ends, or at shutdown
         assert telemetry.flush()
