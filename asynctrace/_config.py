@@ -110,7 +110,8 @@ class TelemetryConfig:
         enabled: record and export spans at all. Off by default.
         span_groups: span-group spec, e.g. ``"default,generation"``.
         exporters: any of ``"chrome"``, ``"otlp"``, ``"console"``, ``"memory"``, or
-            objects with OpenTelemetry's ``SpanExporter`` interface.
+            objects with OpenTelemetry's ``SpanExporter`` interface (instances,
+            not classes).
         output_dir: directory of the chrome trace and session files. The text
             ``{run_id}`` in it is replaced by the run id.
         service_name: ``service.name`` of the resource; empty means
@@ -130,9 +131,10 @@ class TelemetryConfig:
             at exit and on SIGTERM.
         provider: ``"fast"`` (asynctrace's own OpenTelemetry provider),
             ``"sdk"`` (a new OpenTelemetry SDK ``TracerProvider``), or your own
-            SDK ``TracerProvider``: asynctrace then records through it and adds
-            its exporters to it (and never shuts it down). ``None`` (the
-            default): the ``ASYNCTRACE_PROVIDER`` variable, else ``"fast"``.
+            SDK ``TracerProvider`` instance (with its ``resource``): asynctrace
+            then records through it and adds its exporters to it (and never
+            shuts it down). ``None`` (the default): the ``ASYNCTRACE_PROVIDER``
+            variable, else ``"fast"``.
         sampling_ratio: share of traces recorded, in ``[0, 1]``, parent based
             (a span follows its parent's decision). ``None``: the standard
             ``OTEL_TRACES_SAMPLER`` / ``OTEL_TRACES_SAMPLER_ARG``, else all.
@@ -263,6 +265,18 @@ class TelemetryConfig:
             (True, ['memory'])
         """
         env = os.environ if environ is None else environ
+        if not isinstance(env, Mapping):
+            raise ConfigurationError(
+                f"environ: expected a mapping of variable names to strings (such as "
+                f"os.environ), got {type(env).__name__}"
+            )
+        if base is not None and not isinstance(base, TelemetryConfig):
+            raise ConfigurationError(
+                f"base: expected a TelemetryConfig, got {type(base).__name__}; accepted: a "
+                "TelemetryConfig (TelemetryConfig.from_mapping(...) makes one of a mapping) "
+                "or None"
+            )
+        _warn_unknown_vars(env)
         config = dataclasses.replace(base) if base is not None else cls()
         updates: dict[str, Any] = {}
         for var, key in ENV_VARS.items():
@@ -324,6 +338,51 @@ ENV_VARS: dict[str, str] = {
 }
 """Environment variable → field (``session_tracer.*`` are nested fields)."""
 
+KNOWN_VARS: Final = frozenset(
+    {
+        *ENV_VARS,
+        "ASYNCTRACE_STRICT",  # hot-path failures raise (asynctrace._errors)
+        "ASYNCTRACE_DEBUG",  # the CLI prints tracebacks
+        # asynctrace's own test and build sessions
+        "ASYNCTRACE_FUZZ",
+        "ASYNCTRACE_FUZZ_EXAMPLES",
+        "ASYNCTRACE_FUZZ_REPORT",
+        "ASYNCTRACE_FUZZ_SECONDS",
+        "ASYNCTRACE_SOAK_SCALE",
+        "ASYNCTRACE_TORCH_REQUIREMENT",
+    }
+)
+"""Every ``ASYNCTRACE_*`` variable asynctrace reads; another one is a typo, warned about."""
+
+_warned_vars: set[str] = set()
+
+
+def _warn_unknown_vars(env: Mapping[str, Any]) -> None:
+    """Warn once per variable about an ``ASYNCTRACE_*`` name asynctrace does not read.
+
+    A misspelt ``ASYNCTRACE_ENABLED`` would otherwise leave telemetry off without a word.
+    The warning is logged and issued as a ``UserWarning``; under
+    ``-W error`` the raised warning is swallowed, so a typo never fails a run.
+    """
+    import difflib
+    import logging
+
+    for var in list(env):
+        if not isinstance(var, str) or not var.startswith("ASYNCTRACE_"):
+            continue
+        if var in KNOWN_VARS or var in _warned_vars:
+            continue
+        _warned_vars.add(var)
+        close = difflib.get_close_matches(var, sorted(KNOWN_VARS), n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        message = f"asynctrace: ignoring unknown environment variable {var}{hint}"
+        logging.getLogger("asynctrace").warning(message)
+        try:
+            warnings.warn(message, UserWarning, stacklevel=4)
+        except UserWarning:
+            pass  # warnings are errors here: the log line says it
+
+
 _OTEL_FALLBACKS = {
     "max_queue_size": "OTEL_BSP_MAX_QUEUE_SIZE",
     "max_export_batch_size": "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
@@ -353,11 +412,16 @@ def _otel_exporters(env: Mapping[str, str]) -> tuple[list[str] | None, list[str]
 def otel_sdk_disabled(environ: Mapping[str, str] | None = None) -> bool:
     """Whether the standard ``OTEL_SDK_DISABLED`` variable is ``true``."""
     env = os.environ if environ is None else environ
-    return env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
+    raw = _env_value(env, "OTEL_SDK_DISABLED")
+    return raw is not None and raw.lower() == "true"
 
 
 def _env_value(env: Mapping[str, str], var: str) -> str | None:
     raw = env.get(var)
+    if raw is not None and not isinstance(raw, str):
+        raise ConfigurationError(
+            f"{var}: {raw!r} is not accepted; accepted: a string (as environment variables are)"
+        )
     if raw is None or not raw.strip():
         return None
     return raw.strip()
@@ -433,9 +497,11 @@ def coerce_field(key: str, name: str, value: Any) -> Any:
     ):
         return check_int(key, value, 1)
     if name in ("schedule_delay_millis",):
-        return _at_most(key, _number(key, value, 0.0, strict=True), MAX_WAIT_S * 1000.0, "> 0")
+        return _at_most(
+            key, check_number(key, value, 0.0, strict=True), MAX_WAIT_S * 1000.0, "> 0"
+        )
     if name in ("shutdown_timeout_s",):
-        return _at_most(key, _number(key, value, 0.0, strict=False), MAX_WAIT_S, ">= 0")
+        return _at_most(key, check_number(key, value, 0.0, strict=False), MAX_WAIT_S, ">= 0")
     if name == "exporters":
         return _exporter_list(key, value)
     if name == "session_tracer":
@@ -461,7 +527,7 @@ def coerce_field(key: str, name: str, value: Any) -> Any:
         if value is None:
             return None
         try:
-            number = _number(key, value, 0.0, strict=False)
+            number = check_number(key, value, 0.0, strict=False)
         except ConfigurationError:
             number = -1.0
         if not 0.0 <= number <= 1.0:
@@ -480,7 +546,13 @@ def coerce_field(key: str, name: str, value: Any) -> Any:
     if name == "goodput":
         from ._goodput_settings import GoodputSettings
 
-        return GoodputSettings.parse(key, value)
+        try:
+            return GoodputSettings.parse(key, value)
+        except OverflowError:  # an int past a float's range (10**400) in a number key
+            raise ConfigurationError(
+                f"{key}: {value!r} holds a number out of range; accepted: finite numbers "
+                "(see the goodput keys)"
+            ) from None
     if name == "profiler":
         from ._profiling import ProfilerSettings
 
@@ -510,7 +582,7 @@ def _stall_threshold(key: str, value: Any) -> float:
     """Milliseconds in [1, 60000]: below 1 ms the heartbeat would cost the loop, and a
     value in seconds (``0.05``) is refused rather than read as 50 µs."""
     try:
-        number = _number(key, value, 0.0, strict=True)
+        number = check_number(key, value, 0.0, strict=True)
     except ConfigurationError:
         number = -1.0
     if not 1.0 <= number <= 60_000.0:
@@ -545,14 +617,37 @@ def check_int(key: str, value: Any, minimum: int) -> int:
     return value
 
 
-def _number(key: str, value: Any, minimum: float, *, strict: bool) -> float:
+def is_finite(value: Any) -> bool:
+    """Whether *value* is an int or float (not a bool) that a float holds, finite.
+
+    ``math.isfinite`` raises ``OverflowError`` for an int past a float's range
+    (``10**400``); that is a value out of range here, as infinity is.
+
+    Example:
+        >>> is_finite(10**400), is_finite(1.5), is_finite(True)
+        (False, True, False)
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def check_number(key: str, value: Any, minimum: float, *, strict: bool) -> float:
+    """*value* (a number, or a string of one) as a finite float above *minimum*.
+
+    Raises:
+        ConfigurationError: naming *key*, the value and what is accepted (never
+            ``OverflowError``, whatever the value).
+    """
     if isinstance(value, str):
         try:
             value = float(value.strip())
         except ValueError:
             pass
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if ok and math.isfinite(value) and (value > minimum if strict else value >= minimum):
+    if is_finite(value) and (value > minimum if strict else value >= minimum):
         return float(value)
     bound = f"> {minimum:g}" if strict else f">= {minimum:g}"
     raise ConfigurationError(
@@ -581,6 +676,12 @@ def _exporter_list(key: str, value: Any) -> list[str | SpanExporterLike]:
                 )
             if name not in out:
                 out.append(name)
+        elif isinstance(item, type):
+            raise ConfigurationError(
+                f"{key}: the class {item.__qualname__} is not accepted (pass an instance, "
+                f"e.g. {item.__name__}()); accepted: {', '.join(EXPORTER_NAMES)} or an "
+                "exporter object with export() and shutdown()"
+            )
         elif isinstance(item, SpanExporterLike):
             out.append(item)
         else:
@@ -612,6 +713,14 @@ def _session_config(value: Any, key: str) -> SessionTracerConfig:
 _SCALARS = (str, bool, int, float)
 
 
+def _scalar_kind(value: Any) -> type | None:
+    """The attribute type of *value* (``bool`` before ``int``), or ``None``: not one."""
+    for kind in (bool, str, int, float):
+        if isinstance(value, kind):
+            return kind
+    return None
+
+
 def _attributes(key: str, value: Any) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise ConfigurationError(f"{key}: expected a mapping of attribute names to values")
@@ -621,12 +730,17 @@ def _attributes(key: str, value: Any) -> dict[str, Any]:
             raise ConfigurationError(f"{key}: attribute names must be non-empty strings: {name!r}")
         if isinstance(item, _SCALARS):
             out[name] = item
-        elif isinstance(item, Sequence) and all(isinstance(v, _SCALARS) for v in item):
+        elif (
+            isinstance(item, Sequence)
+            and not isinstance(item, (bytes, bytearray, memoryview))
+            and len({_scalar_kind(v) for v in item} | {None}) <= 2
+            and None not in {_scalar_kind(v) for v in item}
+        ):
             out[name] = tuple(item)
         else:
             raise ConfigurationError(
                 f"{key}.{name}: {item!r} is not accepted; accepted: str, bool, int, float "
-                "or a list of them"
+                "or a list of values of one of these types (bytes are not: decode them)"
             )
     return out
 
@@ -637,8 +751,16 @@ def _provider(key: str, value: Any) -> Any:
         name = value.strip().lower()
         if name in PROVIDER_NAMES:
             return name
-    elif callable(getattr(value, "add_span_processor", None)) and callable(
-        getattr(value, "get_tracer", None)
+    elif isinstance(value, type):
+        raise ConfigurationError(
+            f"{key}: the class {value.__qualname__} is not accepted (pass an instance, "
+            f"e.g. {value.__name__}()); accepted: {', '.join(PROVIDER_NAMES)}, or an "
+            "OpenTelemetry SDK TracerProvider object"
+        )
+    elif (
+        callable(getattr(value, "add_span_processor", None))
+        and callable(getattr(value, "get_tracer", None))
+        and isinstance(getattr(getattr(value, "resource", None), "attributes", None), Mapping)
     ):
         if type(value).__module__.startswith("opentelemetry.sdk"):
             return value

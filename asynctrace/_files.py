@@ -16,18 +16,19 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import tempfile
 from pathlib import Path
 
 from ._errors import ConfigurationError
 
-__all__ = ["AppendFile", "writable_dir"]
+__all__ = ["AppendFile", "writable_dir", "writable_file"]
 
 logger = logging.getLogger("asynctrace")
 
 
-def writable_dir(raw: str | os.PathLike[str]) -> Path:
-    """Create *raw* if needed and prove it writable, or raise ConfigurationError."""
+def writable_dir(raw: str | os.PathLike[str], key: str = "output_dir") -> Path:
+    """Create *raw* if needed and prove it writable, or raise ConfigurationError naming *key*."""
     raw = os.fspath(raw)
     try:
         directory = Path(raw).expanduser()
@@ -37,10 +38,41 @@ def writable_dir(raw: str | os.PathLike[str]) -> Path:
     except (OSError, ValueError, RuntimeError) as exc:  # ValueError: NUL; RuntimeError: ~nobody
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ConfigurationError(
-            f"output_dir: {raw!r} is not a writable directory ({type(exc).__name__}: "
+            f"{key}: {raw!r} is not a writable directory ({type(exc).__name__}: "
             f"{reason}); accepted: a directory path this process can create and write to"
         ) from exc
     return directory
+
+
+def writable_file(path: Path, key: str, what: str) -> Path:
+    """Prove *path* (in a directory already checked) can be appended to, or raise.
+
+    It must be absent (it is created) or a regular file this process may
+    write: a directory, a socket or an unreadable entry in its place would
+    only fail once the writer opens it, after the previous configuration
+    was shut down.
+
+    Raises:
+        ConfigurationError: naming *key*, the file and what is accepted.
+    """
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return path
+    except OSError as exc:
+        problem = f"cannot be checked ({type(exc).__name__}: {exc.strerror or exc})"
+    else:
+        if not stat.S_ISREG(info.st_mode):
+            kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+            problem = f"exists and is {kind}"
+        elif not os.access(path, os.W_OK):
+            problem = "exists and is not writable"
+        else:
+            return path
+    raise ConfigurationError(
+        f"{key}: the {what} {str(path)!r} {problem}; accepted: a directory where this "
+        f"file is absent or a regular file this process can write"
+    )
 
 
 class AppendFile:

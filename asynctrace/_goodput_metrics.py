@@ -464,8 +464,10 @@ def _this_process_only(exporter: Any) -> Any:
 
 
 def _otlp_metric_exporter(protocol: str) -> Any:
-    env_protocol = os.environ.get("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "").strip()
-    if (env_protocol or protocol) == "grpc":
+    """The OTLP metric exporter of *protocol* (resolved and checked with the settings:
+    ``OTEL_EXPORTER_OTLP_METRICS_PROTOCOL``, else ``OTEL_EXPORTER_OTLP_PROTOCOL``, else
+    ``otlp_protocol``)."""
+    if protocol == "grpc":
         try:
             from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
                 OTLPMetricExporter,

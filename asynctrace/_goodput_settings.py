@@ -165,7 +165,7 @@ def _seconds(key: str, value: Any, *, strict: bool) -> float:
         except ValueError:
             pass
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if ok and math.isfinite(value) and (value > 0 if strict else value >= 0) and value < 1e9:
+    if ok and abs(value) < 1e9 and math.isfinite(value) and (value > 0 if strict else value >= 0):
         return float(value)
     raise ConfigurationError(
         f"{key}: {value!r} is not accepted; accepted: a number of seconds "

@@ -10,13 +10,32 @@ environment) decides the same way.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ._errors import ConfigurationError
 
-__all__ = ["ExportRanks", "parse_export_ranks"]
+__all__ = [
+    "LAUNCHER_VARS",
+    "LOCAL_RANK_VARS",
+    "ExportRanks",
+    "env_local_rank",
+    "env_rank",
+    "parse_export_ranks",
+]
+
+LAUNCHER_VARS = (
+    ("RANK", "WORLD_SIZE"),  # torchrun, accelerate, deepspeed, most launchers
+    ("SLURM_PROCID", "SLURM_NTASKS"),  # srun
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),  # Open MPI's mpirun
+    ("PMI_RANK", "PMI_SIZE"),  # MPICH, Intel MPI (Hydra)
+)
+"""(rank variable, world size variable) of each launcher, in the order they are read."""
+
+LOCAL_RANK_VARS = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK")
+"""The variables of the rank within the node, in the order they are read."""
 
 _NAMES = ("all", "first", "last", "local_first")
 _ACCEPTED = (
@@ -130,3 +149,98 @@ def parse_export_ranks(key: str, value: Any) -> ExportRanks:
     ):
         return ExportRanks("list", frozenset(value))
     raise ConfigurationError(f"{key}: {value!r} is not accepted; accepted: {_ACCEPTED}")
+
+
+def _env_int(environ: Mapping[str, str], name: str) -> int | None:
+    """The integer in variable *name* (``None``: unset or empty).
+
+    Raises:
+        ConfigurationError: the value is not an integer; naming the variable.
+    """
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return None
+    if re.fullmatch(r"[+-]?[0-9]+", raw):
+        return int(raw)
+    raise ConfigurationError(
+        f"{name}: {raw!r} is not accepted; accepted: an integer (as launchers set it)"
+    )
+
+
+def env_rank(
+    environ: Mapping[str, str], rank: int | None = None, world_size: int | None = None
+) -> tuple[int, int]:
+    """The rank and world size a launcher gave this process, where not given here.
+
+    The launchers of :data:`LAUNCHER_VARS` are read in order: the first whose
+    rank variable is set gives the rank and the world size (its own world
+    size variable; a rank above 0 without one is an error, rather than a
+    world of one rank). With none set: rank 0 of 1.
+
+    Raises:
+        ConfigurationError: a malformed value, or a rank with no world size;
+            naming the variable.
+
+    Example:
+        >>> env_rank({"SLURM_PROCID": "3", "SLURM_NTASKS": "4"})
+        (3, 4)
+        >>> env_rank({}, rank=None, world_size=None)
+        (0, 1)
+    """
+    source: tuple[str, str] | None = None
+    if rank is None:
+        for rank_var, size_var in LAUNCHER_VARS:
+            found = _env_int(environ, rank_var)
+            if found is not None:
+                if found < 0:
+                    raise ConfigurationError(
+                        f"{rank_var}: {found} is not accepted; accepted: an integer >= 0"
+                    )
+                rank, source = found, (rank_var, size_var)
+                break
+        else:
+            rank = 0
+    if world_size is None:
+        size_vars = [source[1]] if source else [size for _, size in LAUNCHER_VARS]
+        for size_var in size_vars:
+            world_size = _env_int(environ, size_var)
+            if world_size is not None:
+                if isinstance(rank, int) and not 0 <= rank < world_size:
+                    raise ConfigurationError(
+                        f"{size_var}: {world_size} is not accepted with rank {rank}; "
+                        "accepted: an integer above the rank (as launchers set it)"
+                    )
+                break
+        if world_size is None:
+            if source is not None and rank > 0:
+                raise ConfigurationError(
+                    f"{source[1]}: missing while {source[0]}={rank} is set; accepted: the "
+                    f"world size in {source[1]} (as launchers set it), or init_worker("
+                    "world_size=...)"
+                )
+            world_size = 1
+    return rank, world_size
+
+
+def env_local_rank(environ: Mapping[str, str]) -> int | None:
+    """This process's rank within its node, from :data:`LOCAL_RANK_VARS` (``None``: unknown).
+
+    ``-1``, which some launchers set outside a distributed run, means unknown.
+
+    Raises:
+        ConfigurationError: a malformed value; naming the variable.
+
+    Example:
+        >>> env_local_rank({"SLURM_LOCALID": "1"}), env_local_rank({"LOCAL_RANK": "-1"})
+        (1, None)
+    """
+    for name in LOCAL_RANK_VARS:
+        value = _env_int(environ, name)
+        if value is None or value == -1:
+            continue
+        if value < 0:
+            raise ConfigurationError(
+                f"{name}: {value} is not accepted; accepted: an integer >= 0 (or -1: none)"
+            )
+        return value
+    return None

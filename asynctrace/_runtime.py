@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
@@ -378,7 +378,7 @@ def configure(
                 previous.shutdown()
             if session_path is None:
                 return Telemetry(settings, None)
-            telemetry = Telemetry(settings, None, _new_session_tracer(settings, session_path))
+            telemetry = _start(settings, session_path, None)
             telemetry._install()
             with _current_lock:
                 _current = telemetry
@@ -395,10 +395,7 @@ def configure(
         previous = _current
         if previous is not None:  # waits for a shutdown running on another thread, if any
             previous.shutdown()
-        sessions = (
-            _new_session_tracer(settings, session_path) if session_path is not None else None
-        )
-        telemetry = Telemetry(settings, _pipeline.build(plan), sessions)
+        telemetry = _start(settings, session_path, lambda: _pipeline.build(plan))
         if profile_dir is not None and settings.profiler is not None:  # its threads start now
             telemetry._profiler = Profiler(settings.profiler, profile_dir, settings.rank)
         telemetry._install()
@@ -407,20 +404,48 @@ def configure(
     return telemetry
 
 
+def _start(
+    settings: Settings, session_path: Path | None, build: Callable[[], Pipeline] | None
+) -> Telemetry:
+    """The new handle's session tracer and pipeline, started (not installed yet).
+
+    Every file was checked before the previous handle was shut down; an
+    ``OSError`` that still comes (a directory replaced in between, a full
+    disk) is a :class:`ConfigurationError` naming the file, and whatever had
+    started is stopped again.
+    """
+    sessions: SessionTracer | None = None
+    try:
+        if session_path is not None:
+            sessions = _new_session_tracer(settings, session_path)
+        return Telemetry(settings, build() if build is not None else None, sessions)
+    except BaseException as exc:
+        if sessions is not None:
+            sessions.shutdown(1.0)
+        if not isinstance(exc, OSError):
+            raise
+        where = f" {exc.filename!r}" if exc.filename else ""
+        raise ConfigurationError(
+            f"output_dir: {settings.output_dir!r}: could not open{where} "
+            f"({type(exc).__name__}: {exc.strerror or exc}); telemetry is off; accepted: a "
+            "directory path this process can create and write to"
+        ) from exc
+
+
 def _profile_dir(settings: Settings) -> Path | None:
     """Where profiler captures go, if profiling is configured (created and checked)."""
     if settings.profiler is None or settings.profiler.output is None:
         return None
     from ._files import writable_dir
 
-    return writable_dir(settings.profiler.output)
+    return writable_dir(settings.profiler.output, "profiler.output")
 
 
 def _session_path(settings: Settings) -> Path | None:
     """Where session records go, if the session tracer is on (directory checked)."""
     if not settings.session_tracer.enabled or settings.output_dir is None:
         return None
-    from ._files import writable_dir
+    from ._files import writable_dir, writable_file
 
     name = (
         f"sessions-r{settings.rank}.jsonl"
@@ -428,11 +453,13 @@ def _session_path(settings: Settings) -> Path | None:
         else f"sessions-{settings.role}-r{settings.rank}.jsonl"
     )
     directory = Path(settings.output_dir)
+    key = "output_dir"
     if settings.session_tracer.output_dir is not None:  # relative to output_dir, or absolute
-        directory = directory / settings.session_tracer.output_dir.replace(
-            "{run_id}", settings.run_id
+        key = "session_tracer.output_dir"
+        directory = directory / os.path.expanduser(
+            settings.session_tracer.output_dir.replace("{run_id}", settings.run_id)
         )
-    return writable_dir(directory) / name
+    return writable_file(writable_dir(directory, key) / name, key, "session file")
 
 
 def _new_session_tracer(settings: Settings, path: Path) -> SessionTracer:
@@ -448,6 +475,10 @@ def _new_session_tracer(settings: Settings, path: Path) -> SessionTracer:
 
 def init_driver(config: ConfigLike = None) -> Telemetry:
     """Configure the driver process (rank 0, role ``driver``) and share its run id.
+
+    The driver is rank 0 of a process group of its own: it exports whatever
+    ``export_ranks`` says (that key chooses among the workers), so the
+    workers' configuration block can be passed here unchanged.
 
     Exports ``ASYNCTRACE_RUN_ID`` into ``os.environ`` so that workers started
     afterwards (subprocesses, Ray actors with the driver's environment) put
@@ -471,30 +502,20 @@ def init_worker(
     """Configure a worker process of a multi-rank job.
 
     *rank* and *world_size* default to the ``RANK`` and ``WORLD_SIZE``
-    environment variables (as set by torchrun and most launchers), else 0
-    and 1. The run id comes from the config, else from ``ASYNCTRACE_RUN_ID``.
+    environment variables (as set by torchrun and most launchers), else
+    ``SLURM_PROCID``/``SLURM_NTASKS`` (srun), ``OMPI_COMM_WORLD_RANK``/
+    ``OMPI_COMM_WORLD_SIZE`` (Open MPI), ``PMI_RANK``/``PMI_SIZE`` (MPICH),
+    else 0 and 1. The run id comes from the config, else from
+    ``ASYNCTRACE_RUN_ID``.
 
     Example:
         >>> init_worker({"enabled": False}, rank=3, world_size=8).settings.rank
         3
     """
-    if rank is None:
-        rank = _env_int("RANK", 0)
-    if world_size is None:
-        world_size = _env_int("WORLD_SIZE", 1)
+    from ._ranks import env_rank
+
+    rank, world_size = env_rank(os.environ, rank, world_size)
     return configure(config, rank=rank, world_size=world_size, role="worker")
-
-
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise ConfigurationError(
-            f"{name}: {raw!r} is not accepted; accepted: an integer (as launchers set it)"
-        ) from None
 
 
 def current_telemetry() -> Telemetry | None:

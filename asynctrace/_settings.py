@@ -30,8 +30,8 @@ from ._fast import Sampling, SpanLimits, limits_from, sampling_from
 from ._goodput_settings import GoodputSettings
 from ._groups import split_spec
 from ._profiling import ProfilerSettings
-from ._protocol import otlp_protocol
-from ._ranks import ExportRanks
+from ._protocol import check_protocol, otlp_protocol
+from ._ranks import ExportRanks, env_local_rank
 
 __all__ = ["Settings", "new_run_id", "resolve"]
 
@@ -53,7 +53,11 @@ class Settings:
     """A validated, fully resolved configuration (what the runtime installs).
 
     Built by :func:`resolve`; ``output_dir`` has ``{run_id}`` substituted and
-    is ``None`` when nothing writes files.
+    ``~`` expanded, and is ``None`` when nothing writes files.
+    ``otlp_protocol`` is the OTLP transport of the spans (of the goodput
+    metrics when only they use OTLP); ``otlp_metrics_protocol`` that of the
+    goodput metrics (``OTEL_EXPORTER_OTLP_METRICS_PROTOCOL``, else
+    ``OTEL_EXPORTER_OTLP_PROTOCOL``, else ``otlp_protocol``).
     """
 
     enabled: bool
@@ -85,6 +89,7 @@ class Settings:
     retry_buffer_spans: int = 65_536
     retry_buffer_bytes: int = 64 << 20
     goodput: GoodputSettings | None = None
+    otlp_metrics_protocol: str = "http/protobuf"
 
     @property
     def exporter_names(self) -> tuple[str, ...]:
@@ -145,31 +150,49 @@ def resolve(
             f"role: {role!r} is not accepted; accepted: None or a name of letters, digits "
             "and _ . - (it is part of the trace file name)"
         )
-    run_id = values["run_id"] or env.get(RUN_ID_ENV, "").strip() or new_run_id()
+    run_id, run_id_key = values["run_id"], "run_id"
+    if not run_id:
+        run_id, run_id_key = _env_text(env, RUN_ID_ENV), RUN_ID_ENV
+    run_id = run_id or new_run_id()
     if not _SAFE_NAME.match(run_id):
         raise ConfigurationError(
-            f"run_id: {run_id!r} is not accepted; accepted: up to 128 letters, digits "
+            f"{run_id_key}: {run_id!r} is not accepted; accepted: up to 128 letters, digits "
             "and _ . - (it may be part of a path)"
         )
-    local_rank = _local_rank(env)
+    local_rank = env_local_rank(env)
     export_ranks: ExportRanks = values["export_ranks"]
-    if export_ranks.mode == "list" and not any(r < world_size for r in export_ranks.ranks):
+    # The driver is rank 0 of a process group of its own: it always exports, and
+    # export_ranks (shared with the workers) chooses among the workers' ranks.
+    driver = role == "driver"
+    if (
+        not driver
+        and export_ranks.mode == "list"
+        and not any(r < world_size for r in export_ranks.ranks)
+    ):
         raise ConfigurationError(
             f"export_ranks: {sorted(export_ranks.ranks)} names no rank of this job "
             f"(world_size={world_size}), so no rank would export; accepted: ranks below "
             "world_size, or all, first, last, local_first, sampled:<rate>"
         )
-    exporting = export_ranks.exports(
-        rank=rank, world_size=world_size, local_rank=_node_local_rank(local_rank, env)
+    exporting = driver or export_ranks.exports(
+        rank=rank, world_size=world_size, local_rank=local_rank
     )
     session: SessionTracerConfig = values["session_tracer"]
     exporters: list[str | SpanExporterLike] = values["exporters"]
-    protocol = (
-        otlp_protocol(values["otlp_protocol"], env) if "otlp" in exporters else "http/protobuf"
-    )
     goodput = _goodput(values["goodput"])
+    metrics_protocol = "http/protobuf"
+    if goodput is not None and goodput.metrics == "otlp":
+        metrics_protocol = _metrics_protocol(values["otlp_protocol"], env)
+    if "otlp" in exporters:
+        protocol = otlp_protocol(values["otlp_protocol"], env)
+    else:  # only the goodput metrics use OTLP, if anything does
+        protocol = metrics_protocol
     writes_files = "chrome" in exporters or session.enabled or bool(goodput and goodput.file)
-    output_dir = values["output_dir"].replace("{run_id}", run_id) if writes_files else None
+    output_dir = (  # "~" expanded once, here: every writer gets the same directory
+        os.path.expanduser(values["output_dir"].replace("{run_id}", run_id))
+        if writes_files
+        else None
+    )
     service_name = values["service_name"] or _env_service_name(env) or DEFAULT_SERVICE_NAME
     resource: dict[str, Any] = _detected(env)
     resource.update(
@@ -212,6 +235,7 @@ def resolve(
         loop_stall_threshold_ms=values["loop_stall_threshold_ms"],
         profiler=_profiler(values["profiler"], output_dir),
         otlp_protocol=protocol,
+        otlp_metrics_protocol=metrics_protocol,
         exporting=exporting,
         export_ranks=str(export_ranks),
         retry_buffer_spans=values["retry_buffer_spans"],
@@ -288,29 +312,34 @@ def _detected(env: Mapping[str, str]) -> dict[str, Any]:
     """
     detected = detect_resource(env)
     for item in env.get("OTEL_RESOURCE_ATTRIBUTES", "").split(","):
-        detected.pop(item.partition("=")[0].strip(), None)
+        key, sep, _ = item.partition("=")
+        if sep:  # the SDK skips an entry without "=": it sets nothing, so it takes nothing
+            detected.pop(key.strip(), None)
     return detected
 
 
-def _node_local_rank(local_rank: int | None, env: Mapping[str, str]) -> int | None:
-    """``LOCAL_RANK``, else ``SLURM_LOCALID``, else unknown."""
-    if local_rank is not None:
-        return local_rank
-    raw = env.get("SLURM_LOCALID", "").strip()
-    return int(raw) if raw.isascii() and raw.isdigit() else None
+def _env_text(env: Mapping[str, str], var: str) -> str:
+    """Variable *var*, stripped (``""``: unset).
+
+    Raises:
+        ConfigurationError: the value is not a string (a hand-made mapping).
+    """
+    raw = env.get(var, "")
+    if not isinstance(raw, str):
+        raise ConfigurationError(f"{var}: {raw!r} is not accepted; accepted: a string")
+    return raw.strip()
 
 
-def _local_rank(env: Mapping[str, str]) -> int | None:
-    raw = env.get("LOCAL_RANK", "").strip()
-    if not raw:
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigurationError(
-            f"LOCAL_RANK: {raw!r} is not accepted; accepted: an integer >= 0"
-        ) from None
-    return check_int("LOCAL_RANK", value, 0)
+METRICS_PROTOCOL_VARS = ("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+
+
+def _metrics_protocol(configured: str | None, env: Mapping[str, str]) -> str:
+    """The goodput metrics' OTLP transport: the metrics variable, the general one, the key."""
+    for var in METRICS_PROTOCOL_VARS:
+        raw = env.get(var, "").strip()
+        if raw:
+            return check_protocol(var, raw)
+    return check_protocol("otlp_protocol", configured) if configured else "http/protobuf"
 
 
 def _env_service_name(env: Mapping[str, str]) -> str:

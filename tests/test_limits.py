@@ -318,3 +318,45 @@ def test_a_mapping_past_the_limit_leaves_what_setting_it_key_by_key_leaves(
     # Dropped: every older key the mapping does not set again, and the mapping's oldest
     # (key by key, a key evicted and then set again would count twice).
     assert getattr(bulk, "_dropped", 0) == len(set(existing) - set(mapping)) + size - 8
+
+
+def test_the_span_length_limit_leaves_event_and_link_values_to_the_general_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT`` cuts span attribute values only; event and
+    link values follow ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``, on both providers alike (the
+    SDK's rule), in the converted spans and on the OTLP wire."""
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    monkeypatch.setenv("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "4")
+    seen: dict[str, list[ReadableSpan]] = {}
+
+    class Keep:
+        def __init__(self, provider: str) -> None:
+            self.provider = provider
+
+        def export(self, spans: Any) -> SpanExportResult:
+            seen[self.provider] = list(spans)
+            return SpanExportResult.SUCCESS
+
+        def shutdown(self) -> None:
+            pass
+
+    for provider in ("fast", "sdk"):
+        telemetry = asynctrace.configure(
+            {
+                "enabled": True,
+                "span_groups": "all",
+                "provider": provider,
+                "exporters": [Keep(provider)],
+            }
+        )
+        try:
+            span = asynctrace.get_tracer().start_span("s", attributes={"a": "abcdefgh"})
+            span.add_event("e", {"b": "abcdefgh"})
+            span.end()
+        finally:
+            telemetry.shutdown()
+    for provider, (span,) in seen.items():
+        assert span.attributes["a"] == "abcd", provider
+        assert span.events[0].attributes["b"] == "abcdefgh", provider

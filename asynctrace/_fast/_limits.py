@@ -9,15 +9,18 @@ span never holds more than ``max_attributes`` attributes); values are cut to
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Literal
 
 from .._errors import ConfigurationError
 
 __all__ = ["SpanLimits", "limits_from"]
 
 _DEFAULT = 128
+
+_Same = Literal["same"]
 
 # field -> (its own variable, the general one)
 _ENV = {
@@ -48,6 +51,18 @@ class SpanLimits:
     max_links: int | None = _DEFAULT
     max_event_attributes: int | None = _DEFAULT
     max_link_attributes: int | None = _DEFAULT
+    # The length of event and link attribute values, when it is not max_attribute_length:
+    # as in the SDK, OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT cuts span attributes only, and
+    # event and link attributes follow OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT alone. Not a
+    # span_limits key: max_attribute_length there is the SDK's, for all three.
+    other_attribute_length: int | _Same | None = dataclasses.field(default="same", repr=False)
+
+    @property
+    def max_event_attribute_length(self) -> int | None:
+        """The length event and link attribute values are cut to (``None``: uncut)."""
+        if self.other_attribute_length == "same":
+            return self.max_attribute_length
+        return self.other_attribute_length
 
     def to_sdk(self) -> Any:
         """The equivalent SDK ``SpanLimits``."""
@@ -64,7 +79,7 @@ class SpanLimits:
             max_attributes=value(self.max_attributes),
             max_span_attributes=value(self.max_attributes),
             max_span_attribute_length=value(self.max_attribute_length),
-            max_attribute_length=value(self.max_attribute_length),
+            max_attribute_length=value(self.max_event_attribute_length),
             max_events=value(self.max_events),
             max_links=value(self.max_links),
             max_event_attributes=value(self.max_event_attributes),
@@ -72,7 +87,7 @@ class SpanLimits:
         )
 
 
-FIELDS = tuple(f.name for f in fields(SpanLimits))
+FIELDS = tuple(f.name for f in fields(SpanLimits) if f.name != "other_attribute_length")
 
 
 def limits_from(config: Mapping[str, Any], environ: Mapping[str, str]) -> SpanLimits:
@@ -87,7 +102,7 @@ def limits_from(config: Mapping[str, Any], environ: Mapping[str, str]) -> SpanLi
         raise ConfigurationError(
             f"span_limits: unknown key {unknown[0]!r}; accepted keys: {', '.join(FIELDS)}"
         )
-    values: dict[str, int | None] = {}
+    values: dict[str, Any] = {}
     for name in FIELDS:
         if name in config:
             values[name] = _count(f"span_limits.{name}", config[name])
@@ -98,6 +113,11 @@ def limits_from(config: Mapping[str, Any], environ: Mapping[str, str]) -> SpanLi
             if raw:
                 values[name] = _count(var, raw)
                 break
+    if "max_attribute_length" not in config:
+        raw = environ.get("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "").strip()
+        general_length = _count("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", raw) if raw else None
+        if general_length != values.get("max_attribute_length"):
+            values["other_attribute_length"] = general_length
     return SpanLimits(**values)
 
 

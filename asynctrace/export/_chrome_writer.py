@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
@@ -91,11 +91,17 @@ class ChromeWriter:
         new_tid: Callable[[], int],
         max_attribute_length: int | None = None,
         max_event_attributes: int | None = 128,
+        max_event_attribute_length: int | Literal["same"] | None = "same",
     ) -> None:
         self.path = path
         self._new_tid = new_tid
         self._max_len = max_attribute_length
-        self._event_limits = (max_event_attributes, max_attribute_length)
+        self._event_limits = (
+            max_event_attributes,
+            max_attribute_length
+            if max_event_attribute_length == "same"
+            else max_event_attribute_length,
+        )
         self._owners: dict[int, int] = {}  # id(task or thread) -> its track, while it lives
         # How a retired track reaches the writer thread (the processor's control queue).
         self.post: Callable[[Any], None] | None = None

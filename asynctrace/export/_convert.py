@@ -118,7 +118,7 @@ class Converter:
                     limits.max_event_attributes,
                     event.attributes,
                     True,
-                    limits.max_attribute_length,
+                    limits.max_event_attribute_length,
                 )
                 out.append(Event(event.name, attrs, event.timestamp))
         out.dropped += getattr(span, "_dropped_events", 0)
@@ -134,7 +134,7 @@ class Converter:
                     limits.max_link_attributes,
                     link.attributes,
                     True,
-                    limits.max_attribute_length,
+                    limits.max_event_attribute_length,
                 )
                 out.append(Link(link.context, attrs))
         out.dropped += getattr(span, "_dropped_links", 0)

@@ -68,7 +68,7 @@ class GoodputPlan:
                 goodput,
                 settings.resource_attributes,
                 settings.local_rank,
-                settings.otlp_protocol,
+                settings.otlp_metrics_protocol,
             )
         except Exception as exc:  # the port was taken since prepare(): run without metrics
             logger.warning("asynctrace: goodput metrics are off: %s", exc)
@@ -109,7 +109,7 @@ def prepare_goodput(settings: Settings) -> GoodputPlan | None:
         if metrics == "otlp":
             from .._goodput_metrics import _otlp_metric_exporter
 
-            _otlp_metric_exporter(settings.otlp_protocol)  # the extra, and its settings
+            _otlp_metric_exporter(settings.otlp_metrics_protocol)  # the extra, its settings
         elif metrics == "prometheus":
             try:
                 import opentelemetry.exporter.prometheus  # noqa: F401
@@ -117,7 +117,12 @@ def prepare_goodput(settings: Settings) -> GoodputPlan | None:
             except ImportError as exc:
                 raise MissingExtraError("prometheus", "opentelemetry.exporter.prometheus") from exc
             _check_port(goodput, settings.local_rank)
-    return GoodputPlan(settings, goodput)
+    plan = GoodputPlan(settings, goodput)
+    if plan.path is not None:  # a directory in its place fails here, not after the swap
+        from .._files import writable_file
+
+        writable_file(plan.path, "output_dir", "goodput file")
+    return plan
 
 
 def _check_port(goodput: GoodputSettings, local_rank: int | None) -> None:

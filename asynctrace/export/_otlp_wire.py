@@ -183,7 +183,7 @@ class WireEncoder(AttributeEncoder):
         self, span: FastSpan, events: Any, links: Any, parts: list[bytes]
     ) -> None:
         limits = self.limits
-        length = limits.max_attribute_length
+        length = limits.max_event_attribute_length  # events' and links': the general limit
         own = span._tracer._limits
         dropped = _counted(span, "_dropped_events", events, own.max_events)
         events, more = _bounded(events or (), limits.max_events)

@@ -13,7 +13,6 @@ down: it is the user's).
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -27,9 +26,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from .._errors import ConfigurationError, report_internal_error
+from .._errors import report_internal_error
 from .._fast import IDS, FastTracerProvider
-from .._files import writable_dir
+from .._files import writable_dir, writable_file
 from .._semconv import TRUNCATED
 from .._settings import Settings
 from .._state import INSTRUMENTATION_NAME
@@ -81,12 +80,9 @@ def prepare(settings: Settings) -> Plan:
         if "chrome" in settings.exporters:
             from . import chrome  # noqa: F401  # fails here, before anything changes, without msgspec
 
-            plan.chrome_path = directory / settings.chrome_filename
-            if plan.chrome_path.exists() and not os.access(plan.chrome_path, os.W_OK):
-                raise ConfigurationError(
-                    f"output_dir: the trace file {str(plan.chrome_path)!r} exists and is not "
-                    "writable; accepted: a directory whose trace files this process can write"
-                )
+            plan.chrome_path = writable_file(
+                directory / settings.chrome_filename, "output_dir", "trace file"
+            )
     if settings.goodput is not None:
         from ._goodput_sink import prepare_goodput
 
@@ -240,6 +236,7 @@ def _start_queues(
                     resource_attributes=resource_attributes,
                     max_attribute_length=settings.span_limits.max_attribute_length,
                     max_event_attributes=settings.span_limits.max_event_attributes,
+                    max_event_attribute_length=settings.span_limits.max_event_attribute_length,
                     **limits,
                 )
             )

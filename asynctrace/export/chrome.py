@@ -29,7 +29,7 @@ import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span
@@ -75,6 +75,8 @@ class ChromeTraceProcessor(QueuedSpanProcessor):
         max_attribute_length: strings longer than this are cut (for spans of
             the fast provider; the SDK cuts its own).
         max_event_attributes: attributes kept per span event (fast provider).
+        max_event_attribute_length: strings of span events cut to this length
+            (fast provider; default: *max_attribute_length*).
 
     Example:
         >>> from opentelemetry.sdk.trace import TracerProvider
@@ -93,6 +95,7 @@ class ChromeTraceProcessor(QueuedSpanProcessor):
         schedule_delay_millis: float = 1000.0,
         max_attribute_length: int | None = None,
         max_event_attributes: int | None = 128,
+        max_event_attribute_length: int | Literal["same"] | None = "same",
     ) -> None:
         self.path = Path(path)
         self._next_tid = itertools.count(1).__next__
@@ -102,6 +105,7 @@ class ChromeTraceProcessor(QueuedSpanProcessor):
             self._next_tid,
             max_attribute_length,
             max_event_attributes,
+            max_event_attribute_length,
         )
         self._local = threading.local()
         self._tids: dict[int, int] = {}

@@ -61,11 +61,13 @@ def test_local_first_reads_local_rank() -> None:
         ({"LOCAL_RANK": "0"}, True),
         ({"LOCAL_RANK": "3"}, False),
         ({"SLURM_LOCALID": "1"}, False),
-        ({"SLURM_LOCALID": "\u00b2"}, True),  # a digit to str.isdigit, not a number: unknown
         ({}, True),
     ):
         settings = resolve(config, rank=5, world_size=8, environ=env)
         assert (settings.exporting, settings.enabled) == (exporting, exporting), env
+    # A digit to str.isdigit, not a number: refused, naming the launcher's variable.
+    with pytest.raises(ConfigurationError, match="SLURM_LOCALID"):
+        resolve(config, rank=5, world_size=8, environ={"SLURM_LOCALID": "\u00b2"})
 
 
 @pytest.mark.parametrize(
