@@ -88,7 +88,9 @@ class AppendFile:
     """
 
     def __init__(self, path: Path) -> None:
-        self.path = path
+        # Absolute from the start: a relative path would name another file after the
+        # program's os.chdir() (Hydra's launcher makes one), which would look moved.
+        self.path = path.absolute()
         self.reopened = 0
         self._warned = False
         self._fd = -1

@@ -7,34 +7,40 @@ Whatever asynctrace records of an exception (``exception.message``,
 ``exception.stacktrace``, the status description) goes through
 :func:`redact_text` first:
 
-- every URL (``scheme://...``) loses its userinfo, the values of its
-  secret-like query keys and its fragment, as ``url.full`` does;
-- a secret-like name followed by ``=`` (``token=abc``, ``api_key = abc``), a
-  quoted one followed by ``:`` (``'Authorization': 'Basic abc'``, JSON), and a
-  credential header line (``Authorization: Bearer abc``, ``Cookie: a=b``) keep
-  the name and lose the value;
+- every URL (what follows a ``://``, whatever precedes it) loses its
+  userinfo, the values of its secret-like query keys and path parameters
+  (``;token=``) and its fragment, as ``url.full`` does; a query value that
+  is a URL, as sent or percent-encoded, is redacted inside (3 levels deep);
+- a secret-like name followed by ``=`` (``token=abc``, ``user[password]=``),
+  a quoted one followed by ``:`` (``'Authorization': 'Basic abc'``, JSON,
+  ``{b'password': b'abc'}``), a credential header line (``Authorization:
+  Bearer abc``, ``Cookie: a=b``, ``Private-Token: abc``) and a header pair
+  repr (``(b'x-api-key', b'abc')``) keep the name and lose the whole value;
 - ``Bearer <credential>`` loses the credential;
 - each string of *secrets* (what the caller knows to be secret: a request's
-  header values, its query values) is replaced wherever it appears.
+  header values, its query values) is replaced wherever it appears, but for
+  those under 4 characters (``1``, ``?0``).
 
 The secrets given for an exception go with it (:func:`remember`): a span that
 records the same exception later, as it escapes the spans around the one that
 knew them, or an exception raised ``from`` it, is redacted with them too.
 
 A name is secret-like when it contains, case-insensitively, one of
-:data:`SECRET_WORDS`. Matching errs on the safe side: ``monkey=1`` loses its
-``1``. Every pattern runs in time linear in the text (no nested quantifier
-can backtrack over a long run), and nothing here raises.
+:data:`SECRET_WORDS` (or a word given to :func:`register_secret_words`).
+Matching errs on the safe side: ``monkey=1`` loses its ``1``. Every pattern
+runs in time linear in the text (no nested quantifier can backtrack over a
+long run; URLs are found with ``str.find``, secrets too), and nothing here
+raises.
 """
 
 from __future__ import annotations
 
 import re
 import threading
-from collections import OrderedDict
-from collections.abc import Collection, Mapping
+from collections import OrderedDict, deque
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any, Final
-from urllib.parse import unquote_plus
+from urllib.parse import quote, unquote_plus
 
 from ._forksafe import reinit_at_fork
 
@@ -47,6 +53,7 @@ __all__ = [
     "redact_text",
     "redact_url_attribute",
     "redact_url_attributes",
+    "register_secret_words",
     "remember",
     "secrets_of",
 ]
@@ -65,29 +72,58 @@ SECRET_WORDS: Final = (
 )
 
 _SECRET_NAME = re.compile("|".join(SECRET_WORDS), re.IGNORECASE)
-# A scheme not glued to a longer run of scheme characters (so a long dotted run
-# is tried once, not once per dot), then everything up to a space, quote or bracket.
-_URL = re.compile(r"(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]{0,31}://[^\s'\"<>`]+")
+# What ends a URL in text: a space, a quote or an angle bracket. URLs are found by
+# their "://" (str.find), whatever precedes it: "3http://", "a-http://" and a
+# scheme of any length are URLs too, and no pattern can backtrack over a long run.
+_URL_END = re.compile(r"[\s'\"<>`]")
 # A name (starting where no name character precedes it) and its separator; the
 # value is matched apart, so a name that is not secret-like consumes nothing more.
+# "user[password]=" counts: a "]" may close the name.
 _NAME_SEP = re.compile(
-    r"(?<![\w.\-%])(?P<name>[\w.\-%]{1,128})"
+    r"(?<![\w.\-%\[])(?P<name>[\w.\-%\[]{1,128})\]?"
     r"(?P<sep>[ \t]*=[ \t]*|(?P<quote>['\"])[ \t]*:[ \t]*|:[ \t]*)"
 )
+# A value: quoted (a bytes repr's b'...' too; backslash escapes kept inside; an
+# unterminated one to the end of its line), or unquoted up to white space, a quote
+# or an "&" or ";" that starts the next "name=" (so "Tr0ub4dor&3xyz" goes whole,
+# and "token=abc&n=1" keeps its "n=1").
 _VALUE = re.compile(
-    r"'[^'\n]*'|\"[^\"\n]*\"|"
-    r"(?:(?:basic|bearer|digest|token|negotiate)[ \t]+)?[^\s'\"&;,)}\]>=#]+",
+    r"b?'(?:[^'\\\n]|\\.)*'?|b?\"(?:[^\"\\\n]|\\.)*\"?|"
+    r"(?:(?:basic|bearer|digest|token|negotiate)[ \t]+)?"
+    r"(?:[^\s'\"&;]|[&;](?![\w.\-%\[\]]{1,128}=))+",
     re.IGNORECASE,
 )
 _HEADER_VALUE = re.compile(r"[^\r\n'\"<>]+")  # a credential header: the rest of its line
-# Header names whose "Name: value" form is a credential (an unquoted colon after
-# any secret-like word would also match "KeyError: ...", which is no credential).
-_HEADER_NAME = re.compile(
-    r"(?:proxy-)?authorization|(?:set-)?cookie|x-[\w\-]*(?:token|key|secret|auth)[\w\-]*",
-    re.IGNORECASE,
+# Header names whose "Name: value" form is a credential: one of these words among
+# the "-"/"_"-separated words of the name (not "KeyError: ...", "AuthError: ...").
+_HEADER_WORDS: Final = frozenset(
+    {
+        "authorization",
+        "auth",
+        "cookie",
+        "token",
+        "key",
+        "apikey",
+        "secret",
+        "password",
+        "passwd",
+        "credential",
+        "credentials",
+        "signature",
+    }
+)
+_WORD_SPLIT = re.compile(r"[\-_]")
+# A header as a (name, value) pair repr: ('x-api-key', 'abc'), (b'cookie', b'a=b').
+_PAIR_REPR = re.compile(
+    r"\(\s*b?(?P<q1>['\"])(?P<name>[\w.\-]{1,128})(?P=q1)\s*,\s*"
+    r"(?P<pre>b?(?P<q2>['\"]))(?:[^'\"\\\n]|\\.)*(?P=q2)"
 )
 _BEARER = re.compile(r"(?<![\w\-])(bearer[ \t]+)[\w\-.~+/]+=*", re.IGNORECASE)
 _SHORT = 8  # secrets shorter than this are replaced only where they stand alone
+_MIN_SECRET = 4  # shorter ones ("1", "?0") are not replaced at all: they are everywhere
+_MAX_SECRETS = 1024  # the longest this many secrets of one exception are replaced...
+_MAX_SECRETS_CHARS = 262144  # ...and no more than this many characters of them in all
+_NEST_DEPTH = 3  # URLs inside query values inside URLs...: deeper ones are replaced whole
 
 
 def redact_text(text: str, secrets: Collection[str] = ()) -> str:
@@ -105,9 +141,11 @@ def redact_text(text: str, secrets: Collection[str] = ()) -> str:
         if secrets:
             text = _replace_secrets(text, secrets)
         if "://" in text:
-            text = _URL.sub(_redact_url, text)
+            text = _redact_urls(text, 0)
         if "=" in text or ":" in text:
             text = _redact_pairs(text)
+        if "(" in text and "," in text:
+            text = _PAIR_REPR.sub(_redact_pair_repr, text)
         return _BEARER.sub(r"\1" + REDACTED, text)
     except Exception:  # a pattern cannot fail on a str; a caller's odd "secrets" might
         return REDACTED
@@ -182,11 +220,19 @@ def exception_reason(exc_type: type[BaseException], exc: BaseException | None) -
 
 
 # Exceptions cannot be weakly referenced: their secrets are kept by id, for the
-# most recent few. An id reused by a later exception only redacts more.
+# most recent few thousand. An id reused by a later exception only redacts more.
 _KNOWN: OrderedDict[int, frozenset[str]] = OrderedDict()
-_KNOWN_MAX = 1024
+_KNOWN_MAX = 8192
 _KNOWN_LOCK = threading.Lock()
 reinit_at_fork(_KNOWN_LOCK)  # held by another thread at fork(): new in the child
+
+# What traceback.format_exception shows of an exception group: its first 15
+# members, 10 groups deep. secrets_of looks that far (and at most _WALK_MAX
+# exceptions in all), breadth-first in member order, so the members shown are
+# the ones whose secrets are found.
+_GROUP_WIDTH = 15
+_GROUP_DEPTH = 10
+_WALK_MAX = 1024
 
 
 def remember(exc: BaseException, secrets: Collection[str]) -> None:
@@ -205,46 +251,160 @@ def secrets_of(exc: BaseException) -> frozenset[str]:
     """The secrets remembered for *exc* and for the exceptions behind it.
 
     Those it was raised from or during and, for an exception group (a
-    ``TaskGroup``'s), those it holds: at most 256 exceptions in all.
+    ``TaskGroup``'s), those of the members a formatted traceback shows (the
+    first 15, 10 groups deep), breadth-first: at most 1024 exceptions in all.
+    Never raises.
     """
     if not _KNOWN:
         return frozenset()
     found: set[str] = set()
     seen: set[int] = set()
-    pending: list[BaseException | None] = [exc]
-    with _KNOWN_LOCK:
-        while pending and len(seen) < 256:
-            current = pending.pop()
-            if current is None or id(current) in seen:
-                continue
-            seen.add(id(current))
-            found.update(_KNOWN.get(id(current), ()))
-            pending.append(current.__cause__)
-            pending.append(current.__context__)
-            inner = getattr(current, "exceptions", None)  # an exception group's members
-            if inner.__class__ is tuple:
-                pending.extend(e for e in inner if isinstance(e, BaseException))
+    pending: deque[tuple[BaseException, int]] = deque([(exc, 0)])
+    try:
+        with _KNOWN_LOCK:
+            while pending and len(seen) < _WALK_MAX:
+                current, depth = pending.popleft()
+                if id(current) in seen:
+                    continue
+                seen.add(id(current))
+                found.update(_KNOWN.get(id(current), ()))
+                for behind in _behind(current):
+                    pending.append((behind, depth))
+                if depth < _GROUP_DEPTH:
+                    for member in _members(current):
+                        pending.append((member, depth + 1))
+    except Exception:  # pragma: no cover - _behind and _members do not raise
+        pass
     return frozenset(found)
 
 
+def _behind(exc: BaseException) -> list[BaseException]:
+    """The exceptions *exc* was raised from or during (attributes a subclass may break)."""
+    found = []
+    for name in ("__cause__", "__context__"):
+        try:
+            behind = getattr(exc, name, None)
+        except Exception:
+            continue
+        if isinstance(behind, BaseException):
+            found.append(behind)
+    return found
+
+
+def _members(exc: BaseException) -> list[BaseException]:
+    """An exception group's first members, those a formatted traceback shows."""
+    try:
+        inner = getattr(exc, "exceptions", None)
+    except Exception:  # a property of a user's exception class that raises
+        return []
+    if inner.__class__ is not tuple:
+        return []
+    return [e for e in inner[:_GROUP_WIDTH] if isinstance(e, BaseException)]
+
+
+def register_secret_words(words: Iterable[str]) -> None:
+    """Treat names containing any of *words* as secret-like too, process-wide.
+
+    For secret query keys an integration is configured with (``sess``, say):
+    an exception raised after its span ended (``raise_for_status()``) names
+    the URL, and is recorded by spans that never knew the request. Words
+    shorter than 3 characters and more than 64 added words in all are ignored.
+    """
+    global _SECRET_NAME
+    with _KNOWN_LOCK:
+        added = {w.lower() for w in words if isinstance(w, str) and len(w) >= 3}
+        added -= _EXTRA_WORDS
+        added = {w for w in added if not _SECRET_NAME.search(w)}  # already covered
+        if not added:
+            return
+        for word in sorted(added):
+            if len(_EXTRA_WORDS) >= 64:
+                break
+            _EXTRA_WORDS.add(word)
+        _SECRET_NAME = re.compile(
+            "|".join([*SECRET_WORDS, *map(re.escape, sorted(_EXTRA_WORDS))]), re.IGNORECASE
+        )
+
+
+_EXTRA_WORDS: set[str] = set()
+
+
 def _replace_secrets(text: str, secrets: Collection[str]) -> str:
-    alternatives = []
-    for secret in sorted({s for s in secrets if isinstance(s, str) and s.strip()}, key=len)[::-1]:
-        escaped = re.escape(secret)
-        if len(secret) < _SHORT:  # "42" must not eat the "42" of a port or a status
-            if secret[0].isalnum():
-                escaped = r"(?<![0-9A-Za-z])" + escaped
-            if secret[-1].isalnum():
-                escaped += r"(?![0-9A-Za-z])"
-        alternatives.append(escaped)
-    if not alternatives:
+    """*text* with each of *secrets* replaced: str.find per secret (linear in the text).
+
+    The longest secrets first, at most _MAX_SECRETS of them and _MAX_SECRETS_CHARS
+    characters in all; ones shorter than _MIN_SECRET are not replaced, ones
+    shorter than _SHORT only where no letter or digit is glued to them.
+    """
+    candidates = sorted(
+        {s for s in secrets if isinstance(s, str) and len(s.strip()) >= _MIN_SECRET},
+        key=len,
+        reverse=True,
+    )
+    spans: list[tuple[int, int]] = []
+    budget = _MAX_SECRETS_CHARS
+    for secret in candidates[:_MAX_SECRETS]:
+        size = len(secret)
+        if size > len(text):
+            continue
+        budget -= size
+        if budget < 0:
+            break
+        short = size < _SHORT
+        at = text.find(secret)
+        while at != -1:
+            end = at + size
+            if short and (
+                (at and secret[0].isalnum() and text[at - 1].isalnum())
+                or (end < len(text) and secret[-1].isalnum() and text[end].isalnum())
+            ):  # "42" must not eat the "42" of a port or a status
+                at = text.find(secret, at + 1)
+                continue
+            spans.append((at, end))
+            at = text.find(secret, end)
+    if not spans:
         return text
-    return re.sub("|".join(alternatives), REDACTED, text)
+    spans.sort()
+    out: list[str] = []
+    pos = 0
+    start, stop = spans[0]
+    for at, end in spans[1:]:
+        if at <= stop:  # overlapping or adjacent: one replacement
+            stop = max(stop, end)
+            continue
+        out.append(text[pos:start])
+        out.append(REDACTED)
+        pos = stop
+        start, stop = at, end
+    out.append(text[pos:start])
+    out.append(REDACTED)
+    out.append(text[stop:])
+    return "".join(out)
 
 
-def _redact_url(match: re.Match[str]) -> str:
-    url = match.group()
-    scheme, _, rest = url.partition("://")
+def _redact_urls(text: str, depth: int) -> str:
+    """Every URL of *text* (what follows each ``://`` up to a space or quote) redacted."""
+    out: list[str] = []
+    pos = 0
+    find = text.find
+    while True:
+        at = find("://", pos)
+        if at == -1:
+            break
+        start = at + 3
+        stop = _URL_END.search(text, start)
+        end = stop.start() if stop is not None else len(text)
+        out.append(text[pos:start])
+        out.append(_redact_url_rest(text[start:end], depth))
+        pos = end
+    if not out:
+        return text
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _redact_url_rest(rest: str, depth: int) -> str:
+    """A URL after its ``scheme://``: no userinfo, no secret query values or path parameters."""
     netloc, tail = _split_netloc(rest)
     if "@" in netloc:
         netloc = netloc.rpartition("@")[2]  # no userinfo
@@ -257,9 +417,22 @@ def _redact_url(match: re.Match[str]) -> str:
         netloc, tail = _split_netloc(rest)
     tail, hash_, _ = tail.partition("#")
     path, question, query = tail.partition("?")
+    if ";" in path:
+        path = _redact_path_parameters(path)
     if question:
-        query = _redact_query(query)
-    return f"{scheme}://{netloc}{path}{question}{query}{hash_ and '#' + REDACTED}"
+        query = _redact_query(query, depth)
+    return f"{netloc}{path}{question}{query}{hash_ and '#' + REDACTED}"
+
+
+def _redact_path_parameters(path: str) -> str:
+    """``/x;token=abc/y`` -> ``/x;token=REDACTED/y`` (matrix parameters)."""
+    pieces = path.split(";")
+    for i in range(1, len(pieces)):
+        key, equals, value = pieces[i].partition("=")
+        if equals and _secret_name(key):
+            _, slash, after = value.partition("/")
+            pieces[i] = f"{key}={REDACTED}{slash}{after}"
+    return ";".join(pieces)
 
 
 def _split_netloc(rest: str) -> tuple[str, str]:
@@ -272,13 +445,41 @@ def _split_netloc(rest: str) -> tuple[str, str]:
     return rest[:end], rest[end:]
 
 
-def _redact_query(query: str) -> str:
+def _redact_query(query: str, depth: int = 0) -> str:
     pairs = re.split("([&;])", query)  # the separators kept, so the query reads as sent
     for i in range(0, len(pairs), 2):
-        key, equals, _ = pairs[i].partition("=")
-        if equals and _secret_name(key):
+        key, equals, value = pairs[i].partition("=")
+        if not equals:
+            continue
+        if _secret_name(key):
             pairs[i] = f"{key}={REDACTED}"
+        elif "://" in value or "%3" in value:  # a URL as a value, as sent or encoded
+            nested = _redact_nested(value, depth)
+            if nested is not value:
+                pairs[i] = f"{key}={nested}"
     return "".join(pairs)
+
+
+def _redact_nested(value: str, depth: int) -> str:
+    """A query value that is (or, percent-decoded, holds) a URL, redacted inside.
+
+    *value* itself when nothing in it changes; replaced whole past _NEST_DEPTH.
+    """
+    if "://" in value:
+        if depth >= _NEST_DEPTH:
+            return REDACTED
+        redacted = _redact_urls(value, depth + 1)
+        return value if redacted == value else redacted
+    try:
+        decoded = unquote_plus(value)
+    except Exception:  # cannot be decoded: on the safe side
+        return REDACTED
+    if "://" not in decoded:
+        return value
+    if depth >= _NEST_DEPTH:
+        return REDACTED
+    redacted = _redact_urls(decoded, depth + 1)
+    return value if redacted == decoded else quote(redacted, safe="/:")
 
 
 def _secret_name(name: str) -> bool:
@@ -293,6 +494,15 @@ def _secret_name(name: str) -> bool:
     return False
 
 
+def _credential_header(name: str) -> bool:
+    """Whether ``name: value`` is a credential header (``Private-Token``, ``DD-API-KEY``)."""
+    words = _WORD_SPLIT.split(name.lower())
+    if any(word in _HEADER_WORDS for word in words):
+        return True
+    # "AccessToken: ...", but not a dotted exception name ("fernet.InvalidToken: ...")
+    return "." not in name and words[-1].endswith(("token", "apikey", "password", "secret"))
+
+
 def _redact_pairs(text: str) -> str:
     out: list[str] = []
     pos = 0
@@ -304,16 +514,33 @@ def _redact_pairs(text: str) -> str:
         if match.group("quote") or "=" in match.group("sep"):
             if _secret_name(name):  # token=..., 'api_key': ..., "password": ...
                 value_pattern = _VALUE
-        elif _HEADER_NAME.fullmatch(name):  # Authorization: ..., but not KeyError: ...
+        elif _credential_header(name):  # Authorization: ..., but not KeyError: ...
             value_pattern = _HEADER_VALUE
         value = value_pattern.match(text, match.end()) if value_pattern is not None else None
-        if value is None:
+        if value is None or value.group().startswith(REDACTED):  # (by the URL pass)
             continue
         out.append(text[pos : match.end()])
-        quote = value.group()[:1]
-        out.append(f"{quote}{REDACTED}{quote}" if quote in ("'", '"') else REDACTED)
+        out.append(_replacement(value.group()))
         pos = value.end()
     if not out:
         return text
     out.append(text[pos:])
     return "".join(out)
+
+
+def _replacement(value: str) -> str:
+    """``REDACTED`` in *value*'s quotes (``'...'``, ``b"..."``), if it has any."""
+    prefix = "b" if value[:1] in ("b", "B") and value[1:2] in ("'", '"') else ""
+    quote_ = value[len(prefix) : len(prefix) + 1]
+    if quote_ in ("'", '"'):
+        return f"{prefix}{quote_}{REDACTED}{quote_}"
+    return REDACTED
+
+
+def _redact_pair_repr(match: re.Match[str]) -> str:
+    """``('x-api-key', 'abc')`` -> ``('x-api-key', 'REDACTED')`` for a secret-like name."""
+    if not _secret_name(match.group("name")):
+        return match.group()
+    head = match.group()[: match.start("pre") - match.start()]
+    quote_ = match.group("q2")
+    return f"{head}{match.group('pre')}{REDACTED}{quote_}"

@@ -11,6 +11,7 @@ from opentelemetry import trace
 
 from . import _group_audit, _groups
 from ._errors import ConfigurationError
+from ._sdk_tracer import RedactingTracer
 
 __all__ = [
     "GATE",
@@ -218,14 +219,32 @@ def get_tracer() -> trace.Tracer:
     """The OpenTelemetry API tracer asynctrace records through.
 
     A no-op tracer while telemetry is off. Integrations use it for spans whose
-    kind or shape the helpers do not cover.
+    kind or shape the helpers do not cover. On either provider, an exception
+    escaping its ``start_as_current_span`` is recorded redacted, as
+    asynctrace's own spans record it.
 
     Example:
         >>> get_tracer()  # doctest: +ELLIPSIS
         <opentelemetry.trace.NoOpTracer object at ...>
     """
     tracer = GATE.tracer
-    return tracer if tracer is not None else trace.NoOpTracer()
+    if tracer is None:
+        return trace.NoOpTracer()
+    if tracer.__class__.__module__.startswith("opentelemetry.sdk"):  # the SDK provider's
+        handed = _handed
+        if handed is None or handed.tracer is not tracer:
+            handed = _new_handed(tracer)
+        return handed
+    return tracer
+
+
+_handed: RedactingTracer | None = None  # the wrapper of the SDK tracer GATE holds
+
+
+def _new_handed(tracer: trace.Tracer) -> RedactingTracer:
+    global _handed
+    _handed = RedactingTracer(tracer)
+    return _handed
 
 
 def _version() -> str:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from asynctrace import _errors
+from asynctrace import _errors, _redact
 from asynctrace._state import restore, snapshot
 from asynctrace.testing import CapturedSpans, capture_spans
 
@@ -46,6 +47,32 @@ def _isolated_state() -> Iterator[None]:
     _errors.reset_reported()
     yield
     restore(before)
+
+
+@pytest.fixture(autouse=True)
+def _logging_kept() -> Iterator[None]:
+    """Each test ends with the logging machinery, and the secret words, it started with.
+
+    AReaL's ``getLogger`` (run when its tracer is loaded and used) replaces
+    logging's root logger and manager with new ones: loggers made before
+    (asynctrace's) then reach a root nothing watches, and ``caplog`` of any
+    later test in the process sees none of their records.
+    """
+    words, pattern = set(_redact._EXTRA_WORDS), _redact._SECRET_NAME
+    yield
+    # Secret words an integration registered (its secret_keys) are the process's; a
+    # test's must not redact what later tests in the same worker record.
+    _redact._EXTRA_WORDS.clear()
+    _redact._EXTRA_WORDS.update(words)
+    _redact._SECRET_NAME = pattern
+    root, manager = _LOGGING
+    if logging.Logger.manager is not manager or logging.Logger.root is not root:
+        logging.root = logging.Logger.root = root
+        logging.Logger.manager = manager
+
+
+# As the process started (a module-scoped fixture may load AReaL before a test's own).
+_LOGGING = (logging.Logger.root, logging.Logger.manager)
 
 
 @pytest.fixture

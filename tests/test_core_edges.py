@@ -267,3 +267,38 @@ def test_a_track_names_its_loops_thread_redacted(tmp_path: Path) -> None:
     ]
     assert any("loop for http://h/?token=REDACTED" in name for name in names), names
     assert not any("hunter2" in name or "abc123" in name for name in names)
+
+
+def test_a_relative_output_dir_stays_where_it_was_when_the_program_changes_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The output directory is fixed at configuration: after ``os.chdir`` (as Hydra's
+    launcher does) spans go on into the same file, nothing is counted lost."""
+    import os
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    telemetry = at.configure(
+        {
+            "enabled": True,
+            "span_groups": "all",
+            "output_dir": "traces",
+            "session_tracer": {"enabled": True},
+        }
+    )
+    with at.managed_span("generation", "before"):
+        pass
+    assert telemetry.flush(10)
+    os.chdir(tmp_path / "b")
+    with at.managed_span("generation", "after"):
+        pass
+    assert telemetry.flush(10)
+    stats = telemetry.stats()
+    telemetry.shutdown()
+    assert sum(s.lost for s in stats.values()) == 0
+    assert not (tmp_path / "b" / "traces").exists()
+    (trace,) = (tmp_path / "a" / "traces").glob("traces-*.jsonl")
+    text = trace.read_text()
+    assert '"before"' in text
+    assert '"after"' in text

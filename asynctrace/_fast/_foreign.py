@@ -5,20 +5,20 @@ OpenTelemetry instrumentation in the process, and some record more of a URL
 than asynctrace would: FastAPI's built-in telemetry keeps ``url.query`` as
 sent, tokens and all. A tracer asked for by anyone but asynctrace itself
 makes :class:`ForeignSpan` objects, whose URL attributes
-(:data:`asynctrace._redact.URL_ATTRIBUTES`) and status description go
-through the same redaction as exception text, when they are set: nothing
-secret is held, queued or exported. asynctrace's own spans, which redact
-their URLs where they make them, pay nothing for it.
+(:data:`asynctrace._redact.URL_ATTRIBUTES`) go through the same redaction as
+exception text when they are set (an ``ERROR`` status description does on
+every :class:`FastSpan`): nothing secret is held, queued or exported.
+asynctrace's own spans, which redact their URLs where they make them, pay
+nothing for it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from opentelemetry.trace.status import Status, StatusCode
 from opentelemetry.util import types
 
-from .._redact import URL_ATTRIBUTES, redact_text, redact_url_attribute, redact_url_attributes
+from .._redact import URL_ATTRIBUTES, redact_url_attribute, redact_url_attributes
 from ._span import SPAN_TYPES, FastSpan
 
 __all__ = ["ForeignSpan", "is_own_scope"]
@@ -47,14 +47,6 @@ class ForeignSpan(FastSpan):
     def set_attributes(self, attributes: Mapping[str, types.AttributeValue]) -> None:
         """Set several attributes, the URL ones redacted."""
         FastSpan.set_attributes(self, redact_url_attributes(attributes))
-
-    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
-        """Set the status, its description redacted (it often quotes an exception)."""
-        if isinstance(status, Status) and status.description:
-            status = Status(status.status_code, redact_text(status.description))
-        elif description and isinstance(description, str):  # Status drops any other value
-            description = redact_text(description)
-        FastSpan.set_status(self, status, description)
 
 
 SPAN_TYPES.add(ForeignSpan)

@@ -337,7 +337,12 @@ class FastSpan(trace.Span):
             self._name = name
 
     def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
-        """Set the status; as in the SDK, ``UNSET`` is ignored and ``OK`` is final."""
+        """Set the status; as in the SDK, ``UNSET`` is ignored and ``OK`` is final.
+
+        An ``ERROR`` description (it often quotes an exception: OpenTelemetry's
+        ``use_span`` sets ``"<type>: <message>"``) is redacted
+        (:func:`asynctrace._redact.redact_text`).
+        """
         if self._end is not None:
             return
         current = self._status
@@ -345,8 +350,12 @@ class FastSpan(trace.Span):
             return
         if isinstance(status, Status):
             if status.status_code is not _UNSET:
+                if status.description and status.status_code is _ERROR:
+                    status = Status(_ERROR, redact_text(status.description))
                 self._status = status
         elif status is not _UNSET:
+            if description and status is _ERROR and isinstance(description, str):
+                description = redact_text(description)
             self._status = Status(status, description)
 
     def record_exception(

@@ -13,6 +13,8 @@ __all__ = [
     "SecretKeys",
     "header_attribute",
     "header_secrets",
+    "is_credential_header",
+    "recorded_header_values",
     "redact_url",
     "url_secrets",
 ]
@@ -50,44 +52,69 @@ def redact_url(url: str, secret_keys: Iterable[str] = DEFAULT_SECRET_KEYS) -> st
 
     A query key is secret-like when one of *secret_keys* is a case-insensitive
     substring of it (``api_key``, ``X-Amz-Signature``, ``access_token``...).
+    So is a path parameter's (``/x;token=abc``). A query value that is a URL
+    (as sent or percent-encoded) is redacted the same way, userinfo and all.
 
     Example:
         >>> redact_url("https://u:p@h.example/run?api_key=abc&n=1")
         'https://h.example/run?api_key=REDACTED&n=1'
+        >>> redact_url("http://h/cb?next=http://u:pw@h2/")
+        'http://h/cb?next=http%3A%2F%2Fh2%2F'
     """
     keys = secret_keys if isinstance(secret_keys, SecretKeys) else SecretKeys(secret_keys)
     _, question, query = url.partition("?")
     secret_like = question and ("%" in query or keys.pattern.search(query))  # %74oken too
-    if "@" not in url and "#" not in url and not secret_like:
+    if "@" not in url and "#" not in url and ";" not in url and not secret_like:
         return url  # nothing to strip: the common case, no parsing
     try:
-        return _redact_slowly(url, keys)
+        return _redact_slowly(url, keys, 0)
     except Exception:  # hostile input (a bad IPv6 host, a lone surrogate): nothing of it
         return REDACTED
 
 
-def _redact_slowly(url: str, keys: SecretKeys) -> str:
+_NEST_DEPTH: Final = 3  # URLs in query values in URLs...: a deeper one is replaced whole
+
+
+def _redact_slowly(url: str, keys: SecretKeys, depth: int) -> str:
     parts = urlsplit(url)
     netloc = parts.netloc.rpartition("@")[2]
     query = parts.query
+    path = parts.path
+    if ";" in path:
+        path = _redact_path_parameters(path, keys)
     if query:
         # ";" separates pairs for some servers: treat it as "&" so no value hides behind it
         pairs = parse_qsl(query.replace(";", "&"), keep_blank_values=True)
         redacted = [
-            (k, REDACTED if keys.pattern.search(k) else _nested(v, keys)) for k, v in pairs
+            (k, REDACTED if keys.pattern.search(k) else _nested(v, keys, depth)) for k, v in pairs
         ]
         if redacted != pairs:  # else the query stays as sent
             query = urlencode(redacted, safe="")
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment and REDACTED))
+    return urlunsplit((parts.scheme, netloc, path, query, parts.fragment and REDACTED))
 
 
-def _nested(value: str, keys: SecretKeys) -> str:
+def _redact_path_parameters(path: str, keys: SecretKeys) -> str:
+    """``/x;token=abc/y`` -> ``/x;token=REDACTED/y`` (path, or matrix, parameters)."""
+    pieces = path.split(";")
+    for i in range(1, len(pieces)):
+        key, equals, value = pieces[i].partition("=")
+        if equals and (keys.pattern.search(key) or keys.pattern.search(unquote(key))):
+            _, slash, after = value.partition("/")
+            pieces[i] = f"{key}={REDACTED}{slash}{after}"
+    return ";".join(pieces)
+
+
+def _nested(value: str, keys: SecretKeys, depth: int) -> str:
     """A query value that is itself a URL or a query (``upload_url=...``), redacted inside."""
+    if "://" in value:
+        if depth >= _NEST_DEPTH:
+            return REDACTED
+        return _redact_slowly(value, keys, depth + 1)
     if "=" not in value or not keys.pattern.search(value):
         return value
-    if "://" in value:
-        return redact_url(value, keys)
-    return _redact_slowly("?" + value.lstrip("?"), keys).lstrip("?")
+    if depth >= _NEST_DEPTH:
+        return REDACTED
+    return _redact_slowly("?" + value.lstrip("?"), keys, depth + 1).lstrip("?")
 
 
 def header_attribute(prefix: str, name: str) -> str:
@@ -111,19 +138,76 @@ _PLAIN_HEADERS: Final = frozenset(
         "cache-control",
         "connection",
         "content-encoding",
+        "content-language",
         "content-length",
         "content-type",
         "date",
+        "dnt",
+        "expect",
         "host",
+        "if-modified-since",
+        "if-none-match",
         "keep-alive",
+        "pragma",
+        "priority",
         "server",
+        "te",
         "traceparent",
         "tracestate",
         "transfer-encoding",
+        "upgrade",
+        "upgrade-insecure-requests",
         "user-agent",
         "vary",
     }
 )
+# Header families that say nothing secret: Sec-Fetch-*, Sec-CH-UA-*, Accept-*...
+_PLAIN_PREFIXES: Final = ("sec-", "accept-", "access-control-")
+_MAX_HEADER_SECRETS: Final = 512  # a request with thousands of headers: the first ones
+
+# Header names whose values are credentials: recorded as REDACTED even when asked
+# for (record_request_headers=["authorization"]). A name is one when one of these
+# words is among its "-"/"_"-separated words (X-Api-Key, Private-Token, DD-API-KEY).
+_CREDENTIAL_WORDS: Final = frozenset(
+    {
+        "authorization",
+        "auth",
+        "cookie",
+        "token",
+        "key",
+        "apikey",
+        "secret",
+        "password",
+        "passwd",
+        "credential",
+        "credentials",
+        "signature",
+        "session",
+    }
+)
+
+
+def is_credential_header(name: str) -> bool:
+    """Whether the header *name*'s values are credentials (never recorded as sent).
+
+    Example:
+        >>> is_credential_header("X-Api-Key"), is_credential_header("Content-Type")
+        (True, False)
+    """
+    words = re.split(r"[\-_]", name.lower())
+    return any(word in _CREDENTIAL_WORDS for word in words) or words[-1].endswith(
+        ("token", "apikey", "password", "secret")
+    )
+
+
+def recorded_header_values(name: str, values: list[str]) -> list[str]:
+    """*values* of the header *name* as an attribute records them: REDACTED for a credential.
+
+    Example:
+        >>> recorded_header_values("Authorization", ["Bearer abc"])
+        ['REDACTED']
+    """
+    return [REDACTED] * len(values) if is_credential_header(name) else values
 
 
 def url_secrets(url: str, secret_keys: SecretKeys) -> set[str]:
@@ -136,12 +220,24 @@ def url_secrets(url: str, secret_keys: SecretKeys) -> set[str]:
         >>> sorted(url_secrets("http://u:pw@h/x?token=a%2Bb&n=1", SecretKeys(["token"])))
         ['a%2Bb', 'a+b', 'pw', 'u']
     """
+    found = _url_secrets(url, secret_keys, 0)
+    found.discard("")
+    return found
+
+
+def _url_secrets(url: str, secret_keys: SecretKeys, depth: int) -> set[str]:
     found: set[str] = set()
     try:
         parts = urlsplit(url)
         userinfo, at, _ = parts.netloc.rpartition("@")
         if at:
             found.update(userinfo.split(":", 1))
+        if ";" in parts.path:
+            for pair in parts.path.split(";")[1:]:
+                key, equals, value = pair.partition("=")
+                value = value.partition("/")[0]
+                if equals and value and _keys_match(secret_keys, unquote(key)):
+                    found.add(value)
         if parts.query:
             for pair in re.split("[&;]", parts.query):
                 key, equals, value = pair.partition("=")
@@ -154,14 +250,15 @@ def url_secrets(url: str, secret_keys: SecretKeys) -> set[str]:
                     )
                 ):
                     found.add(value)
-                elif value and "=" in unquote_plus(value):  # a URL or a query as a value
-                    found.update(url_secrets(_as_url(unquote_plus(value)), secret_keys))
+                elif value and depth < _NEST_DEPTH:
+                    decoded = unquote_plus(value)
+                    if "=" in decoded or "://" in decoded:  # a URL or a query as a value
+                        found.update(_url_secrets(_as_url(decoded), secret_keys, depth + 1))
         if parts.fragment:
             found.add(parts.fragment)
         found.update({unquote_plus(value) for value in found} | {unquote(v) for v in found})
     except Exception:  # hostile input: what was found so far
         pass
-    found.discard("")
     return found
 
 
@@ -200,7 +297,8 @@ def _value_parts(value: str) -> set[str]:
 def header_secrets(*headers: Any) -> set[str]:
     """The values of every header in *headers* (mappings, or ``(name, value)`` pairs).
 
-    Except those of :data:`_PLAIN_HEADERS` (``Host``, ``Content-Type``, ...).
+    Except those of :data:`_PLAIN_HEADERS` (``Host``, ``Content-Type``, ...)
+    and of the ``Sec-*`` and ``Accept-*`` families; at most 512 strings.
     Each value's pieces count too: a scheme's credential (``Basic <c>``), a
     cookie's values, a list's items. Bytes are read as latin-1, as HTTP sends
     them. Never raises.
@@ -220,14 +318,15 @@ def header_secrets(*headers: Any) -> set[str]:
                     name = name.decode("latin-1")
                 if isinstance(value, bytes):
                     value = value.decode("latin-1")
-                if (
-                    isinstance(name, str)
-                    and isinstance(value, str)
-                    and name.lower() not in _PLAIN_HEADERS
-                    and value.strip()
-                ):
-                    found.add(value)
-                    found.update(_value_parts(value))
+                if not (isinstance(name, str) and isinstance(value, str) and value.strip()):
+                    continue
+                lowered = name.lower()
+                if lowered in _PLAIN_HEADERS or lowered.startswith(_PLAIN_PREFIXES):
+                    continue
+                found.add(value)
+                found.update(_value_parts(value))
+                if len(found) >= _MAX_HEADER_SECRETS:
+                    return found
         except Exception:  # hostile input: what was found so far
             continue
     return found

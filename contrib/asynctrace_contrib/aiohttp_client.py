@@ -35,12 +35,14 @@ from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY as _SUPPRESS
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 import asynctrace
+from asynctrace._redact import register_secret_words
 
 from ._http import (
     DEFAULT_SECRET_KEYS,
     SecretKeys,
     header_attribute,
     header_secrets,
+    recorded_header_values,
     redact_url,
     url_secrets,
 )
@@ -90,6 +92,10 @@ class _Options:
     ) -> None:
         self.span_name = span_name
         self.secret_keys = SecretKeys(secret_keys)
+        # An exception raised after the span ended (raise_for_status(), json()'s
+        # ContentTypeError) names the URL too, and is recorded by spans that never
+        # knew this request: its secret keys are secret-like names everywhere.
+        register_secret_words(self.secret_keys)
         self.record_request_headers = tuple(record_request_headers)
         self.record_response_headers = tuple(record_response_headers)
         self.request_hook = request_hook
@@ -209,7 +215,7 @@ class _Requests:
                 values = response.headers.getall(header, ())
                 if values:
                     name = header_attribute("http.response.header", header)
-                    span.set_attribute(name, list(values))
+                    span.set_attribute(name, recorded_header_values(header, list(values)))
         if status >= 400:
             span.set_attribute("error.type", str(status))
             span.set_status(Status(StatusCode.ERROR))
@@ -256,7 +262,7 @@ def _url_attributes(method: str, url: Any, secret_keys: Any) -> dict[str, Any]:
     """The request's method (``_OTHER`` if unknown), redacted ``url.full``,
     ``server.address`` and ``server.port``."""
     full = str(url)
-    if "?" in full or "@" in full or "#" in full:  # redact_url's own fast path, inline
+    if "?" in full or "@" in full or "#" in full or ";" in full:  # redact_url's fast path
         full = redact_url(full, secret_keys)
     _, attrs = method_attributes(method)
     attrs["url.full"] = full
@@ -349,7 +355,9 @@ def _record_request_headers(attrs: dict[str, Any], headers: Any, names: tuple[st
     for header in names:
         values = headers.getall(header, ())
         if values:
-            attrs[header_attribute("http.request.header", header)] = list(values)
+            attrs[header_attribute("http.request.header", header)] = recorded_header_values(
+                header, list(values)
+            )
 
 
 def client_middleware(
@@ -392,9 +400,12 @@ def trace_config(
         span_name: ``(method, params) -> name``; default ``"{METHOD}"`` (``"HTTP"``
             for a method not known: see :mod:`._http_values`).
         secret_keys: query keys whose values are redacted in ``url.full``
-            (case-insensitive substrings).
+            (case-insensitive substrings); they are secret-like names in any
+            exception text recorded afterwards too, process-wide.
         record_request_headers: request header names recorded as
-            ``http.request.header.<name>``; none by default.
+            ``http.request.header.<name>``; none by default. A credential
+            header's values (``Authorization``, ``Cookie``, ``X-Api-Key``...)
+            are recorded as ``REDACTED``.
         record_response_headers: same for ``http.response.header.<name>``.
         request_hook: ``(span, TraceRequestStartParams)``, called for recorded spans.
         response_hook: ``(span, TraceRequestEndParams)``, called for recorded spans.

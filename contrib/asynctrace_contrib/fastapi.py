@@ -28,6 +28,7 @@ from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY as _SUPPRESS
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 
 import asynctrace
+from asynctrace._redact import redact_text
 
 from ._http import DEFAULT_SECRET_KEYS, SecretKeys, header_secrets, redact_url, url_secrets
 from ._http_values import KNOWN_METHODS, method_attributes, request_authority
@@ -459,9 +460,14 @@ def uninstrument_fastapi(app: Any) -> None:
 
 
 def _path(scope: Scope) -> str:
-    """The request's path; an absolute-form target (``GET http://u:p@h/x``) without userinfo."""
+    """The request's path, redacted: an absolute-form target (``GET http://u:p@h/x``), or a
+    URL inside the path (``/proxy/http://u:p@h/x``), without userinfo; secret-like path
+    parameters (``;token=...``) without their values."""
     path = str(scope.get("path", ""))
-    return path if path[:1] == "/" else redact_url(path)
+    if "@" not in path and ";" not in path and "?" not in path:
+        return path  # nothing to strip: the common case
+    path = redact_url(path)
+    return redact_text(path) if "://" in path else path
 
 
 _NATIVE_KEY = "asynctrace.native_tracing"

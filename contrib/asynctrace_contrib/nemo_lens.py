@@ -41,8 +41,11 @@ from typing import Any, ClassVar, Final, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
+from opentelemetry.trace import Status, StatusCode
 
 import asynctrace
+from asynctrace import _spans
+from asynctrace._redact import exception_reason
 
 __all__ = [
     "DEFAULT_REDACT_KEYS",
@@ -546,10 +549,39 @@ def span_cm(
         ...     pass
     """
     chosen = tracer if tracer is not None else asynctrace.get_tracer()
-    with chosen.start_as_current_span(name, record_exception=record_exception) as span:
+    with _redacting_span(chosen, name, record_exception) as span:
         if attributes:
             safe_set_span_attributes(span, attributes)
         yield span
+
+
+@contextlib.contextmanager
+def _redacting_span(
+    tracer: trace.Tracer, name: str, record_exception: bool = True
+) -> Iterator[trace.Span]:
+    """``tracer.start_as_current_span(name)``, an escaping exception recorded redacted.
+
+    OpenTelemetry's ``use_span`` and the SDK's ``record_exception`` record an
+    exception's message, stack trace and ``"<type>: <message>"`` status as
+    they are: here they go through asynctrace's redaction (no URL userinfo,
+    no secret-like values, none of the secrets remembered for the exception),
+    on any provider, as asynctrace's own spans record it (the event says
+    ``exception.escaped``: ``True``).
+    """
+    with tracer.start_as_current_span(
+        name, record_exception=False, set_status_on_exception=False
+    ) as span:
+        try:
+            yield span
+        except Exception as exc:
+            try:
+                if record_exception:
+                    _spans.mark_exit(span, type(exc), exc)
+                else:
+                    span.set_status(Status(StatusCode.ERROR, exception_reason(type(exc), exc)))
+            except Exception:  # a broken span must not replace the user's exception
+                _LOG.debug("asynctrace: could not record the exception", exc_info=True)
+            raise
 
 
 def trace_fn(group: str, name: str, tracer: trace.Tracer | None = None) -> Callable[[F], F]:
@@ -701,7 +733,7 @@ def traced_remote_call(method: F, tracer: trace.Tracer | None = None) -> F:
     @functools.wraps(method)
     def spanned(*args: Any, **kwargs: Any) -> Any:
         chosen = tracer if tracer is not None else asynctrace.get_tracer()
-        with chosen.start_as_current_span(span_name):
+        with _redacting_span(chosen, span_name):
             return method(*args, **kwargs)
 
     return asynctrace.accepts_trace_context(spanned)  # type: ignore[return-value]

@@ -568,3 +568,188 @@ def test_other_instrumentations_spans_lose_their_url_secrets(
     assert plain.status.description == "refused http://env/step?api_key=REDACTED"
     if isinstance(getattr(app, "_telemetry", None), dict):  # FastAPI's own spans came through
         assert any(s.attributes.get("url.query") == "token=REDACTED&n=1" for s in finished)
+
+
+def test_raise_for_status_after_the_span_ended_keeps_custom_secrets(
+    outputs: Outputs, aiohttp_server: Any
+) -> None:
+    """``resp.raise_for_status()`` once the CLIENT span has ended normally: the enclosing
+    span records a message naming the URL, and a custom secret key's value is not in it."""
+
+    async def forbidden(request: web.Request) -> web.Response:
+        return web.Response(status=403, text="no")
+
+    app = web.Application()
+    app.router.add_get("/step", forbidden)
+    url = f"{aiohttp_server(app)}/step?rolloutpass={CUSTOM}&n=1"
+
+    async def main() -> None:
+        tracing = client_middleware(secret_keys=["rolloutpass"])
+        async with aiohttp.ClientSession(middlewares=(tracing,)) as session:
+            with pytest.raises(aiohttp.ClientResponseError, match=CUSTOM):
+                with at.managed_span("reward", "env.call"):
+                    async with session.get(url) as response:
+                        await response.read()  # the body is read: the CLIENT span has ended
+                        response.raise_for_status()
+
+    asyncio.run(main())
+    outputs.assert_no_secret()
+    recorded = dict(_exceptions(outputs.spans))
+    assert "rolloutpass=REDACTED&n=1" in recorded["env.call"]["exception.message"]
+
+
+def test_credential_headers_asked_for_are_recorded_redacted(
+    outputs: Outputs, aiohttp_server: Any
+) -> None:
+    """``record_request_headers=["authorization", ...]``: credential values are REDACTED."""
+
+    async def ok(request: web.Request) -> web.Response:
+        return web.Response(text="ok", headers={"Set-Cookie": f"sid={HEADER}", "X-Id": "r-1"})
+
+    app = web.Application()
+    app.router.add_get("/step", ok)
+    tracing = trace_config(
+        record_request_headers=["Authorization", "X-Api-Key", "X-Request-Id"],
+        record_response_headers=["Set-Cookie", "X-Id"],
+    )
+
+    async def main() -> None:
+        headers = {"Authorization": f"Basic {BASIC}", "X-Api-Key": HEADER, "X-Request-Id": "q-1"}
+        async with aiohttp.ClientSession(trace_configs=[tracing]) as session:
+            async with session.get(f"{aiohttp_server(app)}/step", headers=headers) as response:
+                assert await response.text() == "ok"
+
+    asyncio.run(main())
+    outputs.assert_no_secret()
+    (client,) = [s for s in outputs.spans if s.kind.name == "CLIENT"]
+    attrs = client.attributes
+    assert tuple(attrs["http.request.header.authorization"]) == ("REDACTED",)
+    assert tuple(attrs["http.request.header.x-api-key"]) == ("REDACTED",)
+    assert tuple(attrs["http.request.header.x-request-id"]) == ("q-1",)
+    assert tuple(attrs["http.response.header.set-cookie"]) == ("REDACTED",)
+    assert tuple(attrs["http.response.header.x-id"]) == ("r-1",)
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        (f"/proxy/http://user:{PASSWORD}@env/x", "/proxy/http://env/x"),
+        (f"/files;token={TOKEN}/list", "/files;token=REDACTED/list"),
+    ],
+)
+def test_a_url_or_a_secret_parameter_in_the_path_is_not_recorded(
+    outputs: Outputs, asgi_server: Any, path: str, expected: str
+) -> None:
+    """``url.path`` starting with "/" was recorded as sent: userinfo of a URL in it, and the
+    value of a secret-like path parameter, are redacted."""
+    app = FastAPI()
+
+    @app.get("/{rest:path}")
+    async def anything(rest: str) -> dict[str, int]:
+        return {"ok": 1}
+
+    instrument_fastapi(app)
+    host, port = asgi_server(app).removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        reply = b""
+        while chunk := sock.recv(4096):
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 200")
+    _wait_for_spans(outputs, 1)
+    outputs.assert_no_secret()
+    (server,) = outputs.spans
+    assert server.attributes["url.path"] == expected
+
+
+def test_plain_request_headers_do_not_redact_a_stack_trace(
+    outputs: Outputs, asgi_server: Any
+) -> None:
+    """``Upgrade-Insecure-Requests: 1``, ``Sec-Fetch-Mode: navigate``... are no secrets: the
+    handler's message and the line numbers of its stack trace keep them."""
+    app = FastAPI()
+
+    @app.get("/step")
+    async def step(request: Request) -> dict[str, int]:
+        raise IndexError(f"cannot navigate: item 1 of {request.headers['x-env-key']} is gone")
+
+    instrument_fastapi(app)
+    base = asgi_server(app)
+
+    async def main() -> int:
+        headers = {
+            "Upgrade-Insecure-Requests": "1",
+            "Sec-CH-UA-Mobile": "?0",
+            "Priority": "u=0, i",
+            "Sec-Fetch-Mode": "navigate",
+            "X-Env-Key": HEADER,
+        }
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"{base}/step", headers=headers) as response:
+                return response.status
+
+    assert asyncio.run(main()) == 500
+    outputs.assert_no_secret()
+    ((_, attrs),) = _exceptions(outputs.spans)
+    assert attrs["exception.message"] == "cannot navigate: item 1 of REDACTED is gone"
+    assert ", line REDACTED" not in attrs["exception.stacktrace"]
+
+
+@pytest.mark.parametrize("provider", ["fast", "sdk"])
+def test_nemo_lens_spans_record_exceptions_redacted(provider: str) -> None:
+    """lens's ``span_cm`` and ``traced_remote_call``: OpenTelemetry's use_span and the SDK's
+    record_exception wrote message, stack trace and status as raised, on either provider."""
+    from asynctrace_contrib import nemo_lens
+
+    from asynctrace.testing import capture_spans
+
+    url = f"http://user:{PASSWORD}@env/x?token={TOKEN}"
+
+    def remote() -> None:
+        raise ValueError(f"fetch {url}")
+
+    with capture_spans("all", provider=provider) as captured:
+        with pytest.raises(ValueError), nemo_lens.span_cm("rl.setup"):
+            raise ValueError(f"fetch {url}")
+        with pytest.raises(ValueError), nemo_lens.span_cm("rl.quiet", record_exception=False):
+            raise ValueError(f"fetch {url}")
+        with pytest.raises(ValueError):
+            nemo_lens.traced_remote_call(remote)(_otel_carrier={})
+    assert sorted(s.name for s in captured.spans) == sorted(
+        ["rl.setup", "rl.quiet", remote.__qualname__]
+    )
+    for span in captured.spans:
+        assert span.status.status_code is StatusCode.ERROR
+        assert span.status.description == "ValueError: fetch http://env/x?token=REDACTED"
+        events = [dict(e.attributes) for e in span.events if e.name == "exception"]
+        assert len(events) == (0 if span.name == "rl.quiet" else 1)
+        text = json.dumps(events)
+        for secret in (PASSWORD, TOKEN):
+            assert secret not in text
+
+
+@pytest.mark.parametrize(
+    ("url", "expected", "secrets"),
+    [
+        (
+            f"http://h/cb?next=http://u:{PASSWORD}@h2/&n=1",
+            "http://h/cb?next=http%3A%2F%2Fh2%2F&n=1",
+            {PASSWORD},
+        ),
+        (
+            f"http://h/cb?next={quote(f'http://u:{PASSWORD}@h2/?token={TOKEN}', safe='')}",
+            "http://h/cb?next=http%3A%2F%2Fh2%2F%3Ftoken%3DREDACTED",
+            {PASSWORD, TOKEN},
+        ),
+        (f"http://h/files;token={TOKEN}/list", "http://h/files;token=REDACTED/list", {TOKEN}),
+    ],
+)
+def test_url_full_and_url_secrets_look_inside_url_values_and_path_parameters(
+    url: str, expected: str, secrets: set[str]
+) -> None:
+    """A URL as a query value (as sent or encoded) and ``;token=`` path parameters: redacted
+    in ``url.full``, and their values among the request's secrets."""
+    from asynctrace_contrib._http import DEFAULT_SECRET_KEYS, SecretKeys, redact_url, url_secrets
+
+    assert redact_url(url) == expected
+    assert secrets <= url_secrets(url, SecretKeys(DEFAULT_SECRET_KEYS))
