@@ -46,6 +46,7 @@ from ._propagation import (
     span_carrier,
 )
 from ._pump import dispatch_scope, wait_until
+from ._redact import redact_text, register_secret_words
 from ._runtime import (
     Telemetry,
     configure,
@@ -77,6 +78,7 @@ from ._sessions import (
     trace_session_event,
     trace_session_phase,
 )
+from ._span_errors import record_error
 from ._spans import (
     detached_span,
     end_span,
@@ -151,7 +153,10 @@ __all__ = [
     "managed_span",
     "on_step_goodput",
     "per_prompt_scope",
+    "record_error",
+    "redact_text",
     "register_phase",
+    "register_secret_words",
     "register_span_groups",
     "registered_phases",
     "registered_presets",

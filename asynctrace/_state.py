@@ -11,7 +11,7 @@ from opentelemetry import trace
 
 from . import _group_audit, _groups
 from ._errors import ConfigurationError
-from ._sdk_tracer import RedactingTracer
+from ._span_errors import RedactingTracer
 
 __all__ = [
     "GATE",

@@ -24,13 +24,12 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.propagation import _SPAN_KEY
-from opentelemetry.trace.status import Status, StatusCode
 from opentelemetry.util import types
 
 from .._cm import otel_contextmanager
-from .._errors import report_internal_error
 from .._forksafe import reinit_at_fork
-from .._redact import exception_reason, redact_url_attributes
+from .._redact import redact_url_attributes
+from .._span_errors import redacted_block
 from ._foreign import ForeignSpan, is_own_scope
 from ._ids import IDS, IdGenerator
 from ._limits import SpanLimits
@@ -343,33 +342,7 @@ class FastTracer(trace.Tracer):
             name, context, kind, attributes, links, start_time, record_exception,
             set_status_on_exception,
         )  # fmt: skip
-        with trace.use_span(
-            span, end_on_exit=end_on_exit, record_exception=False, set_status_on_exception=False
-        ) as current:
-            try:
-                yield current
-            except Exception as exc:
-                if record_exception or set_status_on_exception:
-                    _mark_error(current, exc, record_exception, set_status_on_exception)
-                raise
-
-
-def _mark_error(span: trace.Span, exc: Exception, record: bool, set_status: bool) -> None:
-    """What OpenTelemetry's ``use_span`` records of *exc*, redacted; never raises.
-
-    The event as ``span.record_exception(exc)`` makes it (a fast span redacts
-    its message and stack trace, with the secrets remembered for *exc*), and
-    the ``"<type>: <message>"`` status description through the same redaction.
-    """
-    try:
-        if not span.is_recording():
-            return
-        if record:
-            span.record_exception(exc)
-        if set_status:
-            span.set_status(Status(StatusCode.ERROR, exception_reason(type(exc), exc)))
-    except Exception as err:
-        report_internal_error(("exit", type(span).__name__), err)
+        yield from redacted_block(span, end_on_exit, record_exception, set_status_on_exception)
 
 
 class FastTracerProvider(trace.TracerProvider):

@@ -35,7 +35,6 @@ from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY as _SUPPRESS
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 import asynctrace
-from asynctrace._redact import register_secret_words
 
 from ._http import (
     DEFAULT_SECRET_KEYS,
@@ -95,7 +94,7 @@ class _Options:
         # An exception raised after the span ended (raise_for_status(), json()'s
         # ContentTypeError) names the URL too, and is recorded by spans that never
         # knew this request: its secret keys are secret-like names everywhere.
-        register_secret_words(self.secret_keys)
+        asynctrace.register_secret_words(self.secret_keys)
         self.record_request_headers = tuple(record_request_headers)
         self.record_response_headers = tuple(record_response_headers)
         self.request_hook = request_hook

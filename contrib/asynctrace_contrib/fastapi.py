@@ -28,7 +28,6 @@ from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY as _SUPPRESS
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 
 import asynctrace
-from asynctrace._redact import redact_text
 
 from ._http import DEFAULT_SECRET_KEYS, SecretKeys, header_secrets, redact_url, url_secrets
 from ._http_values import KNOWN_METHODS, method_attributes, request_authority
@@ -467,7 +466,7 @@ def _path(scope: Scope) -> str:
     if "@" not in path and ";" not in path and "?" not in path:
         return path  # nothing to strip: the common case
     path = redact_url(path)
-    return redact_text(path) if "://" in path else path
+    return asynctrace.redact_text(path) if "://" in path else path
 
 
 _NATIVE_KEY = "asynctrace.native_tracing"

@@ -41,11 +41,8 @@ from typing import Any, ClassVar, Final, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
-from opentelemetry.trace import Status, StatusCode
 
 import asynctrace
-from asynctrace import _spans
-from asynctrace._redact import exception_reason
 
 __all__ = [
     "DEFAULT_REDACT_KEYS",
@@ -565,8 +562,7 @@ def _redacting_span(
     exception's message, stack trace and ``"<type>: <message>"`` status as
     they are: here they go through asynctrace's redaction (no URL userinfo,
     no secret-like values, none of the secrets remembered for the exception),
-    on any provider, as asynctrace's own spans record it (the event says
-    ``exception.escaped``: ``True``).
+    on any provider (:func:`asynctrace.record_error`).
     """
     with tracer.start_as_current_span(
         name, record_exception=False, set_status_on_exception=False
@@ -574,13 +570,7 @@ def _redacting_span(
         try:
             yield span
         except Exception as exc:
-            try:
-                if record_exception:
-                    _spans.mark_exit(span, type(exc), exc)
-                else:
-                    span.set_status(Status(StatusCode.ERROR, exception_reason(type(exc), exc)))
-            except Exception:  # a broken span must not replace the user's exception
-                _LOG.debug("asynctrace: could not record the exception", exc_info=True)
+            asynctrace.record_error(span, exc, event=record_exception)  # never raises
             raise
 
 
