@@ -77,12 +77,17 @@ def _profiled(
     return _compile_wrapper(fn, source, names)
 
 
+def _unpartial(fn: Any) -> Any:
+    """The function inside any layers of ``functools.partial``."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return fn
+
+
 def _default_name(fn: Callable[..., Any]) -> str:
     """The function's qualified name; never its ``repr``, which can hold a partial's
     arguments (a token among them) or an address that differs per object."""
-    target: Any = fn
-    while isinstance(target, functools.partial):
-        target = target.func
+    target = _unpartial(fn)
     name = getattr(target, "__qualname__", None)
     return name if isinstance(name, str) and name else type(target).__qualname__
 
@@ -142,8 +147,9 @@ def _decorate(fn: F, group: str, name: str | None, shape: int, attributes: Attri
             return (yield from _traced_sync(gen, span))
 
         wrapper = _generator_wrapper(fn, run_generator)
-        if fn.__code__.co_flags & inspect.CO_ITERABLE_COROUTINE:  # @types.coroutine: awaited
-            return cast("F", types.coroutine(wrapper))
+        code = getattr(inspect.unwrap(_unpartial(fn)), "__code__", None)
+        if code is not None and code.co_flags & inspect.CO_ITERABLE_COROUTINE:
+            return cast("F", types.coroutine(wrapper))  # @types.coroutine: awaited
         return wrapper
 
     def traced_call(*args: Any, **kwargs: Any) -> Any:

@@ -49,8 +49,9 @@ class GoodputSettings:
             this after the step; until then late children count in it.
         window: spans remembered for detached children that arrive after
             their parent.
-        max_pending: most spans waiting at once for a parent that has not
-            arrived; past it the oldest wait is given up (and counted).
+        max_pending: most waits for a parent that has not arrived, counted
+            with the bucketed spans they hold; past it the oldest wait is
+            given up (and counted).
         step_name: only spans whose name matches this regular expression can
             be steps (``None``: any name), as ``asynctrace goodput --step-name``.
 

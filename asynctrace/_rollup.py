@@ -322,6 +322,10 @@ class Rollup:
         self._keep = keep
         self._max_pending = max_pending
         self._waits: deque[int] = deque()  # pending keys in the order their wait began
+        # Waits for a remote parent: (end + grace, parent). Another process's span never
+        # arrives here; one of this process's (an in-process server's client) does, soon.
+        self._remote: deque[tuple[float, int]] = deque()
+        self._remote_keys: set[int] = set()
         # Groups waiting plus the bucketed leaves they hold, bounded by max_pending.
         self._load = 0
         self._limit = max_pending if max_pending is not None else sys.maxsize
@@ -396,9 +400,9 @@ class Rollup:
         The same as :meth:`add` of the Chrome event the chrome exporter writes
         for it: *start* and *end* in µs as written (``ns // 1000``, the end
         never before the start), *cat* the event's category. *remote*: the
-        parent is another process's span, so it never arrives here: the span
-        is settled at once as one whose parent is missing (what
-        :meth:`finish` does for a parent that never arrived).
+        parent is another process's span (remote, and not open here), so it
+        never arrives: the span is settled at once as one whose parent is
+        missing (what :meth:`finish` does for a parent that never arrived).
         """
         key = span_id | trace_id << 64
         pkey = parent_id | trace_id << 64 if parent_id else None
@@ -419,6 +423,11 @@ class Rollup:
         if key in self._home:
             self._duplicates += 1
             return
+        if remote and pkey is not None and pkey not in self._home:
+            self._remote_wait(pkey, end)
+        remote = False  # waited for like any parent, until its deadline (_settle_remote)
+        if self._remote and end > self._remote[0][0]:
+            self._settle_remote(end)
         if end > self._next_seal:
             self._seal(end)
         self._spans += 1
@@ -426,7 +435,9 @@ class Rollup:
         name = interned if interned is not None else self._intern(str(name))
         bucket: Any = args.get("rl.bucket")
         iteration = args.get("rl.iteration")
-        if iteration.__class__ is not int or not _I64_MIN <= iteration <= _I64_MAX:
+        if iteration is not None and (
+            iteration.__class__ is not int or not _I64_MIN <= iteration <= _I64_MAX
+        ):
             iteration = _iteration(iteration)
         group = args.get("asynctrace.group")
         if group == LOOP_STALL and bucket is None:
@@ -527,16 +538,6 @@ class Rollup:
             and end > start
             and (self._step_name is None or self._step_name.search(name) is not None)
         )
-        if remote and pkey is not None:
-            # The parent is another process's: it never arrives. A candidate is a step
-            # with its parent missing, now; anything else is settled outside any step.
-            if candidate and not group_step:
-                step = self._make_step(name, key, origin, iteration, start, end, children)
-                step.orphan = True
-                self._remember(key, (None, step, flags | _STEP, name))
-                self._confirm(step)
-                return
-            pkey = None
         parent = self._home.get(pkey) if pkey is not None else None
         if group_step or (candidate and (pkey is None or parent is not None)):
             # A step for sure: marked as one, a root, or its parent is known.
@@ -799,6 +800,39 @@ class Rollup:
             group.pre = group.phases = group.stalls = None
             group.fwd = _OUTSIDE
 
+    def awaited(self) -> int:
+        """Parents spans wait for now, those of other processes (remote) left out."""
+        pending = self._pending
+        return len(pending) - sum(1 for _, key in self._remote if key in pending)
+
+    def _remote_wait(self, pkey: int, end: float) -> None:
+        """Note a wait for the remote parent *pkey*: settled if it has not come by
+        *end* plus the grace (a span of this process ends that soon after its child)."""
+        if pkey not in self._remote_keys:
+            self._remote_keys.add(pkey)
+            self._remote.append((end + self._grace, pkey))
+
+    def _settle_remote(self, now: float) -> None:
+        """Settle the waits for remote parents past their deadline: parents missing."""
+        remote, keys = self._remote, self._remote_keys
+        while remote and remote[0][0] < now:
+            _, pkey = remote.popleft()
+            keys.discard(pkey)
+            group = self._take(pkey)
+            if group is not None:
+                self._missing(group)
+
+    def _missing(self, group: _Group) -> None:
+        """*group*'s parent never arrives: its candidates are steps, its leaves outside."""
+        if group.cands:
+            for cand in group.cands:
+                cand.orphan = True
+                self._confirm(cand)
+            group.cands = None
+        group.leaves.clear()
+        group.pre = group.phases = group.stalls = None
+        group.fwd = _OUTSIDE
+
     def _remember(self, key: int, entry: _Entry) -> None:
         home = self._home
         home[key] = entry
@@ -864,6 +898,12 @@ class Rollup:
 
         Rows are in start order (with ``keep=False``, none: they went to ``on_step``).
         """
+        for _, pkey in self._remote:  # another process's parents: missing, as expected
+            group = self._take(pkey)
+            if group is not None:
+                self._missing(group)
+        self._remote.clear()
+        self._remote_keys.clear()
         missing = len(self._pending)
         for group in self._pending.values():
             if group.cands:

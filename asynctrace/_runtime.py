@@ -273,6 +273,14 @@ class Telemetry:
         summarize(pipeline.stats())
         return ok
 
+    def _shutdown_global(self) -> None:
+        """The global provider's ``shutdown()``: this telemetry's, and the provider's own
+        when it is the program's (which :meth:`shutdown` leaves running)."""
+        self.shutdown()
+        pipeline = self._pipeline
+        if pipeline is not None and not pipeline.owns_provider:
+            pipeline.provider.shutdown()  # type: ignore[attr-defined]
+
     def _forget(self) -> None:
         global _current
         with _current_lock:
@@ -290,7 +298,7 @@ class Telemetry:
                 span_groups=self.settings.span_groups,
                 propagate_scopes=self.settings.propagate_scopes,
             )
-            self._owns_global = _otel_global.claim(pipeline.provider, self.shutdown)
+            self._owns_global = _otel_global.claim(pipeline.provider, self._shutdown_global)
             if self._profiler is not None:
                 install_profiler(self._profiler)
         if self._sessions is not None:

@@ -620,12 +620,21 @@ def test_the_default_name_is_never_a_repr(spans: CapturedSpans) -> None:
         def __call__(self, url: str) -> str:
             return url
 
+    def pages(url: str, api_key: str) -> Iterator[str]:
+        yield url
+
+    pager = trace_fn("reward")(functools.partial(pages, api_key="sk-SECRET123"))
+    assert list(pager("p")) == ["p"]  # a partial of a generator function: decorated, traced
     partial = trace_fn("reward")(functools.partial(fetch, api_key="sk-SECRET123"))
     client = trace_fn("reward")(Client("tok-SECRET"))
     assert partial("u") == "u"
     assert client("v") == "v"
     names = [s.name for s in spans]
-    assert names == [fetch.__qualname__, "test_the_default_name_is_never_a_repr.<locals>.Client"]
+    assert names == [
+        pages.__qualname__,
+        fetch.__qualname__,
+        "test_the_default_name_is_never_a_repr.<locals>.Client",
+    ]
     assert partial.__name__ == "fetch"
     assert "SECRET" not in partial.__code__.co_filename + client.__code__.co_filename
 

@@ -327,6 +327,28 @@ print(json.dumps({"first": names(first), "after": after, "second": names(second)
                   "flush": trace.get_tracer_provider().force_flush()}))
 """
 
+_PROGRAM_PROVIDER_SCRIPT = """
+import json
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from asynctrace._runtime import configure
+
+class Watched(SimpleSpanProcessor):
+    ended = False
+    def shutdown(self):
+        Watched.ended = True
+        super().shutdown()
+
+mine = TracerProvider()
+mine.add_span_processor(Watched(InMemorySpanExporter()))
+telemetry = configure({"enabled": True, "exporters": [], "provider": mine})
+trace.get_tracer_provider().shutdown()  # the program's exit hook: its provider ends too
+print(json.dumps({"owns": telemetry.owns_global_provider, "ended": Watched.ended,
+                  "enabled": telemetry.enabled}))
+"""
+
 _OWN_GLOBAL_SCRIPT = """
 import json
 from opentelemetry import trace
@@ -377,6 +399,12 @@ def test_shutting_the_global_provider_down_shuts_telemetry_down() -> None:
         "first_shut": True,
         "flush": True,
     }
+
+
+def test_shutting_the_global_provider_down_ends_the_programs_own_provider() -> None:
+    """With the program's SDK provider given to ``configure`` (and the global claimed),
+    the global's ``shutdown()`` ends that provider too, as it did before asynctrace."""
+    assert _run_python(_PROGRAM_PROVIDER_SCRIPT) == {"owns": True, "ended": True, "enabled": False}
 
 
 def test_an_application_global_provider_is_left_alone() -> None:

@@ -60,7 +60,8 @@ exit status: 0 no violation, 1 invariant violations, 2 unreadable input
 """
 
 
-_LIVE = GoodputSettings()  # the live rollup's defaults: the CLI rolls a run up the same way
+_LIVE = GoodputSettings()  # the live rollup's defaults: the same grace as a live rollup
+CLI_WINDOW = 200_000  # spans remembered, over every rank's file at once
 
 
 def add_parser(subparsers: Any) -> None:
@@ -95,18 +96,19 @@ def add_parser(subparsers: Any) -> None:
         "--window",
         metavar="N",
         type=_positive_int,
-        default=live.window,
-        help="spans remembered for detached children that arrive after their parent: "
-        f"goodput.window (default: {live.window}, as live)",
+        default=CLI_WINDOW,
+        help="spans remembered for detached children that arrive after their parent, over "
+        f"all inputs (default: {CLI_WINDOW:,}; goodput.window, {live.window:,} a process "
+        "by default, to reproduce what a live rollup could not place)",
     )
     parser.add_argument(
         "--max-pending",
         metavar="N",
         type=_positive_int,
-        default=live.max_pending,
+        default=None,
         help="most waits for a parent not read yet plus the bucketed spans in them; past "
-        f"it the oldest are given up: goodput.max_pending (default: {live.max_pending}, "
-        "as live)",
+        "it the oldest are given up (default: no limit: every file is at hand; "
+        f"goodput.max_pending, {live.max_pending:,} by default, as a live rollup)",
     )
     parser.set_defaults(run=run)
 
@@ -179,15 +181,18 @@ def collect(
     prog: str,
     bucket_map: str | None = None,
     grace_s: float = _LIVE.grace_s,
-    window: int = _LIVE.window,
-    max_pending: int | None = _LIVE.max_pending,
+    window: int = CLI_WINDOW,
+    max_pending: int | None = None,
 ) -> Collected:
     """Read *paths* (merged in end-time order) through a :class:`Rollup`.
 
     *grace_s*, *window* and *max_pending* are the rollup's (see
-    :mod:`asynctrace._rollup`): the live rollup's ``goodput.grace_s``,
-    ``goodput.window`` and ``goodput.max_pending``, to roll a run up exactly
-    as it did; they default to the live defaults (``report`` uses them too).
+    :mod:`asynctrace._rollup`), as the live rollup's ``goodput.grace_s``,
+    ``goodput.window`` and ``goodput.max_pending``. The grace is the live
+    default; the other two are larger: the files of every rank are read
+    through one rollup, and memory is not what bounds it (``report`` uses the
+    same defaults). Give a run's own values to reproduce what its live rollup
+    gave up.
 
     AReaL's own complete events (no span ids) are held per process and
     added last, with parents, buckets (*bucket_map* over the default table)

@@ -259,6 +259,9 @@ class GoodputSink:
         self._awaited_at_finish: int | None = None
         # (name, exported, dropped, failed) of every export queue (set by the pipeline)
         self.export_counts: Callable[[], list[tuple[str, int, int, int]]] | None = None
+        # Whether a span (by its id) is open in this process (set by the pipeline): a
+        # remote parent still open here (an in-process server's client) will arrive.
+        self.is_open: Callable[[int], bool] = _never
         self._warned = False
 
     # -- Sink API ---------------------------------------------------------------
@@ -266,6 +269,7 @@ class GoodputSink:
     def export(self, batch: list[Any]) -> tuple[int, int]:
         """Feed *batch* to the rollup; finished steps go out as they finish."""
         account = self.rollup._account  # add_span's body, without its call
+        is_open = self.is_open
         span_types = SPAN_TYPES
         max_len = self._max_len
         failed = 0
@@ -292,7 +296,7 @@ class GoodputSink:
                         attrs,
                         cat,
                         0,
-                        item._parent_remote,
+                        item._parent_remote and not is_open(parent),
                     )
                 else:
                     self._sdk_span(item)
@@ -310,7 +314,7 @@ class GoodputSink:
 
     def shutdown(self) -> None:
         """Finish every step, write the last lines, stop the callbacks and metrics."""
-        awaited = len(self.rollup._pending)  # finish() settles them
+        awaited = self.rollup.awaited()  # finish() settles them
         try:
             self.rollup.finish()
         except Exception as exc:
@@ -406,9 +410,7 @@ class GoodputSink:
             callback_errors=dispatcher.errors,
             evicted=rollup.evicted,
             awaited_parents=(
-                len(rollup._pending)
-                if self._awaited_at_finish is None
-                else self._awaited_at_finish
+                rollup.awaited() if self._awaited_at_finish is None else self._awaited_at_finish
             ),
             evicted_leaves=rollup.evicted_leaves,
             abandoned=rollup.abandoned,
@@ -440,7 +442,7 @@ class GoodputSink:
             attrs,
             cat,
             0,
-            parent is not None and parent.is_remote,
+            parent is not None and parent.is_remote and not self.is_open(parent.span_id),
         )
 
     def _warn(self, message: str, exc: BaseException) -> None:
@@ -467,3 +469,7 @@ def _cut(attrs: dict[str, Any], limit: int) -> dict[str, Any]:
     if long_bucket:
         out[RL_BUCKET] = bucket[:limit]
     return out
+
+
+def _never(_span_id: int) -> bool:
+    return False

@@ -213,6 +213,7 @@ def _start_queues(
     convert: Callable[[Any], Callable[[Any], Any] | None] = lambda exporter: None,
     *,
     along_chrome: bool = False,
+    is_open: Callable[[int], bool] | None = None,
 ) -> list[QueuedSpanProcessor]:
     """The chrome processor and one queue per exporter (*sink* wraps each exporter).
 
@@ -257,6 +258,8 @@ def _start_queues(
         if plan.goodput is not None:  # the live rollup, fed the spans chrome is fed
             goodput = plan.goodput.start()
             goodput.export_counts = lambda: [(q.name, *q.counts()) for q in queued]
+            if is_open is not None:
+                goodput.is_open = is_open
             chrome = queued[0] if plan.chrome_path is not None else None
             if chrome is not None and along_chrome:
                 from ._goodput_sink import AlongChrome
@@ -284,6 +287,7 @@ def _build_fast(plan: Plan) -> Pipeline:
         lambda exporter: ConvertingSink(exporter, converter),
         lambda exporter: encoder.encode if sends_encoded(exporter) else converter.readable,
         along_chrome=True,
+        is_open=lambda span_id: span_id in provider._open,
     )
     for processor in queued:
         provider.add_queue(processor, tracks=processor.name == "chrome")
@@ -314,7 +318,9 @@ def _build_sdk(plan: Plan) -> Pipeline:
         chrome_resource = {**provider.resource.attributes, **settings.resource_attributes}
     tracker = OpenSpanTracker(None if own else INSTRUMENTATION_NAME)
     provider.add_span_processor(tracker)  # first: truncated spans reach every processor
-    queued = _start_queues(plan, chrome_resource, ExporterSink)
+    queued = _start_queues(
+        plan, chrome_resource, ExporterSink, is_open=lambda span_id: span_id in tracker._open
+    )
     for processor in queued:
         provider.add_span_processor(processor)
     memory = None

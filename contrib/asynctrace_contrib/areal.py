@@ -531,9 +531,16 @@ class PerfTracer:
             self._start()
 
     def _start(self) -> None:
-        """Configure asynctrace (only now: a disabled tracer leaves its state alone)."""
+        """Configure asynctrace (only now: a disabled tracer leaves its state alone).
+
+        Disabled with sessions on, asynctrace runs the session tracer alone:
+        no span pipeline, OpenTelemetry's global provider left as it is.
+        """
         handle = asynctrace.configure(
-            self._settings, rank=self.rank, world_size=self._world_size, role=self.role
+            {**self._settings, "enabled": self._enabled},
+            rank=self.rank,
+            world_size=self._world_size,
+            role=self.role,
         )
         self.telemetry = handle
         if handle.sessions is not None:
@@ -550,10 +557,12 @@ class PerfTracer:
     def set_enabled(self, flag: bool) -> None:
         """Turn recording of scopes and instants on or off (AReaL's switch).
 
-        Turning it on for a tracer configured disabled starts asynctrace then.
+        Turning it on for a tracer configured disabled starts asynctrace's span
+        pipeline then (a reconfiguration: sessions still open are written as
+        ``pending`` by the session tracer it replaces).
         """
         self._enabled = bool(flag)
-        if self._enabled and self.telemetry is None:
+        if self._enabled and (self.telemetry is None or not self.telemetry.enabled):
             self._start()
 
     @property

@@ -377,3 +377,20 @@ def test_payloads_are_not_written(areal: Any, tmp_path: Path) -> None:
     assert "hunter2" not in json.dumps(mine)
     assert not mine[0].get("payload")
     assert "payload" not in mine[0]["phases"]["generate"][0]
+
+
+def test_disabled_with_sessions_runs_the_session_tracer_alone(tmp_path: Path) -> None:
+    """``enabled: false`` with the session tracer on: sessions recorded, no span pipeline
+    (no trace file, OpenTelemetry's global provider untouched) until ``set_enabled``."""
+    tracer = ours.PerfTracer(config(tmp_path, enabled=False), rank=0)
+    try:
+        assert tracer.telemetry is not None
+        assert not tracer.telemetry.enabled
+        assert at.current_telemetry() is tracer.telemetry
+        assert tracer.session_tracer is not None
+        assert not tracer.trace_path.exists()
+        tracer.set_enabled(True)
+        assert tracer.telemetry.enabled
+    finally:
+        if tracer.telemetry is not None:
+            tracer.telemetry.shutdown()
