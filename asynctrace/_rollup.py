@@ -425,9 +425,7 @@ class Rollup:
             return
         if remote and pkey is not None and pkey not in self._home:
             self._remote_wait(pkey, end)
-        remote = False  # waited for like any parent, until its deadline (_settle_remote)
-        if self._remote and end > self._remote[0][0]:
-            self._settle_remote(end)
+        remote = False  # waited for like any parent, until its deadline (_seal)
         if end > self._next_seal:
             self._seal(end)
         self._spans += 1
@@ -510,7 +508,9 @@ class Rollup:
         origin: int,
         remote: bool = False,
     ) -> None:
-        children = self._take(key)
+        children = self._pending.pop(key, None)  # _take, inline (it runs once per span)
+        if children is not None:
+            self._load -= 1 + len(children.leaves)
         flags = (_HAS_ITERATION if iteration is not None else 0) | (_STEP if group_step else 0)
         bucket_index = -1
         if bucket is not None:
@@ -723,11 +723,17 @@ class Rollup:
             self._next_seal = due
 
     def _seal(self, now: float) -> None:
-        """Finish the held steps whose end plus grace is before *now* (µs)."""
+        """Settle the waits for remote parents past their deadline, then finish the held
+        steps whose end plus grace is before *now* (µs)."""
+        remote = self._remote
+        if remote and remote[0][0] < now:
+            self._settle_remote(now)
         held = self._held
         while held and held[0][0] < now:
             self._finished(heapq.heappop(held)[2])
-        self._next_seal = held[0][0] if held else math.inf
+        self._next_seal = min(
+            held[0][0] if held else math.inf, remote[0][0] if remote else math.inf
+        )
 
     def _finished(self, step: _Step) -> None:
         step.sealed = True
@@ -810,7 +816,10 @@ class Rollup:
         *end* plus the grace (a span of this process ends that soon after its child)."""
         if pkey not in self._remote_keys:
             self._remote_keys.add(pkey)
-            self._remote.append((end + self._grace, pkey))
+            deadline = end + self._grace
+            self._remote.append((deadline, pkey))
+            if deadline < self._next_seal:  # _seal settles it, on the span-time clock
+                self._next_seal = deadline
 
     def _settle_remote(self, now: float) -> None:
         """Settle the waits for remote parents past their deadline: parents missing."""
