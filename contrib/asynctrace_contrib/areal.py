@@ -91,7 +91,11 @@ def _warn_once(key: str, message: str, *args: object) -> None:
     if key in _warned:
         return
     _warned.add(key)
-    _log.warning(message, *args)
+    try:  # an exception's repr may name a URL with its token: redacted as asynctrace logs
+        text = asynctrace.redact_text(message % args if args else message)
+    except Exception:
+        text = f"{message} (arguments left out: they could not be formatted)"
+    _log.warning("%s", text)
 
 
 class PerfTraceCategory(str, enum.Enum):

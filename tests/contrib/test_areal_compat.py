@@ -394,3 +394,14 @@ def test_disabled_with_sessions_runs_the_session_tracer_alone(tmp_path: Path) ->
     finally:
         if tracer.telemetry is not None:
             tracer.telemetry.shutdown()
+
+
+def test_the_layers_warnings_are_redacted(caplog: pytest.LogCaptureFixture) -> None:
+    """A warning that names an exception (an event dropped) names no token."""
+    caplog.set_level(logging.WARNING, logger="asynctrace_contrib.areal")
+    ours._warned.discard("redact-test")
+    ours._warn_once("redact-test", "perf_tracer: event dropped: %r",
+                    ValueError("GET http://u:hunter2@h/?token=abc123"))  # fmt: skip
+    assert "hunter2" not in caplog.text
+    assert "abc123" not in caplog.text
+    assert "token=REDACTED" in caplog.text
