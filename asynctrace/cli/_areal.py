@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 import sys
 from collections.abc import Iterator, Mapping
@@ -193,25 +194,33 @@ class ArealEvents:
             (i for i, e in enumerate(events) if isinstance(e.get("ts"), int | float)),
             key=lambda i: (events[i]["ts"], -(events[i].get("dur") or 0), i),
         )
-        # open events: (start, end, tid, span id, args, a step or in one)
+        # open events: (start, end, tid, span id, args, a step or in one). A thread's
+        # scopes nest, so its innermost open one is the top of its stack: found at once.
+        # Only an event whose thread has none that contains it looks through them all.
         active: list[tuple[float, float, object, str, dict[str, Any], bool]] = []
+        stacks: dict[object, list[tuple[float, float, object, str, dict[str, Any], bool]]] = {}
+        kept = 64  # prune the list of all open events when it doubles
+        # per thread: until when an event that crossed another is open (stacks then
+        # do not nest, and the tightest container is looked for among all)
+        tangled: dict[object, float] = {}
         for i in order:
             event = events[i]
             start = float(event["ts"])
             end = start + float(event.get("dur") or 0)
             tid = event.get("tid")
-            active = [a for a in active if a[1] >= start]
+            stack = stacks.setdefault(tid, [])
+            while stack and stack[-1][1] < start:
+                stack.pop()
             parent = None
-            for candidate in active:
-                if candidate[1] < end:  # does not contain it (it crosses)
-                    continue
-                if parent is None:
-                    parent = candidate
-                    continue
-                same, best_same = candidate[2] == tid, parent[2] == tid
-                tighter = (candidate[1] - candidate[0]) <= (parent[1] - parent[0])
-                if (same and not best_same) or (same == best_same and tighter):
-                    parent = candidate
+            if stack and stack[-1][1] >= end and tangled.get(tid, -math.inf) < start:
+                parent = stack[-1]  # nested: the thread's innermost open event
+            if parent is None:
+                active = [a for a in active if a[1] >= start]
+                kept = max(64, 2 * len(active))
+                parent = _containing(active, tid, end)
+            elif len(active) > kept:
+                active = [a for a in active if a[1] >= start]
+                kept = max(64, 2 * len(active))
             span_id = f"{next(self._ids):016x}"
             args = dict(event["args"])
             args["trace_id"] = trace_id
@@ -232,6 +241,29 @@ class ArealEvents:
             in_step = (parent is not None and parent[5]) or (
                 bucket is None and "rl.iteration" in args
             )
-            active.append((start, end, tid, span_id, args, in_step))
+            entry = (start, end, tid, span_id, args, in_step)
+            active.append(entry)
+            if stack and stack[-1][1] < end:  # it crosses the innermost: not nested
+                tangled[tid] = max(end, tangled.get(tid, -math.inf))  # scan until it ends
+            stack.append(entry)
             done[i] = (args, start, end, in_step)
         return done
+
+
+def _containing(
+    active: list[tuple[float, float, object, str, dict[str, Any], bool]], tid: object, end: float
+) -> tuple[float, float, object, str, dict[str, Any], bool] | None:
+    """The open event that contains one ending at *end* (all open ones start before it):
+    of the same thread *tid* if any, else the tightest; ``None`` if none contains it."""
+    parent = None
+    for candidate in active:
+        if candidate[1] < end:  # does not contain it (it crosses)
+            continue
+        if parent is None:
+            parent = candidate
+            continue
+        same, best_same = candidate[2] == tid, parent[2] == tid
+        tighter = (candidate[1] - candidate[0]) <= (parent[1] - parent[0])
+        if (same and not best_same) or (same == best_same and tighter):
+            parent = candidate
+    return parent
