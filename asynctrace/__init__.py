@@ -46,7 +46,7 @@ from ._propagation import (
     span_carrier,
 )
 from ._pump import dispatch_scope, wait_until
-from ._redact import redact_text, register_secret_words
+from ._redact import is_credential_header, redact_text, register_secret_words
 from ._runtime import (
     Telemetry,
     configure,
@@ -148,6 +148,7 @@ __all__ = [
     "init_worker",
     "inject_env",
     "instant",
+    "is_credential_header",
     "is_span_group_enabled",
     "iteration_scope",
     "managed_span",

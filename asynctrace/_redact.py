@@ -49,6 +49,7 @@ __all__ = [
     "SECRET_WORDS",
     "URL_ATTRIBUTES",
     "exception_reason",
+    "is_credential_header",
     "redact_query",
     "redact_text",
     "redact_url_attribute",
@@ -110,6 +111,7 @@ _HEADER_WORDS: Final = frozenset(
         "credential",
         "credentials",
         "signature",
+        "session",
     }
 )
 _WORD_SPLIT = re.compile(r"[\-_]")
@@ -494,8 +496,16 @@ def _secret_name(name: str) -> bool:
     return False
 
 
-def _credential_header(name: str) -> bool:
-    """Whether ``name: value`` is a credential header (``Private-Token``, ``DD-API-KEY``)."""
+def is_credential_header(name: str) -> bool:
+    """Whether the header *name*'s values are credentials (``Private-Token``, ``DD-API-KEY``).
+
+    The rule asynctrace applies to ``Name: value`` text it records and to the
+    headers an HTTP integration is asked to record.
+
+    Example:
+        >>> is_credential_header("X-Api-Key"), is_credential_header("Content-Type")
+        (True, False)
+    """
     words = _WORD_SPLIT.split(name.lower())
     if any(word in _HEADER_WORDS for word in words):
         return True
@@ -514,7 +524,7 @@ def _redact_pairs(text: str) -> str:
         if match.group("quote") or "=" in match.group("sep"):
             if _secret_name(name):  # token=..., 'api_key': ..., "password": ...
                 value_pattern = _VALUE
-        elif _credential_header(name):  # Authorization: ..., but not KeyError: ...
+        elif is_credential_header(name):  # Authorization: ..., but not KeyError: ...
             value_pattern = _HEADER_VALUE
         value = value_pattern.match(text, match.end()) if value_pattern is not None else None
         if value is None or value.group().startswith(REDACTED):  # (by the URL pass)

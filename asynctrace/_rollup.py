@@ -797,14 +797,7 @@ class Rollup:
             self._load -= 1 + len(group.leaves)
             self.evicted += 1
             self.evicted_leaves += len(group.leaves)
-            if group.cands:
-                for cand in group.cands:
-                    cand.orphan = True
-                    self._confirm(cand)
-                group.cands = None
-            group.leaves.clear()
-            group.pre = group.phases = group.stalls = None
-            group.fwd = _OUTSIDE
+            self._missing(group)
 
     def awaited(self) -> int:
         """Parents spans wait for now, those of other processes (remote) left out."""
@@ -915,14 +908,8 @@ class Rollup:
         self._remote_keys.clear()
         missing = len(self._pending)
         for group in self._pending.values():
-            if group.cands:
-                for cand in group.cands:
-                    cand.orphan = True
-                    self._confirm(cand)
-                group.cands = None
             self.abandoned_leaves += len(group.leaves)
-            group.leaves.clear()
-            group.fwd = _OUTSIDE
+            self._missing(group)
         self.abandoned += missing
         self._pending.clear()
         self._waits.clear()

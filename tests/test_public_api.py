@@ -27,6 +27,7 @@ EXPECTED = {
     "start_span",
     "record_error",
     "redact_text",
+    "is_credential_header",
     "register_secret_words",
     "atrace_session_phase",
     "current_session_id",

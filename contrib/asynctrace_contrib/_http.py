@@ -7,13 +7,14 @@ from collections.abc import Iterable
 from typing import Any, Final
 from urllib.parse import parse_qsl, unquote, unquote_plus, urlencode, urlsplit, urlunsplit
 
+import asynctrace
+
 __all__ = [
     "DEFAULT_SECRET_KEYS",
     "REDACTED",
     "SecretKeys",
     "header_attribute",
     "header_secrets",
-    "is_credential_header",
     "recorded_header_values",
     "redact_url",
     "url_secrets",
@@ -165,40 +166,6 @@ _PLAIN_HEADERS: Final = frozenset(
 _PLAIN_PREFIXES: Final = ("sec-", "accept-", "access-control-")
 _MAX_HEADER_SECRETS: Final = 512  # a request with thousands of headers: the first ones
 
-# Header names whose values are credentials: recorded as REDACTED even when asked
-# for (record_request_headers=["authorization"]). A name is one when one of these
-# words is among its "-"/"_"-separated words (X-Api-Key, Private-Token, DD-API-KEY).
-_CREDENTIAL_WORDS: Final = frozenset(
-    {
-        "authorization",
-        "auth",
-        "cookie",
-        "token",
-        "key",
-        "apikey",
-        "secret",
-        "password",
-        "passwd",
-        "credential",
-        "credentials",
-        "signature",
-        "session",
-    }
-)
-
-
-def is_credential_header(name: str) -> bool:
-    """Whether the header *name*'s values are credentials (never recorded as sent).
-
-    Example:
-        >>> is_credential_header("X-Api-Key"), is_credential_header("Content-Type")
-        (True, False)
-    """
-    words = re.split(r"[\-_]", name.lower())
-    return any(word in _CREDENTIAL_WORDS for word in words) or words[-1].endswith(
-        ("token", "apikey", "password", "secret")
-    )
-
 
 def recorded_header_values(name: str, values: list[str]) -> list[str]:
     """*values* of the header *name* as an attribute records them: REDACTED for a credential.
@@ -207,7 +174,7 @@ def recorded_header_values(name: str, values: list[str]) -> list[str]:
         >>> recorded_header_values("Authorization", ["Bearer abc"])
         ['REDACTED']
     """
-    return [REDACTED] * len(values) if is_credential_header(name) else values
+    return [REDACTED] * len(values) if asynctrace.is_credential_header(name) else values
 
 
 def url_secrets(url: str, secret_keys: SecretKeys) -> set[str]:
