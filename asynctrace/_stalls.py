@@ -345,6 +345,8 @@ class _Monitor:
                 if loop is None or LOOP_STALL not in GATE.enabled or loop.is_closed():
                     break
                 done = self._round(loop) if loop.is_running() else None
+                if done is None:
+                    self._let_go(loop)
                 del loop
                 if done is None:  # not running: look again in a while
                     done = self.wake.acquire(True, self.half)
@@ -433,6 +435,15 @@ class _Monitor:
             if stall is None or stall.posted != posted:
                 stall = self.stall = _Stall(posted, self.since, task)
             stall.add(frames)
+
+    @staticmethod
+    def _let_go(loop: asyncio.AbstractEventLoop) -> None:
+        """The loop is not running: the fast path no longer holds it, so a loop the program
+        drops unclosed is collected even when it was the last one watched. Its next umbrella
+        span looks it up again (a racing notice only costs that lookup)."""
+        global _last
+        if _last is loop:
+            _last = _UNSET
 
     def _forget(self, posted: float) -> None:
         """Drop the stall being sampled for the heartbeat *posted* (the loop stopped)."""

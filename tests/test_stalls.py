@@ -397,6 +397,43 @@ def test_a_loop_dropped_without_closing_it_is_collected_and_its_watchdog_ends(
         telemetry.shutdown()
 
 
+def test_the_last_loop_watched_dropped_unclosed_is_collected_and_its_watchdog_ends(
+    tmp_path: Path,
+) -> None:
+    """The fast path's memory of the loop seen last does not keep that loop alive: a
+    program that drops its only loop unclosed has it collected, and its watchdog ends,
+    with no later loop watched."""
+    import gc
+    import warnings
+    import weakref
+
+    async def step() -> None:
+        async with at.umbrella_span("step", "step"):
+            await asyncio.sleep(0)
+
+    config = {"enabled": True, "span_groups": "step,loop_stall", "output_dir": str(tmp_path)}
+    telemetry = at.configure(config)
+    try:
+        loop = asyncio.new_event_loop()
+        loop.run_until_complete(step())
+        loop.run_until_complete(step())  # run again: it is noticed again, and still watched
+        dropped = weakref.ref(loop)
+        del loop  # never closed
+        assert telemetry.flush(10.0)
+        deadline = time.monotonic() + 10.0
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            while time.monotonic() < deadline:
+                gc.collect()
+                if dropped() is None and not _watchdogs():
+                    break
+                time.sleep(0.05)
+        assert dropped() is None
+        assert _watchdogs() == []
+    finally:
+        telemetry.shutdown()
+
+
 def test_the_threshold_is_a_configuration_key(monkeypatch: pytest.MonkeyPatch) -> None:
     """loop_stall_threshold_ms: from a mapping or the environment; 30 ms blocked counts at 10."""
     assert TelemetryConfig().loop_stall_threshold_ms == 50.0

@@ -235,6 +235,7 @@ def _field(config: Any, name: str, default: Any = None) -> Any:
 
 
 _SCALARS: Final = frozenset({bool, int, float, str})
+_NONE: Final = object()  # no task known for a session
 
 
 def _json_text(value: Any) -> str:
@@ -332,6 +333,7 @@ class SessionTracer:
         self.role = role
         self._lock = threading.Lock()
         self._tasks: dict[Any, set[int]] = {}
+        self._task_of: dict[int, Any] = {}  # session id -> its task: finalize in O(1)
 
     def __getattr__(self, name: str) -> Any:
         if name == "_inner":
@@ -349,6 +351,7 @@ class SessionTracer:
             try:
                 with self._lock:
                     self._tasks.setdefault(task_id, set()).add(number)
+                    self._task_of[number] = task_id
             except TypeError:  # an unhashable task id: the session is still recorded
                 _warn_once("task-type", "perf_tracer: task id %r cannot be looked up", task_id)
         return number
@@ -371,12 +374,12 @@ class SessionTracer:
 
     def _forget(self, session_id: int) -> None:
         with self._lock:
-            for task_id, sessions in list(self._tasks.items()):
-                if session_id in sessions:
-                    sessions.discard(session_id)
-                    if not sessions:
-                        del self._tasks[task_id]
-                    return
+            task_id = self._task_of.pop(session_id, _NONE)
+            sessions = self._tasks.get(task_id) if task_id is not _NONE else None
+            if sessions is not None:
+                sessions.discard(session_id)
+                if not sessions:
+                    del self._tasks[task_id]
 
     def record_event(self, session_id: int, event: Any, **payload: Any) -> None:
         """Apply AReaL event *event* (``SessionTraceEvent`` or its value) to one session.
@@ -445,6 +448,7 @@ class SessionTracer:
         self.flush(force=True)
         with self._lock:
             self._tasks.clear()
+            self._task_of.clear()
 
 
 _STATUSES: Final = ("accepted", "rejected", "failed", "dropped")

@@ -370,3 +370,24 @@ def test_exceptions_and_unknown_phases(tmp_path: Path) -> None:
     assert record["session_id"] == str(session_id)
     assert "payload" not in record["phases"]["postprocess"][0]  # AReaL records no payload
     assert "postprocess_s" in record
+
+
+def test_a_finalized_session_leaves_its_task_only(base: Path) -> None:
+    """``get_session_ids`` lists a task's sessions not finalized yet: a finalize takes its
+    session out of its own task, leaves every other task's as they were, and a second
+    finalize or an id never registered changes nothing."""
+    tracer = perf_tracer.get_session_tracer()
+    assert tracer is not None
+    first = [tracer.register_session(1) for _ in range(3)]
+    second = [tracer.register_session(2) for _ in range(2)]
+    assert None not in first and None not in second
+    tracer.record_event(first[1], "finalized", status="accepted")
+    assert tracer.get_session_ids(1) == sorted([first[0], first[2]])
+    assert tracer.get_session_ids(2) == sorted(second)
+    tracer.record_event(first[1], "finalized", status="accepted")  # again: nothing moves
+    tracer.record_event(10**9, "finalized", status="accepted")  # never registered
+    assert tracer.get_session_ids(1) == sorted([first[0], first[2]])
+    for session in second:
+        tracer.record_event(session, "finalized", status="rejected")
+    assert tracer.get_session_ids(2) == []
+    assert tracer.get_session_ids(1) == sorted([first[0], first[2]])
