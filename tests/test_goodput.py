@@ -683,3 +683,68 @@ def test_a_leaf_outliving_its_per_prompt_span_is_clipped_to_the_step(
     (row,) = _assert_equal(tmp_path)
     assert row["productive_s"] == 0.05  # [40, 90] ms inside the step, not cut at 50
     assert row["leaves"] == 1
+
+
+def test_records_that_fail_to_go_out_count_as_lost_records_not_failed_spans(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A batch whose spans were rolled up but whose records could not be written (an
+    error that is not an ``OSError``): the records are counted lost, and no span of the
+    batch is counted failed, neither by the rollup nor by the chrome writer's tee."""
+    from asynctrace import FastTracerProvider
+    from asynctrace._goodput_settings import GoodputSettings
+    from asynctrace.export._goodput_sink import AlongChrome, GoodputSink
+
+    class Collect:  # an export queue that only keeps the ended spans
+        def __init__(self) -> None:
+            self.spans: list[Any] = []
+
+        def put(self, span: Any) -> None:
+            self.spans.append(span)
+
+        def force_flush(self, timeout_millis: int = 0) -> bool:
+            return True
+
+        def shutdown(self) -> None:
+            pass
+
+    provider = FastTracerProvider()
+    queue = Collect()
+    provider.add_queue(queue)
+    tracer = provider.get_tracer("test")
+    for step in (1, 2):  # the second step's spans, ending later, finish the first
+        step_attributes = {"asynctrace.group": "step", "rl.iteration": step}
+        with tracer.start_as_current_span("rl.step", attributes=step_attributes):
+            leaf_attributes = {"rl.bucket": "productive", "rl.iteration": step}
+            with tracer.start_as_current_span("rl.generate", attributes=leaf_attributes):
+                time.sleep(0.001)
+    spans = queue.spans
+    assert len(spans) == 4
+
+    class Writer:
+        def export(self, batch: list[Any]) -> tuple[int, int]:
+            return len(batch), 0
+
+        def flush(self) -> None:
+            pass
+
+        def shutdown(self) -> None:
+            pass
+
+    sink = GoodputSink(
+        GoodputSettings(metrics="none", grace_s=0.0), path=tmp_path / "goodput.jsonl"
+    )
+    assert sink._file is not None
+
+    def broken(data: bytes, lines: int | None = None) -> tuple[int, OSError | None]:
+        raise RuntimeError("not an OSError")
+
+    sink._file.write = broken  # type: ignore[method-assign]
+    tee = AlongChrome(Writer(), sink)
+    with caplog.at_level(logging.WARNING, "asynctrace"):
+        assert tee.export(spans) == (4, 0)
+    stats = sink.stats()
+    assert (stats.steps, sink.failed) == (1, 0)
+    assert sink.lost_records == 1  # the step's line
+    assert "not an OSError" in caplog.text
+    sink.shutdown()

@@ -187,8 +187,8 @@ class AlongChrome:
         result: tuple[int, int] = self.writer.export(batch)
         span_types = SPAN_TYPES
         spans = [item for item in batch if item.__class__ in span_types]
-        try:
-            self.goodput.export(spans)  # counts the spans it skips in its stats
+        try:  # counts the spans it skips in its stats, and raises only before it reads one
+            self.goodput.export(spans)
         except Exception as exc:
             self.goodput.failed += len(spans)
             self.goodput._warn("a batch could not be rolled up; it is skipped", exc)
@@ -306,7 +306,10 @@ class GoodputSink:
         if failed:
             self.failed += failed
         if self._due:
-            self._emit()
+            try:
+                self._emit()
+            except Exception as exc:  # the spans are rolled up: only records can be lost here
+                self._warn("a batch's records could not be sent out", exc)
         return len(batch) - failed, failed
 
     def flush(self) -> None:
@@ -392,7 +395,13 @@ class GoodputSink:
                 self.lost_records += len(lines)
                 self._warn(f"opening {self.path} again failed", exc)
                 return
-        written, error = self._file.write(b"".join(lines), len(lines))
+        written, error = 0, None
+        try:
+            written, error = self._file.write(b"".join(lines), len(lines))
+        except Exception as exc:  # not an OSError (those come back): the lines are lost
+            self.lost_records += len(lines)
+            self._warn(f"writing {self.path} failed", exc)
+            return
         if written < len(lines):
             self.lost_records += len(lines) - max(written, 0)
         if error is not None:
