@@ -380,7 +380,8 @@ def test_a_finalized_session_leaves_its_task_only(base: Path) -> None:
     assert tracer is not None
     first = [tracer.register_session(1) for _ in range(3)]
     second = [tracer.register_session(2) for _ in range(2)]
-    assert None not in first and None not in second
+    assert None not in first
+    assert None not in second
     tracer.record_event(first[1], "finalized", status="accepted")
     assert tracer.get_session_ids(1) == sorted([first[0], first[2]])
     assert tracer.get_session_ids(2) == sorted(second)
