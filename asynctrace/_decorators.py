@@ -136,10 +136,13 @@ def _decorate(fn: F, group: str, name: str | None, shape: int, attributes: Attri
 
         def run_generator(gen: Generator[Any, Any, Any]) -> Generator[Any, Any, Any]:
             enabled = GATE.enabled
-            if (
-                not enabled
-                or (PER_PROMPT_GROUP if _scopes.SCOPES.get().per_prompt else group) not in enabled
+            if not enabled:
+                return (yield from gen)
+            if (checked := PER_PROMPT_GROUP if _scopes.SCOPES.get().per_prompt else group) not in (
+                enabled
             ):
+                if GATE.audit is not None:
+                    GATE.audit(checked)
                 return (yield from gen)
             span = start(span_name, group, shape, attrs, None)
             if span is None:
@@ -260,8 +263,12 @@ def _gated_wrapper(fn: F, group: str, traced: Callable[..., Any], *, is_async: b
         return (
             f"{'async ' if is_async else ''}def {p}wrapper({params}):\n"
             f"    {p}on = {p}gate.enabled\n"
-            f"    if not {p}on or ({p}ppg if {p}scopes.SCOPES.get().per_prompt else {p}group)"
-            f" not in {p}on:\n"
+            f"    if not {p}on:\n"
+            f"        return {awaiting}{p}fn({call})\n"
+            f"    {p}checked = {p}ppg if {p}scopes.SCOPES.get().per_prompt else {p}group\n"
+            f"    if {p}checked not in {p}on:\n"
+            f"        if {p}gate.audit is not None:\n"
+            f"            {p}gate.audit({p}checked)\n"
             f"        return {awaiting}{p}fn({call})\n"
             f"    return {awaiting}{p}traced({call})\n"
         )
@@ -305,8 +312,12 @@ _ASYNCGEN_BODY = """\
         _at_set_hooks(*_at_hooks)
     _at_on = _at_gate.enabled
     _at_span = None
-    if _at_on and (_at_ppg if _at_scopes.SCOPES.get().per_prompt else _at_group) in _at_on:
-        _at_span = _at_start(_at_name, _at_group, _at_shape, _at_attrs, None)
+    if _at_on:
+        _at_checked = _at_ppg if _at_scopes.SCOPES.get().per_prompt else _at_group
+        if _at_checked in _at_on:
+            _at_span = _at_start(_at_name, _at_group, _at_shape, _at_attrs, None)
+        elif _at_gate.audit is not None:
+            _at_gate.audit(_at_checked)
     _at_body = None
     _at_send = None
     _at_throw = None

@@ -6,20 +6,20 @@ registered* is never enabled either, so a typo (``"optimiser"``) or a missing
 registration (a module whose import registers the group was never imported)
 is a hole in the trace that nothing points at.
 
-The gate's enabled set is therefore, for a while after telemetry is turned on,
-an :class:`AuditedGroups`: a ``frozenset`` whose membership test also notes a
-name that is neither enabled nor registered. Under ``ASYNCTRACE_STRICT=1`` the
-first such request raises (through :func:`report_internal_error`), so a test
-suite catches it at the call. Otherwise the audit runs for
-:data:`AUDIT_SECONDS` or :data:`AUDIT_CHECKS` gate checks after the groups
-were last set, whichever comes first, so late registration (an import side
-effect that comes after the first calls) has time to happen; then each name
-still unregistered is warned about once (``UserWarning`` and the
-``asynctrace`` logger), and the gate goes back to a plain ``frozenset``, so
-the steady state costs nothing. The window is the process's, counted from its
-first configuration: setting the groups again (a reconfiguration) carries the
-remaining budget over rather than starting a new window, so a program that
-reconfigures often does not stay audited.
+While an audit runs, the gate hands every name it did not find enabled to an
+:class:`Audit`, which notes a name that is not registered either; a name
+found enabled is registered, so hits are never audited and cost the plain
+``frozenset`` lookup. Under ``ASYNCTRACE_STRICT=1`` the first such request
+raises (through :func:`report_internal_error`), so a test suite catches it at
+the call. Otherwise the audit runs for :data:`AUDIT_SECONDS` or
+:data:`AUDIT_CHECKS` misses after the groups were last set, whichever comes
+first, so late registration (an import side effect that comes after the first
+calls) has time to happen; then each name still unregistered is warned about
+once (``UserWarning`` and the ``asynctrace`` logger), and the gate drops the
+audit. The window is the process's, counted from its first configuration:
+setting the groups again (a reconfiguration) carries the remaining budget
+over rather than starting a new window, so a program that reconfigures often
+does not stay audited.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from . import _groups
 from ._errors import ConfigurationError, is_strict, report_internal_error
 from ._forksafe import reinit_at_fork
 
-__all__ = ["AUDIT_CHECKS", "AUDIT_SECONDS", "AuditedGroups", "audited", "unregistered_requests"]
+__all__ = ["AUDIT_CHECKS", "AUDIT_SECONDS", "Audit", "audited", "unregistered_requests"]
 
 AUDIT_SECONDS: Final = 60.0
 AUDIT_CHECKS: Final = 100_000
@@ -49,69 +49,67 @@ _warned: set[str] = set()
 _window: list[float] = []
 
 
-class AuditedGroups(frozenset[str]):
-    """The enabled set, noting requests for groups that are not registered at all."""
+class Audit:
+    """Called by the gate with each name it did not find enabled (a hit is not audited)."""
 
     __slots__ = ("_checks", "_deadline", "_pending", "_retire")
 
-    _checks: int
-    _pending: frozenset[str]
-    _deadline: float
-    _retire: Callable[[AuditedGroups], None]
+    def __init__(
+        self,
+        deadline: float,
+        checks: int,
+        pending: frozenset[str],
+        retire: Callable[[Audit], None],
+    ) -> None:
+        self._deadline = deadline
+        self._checks = checks
+        self._pending = pending
+        self._retire = retire
 
-    def __contains__(self, name: object) -> bool:
-        checks = self._checks = self._checks - 1
-        if (checks <= 0 or (checks & 255 == 0 and time.monotonic() >= self._deadline)) and (
-            not is_strict()
-        ):
-            _window[1:] = [0.0]  # the process's window is over
-            self._retire(self)
-        if frozenset.__contains__(self, name):
-            return True
+    def __call__(self, name: object) -> None:
         if (
             isinstance(name, str)
             and name not in _groups._REGISTRY.groups
             and name not in self._pending
         ):
             _note(name)
-        return False
+        checks = self._checks = self._checks - 1
+        if (checks <= 0 or time.monotonic() >= self._deadline) and not is_strict():
+            _window[1:] = [0.0]  # the process's window is over: report, with this name
+            self._retire(self)
 
 
 def audited(
     enabled: frozenset[str],
-    retire: Callable[[AuditedGroups], None],
+    retire: Callable[[Audit], None],
     pending: frozenset[str] = frozenset(),
-) -> frozenset[str]:
-    """*enabled* as an :class:`AuditedGroups` (an empty set stays a plain one).
+) -> Audit | None:
+    """The audit for a gate enabling *enabled*, or ``None`` (nothing enabled, or the window over).
 
     Names in *pending* (named by the spec and already warned about as not
-    registered yet) are not noted again. *retire* is called with the set
-    once its audit time is over; it should report
-    (:func:`report_unregistered`) and put a plain frozenset in its place.
+    registered yet) are not noted again. *retire* is called with the audit
+    once its time is over; it should take it off the gate and report
+    (:func:`report_unregistered`).
     """
     if not enabled:
-        return enabled
+        return None
     now = time.monotonic()
     with _lock:
         if not _window:
             _window[:] = [now + AUDIT_SECONDS, float(AUDIT_CHECKS)]
         previous = _current[0] if _current else None
-        if previous is not None:  # carry the budget over from the set this one replaces
+        if previous is not None:  # carry the budget over from the audit this one replaces
             _window[1] = float(min(_window[1], max(previous._checks, 0)))
         deadline, left = _window
     if not is_strict() and (left <= 0 or now >= deadline):
-        report_unregistered()  # the window is over: a plain set, and what it found
-        return enabled
-    groups = AuditedGroups(enabled)
-    groups._deadline = deadline
-    groups._checks = int(left)
-    groups._pending = pending
-    groups._retire = retire
-    _current[:] = [groups]
-    return groups
+        report_unregistered()  # the window is over: no audit, and what it found
+        return None
+    audit = Audit(deadline, int(left), pending, retire)
+    _current[:] = [audit]
+    return audit
 
 
-_current: list[AuditedGroups] = []  # the set in use, whose remaining budget carries over
+_current: list[Audit] = []  # the audit in use, whose remaining budget carries over
 
 
 def reset_window() -> None:

@@ -127,7 +127,11 @@ def is_on(group: str) -> bool:
     enabled = GATE.enabled
     if not enabled:
         return False
-    return (PER_PROMPT_GROUP if SCOPES.get().per_prompt else group) in enabled
+    if (checked := PER_PROMPT_GROUP if SCOPES.get().per_prompt else group) in enabled:
+        return True
+    if GATE.audit is not None:
+        GATE.audit(checked)
+    return False
 
 
 def resolve_bucket(group: str, shape: int, explicit: object) -> Bucket | None:
@@ -734,7 +738,9 @@ def managed_span(
     if not enabled:
         return NOOP_CM
     state = SCOPES.get()
-    if (PER_PROMPT_GROUP if state.per_prompt else group) not in enabled:
+    if (checked := PER_PROMPT_GROUP if state.per_prompt else group) not in enabled:
+        if GATE.audit is not None:
+            GATE.audit(checked)
         return NOOP_CM
     return _managed(group, name, LEAF, attributes, bucket, profile, state.iteration)
 
@@ -756,7 +762,9 @@ def umbrella_span(
     if not enabled:
         return NOOP_CM
     state = SCOPES.get()
-    if (PER_PROMPT_GROUP if state.per_prompt else group) not in enabled:
+    if (checked := PER_PROMPT_GROUP if state.per_prompt else group) not in enabled:
+        if GATE.audit is not None:
+            GATE.audit(checked)
         return NOOP_CM
     if GATE.loop_stall and _get_running_loop() is not _stalls._last:
         notice_loop()  # a step starts: watch this thread's event loop (see _stalls)
@@ -775,7 +783,9 @@ def instant(group: str, name: str, *, attributes: Attributes | None = None) -> N
     enabled = GATE.enabled
     if not enabled:
         return
-    if (PER_PROMPT_GROUP if SCOPES.get().per_prompt else group) not in enabled:
+    if (checked := PER_PROMPT_GROUP if SCOPES.get().per_prompt else group) not in enabled:
+        if GATE.audit is not None:
+            GATE.audit(checked)
         return
     try:
         current = trace.get_current_span()
@@ -841,7 +851,9 @@ def start_span(
     if not enabled:
         return AMBIENT_SPAN
     state = SCOPES.get()
-    if (PER_PROMPT_GROUP if state.per_prompt else group) not in enabled:
+    if (checked := PER_PROMPT_GROUP if state.per_prompt else group) not in enabled:
+        if GATE.audit is not None:
+            GATE.audit(checked)
         return AMBIENT_SPAN
     tracer = GATE.tracer
     if tracer.__class__ is FastTracer:  # start() inline; span_attributes() too, when cached

@@ -33,10 +33,21 @@ class _Gate:
     telemetry is off, so ``if not GATE.enabled`` is the whole disabled path.
     """
 
-    __slots__ = ("enabled", "loop_stall", "propagate_scopes", "provider", "tokens", "tracer")
+    __slots__ = (
+        "audit",
+        "enabled",
+        "loop_stall",
+        "propagate_scopes",
+        "provider",
+        "tokens",
+        "tracer",
+    )
 
     def __init__(self) -> None:
         self.enabled: frozenset[str] = frozenset()
+        # For a while after the groups are set: called with each name not found enabled
+        # (``if GATE.audit is not None: GATE.audit(name)`` on every miss; see _group_audit).
+        self.audit: _group_audit.Audit | None = None
         self.loop_stall = False  # "loop_stall" in enabled, kept with it: umbrellas ask it
         self.tracer: trace.Tracer | None = None
         self.provider: trace.TracerProvider | None = None
@@ -90,12 +101,14 @@ def _recompute() -> None:
     with _lock:
         if GATE.tracer is None:
             GATE.enabled = frozenset()
+            GATE.audit = None
             GATE.loop_stall = False
             return
         enabled, pending = _groups.resolve_tokens(GATE.tokens)
+        GATE.enabled = enabled
         # for a while, also note spans asked for under groups nobody registered
-        GATE.enabled = _group_audit.audited(enabled, _end_audit, frozenset(pending))
-        GATE.loop_stall = _groups.LOOP_STALL in enabled  # a plain set: not an audited check
+        GATE.audit = _group_audit.audited(enabled, _end_audit, frozenset(pending))
+        GATE.loop_stall = _groups.LOOP_STALL in enabled
     for name in pending:
         if name not in _warned_pending:
             _warned_pending.add(name)
@@ -109,11 +122,11 @@ def _recompute() -> None:
                 _LOG.warning(message)
 
 
-def _end_audit(groups: frozenset[str]) -> None:
-    """The audit time of *groups* is over: a plain set in its place, and the report."""
+def _end_audit(audit: _group_audit.Audit) -> None:
+    """The time of *audit* is over: off the gate, and the report."""
     with _lock:
-        if GATE.enabled is groups:
-            GATE.enabled = frozenset(groups)
+        if GATE.audit is audit:
+            GATE.audit = None
     _group_audit.report_unregistered()
 
 
@@ -172,6 +185,7 @@ def disable_telemetry() -> None:
     """
     with _lock:
         GATE.enabled = frozenset()
+        GATE.audit = None
         GATE.loop_stall = False
         GATE.tracer = None
         GATE.provider = None
@@ -202,7 +216,12 @@ def is_span_group_enabled(group: str) -> bool:
         >>> is_span_group_enabled("job")
         False
     """
-    return group in GATE.enabled
+    if group in GATE.enabled:
+        return True
+    audit = GATE.audit
+    if audit is not None:
+        audit(group)
+    return False
 
 
 def enabled_span_groups() -> frozenset[str]:

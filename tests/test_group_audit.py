@@ -58,7 +58,7 @@ def test_one_warning_once_the_audit_ends(
     _group_audit.reset_window()
     try:
         at.set_span_groups("all")  # a fresh audit with the small budget
-        assert isinstance(at.enabled_span_groups(), _group_audit.AuditedGroups)
+        assert _state.GATE.audit is not None
         with (
             warnings.catch_warnings(record=True) as caught,
             caplog.at_level(logging.WARNING, "asynctrace"),
@@ -71,7 +71,7 @@ def test_one_warning_once_the_audit_ends(
         assert len(messages) == 1
         assert "which no library registered" in messages[0]
         assert sum("forwrd_backward" in r.getMessage() for r in caplog.records) == 1
-        assert type(at.enabled_span_groups()) is frozenset
+        assert _state.GATE.audit is None
     finally:
         set_strict(previous)
 
@@ -103,23 +103,56 @@ def test_reconfiguring_does_not_restart_the_audit(
     gate: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The audit window is the process's: setting the groups again carries the budget over,
-    and once it is spent every new gate is a plain frozenset."""
+    and once it is spent no new gate is audited."""
     previous = set_strict(False)
     monkeypatch.setattr(_group_audit, "AUDIT_CHECKS", 100)
     _group_audit.reset_window()
     try:
-        at.set_span_groups("all")
-        for _ in range(60):
+        at.set_span_groups("job")
+        for _ in range(60):  # misses: the audited checks
             with at.managed_span("generation", "x"):
                 pass
         at.set_span_groups("per_step")  # a reconfiguration: 40 checks or so left, not 100
-        assert isinstance(at.enabled_span_groups(), _group_audit.AuditedGroups)
+        assert _state.GATE.audit is not None
         for _ in range(60):
-            with at.managed_span("generation", "x"):
+            with at.managed_span("per_prompt", "x"):
                 pass
-        assert type(at.enabled_span_groups()) is frozenset
+        assert _state.GATE.audit is None
         at.set_span_groups("all")
-        assert type(at.enabled_span_groups()) is frozenset  # the window stays over
+        assert _state.GATE.audit is None  # the window stays over
+    finally:
+        set_strict(previous)
+        _group_audit.reset_window()
+
+
+def test_spans_of_enabled_groups_never_reach_the_audit(
+    gate: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recorded span is a plain set lookup while the audit runs: only names not found
+    enabled spend its budget (a span asked for under a group that is off, or unknown)."""
+    previous = set_strict(False)
+    monkeypatch.setattr(_group_audit, "AUDIT_CHECKS", 1000)
+    _group_audit.reset_window()
+    try:
+        at.set_span_groups("job")
+        audit = _state.GATE.audit
+        assert audit is not None
+        before = audit._checks
+
+        @at.trace_fn("job")
+        def traced() -> None:
+            pass
+
+        for _ in range(50):
+            with at.managed_span("job", "x"), at.umbrella_span("job", "y"):
+                traced()
+            at.instant("job", "z")
+            assert at.is_span_group_enabled("job")
+        assert audit._checks == before
+        with at.managed_span("generation", "off"):
+            pass
+        assert not at.is_span_group_enabled("generation")
+        assert audit._checks == before - 2
     finally:
         set_strict(previous)
         _group_audit.reset_window()
