@@ -33,8 +33,9 @@ starved for the lock, not blocked, and keeps getting it. A round of
 ``TRIES`` sleeps it never ran in says it waits on its exporter: the next
 round waits for 1, 2, 4, ... 64 batches taken, since on a machine with more
 runnable threads than cores a sleep can cost the loop a scheduler slice. If
-the worker takes none, the round opens all the same once 16, 32, ... 1024 ms
-have passed and its CPU clock has moved: an export that waited on its
+the worker takes none (or no more), the round opens all the same once 16,
+32, ... 1024 ms have passed and its CPU clock has moved since its last
+batch: an export that waited on its
 collector (the reply of an OTLP request) has woken and needs the lock again
 to finish, and without a sleep would get it only when the loop goes idle; an
 exporter still blocked uses no CPU and gets no sleep. A sleep that comes back
@@ -193,10 +194,15 @@ class Handoff:
             self._starved = True
         if self._ran != self._given:  # it took work since: the sleeps may help again
             self._given = self._ran
-            self._reprobe = _NEVER  # taking work, it is counted in batches again
             if self._skip:  # ... but the last round did not: sit out some of its batches
                 self._skip -= 1
+                # The round's pause still holds, counted from the CPU it has used by now:
+                # one that takes no more work but wakes later (an export's reply came) needs
+                # the lock again, and may not get it from a busy loop to take its next batch.
+                used = _cpu(self._clock)
+                self._idle = used if used is not None else _NEVER
                 return False
+            self._reprobe = _NEVER  # taking work, it is counted in batches again
             self._tries = 0
         elif self._tries >= TRIES:  # it waits for something else (a slow exporter)
             if now < self._reprobe:

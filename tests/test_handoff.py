@@ -638,3 +638,42 @@ def test_the_otlp_worker_reports_the_work_it_takes_and_when_it_caught_up() -> No
         assert not handoff.starved  # and the empty queue afterwards
     finally:
         processor.shutdown()
+
+
+@pytest.mark.skipif(
+    not hasattr(time, "pthread_getcpuclockid"), reason="needs the worker's CPU clock"
+)
+def test_a_worker_that_sat_out_a_batch_and_then_wakes_gets_a_round_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After a fruitless round the worker takes one batch (sat out), then waits on its
+    collector, then wakes needing the lock: once the round's pause has passed it is
+    given sleeps again. Left to batches only, a worker the loop starves would never
+    take the next one."""
+    monkeypatch.setattr(_handoff, "COSTLY_S", float("inf"))  # a loaded machine: see above
+    handoff = Handoff(0.05)
+    go, spun, reply = threading.Event(), threading.Event(), threading.Event()
+
+    def exporter(stop: threading.Event) -> None:
+        if go.wait(5):
+            sum(range(20_000))  # one batch
+            spun.set()
+        reply.wait(5)  # its collector's reply
+        _spin(stop)  # ... came: it needs the lock to finish the export
+
+    with _worker(handoff, exporter, unblock=reply) as worker:
+        time.sleep(0.01)
+        handoff.ran()
+        assert _fruitless_round(handoff, worker) == [True] * TRIES
+        go.set()
+        assert spun.wait(5)
+        handoff.ran()  # it took a batch
+        time.sleep(0.0012)
+        assert handoff.offer(worker, urgent=True) is False  # the batch it sits out
+        reply.set()
+        given = False
+        deadline = time.monotonic() + 2
+        while not given and time.monotonic() < deadline:
+            time.sleep(0.0012)
+            given = handoff.offer(worker, urgent=True)
+        assert given
