@@ -13,7 +13,9 @@ spans into SDK ``ReadableSpan`` objects there (:mod:`._convert`):
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import deque
+from collections.abc import Mapping
 from typing import Any
 
 from opentelemetry.sdk.resources import Resource
@@ -24,7 +26,7 @@ from .._errors import report_internal_error
 from .._fast import FastSpan, FastTracerProvider
 from .._forksafe import reinit_at_fork
 from ._convert import Converter
-from ._queue import ExporterSink, QueuedSpanProcessor
+from ._queue import ExporterSink, ExportStats, QueuedSpanProcessor
 
 __all__ = [
     "ConvertingSink",
@@ -32,7 +34,14 @@ __all__ = [
     "ProcessorSink",
     "converter_for",
     "processor_queue",
+    "set_processor_limits",
 ]
+
+# The queue limits of the configuration that built each fast provider: the queues
+# of span processors added to it later take them (weak: a provider is not kept).
+_processor_limits: weakref.WeakKeyDictionary[FastTracerProvider, dict[str, Any]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def converter_for(provider: FastTracerProvider) -> Converter:
@@ -76,7 +85,12 @@ class ProcessorSink:
         self._converter = converter
 
     def export(self, batch: list[Any]) -> tuple[int, int]:
-        """Hand each span to the processor; ``(handed, failed)``."""
+        """Hand each span to the processor; ``(handed, failed)``.
+
+        A span the processor raises on fails alone, whatever it raises: the
+        queue's worker never stops for an exporter's ``SystemExit`` either,
+        and the spans handed before it stay counted as handed.
+        """
         readable, parent_context = self._converter.readable, self._converter.parent_context
         done = failed = 0
         for span in batch:
@@ -85,7 +99,7 @@ class ProcessorSink:
                 self.processor.on_start(view, parent_context(view))
                 self.processor.on_end(view)
                 done += 1
-            except Exception:
+            except BaseException:
                 failed += 1
         return done, failed
 
@@ -98,10 +112,32 @@ class ProcessorSink:
         self.processor.shutdown()
 
 
+def set_processor_limits(provider: FastTracerProvider, limits: Mapping[str, Any]) -> None:
+    """Give the queues of span processors added to *provider* later these limits.
+
+    *limits*: ``max_queue_size``, ``max_export_batch_size`` and
+    ``schedule_delay_millis``, as the configuration gives them.
+    """
+    _processor_limits[provider] = dict(limits)
+
+
 def processor_queue(processor: Any, provider: FastTracerProvider) -> QueuedSpanProcessor:
-    """A started export queue that feeds *processor* with *provider*'s spans."""
+    """A started export queue that feeds *processor* with *provider*'s spans.
+
+    It has the queue limits of the configuration that built *provider*, and
+    the processor's class name, made unique among *provider*'s queues (a second
+    ``BatchSpanProcessor`` is ``BatchSpanProcessor-2``) so that each has its
+    own counters in ``Telemetry.stats()``.
+    """
+    base = type(processor).__name__
+    taken = {getattr(queue, "name", None) for queue in provider.queues()}
+    name, number = base, 1
+    while name in taken:
+        number += 1
+        name = f"{base}-{number}"
+    limits = _processor_limits.get(provider, {})
     return QueuedSpanProcessor(
-        ProcessorSink(processor, converter_for(provider)), name=type(processor).__name__
+        ProcessorSink(processor, converter_for(provider)), name=name, **limits
     )
 
 
@@ -109,13 +145,19 @@ class LazyMemoryExporter(InMemorySpanExporter):
     """An ``InMemorySpanExporter`` fed by the fast provider without converting on ``end()``.
 
     Ended spans are kept as they are; the first read converts them, in end
-    order, so a test sees every span that has ended.
+    order, so a test sees every span that has ended. A span that cannot be
+    converted is left out alone, counted in :attr:`failed` and reported once
+    (the others are kept, in end order).
     """
 
     def __init__(self, converter: Converter) -> None:
         super().__init__()
         self._converter = converter
         self._pending: deque[FastSpan] = deque()
+        self.converted = 0
+        """Spans converted and kept so far."""
+        self.failed = 0
+        """Spans that could not be converted (left out)."""
         self._convert_lock = threading.Lock()
         reinit_at_fork(self._convert_lock)
 
@@ -125,11 +167,34 @@ class LazyMemoryExporter(InMemorySpanExporter):
             self._pending.append(span)
 
     def _drain(self) -> None:
+        errors: list[tuple[FastSpan, Exception]] = []
         with self._convert_lock:
             pending = self._pending
-            if pending:
-                readable, popleft = self._converter.readable, pending.popleft
-                self.export([readable(popleft()) for _ in range(len(pending))])
+            if not pending:
+                return
+            readable, popleft = self._converter.readable, pending.popleft
+            converted = []
+            for _ in range(len(pending)):
+                span = popleft()
+                try:
+                    converted.append(readable(span))
+                except Exception as exc:  # this span only: the others are kept
+                    errors.append((span, exc))
+            self.converted += len(converted)
+            self.failed += len(errors)
+            self.export(converted)
+        for span, error in errors:  # after the lock, with the others kept (strict mode raises)
+            report_internal_error(("convert", type(span).__name__), error)
+
+    def stats(self) -> ExportStats:
+        """Counters: converted spans as ``exported``, waiting ones as ``queued``."""
+        return ExportStats(
+            "memory",
+            exported=self.converted,
+            dropped=0,
+            failed=self.failed,
+            queued=len(self._pending),
+        )
 
     def get_finished_spans(self) -> tuple[ReadableSpan, ...]:
         """Every span ended so far, converted, in end order."""

@@ -8,11 +8,14 @@ opens files and returns a :class:`Pipeline`.
 The provider is asynctrace's fast provider (``provider="fast"``, the
 default), a new SDK ``TracerProvider`` (``"sdk"``), or the user's own SDK
 provider, to which asynctrace adds its processors (and which it never shuts
-down: it is the user's).
+down: it is the user's). On an SDK provider asynctrace's processors come
+before the user's: the SDK calls them in turn and stops at the first that
+raises, so a user's processor that raises cannot keep a span from them.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -32,7 +35,7 @@ from .._files import writable_dir, writable_file
 from .._semconv import TRUNCATED
 from .._settings import Settings
 from .._state import INSTRUMENTATION_NAME
-from ._adapters import ConvertingSink, LazyMemoryExporter
+from ._adapters import ConvertingSink, LazyMemoryExporter, set_processor_limits
 from ._convert import Converter
 from ._open_spans import OpenSpanTracker
 from ._otlp import otlp_exporter, sends_encoded
@@ -41,6 +44,8 @@ from ._queue import ExporterSink, ExportStats, QueuedSpanProcessor
 from ._retry import RetryingSpanProcessor
 
 __all__ = ["Pipeline", "Plan", "build", "prepare"]
+
+logger = logging.getLogger("asynctrace")
 
 _MAX_WAIT_S = threading.TIMEOUT_MAX / 2
 
@@ -102,6 +107,7 @@ class Pipeline:
         chrome_path: Path | None,
         *,
         owns_provider: bool = True,
+        added: tuple[Any, ...] = (),
     ) -> None:
         self.provider = provider
         self.end_open_spans = end_open_spans
@@ -109,6 +115,7 @@ class Pipeline:
         self.memory = memory
         self.chrome_path = chrome_path
         self.owns_provider = owns_provider
+        self._added = added  # the processors asynctrace added to an SDK provider
 
     def flush(self, timeout_s: float) -> bool:
         """Export everything ended so far, waiting at most *timeout_s* in total.
@@ -116,9 +123,10 @@ class Pipeline:
         The user's span processors added to the provider are flushed too: on
         the fast provider each has an export queue, flushed like asynctrace's
         own (its ``force_flush`` runs on that queue's thread); on an SDK
-        provider, ``provider.force_flush`` runs on a helper thread that is
+        provider, their ``force_flush`` runs on a helper thread that is
         waited for until the deadline, since an SDK processor's flush may not
-        honour its timeout.
+        honour its timeout. Called on an export queue's own thread (an
+        exporter that flushes from ``export``), that queue is not waited for.
         """
         deadline = time.monotonic() + min(max(0.0, timeout_s), _MAX_WAIT_S)
         queues = list(self.queued)
@@ -137,13 +145,16 @@ class Pipeline:
             if processor.lost_since_last_check():
                 ok = False
         if not isinstance(provider, FastTracerProvider):
-            ok = _flush_sdk_provider(provider, deadline) and ok
+            ok = _flush_sdk_provider(provider, deadline, self._added) and ok
         return ok
 
     def shutdown(self, timeout_s: float) -> tuple[bool, int]:
         """End open spans (truncated), drain and stop every exporter within *timeout_s*.
 
-        Returns ``(finished in time, number of truncated spans)``.
+        Returns ``(finished in time, number of truncated spans)``. An SDK
+        provider's own ``shutdown`` (its processors', the user's included) runs
+        on a helper thread that is waited for until the deadline: an SDK
+        ``BatchSpanProcessor`` with a stuck exporter would hold it for 30 s.
         """
         deadline = time.monotonic() + min(max(0.0, timeout_s), _MAX_WAIT_S)
         truncated = self.end_open_spans()
@@ -158,36 +169,143 @@ class Pipeline:
             if not processor.wait_shutdown(deadline - time.monotonic()):
                 ok = False
         try:
-            if self.owns_provider:  # the tracker, the memory exporter, and any user processor
-                self.provider.shutdown()  # type: ignore[attr-defined]
-            elif self.memory is not None:
-                self.memory.shutdown()
+            if not self.owns_provider:  # the user's, left running: only the memory exporter stops
+                if self.memory is not None:
+                    self.memory.shutdown()
+            elif isinstance(self.provider, FastTracerProvider):  # its queues are closing already
+                self.provider.shutdown()
+            elif not _shutdown_sdk_provider(self.provider, deadline, self._added):
+                ok = False  # the tracker, the memory exporter or a user's processor is stuck
         except Exception as exc:  # a user's span processor raised in its shutdown()
             report_internal_error(("shutdown", "provider"), exc)
             ok = False
         return ok, truncated
 
     def stats(self) -> list[ExportStats]:
-        """Counters of every queued exporter."""
-        return [processor.stats() for processor in self.queued]
+        """Counters of every queued exporter, the user's span processors on the fast
+        provider included, and of the memory exporter once a span failed to convert."""
+        queues = list(self.queued)
+        if isinstance(self.provider, FastTracerProvider):
+            queues += [q for q in self.provider.queues() if isinstance(q, QueuedSpanProcessor)]
+        stats = [processor.stats() for processor in dict.fromkeys(queues)]
+        if isinstance(self.memory, LazyMemoryExporter) and self.memory.failed:
+            stats.append(self.memory.stats())
+        return stats
 
 
-def _flush_sdk_provider(provider: Any, deadline: float) -> bool:
-    """``provider.force_flush`` on a helper thread, waited for until *deadline*."""
+def _processors_of(provider: Any) -> tuple[Any, ...] | None:
+    """The span processors of an SDK provider, in order; ``None`` if they cannot be read.
+
+    The SDK keeps them in a tuple, ``_active_span_processor._span_processors``,
+    replaced whole under ``_active_span_processor._lock`` (every version since 1.0).
+    """
+    processors = getattr(
+        getattr(provider, "_active_span_processor", None), "_span_processors", None
+    )
+    return processors if isinstance(processors, tuple) else None
+
+
+_LOCK_TYPES = (type(threading.Lock()), type(threading.RLock()))
+
+
+def _add_first(provider: Any, processors: list[Any]) -> None:
+    """Put *processors* before those *provider* has already (the user's).
+
+    The SDK's multi-processor calls its processors in turn and does not catch:
+    one that raises in ``on_start`` or ``on_end`` stops the ones after it. Where
+    the processors cannot be reached, they are added the public way, after.
+    """
+    multi = getattr(provider, "_active_span_processor", None)
+    lock = getattr(multi, "_lock", None)
+    if _processors_of(provider) is not None and isinstance(lock, _LOCK_TYPES):
+        with lock:  # add_span_processor replaces the tuple under this lock too
+            multi._span_processors = (*processors, *multi._span_processors)  # type: ignore[union-attr]
+        return
+    for processor in processors:
+        provider.add_span_processor(processor)
+
+
+def _run_within(run: Callable[[], None], name: str, timeout_s: float) -> None:
+    """*run* on a daemon helper thread, waited for at most *timeout_s*.
+
+    Where no thread can be started (Python 3.12 refuses one in an ``atexit``
+    hook, where shutdown runs), *run* runs here, unbounded: better late than
+    never run.
+    """
+    helper = threading.Thread(target=run, name=name, daemon=True)
+    try:
+        helper.start()
+    except RuntimeError:
+        run()
+        return
+    helper.join(min(max(0.0, timeout_s), _MAX_WAIT_S))
+
+
+def _flush_sdk_provider(provider: Any, deadline: float, skip: tuple[Any, ...] = ()) -> bool:
+    """The provider's flush on a helper thread, waited for until *deadline*.
+
+    The processors in *skip* (asynctrace's, flushed already) are left out
+    when the provider's processors can be read: flushed from this helper,
+    an exporter that flushes from its own ``export`` would wait for itself.
+    """
     left = max(0.0, deadline - time.monotonic())
+    processors = _processors_of(provider)
+    skipped = {id(processor) for processor in skip}
     result: list[bool] = []
 
     def run() -> None:
         try:
-            result.append(bool(provider.force_flush(int(left * 1000))))
+            if processors is None:
+                result.append(bool(provider.force_flush(int(left * 1000))))
+                return
+            ok = True
+            for processor in processors:
+                if id(processor) in skipped:
+                    continue
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    ok = False
+                    break
+                ok = processor.force_flush(int(remaining * 1000)) is not False and ok
+            result.append(ok)
         except Exception as exc:
             report_internal_error(("flush", "provider"), exc)
             result.append(False)
 
-    helper = threading.Thread(target=run, name="asynctrace-flush", daemon=True)
-    helper.start()
-    helper.join(left)
+    _run_within(run, "asynctrace-flush", left)
     return bool(result) and result[0]
+
+
+def _shutdown_sdk_provider(provider: Any, deadline: float, added: tuple[Any, ...]) -> bool:
+    """``provider.shutdown()`` on a helper thread, waited for until *deadline*.
+
+    ``False`` when it did not finish: the helper (a daemon thread) is
+    abandoned with the processors still shutting down, which are named in one
+    warning. What ``shutdown`` raised is raised here.
+    """
+    outcome: list[Exception | None] = []
+
+    def run() -> None:
+        try:
+            provider.shutdown()
+        except Exception as exc:  # a user's span processor raised in its shutdown()
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    _run_within(run, "asynctrace-shutdown", deadline - time.monotonic())
+    if not outcome:
+        ours = {id(processor) for processor in added}
+        others = [p for p in _processors_of(provider) or () if id(p) not in ours]
+        logger.warning(
+            "asynctrace: the tracer provider's shutdown did not finish within the shutdown "
+            "timeout; abandoned with its span processors still shutting down (%s)",
+            ", ".join(type(p).__name__ for p in others) or "unknown",
+        )
+        return False
+    if outcome[0] is not None:
+        raise outcome[0]
+    return True
 
 
 def build(plan: Plan) -> Pipeline:
@@ -279,6 +397,7 @@ def _build_fast(plan: Plan) -> Pipeline:
     resource = Resource.create(dict(settings.resource_attributes))
     limits = settings.span_limits
     provider = FastTracerProvider(resource, sampling=settings.sampling, limits=limits)
+    set_processor_limits(provider, _limits(settings))  # for the user's processors added later
     converter = Converter(resource, limits)
     encoder = WireEncoder(resource, limits)
     queued = _start_queues(
@@ -317,16 +436,23 @@ def _build_sdk(plan: Plan) -> Pipeline:
         provider = settings.provider  # the user's, checked by the configuration
         chrome_resource = {**provider.resource.attributes, **settings.resource_attributes}
     tracker = OpenSpanTracker(None if own else INSTRUMENTATION_NAME)
-    provider.add_span_processor(tracker)  # first: truncated spans reach every processor
     queued = _start_queues(
         plan, chrome_resource, ExporterSink, is_open=lambda span_id: span_id in tracker._open
     )
-    for processor in queued:
-        provider.add_span_processor(processor)
+    # The tracker first (truncated spans reach every processor), and all of them
+    # before the user's processors, which may raise.
+    added: list[Any] = [tracker, *queued]
     memory = None
     if plan.memory:
         memory = InMemorySpanExporter()
-        provider.add_span_processor(SimpleSpanProcessor(memory))
+        added.append(SimpleSpanProcessor(memory))
+    _add_first(provider, added)
     return Pipeline(
-        provider, tracker.end_open_spans, queued, memory, plan.chrome_path, owns_provider=own
+        provider,
+        tracker.end_open_spans,
+        queued,
+        memory,
+        plan.chrome_path,
+        owns_provider=own,
+        added=tuple(added),
     )

@@ -329,9 +329,11 @@ class QueuedSpanProcessor(SpanProcessor):
     def request_flush(self) -> threading.Event | None:
         """Ask the worker to export everything queued so far; returns the done event.
 
-        ``None`` after shutdown, when there is no worker to ask.
+        ``None`` after shutdown, when there is no worker to ask, and on the
+        worker itself (an exporter that flushes from ``export``): it cannot
+        wait for its own thread, which exports the rest once that call returns.
         """
-        if self._closing:
+        if self._closing or threading.current_thread() is self._thread:
             return None
         self._ensure_worker()
         marker = _Marker()
@@ -345,7 +347,12 @@ class QueuedSpanProcessor(SpanProcessor):
         """Export everything queued before this call; ``False`` on timeout or on a loss.
 
         A loss is a span dropped or failed since the previous flush or shutdown.
+        Called on the worker itself (an exporter that flushes from ``export``),
+        it returns at once, ``True`` unless spans were lost: waiting there would
+        only wait out the timeout, since the worker is the one that would answer.
         """
+        if threading.current_thread() is self._thread:
+            return not self.lost_since_last_check()
         done = self.request_flush()
         if done is None:
             return self._stopped and not self.lost_since_last_check()
