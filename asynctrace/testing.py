@@ -17,14 +17,18 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from . import _stalls
 from ._config import PROVIDER_NAMES
 from ._errors import ConfigurationError, MissingExtraError
-from ._state import enable_telemetry, restore, snapshot
+from ._runtime import current_telemetry
+from ._state import GATE, GateSnapshot, disable_telemetry, enable_telemetry, restore, snapshot
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
     from opentelemetry.trace import TracerProvider
+
+    from ._runtime import Telemetry
 
 __all__ = ["CapturedSpans", "capture_spans", "span_tree"]
 
@@ -134,7 +138,11 @@ def capture_spans(
     variable, else ``"fast"`` (what :func:`asynctrace.configure` uses). Either
     way the spans are SDK ``ReadableSpan`` objects in an in-memory exporter,
     available as soon as they end. The previous telemetry state is restored on
-    exit, even on error. The OTel global tracer provider is not touched.
+    exit, even on error, unless the block changed it: telemetry configured
+    (or turned off) inside the block stays as it is then, and telemetry that
+    was running before and was shut down inside the block is not brought
+    back (telemetry is off after the block, as that shutdown left it). The
+    OTel global tracer provider is not touched.
 
     Args:
         span_groups: the span-group spec to enable (default ``"all"``).
@@ -159,12 +167,29 @@ def capture_spans(
         )
     tracer_provider, exporter = _memory_pipeline(name.strip().lower())
     previous = snapshot()
+    # The configured telemetry the gate held, if any: shut down inside the block, its
+    # provider must not come back (its own shutdown saw our provider on the gate).
+    running = current_telemetry()
+    owner = running if running is not None and running.provider is previous.provider else None
     enable_telemetry(tracer_provider, span_groups=span_groups, propagate_scopes=propagate_scopes)
     try:
         yield CapturedSpans(exporter, tracer_provider)
     finally:
-        restore(previous)
+        _leave(tracer_provider, previous, owner)
         tracer_provider.shutdown()
+
+
+def _leave(provider: TracerProvider, previous: GateSnapshot, owner: Telemetry | None) -> None:
+    """Give the gate back at the end of :func:`capture_spans` (see there)."""
+    if GATE.provider is not provider:
+        return  # configured, or turned off, inside the block: that is the live state
+    if owner is not None and not owner.enabled:
+        # What the owner's shutdown skipped while the gate held the capture.
+        disable_telemetry()
+        _stalls.stop_all()
+        _stalls.set_threshold(_stalls.DEFAULT_THRESHOLD_MS)
+        return
+    restore(previous)
 
 
 def span_tree(spans: Sequence[ReadableSpan]) -> dict[int | None, list[ReadableSpan]]:

@@ -15,9 +15,11 @@ a browser.
 from __future__ import annotations
 
 import argparse
+import sys
 
-from asynctrace_contrib.demo import run_demo
+from asynctrace_contrib.demo import positive_int, run_demo
 
+from asynctrace import ConfigurationError
 from asynctrace.cli import main as cli
 
 
@@ -25,10 +27,14 @@ def run(argv: list[str] | None = None) -> int:
     """Run the demo, convert its files, write the report and print the goodput table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", nargs="?", default="asynctrace-demo")
-    parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--prompts", type=int, default=16)
+    parser.add_argument("--steps", type=positive_int, default=8)
+    parser.add_argument("--prompts", type=positive_int, default=16)
     args = parser.parse_args(argv)
-    result = run_demo(args.out, steps=args.steps, prompts=args.prompts)
+    try:
+        result = run_demo(args.out, steps=args.steps, prompts=args.prompts)
+    except ConfigurationError as exc:
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 2
     print(f"{len(result.rollouts)} rollouts in {result.seconds:.1f} s; files in {result.out}")
     inputs = [str(path) for path in result.trace_files]
     code = cli(["convert", *inputs, "-o", str(result.out / "trace.json"), "--no-progress"])

@@ -3,20 +3,26 @@
 A capture is a Chrome trace of its own (viztracer's or ``torch.profiler``'s),
 on its backend's clock. The process that wrote it measured the offset to the
 spans' clock and stored it, with its error bound, under
-``otherData.asynctrace``; here each event is shifted by that offset, put under
-the process that recorded the profiled span, and given tracks of its own
-(``profile step N: <thread>``), so Perfetto shows operators and Python calls
-right under the step they belong to.
+``otherData.asynctrace``, with the trace and span ids of the profiled span,
+its pid and rank; here each event is shifted by that offset, put under the
+process whose trace holds that span (else the one with that pid and rank),
+and given tracks of its own (``profile step N: <thread>``), so Perfetto shows
+operators and Python calls right under the step they belong to.
+
+A capture is read twice, a piece at a time, and never held whole: once to
+check it and learn its thread names, once to write its events.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
+import math
 import re
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from ._common import dumps
 
@@ -25,6 +31,9 @@ __all__ = ["CAPTURE_NAME", "Capture", "find_captures", "load_capture"]
 CAPTURE_NAME = re.compile(r"^profile-r(?P<rank>\d+)-step(?P<step>\w+)\.(?P<backend>\w+)\.json$")
 _FIRST_TID = 3_000_000_000  # tids of the capture tracks this command adds
 _DROPPED_METADATA = {"process_name", "process_labels", "process_sort_index"}
+_READ = 1 << 20  # bytes read at a time
+_SPACE = re.compile(r"[ \t\n\r]*")
+_NO_ALIGNMENT = "no clock alignment recorded (saved by an interrupted process?)"
 
 
 def find_captures(specs: Iterable[str]) -> list[Path]:
@@ -42,64 +51,234 @@ def find_captures(specs: Iterable[str]) -> list[Path]:
     return list(found.values())
 
 
+class _NotJson(ValueError):
+    """NaN or Infinity: Python's json reads them, JSON has no such value."""
+
+
+class _TopLevelList(ValueError):
+    """The document is an array (a capture saved without ``otherData``)."""
+
+
+def _reject_constant(name: str) -> Any:
+    raise _NotJson(name)
+
+
+_STRICT = json.JSONDecoder(parse_constant=_reject_constant)
+_LENIENT = json.JSONDecoder()
+_SKIPPED = object()  # an element holding NaN or Infinity
+
+
+class _Scanner:
+    """JSON values read from a binary stream a piece at a time."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self._stream = stream
+        self._decoder = codecs.getincrementaldecoder("utf-8")()
+        self._text = ""
+        self._pos = 0
+        self._eof = False
+
+    def _more(self) -> bool:
+        """Read on (at least as much again as is waiting: a long value is not re-read often)."""
+        if self._eof:
+            return False
+        data = self._stream.read(max(_READ, len(self._text) - self._pos))
+        self._eof = not data
+        self._text = self._text[self._pos :] + self._decoder.decode(data, final=self._eof)
+        self._pos = 0
+        return True
+
+    def peek(self) -> str:
+        """The next character that is not white space (``""`` at the end)."""
+        while True:
+            self._pos = _SPACE.match(self._text, self._pos).end()  # type: ignore[union-attr]
+            if self._pos < len(self._text):
+                return self._text[self._pos]
+            if not self._more():
+                return ""
+
+    def expect(self, char: str) -> None:
+        if self.peek() != char:
+            raise ValueError(f"expected {char!r}")
+        self._pos += 1
+
+    def value(self, *, lenient: bool = False) -> Any:
+        """The next value; :data:`_SKIPPED` for one holding NaN or Infinity, unless
+        *lenient* (then they are floats)."""
+        self.peek()
+        decoder = _LENIENT if lenient else _STRICT
+        while True:
+            try:
+                value, end = decoder.raw_decode(self._text, self._pos)
+            except _NotJson:
+                decoder = _LENIENT  # only to find where it ends
+                continue
+            except json.JSONDecodeError:
+                if self._more():
+                    continue
+                raise
+            if end == len(self._text) and self._more():
+                continue  # a number may go on in the next piece
+            self._pos = end
+            return value if lenient or decoder is _STRICT else _SKIPPED
+
+    def elements(self) -> Iterator[Any]:
+        """The elements of the array that comes next."""
+        self.expect("[")
+        if self.peek() == "]":
+            self._pos += 1
+            return
+        while True:
+            yield self.value()
+            char = self.peek()
+            self._pos += 1
+            if char == "]":
+                return
+            if char != ",":
+                raise ValueError("expected ',' or ']'")
+
+
+def _events(path: Path, rest: dict[str, Any]) -> Iterator[Any]:
+    """The ``traceEvents`` elements of the document at *path*; its other keys go to *rest*.
+
+    Raises:
+        _TopLevelList: the document is an array.
+        OSError, ValueError, RecursionError: unreadable, or not JSON.
+    """
+    with open(path, "rb") as stream:
+        scanner = _Scanner(stream)
+        if scanner.peek() == "[":
+            raise _TopLevelList
+        scanner.expect("{")
+        if scanner.peek() == "}":
+            return
+        while True:
+            key = scanner.value()
+            if not isinstance(key, str):
+                raise ValueError("expected a key")
+            scanner.expect(":")
+            if key == "traceEvents" and scanner.peek() == "[":
+                rest[key] = []
+                yield from scanner.elements()
+            else:
+                rest[key] = scanner.value(lenient=True)  # otherData is checked by the caller
+            char = scanner.peek()
+            scanner.expect(char if char in ",}" else ",")
+            if char == "}":
+                break
+        if scanner.peek():
+            raise ValueError("extra data after the document")
+
+
+def _tid_key(tid: object) -> object:
+    """*tid* as a dict key (any JSON value may stand there)."""
+    return tid if tid is None or isinstance(tid, (int, float, str)) else repr(tid)
+
+
 @dataclass
 class Capture:
-    """One capture, read and checked."""
+    """One capture, checked; its events are read again from the file when written."""
 
     path: Path
-    events: list[dict[str, Any]]
     pid: object
     offset_us: float
     error_us: float
     step: str
+    rank: object = None
+    trace_id: str | None = None
+    span_id: str | None = None
+    names: dict[object, str] = field(default_factory=dict)  # thread names by tid
+    skipped: int = 0  # events holding NaN or Infinity, or moved out of range; not written
+
+
+def _about_text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
 
 
 def load_capture(path: Path) -> Capture | str:
     """The capture at *path*, or why it cannot be merged (a one-line reason)."""
+    rest: dict[str, Any] = {}
+    names: dict[object, str] = {}
+    skipped = 0
     try:
-        with open(path, "rb") as stream:
-            document = json.load(stream)
+        for event in _events(path, rest):
+            if event is _SKIPPED:
+                skipped += 1
+            elif (
+                isinstance(event, dict)
+                and event.get("ph") == "M"
+                and event.get("name") == "thread_name"
+            ):
+                args = event.get("args")
+                if isinstance(args, dict) and isinstance(args.get("name"), str):
+                    names[_tid_key(event.get("tid"))] = args["name"]
+    except _TopLevelList:
+        return f"{path.name}: {_NO_ALIGNMENT}"
     except (OSError, ValueError) as exc:
         return f"{path.name}: not readable as JSON ({exc.__class__.__name__})"
-    if isinstance(document, list):
-        return f"{path.name}: no clock alignment recorded (saved by an interrupted process?)"
-    about = (
-        (document.get("otherData") or {}).get("asynctrace") if isinstance(document, dict) else None
-    )
-    events = document.get("traceEvents") if isinstance(document, dict) else None
-    if not isinstance(about, dict) or not isinstance(events, list):
-        return f"{path.name}: no clock alignment recorded (saved by an interrupted process?)"
-    offset, error = about.get("clock_offset_us"), about.get("clock_error_us")
-    if not isinstance(offset, (int, float)) or not isinstance(error, (int, float)):
-        return f"{path.name}: its clock alignment is not a number"
+    except RecursionError:
+        return f"{path.name}: not readable as JSON (nested too deeply)"
+    except MemoryError:
+        return f"{path.name}: not readable as JSON (a value too large for memory)"
+    other = rest.get("otherData")
+    about = other.get("asynctrace") if isinstance(other, dict) else None
+    if not isinstance(about, dict) or not isinstance(rest.get("traceEvents"), list):
+        return f"{path.name}: {_NO_ALIGNMENT}"
+    offset, error = _number(about.get("clock_offset_us")), _number(about.get("clock_error_us"))
+    if offset is None or error is None or error < 0:
+        return f"{path.name}: its clock alignment is not a finite number"
     match = CAPTURE_NAME.match(path.name)
-    step = match["step"] if match else "?"
-    clean = [event for event in events if isinstance(event, dict)]
-    return Capture(path, clean, about.get("pid"), float(offset), float(error), step)
+    rank = about.get("rank")
+    return Capture(
+        path,
+        about.get("pid"),
+        offset,
+        error,
+        match["step"] if match else "?",
+        rank=rank if rank.__class__ is int else None,
+        trace_id=_about_text(about.get("trace_id")),
+        span_id=_about_text(about.get("span_id")),
+        names=names,
+        skipped=skipped,
+    )
 
 
 def capture_lines(
     capture: Capture, out_pid: object, shift: float, next_tid: Callable[[], int]
 ) -> Iterator[bytes]:
-    """The capture's events for the output: on the spans' clock, under *out_pid*."""
-    names: dict[object, str] = {}
-    for event in capture.events:
-        if event.get("ph") == "M" and event.get("name") == "thread_name":
-            args = event.get("args")
-            if isinstance(args, dict) and isinstance(args.get("name"), str):
-                names[event.get("tid")] = args["name"]
+    """The capture's events for the output: on the spans' clock, under *out_pid*.
+
+    Reads the file again. Raises what reading it raises (``OSError``,
+    ``ValueError``, ``RecursionError``) should it have changed since
+    :func:`load_capture` read it.
+    """
     tids: dict[object, int] = {}
     delta = capture.offset_us - shift
-    for event in capture.events:
+    for event in _events(capture.path, {}):
+        if not isinstance(event, dict):
+            continue  # counted by load_capture when it held NaN; other values are not events
         if event.get("ph") == "M" and (
             event.get("name") in _DROPPED_METADATA or event.get("name") == "thread_name"
         ):
             continue  # the process is ours; tracks are named below
-        tid = event.get("tid")
+        ts = event.get("ts")
+        if ts.__class__ in (int, float):
+            ts += delta
+            if not math.isfinite(ts):
+                capture.skipped += 1
+                continue
+            event["ts"] = ts
+        tid = _tid_key(event.get("tid"))
         track = tids.get(tid)
         if track is None:
             track = tids[tid] = next_tid()
-            name = names.get(tid, f"tid {tid}")
+            name = capture.names.get(tid, f"tid {tid}")
             yield dumps(
                 {
                     "ph": "M",
@@ -109,13 +288,9 @@ def capture_lines(
                     "args": {"name": f"profile step {capture.step}: {name}"},
                 }
             )
-        moved = dict(event)
-        moved["pid"] = out_pid
-        moved["tid"] = track
-        ts = moved.get("ts")
-        if isinstance(ts, (int, float)) and not isinstance(ts, bool):
-            moved["ts"] = ts + delta
-        yield dumps(moved)
+        event["pid"] = out_pid
+        event["tid"] = track
+        yield dumps(event)
 
 
 def tid_counter() -> Callable[[], int]:

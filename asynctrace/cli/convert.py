@@ -17,12 +17,12 @@ import heapq
 import os
 import sys
 from bisect import bisect_left
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from ._areal import EPOCH_US
-from ._captures import capture_lines, find_captures, load_capture, tid_counter
+from ._captures import Capture, capture_lines, find_captures, load_capture, tid_counter
 from ._common import CliError, HelpFormatter, Progress, dumps, note
 from ._reader import TRACE_PATTERN, ProcessInfo, ReadStats, expand_inputs, file_size, iter_file
 
@@ -156,6 +156,9 @@ class _Merger:
         self._overflow: list[tuple[object, int, object, int]] = []  # (pid, tid, base, n)
         self._next_tid: dict[object, int] = {}
         self.moved = 0
+        # Profiler captures: the span ids they profiled, and who holds them (trace id, pid).
+        self._wanted: set[str] = set()
+        self._span_owners: dict[str, set[tuple[str | None, object]]] = {}
 
     def out_pid(self, file_index: int, pid: object) -> object:
         key = (file_index, pid)
@@ -172,12 +175,39 @@ class _Merger:
         self._out[key] = out
         return out
 
-    def pid_of(self, pid: object) -> object | None:
-        """The output pid of the input process *pid* (a capture's writer), if it was seen."""
-        for (_, original), out in self._out.items():
-            if original == pid:
-                return out
-        return None
+    def want_spans(self, span_ids: Iterable[str]) -> None:
+        """Note which processes hold these spans (the spans profiler captures profiled)."""
+        self._wanted = set(span_ids)
+
+    def _note_span(self, out: object, event: dict[str, Any]) -> None:
+        args = event.get("args")
+        if isinstance(args, dict):
+            span_id = args.get("span_id")
+            if span_id.__class__ is str and span_id in self._wanted:
+                trace_id = args.get("trace_id")
+                self._span_owners.setdefault(span_id, set()).add(
+                    (trace_id if trace_id.__class__ is str else None, out)
+                )
+
+    def span_owners(self, trace_id: str | None, span_id: str | None) -> set[object]:
+        """The output pids of the processes whose trace holds that span."""
+        return {
+            out
+            for held, out in self._span_owners.get(span_id or "", ())
+            if trace_id is None or held is None or held == trace_id
+        }
+
+    def pids_of(self, pid: object, rank: object) -> set[object]:
+        """The output pids of the input processes with OS pid *pid* and rank *rank*
+        (any rank when *rank* is ``None``)."""
+        found = set()
+        for key, out in self._out.items():
+            if key[1] != pid:
+                continue
+            info = self._meta.get(key) or _file_info(self.paths[key[0]])
+            if rank is None or info.rank == rank:
+                found.add(out)
+        return found
 
     def _fresh_pid(self) -> int:
         while self._next_free in self._used:
@@ -200,6 +230,8 @@ class _Merger:
         out = self.out_pid(file_index, pid)
         changed = out != pid
         if ph == "X":
+            if self._wanted:
+                self._note_span(out, event)
             tid = self._place(out, event)
             if tid is not None:
                 event["tid"] = tid
@@ -368,6 +400,9 @@ def run(args: argparse.Namespace) -> int:
     merger.file_shifts = shifts
     stats = ReadStats()
     others = 0  # JSON objects that are not trace events (no "ph")
+    # Captures are checked first: the spans they profiled are looked for while merging.
+    captures = [load_capture(path) for path in find_captures(args.inputs)]
+    merger.want_spans(c.span_id for c in captures if isinstance(c, Capture) and c.span_id)
     temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
         stream: IO[bytes] = sys.stdout.buffer if to_stdout else open(temporary, "wb")  # noqa: SIM115
@@ -395,21 +430,37 @@ def run(args: argparse.Namespace) -> int:
                 size = 0
         merged, skipped, error_us = 0, [], 0.0
         next_tid = tid_counter()
-        for capture_path in find_captures(args.inputs):
-            capture = load_capture(capture_path)
-            out_pid = merger.pid_of(capture.pid) if not isinstance(capture, str) else None
-            if isinstance(capture, str) or out_pid is None:
+        for capture in captures:
+            if isinstance(capture, str):
+                skipped.append(capture)
+                continue
+            out_pid = _capture_owner(merger, capture)
+            if isinstance(out_pid, _Unplaced):
+                skipped.append(out_pid.reason)
+                continue
+            try:
+                for line in capture_lines(capture, out_pid.pid, merger.shift, next_tid):
+                    chunk.append(separator)
+                    chunk.append(line)
+                    separator = b",\n"
+                    size += len(line)
+                    events += 1
+                    if size > 1 << 20:
+                        stream.write(b"".join(chunk))
+                        chunk.clear()
+                        size = 0
+            except (OSError, ValueError, RecursionError, MemoryError) as exc:
                 skipped.append(
-                    capture
-                    if isinstance(capture, str)
-                    else f"{capture_path.name}: no trace of its process (pid {capture.pid})"
+                    f"{capture.path.name}: merged only in part, it changed while read "
+                    f"({exc.__class__.__name__})"
                 )
                 continue
-            for line in capture_lines(capture, out_pid, merger.shift, next_tid):
-                chunk.append(separator)
-                chunk.append(line)
-                separator = b",\n"
-                events += 1
+            if capture.skipped:
+                plural = "s" if capture.skipped != 1 else ""
+                skipped.append(
+                    f"{capture.skipped} event{plural} of {capture.path.name} (NaN, Infinity "
+                    "or a timestamp out of range)"
+                )
             merged += 1
             error_us = max(error_us, capture.error_us)
         for line in merger.trailer():
@@ -458,6 +509,42 @@ def run(args: argparse.Namespace) -> int:
         parts.extend(f"not merged: {reason}" for reason in skipped)
         note(prog, "; ".join(parts))
     return 0
+
+
+class _Placed:
+    __slots__ = ("pid",)
+
+    def __init__(self, pid: object) -> None:
+        self.pid = pid
+
+
+class _Unplaced:
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def _capture_owner(merger: _Merger, capture: Capture) -> _Placed | _Unplaced:
+    """The output process of *capture*: the one whose trace holds the profiled span,
+    else the one with its pid and rank; none when that is not exactly one."""
+    name = capture.path.name
+    holders = merger.span_owners(capture.trace_id, capture.span_id)
+    if len(holders) == 1:
+        return _Placed(next(iter(holders)))
+    if holders:
+        return _Unplaced(
+            f"{name}: its span {capture.span_id} is in the traces of {len(holders)} processes"
+        )
+    who = f"pid {capture.pid}" + (f", rank {capture.rank}" if capture.rank is not None else "")
+    matching = merger.pids_of(capture.pid, capture.rank)
+    if len(matching) == 1:
+        return _Placed(next(iter(matching)))
+    if not matching:
+        return _Unplaced(f"{name}: no trace of its process ({who})")
+    return _Unplaced(
+        f"{name}: {len(matching)} processes match ({who}) and no trace holds its span"
+    )
 
 
 def _check_output(name: str, target: Path) -> None:

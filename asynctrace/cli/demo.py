@@ -26,7 +26,11 @@ prints the goodput table. Needs: pip install 'asynctrace[demo]'.
 
 
 def _positive(text: str) -> int:
-    value = int(text)
+    """An integer >= 1 (argparse prints the message of the error raised otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
     return value
@@ -82,19 +86,22 @@ def run(args: argparse.Namespace) -> int:
             f"the demo needs the 'demo' extra ({missing}); "
             "install it with: pip install 'asynctrace[demo]'"
         ) from exc
-    from asynctrace import resolve_span_groups
+    from asynctrace import ConfigurationError, resolve_span_groups
 
     from . import main
 
-    result = run_demo(
-        args.out,
-        steps=args.steps,
-        prompts=args.prompts,
-        max_inflight=args.max_inflight,
-        checkpoint_every=args.checkpoint_every,
-        span_groups=args.span_groups,
-        exporters=args.exporter,
-    )
+    try:  # the spec, the exporters and --out are checked before anything runs
+        result = run_demo(
+            args.out,
+            steps=args.steps,
+            prompts=args.prompts,
+            max_inflight=args.max_inflight,
+            checkpoint_every=args.checkpoint_every,
+            span_groups=args.span_groups,
+            exporters=args.exporter,
+        )
+    except ConfigurationError as exc:
+        raise CliError(str(exc)) from None
     out: Path = result.out
     trace_json, report_html = out / "trace.json", out / "report.html"
     traces = [str(p) for p in result.trace_files]

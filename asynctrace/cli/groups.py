@@ -42,7 +42,9 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "names", nargs="*", metavar="NAME", help="only these groups or presets (default: all)"
     )
-    parser.add_argument("--resolve", metavar="SPEC", help="print the groups SPEC enables")
+    parser.add_argument(
+        "--resolve", metavar="SPEC", help="print the groups SPEC enables (no NAME then)"
+    )
     parser.add_argument(
         "--import",
         dest="imports",
@@ -97,6 +99,11 @@ def run(args: argparse.Namespace) -> int:
     groups = asynctrace.registered_span_groups()
     presets = asynctrace.registered_presets()
     if args.resolve is not None:
+        if args.names:
+            raise CliError(
+                f"NAME arguments ({' '.join(args.names)}) and --resolve cannot be combined: "
+                "--resolve lists what its SPEC enables (see 'asynctrace groups --help')"
+            )
         try:
             enabled = asynctrace.resolve_span_groups(args.resolve)
         except ConfigurationError as exc:
@@ -106,8 +113,11 @@ def run(args: argparse.Namespace) -> int:
             _print_json({"spec": args.resolve, "groups": [_group_dict(g) for g in chosen]})
         else:
             plural = "s" if len(chosen) != 1 else ""
-            print(f"{args.resolve!r} enables {len(chosen)} group{plural}:")
-            _print_table(chosen)
+            if not chosen:
+                print(f"{args.resolve!r} enables no groups")
+            else:
+                print(f"{args.resolve!r} enables {len(chosen)} group{plural}:")
+                _print_table(chosen)
         return 0
     wanted_groups = sorted(groups)
     wanted_presets = sorted(presets)

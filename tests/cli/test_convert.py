@@ -7,6 +7,8 @@ import copy
 import functools
 import json
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -325,3 +327,137 @@ def test_a_surrogate_attribute_survives_convert(run: Run, tmp_path: Path) -> Non
     assert sorted(names) == ["bad-step", "ok-step"], result.err
     (bad,) = [e for e in document["traceEvents"] if e.get("name") == "bad-step"]
     assert bad["args"]["path"] == path
+
+
+def _write_capture(
+    path: Path, events: list[dict[str, Any]], about: dict[str, Any] | None = None
+) -> Path:
+    """A profiler capture as asynctrace saves it: the backend's trace plus its alignment."""
+    alignment = {"clock_offset_us": 1_000_000, "clock_error_us": 3, "pid": 100, "rank": 1}
+    alignment.update(about or {})
+    path.write_text(json.dumps({"traceEvents": events, "otherData": {"asynctrace": alignment}}))
+    return path
+
+
+def _capture_pids(events: list[dict[str, Any]], name: str) -> set[Any]:
+    return {e["pid"] for e in events if e.get("name") == name}
+
+
+def _rank_pid(events: list[dict[str, Any]], rank: int) -> Any:
+    return next(p for p, n in _processes(events).items() if f"rank {rank}/2" in n)
+
+
+def test_capture_goes_to_the_process_holding_its_span(
+    run: Run, golden: Path, tmp_path: Path
+) -> None:
+    """Two ranks share pid 100: each capture lands under the rank whose trace holds its
+    span, whatever rank it names; without span ids, under its pid and rank."""
+    op = {"ph": "X", "name": "OP", "ts": 200_000, "dur": 5, "pid": 1, "tid": 9}
+    by_span = {"trace_id": "0af7651916cd43dd8448eb211c80319c", "span_id": "000000000000f002"}
+    _write_capture(golden / "profile-r1-step1.python.json", [{**op, "name": "SPAN_R1"}], by_span)
+    on_r0 = {"trace_id": "0af7651916cd43dd8448eb211c80319c", "span_id": "000000000000b001"}
+    _write_capture(golden / "profile-r1-step2.python.json", [{**op, "name": "SPAN_R0"}], on_r0)
+    _write_capture(
+        golden / "profile-r0-step3.python.json", [{**op, "name": "PID_R0"}], {"rank": 0}
+    )
+    document, result = _convert(run, golden, "-o", tmp_path / "trace.json")
+    events = document["traceEvents"]
+    rank0, rank1 = _rank_pid(events, 0), _rank_pid(events, 1)
+    assert rank0 != rank1
+    assert _capture_pids(events, "SPAN_R1") == {rank1}
+    assert _capture_pids(events, "SPAN_R0") == {rank0}  # the span wins over the rank it names
+    assert _capture_pids(events, "PID_R0") == {rank0}
+    assert next(e for e in events if e.get("name") == "SPAN_R1")["ts"] == 1_200_000
+    assert "merged 3 profile captures" in result.err
+    assert "not merged" not in result.err
+
+
+def test_capture_matching_no_process_or_several_is_not_merged(
+    run: Run, golden: Path, tmp_path: Path
+) -> None:
+    """No span found, and its pid shared by several processes (no rank to choose) or by
+    none: the capture is reported as not merged, with why."""
+    op = {"ph": "X", "name": "OP", "ts": 200_000, "dur": 5, "pid": 1, "tid": 9}
+    _write_capture(golden / "profile-r1-step1.python.json", [op], {"rank": None})
+    _write_capture(golden / "profile-r1-step2.python.json", [op], {"pid": 4242})
+    _write_capture(golden / "profile-r1-step3.python.json", [op], {"rank": 5})
+    document, result = _convert(run, golden, "-o", tmp_path / "trace.json")
+    assert _capture_pids(document["traceEvents"], "OP") == set()
+    err = one_line(result.err)
+    assert "profile-r1-step1.python.json: 2 processes match (pid 100) and no trace holds" in err
+    assert "profile-r1-step2.python.json: no trace of its process (pid 4242, rank 1)" in err
+    assert "profile-r1-step3.python.json: no trace of its process (pid 100, rank 5)" in err
+    assert "profile capture" not in err  # the "merged N profile captures" part
+
+
+def test_a_large_capture_is_streamed(golden: Path, tmp_path: Path) -> None:
+    """A capture of 200k events converts completely; the converter's peak memory stays
+    within a bound far below what holding the capture's events would take."""
+    capture = golden / "profile-r0-step1.python.json"
+    with open(capture, "w") as stream:
+        stream.write('{"traceEvents":[\n')
+        stream.write(
+            ",\n".join(
+                json.dumps({"ph": "X", "name": f"op_{i}", "ts": i, "dur": 1, "pid": 1, "tid": 2})
+                for i in range(200_000)
+            )
+        )
+        about = {"clock_offset_us": 0, "clock_error_us": 1, "pid": 100, "rank": 0}
+        stream.write("\n],\n" + json.dumps({"otherData": {"asynctrace": about}})[1:])
+    output = tmp_path / "trace.json"
+    script = (
+        "import resource, sys\n"
+        "from asynctrace.cli import main\n"
+        "code = main(sys.argv[1:])\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+        "sys.exit(code)\n"
+    )
+    argv = [sys.executable, "-c", script, "convert", str(golden), "-o", str(output)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    peak_mb = int(done.stdout.split()[-1]) / 1024  # ru_maxrss is in KiB on Linux
+    events = json.loads(output.read_text())["traceEvents"]
+    ops = [e for e in events if e.get("name", "").startswith("op_")]
+    assert len(ops) == 200_000
+    assert [e["ts"] for e in ops[:3]] == [0, 1, 2]
+    assert ops[-1]["name"] == "op_199999"
+    assert {e["pid"] for e in ops} == {_rank_pid(events, 0)}
+    # Held whole, the events alone take ~10x the file (13 MB here); streamed, the
+    # interpreter's own footprint dominates.
+    size_mb = capture.stat().st_size / 2**20
+    assert peak_mb < 150 + 2 * size_mb, (peak_mb, size_mb)
+
+
+def test_hostile_captures_are_reported_not_merged(run: Run, golden: Path, tmp_path: Path) -> None:
+    """Deep nesting, NaN or Infinity alignments, NaN in an event: the capture (or the
+    event) is skipped and said so; the conversion goes on."""
+    (golden / "profile-r1-step1.python.json").write_text(
+        '{"traceEvents":[' + "[" * 200_000 + "]" * 200_000 + "]}"
+    )
+    op = {"ph": "X", "name": "OP", "ts": 200_000, "dur": 5, "pid": 1, "tid": 9}
+    for step, value in (("2", "NaN"), ("3", "Infinity")):
+        text = json.dumps({"traceEvents": [op], "otherData": {"asynctrace": {"pid": 100}}})
+        text = text.replace(
+            '"pid": 100}',
+            f'"pid": 100, "rank": 1, "clock_offset_us": {value}, "clock_error_us": 1}}',
+        )
+        (golden / f"profile-r1-step{step}.python.json").write_text(text)
+    good = _write_capture(golden / "profile-r1-step4.python.json", [op, {**op, "name": "BAD"}])
+    good.write_text(
+        good.read_text().replace(
+            '"ts": 200000, "dur": 5, "pid": 1, "tid": 9}]',
+            '"ts": NaN, "dur": 5, "pid": 1, "tid": 9}]',
+        )
+    )
+    document, result = _convert(run, golden, "-o", tmp_path / "trace.json")
+    events = document["traceEvents"]
+    assert _capture_pids(events, "OP") == {_rank_pid(events, 1)}
+    assert _capture_pids(events, "BAD") == set()
+    assert all(e.get("ts") is not None for e in events if "ts" in e)
+    err = one_line(result.err)
+    assert "merged 1 profile capture (clocks aligned within 3 us)" in err
+    assert "profile-r1-step1.python.json: not readable as JSON (nested too deeply)" in err
+    assert "profile-r1-step2.python.json: its clock alignment is not a finite number" in err
+    assert "profile-r1-step3.python.json: its clock alignment is not a finite number" in err
+    assert "1 event of profile-r1-step4.python.json (NaN, Infinity" in err
+    assert "internal error" not in err

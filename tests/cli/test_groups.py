@@ -147,3 +147,22 @@ def test_no_command(run: Run) -> None:
     unknown = run("frobnicate")
     assert unknown.code == 2
     assert "invalid choice: 'frobnicate'" in one_line(unknown.err)
+
+
+def test_resolve_refuses_names(run: Run) -> None:
+    """NAME arguments with --resolve are a usage error, not silently ignored."""
+    result = run("groups", "step", "--resolve", "default")
+    assert result.code == 2
+    assert result.out == ""
+    assert one_line(result.err) == (
+        "asynctrace groups: error: NAME arguments (step) and --resolve cannot be combined: "
+        "--resolve lists what its SPEC enables (see 'asynctrace groups --help')"
+    )
+
+
+def test_resolve_to_nothing_says_so(run: Run) -> None:
+    """A spec that enables nothing prints one line saying so, and no empty table."""
+    for spec in ("", " , "):
+        result = run("groups", "--resolve", spec)
+        assert result.code == 0
+        assert result.out == f"{spec!r} enables no groups\n"

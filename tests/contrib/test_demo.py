@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import collections
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -12,6 +15,8 @@ import pytest
 from asynctrace_contrib.demo import run_demo
 from asynctrace_contrib.demo.gym import fails
 from asynctrace_contrib.demo.pump import MAX_ATTEMPTS
+
+from asynctrace import ConfigurationError
 
 
 def complete_events(path: Path) -> list[dict[str, Any]]:
@@ -148,3 +153,108 @@ def test_the_same_seed_gives_the_same_rollouts(tmp_path: Path) -> None:
     second = run_demo(tmp_path / "b", steps=2, prompts=8, max_inflight=8)
     assert outcome(first) == outcome(second)
     assert len(outcome(first)) == 16
+
+
+def _cli(*argv: object, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``asynctrace ARGV`` in a child process."""
+    return subprocess.run(
+        [sys.executable, "-m", "asynctrace", *map(str, argv)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        ("stp", "span_groups: unknown name 'stp' in 'stp'; known presets:"),
+        ("all,-step", "span_groups: '-step': there is no subtraction syntax"),
+    ],
+)
+def test_a_bad_span_group_spec_fails_before_anything_runs(
+    tmp_path: Path, spec: str, problem: str
+) -> None:
+    """A typo or a malformed spec is one line and status 2, before the demo runs and
+    before the previous run's files are removed."""
+    stale = tmp_path / "traces-driver-r0.jsonl"
+    stale.write_text("previous run\n")
+    done = _cli("demo", "--span-groups", spec, "--out", tmp_path)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"asynctrace demo: error: {problem}")
+    assert "internal error" not in line
+    assert [p.name for p in tmp_path.iterdir()] == [stale.name]
+    assert stale.read_text() == "previous run\n"
+
+
+def test_configuration_errors_are_user_errors(tmp_path: Path) -> None:
+    """--out naming a file or an unwritable place, a bad ASYNCTRACE_EXPORTERS, a bad
+    --steps: one line naming the problem, status 2, nothing run."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    cases = [
+        (("--out", afile), {}, f"out: '{afile}' is not accepted; accepted: a directory"),
+        (("--out", "/proc/nope"), {}, "output_dir: '/proc/nope' is not a writable directory"),
+        (
+            ("--out", tmp_path / "o"),
+            {"ASYNCTRACE_EXPORTERS": "bogus"},
+            "ASYNCTRACE_EXPORTERS: unknown exporter 'bogus'",
+        ),
+        (("--steps", "abc"), {}, "argument --steps: expected an integer >= 1, got 'abc'"),
+        (("--prompts", "0"), {}, "argument --prompts: expected an integer >= 1, got '0'"),
+    ]
+    for argv, env, problem in cases:
+        done = _cli("demo", *argv, env=env)
+        assert done.returncode == 2, argv
+        (line,) = [line for line in done.stderr.splitlines() if not line.startswith("usage")]
+        assert line.startswith(f"asynctrace demo: error: {problem}"), (argv, line)
+        assert "internal error" not in line
+        assert "_positive" not in line
+    assert afile.read_text() == "x"
+    assert not (tmp_path / "o").exists()
+
+
+def test_run_demo_checks_its_arguments_first(tmp_path: Path) -> None:
+    """run_demo raises ConfigurationError naming the argument, and removes nothing."""
+    stale = tmp_path / "traces-driver-r0.jsonl"
+    stale.write_text("previous run\n")
+    with pytest.raises(ConfigurationError, match=r"^steps: 0 is not accepted; accepted: an"):
+        run_demo(tmp_path, steps=0)
+    with pytest.raises(ConfigurationError, match=r"^span_groups: unknown name 'stp'"):
+        run_demo(tmp_path, span_groups="stp")
+    assert stale.read_text() == "previous run\n"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        [sys.executable, "-m", "asynctrace_contrib.demo"],
+        [sys.executable, str(Path(__file__).parents[2] / "examples" / "rollout_pump.py")],
+    ],
+    ids=["module", "example"],
+)
+def test_demo_scripts_validate_counts(tmp_path: Path, command: list[str]) -> None:
+    """``python -m asynctrace_contrib.demo`` and the example refuse a bad --steps or
+    --prompts with argparse's usage error, and a file as OUT with one line."""
+    for argv, problem in (
+        (["--steps", "abc"], "argument --steps: expected an integer >= 1, got 'abc'"),
+        (["--prompts", "0"], "argument --prompts: expected an integer >= 1, got '0'"),
+    ):
+        done = subprocess.run(
+            [*command, *argv], capture_output=True, text=True, timeout=120, check=False
+        )
+        assert done.returncode == 2
+        assert done.stderr.splitlines()[-1].endswith(f"error: {problem}")
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    done = subprocess.run(
+        [*command, str(afile)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1].endswith(
+        f"error: out: '{afile}' is not accepted; accepted: a directory (it is a file)"
+    )

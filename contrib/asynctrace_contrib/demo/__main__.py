@@ -1,11 +1,35 @@
-"""``python -m asynctrace_contrib.demo [OUT]``: run the demo and print where its files are."""
+"""``python -m asynctrace_contrib.demo [OUT] [--steps N] [--prompts N]``: run the demo and
+print where its files are."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 
-from . import run_demo
+from asynctrace import ConfigurationError
+
+from . import positive_int, run_demo
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the demo; 2 (with one line on stderr) when an argument is not accepted."""
+    parser = argparse.ArgumentParser(
+        prog="python -m asynctrace_contrib.demo", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("out", nargs="?", default="asynctrace-demo", help="output directory")
+    parser.add_argument("--steps", type=positive_int, default=8, help="training steps (8)")
+    parser.add_argument(
+        "--prompts", type=positive_int, default=16, help="prompt groups per step (16)"
+    )
+    args = parser.parse_args(argv)
+    try:
+        result = run_demo(args.out, steps=args.steps, prompts=args.prompts)
+    except ConfigurationError as exc:
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{len(result.rollouts)} rollouts in {result.seconds:.1f} s; files in {result.out}")
+    return 0
+
 
 if __name__ == "__main__":
-    result = run_demo(sys.argv[1] if len(sys.argv) > 1 else "asynctrace-demo")
-    print(f"{len(result.rollouts)} rollouts in {result.seconds:.1f} s; files in {result.out}")
+    raise SystemExit(main())

@@ -10,6 +10,7 @@ thread and ends after its step).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import hashlib
 import queue
@@ -24,7 +25,7 @@ from .checkpoint import AsyncCheckpointer
 from .gym import GymServer
 from .pump import Collector, Rollout, RolloutPump
 
-__all__ = ["DemoResult", "run_demo"]
+__all__ = ["DemoResult", "positive_int", "run_demo"]
 
 
 @dataclass
@@ -136,6 +137,56 @@ def demo_exporters(exporters: Sequence[str] | None = None) -> list[str]:
     return ["chrome", *(name for name in dict.fromkeys(exporters) if name != "chrome")]
 
 
+def positive_int(text: str) -> int:
+    """An integer >= 1, for an ``argparse`` option (its message names the bad value).
+
+    Example:
+        >>> positive_int("3")
+        3
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
+def _demo_config(
+    out: Path, span_groups: str, exporters: Sequence[str] | None, sizes: dict[str, int]
+) -> at.TelemetryConfig:
+    """The demo's configuration, every argument checked.
+
+    Raises:
+        ConfigurationError: naming the argument, its value and what is accepted.
+    """
+    for name, value in sizes.items():
+        if value.__class__ is not int or value < 1:
+            raise at.ConfigurationError(
+                f"{name}: {value!r} is not accepted; accepted: an integer >= 1"
+            )
+    # The demo registers no group of its own: a name no preset or built-in group
+    # knows is a typo, refused now rather than left pending for the whole run.
+    at.resolve_span_groups(span_groups)
+    if out.exists() and not out.is_dir():
+        raise at.ConfigurationError(
+            f"out: {str(out)!r} is not accepted; accepted: a directory (it is a file)"
+        )
+    return at.TelemetryConfig.from_mapping(
+        {
+            "enabled": True,
+            "span_groups": span_groups,
+            "exporters": demo_exporters(exporters),
+            "output_dir": str(out),
+            "session_tracer": {"enabled": True, "flush_threshold": 32},
+            # goodput-*.jsonl, a line per finished step (asynctrace watch reads it); the
+            # demo's steps are short, so a step is final once spans end 0.25 s past it
+            "goodput": {"metrics": "none", "grace_s": 0.25},
+        }
+    )
+
+
 def run_demo(
     out: str | Path = "asynctrace-demo",
     *,
@@ -155,6 +206,11 @@ def run_demo(
     ``OTEL_TRACES_EXPORTER``, as :meth:`asynctrace.TelemetryConfig.from_env`
     reads them.
 
+    Raises:
+        ConfigurationError: an argument is not accepted (a span group no preset
+            or built-in group knows, an *out* that is a file, a count below 1,
+            an unknown exporter), before anything runs or any file is removed.
+
     Example:
         >>> result = run_demo("/tmp/demo", steps=2)  # doctest: +SKIP
         >>> result.trace_files  # doctest: +SKIP
@@ -162,21 +218,23 @@ def run_demo(
     """
     started = time.perf_counter()
     out = Path(out)
+    sizes = {
+        "steps": steps,
+        "prompts": prompts,
+        "max_inflight": max_inflight,
+        "checkpoint_every": checkpoint_every,
+    }
+    config = _demo_config(out, span_groups, exporters, sizes)
     kinds = ("traces", "sessions", "goodput")
-    for stale in [path for kind in kinds for path in out.glob(f"{kind}-*.jsonl")]:
-        stale.unlink()  # trace files are appended to: start this run clean
-    telemetry = at.init_driver(
-        {
-            "enabled": True,
-            "span_groups": span_groups,
-            "exporters": demo_exporters(exporters),
-            "output_dir": str(out),
-            "session_tracer": {"enabled": True, "flush_threshold": 32},
-            # goodput-*.jsonl, a line per finished step (asynctrace watch reads it); the
-            # demo's steps are short, so a step is final once spans end 0.25 s past it
-            "goodput": {"metrics": "none", "grace_s": 0.25},
-        }
-    )
+    try:
+        for stale in [path for kind in kinds for path in out.glob(f"{kind}-*.jsonl")]:
+            stale.unlink()  # trace files are appended to: start this run clean
+    except OSError as exc:
+        raise at.ConfigurationError(
+            f"out: {str(out)!r} is not accepted; accepted: a directory whose earlier demo "
+            f"files can be replaced ({exc.strerror or exc})"
+        ) from None
+    telemetry = at.init_driver(config)
     gym = GymServer()
     try:
         gym.start()
