@@ -18,7 +18,7 @@ Rules (see ``docs/reading-a-trace.md``):
 - A *step* is a span of positive duration whose ``asynctrace.group``
   attribute (or ``cat``) is ``step``; or an unbucketed span with an integer
   ``rl.iteration`` and a positive duration whose parent carries no
-  ``rl.iteration`` and no bucket
+  ``rl.iteration`` and no bucket and is not a step itself
   (the outermost stamped umbrella: per-prompt spans and finalize spans sit
   under a stamped parent, so they are never steps).
 - Per bucket, a step counts the seconds of the bucketed spans in its subtree
@@ -26,6 +26,9 @@ Rules (see ``docs/reading-a-trace.md``):
   Unbucketed spans (umbrellas, per-prompt spans, the detached finalize span)
   never count.
 - ``unattributed = wall - sum(buckets)``; ``goodput = productive / wall``.
+- Bucketed spans that overlap (concurrent tasks) put one stretch of wall clock
+  in the sums twice: ``over-wall`` when the sums exceed the wall, ``overlap``
+  short of it.
 - Event-loop stalls (spans of group ``loop_stall``) are unbucketed: they
   overlap the spans they stretched. A step reports their seconds apart
   (``stalled``), clipped to its interval, and never counts them in a bucket.
@@ -149,6 +152,11 @@ class _Step:
         "stalled",
         "start",
         "sums",
+        "top_end",
+        "top_key",
+        "top_name",
+        "top_start",
+        "twice",
     )
 
     def __init__(
@@ -172,6 +180,13 @@ class _Step:
         self.orphan = False  # confirmed because its parent never arrived
         self.raw: list[Leaf] | None = None  # a candidate's leaves, clipped once confirmed
         self.fwd: _Container | None = None  # set when folded into its parent
+        # The counted leaf that ends last (clipped), to find leaves counted over one another
+        # in one test each: arriving in end order, a leaf overlaps an earlier one exactly
+        # when it overlaps this one. *twice*: µs seen counted twice so far (a lower bound).
+        self.top_start = self.top_end = 0.0
+        self.top_name = ""
+        self.top_key = -1
+        self.twice = 0.0
 
     def add_leaves(self, leaves: list[Leaf]) -> None:
         """Count *leaves* in the step: each one's overlap with it goes to its bucket and name.
@@ -183,11 +198,15 @@ class _Step:
         sums: list[float] | None = None
         phases = self.phases
         self.leaves += len(leaves)
-        for start, end, bucket, name, _key in leaves:
+        for start, end, bucket, name, key in leaves:
             if bucket < 0:
                 continue
             # min(end, last) - max(start, first), with the operands min and max return
-            overlap = (last if last < end else end) - (first if first > start else start)
+            if last < end:
+                end = last
+            if first > start:
+                start = first
+            overlap = end - start
             if overlap > 0:
                 if sums is None:
                     sums = self.writable_sums()
@@ -195,6 +214,22 @@ class _Step:
                 if phases is None:
                     phases = self.phases = {}
                 phases[name] = phases.get(name, 0.0) + overlap
+                top_end = self.top_end
+                if start < top_end and self.top_start < end:  # counted over another leaf
+                    self._twice(start, end, name, key)
+                if end > top_end:
+                    self.top_start, self.top_end, self.top_name, self.top_key = (
+                        start,
+                        end,
+                        name,
+                        key,
+                    )
+
+    def _twice(self, start: float, end: float, name: str, key: int) -> None:
+        """The leaf *name* overlaps the one ending last: that time is in the sums twice."""
+        self.twice += min(end, self.top_end) - max(start, self.top_start)
+        if len(self.overlaps) < _EXAMPLES:
+            self.overlaps = [*self.overlaps, ((self.top_name, self.top_key), (name, key))]
 
     def add_stalls(self, group: _Group) -> None:
         """Take *group*'s stall spans (clipped to the step) and stall seconds."""
@@ -756,6 +791,9 @@ class Rollup:
         found: list[Violation] = []
         if row.attributed > row.wall + 1e-3:
             found.append(self._over_wall(step, row))
+        elif step.twice > 0:
+            found.append(self._overlap(step))
+        if found:
             self.violation_count += 1
             if self._keep:
                 self._over.append((order, found[0]))
@@ -935,10 +973,23 @@ class Rollup:
             notes=notes,
         )
 
-    def _over_wall(self, step: _Step, row: StepRow) -> Violation:
-        where = f"step {step.name!r} (span {step.key & _MASK:016x}" + (
-            f", rl.iteration={step.iteration})" if step.iteration is not None else ")"
+    def _overlap(self, step: _Step) -> Violation:
+        pairs = "; ".join(
+            f"{a[0]!r} (span {a[1] & _MASK:016x}) overlaps {b[0]!r} (span {b[1] & _MASK:016x})"
+            for a, b in step.overlaps
         )
+        spans: list[Example] = [(step.name, step.key)]
+        for a, b in step.overlaps:
+            spans.extend((a, b))
+        return Violation(
+            "overlap",
+            f"{_where(step)}: bucketed spans overlap, so at least {step.twice / 1e6:.6f} s of "
+            f"its wall time is counted twice in its buckets: {pairs}",
+            [(n, f"{k & _MASK:016x}", self._trace_of(k)) for n, k in spans],
+        )
+
+    def _over_wall(self, step: _Step, row: StepRow) -> Violation:
+        where = _where(step)
         spans: list[Example] = [(step.name, step.key)]
         detail = ""
         if step.overlaps:
@@ -955,6 +1006,13 @@ class Rollup:
             f"{row.wall / 1e6:.6f} s{detail}",
             [(n, f"{k & _MASK:016x}", self._trace_of(k)) for n, k in spans],
         )
+
+
+def _where(step: _Step) -> str:
+    """How a violation names *step*."""
+    return f"step {step.name!r} (span {step.key & _MASK:016x}" + (
+        f", rl.iteration={step.iteration})" if step.iteration is not None else ")"
+    )
 
 
 def _iteration(value: Any) -> int | None:

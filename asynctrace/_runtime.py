@@ -248,10 +248,11 @@ class Telemetry:
         profiler = self._profiler
         if profiler is not None and active_profiler() is profiler:
             install_profiler(None)  # no new capture; those being saved are waited for below
+        # Groups asked for and never registered are told before the end, however short
+        # the run was (the audit window may not have closed), whatever holds the gate now
+        # (a test's capture, say).
+        _group_audit.report_unregistered()
         if GATE.provider is pipeline.provider:
-            # Groups asked for and never registered are told before the end, however
-            # short the run was (the audit window may not have closed).
-            _group_audit.report_unregistered()
             disable_telemetry()
             _stalls.stop_all()  # loop-stall watchdogs end now (within 100 ms)
             _stalls.set_threshold(_stalls.DEFAULT_THRESHOLD_MS)

@@ -748,3 +748,41 @@ def test_records_that_fail_to_go_out_count_as_lost_records_not_failed_spans(
     assert sink.lost_records == 1  # the step's line
     assert "not an OSError" in caplog.text
     sink.shutdown()
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_concurrent_bucketed_leaves_are_an_overlap_live_and_offline(
+    tmp_path: Path, provider: str
+) -> None:
+    """Two tasks' bucketed leaves running at once count one stretch of wall clock twice,
+    short of the step's wall: an ``overlap`` violation, naming both and the time counted
+    twice (at least), from the live rollup and from ``asynctrace goodput`` alike. A step
+    of sequential leaves has none."""
+    telemetry = _configure(tmp_path, provider)
+
+    async def generate() -> None:
+        async with at.managed_span("generation", "rl.generate"):
+            await asyncio.sleep(0.05)
+
+    async def steps() -> None:
+        for step in (1, 2, 3):
+            with at.iteration_scope(step):
+                async with at.umbrella_span("step", "rl.step"):
+                    if step == 1:
+                        await asyncio.gather(generate(), generate())
+                    else:
+                        await generate()
+                    await asyncio.sleep(0.06)  # the step is more than its leaves
+
+    asyncio.run(steps())
+    assert telemetry.shutdown()
+    live = _assert_equal(tmp_path)
+    assert [len(s["violations"]) for s in live] == [1, 0, 0]
+    assert "bucketed spans overlap" in live[0]["violations"][0]
+    offline = _offline(tmp_path, 1.0)
+    (violation,) = offline["violations"]
+    assert violation["kind"] == "overlap"
+    assert [s["name"] for s in violation["spans"]] == ["rl.step", "rl.generate", "rl.generate"]
+    twice = float(violation["message"].split("at least ")[1].split(" s")[0])
+    assert 0.04 < twice <= live[0]["productive_s"] / 2
+    assert live[0]["productive_s"] < live[0]["wall_s"]  # not an over-wall

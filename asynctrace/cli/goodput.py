@@ -37,7 +37,8 @@ __all__ = ["Collected", "add_parser", "collect", "run", "to_json"]
 
 STEP_RULE = (
     "a step is a span of group 'step', or an unbucketed span carrying an integer "
-    "rl.iteration whose parent carries neither rl.iteration nor rl.bucket"
+    "rl.iteration whose parent carries neither rl.iteration nor rl.bucket and is not "
+    "a step itself"
 )
 
 EPILOG = """\
