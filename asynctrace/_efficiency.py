@@ -130,16 +130,26 @@ def _start_wait(category: str, attributes: Attributes | None) -> Span | None:
 
 
 class _WaitSpan(SyncAndAsync[Span]):
-    """An efficiency span for a ``with`` block; deliberately not made current."""
+    """An efficiency span for a ``with`` block; deliberately not made current.
 
-    __slots__ = ("_attributes", "_category", "_span")
+    Entered once at a time: a ``with`` on an object already entered (nested on
+    itself, or from another task) is reported and runs untraced, like a
+    second entry of a ``managed_span``, and the exit that matches it does not
+    end the span. Once exited, the object can be entered again.
+    """
+
+    __slots__ = ("_attributes", "_category", "_depth", "_span")
 
     def __init__(self, category: str, attributes: Attributes | None) -> None:
         self._category = category
         self._attributes = attributes
         self._span: Span | None = None
+        self._depth = 0  # entries open: the first one's span, then refused ones
 
     def __enter__(self) -> Span:
+        if self._depth:
+            return self._refuse()
+        self._depth = 1
         try:
             self._span = _start_wait(self._category, self._attributes)
         except Exception as exc:  # attributes that are not a mapping, say: never raised
@@ -147,12 +157,27 @@ class _WaitSpan(SyncAndAsync[Span]):
             self._span = None
         return self._span if self._span is not None else AMBIENT_SPAN
 
+    def _refuse(self) -> Span:
+        """A second ``with`` while entered: the disabled span; its exit will do nothing."""
+        report_internal_error(
+            ("reenter", "efficiency"),
+            RuntimeError("this efficiency_span() was entered already; make a new one"),
+            self._category,
+        )
+        self._depth += 1  # counted after the report, which raises in strict mode
+        return AMBIENT_SPAN
+
     def __exit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        depth = self._depth
+        if depth > 1:  # the exit of a refused entry (the first exit, if tasks cross)
+            self._depth = depth - 1
+            return
+        self._depth = 0
         span, self._span = self._span, None
         if span is not None:
             finish(span, exc_type, exc)

@@ -33,8 +33,14 @@ def register_phase(name: str, *, allow_multiple: bool = True) -> None:
 
     Args:
         name: lower-case identifier (``validation``, ``safety_filter``, ...).
-        allow_multiple: whether a session may run the phase more than once;
-            a second execution of a single-shot phase is dropped and counted.
+        allow_multiple: whether a session may run the phase more than once
+            (``True`` or ``False``); a second execution of a single-shot phase
+            is dropped and counted.
+
+    Raises:
+        ConfigurationError: *name* is not a lower-case identifier or is
+            reserved, *allow_multiple* is not a bool, or *name* is registered
+            already with the other *allow_multiple*.
 
     Example:
         >>> register_phase("validation", allow_multiple=False)
@@ -45,15 +51,24 @@ def register_phase(name: str, *, allow_multiple: bool = True) -> None:
             "identifier such as 'validation'"
         )
     if name in (FINALIZED, "total", "submit"):
-        raise ConfigurationError(f"register_phase(name): {name!r} is reserved")
+        raise ConfigurationError(
+            f"register_phase(name): {name!r} is reserved (finalized, total and submit name "
+            "the record's own fields); accepted: any other lower-case identifier"
+        )
+    if allow_multiple is not True and allow_multiple is not False:  # 'no' would mean True
+        raise ConfigurationError(
+            f"register_phase(allow_multiple): {allow_multiple!r} is not accepted; "
+            "accepted: True or False"
+        )
     with _phases_lock:
         previous = _phases.get(name)
         if previous is not None and previous != allow_multiple:
             raise ConfigurationError(
                 f"register_phase({name!r}): already registered with "
-                f"allow_multiple={previous}, got allow_multiple={allow_multiple}"
+                f"allow_multiple={previous}, got allow_multiple={allow_multiple}; accepted: "
+                f"allow_multiple={previous} (a phase's definition is fixed for the process)"
             )
-        _phases[name] = bool(allow_multiple)
+        _phases[name] = allow_multiple
 
 
 def registered_phases() -> dict[str, bool]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 import numbers
-import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager, nullcontext
 from contextvars import Token
@@ -19,7 +19,7 @@ from ._cm import SyncAndAsync
 from ._efficiency import start_efficiency_span
 from ._errors import ConfigurationError
 from ._groups import PER_PROMPT
-from ._scopes import SCOPES, ScopeState, check_step, leave
+from ._scopes import _INT64_MAX, _INT64_MIN, SCOPES, ScopeState, check_step, leave
 from ._spans import Attributes, umbrella_span
 
 __all__ = ["dispatch_scope", "wait_until"]
@@ -55,14 +55,15 @@ class dispatch_scope(SyncAndAsync[Any]):
         target_step: int | None = None,
         attributes: Attributes | None = None,
     ) -> None:
-        if attempt.__class__ is not int or attempt < 0:
+        # A plain int in range takes no call; anything else is checked (and converted).
+        if attempt.__class__ is not int or not 0 <= attempt <= _INT64_MAX:
             attempt = check_step(attempt, "dispatch_scope(attempt)", least=0)
         attrs: dict[str, Any] = dict(attributes) if attributes else {}
         attrs[RL_ATTEMPT] = attempt
         if target_step is not None:
             attrs[RL_TARGET_STEP] = (
                 target_step
-                if target_step.__class__ is int
+                if target_step.__class__ is int and _INT64_MIN <= target_step <= _INT64_MAX
                 else check_step(target_step, "dispatch_scope(target_step)")
             )
         self._token: Token[ScopeState] | None = None
@@ -127,7 +128,8 @@ async def wait_until(
     Returns at once (and records nothing) if *ready* is already true; otherwise
     every starved poll is counted on one :class:`PollWait` span of *category*
     (``rl.idle.polls``), ended when the wait ends. Works on asyncio, uvloop and
-    trio. Returns the number of starved polls.
+    trio. Returns the number of starved polls, whether telemetry is on or off.
+    *timeout_s* counts on the event loop's clock (trio's ``MockClock`` too).
 
     Raises:
         TimeoutError: *timeout_s* passed before *ready* became true (the wait
@@ -138,10 +140,11 @@ async def wait_until(
         ...     await wait_until(lambda: len(buffer) >= size)
         ...     return [buffer.pop() for _ in range(size)]
     """
-    # NaN fails both tests: a timer of NaN seconds fires at once, a busy wait.
-    if not _is_real(interval_s) or not interval_s > 0:
+    # NaN fails both tests: a timer of NaN seconds fires at once, a busy wait. An
+    # infinite interval would never poll again.
+    if not _is_real(interval_s) or not 0 < interval_s < math.inf:
         raise ConfigurationError(
-            f"wait_until(interval_s): expected a number of seconds > 0, got {interval_s!r}"
+            f"wait_until(interval_s): expected a finite number of seconds > 0, got {interval_s!r}"
         )
     if timeout_s is not None and (not _is_real(timeout_s) or not timeout_s >= 0):
         raise ConfigurationError(
@@ -158,23 +161,27 @@ async def wait_until(
 
     # Without a timeout there is nothing to cancel: no cancel scope (it costs a task
     # hook per poll on asyncio). With one, the first check is timed too (an async
-    # predicate may take its time), and the wait gets what is left.
+    # predicate may take its time), and the wait gets what is left of the same
+    # deadline, on the same (the backend's) clock.
     if timeout_s is None:
         if await check():
             return 0
         timeout: AbstractContextManager[object] = nullcontext()
     else:
-        started = time.monotonic()
-        with anyio.fail_after(timeout_s):
+        with anyio.fail_after(timeout_s) as first:
             if await check():
                 return 0
-        timeout = anyio.fail_after(max(0.0, timeout_s - (time.monotonic() - started)))
+        timeout = anyio.fail_after(max(0.0, first.deadline - anyio.current_time()))
     sleep = _sleep_here()
+    # The count is the loop's own: the span's count (0 when the wait is not
+    # recorded) must not change what the caller sees.
+    polls = 1
     with start_efficiency_span(category) as wait:
-        polls = wait.poll()
+        wait.poll()
         with timeout:  # inside the span: a timeout ends it as an error
             while True:
                 await sleep(interval_s)
                 if await check():
                     return polls
-                polls = wait.poll()
+                polls += 1
+                wait.poll()

@@ -173,3 +173,71 @@ def test_bad_category_on_the_hot_path_is_logged_not_raised(
         assert len(caplog.records) == 2
     finally:
         _errors.set_strict(previous)
+
+
+def test_an_efficiency_span_entered_twice_is_refused_in_strict_mode(spans: CapturedSpans) -> None:
+    """Strict mode raises at the second entry; the first entry's span still ends at its exit."""
+    wait = efficiency_span("idle/weights")
+    with wait:
+        with pytest.raises(RuntimeError, match="efficiency_span"), wait:
+            pass
+        assert spans.spans == []  # the refused entry did not end the span
+    (span,) = spans.spans
+    assert span.name == "rl.idle.weights"
+
+
+def test_an_efficiency_span_nested_on_itself_logs_once_and_keeps_its_span(
+    spans: CapturedSpans, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A second entry is logged, runs untraced, and its exit does not end the first one's span."""
+    from asynctrace import _errors
+
+    previous = _errors.set_strict(False)
+    try:
+        wait = efficiency_span("idle/weights")
+        with caplog.at_level("WARNING", "asynctrace"), wait as outer:
+            with wait as inner:
+                assert inner is not outer
+                assert not inner.is_recording()
+            with wait:
+                pass
+            assert spans.spans == []
+        (span,) = spans.spans
+        assert span.context.span_id == outer.get_span_context().span_id
+        assert len(caplog.records) == 1
+        assert "efficiency_span() was entered already" in caplog.text
+        with wait:  # once exited, it can be entered again
+            pass
+        assert len(spans.by_name("rl.idle.weights")) == 2
+    finally:
+        _errors.set_strict(previous)
+
+
+@pytest.mark.anyio
+async def test_an_efficiency_span_shared_by_two_tasks_ends_one_span(
+    spans: CapturedSpans,
+) -> None:
+    """Two tasks entering one object: one span, ended once both have left."""
+    from asynctrace import _errors
+
+    previous = _errors.set_strict(False)
+    try:
+        wait = efficiency_span("idle/weights")
+        release = anyio.Event()
+        left: list[int] = []
+
+        async def waiter(i: int) -> None:
+            async with wait:
+                await release.wait()
+            left.append(len(spans.spans))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiter, 0)
+            tg.start_soon(waiter, 1)
+            await anyio.sleep(0.01)
+            release.set()
+        assert left == [0, 1]
+        (span,) = spans.spans
+        assert span.end_time is not None
+    finally:
+        _errors.set_strict(previous)

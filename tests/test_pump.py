@@ -42,11 +42,29 @@ def test_dispatch_scope_follows_the_per_prompt_switch() -> None:
     assert captured.spans == []
 
 
-@pytest.mark.parametrize("bad", [-1, "1", True])
+@pytest.mark.parametrize("bad", [-1, "1", True, 2**63, 2**70])
 def test_dispatch_scope_rejects_bad_attempts(bad: object) -> None:
-    """attempt must be an int >= 0."""
-    with pytest.raises(ConfigurationError, match="attempt"):
+    """attempt must be an int from 0 to 2**63 - 1 (what a span attribute holds)."""
+    with pytest.raises(ConfigurationError, match=r"dispatch_scope\(attempt\)"):
         at.dispatch_scope(attempt=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", [2**63, -(2**63) - 1, 2**70, "3"])
+def test_dispatch_scope_rejects_target_steps_out_of_range(bad: object) -> None:
+    """target_step must be an int a 64-bit attribute holds: a plain int is range-checked too."""
+    with pytest.raises(ConfigurationError, match=r"dispatch_scope\(target_step\)"):
+        at.dispatch_scope(target_step=bad)  # type: ignore[arg-type]
+
+
+def test_dispatch_scope_accepts_the_ends_of_the_range(spans: CapturedSpans) -> None:
+    """The largest attempt and the extreme target steps are kept as they are."""
+    with at.dispatch_scope(attempt=2**63 - 1, target_step=-(2**63)):
+        pass
+    with at.dispatch_scope(target_step=2**63 - 1):
+        pass
+    first, second = spans.by_name("rl.rollout.dispatch")
+    assert attrs(first) == {"rl.rollout.attempt": 2**63 - 1, "rl.target_step": -(2**63)}
+    assert attrs(second)["rl.target_step"] == 2**63 - 1
 
 
 @pytest.mark.anyio
@@ -91,14 +109,14 @@ async def test_wait_until_timeout_and_async_predicates(spans: CapturedSpans) -> 
     assert wait.status.status_code.name == "ERROR"
 
 
-@pytest.mark.parametrize("bad", [0, -0.5, float("nan")])
+@pytest.mark.parametrize("bad", [0, -0.5, float("nan"), float("inf")])
 def test_wait_until_rejects_bad_intervals(bad: float) -> None:
-    """interval_s must be > 0; NaN too is refused (a NaN timer would fire at once, a busy wait)."""
+    """interval_s must be finite and > 0: NaN (a busy wait) and infinity (no second poll) too."""
 
     async def main() -> None:
         await at.wait_until(lambda: False, interval_s=bad, timeout_s=1.0)
 
-    expected = r"wait_until\(interval_s\).*expected a number of seconds > 0"
+    expected = r"wait_until\(interval_s\).*expected a finite number of seconds > 0"
     with pytest.raises(ConfigurationError, match=expected):
         asyncio.run(main())
 
@@ -155,3 +173,61 @@ def test_during_a_trio_guest_run_the_host_loops_own_tasks_are_asyncio_tasks() ->
     asyncio.run(host())
     assert seen["trio task"] is None
     assert seen["asyncio task"] is seen["loop"]
+
+
+@pytest.mark.parametrize("preset", [None, "default", "per_step", "all"])
+def test_wait_until_returns_the_same_count_whatever_is_recorded(preset: str | None) -> None:
+    """The count of starved polls is the loop's own: telemetry on or off does not change it."""
+    asked = 0
+
+    def ready() -> bool:
+        nonlocal asked
+        asked += 1
+        return asked > 5  # five starved polls, then ready
+
+    async def main() -> int:
+        return await at.wait_until(ready, interval_s=0.001)
+
+    if preset is None:
+        polls = asyncio.run(main())
+    else:
+        with capture_spans(preset):
+            polls = asyncio.run(main())
+    assert polls == 5
+
+
+@pytest.mark.anyio
+async def test_wait_until_with_an_infinite_timeout_waits_until_ready() -> None:
+    """timeout_s=inf means no timeout."""
+    asked = 0
+
+    def ready() -> bool:
+        nonlocal asked
+        asked += 1
+        return asked > 2
+
+    assert await at.wait_until(ready, interval_s=0.001, timeout_s=float("inf")) == 2
+
+
+def test_wait_until_times_out_on_the_backend_clock() -> None:
+    """One deadline on trio's MockClock covers a slow first check and the wait after it."""
+    trio = pytest.importorskip("trio")
+    mock_clock = pytest.importorskip("trio.testing").MockClock
+
+    async def main() -> float:
+        calls = 0
+
+        async def ready() -> bool:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                await trio.sleep(8)  # 8 of the 10 s go to the first check
+            return False
+
+        started = trio.current_time()
+        with pytest.raises(TimeoutError):
+            await at.wait_until(ready, interval_s=0.5, timeout_s=10)
+        return float(trio.current_time() - started)
+
+    elapsed = trio.run(main, clock=mock_clock(autojump_threshold=0))
+    assert elapsed == pytest.approx(10, abs=1e-6)

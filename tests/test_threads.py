@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import json
 import multiprocessing
@@ -10,6 +11,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -360,3 +362,176 @@ async def test_tasks_inherit_and_isolate(spans: CapturedSpans) -> None:
     for i in range(10):
         span = spans.by_name(f"c{i}")[0]
         assert parent_of(span) == driver.get_span_context().span_id
+
+
+@pytest.mark.anyio
+async def test_a_bound_async_function_runs_its_body_in_the_captured_context() -> None:
+    """bind_context of an async def: the body sees the captured scopes across awaits, no leak."""
+
+    async def body(tag: str) -> tuple[str, int | None, int | None, int | None]:
+        before = current_iteration()
+        await anyio.sleep(0.001)
+        with iteration_scope(99):
+            await anyio.sleep(0)
+        async with anyio.create_task_group() as tg:  # tasks it starts inherit the context
+            seen: list[int | None] = []
+            tg.start_soon(lambda: _append_iteration(seen))
+        return tag, before, current_iteration(), seen[0]
+
+    class AsyncCall:
+        async def __call__(self, x: int) -> tuple[int | None, int]:
+            await anyio.sleep(0)
+            return current_iteration(), x
+
+    with iteration_scope(4):
+        bound = bind_context(body)
+        partial = bind_context(functools.partial(body, "p"))
+        obj = bind_context(AsyncCall())
+    with iteration_scope(7):
+        assert await bound("x") == ("x", 4, 4, 4)
+        assert await partial() == ("p", 4, 4, 4)
+        assert await obj(1) == (4, 1)
+        assert current_iteration() == 7
+
+
+async def _append_iteration(out: list[int | None]) -> None:
+    out.append(current_iteration())
+
+
+@pytest.mark.anyio
+async def test_a_bound_async_function_passes_on_exceptions_and_cancellation() -> None:
+    """The body's exception reaches the awaiting task; a cancel scope cancels the body."""
+    cleaned: list[int | None] = []
+
+    async def boom() -> None:
+        await anyio.sleep(0)
+        raise KeyError("k")
+
+    async def forever() -> None:
+        try:
+            await anyio.sleep(100)
+        finally:
+            cleaned.append(current_iteration())
+
+    with iteration_scope(2):
+        bound_boom, bound_forever = bind_context(boom), bind_context(forever)
+    with pytest.raises(KeyError):
+        await bound_boom()
+    with anyio.move_on_after(0.01) as scope:
+        await bound_forever()
+    assert scope.cancelled_caught
+    assert cleaned == [2]
+
+
+def test_a_bound_coroutine_closed_unfinished_cleans_up_in_the_captured_context() -> None:
+    """Closing a bound coroutine part-way closes the body, whose cleanup sees the context."""
+    cleaned: list[int | None] = []
+
+    async def body() -> None:
+        try:
+            await asyncio.sleep(0)
+        finally:
+            cleaned.append(current_iteration())
+
+    with iteration_scope(5):
+        bound = bind_context(body)
+    coro = bound()
+    coro.send(None)  # up to the first suspension
+    coro.close()
+    assert cleaned == [5]
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def loop_run(request: pytest.FixtureRequest) -> Any:
+    """asyncio.run, or uvloop.run."""
+    if request.param == "uvloop":
+        return pytest.importorskip("uvloop").run
+    return asyncio.run
+
+
+def _slow_call(ended: list[int | None], started: threading.Event) -> Any:
+    """A call that signals its start, then runs 0.3 s and records its end (with the scope)."""
+
+    def call() -> int:
+        started.set()
+        time.sleep(0.3)
+        ended.append(current_iteration())
+        return 1
+
+    return call
+
+
+@pytest.mark.parametrize("how", ["task.cancel", "twice", "asyncio.timeout", "wait_for"])
+def test_an_asyncio_cancelled_to_thread_caller_waits_for_the_call_to_end(
+    loop_run: Any, how: str
+) -> None:
+    """Plain asyncio cancellation too: the caller sees it only once the call in the thread ends."""
+    ended: list[int | None] = []
+    started = threading.Event()
+    call = _slow_call(ended, started)
+    seen: list[object] = []
+
+    async def wait_started() -> None:
+        while not started.is_set():
+            await asyncio.sleep(0.001)
+
+    async def main() -> None:
+        with iteration_scope(3):
+            if how in ("task.cancel", "twice"):
+                task = asyncio.create_task(to_thread(call))
+                await wait_started()
+                task.cancel()
+                if how == "twice":
+                    await asyncio.sleep(0.05)
+                    task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    seen.append(("cancelled", list(ended)))
+            elif how == "asyncio.timeout":
+                if sys.version_info < (3, 11):
+                    pytest.skip("asyncio.timeout is new in 3.11")
+                try:
+                    async with asyncio.timeout(0.05):
+                        await to_thread(call)
+                except TimeoutError:
+                    seen.append(("timeout", list(ended)))
+            else:
+                try:
+                    await asyncio.wait_for(to_thread(call), 0.05)
+                except (TimeoutError, asyncio.TimeoutError):
+                    seen.append(("timeout", list(ended)))
+
+    loop_run(main())
+    assert seen == [("timeout" if "timeout" in how or how == "wait_for" else "cancelled", [3])]
+
+
+def test_an_asyncio_to_thread_cancelled_before_its_call_begins_runs_nothing(
+    loop_run: Any,
+) -> None:
+    """A caller cancelled before the call has begun leaves at once, and the call never runs."""
+    ran: list[int] = []
+
+    async def main() -> None:
+        await to_thread(lambda: None)  # the worker thread exists
+        task = asyncio.create_task(to_thread(ran.append, 1))
+        await asyncio.sleep(0)  # to_thread's first suspension, before the call is queued
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await to_thread(lambda: None)  # the same worker: whatever it had queued came first
+
+    loop_run(main())
+    assert ran == []
+
+
+@pytest.mark.anyio
+async def test_to_thread_passes_on_results_and_exceptions() -> None:
+    """The call's result is returned, its exception raised, on every backend."""
+
+    def boom() -> None:
+        raise KeyError("k")
+
+    assert await to_thread(sum, [1, 2]) == 3
+    with pytest.raises(KeyError):
+        await to_thread(boom)
