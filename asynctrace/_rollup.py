@@ -171,7 +171,7 @@ class _Step:
         self.sums: list[float] | tuple[float, ...] = _ZERO  # a list once written
         self.phases: dict[str, float] | None = None  # leaf name -> µs counted in the step
         self.sealed = False  # finished: nothing changes its numbers any more
-        self.leaves = 0  # bucketed leaves counted (unknown buckets included)
+        self.leaves = 0  # bucketed leaves counted in a bucket (with time inside the step)
         self.stalled = 0.0  # loop-stall seconds inside the step (in no bucket)
         self.nb = 0
         self.ex: Sequence[Example] = ()
@@ -192,12 +192,13 @@ class _Step:
         """Count *leaves* in the step: each one's overlap with it goes to its bucket and name.
 
         A leaf of an unknown bucket (index < 0; reported when it arrived) is
-        counted in no bucket.
+        counted in no bucket, and neither it nor a leaf clipped to nothing
+        (outside the step) counts in ``leaves``.
         """
         first, last = self.start, self.end
         sums: list[float] | None = None
         phases = self.phases
-        self.leaves += len(leaves)
+        counted = 0
         for start, end, bucket, name, key in leaves:
             if bucket < 0:
                 continue
@@ -208,6 +209,7 @@ class _Step:
                 start = first
             overlap = end - start
             if overlap > 0:
+                counted += 1
                 if sums is None:
                     sums = self.writable_sums()
                 sums[bucket] += overlap
@@ -224,6 +226,7 @@ class _Step:
                         name,
                         key,
                     )
+        self.leaves += counted
 
     def _twice(self, start: float, end: float, name: str, key: int) -> None:
         """The leaf *name* overlaps the one ending last: that time is in the sums twice."""

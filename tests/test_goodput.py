@@ -786,3 +786,32 @@ def test_concurrent_bucketed_leaves_are_an_overlap_live_and_offline(
     twice = float(violation["message"].split("at least ")[1].split(" s")[0])
     assert 0.04 < twice <= live[0]["productive_s"] / 2
     assert live[0]["productive_s"] < live[0]["wall_s"]  # not an over-wall
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_leaf_with_no_time_inside_its_step_is_not_counted_in_its_leaves(
+    tmp_path: Path, provider: str
+) -> None:
+    """A detached bucketed child that runs wholly after its step (within the grace) is in
+    the step's subtree but adds no second to it: ``leaves`` counts the leaves that add
+    time, live and offline alike."""
+    telemetry = _configure(tmp_path, provider)
+
+    async def after_the_step() -> None:
+        await asyncio.sleep(0.03)
+        async with at.managed_span("generation", "rl.generate.late"):
+            await asyncio.sleep(0.01)
+
+    async def main() -> None:
+        with at.iteration_scope(1):
+            async with at.umbrella_span("step", "rl.step"):
+                task = asyncio.create_task(after_the_step())
+                async with at.managed_span("generation", "rl.generate"):
+                    await asyncio.sleep(0.01)
+            await task
+
+    asyncio.run(main())
+    assert telemetry.shutdown()
+    (step,) = _assert_equal(tmp_path)
+    assert step["leaves"] == 1
+    assert list(step["spans"]) == ["rl.generate"]
