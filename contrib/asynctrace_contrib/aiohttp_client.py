@@ -157,21 +157,31 @@ class _Requests:
         # the redaction check and the dict's construction.
         self._last: tuple[Any, str, dict[str, Any]] = (None, "", {})
 
-    def begin(self, method: str, url: Any, headers: Any, params: Any) -> Span | None:
+    def begin(
+        self, method: str, url: Any, headers: Any, params: Any, injected: str | None = None
+    ) -> Span | None:
         """Inject the context; start the CLIENT span when per_prompt is on.
 
         A request whose ``traceparent`` is already set (by the caller, or by
         another HTTP instrumentation that ran first) names its parent already:
         a span of ours would not be the one the server sees, so none is
-        started. Inside OpenTelemetry's ``suppress_http_instrumentation``,
-        nothing is done at all.
+        started. The exception is *injected*, the ``traceparent`` this layer
+        set on the same request object for an earlier attempt (a retry
+        middleware sends one request again): it is replaced, and the attempt
+        gets a span of its own. Inside OpenTelemetry's
+        ``suppress_http_instrumentation``, nothing is done at all.
         """
         current = _get_current()
         if current.get(_SUPPRESS_HTTP) or current.get(_SUPPRESS):
             return None
-        if not asynctrace.is_span_group_enabled(GATE_GROUP) or "traceparent" in headers:
+        if not asynctrace.is_span_group_enabled(GATE_GROUP):
             _inject(headers, asynctrace.current_trace_carrier())
             return None
+        if "traceparent" in headers:
+            if injected is None or headers.get("traceparent") != injected:
+                _inject(headers, asynctrace.current_trace_carrier())
+                return None
+            del headers["traceparent"]  # an earlier attempt's, ours: this one gets its own
         options = self.options
         name = method if method in KNOWN_METHODS else "HTTP"
         if options.span_name is not None:
@@ -225,7 +235,9 @@ class _Requests:
             asynctrace.end_span(span)
             return
         try:
-            connection.add_callback(functools.partial(asynctrace.end_span, span))
+            # The body's stream, not the response: the response holds the connection,
+            # and a callback holding the response would keep an abandoned one alive.
+            connection.add_callback(functools.partial(_body_done, span, response.content))
         except Exception:  # an aiohttp without connection callbacks: end at the headers
             logger.warning("asynctrace: cannot follow the response body", exc_info=True)
             asynctrace.end_span(span)
@@ -241,7 +253,14 @@ class _Requests:
         if not isinstance(exc, Exception):
             asynctrace.end_span(span, exc)
             return
-        span.set_attribute("error.type", type(exc).__qualname__)
+        status = exc.status if isinstance(exc, aiohttp.ClientResponseError) else None
+        if type(status) is int and status > 0:
+            # raise_for_status: a response arrived; its status is the request's.
+            span.set_attribute("http.response.status_code", status)
+        if type(status) is int and status >= 400:
+            span.set_attribute("error.type", str(status))
+        else:
+            span.set_attribute("error.type", type(exc).__qualname__)
         keys = self.options.secret_keys
         secrets: set[str] = set()
         try:
@@ -255,6 +274,29 @@ class _Requests:
         except Exception:  # an odd exception object: the default redaction still applies
             logger.debug("asynctrace: could not read the failed request", exc_info=True)
         asynctrace.end_span(span, exc, secrets=secrets)
+
+
+# What aiohttp puts in a response's body stream when the response is released or
+# closed before its end: the caller let go, nothing failed.
+_RELEASED = getattr(getattr(aiohttp, "client_reqrep", None), "_CONNECTION_CLOSED_EXCEPTION", None)
+
+
+def _body_done(span: Span, content: Any) -> None:
+    """End *span* when its response lets go of the connection.
+
+    A body whose reading failed (the peer closed mid-body, a read timeout)
+    ends the span in error with that exception; an early ``release()`` or
+    ``close()`` does not.
+    """
+    try:
+        exc = content.exception()
+    except Exception:  # not a stream we know: the span still ends
+        exc = None
+    if exc is None or exc is _RELEASED or not isinstance(exc, Exception):
+        asynctrace.end_span(span)
+        return
+    span.set_attribute("error.type", type(exc).__qualname__)
+    asynctrace.end_span(span, exc)
 
 
 def _url_attributes(method: str, url: Any, secret_keys: Any) -> dict[str, Any]:
@@ -273,14 +315,22 @@ def _url_attributes(method: str, url: Any, secret_keys: Any) -> dict[str, Any]:
     return attrs
 
 
+_INJECTED = "_asynctrace_traceparent"  # the traceparent this layer set on a ClientRequest
+
+
 def _make_middleware(options: _Options) -> Any:
     requests = _Requests(options)
 
     async def asynctrace_middleware(request: Any, handler: Any) -> aiohttp.ClientResponse:
-        span = requests.begin(request.method, request.url, request.headers, request)
+        headers = request.headers
+        span = requests.begin(
+            request.method, request.url, headers, request, getattr(request, _INJECTED, None)
+        )
         if span is None:
             response: aiohttp.ClientResponse = await handler(request)
             return response
+        # Remembered on the request: a retry middleware outside sends it again.
+        setattr(request, _INJECTED, headers.get("traceparent"))
         try:
             response = await handler(request)
         except BaseException as exc:
@@ -422,6 +472,7 @@ def trace_config(
 
 _install_lock = threading.Lock()
 _original_init: Any = None
+_original_request: Any = None
 
 
 def instrument_aiohttp_client(**options: Any) -> None:
@@ -429,14 +480,16 @@ def instrument_aiohttp_client(**options: Any) -> None:
 
     Idempotent: a second call changes nothing (call
     :func:`uninstrument_aiohttp_client` first to change options). Sessions
-    created before this call are not covered. Takes the keyword arguments of
+    created before this call are not covered. On aiohttp >= 3.12, a request
+    passing its own ``middlewares=`` keeps its session's asynctrace
+    middleware, appended last. Takes the keyword arguments of
     :func:`trace_config`.
 
     Example:
         >>> instrument_aiohttp_client(record_request_headers=["x-request-id"])
         >>> uninstrument_aiohttp_client()
     """
-    global _original_init
+    global _original_init, _original_request
     with _install_lock:
         if _original_init is not None:
             return
@@ -459,6 +512,40 @@ def instrument_aiohttp_client(**options: Any) -> None:
 
         _original_init = original
         aiohttp.ClientSession.__init__ = __init__  # type: ignore[method-assign]
+        if _HAS_MIDDLEWARES:
+            _original_request = aiohttp.ClientSession._request
+            aiohttp.ClientSession._request = _with_session_layer(  # type: ignore[method-assign]
+                _original_request
+            )
+
+
+def _with_session_layer(original: Any) -> Any:
+    """Wrap ``ClientSession._request`` so a request's own ``middlewares=`` keep ours.
+
+    aiohttp runs a request's ``middlewares=`` instead of the session's, so a
+    session's asynctrace layer is appended to them (last, as on the session),
+    unless they hold one already. A plain function returning the coroutine:
+    a request without ``middlewares=`` pays one call and one lookup.
+    """
+
+    @functools.wraps(original)
+    def _request(self: aiohttp.ClientSession, *args: Any, **kwargs: Any) -> Any:
+        chain = kwargs.get("middlewares")
+        if chain is not None:
+            kwargs["middlewares"] = _keep_session_layer(self, tuple(chain))
+        return original(self, *args, **kwargs)
+
+    return _request
+
+
+def _keep_session_layer(session: aiohttp.ClientSession, chain: tuple[Any, ...]) -> Any:
+    """*chain*, with the session's asynctrace middleware appended if it has one and *chain* not."""
+    if any(getattr(layer, "asynctrace", False) for layer in chain):
+        return chain
+    for layer in getattr(session, "_middlewares", None) or ():
+        if getattr(layer, "asynctrace", False):
+            return (*chain, layer)
+    return chain
 
 
 def _otel_aiohttp_active() -> bool:
@@ -480,9 +567,12 @@ def uninstrument_aiohttp_client() -> None:
     Example:
         >>> uninstrument_aiohttp_client()
     """
-    global _original_init
+    global _original_init, _original_request
     with _install_lock:
         if _original_init is None:
             return
         aiohttp.ClientSession.__init__ = _original_init  # type: ignore[method-assign]
         _original_init = None
+        if _original_request is not None:
+            aiohttp.ClientSession._request = _original_request  # type: ignore[method-assign]
+            _original_request = None

@@ -1,11 +1,13 @@
 """FastAPI / ASGI server instrumentation: one SERVER span per request, per app.
 
-:func:`instrument_fastapi` adds an ASGI middleware to one application (no
-global class swap; importing this module changes no framework state). Each
+:func:`instrument_fastapi` puts an ASGI middleware around one application's
+whole middleware stack (no global class swap; importing this module changes
+no framework state). Each
 HTTP request becomes a SERVER span named ``"{METHOD} {route template}"``
 (``GET /items/{item_id}``, never the raw path; ``HTTP`` for a method not
 known, see :mod:`._http_values`), continuing the caller's W3C
-context, covering the response to its last byte. Websocket connections get
+context, covering the response to its last byte (not the background tasks
+after it). Websocket connections get
 one span each; lifespan events pass through untouched.
 
 Server spans are gated on the ``http_server`` group, registered here as an
@@ -29,11 +31,18 @@ from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 
 import asynctrace
 
-from ._http import DEFAULT_SECRET_KEYS, SecretKeys, header_secrets, redact_url, url_secrets
+from ._http import (
+    DEFAULT_SECRET_KEYS,
+    REDACTED,
+    SecretKeys,
+    header_secrets,
+    redact_url,
+    url_secrets,
+)
 from ._http_values import KNOWN_METHODS, method_attributes, request_authority
 
 try:
-    import starlette  # noqa: F401
+    from starlette.middleware.errors import ServerErrorMiddleware
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise asynctrace.MissingExtraError("fastapi", "starlette") from exc
 
@@ -63,9 +72,16 @@ ServerHook = Callable[[Span, Scope], None]
 _SECRET_KEYS = SecretKeys(DEFAULT_SECRET_KEYS)
 
 
-# The trace headers (0-2), and the ones that name the server (3-5: see _http_values).
+# The trace headers (0-2), the ones that name the server (3-5: see _http_values), and
+# the client's name (6).
 _TRACE_HEADERS = {"traceparent": 0, "tracestate": 1, "baggage": 2}
-_ALL_HEADERS = {**_TRACE_HEADERS, "forwarded": 3, "x-forwarded-host": 4, "host": 5}
+_ALL_HEADERS = {
+    **_TRACE_HEADERS,
+    "forwarded": 3,
+    "x-forwarded-host": 4,
+    "host": 5,
+    "user-agent": 6,
+}
 _RAW_TRACE_HEADERS = {name.encode(): index for name, index in _TRACE_HEADERS.items()}
 _RAW_ALL_HEADERS = {name.encode(): index for name, index in _ALL_HEADERS.items()}
 _LONGEST = max(map(len, _ALL_HEADERS))
@@ -80,9 +96,9 @@ def _headers(
     ``baggage`` headers are combined in order, as HTTP combines repeated
     headers; a repeated ``traceparent`` is invalid (W3C: start a new trace),
     so it is left out, and so is the ``tracestate`` that came with it.
-    Without *trust*, no ``baggage`` is read. Given *named* (three ``None``),
-    the first ``Forwarded``, ``X-Forwarded-Host`` and ``Host`` values are
-    stored in it.
+    Without *trust*, no ``baggage`` is read. Given *named* (four ``None``),
+    the first ``Forwarded``, ``X-Forwarded-Host``, ``Host`` and ``User-Agent``
+    values are stored in it.
     """
     raw_names, names = (
         (_RAW_TRACE_HEADERS, _TRACE_HEADERS) if named is None else (_RAW_ALL_HEADERS, _ALL_HEADERS)
@@ -205,7 +221,7 @@ class AsyncTraceMiddleware:
             else:
                 await self.app(scope, receive, send)
             return
-        named: list[str | None] = [None, None, None]
+        named: list[str | None] = [None, None, None, None]
         carrier = _headers(scope, trust=self.trust_incoming, named=named)
         # The caller's scopes (per-prompt above all) decide the server span's gate too.
         with asynctrace.remote_trace_context(carrier) as remote:
@@ -217,14 +233,18 @@ class AsyncTraceMiddleware:
                     # flags on, so the app's own calls continue the caller's trace.
                     await self.app(scope, receive, send)
                     return
-                state = _Exchange(span)
+                state = _Exchange(span, scope)
                 try:
                     await self.app(scope, state.wrap_receive(receive), state.wrap_send(send))
                 except BaseException as exc:
-                    state.failed(exc)
+                    # Raised after a complete response (a background task): the app's
+                    # own; the request it answered is not changed by it.
+                    if not state.ended and not (state.complete and _closed_normally(exc)):
+                        state.error = exc
                     raise
                 finally:
-                    state.finish(scope)
+                    if not state.ended:
+                        state.finish()
             finally:
                 _detach(token)
 
@@ -236,7 +256,8 @@ class AsyncTraceMiddleware:
     ) -> Span:
         """Start the SERVER span inside the entered *remote* context.
 
-        *named*: the request's ``Forwarded``, ``X-Forwarded-Host`` and ``Host``.
+        *named*: the request's ``Forwarded``, ``X-Forwarded-Host``, ``Host`` and
+        ``User-Agent``.
         """
         scheme = str(scope.get("scheme", "http"))
         method = "GET" if scope.get("type") == "websocket" else str(scope.get("method", "GET"))
@@ -250,7 +271,7 @@ class AsyncTraceMiddleware:
             attributes.update(known)
         elif scope.get("type") == "websocket":
             method = "WEBSOCKET"  # the span's name; its method is the handshake's
-        forwarded, forwarded_host, host = named
+        forwarded, forwarded_host, host, agent = named
         authority = (
             request_authority(forwarded, forwarded_host, host, scheme)
             if forwarded is not None or forwarded_host is not None or host is not None
@@ -270,6 +291,11 @@ class AsyncTraceMiddleware:
         version = scope.get("http_version")
         if version:
             attributes["network.protocol.version"] = str(version)
+        if agent:
+            attributes["user_agent.original"] = agent
+        query = scope.get("query_string")
+        if query:
+            attributes["url.query"] = _query(query)
         if self.trust_incoming or not remote.valid:
             span = asynctrace.start_span(
                 SERVER_GROUP, method, kind=SpanKind.SERVER, attributes=attributes
@@ -307,23 +333,63 @@ def _detach(token: object) -> None:
         pass
 
 
+# Websocket close codes of a close that went as planned (RFC 6455, 7.4.1): normal
+# closure, going away. Not 1005: servers report a dropped connection with it too.
+_NORMAL_CLOSE = frozenset({1000, 1001})
+
+
+def _closed_normally(exc: BaseException) -> bool:
+    """Whether *exc* is Starlette's ``WebSocketDisconnect`` for a normal close (a receive
+    after the client closed the websocket as planned)."""
+    return type(exc).__name__ == "WebSocketDisconnect" and getattr(exc, "code", None) in (
+        _NORMAL_CLOSE
+    )
+
+
 class _Exchange:
-    """Observes one request's messages (never changes them) and ends its span."""
+    """Observes one request's messages (never changes them) and ends its span.
 
-    __slots__ = ("complete", "disconnected", "error", "span", "status")
+    An HTTP response below 500 ends the span as soon as its last body message
+    has been sent, so work the app does afterwards (``BackgroundTasks``) is
+    outside it. Otherwise the span ends when the app returns or raises: a 5xx
+    is often the error handler answering an exception that is raised next.
+    """
 
-    def __init__(self, span: Span) -> None:
+    __slots__ = (
+        "accepted",
+        "complete",
+        "disconnected",
+        "early",
+        "ended",
+        "error",
+        "scope",
+        "span",
+        "status",
+    )
+
+    def __init__(self, span: Span, scope: Scope) -> None:
         self.span = span
+        self.scope = scope
         self.status: int | None = None
         self.complete = False
         self.disconnected = False
+        self.accepted = False
+        self.early = False
+        self.ended = False
         self.error: BaseException | None = None
 
     def wrap_receive(self, receive: Receive) -> Receive:
         async def traced_receive() -> Message:
             message = await receive()
-            if message.get("type") in ("http.disconnect", "websocket.disconnect"):
+            kind = message.get("type")
+            if kind == "http.disconnect":
                 self.disconnected = True
+            elif kind == "websocket.disconnect":
+                # A websocket the client closes normally has ended, not been cut off.
+                if self.accepted and message.get("code", 1005) in _NORMAL_CLOSE:
+                    self.complete = True
+                else:
+                    self.disconnected = True
             return message
 
         return traced_receive
@@ -332,20 +398,32 @@ class _Exchange:
         async def traced_send(message: Message) -> None:
             kind = message.get("type")
             if kind == "http.response.start":
-                self.status = message.get("status")
+                status = self.status = message.get("status")
+                self.early = type(status) is int and status < 500
+                if not self.early and not self.ended:
+                    raised = self.scope.get(_RAISED)
+                    if isinstance(raised, Exception):
+                        # The error handler answers an exception: the span ends before
+                        # the client hears of it, as when the exception escaped us.
+                        self.error = raised
+                        self.finish()
             await send(message)
-            if (
-                kind == "http.response.body" and not message.get("more_body", False)
-            ) or kind == "websocket.close":
+            if kind == "http.response.body":
+                if not message.get("more_body", False):
+                    self.complete = True
+                    if self.early and not self.ended:
+                        self.finish()
+            elif kind == "websocket.accept":
+                self.accepted = True
+            elif kind == "websocket.close":
                 self.complete = True
 
         return traced_send
 
-    def failed(self, exc: BaseException) -> None:
-        self.error = exc
-
-    def finish(self, scope: Scope) -> None:
+    def finish(self) -> None:
+        self.ended = True
         span = self.span
+        scope = self.scope
         try:
             template = _route_template(scope)
             if template is not None:
@@ -361,16 +439,18 @@ class _Exchange:
                 if self.status >= 500:
                     span.set_attribute("error.type", str(self.status))
                     span.set_status(Status(StatusCode.ERROR))
-            elif isinstance(self.error, Exception):
-                # No response started: Starlette's outermost error handler (or
-                # the server) answers after us: 500, unless the app installed
-                # its own handler for 500/Exception, whose status we cannot see.
-                span.set_attribute("error.type", type(self.error).__qualname__)
-                if scope.get("type") == "http" and not _custom_error_handler(scope):
-                    span.set_attribute("http.response.status_code", 500)
-            if (
-                isinstance(self.error, Exception) and self.status is not None and self.status < 500
-            ):  # raised after its response started (a stream cut off): it ended in error
+            elif (
+                isinstance(self.error, Exception)
+                and scope.get("type") == "http"
+                and not _custom_error_handler(scope)
+            ):
+                # No response started: the server (or, where this middleware was added
+                # by hand inside Starlette's error handler, that handler) answers after
+                # us: 500, unless the app installed its own handler for 500/Exception.
+                span.set_attribute("http.response.status_code", 500)
+            if isinstance(self.error, Exception):
+                # Escaped the app, before or after a response (the error handler's
+                # 500, a stream cut off): the exception names the error best.
                 span.set_attribute("error.type", type(self.error).__qualname__)
         except Exception:  # pragma: no cover - a broken span must not break the response
             logger.debug("asynctrace: could not annotate the server span", exc_info=True)
@@ -417,11 +497,18 @@ def instrument_fastapi(
     excluded_urls: str | Iterable[str] | None = None,
     server_request_hook: ServerHook | None = None,
 ) -> None:
-    """Add the tracing middleware to one FastAPI/Starlette *app* (before it starts).
+    """Trace one FastAPI/Starlette *app* (before it starts), outside all its middleware.
 
-    Idempotent per app. See :class:`AsyncTraceMiddleware` for the arguments.
-    On FastAPI versions with built-in telemetry, the app's own request tracing
-    is turned off meanwhile, so each request has exactly one server span.
+    The tracing middleware goes around the app's whole middleware stack,
+    whenever the other middlewares are added, so a request answered or
+    failed by one of them (an authentication middleware's 401, a CORS
+    preflight, a middleware that raises) has its server span too, and the
+    spans they open are its children. Starlette's error handler is kept inside
+    it, so the status the app's error handler answers with is the one
+    recorded. Idempotent per app. See :class:`AsyncTraceMiddleware` for the
+    arguments. On FastAPI versions with built-in telemetry, the app's own
+    request tracing is turned off meanwhile, so each request has exactly one
+    server span.
 
     Raises:
         RuntimeError: the application has already started serving (Starlette
@@ -433,29 +520,107 @@ def instrument_fastapi(
         >>> instrument_fastapi(app, excluded_urls=["^/healthz$"])
         >>> uninstrument_fastapi(app)
     """
-    if any(m.cls is AsyncTraceMiddleware for m in app.user_middleware):
+    state = app.__dict__
+    if _BUILD_KEY in state:
         return
-    app.add_middleware(  # raises if the app already started: then nothing changed
-        AsyncTraceMiddleware,
-        trust_incoming=trust_incoming,
-        excluded_urls=excluded_urls,
-        server_request_hook=server_request_hook,
-    )
+    if getattr(app, "middleware_stack", None) is not None:
+        raise RuntimeError("Cannot add middleware after an application has started")
+    options: dict[str, Any] = {
+        "trust_incoming": trust_incoming,
+        "excluded_urls": excluded_urls,
+        "server_request_hook": server_request_hook,
+    }
+    AsyncTraceMiddleware(app, **options)  # bad options fail here, not at the first request
+    build = app.build_middleware_stack
+    active = [True]  # uninstrumented while another wrapper sits on ours: build plainly
+
+    def build_middleware_stack() -> ASGIApp:
+        stack: ASGIApp = build()
+        return _outermost(stack, options) if active[0] else stack
+
+    state[_BUILD_KEY] = (state.get("build_middleware_stack"), build_middleware_stack, active)
+    app.build_middleware_stack = build_middleware_stack
     _native_tracing(app, enabled=False)
 
 
+_BUILD_KEY = "asynctrace.build_middleware_stack"
+
+
+def _outermost(stack: ASGIApp, options: dict[str, Any]) -> ASGIApp:
+    """The app's built *stack* with the tracing middleware around it.
+
+    Starlette's stack starts with its ``ServerErrorMiddleware`` (the app's
+    handler for 500/``Exception``): a copy of it goes inside the tracing
+    middleware, whose response the middleware then observes, and the original
+    outside, so a layer wrapping this stack afterwards (OpenTelemetry's
+    FastAPI instrumentation) still finds it. Where OpenTelemetry's
+    instrumentation wrapped the stack first, the tracing middleware goes just
+    inside its middleware, which owns the server span then.
+    """
+    if not isinstance(stack, ServerErrorMiddleware):  # an unknown shape: around it whole
+        return AsyncTraceMiddleware(stack, **options)
+    inner: Any = stack.app
+    if type(inner).__name__ == "OpenTelemetryMiddleware" and hasattr(inner, "app"):
+        inner.app = AsyncTraceMiddleware(inner.app, **options)
+        return stack
+    errors = ServerErrorMiddleware(_NoteRaised(inner), handler=stack.handler, debug=stack.debug)
+    traced = AsyncTraceMiddleware(errors, **options)
+    return ServerErrorMiddleware(traced, handler=stack.handler, debug=stack.debug)
+
+
+_RAISED = "asynctrace.raised"  # the scope key of an exception on its way to the error handler
+
+
+class _NoteRaised:
+    """Just inside Starlette's error handler: notes an exception in the scope as it passes.
+
+    The error handler answers it before it re-raises it; noted, the tracing
+    middleware knows the exception when the answer starts.
+    """
+
+    __slots__ = ("app",)
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.app(scope, receive, send)
+        except Exception as exc:
+            scope[_RAISED] = exc
+            raise
+
+
 def uninstrument_fastapi(app: Any) -> None:
-    """Remove the tracing middleware from *app*; the stack is rebuilt on the next request.
+    """Stop tracing *app*; its middleware stack is rebuilt on the next request.
 
     Example:
         >>> from fastapi import FastAPI
         >>> uninstrument_fastapi(FastAPI())
     """
-    kept = [m for m in app.user_middleware if m.cls is not AsyncTraceMiddleware]
-    if len(kept) != len(app.user_middleware):
-        app.user_middleware[:] = kept
-        app.middleware_stack = None
-        _native_tracing(app, enabled=True)
+    state = app.__dict__
+    installed = state.pop(_BUILD_KEY, None)
+    if installed is None:
+        return
+    previous, ours, active = installed
+    active[0] = False
+    if state.get("build_middleware_stack") is ours:  # else wrapped since: ours stays, inert
+        if previous is None:
+            del state["build_middleware_stack"]
+        else:
+            state["build_middleware_stack"] = previous
+    app.middleware_stack = None
+    _native_tracing(app, enabled=True)
+
+
+def _query(raw: Any) -> str:
+    """``url.query``: the query string as sent, secret-like values redacted as in ``url.full``."""
+    try:
+        query = bytes(raw).decode("latin-1")
+    except Exception:  # not bytes: nothing of it
+        return REDACTED
+    redacted = redact_url("?" + query, _SECRET_KEYS)
+    return redacted[1:] if redacted.startswith("?") else redacted
 
 
 def _path(scope: Scope) -> str:

@@ -244,8 +244,13 @@ def test_demo_scripts_validate_counts(tmp_path: Path, command: list[str]) -> Non
         (["--steps", "abc"], "argument --steps: expected an integer >= 1, got 'abc'"),
         (["--prompts", "0"], "argument --prompts: expected an integer >= 1, got '0'"),
     ):
-        done = subprocess.run(
-            [*command, *argv], capture_output=True, text=True, timeout=120, check=False
+        done = subprocess.run(  # in tmp_path: a parser that took --steps for OUT writes there
+            [*command, *argv],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            cwd=tmp_path,
         )
         assert done.returncode == 2
         assert done.stderr.splitlines()[-1].endswith(f"error: {problem}")

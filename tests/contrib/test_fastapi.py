@@ -131,10 +131,8 @@ def test_errors_are_recorded(asgi_server: Any, spans: CapturedSpans) -> None:
     assert any(e.name == "exception" for e in server.events)
 
 
-def test_custom_error_handler_status_is_not_guessed(
-    asgi_server: Any, spans: CapturedSpans
-) -> None:
-    """An app's own handler for Exception answers with its status: none is recorded."""
+def test_custom_error_handler_status_is_recorded(asgi_server: Any, spans: CapturedSpans) -> None:
+    """An app's own handler for Exception answers with its status: that one is recorded."""
     from fastapi.responses import JSONResponse
 
     app = make_app()
@@ -147,7 +145,7 @@ def test_custom_error_handler_status_is_not_guessed(
     assert status == 503
     (server,) = server_spans(spans, "GET /boom")
     assert attrs(server)["error.type"] == "RuntimeError"
-    assert "http.response.status_code" not in attrs(server)
+    assert attrs(server)["http.response.status_code"] == 503
     assert server.status.status_code is StatusCode.ERROR
 
 
@@ -378,9 +376,19 @@ def test_instrument_is_idempotent_and_reversible(asgi_server: Any) -> None:
     """One middleware however often instrumented; none after uninstrument."""
     app = make_app()
     instrument_fastapi(app)
-    assert sum(1 for m in app.user_middleware if m.cls.__name__ == "AsyncTraceMiddleware") == 1
+
+    def tracing_layers(stack: Any) -> int:
+        count = 0
+        while stack is not None:
+            count += type(stack).__name__ == "AsyncTraceMiddleware"
+            stack = getattr(stack, "app", None)
+        return count
+
+    assert tracing_layers(app.build_middleware_stack()) == 1
+    assert app.user_middleware == []  # the app's own list is left alone
     uninstrument_fastapi(app)
-    assert not app.user_middleware
+    assert "build_middleware_stack" not in vars(app)
+    assert tracing_layers(app.build_middleware_stack()) == 0
     url = asgi_server(app) + "/items/5"
     with capture_spans("all") as captured:
         assert asyncio.run(fetch(url))[0] == 200
