@@ -10,7 +10,9 @@ caller's bucket would be counted against the wrong wall clock.
 Received baggage is untrusted input: a header over 8,192 bytes is dropped
 whole, entries past the 180th, entries over 4,096 bytes and entries that are
 not W3C Baggage syntax are skipped, and each is counted
-(:func:`carrier_stats`), never logged per request and never raised.
+(:func:`carrier_stats`), never logged per request and never raised. Sent
+baggage keeps to the same limits: an entry that would break one is left out,
+counted, and logged once per process (without its value).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import quote, quote_plus, unquote, unquote_plus
 
+from ._errors import logger
 from ._forksafe import reinit_at_fork
 from ._scopes import SCOPES, ScopeState
 
@@ -39,13 +42,14 @@ MAX_MEMBER: Final = 4096
 MAX_MEMBERS: Final = 180
 
 # W3C Baggage: key = token (RFC 7230 tchar); value = *baggage-octet; then properties.
+# No pattern here has two optional blank runs side by side (they backtrack quadratically
+# over a long run of blanks): blanks are stripped first, then each part is matched alone.
 _KEY: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _VALUE: Final = re.compile(r"[\x21\x23-\x2b\x2d-\x3a\x3c-\x5b\x5d-\x7e]*")
-_PROPERTY: Final = re.compile(
-    r"[ \t]*[!#$%&'*+\-.^_`|~0-9A-Za-z]+[ \t]*"
-    r"(?:=[ \t]*[\x21\x23-\x2b\x2d-\x3a\x3c-\x5b\x5d-\x7e]*)?[ \t]*"
-)
 _INT: Final = re.compile(r"-?[0-9]{1,19}")
+# What an iteration or an integer task id may be: a 64-bit attribute, as iteration_scope takes.
+_INT64_MIN: Final = -(2**63)
+_INT64_MAX: Final = 2**63 - 1
 # A member that is just key=value (no blanks, no properties), in one match.
 _SIMPLE: Final = re.compile(
     r"([!#$%&'*+\-.^_`|~0-9A-Za-z]+)=([\x21\x23-\x2b\x2d-\x3a\x3c-\x5b\x5d-\x7e]*)"
@@ -53,17 +57,27 @@ _SIMPLE: Final = re.compile(
 # What encode() sends when the scopes are all there is, matched against "," + header:
 # the members in encode()'s order, each optional, integer task ids, and session ids of
 # unreserved characters (nothing to unquote). Each value is one the full parser accepts
-# and reads the same way; any other header takes the full parser.
+# and reads the same way; any other header takes the full parser. Integers of up to 18
+# digits are within int64 by their length alone; a 19-digit one is range-checked there.
 _OWN: Final = re.compile(
-    r"(?:,asynctrace\.iteration=(-?[0-9]{1,19}))?"
+    r"(?:,asynctrace\.iteration=(-?[0-9]{1,18}))?"
     r"(,asynctrace\.per_prompt=1)?"
-    r"(?:,asynctrace\.task_id=(-?[0-9]{1,19}))?"
+    r"(?:,asynctrace\.task_id=(-?[0-9]{1,18}))?"
     r"(?:,asynctrace\.session_id=([-.0-9A-Z_a-z~]{1,1024}))?"
 )
 
 _counts_lock = threading.Lock()
 reinit_at_fork(_counts_lock)  # a lock held at fork() is made new in the child
-_counts = {"baggage_headers_dropped": 0, "baggage_entries_skipped": 0, "scope_values_skipped": 0}
+_counts = {
+    "baggage_headers_dropped": 0,
+    "baggage_entries_skipped": 0,
+    "scope_values_skipped": 0,
+    "baggage_entries_not_sent": 0,
+    "traceparent_invalid": 0,
+    "tracestate_dropped": 0,
+    "carrier_values_not_str": 0,
+}
+_not_sent_logged = False  # the first entry left out of sent baggage is logged; no later one
 
 
 def _count(name: str, n: int = 1) -> None:
@@ -72,19 +86,51 @@ def _count(name: str, n: int = 1) -> None:
 
 
 def carrier_stats() -> dict[str, int]:
-    """What carriers refused to read of received baggage, since the process started.
+    """What carriers refused to read, and to send, since the process started.
 
-    ``baggage_headers_dropped``: whole headers over 8,192 bytes;
-    ``baggage_entries_skipped``: entries past the 180th, over 4,096 bytes, or
-    not W3C Baggage syntax (non-ASCII text included); ``scope_values_skipped``:
-    ``asynctrace.*`` entries whose value is not one a scope takes.
+    Received: ``baggage_headers_dropped``: whole ``baggage`` headers over
+    8,192 bytes; ``baggage_entries_skipped``: entries past the 180th, over
+    4,096 bytes, or not W3C Baggage syntax (non-ASCII text included);
+    ``scope_values_skipped``: ``asynctrace.*`` entries whose value is not one
+    a scope takes (an integer outside int64 included); ``traceparent_invalid``:
+    carriers whose ``traceparent`` is not valid W3C, or repeated;
+    ``tracestate_dropped``: carriers whose non-empty ``tracestate`` was
+    discarded (not W3C, or its ``traceparent`` invalid or repeated);
+    ``carrier_values_not_str``: values of
+    ``traceparent``, ``tracestate`` or ``baggage`` that are not ``str``
+    (bytes, say), which are not read.
+
+    Sent: ``baggage_entries_not_sent``: entries left out of a carrier's
+    ``baggage`` because they would break a W3C Baggage limit (4,096 bytes an
+    entry, 180 entries, 8,192 bytes the header), counted each time the
+    header is made (a scope entry once per scope state).
 
     Example:
-        >>> sorted(carrier_stats())
-        ['baggage_entries_skipped', 'baggage_headers_dropped', 'scope_values_skipped']
+        >>> sorted(carrier_stats())  # doctest: +NORMALIZE_WHITESPACE
+        ['baggage_entries_not_sent', 'baggage_entries_skipped', 'baggage_headers_dropped',
+         'carrier_values_not_str', 'scope_values_skipped', 'traceparent_invalid',
+         'tracestate_dropped']
     """
     with _counts_lock:
         return dict(_counts)
+
+
+def _not_sent(n: int, what: str) -> None:
+    """Count *n* entries left out of sent baggage; log the first time only (no values)."""
+    global _not_sent_logged
+    with _counts_lock:
+        _counts["baggage_entries_not_sent"] += n
+        first, _not_sent_logged = not _not_sent_logged, True
+    if first:
+        logger.warning(
+            "asynctrace: %s not sent in baggage: W3C Baggage allows %d bytes an entry, "
+            "%d entries and %d bytes the header; carrier_stats()['baggage_entries_not_sent'] "
+            "counts such entries, which are not logged again",
+            what,
+            MAX_MEMBER,
+            MAX_MEMBERS,
+            MAX_HEADER,
+        )
 
 
 class ScopeValues:
@@ -134,8 +180,17 @@ def _scope_members(state: ScopeState) -> str:
             parts.append(f"{TASK_KEY}={quote(json.dumps(state.task_id), safe='')}")
         if state.session_id is not None:
             parts.append(f"{SESSION_KEY}={quote(state.session_id, safe='')}")
-        members = ",".join(p for p in parts if len(p) <= MAX_MEMBER)
+        kept: list[str] = []
+        length = -1  # the first member has no comma before it
+        for part in parts:
+            if len(part) <= MAX_MEMBER and length + 1 + len(part) <= MAX_HEADER:
+                kept.append(part)
+                length += 1 + len(part)
+        members = ",".join(kept)
         cache[_SCOPES_KEY] = members
+        if len(kept) < len(parts):  # a long task or session id: once per state, as it is cached
+            left_out = [p.partition("=")[0] for p in parts if p not in kept]
+            _not_sent(len(left_out), ", ".join(left_out))
     return members
 
 
@@ -144,7 +199,8 @@ def encode(user: Mapping[str, object]) -> str:
 
     Scope members come first, so the limits never push them out. A user
     entry under the ``asynctrace.`` prefix is replaced by the scopes; one that
-    would break a limit is left out whole (W3C: never a partial member).
+    would break a limit is left out whole (W3C: never a partial member), and
+    counted (``baggage_entries_not_sent``).
     """
     header = _scope_members(SCOPES.get())
     if not user:
@@ -152,6 +208,7 @@ def encode(user: Mapping[str, object]) -> str:
     count = header.count(",") + 1 if header else 0
     length = len(header)
     parts = [header] if header else []
+    left_out = 0
     for key, value in user.items():
         name = str(key)
         if name.startswith(PREFIX):
@@ -159,10 +216,13 @@ def encode(user: Mapping[str, object]) -> str:
         member = f"{quote_plus(name)}={quote_plus(str(value))}"
         added = len(member) + (1 if count else 0)
         if len(member) > MAX_MEMBER or count >= MAX_MEMBERS or length + added > MAX_HEADER:
+            left_out += 1
             continue
         parts.append(member)
         count += 1
         length += added
+    if left_out:
+        _not_sent(left_out, f"{left_out} of your own entries")
     return ",".join(parts)
 
 
@@ -179,7 +239,7 @@ def decode(values: list[str]) -> tuple[dict[str, str], ScopeValues]:
         scopes = ScopeValues()
         iteration, per_prompt, task, session = own.groups()
         if iteration is not None:
-            scopes.iteration = int(iteration)
+            scopes.iteration = int(iteration)  # 18 digits at most: within int64
         if per_prompt is not None:
             scopes.per_prompt = True
         if task is not None:
@@ -238,7 +298,7 @@ def parse(header: str) -> tuple[dict[str, str], ScopeValues]:
             or _KEY.fullmatch(name) is None
             or _VALUE.fullmatch(value) is None
             # every ";" opens a property, which needs a key ("k=v;" is not a member)
-            or (semicolon and not all(_PROPERTY.fullmatch(p) for p in properties.split(";")))
+            or (semicolon and not all(map(_property, properties.split(";"))))
         ):
             skipped += 1
             continue
@@ -254,13 +314,34 @@ def parse(header: str) -> tuple[dict[str, str], ScopeValues]:
     return user, scopes
 
 
+def _property(text: str) -> bool:
+    """Whether *text* is one W3C Baggage property, ``OWS key OWS [ "=" OWS value ] OWS``.
+
+    Stripped and split before anything is matched, so that no pattern meets a
+    run of blanks it could split two ways: linear in the length of *text*.
+    """
+    key, sep, value = text.strip(" \t").partition("=")
+    return _KEY.fullmatch(key.rstrip(" \t")) is not None and (
+        not sep or _VALUE.fullmatch(value.lstrip(" \t")) is not None
+    )
+
+
+def _int64(text: str) -> int | None:
+    """*text* as a decimal integer that fits int64 (as a scope takes it), else ``None``."""
+    if _INT.fullmatch(text) is None:
+        return None
+    number = int(text)
+    return number if _INT64_MIN <= number <= _INT64_MAX else None
+
+
 def _scope_value(scopes: ScopeValues, name: str, raw: str) -> None:
     """Set one ``asynctrace.*`` value on *scopes*; one a scope cannot take is counted."""
     ok = False
     try:
         if name == ITERATION_KEY:
-            if _INT.fullmatch(raw):
-                scopes.iteration, ok = int(raw), True
+            iteration = _int64(raw)
+            if iteration is not None:
+                scopes.iteration, ok = iteration, True
         elif name == PER_PROMPT_KEY:
             if raw in ("1", "0"):
                 scopes.per_prompt, ok = raw == "1", True
@@ -279,9 +360,9 @@ def _scope_value(scopes: ScopeValues, name: str, raw: str) -> None:
 
 
 def _task_id(text: str) -> int | str | None:
-    """A task id sent as JSON: an integer or a string, nothing else."""
+    """A task id sent as JSON: an integer within int64 or a string, nothing else."""
     if _INT.fullmatch(text):
-        return int(text)
+        return _int64(text)
     if len(text) >= 2 and text[0] == '"' and text[-1] == '"':
         try:
             value: Any = json.loads(text)

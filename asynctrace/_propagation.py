@@ -15,6 +15,7 @@ from opentelemetry import baggage, trace
 from opentelemetry import context as otel_context
 
 from ._baggage import ScopeValues, encode
+from ._baggage import _count as count_refusal
 from ._baggage import decode as decode_baggage
 from ._cm import SyncAndAsync
 from ._errors import ConfigurationError, report_internal_error
@@ -172,7 +173,7 @@ def _span_fields(span: trace.Span) -> dict[str, str]:
     if span.__class__ in SPAN_TYPES:  # a fast-provider span: its fields, no SpanContext made
         try:
             trace_id, span_id = span._trace_id, span._span_id  # type: ignore[attr-defined]
-            flags, state = span._flags & 0xFF, span._state  # type: ignore[attr-defined]
+            flags, state = span._flags & _FLAGS_SENT, span._state  # type: ignore[attr-defined]
         except AttributeError:  # a managed_span() object not entered, or not sampled
             other = getattr(span, "_other", None)
             return {} if other is None else _span_fields(other)
@@ -189,6 +190,7 @@ def _span_fields(span: trace.Span) -> dict[str, str]:
                 return {}
             trace_id, span_id, flags = ctx.trace_id, ctx.span_id, ctx.trace_flags
             state, valid = ctx.trace_state, True
+        flags &= _FLAGS_SENT
     if not valid:
         return {}
     try:  # int.to_bytes().hex(): about twice as fast as a format spec, on every request
@@ -211,15 +213,20 @@ def _span_fields(span: trace.Span) -> dict[str, str]:
 _KEY = r"(?:[a-z][_0-9a-z\-*/]{0,255}|[a-z0-9][_0-9a-z\-*/]{0,240}@[a-z][_0-9a-z\-*/]{0,13})"
 _VALUE = r"[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]"
 _MEMBER: Final = re.compile(rf"({_KEY})=({_VALUE})")
-# OpenTelemetry's own pattern: optional whitespace around, a future version may add fields.
+# OpenTelemetry's pattern, less the optional whitespace around it, which is stripped first:
+# a future version's "-..." and a trailing blank run could otherwise split a long run of
+# blanks two ways, and backtrack quadratically over it.
 _TRACEPARENT: Final = re.compile(
-    r"[ \t]*([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-[^\r\n]*)?[ \t]*"
+    r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-[^\r\n]*)?"
 )
-# Version 00: the sampled flag, plus the random flag of Trace Context Level 2 (which a
-# Level 1 reader ignores); every other bit is reserved and is not passed on. A later
+# Read, version 00: the sampled flag, plus the random flag of Trace Context Level 2 (which
+# a Level 1 reader ignores); every other bit is reserved and is not kept. A later
 # version: the sampled flag only, which is all the spec lets a reader of 00 parse.
 _FLAGS_00: Final = 0x03
 _FLAGS_LATER: Final = 0x01
+# Sent: the sampled flag only. Level 1 (which carriers follow) has no other flag, and a
+# vendor must set the bits it does not define to zero.
+_FLAGS_SENT: Final = 0x01
 _FLAGS: Final = tuple(trace.TraceFlags(i) for i in range(4))
 _NAMES: Final = {TRACEPARENT: 0, TRACESTATE: 1, BAGGAGE: 2}
 _HEADER_NAMES: Final = (TRACEPARENT, TRACESTATE, BAGGAGE)
@@ -249,7 +256,7 @@ def parse_traceparent(value: str) -> trace.SpanContext | None:
         return _new_tuple(trace.SpanContext, (trace_id, span_id, True, flags_00, _NO_STATE, True))
     if len(value) > _MAX_TRACEPARENT:
         return None
-    match = _TRACEPARENT.fullmatch(value)
+    match = _TRACEPARENT.fullmatch(value.strip(" \t"))
     if match is None:
         return None
     version, trace_hex, span_hex, flags_hex, rest = match.groups()
@@ -298,7 +305,9 @@ def read_carrier(carrier: object) -> tuple[list[str], list[str], list[str]] | No
     Header names are matched case-insensitively and every value is kept, so a
     repeated header is seen as repeated: a plain mapping (keys differing in
     case count as repeats), a multi-value mapping (``getall``, ``get_all`` or
-    ``getlist``), or anything with ``get``. Only ``str`` values are read.
+    ``getlist``), or anything with ``get``. Only ``str`` values (subclasses
+    included, read as plain ``str``) are read; any other value of one of the
+    three headers but ``None`` is counted (``carrier_values_not_str``).
     ``None`` for what is not a carrier.
     """
     if carrier is None or isinstance(carrier, (str, bytes)):
@@ -310,12 +319,15 @@ def read_carrier(carrier: object) -> tuple[list[str], list[str], list[str]] | No
         and not hasattr(carrier, "getlist")
     ):
         for key, value in carrier.items():
-            if key.__class__ is str and 7 <= len(key) <= 11 and value.__class__ is str:
+            if (key.__class__ is str or isinstance(key, str)) and 7 <= len(key) <= 11:
                 index = _NAMES.get(key)
                 if index is None:
                     index = _NAMES.get(key.lower())
                 if index is not None:
-                    found[index].append(value)
+                    if value.__class__ is str:
+                        found[index].append(value)
+                    else:
+                        _other_value(found[index], value)
         return found
     many: Callable[[str], Any] | None = None
     for method in ("getall", "get_all"):  # multidict, email.message.Message: (name, default)
@@ -330,17 +342,31 @@ def read_carrier(carrier: object) -> tuple[list[str], list[str], list[str]] | No
     if many is not None:
         for index, name in enumerate(_HEADER_NAMES):
             for value in many(name) or ():
-                if isinstance(value, str):
+                if value.__class__ is str:
                     found[index].append(value)
+                else:
+                    _other_value(found[index], value)
         return found
     getter = getattr(carrier, "get", None)
     if not callable(getter):
         return None
     for index, name in enumerate(_HEADER_NAMES):
         value = getter(name)
-        if isinstance(value, str):
+        if value.__class__ is str:
             found[index].append(value)
+        else:
+            _other_value(found[index], value)
     return found
+
+
+def _other_value(values: list[str], value: object) -> None:
+    """Append a ``str`` subclass's text to *values*, as a plain ``str`` (its methods are
+    not called); count any other value (bytes, say) and leave it out. ``None`` is what a
+    ``get`` gives for a header that is not there: not counted."""
+    if isinstance(value, str):
+        values.append(str.__str__(value))
+    elif value is not None:
+        count_refusal("carrier_values_not_str")
 
 
 class _Remote:
@@ -358,7 +384,9 @@ class _Remote:
         parents, states, bags = found
         if len(parents) == 1:  # two traceparent headers are invalid: a new trace
             span_context = parse_traceparent(parents[0])
-            if span_context is not None and states:
+            if span_context is None:
+                count_refusal("traceparent_invalid")
+            elif states:
                 state = parse_tracestate(states)
                 if state is not None:
                     span_context = trace.SpanContext(
@@ -368,11 +396,23 @@ class _Remote:
                         span_context.trace_flags,
                         state,
                     )
+                elif _not_empty(states):
+                    count_refusal("tracestate_dropped")
             self.span_context = span_context
+        elif parents:
+            count_refusal("traceparent_invalid")
+        # W3C: tracestate goes with a valid traceparent only (with none, it is not looked at)
+        if parents and states and self.span_context is None and _not_empty(states):
+            count_refusal("tracestate_dropped")
         if bags and scopes:
             user, values = decode_baggage(bags)
             self.baggage = user or None
             self.scopes = values or None
+
+
+def _not_empty(states: list[str]) -> bool:
+    """Whether *states* hold a member: anything but blanks and commas."""
+    return any(value.strip(" \t,") for value in states)
 
 
 def context_from_carrier(carrier: object) -> otel_context.Context | None:
@@ -617,14 +657,18 @@ def dispatch_with_trace_context(
     return fn(*args, **kwargs)
 
 
+_ENV_PAIRS: Final = ((ENV_TRACEPARENT, TRACEPARENT), (ENV_TRACESTATE, TRACESTATE))
+_ENV_PAIRS_SCOPES: Final = (*_ENV_PAIRS, (ENV_BAGGAGE, BAGGAGE))
+
+
 def inject_env(env: MutableMapping[str, str] | None = None) -> MutableMapping[str, str]:
     """Put the current trace context into ``TRACEPARENT``/``TRACESTATE`` of *env*.
 
     *env* defaults to a copy of ``os.environ``. Stale values are removed when
     there is no valid span context, so a child never inherits an old parent.
     With ``propagate_scopes`` on, ``BAGGAGE`` carries the scopes (and is
-    removed likewise when there are none). Returns *env*, ready for
-    ``subprocess.run(..., env=...)``.
+    removed likewise when there are none); with it off, ``BAGGAGE`` is left
+    as it is. Returns *env*, ready for ``subprocess.run(..., env=...)``.
 
     Example:
         >>> env = inject_env({"PATH": "/usr/bin"})
@@ -633,7 +677,8 @@ def inject_env(env: MutableMapping[str, str] | None = None) -> MutableMapping[st
     """
     target: MutableMapping[str, str] = dict(os.environ) if env is None else env
     carrier = current_trace_carrier()
-    pairs = ((ENV_TRACEPARENT, TRACEPARENT), (ENV_TRACESTATE, TRACESTATE), (ENV_BAGGAGE, BAGGAGE))
+    # BAGGAGE is asynctrace's only with propagate_scopes on; else it is the caller's own
+    pairs = _ENV_PAIRS_SCOPES if GATE.propagate_scopes else _ENV_PAIRS
     for env_key, key in pairs:
         if key in carrier:
             target[env_key] = carrier[key]
@@ -648,24 +693,25 @@ def extract_env(environ: Mapping[str, str] | None = None) -> remote_trace_contex
     Returns a :class:`remote_trace_context`: ``with extract_env(): ...`` runs
     the block under the parent process's span (and, with ``propagate_scopes``
     on, in the scopes ``BAGGAGE`` carries). Missing or malformed values make
-    it a no-op.
+    it a no-op (a value that is not ``str`` is counted, as in any carrier).
 
     Example:
         >>> with extract_env({}):
         ...     pass
     """
     source = os.environ if environ is None else environ
-    carrier: dict[str, str] = {}
+    carrier: dict[str, object] = {}
     try:
         parent = source.get(ENV_TRACEPARENT)
         state = source.get(ENV_TRACESTATE)
         bag = source.get(ENV_BAGGAGE)
     except Exception:
         parent = state = bag = None
-    if isinstance(parent, str):
+    # Whatever is there goes to the carrier, where a value that is not text is counted
+    if parent is not None:
         carrier[TRACEPARENT] = parent
-        if isinstance(state, str):
+        if state is not None:
             carrier[TRACESTATE] = state
-    if isinstance(bag, str):
+    if bag is not None:
         carrier[BAGGAGE] = bag
-    return remote_trace_context(carrier)
+    return remote_trace_context(cast("dict[str, str]", carrier))

@@ -312,11 +312,12 @@ def test_hostile_mapping_never_raises() -> None:
 
 @pytest.mark.parametrize("flags", [0, 1, 2, 0x7F, 0xFF])
 def test_span_carrier_matches_the_w3c_format(flags: int) -> None:
-    """Ids at their limits and every kind of flags byte give the exact W3C traceparent."""
+    """Ids at their limits and every kind of flags byte give the exact W3C traceparent,
+    with the sampled flag only (Level 1: a vendor sets the bits it does not use to zero)."""
     for trace_id, span_id in ((1, 1), (2**128 - 1, 2**64 - 1), (0xABC, 0xDEF)):
         ctx = trace.SpanContext(trace_id, span_id, False, trace.TraceFlags(flags))
         carrier = span_carrier(trace.NonRecordingSpan(ctx))
-        assert carrier["traceparent"] == f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"
+        assert carrier["traceparent"] == f"00-{trace_id:032x}-{span_id:016x}-{flags & 1:02x}"
 
 
 def test_carriers_of_interleaved_traces_each_name_their_own() -> None:
@@ -350,7 +351,9 @@ def test_carriers_of_interleaved_traces_each_name_their_own() -> None:
 
 
 def test_a_fast_span_carrier_is_what_opentelemetry_writes_for_it() -> None:
-    """A fast-provider span's carrier (read from its fields) is the W3C propagator's."""
+    """A fast-provider span's carrier (read from its fields) is the W3C propagator's, but
+    for the flags: the sampled flag only, where OpenTelemetry also sends Level 2's random
+    flag, which Trace Context Level 1 (what carriers follow) makes a bit to send as zero."""
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     from asynctrace import FastTracerProvider
@@ -368,6 +371,9 @@ def test_a_fast_span_carrier_is_what_opentelemetry_writes_for_it() -> None:
         span = tracer.start_span("work", context=context)
         expected: dict[str, str] = {}
         TraceContextTextMapPropagator().inject(expected, trace.set_span_in_context(span))
+        kept = 3 if parent is None else int(parent.trace_flags)  # the span's own flags
+        assert expected["traceparent"][-2:] == f"{kept:02x}"
+        expected["traceparent"] = expected["traceparent"][:-2] + "01"
         assert span_carrier(span) == expected
         span.end()
 
@@ -410,13 +416,16 @@ def test_the_carrier_of_a_managed_span_object(tmp_path: Any, ratio: float) -> No
     ("traceparent", "flags"),
     [
         ("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00", 0),
-        ("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-ff", 3),  # reserved bits dropped
+        ("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-ff", 1),  # unused bits: zero
+        ("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-03", 1),  # random: not sent
+        ("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-02", 0),
         ("cc-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-03-future", 1),  # sampled only
         (" \t00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\t ", 1),
     ],
 )
 def test_traceparent_flags_and_versions(traceparent: str, flags: int) -> None:
-    """Known flags pass on; a later version is read for its sampled flag; OWS is allowed."""
+    """The sampled flag passes on, and no other (W3C Level 1: a vendor sets the bits it
+    does not use to zero); a later version is read for its sampled flag; OWS is allowed."""
     with remote_trace_context({"traceparent": traceparent}) as remote:
         assert remote.valid
         (sent,) = [current_trace_carrier()["traceparent"]]
@@ -666,8 +675,22 @@ async def test_restored_scopes_reach_tasks(anyio_backend: Any) -> None:
         "=,;,==,a=b;;;,asynctrace.task_id=%ZZ,asynctrace.iteration=1e9,asynctrace.per_prompt=2",
         "asynctrace.task_id=" + "9" * 4000,
         "a=" + "v" * 5000,
+        "a=b;k" + " " * 4088 + "x",  # a property's blanks, nothing a pattern may split two ways
+        ("a=b;k" + " " * 4088 + "x,") * 2,
+        "a=b;k" + "\t" * 4088 + "=" + "\t" * 4000 + "\x7f",
     ],
-    ids=["oversized", "10k-entries", "400-entries", "non-ascii", "malformed", "huge-int", "long"],
+    ids=[
+        "oversized",
+        "10k-entries",
+        "400-entries",
+        "non-ascii",
+        "malformed",
+        "huge-int",
+        "long",
+        "property-blanks",
+        "two-property-blanks",
+        "property-tabs",
+    ],
 )
 def test_hostile_baggage_never_raises_and_is_cheap(value: str) -> None:
     """Hostile baggage: no error, no log, no scope from a bad value, under 1 ms.
@@ -786,3 +809,177 @@ def test_a_carrier_whose_truth_value_raises_is_no_carrier() -> None:
         return x
 
     assert work(3, trace_carrier=np.array([1, 2])) == 3
+
+
+_TP_FUTURE = "cc-" + "1" * 32 + "-" + "2" * 16 + "-01"
+
+
+@pytest.mark.parametrize(
+    ("value", "valid"),
+    [
+        (_TP_FUTURE + "-" + " " * 100_000 + "\r", False),  # blanks, then what ends no value
+        (_TP_FUTURE + "-" + "\t" * 100_000 + "\r", False),
+        (_TP_FUTURE + "-" + " \t" * 50_000 + "\n", False),
+        (_TP_FUTURE + "-" + " " * 100_000, True),  # blanks at the end are allowed
+        (_TP_FUTURE + " " * 100_000, True),
+        (" " * 100_000 + _TP_FUTURE + "-x" + "\t" * 100_000, True),
+        (" " * 100_000 + VALID[:-1] + "\r" + " " * 100_000, False),
+        (VALID + "-" + " " * 100_000, False),  # version 00: nothing after the flags
+    ],
+)
+def test_a_traceparent_with_a_long_run_of_blanks_is_read_in_linear_time(
+    value: str, valid: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Blanks around a ``traceparent`` are read once, however many: with the 512-character
+    limit raised so that 200,000 reach the pattern, it returns at once (a pattern that
+    could split them two ways takes a minute here), valid or not as W3C says."""
+    import time
+
+    from asynctrace import _propagation
+
+    monkeypatch.setattr(_propagation, "_MAX_TRACEPARENT", 10**7)
+    start = time.thread_time()
+    parsed = _propagation.parse_traceparent(value)
+    assert time.thread_time() - start < 5.0  # a hang, not a speed: linear is milliseconds
+    assert (parsed is not None) == valid
+    if parsed is not None:
+        assert (parsed.trace_id, parsed.span_id, parsed.trace_flags) == (
+            int("1" * 32, 16),
+            int("2" * 16, 16),
+            1,
+        )
+
+
+@pytest.mark.parametrize("tail", [" ", "\t", " \t"])
+def test_a_traceparent_at_its_length_limit_reads_as_before(tail: str) -> None:
+    """At the 512-character limit: blanks at the end are allowed, a CR after them is not."""
+    from asynctrace._propagation import parse_traceparent
+
+    pad = (511 - len(_TP_FUTURE) - 2) // len(tail)
+    assert parse_traceparent(_TP_FUTURE + "-" + tail * pad + "\r") is None
+    assert parse_traceparent(_TP_FUTURE + "-" + tail * pad) is not None
+    assert parse_traceparent(_TP_FUTURE + "-" + tail * 512) is None  # over the limit
+
+
+def _counted(carrier: object) -> tuple[bool, dict[str, int]]:
+    """Whether *carrier* is valid, and what reading it added to ``carrier_stats()``."""
+    import asynctrace as at
+
+    before = at.carrier_stats()
+    with remote_trace_context(carrier) as remote:  # type: ignore[arg-type]
+        valid = remote.valid
+    after = at.carrier_stats()
+    return valid, {k: after[k] - before[k] for k in after if after[k] != before[k]}
+
+
+class _Str(str):
+    """A str subclass, with methods a reader must not call."""
+
+    def strip(self, *args: Any) -> str:
+        raise AssertionError("called")
+
+    def __str__(self) -> str:
+        raise AssertionError("called")
+
+
+class _Headers:
+    """A multi-value mapping (aiohttp's ``getall``): every value a header was given."""
+
+    def __init__(self, *pairs: tuple[str, object]) -> None:
+        self.pairs = pairs
+
+    def getall(self, name: str, default: object = None) -> list[object] | object:
+        found = [v for k, v in self.pairs if k.lower() == name]
+        return found or default
+
+
+class _Getter:
+    """Anything with ``get``."""
+
+    def __init__(self, **values: object) -> None:
+        self.values = values
+
+    def get(self, name: str) -> object:
+        return self.values.get(name)
+
+
+TS_OK = "vendor=1"
+
+
+@pytest.mark.parametrize(
+    ("carrier", "valid", "counted"),
+    [
+        ({"traceparent": VALID, "tracestate": TS_OK}, True, {}),
+        ({"traceparent": VALID, "tracestate": " , ,"}, True, {}),  # empty: nothing discarded
+        ({"tracestate": TS_OK}, False, {}),  # no traceparent: the tracestate is not looked at
+        ({"traceparent": VALID.upper()}, False, {"traceparent_invalid": 1}),
+        ({"traceparent": "garbage", "tracestate": TS_OK}, False, {
+            "traceparent_invalid": 1, "tracestate_dropped": 1}),
+        ({"traceparent": VALID, "Traceparent": VALID}, False, {"traceparent_invalid": 1}),
+        ({"traceparent": VALID, "tracestate": "Bad Key=1"}, True, {"tracestate_dropped": 1}),
+        ({"traceparent": VALID.encode()}, False, {"carrier_values_not_str": 1}),
+        ({"traceparent": VALID, "baggage": b"k=v", "tracestate": 1}, True, {
+            "carrier_values_not_str": 2}),
+        ({"traceparent": None}, False, {}),  # None: no value
+        ({"traceparent": _Str(VALID), "tracestate": _Str(TS_OK)}, True, {}),
+        ({_Str("traceparent"): VALID}, True, {}),
+        (_Headers(("traceparent", VALID), ("traceparent", VALID)), False, {
+            "traceparent_invalid": 1}),
+        (_Headers(("traceparent", VALID), ("tracestate", b"x=1")), True, {
+            "carrier_values_not_str": 1}),
+        (_Headers(("traceparent", _Str(VALID))), True, {}),
+        (_Getter(traceparent=bytearray(VALID.encode())), False, {"carrier_values_not_str": 1}),
+        (_Getter(traceparent=_Str(VALID)), True, {}),
+        (_Getter(tracestate=TS_OK), False, {}),
+    ],
+)  # fmt: skip
+def test_what_a_carrier_refuses_is_counted_never_logged(
+    carrier: object, valid: bool, counted: dict[str, int], caplog: pytest.LogCaptureFixture
+) -> None:
+    """An invalid or repeated ``traceparent``, a discarded non-empty ``tracestate`` and a
+    value that is not text are counted in ``carrier_stats()``; nothing is logged. A ``str``
+    subclass is read as the text it holds, whichever kind of carrier brings it."""
+    import logging
+
+    with caplog.at_level(logging.DEBUG, logger="asynctrace"):
+        assert _counted(carrier) == (valid, counted)
+    assert caplog.records == []
+
+
+def test_a_str_subclass_tracestate_travels_as_plain_text() -> None:
+    """A ``str`` subclass's value is read as the text it holds, and sent on as such."""
+    with remote_trace_context({"traceparent": _Str(VALID), "tracestate": _Str(TS_OK)}):
+        assert current_trace_carrier() == {"traceparent": VALID, "tracestate": TS_OK}
+
+
+def test_extract_env_counts_a_value_that_is_not_text() -> None:
+    """A custom environment mapping with bytes in it: not read, counted."""
+    import asynctrace as at
+
+    before = at.carrier_stats()["carrier_values_not_str"]
+    with extract_env({"TRACEPARENT": VALID.encode()}) as remote:  # type: ignore[dict-item]
+        assert not remote.valid
+    assert at.carrier_stats()["carrier_values_not_str"] == before + 1
+
+
+@pytest.mark.parametrize("propagate", [False, True])
+def test_inject_env_owns_baggage_only_with_propagate_scopes(propagate: bool) -> None:
+    """With ``propagate_scopes`` off, ``BAGGAGE`` is the caller's and is left as it is;
+    with it on, it is asynctrace's: set to the scopes, or removed when there are none."""
+    import asynctrace as at
+
+    env = {"PATH": "/usr/bin", "BAGGAGE": "tenant=acme", "TRACESTATE": "vendor=stale"}
+    with capture_spans("all", propagate_scopes=propagate):
+        with umbrella_span("job", "caller"):
+            outside = inject_env(dict(env))
+            with at.iteration_scope(4):
+                inside = inject_env(dict(env))
+    assert "TRACESTATE" not in outside  # stale: removed either way
+    assert outside["TRACEPARENT"] == inside["TRACEPARENT"]
+    if propagate:
+        assert "BAGGAGE" not in outside
+        assert inside["BAGGAGE"] == "asynctrace.iteration=4"
+    else:
+        assert outside["BAGGAGE"] == inside["BAGGAGE"] == "tenant=acme"
+    outside_any = inject_env(dict(env))  # no span: the trace variables go
+    assert outside_any.get("BAGGAGE") == "tenant=acme"

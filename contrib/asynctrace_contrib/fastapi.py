@@ -94,8 +94,9 @@ def _headers(
 
     Header names are matched case-insensitively. Repeated ``tracestate`` and
     ``baggage`` headers are combined in order, as HTTP combines repeated
-    headers; a repeated ``traceparent`` is invalid (W3C: start a new trace),
-    so it is left out, and so is the ``tracestate`` that came with it.
+    headers; a repeated ``traceparent`` is invalid (W3C: start a new trace):
+    both go in, under two spellings of the name, so the carrier reader
+    refuses it (and the ``tracestate`` that came with it) and counts it.
     Without *trust*, no ``baggage`` is read. Given *named* (four ``None``),
     the first ``Forwarded``, ``X-Forwarded-Host``, ``Host`` and ``User-Agent``
     values are stored in it.
@@ -126,8 +127,10 @@ def _headers(
             continue
     parents, states, bags = found
     carrier: dict[str, str] = {}
-    if len(parents) == 1:
+    if parents:
         carrier["traceparent"] = parents[0]
+        if len(parents) > 1:  # invalid (W3C: a new trace): passed on as the repeat it is,
+            carrier["Traceparent"] = parents[1]  # for the reader to refuse and count
         if states:
             carrier["tracestate"] = ",".join(states)
     if bags and trust:

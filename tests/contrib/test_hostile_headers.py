@@ -129,17 +129,38 @@ def test_trace_headers_are_read_whatever_their_case_or_buffer_type() -> None:
         (bytearray(b"X-Forwarded-Host"), b"edge.example"),
         (b"host", b"second.example"),
     ]
-    named: list[str | None] = [None, None, None]
+    named: list[str | None] = [None, None, None, None]
     assert read({"headers": headers}, named=named) == {
         "traceparent": parent,
         "tracestate": "a=1,b=2",
         "baggage": "k=v,m=w",
     }
-    assert named == [None, "edge.example", "h.example:81"]  # the first of each
+    assert named == [None, "edge.example", "h.example:81", "x"]  # the first of each
     assert read({"headers": headers}, trust=False) == {
         "traceparent": parent,
         "tracestate": "a=1,b=2",
     }
+
+
+def test_a_traceparent_sent_twice_starts_a_new_trace_and_is_counted() -> None:
+    """Two ``traceparent`` headers are invalid (W3C: start a new trace): the handler runs
+    in a trace of its own, and the refusal is counted with the tracestate that came."""
+    before = at.carrier_stats()
+    headers = [
+        (b"traceparent", f"00-{TRACE}-00f067aa0ba902b7-01".encode()),
+        (b"tracestate", b"a=1"),
+        (b"traceparent", f"00-{TRACE}-00f067aa0ba902b8-01".encode()),
+    ]
+    with capture_spans(f"all,{SERVER_GROUP}"):
+        sent, seen = asyncio.run(
+            _request(AsyncTraceMiddleware(_app, trust_incoming=True), headers)
+        )
+    assert sent[-1]["body"] == BODY
+    (context,) = seen
+    assert f"{context.trace_id:032x}" != TRACE
+    after = at.carrier_stats()
+    assert after["traceparent_invalid"] == before["traceparent_invalid"] + 1
+    assert after["tracestate_dropped"] == before["tracestate_dropped"] + 1
 
 
 @pytest.mark.parametrize(
