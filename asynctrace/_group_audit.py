@@ -74,7 +74,9 @@ class Audit:
         ):
             _note(name)
         checks = self._checks = self._checks - 1
-        if (checks <= 0 or time.monotonic() >= self._deadline) and not is_strict():
+        if (checks <= 0 or (checks & 255 == 0 and time.monotonic() >= self._deadline)) and (
+            not is_strict()
+        ):
             _window[1:] = [0.0]  # the process's window is over: report, with this name
             self._retire(self)
 

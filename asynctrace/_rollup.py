@@ -27,8 +27,8 @@ Rules (see ``docs/reading-a-trace.md``):
   never count.
 - ``unattributed = wall - sum(buckets)``; ``goodput = productive / wall``.
 - Bucketed spans that overlap (concurrent tasks) put one stretch of wall clock
-  in the sums twice: ``over-wall`` when the sums exceed the wall, ``overlap``
-  short of it.
+  in the sums twice: an ``over-wall`` violation when the sums exceed the wall,
+  a note (steps, seconds counted twice at least) short of it.
 - Event-loop stalls (spans of group ``loop_stall``) are unbucketed: they
   overlap the spans they stretched. A step reports their seconds apart
   (``stalled``), clipped to its interval, and never counts them in a bucket.
@@ -377,6 +377,11 @@ class Rollup:
         self._next_seal = math.inf  # the earliest end + grace among held steps
         self._rows: list[tuple[tuple[float, int, int], StepRow]] = []
         self._over: list[tuple[tuple[float, int, int], Violation]] = []
+        # Steps whose bucketed spans overlap short of the wall, the µs counted twice (at
+        # least), and the first such step's description: a note, not a violation.
+        self.overlap_steps = 0
+        self.overlap_us = 0.0
+        self._overlap_first: str | None = None
         self._pending: dict[int, _Group] = {}
         self._home: dict[int, _Entry] = {}
         # The last leaf's entry: its siblings of the same name share the tuple, so the
@@ -794,12 +799,14 @@ class Rollup:
         found: list[Violation] = []
         if row.attributed > row.wall + 1e-3:
             found.append(self._over_wall(step, row))
-        elif step.twice > 0:
-            found.append(self._overlap(step))
-        if found:
             self.violation_count += 1
             if self._keep:
                 self._over.append((order, found[0]))
+        elif step.twice > 0:  # within the wall: not an invariant broken, but said
+            self.overlap_steps += 1
+            self.overlap_us += step.twice
+            if self._keep and self._overlap_first is None:
+                self._overlap_first = self._overlap(step)
         if self._keep:
             self._rows.append((order, row))
         if self._on_step is not None:
@@ -961,6 +968,13 @@ class Rollup:
         self._over.sort(key=lambda item: item[0])
         violations = self._violations + [v for _, v in self._over]
         notes = []
+        if self.overlap_steps:
+            plural = "s" if self.overlap_steps != 1 else ""
+            notes.append(
+                f"{self.overlap_steps} step{plural} count bucketed spans that overlap (concurrent "
+                f"tasks): at least {self.overlap_us / 1e6:.6f} s of wall time is in two buckets' "
+                f"sums, within each step's wall; the first: {self._overlap_first}"
+            )
         if missing:
             plural = "s" if missing != 1 else ""
             notes.append(
@@ -976,20 +990,12 @@ class Rollup:
             notes=notes,
         )
 
-    def _overlap(self, step: _Step) -> Violation:
+    def _overlap(self, step: _Step) -> str:
         pairs = "; ".join(
             f"{a[0]!r} (span {a[1] & _MASK:016x}) overlaps {b[0]!r} (span {b[1] & _MASK:016x})"
             for a, b in step.overlaps
         )
-        spans: list[Example] = [(step.name, step.key)]
-        for a, b in step.overlaps:
-            spans.extend((a, b))
-        return Violation(
-            "overlap",
-            f"{_where(step)}: bucketed spans overlap, so at least {step.twice / 1e6:.6f} s of "
-            f"its wall time is counted twice in its buckets: {pairs}",
-            [(n, f"{k & _MASK:016x}", self._trace_of(k)) for n, k in spans],
-        )
+        return f"{_where(step)}, {step.twice / 1e6:.6f} s: {pairs}"
 
     def _over_wall(self, step: _Step, row: StepRow) -> Violation:
         where = _where(step)

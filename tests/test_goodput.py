@@ -751,13 +751,13 @@ def test_records_that_fail_to_go_out_count_as_lost_records_not_failed_spans(
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
-def test_concurrent_bucketed_leaves_are_an_overlap_live_and_offline(
+def test_concurrent_bucketed_leaves_are_noted_as_overlapping_offline(
     tmp_path: Path, provider: str
 ) -> None:
     """Two tasks' bucketed leaves running at once count one stretch of wall clock twice,
-    short of the step's wall: an ``overlap`` violation, naming both and the time counted
-    twice (at least), from the live rollup and from ``asynctrace goodput`` alike. A step
-    of sequential leaves has none."""
+    short of the step's wall: not an invariant broken (no violation, live or offline),
+    but ``asynctrace goodput`` notes the steps, the time counted twice (at least) and
+    the first pair. A step of sequential leaves adds nothing to it."""
     telemetry = _configure(tmp_path, provider)
 
     async def generate() -> None:
@@ -777,15 +777,17 @@ def test_concurrent_bucketed_leaves_are_an_overlap_live_and_offline(
     asyncio.run(steps())
     assert telemetry.shutdown()
     live = _assert_equal(tmp_path)
-    assert [len(s["violations"]) for s in live] == [1, 0, 0]
-    assert "bucketed spans overlap" in live[0]["violations"][0]
-    offline = _offline(tmp_path, 1.0)
-    (violation,) = offline["violations"]
-    assert violation["kind"] == "overlap"
-    assert [s["name"] for s in violation["spans"]] == ["rl.step", "rl.generate", "rl.generate"]
-    twice = float(violation["message"].split("at least ")[1].split(" s")[0])
-    assert 0.04 < twice <= live[0]["productive_s"] / 2
+    assert [s["violations"] for s in live] == [[], [], []]
     assert live[0]["productive_s"] < live[0]["wall_s"]  # not an over-wall
+    paths = sorted(tmp_path.glob("traces-*.jsonl"))
+    result = collect(paths, step_name=None, progress=False, prog="test").result
+    assert result.violations == []
+    (note,) = [n for n in result.notes if "overlap" in n]
+    assert note.startswith("1 step count bucketed spans that overlap")
+    assert note.count("'rl.generate'") == 2
+    assert "rl.iteration=1" in note
+    twice = float(note.split("at least ")[1].split(" s")[0])
+    assert 0.04 < twice <= live[0]["productive_s"] / 2
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)

@@ -284,6 +284,9 @@ def _shutdown_sdk_provider(provider: Any, deadline: float, added: tuple[Any, ...
     warning. What ``shutdown`` raised is raised here.
     """
     outcome: list[Exception | None] = []
+    ours = {id(processor) for processor in added}
+    processors = _processors_of(provider)
+    others = [p for p in processors or () if id(p) not in ours]
 
     def run() -> None:
         try:
@@ -293,10 +296,11 @@ def _shutdown_sdk_provider(provider: Any, deadline: float, added: tuple[Any, ...
         else:
             outcome.append(None)
 
-    _run_within(run, "asynctrace-shutdown", deadline - time.monotonic())
+    if processors is not None and not others:  # asynctrace's own, stopped already: quick
+        run()
+    else:  # a user's processor answers within a moment even when the budget is spent
+        _run_within(run, "asynctrace-shutdown", max(deadline - time.monotonic(), 0.05))
     if not outcome:
-        ours = {id(processor) for processor in added}
-        others = [p for p in _processors_of(provider) or () if id(p) not in ours]
         logger.warning(
             "asynctrace: the tracer provider's shutdown did not finish within the shutdown "
             "timeout; abandoned with its span processors still shutting down (%s)",

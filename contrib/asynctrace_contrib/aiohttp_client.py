@@ -281,6 +281,16 @@ class _Requests:
 _RELEASED = getattr(getattr(aiohttp, "client_reqrep", None), "_CONNECTION_CLOSED_EXCEPTION", None)
 
 
+def _released(exc: Exception) -> bool:
+    """Before aiohttp 3.10.9 (no shared ``_CONNECTION_CLOSED_EXCEPTION``), an early
+    ``release()`` sets a new ``ClientConnectionError("Connection closed")`` each time."""
+    return (
+        _RELEASED is None
+        and type(exc) is aiohttp.ClientConnectionError
+        and exc.args == ("Connection closed",)
+    )
+
+
 def _body_done(span: Span, content: Any) -> None:
     """End *span* when its response lets go of the connection.
 
@@ -292,7 +302,7 @@ def _body_done(span: Span, content: Any) -> None:
         exc = content.exception()
     except Exception:  # not a stream we know: the span still ends
         exc = None
-    if exc is None or exc is _RELEASED or not isinstance(exc, Exception):
+    if exc is None or exc is _RELEASED or not isinstance(exc, Exception) or _released(exc):
         asynctrace.end_span(span)
         return
     span.set_attribute("error.type", type(exc).__qualname__)

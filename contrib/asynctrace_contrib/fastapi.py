@@ -211,6 +211,7 @@ class AsyncTraceMiddleware:
             # The server span is another layer's: only the caller's scopes are restored.
             carrier = _headers(scope, trust=self.trust_incoming)
             carrier.pop("traceparent", None)
+            carrier.pop("Traceparent", None)  # a repeat's second value (see _headers)
             with asynctrace.remote_trace_context(carrier):
                 await self.app(scope, receive, send)
             return
@@ -248,6 +249,7 @@ class AsyncTraceMiddleware:
                 finally:
                     if not state.ended:
                         state.finish()
+                    scope.pop(_RAISED, None)  # not left in a cycle with its traceback
             finally:
                 _detach(token)
 
@@ -404,7 +406,7 @@ class _Exchange:
                 status = self.status = message.get("status")
                 self.early = type(status) is int and status < 500
                 if not self.early and not self.ended:
-                    raised = self.scope.get(_RAISED)
+                    raised = self.scope.pop(_RAISED, None)  # read once: the scope lets go of it
                     if isinstance(raised, Exception):
                         # The error handler answers an exception: the span ends before
                         # the client hears of it, as when the exception escaped us.

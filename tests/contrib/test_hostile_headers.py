@@ -19,6 +19,7 @@ from asynctrace_contrib.fastapi import SERVER_GROUP, AsyncTraceMiddleware
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
 
 import asynctrace as at
 from asynctrace.testing import capture_spans
@@ -161,6 +162,27 @@ def test_a_traceparent_sent_twice_starts_a_new_trace_and_is_counted() -> None:
     after = at.carrier_stats()
     assert after["traceparent_invalid"] == before["traceparent_invalid"] + 1
     assert after["tracestate_dropped"] == before["tracestate_dropped"] + 1
+
+
+def test_a_traceparent_sent_twice_never_parents_under_another_layers_server_span() -> None:
+    """With another instrumentation's SERVER span current (OpenTelemetry's middleware
+    outside), the handler runs under that span, whatever two ``traceparent`` headers say."""
+    headers = [
+        (b"traceparent", f"00-{TRACE}-00f067aa0ba902b7-01".encode()),
+        (b"traceparent", f"00-{TRACE}-00f067aa0ba902b8-01".encode()),
+    ]
+    with capture_spans(f"all,{SERVER_GROUP}"):
+        outer = TracerProvider().get_tracer("another.instrumentation")  # its own SDK
+
+        async def under_outer_server_span() -> tuple[list[Any], list[Any], Any]:
+            with outer.start_as_current_span("GET", kind=trace.SpanKind.SERVER) as span:
+                sent, seen = await _request(AsyncTraceMiddleware(_app), headers)
+            return sent, seen, span.get_span_context()
+
+        sent, seen, server = asyncio.run(under_outer_server_span())
+    assert sent[-1]["body"] == BODY
+    (context,) = seen
+    assert context.trace_id == server.trace_id != int(TRACE, 16)
 
 
 @pytest.mark.parametrize(

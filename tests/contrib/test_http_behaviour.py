@@ -536,3 +536,38 @@ def test_raise_for_status_records_the_status_in_both_forms(
     assert attrs(client)["http.response.status_code"] == 404
     assert attrs(client)["error.type"] == "404"
     assert client.status.status_code is StatusCode.ERROR
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["aiohttp>=3.10.9", "older aiohttp"])
+def test_an_early_release_is_no_error_whatever_the_aiohttp_version(
+    monkeypatch: pytest.MonkeyPatch, shared: bool
+) -> None:
+    """An early ``release()`` leaves its stream with "Connection closed": aiohttp's shared
+    exception object since 3.10.9, a new ``ClientConnectionError`` each time before. Either
+    ends the span unset; a real failure of the body still ends it in error."""
+    from asynctrace_contrib import aiohttp_client
+
+    if not shared:  # the older aiohttp: no shared object to compare with
+        monkeypatch.setattr(aiohttp_client, "_RELEASED", None)
+
+    async def ended_with(exc: BaseException) -> Any:
+        stream = aiohttp.StreamReader(
+            aiohttp.client_proto.ResponseHandler(asyncio.get_running_loop()),
+            2**16,
+            loop=asyncio.get_running_loop(),
+        )
+        stream.set_exception(exc)
+        span = at.start_span("per_prompt", "GET", kind=SpanKind.CLIENT)
+        aiohttp_client._body_done(span, stream)
+        return span
+
+    released = (
+        aiohttp_client._RELEASED if shared else aiohttp.ClientConnectionError("Connection closed")
+    )
+    with capture_spans("per_prompt") as captured:
+        asyncio.run(ended_with(released))
+        asyncio.run(ended_with(aiohttp.ClientPayloadError("Response payload is not completed")))
+    early, failed = captured.spans
+    assert early.status.status_code is StatusCode.UNSET
+    assert failed.status.status_code is StatusCode.ERROR
+    assert failed.attributes["error.type"] == "ClientPayloadError"

@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import asynctrace as at
 
@@ -155,8 +156,8 @@ def positive_int(text: str) -> int:
 
 def _demo_config(
     out: Path, span_groups: str, exporters: Sequence[str] | None, sizes: dict[str, int]
-) -> at.TelemetryConfig:
-    """The demo's configuration, every argument checked.
+) -> dict[str, Any]:
+    """The demo's configuration, every argument and key checked.
 
     Raises:
         ConfigurationError: naming the argument, its value and what is accepted.
@@ -173,18 +174,18 @@ def _demo_config(
         raise at.ConfigurationError(
             f"out: {str(out)!r} is not accepted; accepted: a directory (it is a file)"
         )
-    return at.TelemetryConfig.from_mapping(
-        {
-            "enabled": True,
-            "span_groups": span_groups,
-            "exporters": demo_exporters(exporters),
-            "output_dir": str(out),
-            "session_tracer": {"enabled": True, "flush_threshold": 32},
-            # goodput-*.jsonl, a line per finished step (asynctrace watch reads it); the
-            # demo's steps are short, so a step is final once spans end 0.25 s past it
-            "goodput": {"metrics": "none", "grace_s": 0.25},
-        }
-    )
+    config = {
+        "enabled": True,
+        "span_groups": span_groups,
+        "exporters": demo_exporters(exporters),
+        "output_dir": str(out),
+        "session_tracer": {"enabled": True, "flush_threshold": 32},
+        # goodput-*.jsonl, a line per finished step (asynctrace watch reads it); the
+        # demo's steps are short, so a step is final once spans end 0.25 s past it
+        "goodput": {"metrics": "none", "grace_s": 0.25},
+    }
+    at.TelemetryConfig.from_mapping(config)  # every key checked now, before anything runs
+    return config
 
 
 def run_demo(
