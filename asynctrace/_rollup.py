@@ -199,6 +199,12 @@ class _Step:
         sums: list[float] | None = None
         phases = self.phases
         counted = 0
+        top_start, top_end, top_name, top_key = (  # locals in the loop, stored after it
+            self.top_start,
+            self.top_end,
+            self.top_name,
+            self.top_key,
+        )
         for start, end, bucket, name, key in leaves:
             if bucket < 0:
                 continue
@@ -216,23 +222,19 @@ class _Step:
                 if phases is None:
                     phases = self.phases = {}
                 phases[name] = phases.get(name, 0.0) + overlap
-                top_end = self.top_end
-                if start < top_end and self.top_start < end:  # counted over another leaf
-                    self._twice(start, end, name, key)
+                if start < top_end and top_start < end:  # counted over another leaf
+                    self.twice += min(end, top_end) - max(start, top_start)
+                    if len(self.overlaps) < _EXAMPLES:
+                        self.overlaps = [*self.overlaps, ((top_name, top_key), (name, key))]
                 if end > top_end:
-                    self.top_start, self.top_end, self.top_name, self.top_key = (
-                        start,
-                        end,
-                        name,
-                        key,
-                    )
+                    top_start, top_end, top_name, top_key = start, end, name, key
+        self.top_start, self.top_end, self.top_name, self.top_key = (
+            top_start,
+            top_end,
+            top_name,
+            top_key,
+        )
         self.leaves += counted
-
-    def _twice(self, start: float, end: float, name: str, key: int) -> None:
-        """The leaf *name* overlaps the one ending last: that time is in the sums twice."""
-        self.twice += min(end, self.top_end) - max(start, self.top_start)
-        if len(self.overlaps) < _EXAMPLES:
-            self.overlaps = [*self.overlaps, ((self.top_name, self.top_key), (name, key))]
 
     def add_stalls(self, group: _Group) -> None:
         """Take *group*'s stall spans (clipped to the step) and stall seconds."""
