@@ -384,6 +384,36 @@ def _clock_shifts(paths: Sequence[Path], align: bool) -> dict[int, float]:
     return {i: float(firsts[i] or 0.0) - start for i in relative}
 
 
+class _Lines:
+    """The output document: its header, then events comma-separated, written a MiB at a time."""
+
+    __slots__ = ("_chunk", "_separator", "_size", "_stream")
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self._stream = stream
+        self._chunk: list[bytes] = [_HEADER]
+        self._separator = b""
+        self._size = 0
+
+    def add(self, line: bytes) -> None:
+        """One event's JSON."""
+        self._chunk.append(self._separator)
+        self._chunk.append(line)
+        self._separator = b",\n"
+        self._size += len(line)
+        if self._size > 1 << 20:
+            self._stream.write(b"".join(self._chunk))
+            self._chunk.clear()
+            self._size = 0
+
+    def end(self, tail: bytes) -> None:
+        """The document's end: written with what is left, and flushed."""
+        self._chunk.append(tail)
+        self._stream.write(b"".join(self._chunk))
+        self._chunk.clear()
+        self._stream.flush()
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``asynctrace convert``."""
     prog = "asynctrace convert"
@@ -411,23 +441,13 @@ def run(args: argparse.Namespace) -> int:
     events = 0
     bar = Progress(file_size(paths), prog, enabled=not args.no_progress)
     try:
-        chunk: list[bytes] = [_HEADER]
-        size = 0
-        separator = b""
+        out = _Lines(stream)
         for _, index, _, event, raw in _in_end_order(paths, stats, bar, shifts):
             if event.get("ph").__class__ is not str:
                 others += 1
                 continue
-            line = merger.event(index, event, raw)
-            chunk.append(separator)
-            chunk.append(line)
-            separator = b",\n"
-            size += len(line)
+            out.add(merger.event(index, event, raw))
             events += 1
-            if size > 1 << 20:
-                stream.write(b"".join(chunk))
-                chunk.clear()
-                size = 0
         merged, skipped, error_us = 0, [], 0.0
         next_tid = tid_counter()
         for capture in captures:
@@ -440,15 +460,8 @@ def run(args: argparse.Namespace) -> int:
                 continue
             try:
                 for line in capture_lines(capture, out_pid.pid, merger.shift, next_tid):
-                    chunk.append(separator)
-                    chunk.append(line)
-                    separator = b",\n"
-                    size += len(line)
+                    out.add(line)
                     events += 1
-                    if size > 1 << 20:
-                        stream.write(b"".join(chunk))
-                        chunk.clear()
-                        size = 0
             except (OSError, ValueError, RecursionError, MemoryError) as exc:
                 skipped.append(
                     f"{capture.path.name}: merged only in part, it changed while read "
@@ -464,15 +477,11 @@ def run(args: argparse.Namespace) -> int:
             merged += 1
             error_us = max(error_us, capture.error_us)
         for line in merger.trailer():
-            chunk.append(separator)
-            chunk.append(line)
-            separator = b",\n"
+            out.add(line)
         if not events:
             raise CliError(_nothing(paths, stats, others))
         other = {"asynctrace": {"inputs": [str(p) for p in paths], "malformed": stats.malformed}}
-        chunk.append(b'\n],"displayTimeUnit":"ms","otherData":' + dumps(other) + b"}\n")
-        stream.write(b"".join(chunk))
-        stream.flush()
+        out.end(b'\n],"displayTimeUnit":"ms","otherData":' + dumps(other) + b"}\n")
         if not to_stdout:
             stream.close()
             try:
