@@ -98,7 +98,11 @@ def bind_context(fn: Callable[P, R]) -> Callable[P, R]:
         # about 3x this one test (3.11). An async def only makes its coroutine here;
         # its body runs when awaited, so each step is run in the context.
         if result.__class__ is _CoroutineType:
-            return cast("R", _in_context(context, result))  # type: ignore[arg-type]
+            body: types.CoroutineType[Any, Any, Any] = cast("Any", result)
+            stepped: types.CoroutineType[Any, Any, Any] = cast("Any", _in_context(context, body))
+            # Named as the body: a task's repr, a stall span's coroutine name.
+            stepped.__name__, stepped.__qualname__ = body.__name__, body.__qualname__
+            return cast("R", stepped)
         return result
 
     return bound
@@ -292,94 +296,61 @@ def context_executor(executor: concurrent.futures.Executor) -> ContextExecutor:
     return ContextExecutor(executor)
 
 
-# _Call states: the call has not begun, runs, has ended, or will not run.
-_WAITING, _RUNNING, _ENDED, _DROPPED = range(4)
-
-
 class _Call:
-    """A ``to_thread`` call on asyncio, which tells its cancelled caller whether it runs.
+    """A ``to_thread`` call on asyncio that does not begin once its caller has left.
 
     anyio makes a cancelled caller wait for the call only when the
-    cancellation is anyio's (a cancel scope); asyncio's own (``task.cancel()``,
-    ``asyncio.timeout``) returns at once while the thread goes on. After such
-    a cancellation, :meth:`settle` either stops the call from beginning or
-    waits for its end.
+    cancellation is anyio's (a cancel scope). An asyncio cancellation
+    (``task.cancel()``, ``asyncio.timeout``) returns at once, as
+    ``asyncio.to_thread`` does: waiting there would hang a caller whose
+    ``finally`` is what stops the call, and outlast the timeout it was given.
+    A call still queued then is dropped (:meth:`drop`); one running ends on its
+    own.
     """
 
-    __slots__ = ("_fn", "_lock", "_loop", "_state", "_woken")
+    __slots__ = ("_dropped", "_fn", "_lock")
 
-    def __init__(self, fn: Callable[..., Any], loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, fn: Callable[..., Any]) -> None:
         self._fn = fn
-        self._loop = loop
         self._lock = threading.Lock()
-        self._state = _WAITING
-        self._woken: asyncio.Future[None] | None = None
+        self._dropped: bool | None = False  # None once it has begun
 
     def __call__(self, *args: Any) -> Any:
         """Run in the worker thread: the call, unless its caller has given up already."""
         with self._lock:
-            if self._state == _DROPPED:  # its result has nowhere to go: not run at all
+            if self._dropped:  # its result has nowhere to go: not run at all
                 return None
-            self._state = _RUNNING
-        try:
-            return self._fn(*args)
-        finally:
-            with self._lock:
-                self._state = _ENDED
-                woken = self._woken
-            if woken is not None:  # a cancelled caller waits for this
-                self._loop.call_soon_threadsafe(_wake, woken)
+            self._dropped = None
+        return self._fn(*args)
 
-    async def settle(self) -> None:
-        """After the caller's cancellation: drop a call not begun, or wait for its end.
-
-        Further cancellations while waiting do not cut the wait short (the
-        caller raises a ``CancelledError`` after it all the same), nor do
-        anyio cancel scopes, which would otherwise re-cancel the waiting task
-        at every turn of the loop.
-        """
+    def drop(self) -> None:
+        """The caller was cancelled: a call that has not begun never will."""
         with self._lock:
-            if self._state == _WAITING:
-                self._state = _DROPPED
-                return
-            if self._state == _ENDED:
-                return
-            woken = self._woken = self._loop.create_future()
-        with anyio.CancelScope(shield=True):
-            while not woken.done():
-                try:
-                    await asyncio.shield(woken)
-                except asyncio.CancelledError:
-                    pass  # the call still runs: its caller leaves after it
-
-
-def _wake(woken: asyncio.Future[None]) -> None:
-    if not woken.done():
-        woken.set_result(None)
+            if self._dropped is False:
+                self._dropped = True
 
 
 async def to_thread(fn: Callable[..., R], *args: Any) -> R:
     """Run ``fn(*args)`` in a worker thread, in the caller's context.
 
-    Works on asyncio, uvloop and trio (through anyio). A caller cancelled
-    while the call runs waits for it to end, so no call is left running
-    behind it: under an anyio or trio cancel scope it then gets the call's
-    outcome, and the cancellation comes at its next checkpoint; an asyncio
-    cancellation (``task.cancel()``, ``asyncio.timeout``) is raised once the
-    call has ended, its outcome dropped. A call not begun yet does not run.
+    Works on asyncio, uvloop and trio (through anyio). Under an anyio or
+    trio cancel scope a cancelled caller waits for a call that runs, gets its
+    outcome, and is cancelled at its next checkpoint. An asyncio cancellation
+    (``task.cancel()``, ``asyncio.timeout``) is raised at once, as
+    ``asyncio.to_thread`` raises it, a running call ends on its own, and a
+    call that has not begun yet does not run.
 
     Example:
         >>> import anyio
         >>> anyio.run(to_thread, sum, [1, 2])
         3
     """
-    loop = asyncio_loop()
-    if loop is None:  # trio: its cancellation waits for the call already
+    if asyncio_loop() is None:  # trio: its cancellation waits for the call already
         return await anyio.to_thread.run_sync(bind_context(fn), *args)
-    call = _Call(bind_context(fn), loop)
+    call = _Call(bind_context(fn))
     try:
         result: R = await anyio.to_thread.run_sync(call, *args)
     except asyncio.CancelledError:
-        await call.settle()
+        call.drop()
         raise
     return result

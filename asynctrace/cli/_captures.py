@@ -73,7 +73,7 @@ class _Scanner:
 
     def __init__(self, stream: IO[bytes]) -> None:
         self._stream = stream
-        self._decoder = codecs.getincrementaldecoder("utf-8")()
+        self._decoder = codecs.getincrementaldecoder("utf-8-sig")()  # a BOM, as json.load
         self._text = ""
         self._pos = 0
         self._eof = False
@@ -113,12 +113,15 @@ class _Scanner:
             except _NotJson:
                 decoder = _LENIENT  # only to find where it ends
                 continue
-            except json.JSONDecodeError:
-                if self._more():
+            except json.JSONDecodeError as exc:
+                # Only a value cut at the end of the piece is read on: an error further
+                # back is the file's (reading on would load the rest of a huge file).
+                cut = exc.pos + 16 >= len(self._text) or exc.msg.startswith("Unterminated")
+                if cut and self._more():
                     continue
                 raise
-            if end == len(self._text) and self._more():
-                continue  # a number may go on in the next piece
+            if len(self._text) - end < 32 and self._more():
+                continue  # a number may go on in the next piece (``12.`` then ``5``)
             self._pos = end
             return value if lenient or decoder is _STRICT else _SKIPPED
 
@@ -157,6 +160,8 @@ def _events(path: Path, rest: dict[str, Any]) -> Iterator[Any]:
             if not isinstance(key, str):
                 raise ValueError("expected a key")
             scanner.expect(":")
+            if key in rest:  # json.load would keep the last: which events are meant is unclear
+                raise ValueError(f"the key {key!r} is repeated")
             if key == "traceEvents" and scanner.peek() == "[":
                 rest[key] = []
                 yield from scanner.elements()
@@ -196,8 +201,13 @@ def _about_text(value: object) -> str | None:
 
 
 def _number(value: object) -> float | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:  # an int past a float's range raises here
+            number = float(value)
+        except OverflowError:
+            return None
+        if math.isfinite(number):
+            return number
     return None
 
 
@@ -220,7 +230,7 @@ def load_capture(path: Path) -> Capture | str:
                     names[_tid_key(event.get("tid"))] = args["name"]
     except _TopLevelList:
         return f"{path.name}: {_NO_ALIGNMENT}"
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, OverflowError) as exc:
         return f"{path.name}: not readable as JSON ({exc.__class__.__name__})"
     except RecursionError:
         return f"{path.name}: not readable as JSON (nested too deeply)"
@@ -269,8 +279,12 @@ def capture_lines(
             continue  # the process is ours; tracks are named below
         ts = event.get("ts")
         if ts.__class__ in (int, float):
-            ts += delta
-            if not math.isfinite(ts):
+            try:
+                ts += delta
+                finite = math.isfinite(ts)
+            except OverflowError:  # an int past a float's range
+                finite = False
+            if not finite:
                 capture.skipped += 1
                 continue
             event["ts"] = ts

@@ -462,7 +462,7 @@ def run(args: argparse.Namespace) -> int:
                 for line in capture_lines(capture, out_pid.pid, merger.shift, next_tid):
                     out.add(line)
                     events += 1
-            except (OSError, ValueError, RecursionError, MemoryError) as exc:
+            except (OSError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
                 skipped.append(
                     f"{capture.path.name}: merged only in part, it changed while read "
                     f"({exc.__class__.__name__})"

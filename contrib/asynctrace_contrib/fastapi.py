@@ -555,12 +555,13 @@ def _outermost(stack: ASGIApp, options: dict[str, Any]) -> ASGIApp:
     """The app's built *stack* with the tracing middleware around it.
 
     Starlette's stack starts with its ``ServerErrorMiddleware`` (the app's
-    handler for 500/``Exception``): a copy of it goes inside the tracing
-    middleware, whose response the middleware then observes, and the original
-    outside, so a layer wrapping this stack afterwards (OpenTelemetry's
-    FastAPI instrumentation) still finds it. Where OpenTelemetry's
-    instrumentation wrapped the stack first, the tracing middleware goes just
-    inside its middleware, which owns the server span then.
+    handler for 500/``Exception``). It stays where it answers, inside the
+    tracing middleware, which observes its response; at the top goes a
+    pass-through one with the same handler, so a layer wrapping this stack
+    afterwards and looking for one (OpenTelemetry's FastAPI instrumentation)
+    still finds it. Where OpenTelemetry's instrumentation wrapped the stack
+    first, the tracing middleware goes just inside its middleware, which owns
+    the server span then.
     """
     if not isinstance(stack, ServerErrorMiddleware):  # an unknown shape: around it whole
         return AsyncTraceMiddleware(stack, **options)
@@ -568,9 +569,26 @@ def _outermost(stack: ASGIApp, options: dict[str, Any]) -> ASGIApp:
     if type(inner).__name__ == "OpenTelemetryMiddleware" and hasattr(inner, "app"):
         inner.app = AsyncTraceMiddleware(inner.app, **options)
         return stack
-    errors = ServerErrorMiddleware(_NoteRaised(inner), handler=stack.handler, debug=stack.debug)
-    traced = AsyncTraceMiddleware(errors, **options)
-    return ServerErrorMiddleware(traced, handler=stack.handler, debug=stack.debug)
+    stack.app = _NoteRaised(inner)
+    traced = AsyncTraceMiddleware(stack, **options)
+    return _OuterErrors(traced, handler=stack.handler, debug=stack.debug)
+
+
+class _OuterErrors(ServerErrorMiddleware):
+    """The top of the stack, where Starlette's error handler was: it passes through.
+
+    Starlette's own, inside the tracing middleware, has answered an exception
+    already (and re-raised it for the server); answering again here would run
+    the app's handler for ``500``/``Exception`` twice. It stays a
+    ``ServerErrorMiddleware``, with the app's handler and ``debug``, for a
+    layer that wraps the stack afterwards and looks for one. OpenTelemetry's
+    instrumentation, applied after ``instrument_fastapi``, then adds an error
+    handler of its own around this stack, and the app's handler runs twice
+    for an unhandled exception: apply it first.
+    """
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
 
 
 _RAISED = "asynctrace.raised"  # the scope key of an exception on its way to the error handler

@@ -329,6 +329,39 @@ def test_a_surrogate_attribute_survives_convert(run: Run, tmp_path: Path) -> Non
     assert bad["args"]["path"] == path
 
 
+@pytest.mark.parametrize("case", ["float cut", "exponent cut", "bom", "utf-8 cut", "plain"])
+def test_a_capture_reads_as_json_load_reads_it(tmp_path: Path, case: str) -> None:
+    """The streaming reader, 1 MiB at a time, against ``json.load`` on what a piece's end
+    can cut: a number after its ``.`` or ``e``, a character of several bytes; and a BOM."""
+    from asynctrace.cli._captures import Capture, capture_lines, load_capture, tid_counter
+
+    about = {"asynctrace": {"clock_offset_us": 0.0, "clock_error_us": 1.0, "pid": 1, "rank": 0}}
+    event = {"ph": "X", "name": "op", "pid": 1, "tid": 1, "ts": 10, "dur": 1}
+    head = (
+        b'{"otherData": '
+        + json.dumps(about).encode()
+        + b', "traceEvents": ['
+        + json.dumps(event).encode()
+        + b'], "pad": "'
+    )
+    key = b'", "v": '
+    piece = 1 << 20
+    data = {
+        "float cut": head + b"x" * (piece - len(head) - len(key) - 3) + key + b"12.5}",
+        "exponent cut": head + b"x" * (piece - len(head) - len(key) - 3) + key + b"12e5}",
+        "bom": b"\xef\xbb\xbf" + json.dumps({"otherData": about, "traceEvents": [event]}).encode(),
+        "utf-8 cut": head + b"x" * (piece - 1 - len(head)) + '\u20ac"}'.encode(),
+        "plain": json.dumps({"otherData": about, "traceEvents": [event]}).encode(),
+    }[case]
+    path = tmp_path / "profile-r0-step1.torch.json"
+    path.write_bytes(data)
+    assert len(json.loads(data.decode("utf-8-sig"))["traceEvents"]) == 1
+    capture = load_capture(path)
+    assert isinstance(capture, Capture), capture
+    (line,) = [x for x in capture_lines(capture, 7, 0.0, tid_counter()) if b'"op"' in x]
+    assert json.loads(line)["pid"] == 7
+
+
 def _write_capture(
     path: Path, events: list[dict[str, Any]], about: dict[str, Any] | None = None
 ) -> Path:
@@ -446,6 +479,17 @@ def test_hostile_captures_are_reported_not_merged(run: Run, golden: Path, tmp_pa
             f'"pid": 100, "rank": 1, "clock_offset_us": {value}, "clock_error_us": 1}}',
         )
         (golden / f"profile-r1-step{step}.python.json").write_text(text)
+    big = "1" + "0" * 400  # an int past a float's range
+    _write_capture(golden / "profile-r1-step5.python.json", [op]).write_text(
+        (golden / "profile-r1-step5.python.json")
+        .read_text()
+        .replace('"clock_offset_us": 1000000', f'"clock_offset_us": {big}')
+    )
+    repeated = golden / "profile-r1-step6.python.json"
+    _write_capture(repeated, [op])
+    repeated.write_text(
+        repeated.read_text().replace('{"traceEvents": ', '{"traceEvents": [], "traceEvents": ', 1)
+    )
     good = _write_capture(golden / "profile-r1-step4.python.json", [op, {**op, "name": "BAD"}])
     good.write_text(
         good.read_text().replace(
@@ -453,15 +497,42 @@ def test_hostile_captures_are_reported_not_merged(run: Run, golden: Path, tmp_pa
             '"ts": NaN, "dur": 5, "pid": 1, "tid": 9}]',
         )
     )
+    huge_ts = _write_capture(golden / "profile-r1-step7.python.json", [{**op, "name": "HUGE"}])
+    huge_ts.write_text(huge_ts.read_text().replace('"ts": 200000', f'"ts": {big}'))
     document, result = _convert(run, golden, "-o", tmp_path / "trace.json")
     events = document["traceEvents"]
     assert _capture_pids(events, "OP") == {_rank_pid(events, 1)}
     assert _capture_pids(events, "BAD") == set()
     assert all(e.get("ts") is not None for e in events if "ts" in e)
     err = one_line(result.err)
-    assert "merged 1 profile capture (clocks aligned within 3 us)" in err
+    assert "merged 2 profile captures (clocks aligned within 3 us)" in err
     assert "profile-r1-step1.python.json: not readable as JSON (nested too deeply)" in err
     assert "profile-r1-step2.python.json: its clock alignment is not a finite number" in err
     assert "profile-r1-step3.python.json: its clock alignment is not a finite number" in err
     assert "1 event of profile-r1-step4.python.json (NaN, Infinity" in err
+    assert "profile-r1-step5.python.json: its clock alignment is not a finite number" in err
+    assert "profile-r1-step6.python.json: not readable as JSON (ValueError)" in err
+    assert "1 event of profile-r1-step7.python.json (NaN, Infinity" in err
+    assert _capture_pids(events, "HUGE") == set()
     assert "internal error" not in err
+
+
+def test_a_capture_broken_early_is_not_read_to_its_end(tmp_path: Path) -> None:
+    """A bad value near the start of a large capture is the file's, not a value cut at the
+    end of a piece: reading stops there instead of taking the rest of the file in."""
+    from asynctrace.cli._captures import _Scanner
+
+    event = json.dumps({"ph": "X", "name": "op", "pid": 1, "tid": 1, "ts": 10, "dur": 1})
+    path = tmp_path / "profile-r0-step1.torch.json"
+    with open(path, "w") as stream:
+        stream.write('{"traceEvents": [' + event + ", {bad}")
+        stream.write(("," + event) * 200_000 + "]}")
+    assert path.stat().st_size > 12 * 2**20
+    with open(path, "rb") as stream:
+        scanner = _Scanner(stream)
+        scanner.expect("{")
+        assert scanner.value() == "traceEvents"
+        scanner.expect(":")
+        with pytest.raises(ValueError, match="Expecting property name"):
+            list(scanner.elements())
+        assert stream.tell() <= 2 * 2**20

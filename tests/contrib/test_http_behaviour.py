@@ -118,9 +118,11 @@ def test_middlewares_added_after_instrumenting_are_inside_the_server_span(
 def test_the_apps_own_error_handler_status_is_recorded(
     asgi_server: Any, spans: CapturedSpans
 ) -> None:
-    """An app's own handler for ``Exception`` answers 503: that status is on the span."""
+    """An app's own handler for ``Exception`` answers 503: that status is on the span, and
+    the handler ran once, as without asynctrace (its side effects, an error report, too)."""
     app = FastAPI()
     instrument_fastapi(app)
+    handled: list[str] = []
 
     @app.get("/boom")
     async def boom() -> None:
@@ -128,6 +130,7 @@ def test_the_apps_own_error_handler_status_is_recorded(
 
     @app.exception_handler(Exception)
     async def unavailable(request: Any, exc: Exception) -> JSONResponse:
+        handled.append(type(exc).__name__)
         return JSONResponse({"error": "down"}, status_code=503)
 
     async def main() -> int:
@@ -140,6 +143,7 @@ def test_the_apps_own_error_handler_status_is_recorded(
     assert attrs(server)["http.response.status_code"] == 503
     assert attrs(server)["error.type"] == "RuntimeError"
     assert server.status.status_code is StatusCode.ERROR
+    assert handled == ["RuntimeError"]
 
 
 # -- 2. a retry middleware: one span per attempt ----------------------------------------
