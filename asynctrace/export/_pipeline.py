@@ -79,7 +79,7 @@ def prepare(settings: Settings) -> Plan:
         elif exporter == "memory":
             plan.memory = True
         elif not isinstance(exporter, str):
-            plan.exporters.append((type(exporter).__name__, exporter))
+            plan.exporters.append((_unique_name(plan, type(exporter).__name__), exporter))
     if settings.output_dir is not None:
         directory = writable_dir(settings.output_dir)
         if "chrome" in settings.exporters:
@@ -310,6 +310,17 @@ def _shutdown_sdk_provider(provider: Any, deadline: float, added: tuple[Any, ...
     if outcome[0] is not None:
         raise outcome[0]
     return True
+
+
+def _unique_name(plan: Plan, name: str) -> str:
+    """*name* (an exporter's class name), or ``name-2``, ``name-3`` ... when taken, so that
+    two exporters of one class keep counters of their own in ``stats()``."""
+    taken = {"chrome", "goodput", *(existing for existing, _ in plan.exporters)}
+    unique, n = name, 1
+    while unique in taken:
+        n += 1
+        unique = f"{name}-{n}"
+    return unique
 
 
 def build(plan: Plan) -> Pipeline:

@@ -22,6 +22,7 @@ from opentelemetry.sdk.trace.export import (
     SpanExporter,
     SpanExportResult,
 )
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import asynctrace as at
 from asynctrace import _errors
@@ -223,6 +224,26 @@ def test_two_user_processors_of_one_class_are_counted_apart() -> None:
         stats = telemetry.stats()
         assert stats["BlockingProcessor"].exported == 1
         assert stats["BlockingProcessor-2"].exported == 1
+    finally:
+        telemetry.shutdown(5.0)
+
+
+@pytest.mark.parametrize("provider", ["fast", "sdk"])
+def test_two_exporters_of_one_class_are_counted_apart(provider: str) -> None:
+    """``exporters=[a, b]`` of one class: each its own queue and ``stats()`` entry, each
+    with every span (one entry would hide the other's counts, a loss among them)."""
+    first, second = InMemorySpanExporter(), InMemorySpanExporter()
+    telemetry = at.configure(
+        {"enabled": True, "exporters": [first, second], "provider": provider, "span_groups": "all"}
+    )
+    try:
+        with at.managed_span("job", "s"):
+            pass
+        assert telemetry.flush(5.0)
+        stats = telemetry.stats()
+        assert stats["InMemorySpanExporter"].exported == 1
+        assert stats["InMemorySpanExporter-2"].exported == 1
+        assert [len(e.get_finished_spans()) for e in (first, second)] == [1, 1]
     finally:
         telemetry.shutdown(5.0)
 
