@@ -26,7 +26,7 @@ from .._errors import report_internal_error
 from .._fast import FastSpan, FastTracerProvider
 from .._forksafe import reinit_at_fork
 from ._convert import Converter
-from ._queue import ExporterSink, ExportStats, QueuedSpanProcessor
+from ._queue import ExporterSink, ExportStats, QueuedSpanProcessor, unique_name
 
 __all__ = [
     "ConvertingSink",
@@ -129,15 +129,12 @@ def processor_queue(processor: Any, provider: FastTracerProvider) -> QueuedSpanP
     ``BatchSpanProcessor`` is ``BatchSpanProcessor-2``) so that each has its
     own counters in ``Telemetry.stats()``.
     """
-    base = type(processor).__name__
     taken = {getattr(queue, "name", None) for queue in provider.queues()}
-    name, number = base, 1
-    while name in taken:
-        number += 1
-        name = f"{base}-{number}"
     limits = _processor_limits.get(provider, {})
     return QueuedSpanProcessor(
-        ProcessorSink(processor, converter_for(provider)), name=name, **limits
+        ProcessorSink(processor, converter_for(provider)),
+        name=unique_name(type(processor).__name__, taken),
+        **limits,
     )
 
 

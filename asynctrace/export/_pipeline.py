@@ -40,7 +40,7 @@ from ._convert import Converter
 from ._open_spans import OpenSpanTracker
 from ._otlp import otlp_exporter, sends_encoded
 from ._otlp_wire import WireEncoder
-from ._queue import ExporterSink, ExportStats, QueuedSpanProcessor
+from ._queue import ExporterSink, ExportStats, QueuedSpanProcessor, unique_name
 from ._retry import RetryingSpanProcessor
 
 __all__ = ["Pipeline", "Plan", "build", "prepare"]
@@ -79,7 +79,8 @@ def prepare(settings: Settings) -> Plan:
         elif exporter == "memory":
             plan.memory = True
         elif not isinstance(exporter, str):
-            plan.exporters.append((_unique_name(plan, type(exporter).__name__), exporter))
+            taken = {"chrome", "goodput", *(name for name, _ in plan.exporters)}
+            plan.exporters.append((unique_name(type(exporter).__name__, taken), exporter))
     if settings.output_dir is not None:
         directory = writable_dir(settings.output_dir)
         if "chrome" in settings.exporters:
@@ -310,17 +311,6 @@ def _shutdown_sdk_provider(provider: Any, deadline: float, added: tuple[Any, ...
     if outcome[0] is not None:
         raise outcome[0]
     return True
-
-
-def _unique_name(plan: Plan, name: str) -> str:
-    """*name* (an exporter's class name), or ``name-2``, ``name-3`` ... when taken, so that
-    two exporters of one class keep counters of their own in ``stats()``."""
-    taken = {"chrome", "goodput", *(existing for existing, _ in plan.exporters)}
-    unique, n = name, 1
-    while unique in taken:
-        n += 1
-        unique = f"{name}-{n}"
-    return unique
 
 
 def build(plan: Plan) -> Pipeline:

@@ -20,7 +20,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any, Protocol
@@ -32,11 +32,21 @@ from .._errors import report_internal_error
 from .._forksafe import reinit_at_fork
 from .._handoff import Handoff
 
-__all__ = ["ExportStats", "ExporterSink", "QueuedSpanProcessor", "Sink"]
+__all__ = ["ExportStats", "ExporterSink", "QueuedSpanProcessor", "Sink", "unique_name"]
 
 logger = logging.getLogger("asynctrace")
 
 _MAX_WAIT_S = threading.TIMEOUT_MAX / 2  # a longer wait raises OverflowError
+
+
+def unique_name(base: str, taken: Collection[object]) -> str:
+    """*base*, or ``base-2``, ``base-3`` ... when taken: a queue's name, its key in
+    ``Telemetry.stats()`` (two exporters or processors of one class keep counters apart)."""
+    name, number = base, 1
+    while name in taken:
+        number += 1
+        name = f"{base}-{number}"
+    return name
 
 
 class Sink(Protocol):

@@ -282,13 +282,12 @@ _RELEASED = getattr(getattr(aiohttp, "client_reqrep", None), "_CONNECTION_CLOSED
 
 
 def _released(exc: Exception) -> bool:
-    """Before aiohttp 3.10.9 (no shared ``_CONNECTION_CLOSED_EXCEPTION``), an early
-    ``release()`` sets a new ``ClientConnectionError("Connection closed")`` each time."""
-    return (
-        _RELEASED is None
-        and type(exc) is aiohttp.ClientConnectionError
-        and exc.args == ("Connection closed",)
-    )
+    """Whether *exc* is what an early ``release()`` or ``close()`` leaves: aiohttp's shared
+    exception, or before aiohttp 3.10.9 (no shared one) a new ``ClientConnectionError(
+    "Connection closed")`` each time."""
+    if _RELEASED is not None:
+        return exc is _RELEASED
+    return type(exc) is aiohttp.ClientConnectionError and exc.args == ("Connection closed",)
 
 
 def _body_done(span: Span, content: Any) -> None:
@@ -302,7 +301,7 @@ def _body_done(span: Span, content: Any) -> None:
         exc = content.exception()
     except Exception:  # not a stream we know: the span still ends
         exc = None
-    if exc is None or exc is _RELEASED or not isinstance(exc, Exception) or _released(exc):
+    if not isinstance(exc, Exception) or _released(exc):  # None, or the caller let go
         asynctrace.end_span(span)
         return
     span.set_attribute("error.type", type(exc).__qualname__)
