@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 
 from ._backend import asyncio_loop
-from ._cm import SyncAndAsync
+from ._cm import DONE, Done, SyncAndAsync
 from ._efficiency import start_efficiency_span
 from ._errors import ConfigurationError
 from ._groups import PER_PROMPT
@@ -90,11 +90,23 @@ class dispatch_scope(SyncAndAsync[Any]):
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> None:
+    ) -> Done:
         try:
             self._span.__exit__(exc_type, exc, tb)
         finally:
-            self._leave()
+            token, self._token = self._token, None
+            state = self._state
+            if token is not None and state is not None:
+                if SCOPES.get() is not state:
+                    leave("per_prompt", token, state)
+                else:  # leave()'s usual case, inline: the innermost
+                    try:
+                        SCOPES.reset(token)
+                    except ValueError:  # a token of another context
+                        leave("per_prompt", token, state)
+        return DONE
+
+    __aexit__ = __exit__  # type: ignore[assignment]  # DONE: awaited, it finishes at once
 
     def _leave(self) -> None:
         token, self._token = self._token, None

@@ -16,7 +16,7 @@ from contextvars import ContextVar, Token
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-from ._cm import SyncAndAsync
+from ._cm import DONE, Done, SyncAndAsync
 from ._errors import ConfigurationError
 from ._groups import Bucket, validate_bucket
 from ._semconv import RL_ITERATION, RL_SESSION_ID, RL_TASK_ID
@@ -209,10 +209,20 @@ class _Scope(SyncAndAsync[T]):
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> None:
+    ) -> Done:
         token, self._token = self._token, None
-        if token is not None and self._state is not None:
-            leave(self._var.name, token, self._state)
+        state = self._state
+        if token is not None and state is not None:
+            if SCOPES.get() is not state:
+                leave(self._var.name, token, state)
+            else:  # leave()'s usual case, inline: the innermost
+                try:
+                    SCOPES.reset(token)
+                except ValueError:  # a token of another context
+                    leave(self._var.name, token, state)
+        return DONE
+
+    __aexit__ = __exit__  # type: ignore[assignment]  # DONE: awaited, it finishes at once
 
 
 class bucket_scope(_Scope[Bucket]):

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
 from . import _session_tracer
-from ._cm import SyncAndAsync
+from ._cm import DONE, Done, SyncAndAsync
 from ._errors import ConfigurationError
 from ._payloads import check_payload, plain_payload
 from ._phases import FINALIZED, STATUSES, _phases, check_phase, register_phase, registered_phases
@@ -92,10 +92,20 @@ class task_scope(SyncAndAsync["int | str"]):
         self._token = SCOPES.set(state)
         return self._task_id
 
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> Done:
         token, self._token = self._token, None
         if token is not None:
-            leave("task_id", token, self._state)
+            state = self._state
+            if SCOPES.get() is not state:
+                leave("task_id", token, state)
+            else:  # leave()'s usual case, inline: the innermost
+                try:
+                    SCOPES.reset(token)
+                except ValueError:  # a token of another context
+                    leave("task_id", token, state)
+        return DONE
+
+    __aexit__ = __exit__  # type: ignore[assignment]  # DONE: awaited, it finishes at once
 
 
 class session_scope(SyncAndAsync[str]):
@@ -133,14 +143,25 @@ class session_scope(SyncAndAsync[str]):
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
-    ) -> None:
+    ) -> Done:
         token, self._token = self._token, None
         if token is not None:
-            leave("session_id", token, self._state)
-        tracer = _session_tracer._tracer
-        if exc_type is not None and tracer is not None and self._session_id is not None:
-            status = "failed" if issubclass(exc_type, Exception) else "dropped"
-            tracer.finalize(self._session_id, None, status, exception_reason(exc_type, exc))
+            state = self._state
+            if SCOPES.get() is not state:
+                leave("session_id", token, state)
+            else:  # leave()'s usual case, inline: the innermost
+                try:
+                    SCOPES.reset(token)
+                except ValueError:  # a token of another context
+                    leave("session_id", token, state)
+        if exc_type is not None:
+            tracer = _session_tracer._tracer
+            if tracer is not None and self._session_id is not None:
+                status = "failed" if issubclass(exc_type, Exception) else "dropped"
+                tracer.finalize(self._session_id, None, status, exception_reason(exc_type, exc))
+        return DONE
+
+    __aexit__ = __exit__  # type: ignore[assignment]  # DONE: awaited, it finishes at once
 
 
 _untracked = itertools.count(1).__next__
@@ -287,11 +308,11 @@ class trace_session_phase(SyncAndAsync[None]):
                     return
             tracer.dropped_events += 1
 
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> Done:
         self._open = False
         tracer, self._tracer = self._tracer, None
         if tracer is None:
-            return
+            return DONE
         now = time.time_ns()
         with tracer._lock:
             record = tracer._live.get(self._session_id)  # type: ignore[arg-type]
@@ -301,6 +322,13 @@ class trace_session_phase(SyncAndAsync[None]):
                 record.runs[self._handle + 2] = now
                 if self._end is not None:
                     merge_payload(record, self._handle, self._end)
+        return DONE
+
+    __aexit__ = __exit__  # type: ignore[assignment]  # DONE: awaited, it finishes at once
+
+    def __aenter__(self) -> Done:  # type: ignore[override]
+        self.__enter__()  # None, which awaiting DONE gives, with no coroutine to make
+        return DONE
 
 
 class atrace_session_phase(trace_session_phase):

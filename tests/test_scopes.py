@@ -134,6 +134,41 @@ async def test_async_with_scopes(spans: CapturedSpans) -> None:
     assert not in_per_prompt_scope()
 
 
+_ASYNC_EXITS: dict[str, Callable[[], Any]] = {
+    "iteration": lambda: iteration_scope(3),
+    "bucket": lambda: bucket_scope(Bucket.IDLE),
+    "per_prompt": per_prompt_scope,
+    "task": lambda: at.task_scope(5),
+    "session": at.session_scope,
+    "phase": lambda: at.atrace_session_phase("generate"),
+    "dispatch": lambda: at.dispatch_scope(attempt=1),
+}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("make", sorted(_ASYNC_EXITS))
+async def test_async_exit_passes_the_exception_on_and_restores(make: str) -> None:
+    """The scopes' ``__aexit__`` (their ``__exit__``, awaited) suppresses nothing.
+
+    Awaited it finishes with ``None`` on every backend; called by ``with`` its
+    result is false; the scope is undone either way.
+    """
+    with at.task_scope(1), at.session_scope():
+        before = at.current_session_id()
+        with pytest.raises(KeyError, match="inside"):
+            async with _ASYNC_EXITS[make]():
+                raise KeyError("inside")
+        scope = _ASYNC_EXITS[make]()
+        scope.__enter__()
+        assert not scope.__exit__(None, None, None)
+        scope = _ASYNC_EXITS[make]()
+        await scope.__aenter__()
+        assert await scope.__aexit__(None, None, None) is None
+        assert (current_iteration(), current_bucket()) == (None, None)
+        assert not in_per_prompt_scope()
+        assert (at.current_task_id(), at.current_session_id()) == (1, before)
+
+
 def test_scope_object_cannot_be_entered_twice() -> None:
     """Re-entering the same scope object would leak a token, so it is refused."""
     scope = iteration_scope(1)
