@@ -9,13 +9,18 @@ Whatever asynctrace records of an exception (``exception.message``,
 
 - every URL (what follows a ``://``, whatever precedes it) loses its
   userinfo, the values of its secret-like query keys and path parameters
-  (``;token=``) and its fragment, as ``url.full`` does; a query value that
-  is a URL, as sent or percent-encoded, is redacted inside (3 levels deep);
+  (``;token=``) and its fragment, as ``url.full`` does; a URL inside another
+  one (in its path, ``/fetch/https://u:p@h/x``, or its query, as sent or
+  percent-encoded) is redacted inside (3 levels deep). Userinfo runs to the
+  URL's last ``@``: a password may hold an unencoded ``@``, ``/``, ``?`` or
+  ``#``, so an ``@`` later in the URL costs its host and path, not a secret;
 - a secret-like name followed by ``=`` (``token=abc``, ``user[password]=``),
   a quoted one followed by ``:`` (``'Authorization': 'Basic abc'``, JSON,
   ``{b'password': b'abc'}``), a credential header line (``Authorization:
   Bearer abc``, ``Cookie: a=b``, ``Private-Token: abc``) and a header pair
   repr (``(b'x-api-key', b'abc')``) keep the name and lose the whole value;
+  a value in brackets (``auth=('bob', 'pw')``, ``credentials={...}``) up to
+  its matching bracket, or to the end of its line;
 - ``Bearer <credential>`` loses the credential;
 - each string of *secrets* (what the caller knows to be secret: a request's
   header values, its query values) is replaced wherever it appears, but for
@@ -95,6 +100,12 @@ _VALUE = re.compile(
     re.IGNORECASE,
 )
 _HEADER_VALUE = re.compile(r"[^\r\n'\"<>]+")  # a credential header: the rest of its line
+# What a bracketed value ("auth=('bob', 'pw')", "credentials={...}") is scanned by:
+# quoted strings whole (a bracket inside one does not count), brackets, line ends.
+_BRACKET_TOKEN = re.compile(r"'(?:[^'\\\n]|\\.)*'?|\"(?:[^\"\\\n]|\\.)*\"?|[()\[\]{}\r\n]")
+_CLOSERS: Final = {"(": ")", "[": "]", "{": "}"}
+_MAX_BRACKETS = 64  # nested deeper: the value runs to the end of its line
+_LINE_END = re.compile(r"[\r\n]")
 # Header names whose "Name: value" form is a credential: one of these words among
 # the "-"/"_"-separated words of the name (not "KeyError: ...", "AuthError: ...").
 _HEADER_WORDS: Final = frozenset(
@@ -408,22 +419,35 @@ def _redact_urls(text: str, depth: int) -> str:
 def _redact_url_rest(rest: str, depth: int) -> str:
     """A URL after its ``scheme://``: no userinfo, no secret query values or path parameters."""
     netloc, tail = _split_netloc(rest)
-    if "@" in netloc:
-        netloc = netloc.rpartition("@")[2]  # no userinfo
-    elif ":" in netloc and "@" in tail:
-        # A password with an unencoded "/", "?" or "#" (base64 has "/"), as in the
-        # text of aiohttp's InvalidUrlClientError: "u:pa/ss@h" reads as host "u",
-        # port "pa". Cut to the last "@"; a port and an "@" in the path or the
-        # query lose the host and path too (on the safe side).
-        rest = rest.rpartition("@")[2]
+    if "@" in netloc or (":" in netloc and "@" in tail):
+        # Userinfo, cut to the URL's last "@". A password may hold an unencoded
+        # "@", "/", "?" or "#" (base64 has "/"; aiohttp's InvalidUrlClientError
+        # quotes such a URL raw): "u:Zq9@RET/x@h/x" reads as password "Zq9" and
+        # host "RET", or as password "Zq9@RET/x" and host "h", and "u:pa/ss@h" as
+        # host "u", port "pa". Only the last "@" removes the whole secret in every
+        # reading; an "@" later in the path or query (or after a port) loses the
+        # host and path too (on the safe side).
+        rest = rest[rest.rfind("@") + 1 :]
         netloc, tail = _split_netloc(rest)
     tail, hash_, _ = tail.partition("#")
     path, question, query = tail.partition("?")
     if ";" in path:
         path = _redact_path_parameters(path)
+    if "://" in path:  # a URL in the path (a proxy's "/fetch/https://u:p@h/x")
+        path = _redact_inner_urls(path, depth)
     if question:
         query = _redact_query(query, depth)
     return f"{netloc}{path}{question}{query}{hash_ and '#' + REDACTED}"
+
+
+def _redact_inner_urls(part: str, depth: int) -> str:
+    """The URLs inside *part* of a URL (its path, a query key) redacted.
+
+    Past _NEST_DEPTH, everything after the first ``://`` in *part* is replaced.
+    """
+    if depth >= _NEST_DEPTH:
+        return part[: part.find("://") + 3] + REDACTED
+    return _redact_urls(part, depth + 1)
 
 
 def _redact_path_parameters(path: str) -> str:
@@ -451,6 +475,9 @@ def _redact_query(query: str, depth: int = 0) -> str:
     pairs = re.split("([&;])", query)  # the separators kept, so the query reads as sent
     for i in range(0, len(pairs), 2):
         key, equals, value = pairs[i].partition("=")
+        if "://" in key:  # a URL as a bare piece or a key ("?http://u:p@h/x")
+            key = _redact_inner_urls(key, depth)
+            pairs[i] = f"{key}{equals}{value}"
         if not equals:
             continue
         if _secret_name(key):
@@ -526,16 +553,48 @@ def _redact_pairs(text: str) -> str:
                 value_pattern = _VALUE
         elif is_credential_header(name):  # Authorization: ..., but not KeyError: ...
             value_pattern = _HEADER_VALUE
-        value = value_pattern.match(text, match.end()) if value_pattern is not None else None
+        if value_pattern is None:
+            continue
+        start = match.end()
+        if text[start : start + 1] in _CLOSERS:  # auth=('bob', 'pw'): the whole tuple
+            out.append(text[pos:start])
+            out.append(REDACTED)
+            pos = _bracketed_end(text, start)
+            continue
+        value = value_pattern.match(text, start)
         if value is None or value.group().startswith(REDACTED):  # (by the URL pass)
             continue
-        out.append(text[pos : match.end()])
+        out.append(text[pos:start])
         out.append(_replacement(value.group()))
         pos = value.end()
     if not out:
         return text
     out.append(text[pos:])
     return "".join(out)
+
+
+def _bracketed_end(text: str, start: int) -> int:
+    """Where the value opening with the bracket at *start* ends: after its closing bracket.
+
+    One pass over the brackets and quoted strings that follow (linear); a closer
+    of another kind (``(]``) does not close. Unbalanced, or nested deeper than
+    _MAX_BRACKETS: the end of its line (on the safe side).
+    """
+    expected: list[str] = []
+    for token in _BRACKET_TOKEN.finditer(text, start):
+        char = token.group()[0]
+        if char in _CLOSERS:
+            if len(expected) == _MAX_BRACKETS:
+                break
+            expected.append(_CLOSERS[char])
+        elif char in "\r\n":
+            return token.start()
+        elif expected and char == expected[-1]:
+            expected.pop()
+            if not expected:
+                return token.end()
+    line_end = _LINE_END.search(text, start)
+    return len(text) if line_end is None else line_end.start()
 
 
 def _replacement(value: str) -> str:

@@ -1,9 +1,10 @@
 """Redaction's edge cases: credential forms a reviewer found leaking, and cost bounds.
 
 Each test names the form that leaked (or the input that took too long) before
-the fix it guards: URLs glued to other text or inside query values, credential
-pairs whose value holds a separator, header spellings, exception groups past
-the first 255 members, spans made by asynctrace's own tracer.
+the fix it guards: URLs glued to other text or inside another URL's query or
+path, passwords holding an unencoded ``@`` and ``/``, credential pairs whose
+value holds a separator or is bracketed, header spellings, exception groups
+past the first 255 members, spans made by asynctrace's own tracer.
 """
 
 from __future__ import annotations
@@ -69,6 +70,67 @@ def test_urls_nested_without_end_are_replaced_past_a_depth() -> None:
     assert "hunter2" not in result
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "https://proxy.example/fetch/https://admin:hunter2@internal/x",
+            "https://proxy.example/fetch/https://internal/x",
+        ),
+        (
+            "GET http://proxy/http://u:hunter2@h/x?token=abc 502",
+            f"GET http://proxy/http://h/x?token={REDACTED} 502",
+        ),
+        ("http://h/?http://u:hunter2@h2/x&n=1", "http://h/?http://h2/x&n=1"),
+        ("http://h/?http://u:hunter2@h2/x=1", "http://h/?http://h2/x=1"),
+        (
+            "http://a/http://b/http://c/http://u:hunter2@d/",
+            "http://a/http://b/http://c/http://d/",
+        ),
+    ],
+)
+def test_a_url_inside_another_urls_path_or_query_key_loses_its_userinfo(
+    text: str, expected: str
+) -> None:
+    """A second ``://`` in a URL's path (a proxy's ``/fetch/https://...``) or as a bare
+    query piece was never looked at: its userinfo was kept."""
+    assert redact_text(text) == expected
+
+
+def test_urls_nested_in_paths_without_end_are_replaced_past_a_depth() -> None:
+    """``http://h/http://h/...`` many times over: bounded work, no secret kept."""
+    text = "http://h/" * 20_000 + "http://u:hunter2@h/"
+    result = redact_text(text)
+    assert "hunter2" not in result
+    assert result.startswith("http://h/http://h/")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "http://user:Zq9SEC@RET/x@host/x",
+        "http://user:Zq9SEC@RET?x@host/x",
+        "http://user:Zq9SEC@RET#x@host/x",
+        "http://user:Zq9SEC@RET/x?y#z@host/x",
+        "http://user:Zq9/SEC@RET@host/x",
+        "see http://user:Zq9SEC@RET/x@host/x?n=1 for it",
+    ],
+)
+def test_a_password_with_an_unencoded_at_and_slash_loses_all_of_it(text: str) -> None:
+    """``u:Zq9SEC@RET/x@host``: cut at the first ``@`` of the authority, ``RET/x`` (the rest
+    of the password) was kept as host and path."""
+    result = redact_text(text)
+    assert "SEC" not in result
+    assert "RET" not in result
+    assert "http://host/x" in result
+
+
+def test_a_url_without_userinfo_keeps_an_at_in_its_path() -> None:
+    """No ``:`` or ``@`` before the first ``/``: an ``@`` in the path is no userinfo."""
+    assert redact_text("GET https://h/@user/post failed") == "GET https://h/@user/post failed"
+    assert redact_text("http://u:pw@h/x") == "http://h/x"
+
+
 def test_path_parameters_lose_secret_values() -> None:
     """``/x;token=abc`` (matrix parameters): the value goes, the rest of the path stays."""
     assert (
@@ -122,6 +184,34 @@ def test_credential_pairs_lose_their_whole_value(text: str, expected: str) -> No
     assert redact_text(text) == expected
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("auth=('bob', 'hunter2')", "auth=REDACTED"),
+        (
+            "request failed: auth=('bob', 'hunter2'), timeout=5",
+            "request failed: auth=REDACTED, timeout=5",
+        ),
+        ("credentials={'user': 'bob', 'pw': 'hunter2'}", "credentials=REDACTED"),
+        ("auth=(user, hunter2) next", "auth=REDACTED next"),
+        ("{'auth': ('bob', 'hun)ter2'), 'n': 1}", "{'auth': REDACTED, 'n': 1}"),
+        ('"password": ["a", "hunter2"], "n": 1', '"password": REDACTED, "n": 1'),
+        ("password=[['a'], {'c': ('hunter2',)}] ok", "password=REDACTED ok"),
+        ("auth=(bob]hunter2) x", "auth=REDACTED x"),
+        ("auth=('bob', 'hunter2'\nnext line", "auth=REDACTED\nnext line"),
+        ("auth=('bob', 'hunter2\nnext line", "auth=REDACTED\nnext line"),
+        ("Authorization: ('bob', 'hunter2')", "Authorization: REDACTED"),
+        ("auth=" + "(" * 100 + ")" * 100 + " hunter2\nnext", "auth=REDACTED\nnext"),
+        ("KeyError: ('user', 1)", "KeyError: ('user', 1)"),
+        ("shape=(2, 3) ok", "shape=(2, 3) ok"),
+    ],
+)
+def test_a_bracketed_value_goes_whole(text: str, expected: str) -> None:
+    """``auth=('bob', 'hunter2')`` (requests' and httpx's form) and a dict kept everything
+    after the bracket: the value runs to its matching bracket, or to the end of its line."""
+    assert redact_text(text) == expected
+
+
 _HOSTILE = 1_000_000
 
 
@@ -138,6 +228,16 @@ _HOSTILE = 1_000_000
         "x-" * (_HOSTILE // 2) + ": v",
         "a[" * (_HOSTILE // 2) + "]=",
         "password=" + ";" * _HOSTILE,
+        "auth=(" + "'a'," * (_HOSTILE // 4),
+        "password=" + "(" * _HOSTILE,
+        "password=(" + "[]" * (_HOSTILE // 2),
+        "auth=(\n" * (_HOSTILE // 7),
+        "auth=() " * (_HOSTILE // 8),
+        "'auth': (" + '"\\"",' * (_HOSTILE // 5),
+        "http://h/" + "https://p/" * (_HOSTILE // 10),
+        "http://h/?" + "http://u@h/&" * (_HOSTILE // 12),
+        "http://a:b@" * (_HOSTILE // 11),
+        "http://a:" * (_HOSTILE // 9),
     ],
 )
 def test_linear_time_on_a_megabyte_of_hostile_text(text: str) -> None:

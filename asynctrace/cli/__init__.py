@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from . import convert, demo, goodput, groups, report, watch
-from ._common import CliError, HelpFormatter, Parser
+from ._common import CliError, HelpFormatter, Parser, escape_controls
 
 __all__ = ["main"]
 
@@ -105,7 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _error(prog: str, message: str) -> None:
-    text = " ".join(message.split("\n"))
+    # One line; what else is a control character (in a file name, an argument) shows as text.
+    text = escape_controls(" ".join(message.split("\n")))
     if not text.startswith("asynctrace"):
         text = f"{prog}: error: {text}"
     print(text, file=sys.stderr, flush=True)

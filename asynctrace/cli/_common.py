@@ -15,6 +15,7 @@ __all__ = [
     "Parser",
     "Progress",
     "dumps",
+    "escape_controls",
     "escape_surrogates",
     "loads",
     "note",
@@ -39,7 +40,7 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def escape_surrogates(text: str) -> str:
-    """*text* with each lone surrogate written as its ``\\udXXX`` escape.
+    r"""*text* with each lone surrogate written as its ``\udXXX`` escape.
 
     The writers keep a lone surrogate (from a non-UTF-8 path, say); no UTF-8
     output can hold one. The escape is what the JSON lines hold: inside a
@@ -53,6 +54,38 @@ def escape_surrogates(text: str) -> str:
     if text.isascii():
         return text
     return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+_SHORT = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def _escape_one(match: re.Match[str]) -> str:
+    char = match.group()
+    short = _SHORT.get(char)
+    if short is not None:
+        return short
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def escape_controls(text: str) -> str:
+    r"""*text* safe for a terminal: control characters and lone surrogates written as escapes.
+
+    A name read from a trace can hold anything. C0 and C1 control characters
+    and DEL (an escape sequence that clears the screen or sets the window
+    title, a newline that would forge a row of a table) are shown as ``\n``,
+    ``\t``, ``\r`` or ``\xNN``, and a lone surrogate as ``\udXXX`` (as
+    :func:`escape_surrogates`), so every character of a name is seen and none
+    acts on the terminal.
+
+    Example:
+        >>> print(escape_controls("rl.step\x1b[2J\nfake row"))
+        rl.step\x1b[2J\nfake row
+    """
+    if text.isprintable():  # the common case: no control character, no surrogate
+        return text
+    return _CONTROL.sub(_escape_one, text)
 
 
 def write_stdout(text: str) -> None:
@@ -117,8 +150,13 @@ loads, dumps = _codecs()
 
 
 def note(prog: str, message: str) -> None:
-    """One informational line on stderr, prefixed with the command's name."""
-    print(f"{prog}: {message}", file=sys.stderr, flush=True)
+    """One informational line on stderr, prefixed with the command's name.
+
+    *message* may carry names read from the inputs: its control characters
+    are escaped (see :func:`escape_controls`), so it stays one line and
+    never acts on the terminal.
+    """
+    print(f"{prog}: {escape_controls(message)}", file=sys.stderr, flush=True)
 
 
 class Progress:

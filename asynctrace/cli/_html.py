@@ -118,6 +118,8 @@ def _num(value: float) -> str:
 def _seconds(value: float) -> str:
     if value == 0:
         return "0"
+    if value < 0:  # a session clock that stepped back
+        return f"-{_seconds(-value)}"
     if value >= 100:
         return f"{value:.0f} s"
     if value >= 1:
@@ -337,6 +339,15 @@ def _waterfall(waterfall: Waterfall) -> str:
     return "".join(parts)
 
 
+def _hidden(waterfall: Waterfall) -> str:
+    """`` 12 more spans of this step not drawn (12 past the 400-row limit).``, or ``""``."""
+    if not waterfall.hidden:
+        return ""
+    n = waterfall.hidden
+    why = f" ({'; '.join(waterfall.hidden_why)})" if waterfall.hidden_why else ""
+    return f" {n} more span{'s' if n != 1 else ''} of this step not drawn{esc(why)}."
+
+
 def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(1, width - 1)] + "…"
 
@@ -416,12 +427,16 @@ def _timeline(sessions: Sessions) -> str:
 
 def _histogram(name: str, values: Sequence[float]) -> str:
     width, height, pad, bins = 300, 150, 26, 24
-    data = sorted(values)
+    data = sorted(v for v in values if math.isfinite(v))
+    if not data:
+        return ""
     low, high = data[0], data[-1]
-    span = high - low or max(abs(high), 1e-9)
+    # Halved, so that no finite range overflows: 1e308 - -1e308 is an infinity.
+    half_span = high / 2 - low / 2
     counts = [0] * bins
     for value in data:
-        counts[min(bins - 1, int((value - low) / span * bins))] += 1
+        share = (value / 2 - low / 2) / half_span if half_span else 0.0
+        counts[min(bins - 1, max(0, int(share * bins)))] += 1
     peak = max(counts) or 1
     bar_w = (width - 2 * pad) / bins
     p50 = data[len(data) // 2]
@@ -437,8 +452,8 @@ def _histogram(name: str, values: Sequence[float]) -> str:
         if not count:
             continue
         h = count / peak * (base - 24)
-        lo = low + span * i / bins
-        tip = f"{name}: {_seconds(lo)} to {_seconds(lo + span / bins)}: {count}"
+        lo = _between(low, high, i / bins)
+        tip = f"{name}: {_seconds(lo)} to {_seconds(_between(low, high, (i + 1) / bins))}: {count}"
         parts.append(
             f'<rect class="hit" x="{_num(pad + i * bar_w)}" y="{_num(base - h)}" '
             f'width="{_num(max(bar_w - 1, 1))}" height="{_num(h)}" fill="#5e35b1" '
@@ -451,6 +466,11 @@ def _histogram(name: str, values: Sequence[float]) -> str:
         "</svg>"
     )
     return "".join(parts)
+
+
+def _between(low: float, high: float, share: float) -> float:
+    """The point *share* of the way from *low* to *high*, finite for any finite pair."""
+    return low * (1 - share) + high * share
 
 
 def _sessions_section(sessions: Sessions) -> str:
@@ -570,7 +590,7 @@ def render(data: ReportData) -> str:
             f'<p class="muted">{esc(step.name)} · rl.iteration {esc(step.iteration)} · '
             f"{esc(data.waterfall.process)} · wall {esc(_seconds(step.wall / 1e6))} · "
             f"span <code>{esc(step.span_id)}</code> · chosen: {esc(data.waterfall.chosen_by)}."
-            + (f" {data.waterfall.hidden} more spans not drawn." if data.waterfall.hidden else "")
+            + _hidden(data.waterfall)
             + " The dashed line is the step's end; ▸ marks a span that continues.</p>"
         )
         body.append(

@@ -6,20 +6,23 @@ recognised by their content; directories also yield ``traces*.jsonl.gz``.
 Files are read line by line, so memory does not grow with their size. A line that
 is not a JSON object (the torn last line of a killed process, say), or a trace
 event whose fields have the wrong types (a ``pid`` that is a list, a ``ts``
-that is a string), is skipped and counted. Lines ending in a comma are read
-too, which covers a Chrome JSON document written one event per line, such as
-the output of ``asynctrace convert``; any other whole-document JSON file is
-loaded at once as a fallback.
+that is a string), is skipped and counted. A file none of whose lines is
+usable (one torn line, say) is skipped: its lines are counted as malformed and
+the file is named in the summary; the commands refuse the input only when
+nothing at all could be read. Lines ending in a comma are read too, which
+covers a Chrome JSON document written one event per line, such as the output
+of ``asynctrace convert``; any other whole-document JSON file of up to 64 MiB
+is loaded at once as a fallback.
 """
 
 from __future__ import annotations
 
 import glob
 import gzip
-import json
 import os
 import re
 import sys
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +47,7 @@ _FILE_NAME = re.compile(r"^traces-(?:(?P<role>.+?)-)?r(?P<rank>\d+)\.jsonl(?:\.g
 _STRUCTURAL = (b'{"traceEvents":', b"],", b"]}")
 _PROGRESS_EVERY = 0x3FFF  # lines between two progress updates
 _SAMPLES = 3
+_MAX_DOCUMENT = 64 << 20  # bytes: a larger file with no usable line is not loaded whole
 
 
 @dataclass
@@ -55,6 +59,9 @@ class ReadStats:
     malformed: int = 0
     samples: list[str] = field(default_factory=list)
     empty: list[str] = field(default_factory=list)
+    # Files with lines but none usable: (path, "1 line, none usable: 1 not JSON").
+    unusable: list[tuple[Path, str]] = field(default_factory=list)
+    kind: str = "trace"  # what the files should be, for the summary
 
     def summary(self) -> str:
         """``"skipped 2 malformed lines (a.jsonl:7, b.jsonl:3)"``, or ``""``.
@@ -62,6 +69,11 @@ class ReadStats:
         Example:
             >>> ReadStats(malformed=1, samples=["traces-r1.jsonl:57"]).summary()
             'skipped 1 malformed line (traces-r1.jsonl:57)'
+            >>> ReadStats(malformed=1, samples=["traces-r1.jsonl:1"],
+            ...     unusable=[(Path("traces-r1.jsonl"), "1 line, none usable: 1 not JSON")]
+            ... ).summary()  # doctest: +NORMALIZE_WHITESPACE
+            'skipped 1 malformed line (traces-r1.jsonl:1); skipped 1 file that is not a
+            JSON-lines trace (traces-r1.jsonl: 1 line, none usable: 1 not JSON)'
         """
         parts = []
         if self.malformed:
@@ -72,7 +84,26 @@ class ReadStats:
         if self.empty:
             plural = "s" if len(self.empty) != 1 else ""
             parts.append(f"{len(self.empty)} empty file{plural} ({', '.join(self.empty[:3])})")
+        if self.unusable:
+            count = len(self.unusable)
+            which = "file that is" if count == 1 else "files that are"
+            where = "; ".join(f"{path.name}: {why}" for path, why in self.unusable[:_SAMPLES])
+            more = "; ..." if count > _SAMPLES else ""
+            parts.append(f"skipped {count} {which} not a JSON-lines {self.kind} ({where}{more})")
         return "; ".join(parts)
+
+    def refusal(self) -> str | None:
+        """Why a single input file gave nothing, when it had lines but none usable.
+
+        Example:
+            >>> stats = ReadStats(files=1, unusable=[(Path("t.jsonl"), "1 line, none usable")])
+            >>> stats.refusal()
+            't.jsonl: not a JSON-lines trace (1 line, none usable)'
+        """
+        if self.files != 1 or self.records or not self.unusable:
+            return None
+        path, why = self.unusable[0]
+        return f"{path}: not a JSON-lines {self.kind} ({why})"
 
 
 def _has_magic(text: str) -> bool:
@@ -173,6 +204,8 @@ def sniff_kind(path: Path) -> str | None:
                         return "sessions"
     except EOFError:  # gzip data cut short before a recognisable line: go by the name
         pass
+    except zlib.error as exc:
+        raise CliError(f"{path}: damaged compressed data ({exc})") from None
     except OSError as exc:
         raise CliError(f"{path}: {exc.strerror or exc}") from None
     if path.name.startswith("sessions"):
@@ -198,11 +231,21 @@ def iter_records(
 def iter_file(
     path: Path, stats: ReadStats, progress: Progress | None = None
 ) -> Iterator[tuple[dict[str, Any], bytes]]:
-    """Yield ``(object, raw JSON bytes)`` for every JSON object line of one file."""
+    """Yield ``(object, raw JSON bytes)`` for every JSON object line of one file.
+
+    A file with lines but none usable is skipped: its lines are counted as
+    malformed and the file is listed in ``stats.unusable`` (the caller refuses
+    the input when nothing at all could be read).
+
+    Raises:
+        CliError: the file cannot be read, or its compressed data is damaged.
+    """
     stats.files += 1
-    valid = bad = lineno = pending_bytes = 0
+    valid = lineno = pending_bytes = 0
+    not_json = not_object = wrong_types = 0
     samples: list[str] = []
     first = b""
+    cut_short = False
     try:
         stream = open_input(path)  # closed below, also on early exit
     except OSError as exc:
@@ -226,47 +269,85 @@ def iter_file(
             except ValueError:
                 if raw in (b"[", b"]") or raw.startswith(_STRUCTURAL):
                     continue
-                bad += 1
+                not_json += 1
                 if len(samples) < _SAMPLES:
                     samples.append(f"{path.name}:{lineno}")
                 continue
             if obj.__class__ is not dict or ("ph" in obj and not event_ok(obj)):
-                bad += 1
+                if obj.__class__ is dict:
+                    wrong_types += 1
+                else:
+                    not_object += 1
                 if len(samples) < _SAMPLES:
                     samples.append(f"{path.name}:{lineno}")
                 continue
             valid += 1
             yield obj, raw
     except EOFError:  # a gzip stream cut short (a killed writer): keep what was read
-        bad += 1
+        cut_short = True
         if len(samples) < _SAMPLES:
             samples.append(f"{path.name}:{lineno + 1} (compressed data cut short)")
+    except (zlib.error, gzip.BadGzipFile) as exc:  # nothing after the damage can be trusted
+        where = f"after line {lineno}" if lineno else "before its first line"
+        raise CliError(f"{path}: damaged compressed data {where} ({exc})") from None
     except OSError as exc:
         raise CliError(f"{path}: {exc.strerror or exc}") from None
     finally:
         stream.close()
         if progress is not None:
             progress.advance(pending_bytes)
-    if not first:
+    bad = not_json + not_object + wrong_types + int(cut_short)
+    if valid:
+        stats.records += valid
+        _count_malformed(stats, bad, samples)
+        return
+    if not first and not cut_short:
         stats.empty.append(path.name)
         return
-    if not valid:
-        document = _whole_document(path) if first in (b"{", b"[") else None
-        if document is None:
-            raise CliError(
-                f"{path}: not a JSON-lines trace (none of its {lineno} lines is a JSON object)"
-            )
+    document = _whole_document(path) if first in (b"{", b"[") else None
+    if isinstance(document, tuple):
         kept, left_out = document
         if left_out:
-            stats.malformed += left_out
-            if len(stats.samples) < _SAMPLES:
-                stats.samples.append(f"{path.name}: {left_out} unusable events")
-        for obj in kept:
-            stats.records += 1
-            yield obj, dumps(obj)
+            _count_malformed(stats, left_out, [f"{path.name}: {left_out} unusable events"])
+        if kept:
+            for obj in kept:
+                stats.records += 1
+                yield obj, dumps(obj)
+        elif left_out:
+            plural = "s" if left_out != 1 else ""
+            stats.unusable.append(
+                (path, f"a JSON document of {left_out} item{plural}, none usable")
+            )
+        else:
+            stats.empty.append(path.name)  # an empty document: ``[]``, ``{"traceEvents": []}``
         return
-    stats.records += valid
-    stats.malformed += bad
+    if not bad:  # structural lines only (``[`` and ``]``): an empty document
+        stats.empty.append(path.name)
+        return
+    _count_malformed(stats, bad, samples)
+    why = [
+        f"{count} {what}"
+        for count, what in (
+            (not_json, "not JSON"),
+            (not_object, "JSON but not an object"),
+            (wrong_types, "with event fields of the wrong type"),
+        )
+        if count
+    ]
+    if isinstance(document, str):
+        why.append(document)
+    lines = bad - int(cut_short)
+    if not lines:
+        stats.unusable.append((path, "compressed data cut short before its first line"))
+        return
+    if cut_short:
+        why.append("then compressed data cut short")
+    plural = "s" if lines != 1 else ""
+    stats.unusable.append((path, f"{lines} line{plural}, none usable: {', '.join(why)}"))
+
+
+def _count_malformed(stats: ReadStats, count: int, samples: list[str]) -> None:
+    stats.malformed += count
     stats.samples.extend(samples[: max(0, _SAMPLES - len(stats.samples))])
 
 
@@ -321,13 +402,31 @@ def event_ok(event: dict[str, Any]) -> bool:
     return True
 
 
-def _whole_document(path: Path) -> tuple[list[dict[str, Any]], int] | None:
+def _whole_document(path: Path) -> tuple[list[dict[str, Any]], int] | str | None:
     """A Chrome JSON document (``{"traceEvents": [...]}`` or ``[...]``), loaded whole: its
-    events, and how many of its items were left out (not an object, or not a usable event)."""
+    events, and how many of its items were left out (not an object, or not a usable event).
+
+    ``None`` when it is not such a document; a reason when it was not tried: a
+    document over 64 MiB (decompressed) is not loaded, so memory stays bounded.
+    """
     try:
-        with open_input(path) as stream:
-            document = json.load(stream)
-    except (OSError, ValueError, EOFError):
+        with open_input(path) as stream:  # measured first, in chunks: a gzip hides its size
+            size, data = 0, b""
+            while size <= _MAX_DOCUMENT:
+                chunk = stream.read(1 << 20)
+                if not chunk:
+                    break
+                size += len(chunk)
+        if size <= _MAX_DOCUMENT:
+            with open_input(path) as stream:
+                data = stream.read(_MAX_DOCUMENT + 1)  # bounded also if it grew meanwhile
+    except (OSError, EOFError, zlib.error):
+        return None
+    if size > _MAX_DOCUMENT or len(data) > _MAX_DOCUMENT:
+        return f"not read as one JSON document (over {_MAX_DOCUMENT >> 20} MiB)"
+    try:
+        document = loads(data)
+    except (ValueError, RecursionError):
         return None
     events = document.get("traceEvents") if isinstance(document, dict) else document
     if not isinstance(events, list):

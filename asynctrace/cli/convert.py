@@ -569,6 +569,9 @@ def _check_output(name: str, target: Path) -> None:
 def _nothing(paths: Sequence[Path], stats: ReadStats, others: int = 0) -> str:
     if len(paths) == 1 and stats.empty:
         return f"{paths[0]}: empty file, no trace events"
+    refusal = stats.refusal() if len(paths) == 1 else None
+    if refusal is not None:
+        return refusal
     if others:
         plural = "s" if others != 1 else ""
         return (

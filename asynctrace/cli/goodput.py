@@ -22,7 +22,7 @@ from .._goodput import step_numbers
 from .._goodput_settings import GoodputSettings
 from .._rollup import BUCKETS, Rollup, RollupResult, StepRow
 from ._areal import ArealEvents, parse_bucket_map
-from ._common import CliError, HelpFormatter, Progress, note, write_stdout
+from ._common import CliError, HelpFormatter, Progress, escape_controls, note, write_stdout
 from ._reader import (
     TRACE_PATTERN,
     Origins,
@@ -229,6 +229,9 @@ def collect(
 def _nothing_read(paths: Sequence[Path], stats: ReadStats) -> str:
     if len(paths) == 1 and stats.empty:
         return f"{paths[0]}: empty file, no trace events"
+    refusal = stats.refusal() if len(paths) == 1 else None
+    if refusal is not None:
+        return refusal
     return f"no trace events in the {len(paths)} input file(s) ({stats.summary() or 'all empty'})"
 
 
@@ -379,6 +382,9 @@ def to_json(collected: Collected) -> dict[str, Any]:
             "spans": result.spans,
             "malformed_lines": collected.stats.malformed,
             "empty_files": collected.stats.empty,
+            "unusable_files": [
+                {"file": path.name, "why": why} for path, why in collected.stats.unusable
+            ],
         },
     }
 
@@ -424,16 +430,22 @@ def _clip(text: str, width: int) -> str:
 
 
 def to_text(collected: Collected) -> str:
-    """The table, the run total and the invariant summary, for a terminal."""
+    """The table, the run total and the invariant summary, for a terminal.
+
+    Names read from the traces (steps, processes, the spans in a violation)
+    have their control characters escaped (see :func:`escape_controls`): an
+    escape sequence in a span name never acts on the terminal, and a newline
+    never forges a row. ``--json`` and ``--csv`` keep them as written.
+    """
     document = to_json(collected)
     headers = ["process", "iter", "step", "wall s", *BUCKETS, "unattributed", "goodput", "stalled"]
     table: list[list[str]] = []
     for step in document["steps"]:
         table.append(
             [
-                step["process"],
+                escape_controls(step["process"]),
                 "-" if step["iteration"] is None else str(step["iteration"]),
-                _clip(step["name"], 40) + ("*" if step["parent_missing"] else ""),
+                _clip(escape_controls(step["name"]), 40) + ("*" if step["parent_missing"] else ""),
                 f"{step['wall_s']:.4f}",
                 *(f"{step[f'{b}_s']:.4f}" for b in BUCKETS),
                 f"{step['unattributed_s']:.4f}",
@@ -476,7 +488,7 @@ def to_text(collected: Collected) -> str:
     if violations:
         plural = "s" if len(violations) != 1 else ""
         lines.append(f"invariants: {len(violations)} violation{plural}")
-        lines.extend(f"  [{v.kind}] {v.message}" for v in violations)
+        lines.extend(f"  [{v.kind}] {escape_controls(v.message)}" for v in violations)
     else:
         lines.append(
             "invariants: ok (no bucketed span has a bucketed descendant; no step's bucket "

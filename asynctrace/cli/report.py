@@ -58,6 +58,9 @@ exit status: 0 no violation, 1 invariant violations, 2 unreadable input
 MAX_WATERFALL_ROWS = 400
 MAX_WATERFALL_COLLECT = 50_000
 TIMELINE_SESSIONS = 200
+MAX_DURATION_FIELDS = 32  # distinct ``*_s`` fields with a histogram; values of others are counted
+MAX_PHASES = 32  # distinct phase names on the timeline; executions of others are counted
+MAX_PHASE_RUNS = 64  # phase executions drawn per session; the rest are counted
 
 
 def add_parser(subparsers: Any) -> None:
@@ -117,8 +120,9 @@ class Waterfall:
     step: StepRow
     process: str
     spans: list[WaterfallSpan]
-    hidden: int = 0
+    hidden: int = 0  # spans of the step's trace starting inside it that are not drawn
     chosen_by: str = "slowest step"
+    hidden_why: list[str] = field(default_factory=list)  # ``"12 past the 400-row limit"``
 
 
 @dataclass
@@ -143,6 +147,41 @@ class Sessions:
     durations: dict[str, array[float]] = field(default_factory=dict)
     timeline: list[SessionRow] = field(default_factory=list)
     phases: list[str] = field(default_factory=list)
+    bad_durations: int = 0  # ``*_s`` values that are not seconds within ±1e12
+    bad_samples: list[str] = field(default_factory=list)
+    other_fields: int = 0  # values of ``*_s`` fields past the first MAX_DURATION_FIELDS
+    phase_runs_left_out: int = 0  # executions of phases past MAX_PHASES, or past MAX_PHASE_RUNS
+
+    def left_out(self) -> list[str]:
+        """What the page leaves out of the session charts, one sentence each.
+
+        Example:
+            >>> Sessions([], other_fields=3).left_out()
+            ['left out 3 session durations of *_s fields past the first 32, which have histograms']
+        """
+        out = []
+        if self.bad_durations:
+            n = self.bad_durations
+            more = ", ..." if n > len(self.bad_samples) else ""
+            out.append(
+                f"left out {n} session duration{'s' if n != 1 else ''} that "
+                f"{'is' if n == 1 else 'are'} not a number of seconds within ±1e12 "
+                f"({', '.join(self.bad_samples)}{more})"
+            )
+        if self.other_fields:
+            n = self.other_fields
+            out.append(
+                f"left out {n} session duration{'s' if n != 1 else ''} of *_s fields past "
+                f"the first {MAX_DURATION_FIELDS}, which have histograms"
+            )
+        if self.phase_runs_left_out:
+            n = self.phase_runs_left_out
+            out.append(
+                f"left out {n} phase execution{'s' if n != 1 else ''} of the timeline: of "
+                f"phases past the first {MAX_PHASES} names, or past {MAX_PHASE_RUNS} "
+                "in one session"
+            )
+        return out
 
 
 @dataclass
@@ -221,7 +260,7 @@ def _waterfall(collected: Collected, step: StepRow, chosen_by: str, progress: bo
     by_parent: dict[str, list[tuple[float, int, dict[str, Any], int]]] = {}
     root: tuple[float, int, dict[str, Any], int] | None = None
     collected_spans = 0
-    seq = 0
+    seq = roots = 0
     bar = Progress(file_size(collected.paths), "asynctrace report", enabled=progress)
     try:
         for index, path in enumerate(collected.paths):
@@ -238,6 +277,7 @@ def _waterfall(collected: Collected, step: StepRow, chosen_by: str, progress: bo
                 origin = collected.origins.origin(index, event.get("pid"))
                 item = (float(ts), seq, event, origin)
                 if args.get("span_id") == step.span_id:
+                    roots += 1
                     root = item
                 elif collected_spans < MAX_WATERFALL_COLLECT:
                     collected_spans += 1
@@ -246,20 +286,36 @@ def _waterfall(collected: Collected, step: StepRow, chosen_by: str, progress: bo
     finally:
         bar.close()
     spans: list[WaterfallSpan] = []
-    hidden = 0
+    past_rows = 0
     stack = [(0, root)] if root is not None else []
     while stack:
         depth, item = stack.pop()
         assert item is not None
         if len(spans) >= MAX_WATERFALL_ROWS:
-            hidden += 1
+            past_rows += 1
         else:
             spans.append(_row(collected.origins, depth, item))
         span_id = item[2]["args"].get("span_id")
         children = by_parent.pop(str(span_id), [])
         for child in sorted(children, reverse=True):
             stack.append((depth + 1, child))
-    return Waterfall(step, collected.origins.label(step.origin), spans, hidden, chosen_by)
+    # Every matching span that is not a row: past the row limit, past the collect
+    # limit, or not reached from the step (its parent is not among the spans
+    # collected, or it repeats the step's span id).
+    past_collect = seq - roots - collected_spans
+    unreached = sum(map(len, by_parent.values())) + max(0, roots - 1)
+    why = [
+        f"{count} {what}"
+        for count, what in (
+            (past_rows, f"past the {MAX_WATERFALL_ROWS}-row limit"),
+            (past_collect, f"past the first {MAX_WATERFALL_COLLECT:,} collected"),
+            (unreached, "whose parent is not among the spans collected"),
+        )
+        if count
+    ]
+    hidden = past_rows + past_collect + unreached
+    process = collected.origins.label(step.origin)
+    return Waterfall(step, process, spans, hidden, chosen_by, why)
 
 
 def _row(
@@ -303,11 +359,9 @@ def _sessions(paths: list[Path], stats: ReadStats, progress: bool) -> Sessions:
                 out.count += 1
                 out.statuses[str(record.get("status"))] += 1
                 for key, value in record.items():
-                    if key.endswith("_s") and isinstance(value, (int, float)):
-                        if key not in out.durations:
-                            out.durations[key] = array("d")
-                        out.durations[key].append(float(value))
-                row = _session_row(record, phase_order)
+                    if key.endswith("_s"):
+                        _add_duration(out, path, key, value)
+                row = _session_row(record, phase_order, out)
                 if row is None:
                     continue
                 if len(reservoir) < TIMELINE_SESSIONS:
@@ -323,6 +377,23 @@ def _sessions(paths: list[Path], stats: ReadStats, progress: bool) -> Sessions:
     return out
 
 
+def _add_duration(out: Sessions, path: Path, key: str, value: object) -> None:
+    """Add one ``*_s`` value to its histogram, or count it as left out."""
+    seconds = _seconds(value)
+    if seconds is None:  # NaN, an infinity, an int no float holds, a string, null
+        out.bad_durations += 1
+        if len(out.bad_samples) < 3:
+            out.bad_samples.append(f"{path.name}: {key[:40]}")
+        return
+    values = out.durations.get(key)
+    if values is None:
+        if len(out.durations) >= MAX_DURATION_FIELDS:  # a file cannot make endless charts
+            out.other_fields += 1
+            return
+        values = out.durations[key] = array("d")
+    values.append(seconds)
+
+
 def _seconds(value: object) -> float | None:
     """*value* as a time in seconds, if it is a finite number a float holds."""
     return float(value) if real_number(value, _MAX_S) else None  # type: ignore[arg-type]
@@ -331,7 +402,9 @@ def _seconds(value: object) -> float | None:
 _MAX_S = 1e12  # about 31,700 years: any real timestamp
 
 
-def _session_row(record: dict[str, Any], phase_order: dict[str, None]) -> SessionRow | None:
+def _session_row(
+    record: dict[str, Any], phase_order: dict[str, None], out: Sessions
+) -> SessionRow | None:
     submit = _seconds(record.get("submit_ts"))
     if submit is None:
         return None
@@ -342,16 +415,24 @@ def _session_row(record: dict[str, Any], phase_order: dict[str, None]) -> Sessio
     raw = record.get("phases")
     if isinstance(raw, dict):
         for name, runs in raw.items():
-            phase_order.setdefault(str(name), None)
             if not isinstance(runs, list):
                 continue
+            if name not in phase_order:
+                if len(phase_order) >= MAX_PHASES:  # a file cannot make endless colours
+                    out.phase_runs_left_out += len(runs)
+                    continue
+                phase_order[name] = None
             for run in runs:
                 if not isinstance(run, dict):
                     continue
                 start = _seconds(run.get("start_ts"))
                 end = _seconds(run.get("end_ts"))
-                if start is not None:
-                    phases.append((str(name), start, end if end is not None else finalized))
+                if start is None:
+                    continue
+                if len(phases) >= MAX_PHASE_RUNS:
+                    out.phase_runs_left_out += 1
+                    continue
+                phases.append((name, start, end if end is not None else finalized))
     return SessionRow(
         session_id=str(record.get("session_id")),
         task_id=str(record.get("task_id")),
@@ -378,9 +459,11 @@ def run(args: argparse.Namespace) -> int:
     waterfall = None
     if chosen is not None:
         waterfall = _waterfall(collected, chosen[0], chosen[1], progress)
-    session_stats = ReadStats()
+    session_stats = ReadStats(kind="sessions file")
     sessions = _sessions(session_paths, session_stats, progress) if session_paths else None
     notes = [n for n in (collected.stats.summary(), session_stats.summary()) if n]
+    if sessions is not None:
+        notes.extend(sessions.left_out())
     notes.extend(collected.result.notes)
     if not collected.result.steps:
         notes.append("no step spans found")

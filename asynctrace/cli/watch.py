@@ -3,8 +3,10 @@
 It follows the ``goodput-*.jsonl`` files (one line per finished step, written
 by the runtime with ``goodput`` on) and the ``sessions-*.jsonl`` files under
 DIR, across ranks, by polling: no inotify, so a shared filesystem works. A
-line is read once it is complete; a file that shrinks or is replaced is read
-again from its start.
+line is read once it is complete, a file in chunks of at most 1 MiB. A file
+that is no longer the one read so far (replaced, deleted and written anew,
+truncated) is read again from its start, and what it gave before is dropped:
+the view shows what the files hold now.
 """
 
 from __future__ import annotations
@@ -12,14 +14,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import time
 from collections import Counter, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._common import CliError, HelpFormatter
+from ._common import CliError, HelpFormatter, escape_controls
 from ._reader import real_number
 
 __all__ = ["Follower", "State", "add_parser", "run"]
@@ -42,6 +45,12 @@ BUCKET_STYLES = (
     ("unattributed", "bright_black"),
 )
 _BAR = 30
+_BUCKETS = ("productive_s", "overhead_s", "idle_s", "wasted_s")
+_CHUNK = 1 << 20  # bytes read at a time: memory stays bounded whatever a poll finds new
+_MAX_LINE = 16 << 20  # a longer unfinished line is skipped (and counted), not held
+_PRINT = 4096  # bytes of the file's start, and before where reading stopped, checked
+_KEEP_STEPS = 500
+_KEEP_PHASE = 10_000
 
 
 def add_parser(subparsers: Any) -> None:
@@ -74,51 +83,122 @@ def add_parser(subparsers: Any) -> None:
 
 
 class Follower:
-    """New complete lines of one file, by polling (a replaced or shrunk file restarts)."""
+    """New complete lines of one file, by polling.
+
+    Reading goes on from where the last poll stopped as long as the file is
+    the same one: same device and inode, not shorter, and the same bytes at
+    its start and just before that point (checked when its size or mtime
+    changed). Otherwise (deleted and written anew, even on a reused inode;
+    replaced by a rename; truncated, even if it has grown again) it is read
+    from its start and :attr:`restarted` is true after that call, so that
+    what the earlier file gave can be dropped.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._offset = 0
-        self._identity: tuple[int, int] | None = None
+        self._stat: tuple[int, int, int, int] | None = None  # dev, inode, size, mtime
+        self._head = b""  # the file's first bytes, up to _PRINT
+        self._tail = b""  # the last bytes before _offset, up to _PRINT
         self._partial = b""
+        self._discarding = False  # inside an overlong line, already counted
         self.modified = 0.0
-        self.skipped = 0  # lines that are not a JSON object (a torn line of a killed writer)
+        self.skipped = 0  # lines that are not a JSON object (NaN, an overlong line, not JSON)
+        self.restarted = False
 
-    def lines(self) -> list[dict[str, Any]]:
-        """The JSON objects of the lines completed since the last call."""
+    @property
+    def torn(self) -> bool:
+        """Whether the file ends in an unfinished line, held until its newline arrives."""
+        return bool(self._partial)
+
+    def lines(self) -> Iterator[dict[str, Any]]:
+        """The JSON objects of the lines completed since the last call.
+
+        The file is checked (and :attr:`restarted` set) by the call; it is read,
+        a chunk at a time, as the iterator is consumed, which it must be before
+        the next call.
+        """
+        self.restarted = False
         try:
             info = self.path.stat()
         except OSError:
-            return []
-        identity = (info.st_dev, info.st_ino)
-        if identity != self._identity or info.st_size < self._offset:
-            self._identity, self._offset, self._partial = identity, 0, b""
+            return iter(())
+        key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+        if key != self._stat:
+            try:
+                same = self._stat is None or self._same_file(info)
+            except OSError:
+                return iter(())
+            if not same:
+                self._restart()
+            self._stat = key
         self.modified = info.st_mtime
-        if info.st_size == self._offset:
-            return []
+        if info.st_size <= self._offset:
+            return iter(())
+        return self._read(info.st_size)
+
+    def _same_file(self, info: os.stat_result) -> bool:
+        assert self._stat is not None
+        if (info.st_dev, info.st_ino) != self._stat[:2] or info.st_size < self._offset:
+            return False
+        if not self._offset:
+            return True
+        with self.path.open("rb") as handle:
+            if handle.read(len(self._head)) != self._head:
+                return False
+            handle.seek(self._offset - len(self._tail))
+            return handle.read(len(self._tail)) == self._tail
+
+    def _restart(self) -> None:
+        self._offset, self._head, self._tail, self._partial = 0, b"", b"", b""
+        self._discarding = False
+        self.skipped = 0
+        self.restarted = True
+
+    def _read(self, end: int) -> Iterator[dict[str, Any]]:
         try:
-            with self.path.open("rb") as handle:
-                handle.seek(self._offset)
-                data = handle.read(info.st_size - self._offset)
+            handle = self.path.open("rb")
         except OSError:
-            return []
-        self._offset += len(data)
-        data = self._partial + data
-        *complete, self._partial = data.split(b"\n")
-        out = []
+            return
+        with handle:
+            handle.seek(self._offset)
+            while self._offset < end:
+                try:
+                    chunk = handle.read(min(_CHUNK, end - self._offset))
+                except OSError:
+                    return
+                if not chunk:  # shrunk since: the next call sees it
+                    return
+                if self._offset < _PRINT:
+                    self._head += chunk[: _PRINT - self._offset]
+                self._tail = (self._tail + chunk[-_PRINT:])[-_PRINT:]
+                self._offset += len(chunk)
+                yield from self._parse(chunk)
+
+    def _parse(self, chunk: bytes) -> Iterator[dict[str, Any]]:
+        *complete, rest = chunk.split(b"\n")
+        if complete:
+            # the first completes the line held from before (or ends an overlong one)
+            complete[0] = b"" if self._discarding else self._partial + complete[0]
+            self._partial, self._discarding = b"", False
+        if not self._discarding:
+            if len(self._partial) + len(rest) > _MAX_LINE:
+                self._partial, self._discarding = b"", True
+                self.skipped += 1
+            else:
+                self._partial += rest
         for raw in complete:
             if not raw.strip():
                 continue
             try:
                 item = json.loads(raw, parse_constant=_no_constant)
-            except ValueError:  # a torn line of a killed writer, NaN, not JSON
+            except (ValueError, RecursionError):  # torn, NaN, not JSON, nested too deep
                 self.skipped += 1
                 continue
             if isinstance(item, dict):
-                out.append(item)
+                yield item
             else:
                 self.skipped += 1
-        return out
 
 
 def _no_constant(name: str) -> Any:
@@ -152,39 +232,109 @@ def _exporters_ok(value: object) -> bool:
     )
 
 
+def _buckets_ok(line: dict[str, Any]) -> bool:
+    """Whether a step line's seconds can be true: none negative, and its buckets together
+    at most ``leaves`` times its wall time (each leaf is clipped to the step; the
+    seconds are rounded to the microsecond)."""
+    wall = line.get("wall_s")
+    buckets = [float(line.get(key) or 0.0) for key in _BUCKETS]
+    if (wall is not None and wall < 0) or min(buckets) < 0:
+        return False
+    leaves = line.get("leaves")
+    if leaves is None or wall is None:
+        return True
+    if leaves.__class__ is not int or not 0 <= leaves <= 1 << 53:
+        return False
+    return bool(sum(buckets) <= leaves * (wall + 1e-6) + 1e-5)
+
+
 @dataclass
 class Rank:
-    """What one writer's goodput file said last."""
+    """What one writer's goodput file said last (what it holds now)."""
 
     label: str
     steps: int = 0
     last_line: float = 0.0  # wall time of its latest line (or the file's mtime)
     ended: bool = False
     exporters: dict[str, list[int]] = field(default_factory=dict)
+    wall: float = 0.0  # its steps' wall seconds, and their productive seconds
+    productive: float = 0.0
+    skipped: int = 0  # its lines of a shape the view cannot show
 
 
 @dataclass
 class State:
-    """Everything the view shows, updated from new lines."""
+    """Everything the view shows, updated from new lines, kept per file.
 
-    steps: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=500))
+    A file read again from its start (:attr:`Follower.restarted`) is first
+    :meth:`forget`-ten, so that its lines never count twice.
+    """
+
+    steps: deque[tuple[Path, str, dict[str, Any]]] = field(
+        default_factory=lambda: deque(maxlen=_KEEP_STEPS)
+    )  # (file, rank label, step line), the latest
     ranks: dict[Path, Rank] = field(default_factory=dict)
-    statuses: Counter[str] = field(default_factory=Counter)
-    phases: dict[str, deque[float]] = field(default_factory=dict)
-    total_steps: int = 0
-    productive: float = 0.0
-    wall: float = 0.0
-    skipped: int = 0  # lines of a shape the view cannot show (counted, shown in the view)
+    sessions: dict[Path, Counter[str]] = field(default_factory=dict)  # statuses, per file
+    phases: dict[str, deque[tuple[Path, float]]] = field(default_factory=dict)
     unreadable: int = 0  # lines that are not a JSON object, in every file followed
 
+    @property
+    def total_steps(self) -> int:
+        """Steps the goodput files hold."""
+        return sum(rank.steps for rank in self.ranks.values())
+
+    @property
+    def wall(self) -> float:
+        """Wall seconds of those steps."""
+        return math.fsum(rank.wall for rank in self.ranks.values())
+
+    @property
+    def productive(self) -> float:
+        """Productive seconds of those steps."""
+        return math.fsum(rank.productive for rank in self.ranks.values())
+
+    @property
+    def skipped(self) -> int:
+        """Lines of a shape the view cannot show (counted, shown in the view)."""
+        return sum(rank.skipped for rank in self.ranks.values())
+
+    @property
+    def statuses(self) -> Counter[str]:
+        """Sessions per status, over every sessions file."""
+        total: Counter[str] = Counter()
+        for counts in self.sessions.values():
+            total.update(counts)
+        return total
+
+    def forget(self, path: Path) -> None:
+        """Drop what the file at *path* gave: it is read again from its start."""
+        rank = self.ranks.get(path)
+        if rank is not None:
+            self.ranks[path] = Rank(rank.label)  # (keeps its place in the view)
+        if any(source == path for source, _, _ in self.steps):
+            kept = [step for step in self.steps if step[0] != path]
+            self.steps = deque(kept, maxlen=_KEEP_STEPS)
+        self.sessions.pop(path, None)
+        for key, values in list(self.phases.items()):
+            if any(source == path for source, _ in values):
+                kept_values = [value for value in values if value[0] != path]
+                if kept_values:
+                    self.phases[key] = deque(kept_values, maxlen=_KEEP_PHASE)
+                else:
+                    del self.phases[key]
+
     def add_goodput(self, path: Path, lines: Iterable[dict[str, Any]], modified: float) -> None:
+        """Count the goodput lines *lines*, new in the file at *path* (mtime *modified*)."""
         rank = self.ranks.get(path)
         if rank is None:
             rank = self.ranks[path] = Rank(path.name.removeprefix("goodput-").split(".")[0])
         rank.last_line = max(rank.last_line, modified)
         for line in lines:
-            if (line.get("kind") == "step" and not _step_ok(line)) or not _time_ok(line):
-                self.skipped += 1
+            kind = line.get("kind")
+            if (kind == "step" and not (_step_ok(line) and _buckets_ok(line))) or not _time_ok(
+                line
+            ):
+                rank.skipped += 1
                 continue
             if isinstance(line.get("time"), (int, float)):
                 rank.last_line = max(rank.last_line, float(line["time"]))
@@ -193,25 +343,26 @@ class State:
                 if _exporters_ok(exporters):
                     rank.exporters = exporters
                 else:
-                    self.skipped += 1
-            if line.get("kind") == "end":
+                    rank.skipped += 1
+            if kind == "end":
                 rank.ended = True
-            elif line.get("kind") == "step":
+            elif kind == "step":
                 rank.steps += 1
                 rank.ended = False
-                self.total_steps += 1
-                line["_rank"] = rank.label
-                self.steps.append(line)
+                self.steps.append((path, rank.label, line))
                 if isinstance(line.get("wall_s"), (int, float)):
-                    self.wall += line["wall_s"]
-                    self.productive += float(line.get("productive_s") or 0.0)
+                    rank.wall += line["wall_s"]
+                    rank.productive += float(line.get("productive_s") or 0.0)
 
-    def add_sessions(self, lines: Iterable[dict[str, Any]]) -> None:
+    def add_sessions(self, path: Path, lines: Iterable[dict[str, Any]]) -> None:
+        """Count the session lines *lines*, new in the file at *path*."""
+        statuses = self.sessions.setdefault(path, Counter())
         for line in lines:
-            self.statuses[str(line.get("status"))] += 1
+            statuses[str(line.get("status"))] += 1
             for key, value in line.items():
                 if key.endswith("_s") and real_number(value):
-                    self.phases.setdefault(key, deque(maxlen=10_000)).append(float(value))
+                    phase = self.phases.setdefault(key, deque(maxlen=_KEEP_PHASE))
+                    phase.append((path, float(value)))
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -225,29 +376,50 @@ def _bar(step: dict[str, Any]) -> Any:
 
     wall = step.get("wall_s") or 0.0
     text = Text()
-    if wall <= 0:
+    if not wall > 0:
         return text
     used = 0
     for bucket, style in BUCKET_STYLES:
-        seconds = max(0.0, float(step.get(f"{bucket}_s") or 0.0))
-        cells = min(_BAR - used, round(seconds / wall * _BAR))
+        seconds = float(step.get(f"{bucket}_s") or 0.0)
+        # within [0, 1] whatever the line says: 1e300 s of a 1e-300 s step is a full bar
+        fraction = min(1.0, max(0.0, seconds / wall)) if seconds > 0 else 0.0
+        cells = min(_BAR - used, round(fraction * _BAR))
         text.append("█" * cells, style=style)
         used += cells
     return text
 
 
+def _percent(ratio: float) -> str:
+    """*ratio* as a percentage, short whatever its size (a line may say anything)."""
+    percent = ratio * 100
+    return f"{percent:.1f}%" if abs(percent) < 1e6 else f"{percent:.3g}%"
+
+
+def _text(value: object, style: str = "") -> Any:
+    """A cell or line holding *value* as it is: never read as rich markup, control
+    characters escaped (a name from a file never acts on the terminal)."""
+    from rich.text import Text
+
+    return Text(escape_controls(str(value)), style=style)
+
+
 def render(state: State, directory: Path, stale: float, show: int, now: float) -> Any:
-    """The view, as a rich renderable."""
+    """The view, as a rich renderable.
+
+    Every string read from the files (and the directory's name) is shown with
+    its control characters escaped and is never read as markup.
+    """
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
 
     parts: list[Any] = []
-    goodput = f"{state.productive / state.wall * 100:.1f}%" if state.wall > 0 else "-"
+    wall = state.wall
+    goodput = _percent(state.productive / wall) if wall > 0 else "-"
     parts.append(
         Text.assemble(
             ("asynctrace watch ", "bold"),
-            str(directory),
+            escape_controls(str(directory)),
             f"  steps finished: {state.total_steps}  ranks: {len(state.ranks)}  ",
             f"goodput: {goodput}  ",
             *[(f"{bucket} ", style) for bucket, style in BUCKET_STYLES],
@@ -258,41 +430,43 @@ def render(state: State, directory: Path, stale: float, show: int, now: float) -
         steps.add_column(
             column, justify="left" if column in ("rank", "step", "buckets") else "right"
         )
-    for step in list(state.steps)[-show:]:
+    for _, label, step in list(state.steps)[-show:]:
         value = step.get("goodput")
         steps.add_row(
-            str(step.get("_rank")),
-            "-" if step.get("iteration") is None else str(step["iteration"]),
-            str(step.get("name")),
+            _text(label),
+            _text("-" if step.get("iteration") is None else step["iteration"]),
+            _text(step.get("name")),
             f"{float(step.get('wall_s') or 0.0):.3f}",
-            "-" if value is None else f"{value * 100:.1f}%",
+            "-" if value is None else _percent(value),
             _bar(step),
         )
     parts.append(steps)
     if state.steps:
-        last = state.steps[-1]
+        _, label, last = state.steps[-1]
         spans = sorted((last.get("spans") or {}).items(), key=lambda kv: -kv[1])[:5]
         slow = Table(
-            title=f"slowest leaf spans of the last step ({last.get('_rank')}, iteration "
-            f"{last.get('iteration')})",
+            title=_text(
+                f"slowest leaf spans of the last step ({label}, iteration {last.get('iteration')})"
+            ),
             box=None,
             title_justify="left",
         )
         slow.add_column("span")
         slow.add_column("seconds", justify="right")
         for name, seconds in spans:
-            slow.add_row(str(name), f"{seconds:.3f}")
+            slow.add_row(_text(name), f"{seconds:.3f}")
         parts.append(slow)
-    if state.statuses:
-        counts = ", ".join(f"{status} {n}" for status, n in sorted(state.statuses.items()))
-        parts.append(Text(f"sessions: {counts}"))
+    statuses = state.statuses
+    if statuses:
+        counts = ", ".join(f"{status} {n}" for status, n in sorted(statuses.items()))
+        parts.append(_text(f"sessions: {counts}"))
         table = Table(box=None, header_style="bold")
         for column in ("phase", "p50 s", "p90 s", "p99 s", "n"):
             table.add_column(column, justify="left" if column == "phase" else "right")
         for key in sorted(state.phases)[:12]:
-            values = list(state.phases[key])
+            values = [value for _, value in state.phases[key]]
             table.add_row(
-                key.removesuffix("_s"),
+                _text(key.removesuffix("_s")),
                 *(f"{_percentile(values, q):.3f}" for q in (0.5, 0.9, 0.99)),
                 str(len(values)),
             )
@@ -304,28 +478,29 @@ def render(state: State, directory: Path, stale: float, show: int, now: float) -
             if dropped or failed
         ]
         if problems:
-            parts.append(Text(f"{rank.label}: exporter " + "; ".join(problems), style="red"))
+            parts.append(_text(f"{rank.label}: exporter " + "; ".join(problems), "red"))
         if rank.ended:
-            parts.append(Text(f"{rank.label}: finished ({rank.steps} steps)"))
+            parts.append(_text(f"{rank.label}: finished ({rank.steps} steps)"))
         elif now - rank.last_line > stale:
             parts.append(
-                Text(
+                _text(
                     f"{rank.label}: stopped writing {now - rank.last_line:.0f} s ago "
                     f"(after {rank.steps} steps)",
-                    style="bold red",
+                    "bold red",
                 )
             )
-    if state.skipped or state.unreadable:
+    skipped = state.skipped
+    if skipped or state.unreadable:
         parts.append(
             Text(
                 f"skipped: {state.unreadable} lines that are not JSON objects, "
-                f"{state.skipped} with fields the view cannot read",
+                f"{skipped} with fields the view cannot read",
                 style="yellow",
             )
         )
     if not state.ranks:
         parts.append(
-            Text(
+            _text(
                 f"waiting for goodput-*.jsonl under {directory} (the job needs the "
                 "'goodput' configuration key on)"
             )
@@ -333,19 +508,42 @@ def render(state: State, directory: Path, stale: float, show: int, now: float) -
     return Group(*parts)
 
 
-def _poll(directory: Path, followers: dict[Path, Follower], state: State) -> None:
+def _poll(
+    directory: Path,
+    followers: dict[Path, Follower],
+    state: State,
+    *,
+    final: bool = False,
+    stale: float = 60.0,
+    now: float | None = None,
+) -> None:
+    """Read what the files under *directory* gained since the last poll into *state*.
+
+    An unfinished last line counts as unreadable once its writer is taken
+    for gone: on the *final* poll (``--once``), or when its file has not
+    changed for *stale* seconds; until then its newline may still come.
+    """
     for path in sorted(directory.rglob("goodput-*.jsonl")):
         follower = followers.get(path)
         if follower is None:
             follower = followers[path] = Follower(path)
         lines = follower.lines()
+        if follower.restarted:
+            state.forget(path)
         state.add_goodput(path, lines, follower.modified)
     for path in sorted(directory.rglob("sessions-*.jsonl")):
         follower = followers.get(path)
         if follower is None:
             follower = followers[path] = Follower(path)
-        state.add_sessions(follower.lines())
-    state.unreadable = sum(follower.skipped for follower in followers.values())
+        lines = follower.lines()
+        if follower.restarted:
+            state.forget(path)
+        state.add_sessions(path, lines)
+    now = time.time() if now is None else now
+    state.unreadable = sum(
+        follower.skipped + (follower.torn and (final or now - follower.modified > stale))
+        for follower in followers.values()
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -366,14 +564,14 @@ def run(args: argparse.Namespace) -> int:
     followers: dict[Path, Follower] = {}
     state = State()
     console = Console()
-    _poll(directory, followers, state)
+    _poll(directory, followers, state, final=args.once, stale=args.stale)
     if args.once:
         console.print(render(state, directory, args.stale, args.steps, time.time()))
         return 0
     try:
         with Live(console=console, auto_refresh=False, transient=False) as live:
             while True:
-                _poll(directory, followers, state)
+                _poll(directory, followers, state, stale=args.stale)
                 view = render(state, directory, args.stale, args.steps, time.time())
                 live.update(view, refresh=True)
                 time.sleep(args.interval)

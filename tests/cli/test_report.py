@@ -226,3 +226,124 @@ def test_many_steps_are_grouped_into_mean_bars(run: Run, tmp_path: Path) -> None
     bars = re.findall(r'class="seg hit seg-productive"', page)
     assert len(bars) == 167  # ceil(500 / 240) = 3 steps per bar
     assert "steps 1 to 3 (mean of 3): productive 50 µs" in page
+
+
+# -- hostile session records and waterfalls --------------------------------------
+
+
+def _sessions_with(tmp_path: Path, *extra: str) -> Path:
+    """The golden sessions file with *extra* raw lines appended."""
+    path = tmp_path / "sessions-r0.jsonl"
+    path.write_text((GOLDEN / "sessions-r0.jsonl").read_text() + "".join(f"{e}\n" for e in extra))
+    return path
+
+
+_ODD = '{"session_id":"%s","status":"accepted",%s}'
+
+
+@pytest.mark.parametrize(
+    ("lines", "left_out"),
+    [
+        ([_ODD % ("x", '"total_s":1e999')], 1),  # an infinity once parsed
+        ([_ODD % ("x", '"total_s":1' + "0" * 400)], 1),  # an int no float holds
+        ([_ODD % ("x", '"queue_s":1e308'), _ODD % ("y", '"queue_s":-1e308')], 2),
+        ([_ODD % ("x", '"total_s":"0.4","reward_s":true,"generate_s":null')], 3),
+    ],
+    ids=["infinity", "huge-int", "extreme-range", "not-numbers"],
+)
+def test_session_durations_that_are_not_seconds_are_left_out_and_counted(
+    run: Run, tmp_path: Path, lines: list[str], left_out: int
+) -> None:
+    """A ``*_s`` value that is not a number of seconds within ±1e12 gets no bar in a
+    histogram; the summary line and the page say how many were left out."""
+    sessions = _sessions_with(tmp_path, *lines)
+    page, result = _report(run, tmp_path, GOLDEN / "traces-r0.jsonl", sessions)
+    plural = "s that are" if left_out != 1 else " that is"
+    said = f"left out {left_out} session duration{plural} not a number of seconds within ±1e12"
+    assert said in one_line(result.err)
+    assert said in page[page.index('id="notes"') :]
+    assert page.count('class="histogram"') == 4  # total_s, generate_s, reward_s, toolcall_s
+
+
+def test_histogram_of_any_finite_range() -> None:
+    """The histogram bins any finite values, however far apart (their difference is no
+    float), and draws nothing for no finite value."""
+    from asynctrace.cli._html import _histogram
+
+    svg = _histogram("queue_s", [1e308, -1e308, 0.0, -1.7e308, 1.7e308])
+    assert "n=5" in svg
+    tips = re.findall(r'data-tip="queue_s: [^"]*: (\d+)"', svg)
+    assert sum(map(int, tips)) == 5
+    assert _histogram("queue_s", [float("nan"), float("inf")]) == ""
+    assert "n=3" in _histogram("same", [2.0, 2.0, 2.0])
+
+
+def test_duration_fields_and_phase_names_are_bounded(run: Run, tmp_path: Path) -> None:
+    """A record with hundreds of ``*_s`` fields and phases makes at most 32 histograms and
+    32 phase colours; what is left out is counted, on the page and in the summary."""
+    from asynctrace.cli.report import MAX_DURATION_FIELDS, MAX_PHASES
+
+    fields = {f"f{i}_s": 0.1 for i in range(300)}
+    phases = {f"p{i}": [{"start_ts": 1.2, "end_ts": 1.3}] for i in range(300)}
+    record = {"session_id": "wide", "status": "accepted", "submit_ts": 1.1,
+              "finalized_ts": 1.5, **fields, "phases": phases}  # fmt: skip
+    sessions = _sessions_with(tmp_path, json.dumps(record))
+    page, result = _report(run, tmp_path, GOLDEN / "traces-r0.jsonl", sessions)
+    assert page.count('class="histogram"') == MAX_DURATION_FIELDS
+    golden_fields = 4  # total_s, generate_s, reward_s, toolcall_s came first
+    left = 300 - (MAX_DURATION_FIELDS - golden_fields)
+    line = one_line(result.err)
+    assert f"left out {left} session durations of *_s fields past the first 32" in line
+    golden_phases = 3  # generate, reward, toolcall
+    left_runs = 300 - (MAX_PHASES - golden_phases)
+    assert f"left out {left_runs} phase executions of the timeline" in line
+    assert len(re.findall(r"<span style=\"--c:[^\"]*\">phase ", page)) == MAX_PHASES
+    assert f"left out {left} session durations" in page[page.index('id="notes"') :]
+
+
+def _span(name: str, span_id: str, parent: str | None, ts: int, dur: int) -> str:
+    args: dict[str, Any] = {"trace_id": "00000000000000000000000000000001", "span_id": span_id}
+    if parent is not None:
+        args["parent_span_id"] = parent
+    if name == "step":
+        args["rl.iteration"] = 1
+    return json.dumps(
+        {"ph": "X", "name": name, "ts": ts, "dur": dur, "pid": 1, "tid": 1, "args": args},
+        separators=(",", ":"),
+    )
+
+
+def test_waterfall_counts_every_span_it_does_not_draw(run: Run, tmp_path: Path) -> None:
+    """Spans of the step's trace that start inside it but are not rows are all counted:
+    past the row limit, past the collect limit, and those whose parent is not collected."""
+    from asynctrace.cli.report import MAX_WATERFALL_COLLECT, MAX_WATERFALL_ROWS
+
+    step = f"{1:016x}"
+    lines = [_span("orphan", f"{0xF0 + i:016x}", f"{0xE0:016x}", 1000 + i, 1) for i in range(3)]
+    children = MAX_WATERFALL_COLLECT + 10
+    lines += [_span("leaf", f"{0x1000 + i:016x}", step, 1000 + i, 1) for i in range(children)]
+    lines.append(_span("step", step, None, 1000, children + 10))  # written at its end
+    (tmp_path / "traces-r0.jsonl").write_text("\n".join(lines) + "\n")
+    page, _ = _report(run, tmp_path, tmp_path / "traces-r0.jsonl")
+    assert page.count('class="span-row"') == MAX_WATERFALL_ROWS
+    collected_leaves = MAX_WATERFALL_COLLECT - 3  # the orphans came first
+    past_rows = collected_leaves - (MAX_WATERFALL_ROWS - 1)
+    hidden = 3 + children + 1 - MAX_WATERFALL_ROWS  # every matching span not drawn
+    assert (
+        f"{hidden} more spans of this step not drawn ({past_rows} past the "
+        f"{MAX_WATERFALL_ROWS}-row limit; 13 past the first 50,000 collected; "
+        "3 whose parent is not among the spans collected)."
+    ) in page
+
+
+def test_waterfall_counts_spans_whose_parent_is_missing(run: Run, tmp_path: Path) -> None:
+    """A few spans of the step's trace whose parent is in no input: said, not dropped."""
+    step = f"{1:016x}"
+    lines = [_span("orphan", f"{0xF0 + i:016x}", f"{0xE0:016x}", 1000 + i, 1) for i in range(2)]
+    lines += [_span("leaf", f"{0x10:016x}", step, 1000, 1), _span("step", step, None, 1000, 50)]
+    (tmp_path / "traces-r0.jsonl").write_text("\n".join(lines) + "\n")
+    page, _ = _report(run, tmp_path, tmp_path / "traces-r0.jsonl")
+    assert page.count('class="span-row"') == 2
+    assert (
+        "2 more spans of this step not drawn (2 whose parent is not among the spans collected)."
+    ) in page
