@@ -17,6 +17,9 @@ are recorded instead of vanishing. What differs from lens, and why, is on the
   ``None`` (setting attributes on it is safe);
 * ``trace_fn`` on an ``async def`` times the awaited body, where lens's ends
   its span when the coroutine object is created;
+* a value under a listed key (:data:`DEFAULT_REDACT_KEYS`, matched
+  case-insensitively by the key's trailing words: ``OPENAI_API_KEY``) is
+  recorded as ``"[REDACTED]"`` whatever its type, a list or a number too;
 * the Ray keyword ``_otel_carrier`` is understood by
   :func:`asynctrace.accepts_trace_context`, so actors ported and actors still
   on lens interoperate during a rollout.
@@ -34,8 +37,9 @@ import functools
 import hashlib
 import logging
 import os
+import re
 import uuid
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Collection, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, TypeVar
 
@@ -355,11 +359,35 @@ def _should_export(config: NemoLensConfig, rank: int, world_size: int) -> bool:
         digest = hashlib.md5(str(rank).encode(), usedforsecurity=False).hexdigest()
         return (int(digest, 16) % 10000) / 10000.0 < config.export_sample_rate
     if strategy == "first_rank_per_node":
-        return int(os.environ.get("LOCAL_RANK", "0")) == 0
+        return _local_rank() in (None, 0)
     raise ValueError(
         f"Unknown export strategy {strategy!r}; accepted: all_ranks, first_rank_per_node, "
         "sampled, single_rank"
     )
+
+
+def _local_rank() -> int | None:
+    """This process's ``LOCAL_RANK`` (``None``: unset, empty or ``-1``), as asynctrace reads it.
+
+    Unset, empty and ``-1`` (which some launchers set outside a distributed
+    run) mean not known: the process counts as the first of its node, as it
+    does for asynctrace's ``local_first`` and, unset, for lens.
+
+    Raises:
+        asynctrace.ConfigurationError: a value that is not an integer, or one
+            below ``-1``; naming the variable, the value and what is accepted.
+    """
+    raw = os.environ.get("LOCAL_RANK", "").strip()
+    if not raw:
+        return None
+    value = int(raw) if re.fullmatch(r"[+-]?[0-9]+", raw) else None
+    if value is None or value < -1:
+        raise asynctrace.ConfigurationError(
+            f"LOCAL_RANK: {raw!r} is not accepted by export_strategy first_rank_per_node; "
+            "accepted: an integer >= 0 (as launchers set it), or -1 or empty: not known "
+            "(the process counts as the first of its node)"
+        )
+    return None if value == -1 else value
 
 
 def _application_telemetry() -> asynctrace.Telemetry | None:
@@ -406,6 +434,9 @@ def setup_telemetry(
             application's configuration).
         ValueError: an unknown span-group name, exporter or export strategy
             (checked before anything changes; not checked when disabled).
+        asynctrace.ConfigurationError: with ``first_rank_per_node``, a
+            ``LOCAL_RANK`` that is not an integer >= -1 (a ``ValueError``,
+            checked before anything changes).
 
     Example:
         >>> setup_telemetry(NemoLensConfig(enabled=False)).is_exporting
@@ -463,31 +494,79 @@ def setup_telemetry(
 DEFAULT_REDACT_KEYS: frozenset[str] = frozenset(
     {"prompt", "input_text", "output_text", "text", "password", "token", "secret", "key"}
 )
-"""String attributes under these keys are recorded as ``"[REDACTED]"``, as in lens."""
+"""Attributes under these keys are recorded as ``"[REDACTED]"``, whatever their type.
+
+A key is listed when it, or its trailing words, is one of these, compared
+case-insensitively with ``.``, ``_``, ``-`` and camelCase as word breaks:
+``token``, ``access_token``, ``OPENAI_API_KEY``, ``apiKey`` and
+``gen_ai.prompt`` are; ``max_tokens``, ``prompt_len`` and ``context`` are not.
+"""
+
+_REDACTED: Final = "[REDACTED]"  # what any value under a listed key becomes (lens's marker)
 
 _SCALARS = (bool, int, float, str)
+# Word breaks of an attribute key: any run of non-alphanumerics, and camelCase
+# ("apiKey", "HTTPToken").
+_WORD_BREAK = re.compile(r"[^0-9A-Za-z]+|(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+
+
+def _words(key: str) -> list[str]:
+    return [word.lower() for word in _WORD_BREAK.split(key) if word]
+
+
+@functools.lru_cache(maxsize=64)
+def _listed_forms(redact_keys: frozenset[str]) -> frozenset[str]:
+    """*redact_keys* as lower-case words joined by ``_`` (what :func:`_is_listed` compares)."""
+    return frozenset("_".join(_words(key)) for key in redact_keys)
+
+
+@functools.lru_cache(maxsize=4096)  # attribute keys are few: after the first, a dict lookup
+def _is_listed(key: str, redact_keys: frozenset[str]) -> bool:
+    """Whether *key* or its trailing words are one of *redact_keys* (case-insensitive)."""
+    listed = _listed_forms(redact_keys)
+    words = _words(key)
+    return any("_".join(words[i:]) in listed for i in range(len(words)))
+
+
+def _redacts(key: object, redact_keys: Collection[str]) -> bool:
+    if not isinstance(key, str):  # OpenTelemetry drops a key that is not a str
+        return False
+    if not isinstance(redact_keys, frozenset):  # a set or list, as lens callers may pass
+        redact_keys = frozenset(redact_keys)
+    return _is_listed(key, redact_keys)
 
 
 def redact_value(key: str, value: str, redact_keys: frozenset[str] = DEFAULT_REDACT_KEYS) -> str:
-    """``"[REDACTED]"`` if *key* is in *redact_keys*, else *value*.
+    """``"[REDACTED]"`` if *key* is listed in *redact_keys*, else *value*.
+
+    Listed is :data:`DEFAULT_REDACT_KEYS`'s rule: the key or its trailing
+    words, case-insensitively.
 
     Example:
-        >>> redact_value("prompt", "hello")
-        '[REDACTED]'
+        >>> redact_value("prompt", "hello"), redact_value("OPENAI_API_KEY", "sk-1")
+        ('[REDACTED]', '[REDACTED]')
+        >>> redact_value("max_tokens", "8")
+        '8'
     """
-    return "[REDACTED]" if key in redact_keys else value
+    return _REDACTED if _redacts(key, redact_keys) else value
 
 
 def _clean(
-    attributes: Mapping[str, Any], redact_keys: frozenset[str] = DEFAULT_REDACT_KEYS
+    attributes: Mapping[str, Any], redact_keys: Collection[str] = DEFAULT_REDACT_KEYS
 ) -> dict[str, Any]:
-    """lens's attribute rule: scalars and scalar lists, ``None`` skipped, keys redacted."""
+    """lens's attribute rule: scalars and scalar lists, ``None`` skipped, keys redacted.
+
+    A value under a listed key is recorded as ``"[REDACTED]"`` whatever its
+    type: a batch of prompts or a numeric secret is as secret as one string.
+    """
     out: dict[str, Any] = {}
     for key, value in attributes.items():
         if value is None:
             continue
-        if isinstance(value, _SCALARS):
-            out[key] = redact_value(key, value, redact_keys) if isinstance(value, str) else value
+        if _redacts(key, redact_keys):
+            out[key] = _REDACTED
+        elif isinstance(value, _SCALARS):
+            out[key] = value
         elif isinstance(value, list | tuple) and all(isinstance(v, _SCALARS) for v in value):
             out[key] = list(value)
     return out
@@ -499,6 +578,11 @@ def safe_set_span_attributes(
     redact_keys: frozenset[str] = DEFAULT_REDACT_KEYS,
 ) -> None:
     """Set *attributes* on *span*, skipping what OpenTelemetry cannot hold, redacting keys.
+
+    ``None`` values are skipped, as are values that are neither a scalar
+    nor a list or tuple of scalars. A non-``None`` value under a key listed
+    in *redact_keys* (:data:`DEFAULT_REDACT_KEYS`'s rule) is set as the
+    string ``"[REDACTED]"``, whatever its type.
 
     Example:
         >>> safe_set_span_attributes(trace.INVALID_SPAN, {"n": 1, "skip": None})
@@ -519,6 +603,7 @@ def managed_span(
     :func:`asynctrace.managed_span`, which this returns. *tracer* is accepted
     and ignored: spans go through asynctrace's pipeline. Disabled, it yields
     asynctrace's shared non-recording span (lens yields ``None``).
+    *attributes* are filtered and redacted as by :func:`safe_set_span_attributes`.
 
     Example:
         >>> with managed_span("forward_backward", "rl.policy.forward_backward", mb=4) as span:
@@ -539,7 +624,8 @@ def span_cm(
     """An ungated span around the block (lens's ``span_cm``), current inside it.
 
     Recorded through asynctrace's tracer whenever telemetry is on, whatever
-    groups are enabled; *tracer* overrides it, as in lens.
+    groups are enabled; *tracer* overrides it, as in lens. *attributes* are
+    filtered and redacted as by :func:`safe_set_span_attributes`.
 
     Example:
         >>> with span_cm("rl.setup.tokenizer", vocab=32000):
