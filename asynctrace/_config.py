@@ -277,7 +277,7 @@ class TelemetryConfig:
                 "or None"
             )
         _warn_unknown_vars(env)
-        config = dataclasses.replace(base) if base is not None else cls()
+        config = _copy_of(base) if base is not None else cls()
         updates: dict[str, Any] = {}
         for var, key in ENV_VARS.items():
             raw = _env_value(env, var)
@@ -355,6 +355,28 @@ KNOWN_VARS: Final = frozenset(
 """Every ``ASYNCTRACE_*`` variable asynctrace reads; another one is a typo, warned about."""
 
 _warned_vars: set[str] = set()
+
+
+def _copy_of(config: TelemetryConfig) -> TelemetryConfig:
+    """*config* with its own lists, dicts and session block: changing one changes no other."""
+    return dataclasses.replace(
+        config,
+        **{f.name: _data_copy(getattr(config, f.name)) for f in dataclasses.fields(config)},
+    )
+
+
+def _data_copy(value: Any) -> Any:
+    """Plain containers copied all the way down; anything else (an exporter, a provider,
+    a read-only mapping) is the same object."""
+    if isinstance(value, dict):
+        return {key: _data_copy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_data_copy(item) for item in value]
+    if isinstance(value, set):
+        return set(value)
+    if isinstance(value, SessionTracerConfig):
+        return dataclasses.replace(value)
+    return value
 
 
 def _warn_unknown_vars(env: Mapping[str, Any]) -> None:
@@ -659,6 +681,12 @@ def _exporter_list(key: str, value: Any) -> list[str | SpanExporterLike]:
     items: list[Any]
     if isinstance(value, str):
         items = [part for part in value.split(",") if part.strip()]
+    elif isinstance(value, (bytes, bytearray, memoryview)):  # a Sequence, of numbers
+        raise ConfigurationError(
+            f"{key}: {value!r} is not accepted (bytes: decode them); accepted: a list of "
+            f"exporter names ({', '.join(EXPORTER_NAMES)}) and SpanExporter objects, or a "
+            "comma-separated string"
+        )
     elif isinstance(value, Sequence):
         items = list(value)
     else:

@@ -28,10 +28,15 @@ logger = logging.getLogger("asynctrace")
 
 
 def writable_dir(raw: str | os.PathLike[str], key: str = "output_dir") -> Path:
-    """Create *raw* if needed and prove it writable, or raise ConfigurationError naming *key*."""
+    """Create *raw* if needed and prove it writable, or raise ConfigurationError naming *key*.
+
+    The directory is returned absolute: fixed when configuring, so that an
+    ``os.chdir()`` afterwards (Hydra's launcher makes one) moves no writer,
+    no profiler request file and no path reported to the program.
+    """
     raw = os.fspath(raw)
     try:
-        directory = Path(raw).expanduser()
+        directory = Path(raw).expanduser().absolute()
         directory.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=directory):
             pass

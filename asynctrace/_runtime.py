@@ -26,7 +26,7 @@ from ._errors import ConfigurationError, MissingExtraError, report_internal_erro
 from ._forksafe import reinit_at_fork
 from ._profiling import Profiler, active_profiler, install_profiler
 from ._session_tracer import SessionTracer
-from ._sigterm import SigtermHandler
+from ._sigterm import SigtermHandler, release_closed
 from ._state import GATE, disable_telemetry, enable_telemetry
 
 if TYPE_CHECKING:
@@ -83,10 +83,11 @@ class Telemetry:
         self._pipeline = pipeline
         self._sessions = sessions
         self._lock = threading.Lock()
-        reinit_at_fork(self._lock)
         self._running = pipeline is not None or sessions is not None
         self._result = True
         self._stopped = threading.Event()  # set once shutdown() has finished
+        # The event's condition lock too: a thread inside set() or wait() at fork().
+        reinit_at_fork(self._lock, self._stopped)
         if not self._running:
             self._stopped.set()  # nothing to shut down: shutdown() returns at once
         self._owns_global = False
@@ -184,15 +185,18 @@ class Telemetry:
 
         For a process about to be killed (where no ``atexit`` runs). It blocks
         the calling thread: from async code, run it in a worker thread.
-        Returns ``False`` if an exporter did not finish in time.
+        Returns ``False`` if an exporter did not finish in time. Once
+        :meth:`shutdown` has begun (on any thread), it waits for the shutdown
+        within *timeout_s* and returns its result: ``False`` if it failed or
+        has not finished.
 
         Example:
             >>> configure({"enabled": False}).flush(timeout_s=2.0)
             True
         """
-        if not self._running:
-            return True
         timeout_s = min(max(0.0, timeout_s), _MAX_WAIT_S)
+        if not self._running:  # shut down, or shutting down: its flush is the last one
+            return self._result if self._stopped.wait(timeout_s) else False
         deadline = time.monotonic() + timeout_s
         ok = True
         if self._pipeline is not None:
@@ -206,7 +210,9 @@ class Telemetry:
 
         Idempotent. Waits at most *timeout_s* (default: the configured
         ``shutdown_timeout_s``) even when an exporter is stuck; returns
-        ``False`` in that case. Dropped and failed spans are logged.
+        ``False`` in that case. Called while a shutdown runs on another thread,
+        it waits for that one (within *timeout_s*) and returns its result, or
+        ``False`` if it has not finished. Dropped and failed spans are logged.
 
         Example:
             >>> configure({"enabled": False}).shutdown()
@@ -217,8 +223,7 @@ class Telemetry:
         timeout = self.settings.shutdown_timeout_s if timeout_s is None else timeout_s
         timeout = min(max(0.0, timeout), _MAX_WAIT_S)
         if not running:  # done, or running on another thread (at exit, on SIGTERM): wait for it
-            self._stopped.wait(timeout)
-            return self._result
+            return self._result if self._stopped.wait(timeout) else False
         try:
             self._result = self._shut_down(timeout)
         except Exception as exc:  # a user's processor or exporter raised: still stopped
@@ -291,6 +296,25 @@ class Telemetry:
     # -- installation ------------------------------------------------------------
 
     def _install(self) -> None:
+        """Install everything, or (on any error) nothing: what was installed is undone.
+
+        The SIGTERM handler comes first, as the one part that can fail for
+        want of resources (descriptors, a thread); its shutdown, should the
+        signal come meanwhile, waits on ``_lock`` until the rest is in place.
+
+        Raises:
+            ConfigurationError: the SIGTERM handler could not be set up.
+        """
+        try:
+            with self._lock:
+                if self.settings.handle_sigterm:
+                    self._install_sigterm()
+                self._install_the_rest()
+        except BaseException:
+            self.shutdown()  # the pipeline's threads, the hooks, the gate: all undone
+            raise
+
+    def _install_the_rest(self) -> None:
         pipeline = self._pipeline
         if pipeline is not None:
             _stalls.set_threshold(self.settings.loop_stall_threshold_ms)
@@ -306,8 +330,6 @@ class Telemetry:
             _session_tracer.install(self._sessions)
         atexit.register(self._at_exit)
         self._atexit_registered = True
-        if self.settings.handle_sigterm:
-            self._install_sigterm()
 
     def _install_sigterm(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -316,7 +338,14 @@ class Telemetry:
                 "SIGTERM is not handled"
             )
             return
-        self._sigterm = SigtermHandler(self.shutdown)
+        try:
+            self._sigterm = SigtermHandler(self.shutdown)
+        except (OSError, RuntimeError) as exc:  # no descriptor or no thread to spare
+            raise ConfigurationError(
+                f"handle_sigterm: True: the SIGTERM handler could not be set up "
+                f"({type(exc).__name__}: {exc}); telemetry is off; accepted: false, or true "
+                "when the process can open a pipe and start a thread"
+            ) from exc
 
     def _remove_hooks(self) -> None:
         if self._atexit_registered:
@@ -385,6 +414,7 @@ def configure(
             previous = _current
             if previous is not None:
                 previous.shutdown()
+            _release_closed_sigterm()
             if session_path is None:
                 return Telemetry(settings, None)
             telemetry = _start(settings, session_path, None)
@@ -404,6 +434,7 @@ def configure(
         previous = _current
         if previous is not None:  # waits for a shutdown running on another thread, if any
             previous.shutdown()
+        _release_closed_sigterm()
         telemetry = _start(settings, session_path, lambda: _pipeline.build(plan))
         if profile_dir is not None and settings.profiler is not None:  # its threads start now
             telemetry._profiler = Profiler(settings.profiler, profile_dir, settings.rank)
@@ -411,6 +442,16 @@ def configure(
         with _current_lock:
             _current = telemetry
     return telemetry
+
+
+def _release_closed_sigterm() -> None:
+    """Remove a SIGTERM handler left installed by a shutdown off the main thread.
+
+    Only the main thread can; it puts back the handler it replaced and
+    closes its pipes, so that handlers do not pile up over reconfigurations.
+    """
+    if threading.current_thread() is threading.main_thread():
+        release_closed()
 
 
 def _start(

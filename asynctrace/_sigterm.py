@@ -20,6 +20,12 @@ no lock) up to :data:`WAIT_S` for the shutdown to finish:
 
 In a forked child the handler only hands the signal on: the helper thread
 and the telemetry it would shut down are the parent's.
+
+Closed off the main thread (a shutdown run in a worker thread), the handler
+cannot be removed: it stays installed, only handing the signal on, with its
+pipes open. The next handler made on the main thread, or
+:func:`release_closed` (every ``configure()`` on the main thread), removes it
+and closes its pipes, so handlers never pile up one on another.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any, Final, Union
 
-__all__ = ["WAIT_S", "SigtermHandler"]
+__all__ = ["WAIT_S", "SigtermHandler", "release_closed"]
 
 logger = logging.getLogger("asynctrace")
 
@@ -54,11 +60,22 @@ class SigtermHandler:
     """
 
     def __init__(self, shutdown: Callable[[], object]) -> None:
+        """Start the helper and install the handler.
+
+        Raises:
+            OSError: no pipe could be made (no descriptor left);
+            RuntimeError: the helper thread could not be started;
+            ValueError: not on the main thread. Nothing is left behind.
+        """
         self._shutdown = shutdown
         self._pid = os.getpid()
-        self.previous: _SignalHandler = signal.getsignal(signal.SIGTERM)
+        self.previous: _SignalHandler = release_closed()
         self._go_read, self._go_write = os.pipe()
-        self._done_read, self._done_write = os.pipe()
+        try:
+            self._done_read, self._done_write = os.pipe()
+        except BaseException:
+            _close(self._go_read, self._go_write)
+            raise
         self._fired = False
         self._deferred = False
         self._stopped = False
@@ -67,8 +84,17 @@ class SigtermHandler:
         self._claim = threading.Lock()
         self._resent = False  # the helper claimed and sent the signal again
         self._thread = threading.Thread(target=self._run, name="asynctrace-sigterm", daemon=True)
-        self._thread.start()
-        signal.signal(signal.SIGTERM, self.handle)
+        try:
+            self._thread.start()
+        except BaseException:
+            self._close_fds()
+            raise
+        try:
+            signal.signal(signal.SIGTERM, self.handle)
+        except BaseException:
+            self._stopped = True
+            self._wake(b"q")  # the helper closes the pipes and ends
+            raise
 
     # -- the signal handler (main thread, between two bytecodes) ---------------------
 
@@ -147,7 +173,8 @@ class SigtermHandler:
         """Put the previous handler back (on the main thread) and stop the helper.
 
         Off the main thread the handler cannot be removed: it stays installed
-        and only hands the signal on from then on.
+        and only hands the signal on from then on, until the main thread
+        removes it (:func:`release_closed`, the next handler made).
         """
         if self._stopped or self._fired:
             return
@@ -173,8 +200,47 @@ class SigtermHandler:
             pass
 
     def _close_fds(self) -> None:
-        for fd in (self._go_read, self._go_write, self._done_read, self._done_write):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        _close(self._go_read, self._go_write, self._done_read, self._done_write)
+
+    def _release(self) -> None:
+        """Close the pipes of a handler closed off the main thread (now uninstalled).
+
+        Its helper was told to end; its pipes are closed once it has, never
+        under it (a descriptor number it still reads could be reused).
+        """
+        if os.getpid() == self._pid:
+            self._thread.join(1.0)
+            if self._thread.is_alive():
+                return  # keep its pipes rather than close them under it
+        self._close_fds()  # in a forked child: this process's copies
+
+
+def release_closed() -> _SignalHandler:
+    """Remove the SIGTERM handlers closed off the main thread; the handler now in place.
+
+    Each one removed puts back the handler it replaced and has its pipes
+    closed; a handler that is still live (or has fired) is left alone. Main
+    thread only.
+
+    Example:
+        >>> release_closed() == signal.getsignal(signal.SIGTERM)
+        True
+    """
+    current: _SignalHandler = signal.getsignal(signal.SIGTERM)
+    handler = current
+    owner = getattr(handler, "__self__", None)
+    while isinstance(owner, SigtermHandler) and owner._stopped and handler == owner.handle:
+        owner._release()
+        handler = owner.previous
+        owner = getattr(handler, "__self__", None)
+    if handler is not current:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if handler is None else handler)
+    return handler
+
+
+def _close(*fds: int) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
