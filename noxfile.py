@@ -26,7 +26,7 @@ TEST_DEPS = [
     "opentelemetry-instrumentation-fastapi",  # one SERVER span next to OpenTelemetry's ASGI one
     "pytest-xdist>=3.5",  # the suite runs on every core (-n auto)
     "cloudpickle>=3",  # how Ray, loky and Dask send a function defined in __main__: by value
-    "viztracer>=0.16",  # the python profiler backend, run for real
+    "viztracer>=1.0",  # the python profiler backend, run for real
     # the tests' OTLP receiver (both transports) and the otlp-grpc extra's exporter
     "grpcio>=1.60",
     "opentelemetry-proto",

@@ -184,14 +184,30 @@ class AppendFile:
             return
         self._at_line_start = True
 
+    def sync(self) -> OSError | None:
+        """Make what was written durable (``fdatasync``): a flush that asked for it, and
+        a close. The error, if the disk refused; ``None`` when done or nothing is open."""
+        if self._fd < 0:
+            return None
+        try:
+            _datasync(self._fd)
+        except OSError as exc:
+            return exc
+        return None
+
     def close(self) -> None:
-        """Close the file (idempotent)."""
+        """Make the file durable (:meth:`sync`) and close it (idempotent)."""
+        self.sync()
         fd, self._fd = self._fd, -1
         if fd >= 0:
             try:
                 os.close(fd)
             except OSError:
                 pass
+
+
+# fdatasync where the platform has it (Linux); fsync elsewhere (macOS has no fdatasync).
+_datasync = getattr(os, "fdatasync", os.fsync)
 
 
 def _ends_with_newline(path: Path, size: int) -> bool:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 import numbers
+import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from ._errors import ConfigurationError
-from ._redact import redact_text, secrets_of
+from ._redact import REDACTED, is_credential_header, redact_text, secrets_of
 
-__all__ = ["check_payload", "plain_payload"]
+__all__ = ["MAX_NODES", "MAX_PAYLOAD_CHARS", "MAX_TEXT", "check_payload", "plain_payload"]
 
 
 def check_payload(payload: object, where: str) -> dict[str, Any] | None:
@@ -25,6 +26,34 @@ def check_payload(payload: object, where: str) -> dict[str, Any] | None:
 
 
 _PAYLOAD_DEPTH = 16
+MAX_NODES: Final = 10_000
+"""Values (keys not counted) one payload keeps; the rest become one marker per container."""
+MAX_TEXT: Final = 65_536
+"""Characters one string of a payload keeps (a key's too), after redaction."""
+MAX_PAYLOAD_CHARS: Final = 1 << 20
+"""Characters all the strings of one payload keep together (keys included)."""
+
+_CUT_VALUES: Final = f"<truncated: more than {MAX_NODES} values>"
+_CUT_KEY: Final = "<truncated>"
+_CUT_TEXT: Final = f"<truncated: more than {MAX_PAYLOAD_CHARS} characters>"
+# Redacting a huge string costs time linear in it: only a prefix is examined,
+# long enough that a credential cut in half at its end lies past what is kept.
+_SCAN: Final = 4 * MAX_TEXT
+_SCAN_MARGIN: Final = 8192
+
+_cut_lock = threading.Lock()
+_cut_payloads = 0
+
+
+def truncated_payloads() -> int:
+    """How many payloads of this process were cut (too many values or too much text)."""
+    return _cut_payloads
+
+
+def _count_cut() -> None:
+    global _cut_payloads
+    with _cut_lock:  # only when a payload is cut: off the common path
+        _cut_payloads += 1
 
 
 def plain_payload(payload: Mapping[str, Any]) -> dict[str, Any]:
@@ -38,42 +67,131 @@ def plain_payload(payload: Mapping[str, Any]) -> dict[str, Any]:
     anything else (and anything nested deeper than 16 levels) its ``str()``.
     Strings, and those ``str()`` texts, are redacted as exception text is
     (:func:`asynctrace._redact.redact_text`: no URL userinfo, no secret-like
-    values; an exception's remembered secrets too), as a session's ``reason`` is.
+    values; an exception's remembered secrets too), as a session's ``reason`` is;
+    keys too. The value of a key named as a credential header is
+    (:func:`asynctrace.is_credential_header`: ``password``, ``api_key``,
+    ``X-Api-Key``, ``Cookie``...) is ``"REDACTED"`` whatever its type. Two
+    keys that read the same once strings (``1`` and ``"1"``) are both kept,
+    the later as ``"1#2"``.
+
+    A payload is bounded: at most :data:`MAX_NODES` values (shared references
+    count each time they appear); :data:`MAX_TEXT` characters per string, cut
+    with a ``"...<truncated N chars>"`` note; :data:`MAX_PAYLOAD_CHARS`
+    characters of strings in all. A container cut short ends with a marker
+    (``"<truncated: ...>"``, under the key ``"<truncated>"`` in a mapping);
+    each payload cut is counted (:func:`truncated_payloads`, the session
+    tracer's ``stats()["truncated_payloads"]``).
+
     A value that cannot be read (its ``str()`` raises, say) is written as
     ``"<unreadable TYPE>"``: a payload never breaks the caller.
     """
-    out: dict[str, Any] = {}
-    for key, value in payload.items():
-        try:
-            out[key] = _plain(value, _PAYLOAD_DEPTH)
-        except Exception:
-            out[key] = f"<unreadable {type(value).__name__}>"
+    copier = _Copier()
+    out = copier.mapping(payload, _PAYLOAD_DEPTH + 1)
+    if copier.cut:
+        _count_cut()
     return out
 
 
-_BIG = 1 << 4096  # past this, an int is written as a note of its size (see _plain)
+_BIG = 1 << 4096  # past this, an int is written as a note of its size (see _Copier.plain)
 
 
-def _plain(value: Any, depth: int) -> Any:
-    kind = type(value)
-    if kind is str:
-        return redact_text(value)
-    if kind is bool or value is None:
-        return value
-    if kind is int:
-        # JSON holds any int, but writing one with more than sys.get_int_max_str_digits()
-        # digits (4300 by default) raises, which would cost the whole record.
-        return value if -_BIG < value < _BIG else f"<int of {value.bit_length()} bits>"
-    if kind is float:
-        return value if math.isfinite(value) else repr(value)
-    if isinstance(value, BaseException):  # with the secrets remembered for it
-        return redact_text(str(value), secrets_of(value))
-    if depth <= 0:
-        return redact_text(str(value))
-    if isinstance(value, Mapping):
-        return {(k if type(k) is str else str(k)): _plain(v, depth - 1) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [_plain(v, depth - 1) for v in value]
-    if isinstance(value, numbers.Real):  # int and float subclasses (enums), numpy's numbers
-        return _plain(int(value) if isinstance(value, numbers.Integral) else float(value), depth)
-    return redact_text(str(value))
+class _Copier:
+    """One payload's copy, with what is left of its budgets."""
+
+    __slots__ = ("chars", "cut", "nodes")
+
+    def __init__(self) -> None:
+        self.nodes = MAX_NODES
+        self.chars = MAX_PAYLOAD_CHARS
+        self.cut = False
+
+    def mapping(self, value: Mapping[Any, Any], depth: int) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        suffixes: dict[str, int] = {}  # the last "#n" given to a name, so a run of them is linear
+        for key, item in value.items():
+            if self.nodes <= 0 or self.chars <= 0:
+                out[_free(out, _CUT_KEY, suffixes)] = _CUT_VALUES if self.nodes <= 0 else _CUT_TEXT
+                self.cut = True
+                break
+            self.nodes -= 1
+            try:
+                raw = key if type(key) is str else str(key)
+                name = _free(out, self.text(raw), suffixes)
+            except Exception:
+                raw = ""
+                name = _free(out, f"<unreadable key {type(key).__name__}>", suffixes)
+            try:
+                # A credential's value goes whatever its type: a number or a
+                # mapping is as secret as a string.
+                out[name] = REDACTED if is_credential_header(raw) else self.plain(item, depth - 1)
+            except Exception:
+                out[name] = f"<unreadable {type(item).__name__}>"
+        return out
+
+    def text(self, value: str, secrets: frozenset[str] = frozenset()) -> str:
+        """*value* redacted, then cut to what the budgets leave."""
+        if self.chars <= 0:
+            self.cut = True
+            return _CUT_TEXT
+        unscanned = 0
+        if len(value) > _SCAN:
+            # Redact a prefix only; a credential its end cuts in half is in its
+            # last _SCAN_MARGIN characters, past what is kept. Should redaction
+            # have shrunk it that far, the whole string is redacted.
+            text = redact_text(value[:_SCAN], secrets)
+            unscanned = len(value) - _SCAN
+            if len(text) < MAX_TEXT + _SCAN_MARGIN:
+                text, unscanned = redact_text(value, secrets), 0
+        else:
+            text = redact_text(value, secrets)
+        keep = min(MAX_TEXT, self.chars)
+        if len(text) > keep:
+            self.cut = True
+            text = f"{text[:keep]}...<truncated {len(text) - keep + unscanned} chars>"
+        self.chars -= min(len(text), keep)
+        return text
+
+    def plain(self, value: Any, depth: int) -> Any:
+        kind = type(value)
+        if kind is str:
+            return self.text(value)
+        if kind is bool or value is None:
+            return value
+        if kind is int:
+            # JSON holds any int, but writing one with more than sys.get_int_max_str_digits()
+            # digits (4300 by default) raises, which would cost the whole record.
+            return value if -_BIG < value < _BIG else f"<int of {value.bit_length()} bits>"
+        if kind is float:
+            return value if math.isfinite(value) else repr(value)
+        if isinstance(value, BaseException):  # with the secrets remembered for it
+            return self.text(str(value), secrets_of(value))
+        if depth <= 0:
+            return self.text(str(value))
+        if isinstance(value, Mapping):
+            return self.mapping(value, depth)
+        if isinstance(value, (list, tuple, set, frozenset)):
+            out: list[Any] = []
+            for item in value:
+                if self.nodes <= 0 or self.chars <= 0:
+                    out.append(_CUT_VALUES if self.nodes <= 0 else _CUT_TEXT)
+                    self.cut = True
+                    break
+                self.nodes -= 1
+                out.append(self.plain(item, depth - 1))
+            return out
+        if isinstance(value, numbers.Real):  # int and float subclasses (enums), numpy's numbers
+            return self.plain(
+                int(value) if isinstance(value, numbers.Integral) else float(value), depth
+            )
+        return self.text(str(value))
+
+
+def _free(out: dict[str, Any], name: str, suffixes: dict[str, int]) -> str:
+    """*name*, or if *out* has it already, the first free ``name#n`` (n from 2): nothing lost."""
+    if name not in out:
+        return name
+    n = suffixes.get(name, 1) + 1
+    while f"{name}#{n}" in out:
+        n += 1
+    suffixes[name] = n
+    return f"{name}#{n}"

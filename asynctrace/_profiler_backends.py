@@ -13,6 +13,14 @@ microseconds, the spans' clock) just before and after it; after saving,
 error bound (half that interval); the capture's offset is their mean, and its
 error the largest half-interval plus half the spread between the offsets.
 Both are written into the file under ``otherData.asynctrace``.
+
+Threads. Before Python 3.12, viztracer records a thread once Python's profile
+hook is set on it: the span's thread at :meth:`Backend.start`, and threads
+started while the capture runs (``threading.setprofile`` is set only between
+start and stop, so threads started at other times run without it). Python
+sets a profile hook on the current thread or on threads yet to start only:
+threads already running when a capture starts are not recorded. From 3.12,
+viztracer traces through ``sys.monitoring``, which covers every thread.
 """
 
 from __future__ import annotations
@@ -21,21 +29,32 @@ import importlib
 import importlib.util
 import json
 import logging
+import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._errors import MissingExtraError
+from ._forksafe import reinit_at_fork
 
 if TYPE_CHECKING:
     from ._profiling import ProfilerSettings
 
-__all__ = ["BACKENDS", "Backend", "check_backend", "finish_capture"]
+__all__ = ["BACKENDS", "Backend", "check_backend", "finish_capture", "import_backend"]
 
 logger = logging.getLogger("asynctrace")
 
 MARK_PREFIX = "asynctrace.clock."
 _EXTRAS = {"python": ("profile", "viztracer"), "torch": ("torch", "torch")}
+# Held while the threads' profile hook (threading.setprofile) is read and set: a
+# tracer built on one thread must not undo the hook a capture set on another.
+_HOOKS = threading.Lock()
+reinit_at_fork(_HOOKS)
+_warned: set[str] = set()
+# Before 3.12 viztracer records a thread through its profile hook; from 3.12 through
+# sys.monitoring, every thread, with no hook (as its own enable_thread_tracing).
+_THREAD_HOOK = sys.version_info < (3, 12)
 
 
 def check_backend(name: str) -> None:
@@ -49,6 +68,16 @@ def check_backend(name: str) -> None:
         raise MissingExtraError(extra, module)
 
 
+def import_backend(name: str) -> None:
+    """Import backend *name*'s package on the calling thread.
+
+    Done where the profiler is configured, not on a background thread: a
+    process forked while another thread imports inherits the import lock
+    held, and its own import of the package waits for good.
+    """
+    importlib.import_module(_EXTRAS[name][1])
+
+
 class Backend:
     """One capture: started and stopped on the span's thread, saved on another."""
 
@@ -58,18 +87,26 @@ class Backend:
         self.settings = settings
         self.path = Path()
         self.marks: list[tuple[str, int, int]] = []  # (marker name, epoch ns before, after)
+        self.about: dict[str, Any] = {}  # the profiled span's ids, pid, rank: otherData
 
     def prepare(self) -> None:
-        """Import and build what :meth:`start` needs (slow: done ahead, on another thread)."""
+        """Build what :meth:`start` needs (slow: done ahead, on another thread)."""
         raise NotImplementedError
 
     def start(self) -> None:
-        """Begin capturing, then mark the clock."""
+        """Begin capturing, then mark the clock; stopped again if the marker raises."""
         raise NotImplementedError
 
     def stop(self) -> None:
         """Mark the clock, then stop capturing."""
         raise NotImplementedError
+
+    def abandon(self) -> None:
+        """Stop capturing without a marker: the capture is not saved (a forked child's)."""
+        raise NotImplementedError
+
+    def release(self) -> None:
+        """On the span's thread, once another thread stopped the capture: drop its hook."""
 
     def save(self) -> None:
         """Write the capture to :attr:`path` (the saving thread)."""
@@ -93,19 +130,53 @@ class PythonBackend(Backend):
 
     def prepare(self) -> None:
         viztracer: Any = importlib.import_module("viztracer")
-        self._tracer = viztracer.VizTracer(  # allocates its event buffer: about 0.1 s
-            verbose=0, log_async=True, register_global=False, output_file=str(self.path)
-        )
+        with _HOOKS:
+            previous, mine = threading.getprofile(), sys.getprofile()
+            try:
+                self._tracer = viztracer.VizTracer(  # allocates its event buffer: about 0.1 s
+                    tracer_entries=self.settings.entries,
+                    verbose=0,
+                    log_async=True,
+                    register_global=False,
+                    output_file=str(self.path),
+                )
+            finally:
+                # Its constructor hooks every thread started from then on, captured or
+                # not (each of their calls pays for it): only a running capture does.
+                threading.setprofile(previous)
+        if mine is None and sys.getprofile() is self._tracer:  # and this thread, idle
+            sys.setprofile(None)
+        self._previous_hook = previous
 
     def start(self) -> None:
-        self._tracer.start()
-        self.mark()
+        if _THREAD_HOOK:  # threads started meanwhile are recorded too
+            with _HOOKS:
+                self._previous_hook = threading.getprofile()
+                threading.setprofile(self._tracer.threadtracefunc)
+        try:
+            self._tracer.start()
+            self.mark()
+        except BaseException:
+            self.abandon()  # a tracer left on would trace everything after, for good
+            raise
 
     def stop(self) -> None:
         try:
             self.mark()
         finally:  # the tracer stops whatever the marker did: it would trace on for good
+            self.abandon()
+
+    def abandon(self) -> None:
+        try:
             self._tracer.stop()
+        finally:
+            with _HOOKS:
+                if threading.getprofile() == self._tracer.threadtracefunc:
+                    threading.setprofile(self._previous_hook)
+
+    def release(self) -> None:
+        if sys.getprofile() is self._tracer:  # stopped on another thread: still hooked here
+            sys.setprofile(None)
 
     def save(self) -> None:
         self._tracer.save(str(self.path), verbose=0)
@@ -120,7 +191,7 @@ class TorchBackend(Backend):
     name = "torch"
 
     def prepare(self) -> None:
-        torch: Any = importlib.import_module("torch")  # seconds, the first time
+        torch: Any = importlib.import_module("torch")  # imported already, at configuration
         profiler = torch.profiler
         activities = [profiler.ProfilerActivity.CPU]
         if torch.cuda.is_available():
@@ -134,13 +205,20 @@ class TorchBackend(Backend):
 
     def start(self) -> None:
         self._profile.start()
-        self.mark()
+        try:
+            self.mark()
+        except BaseException:
+            self._profile.stop()  # a profiler left on would run on for good
+            raise
 
     def stop(self) -> None:
         try:
             self.mark()
         finally:  # the profiler stops whatever the marker did: it would run on for good
             self._profile.stop()
+
+    def abandon(self) -> None:
+        self._profile.stop()
 
     def save(self) -> None:
         self._profile.export_chrome_trace(str(self.path))
@@ -198,20 +276,37 @@ def clock_alignment(events: list[Any], marks: list[tuple[str, int, int]]) -> tup
 
 
 def finish_capture(backend: Backend, about: dict[str, Any]) -> None:
-    """Save *backend*'s capture, then write its clock alignment into it (a daemon thread)."""
+    """Save *backend*'s capture, then write its clock alignment into it (a daemon thread).
+
+    A capture whose buffer filled up (viztracer's is circular: the oldest
+    events, the step's start among them, were overwritten) says so with
+    ``overflow: true`` under ``otherData.asynctrace``, and is warned about once.
+    """
     try:
         backend.save()
         document = _decode(backend.path.read_bytes())
         if isinstance(document, list):
             document = {"traceEvents": document}
         offset, error = clock_alignment(document.get("traceEvents", []), backend.marks)
+        metadata = document.get("viztracer_metadata")
+        overflow = isinstance(metadata, dict) and metadata.get("overflow") is True
         other = document.setdefault("otherData", {})
         other["asynctrace"] = {
             **about,
             "backend": backend.name,
             "clock_offset_us": offset,
             "clock_error_us": error,
+            "overflow": overflow,
         }
+        if overflow and "overflow" not in _warned:
+            _warned.add("overflow")
+            logger.warning(
+                "asynctrace: the profile %s filled its buffer of %d entries: its earliest "
+                "events are lost (the step's start among them); raise profiler.entries to "
+                "keep a whole step",
+                backend.path.name,
+                backend.settings.entries,
+            )
         temporary = backend.path.with_name(f".{backend.path.name}.tmp")
         temporary.write_bytes(_encode(document))
         temporary.replace(backend.path)

@@ -12,11 +12,14 @@ per request.
 
 The capture starts after the span starts and stops before it ends, so it
 covers the span and nothing after it. It is saved by a background thread
-next to the trace as ``profile-r{rank}-step{N}.{backend}.json`` (``step{N}_2``,
-``_3``, ... for the step's later captures in this process), with the
-clock offset between the backend's timeline and the spans' (measured around
-marker events, see :mod:`asynctrace._profiler_backends`) under
-``otherData.asynctrace``, which ``asynctrace convert`` uses to merge it.
+next to the trace as ``profile-r{rank}-step{N}.{backend}.json``
+(``profile-{role}-r{rank}-...`` for a role other than ``worker``, as the trace
+files; ``step{N}_2``, ``_3``, ... for a name taken already, by an earlier
+capture of the step or by another process: a name is claimed by creating its
+file, so no two captures share one), with the clock offset between the
+backend's timeline and the spans' (measured around marker events, see
+:mod:`asynctrace._profiler_backends`) under ``otherData.asynctrace``, which
+``asynctrace convert`` uses to merge it.
 """
 
 from __future__ import annotations
@@ -35,7 +38,13 @@ from typing import Any
 
 from ._cm import SyncAndAsync
 from ._errors import ConfigurationError
-from ._profiler_backends import BACKENDS, Backend, check_backend, finish_capture
+from ._profiler_backends import (
+    BACKENDS,
+    Backend,
+    check_backend,
+    finish_capture,
+    import_backend,
+)
 
 __all__ = [
     "ProfiledSpan",
@@ -50,7 +59,11 @@ REQUEST_FILE = "profile-next-step"
 RL_ITERATION = "rl.iteration"
 PROFILE_FILE = "asynctrace.profile.file"
 _POLL_S = 0.5
-_KEYS = ("steps", "backend", "output", "record_shapes", "with_stack")
+_KEYS = ("steps", "backend", "output", "record_shapes", "with_stack", "entries")
+_ENTRIES = (1_000, 100_000_000)  # viztracer's buffer: accepted bounds, in entries
+_FORK_WAIT_S = 2.0  # longest a fork waits for a tracer being built (about 0.1 s)
+_MAX_CLAIMS = 10_000  # names tried for one capture before giving up on it
+_PLACEHOLDER = b'{"traceEvents":[]}'  # a claimed name, until the capture is saved
 
 
 @dataclass(frozen=True)
@@ -63,6 +76,8 @@ class ProfilerSettings:
         output: the directory of the captures; ``None``: the trace's directory.
         record_shapes: torch only: record operator input shapes.
         with_stack: torch only: record Python stacks of operators.
+        entries: python only: viztracer's event buffer, in entries (a circular
+            buffer: a step with more events loses its earliest ones).
 
     Example:
         >>> ProfilerSettings.parse("profiler", {"steps": [49, 99]}).steps
@@ -74,6 +89,7 @@ class ProfilerSettings:
     output: str | None = None
     record_shapes: bool = False
     with_stack: bool = False
+    entries: int = 1_000_000
 
     @classmethod
     def parse(cls, key: str, value: Any) -> ProfilerSettings:
@@ -107,7 +123,7 @@ class ProfilerSettings:
                 )
             checked.add(step)
         backend = value.get("backend", "python")
-        if backend not in BACKENDS:
+        if not isinstance(backend, str) or backend not in BACKENDS:
             raise ConfigurationError(
                 f"{key}.backend: {backend!r} is not accepted; accepted: {', '.join(BACKENDS)}"
             )
@@ -126,7 +142,20 @@ class ProfilerSettings:
                     f"{key}.{name}: {flag!r} is not accepted; accepted: true or false"
                 )
             flags[name] = flag
-        return cls(frozenset(checked), backend, None if output is None else str(output), **flags)
+        entries = value.get("entries", 1_000_000)
+        low, high = _ENTRIES
+        if isinstance(entries, bool) or not isinstance(entries, int) or not low <= entries <= high:
+            raise ConfigurationError(
+                f"{key}.entries: {entries!r} is not accepted; accepted: an integer from "
+                f"{low} to {high}"
+            )
+        return cls(
+            frozenset(checked),
+            backend,
+            None if output is None else str(output),
+            entries=entries,
+            **flags,
+        )
 
 
 @dataclass
@@ -144,6 +173,7 @@ class Profiler:
     settings: ProfilerSettings
     directory: Path
     rank: int
+    role: str | None = None
     _request: _Request = field(default_factory=_Request)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _active: Backend | None = None
@@ -151,22 +181,42 @@ class Profiler:
     _watcher_pid: int = 0
     _closed: threading.Event = field(default_factory=threading.Event)
     _spare: Backend | None = None  # built ahead of the next capture
+    _preparing: threading.Thread | None = None  # building it
     _steps: frozenset[int] = frozenset()
-    _captures: dict[object, int] = field(default_factory=dict)  # step -> captures started
+    _captures: dict[object, int] = field(default_factory=dict)  # step -> last name suffix
 
     def __post_init__(self) -> None:
         self._steps = self.settings.steps  # read on the hot path: one attribute, no chain
+        try:  # here, not on a thread: a fork meanwhile would inherit the import lock held
+            import_backend(self.settings.backend)
+        except Exception as exc:
+            _warn_once(f"the {self.settings.backend} profiler could not be imported", exc)
         self._prepare_spare()
         self._watch()
         if hasattr(os, "register_at_fork"):
             ref = weakref.ref(self)
 
-            def restart_in_child() -> None:  # the watcher thread is not inherited
+            def before_fork() -> None:  # a tracer half-built must not be inherited
                 profiler = ref()
-                if profiler is not None and not profiler._closed.is_set():
+                thread = profiler._preparing if profiler is not None else None
+                if thread is not None and thread is not threading.current_thread():
+                    thread.join(_FORK_WAIT_S)
+
+            def in_child() -> None:  # the watcher thread is not inherited; nor is a capture
+                profiler = ref()
+                if profiler is None:
+                    return
+                active, profiler._active = profiler._active, None
+                profiler._preparing = None
+                if active is not None:
+                    try:
+                        active.abandon()  # the child would run traced its whole life
+                    except Exception as exc:
+                        _warn_once(f"the {profiler.settings.backend} profiler did not stop", exc)
+                if not profiler._closed.is_set():
                     profiler._watch()
 
-            os.register_at_fork(after_in_child=restart_in_child)
+            os.register_at_fork(before=before_fork, after_in_child=in_child)
 
     def _prepare_spare(self) -> None:
         """Build the next capture's backend on a thread, so a step does not wait for it."""
@@ -181,69 +231,124 @@ class Profiler:
             self._spare = backend
 
         thread = threading.Thread(target=build, name="asynctrace-profile-prepare", daemon=True)
+        self._preparing = thread
         thread.start()
 
-    def start(self, iteration: object) -> Backend | None:
-        """Start a capture; ``None`` when one is running or the backend fails to start."""
+    def start(self, iteration: object, span: Any) -> Backend | None:
+        """Start a capture of *span*; ``None`` when one is running, the iteration is no
+        step (a bool, a float equal to a scheduled step) and no request is pending, or the
+        backend fails to start."""
         with self._lock:
-            if self._active is not None:
+            if self._active is not None or self._closed.is_set():
                 return None
             request = self._request.pending
+            step: int | str = "na"
+            if iteration.__class__ is not bool and isinstance(iteration, numbers.Integral):
+                step = int(iteration)  # numpy's integers too
+            elif request is None:  # True == 1, 2.0 == 2: a schedule holds them, no step is
+                return None
             backend, self._spare = self._spare, None
+            path: Path | None = None
             try:
                 if backend is None:  # the one built ahead is not ready (or failed): build now
                     backend = BACKENDS[self.settings.backend](self.settings)
                     backend.prepare()
+                path = backend.path = self._claim(step, backend.name)
+                context = span.get_span_context()
+                backend.about = {
+                    "trace_id": f"{context.trace_id:032x}",
+                    "span_id": f"{context.span_id:016x}",
+                    "pid": os.getpid(),
+                    "rank": self.rank,
+                }
                 backend.start()
             except Exception as exc:  # never decides whether the step runs
+                if path is not None:
+                    path.unlink(missing_ok=True)  # the name claimed, no capture to come
                 _warn_once(f"the {self.settings.backend} profiler did not start", exc)
                 return None
             self._active = backend
             if request is not None:  # this capture answers the request
                 self._request.honoured, self._request.pending = request, None
-            step: int | str = "na"
-            if iteration.__class__ is not bool and isinstance(iteration, numbers.Integral):
-                step = int(iteration)  # numpy's integers too
-            # A step profiled again (a second span of it that asks) gets a file of its
-            # own: the same name would be overwritten, or torn by two saves at once.
-            count = self._captures[step] = self._captures.get(step, 0) + 1
-        name = f"{step}" if count == 1 else f"{step}_{count}"
-        backend.path = self.directory / f"profile-r{self.rank}-step{name}.{backend.name}.json"
         return backend
 
-    def stop(self, backend: Backend, span: Any) -> None:
+    def _claim(self, step: int | str, backend: str) -> Path:
+        """The capture's file, created here so no other capture (another process with the
+        same rank and role: a forked child, a second run in ``profiler.output``) takes it.
+
+        Raises:
+            OSError: the directory cannot be written, or every name tried is taken.
+        """
+        prefix = capture_prefix(self.rank, self.role)
+        first = self._captures.get(step, 0) + 1
+        for count in range(first, first + _MAX_CLAIMS):
+            name = f"{step}" if count == 1 else f"{step}_{count}"
+            path = self.directory / f"{prefix}-step{name}.{backend}.json"
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                continue
+            try:  # until saved, a capture ``convert`` reports as interrupted, not as bad JSON
+                os.write(fd, _PLACEHOLDER)
+            finally:
+                os.close(fd)
+            self._captures[step] = count
+            return path
+        raise FileExistsError(f"{_MAX_CLAIMS} capture names of step {step} are taken")
+
+    def stop(self, backend: Backend) -> None:
         """Stop *backend*'s capture and save it in the background."""
+        with self._lock:
+            mine = self._active is backend
+            if mine:
+                self._active = None
+        if not mine:  # stopped by close() at shutdown (or abandoned in a forked child)
+            try:
+                backend.release()
+            except Exception as exc:
+                _warn_once(f"the {self.settings.backend} profiler did not stop cleanly", exc)
+            return
+        if self._finish(backend) and not self._closed.is_set():
+            self._prepare_spare()
+
+    def _finish(self, backend: Backend, **extra: Any) -> bool:
+        """Stop *backend* and start saving it; ``False`` if it did not stop (not saved)."""
         try:
             backend.stop()
         except Exception as exc:  # a capture that did not stop is not saved, half-written
             _warn_once(f"the {self.settings.backend} profiler did not stop cleanly", exc)
-            return
-        finally:
-            with self._lock:
-                self._active = None
-        context = span.get_span_context()
-        about = {
-            "trace_id": f"{context.trace_id:032x}",
-            "span_id": f"{context.span_id:016x}",
-            "pid": os.getpid(),
-            "rank": self.rank,
-        }
-        self._prepare_spare()
+            backend.path.unlink(missing_ok=True)  # its claimed name: no capture to come
+            return False
         saver = threading.Thread(
-            target=finish_capture, args=(backend, about), name="asynctrace-profile-save"
+            target=finish_capture,
+            args=(backend, {**backend.about, **extra}),
+            name="asynctrace-profile-save",
         )
         saver.daemon = True
         self._saving = [t for t in self._saving if t.is_alive()]
         self._saving.append(saver)
         saver.start()
+        return True
 
     def close(self, timeout_s: float) -> bool:
-        """Stop watching; wait up to *timeout_s* for captures being saved."""
+        """Stop watching; stop a capture still running (saved, marked ``truncated``); wait
+        up to *timeout_s* for captures being saved. ``False`` if one did not finish."""
         self._closed.set()
         deadline = time.monotonic() + timeout_s
+        with self._lock:
+            active, self._active = self._active, None
+        if active is not None:  # its span is still open: cut, as the spans open at shutdown
+            self._finish(active, truncated=True)
         for saver in self._saving:
             saver.join(max(0.0, deadline - time.monotonic()))
-        return not any(saver.is_alive() for saver in self._saving)
+        unfinished = sum(saver.is_alive() for saver in self._saving)
+        if unfinished:
+            logger.warning(
+                "asynctrace: %d profile capture(s) were still being saved at shutdown; they "
+                "are incomplete or missing",
+                unfinished,
+            )
+        return not unfinished
 
     def _watch(self) -> None:
         self._watcher_pid = os.getpid()
@@ -274,6 +379,19 @@ class Profiler:
 _PROFILER: list[Profiler | None] = [None]
 
 
+def capture_prefix(rank: int, role: str | None) -> str:
+    """``profile-r{rank}``, or ``profile-{role}-r{rank}`` for roles other than ``worker``:
+    the captures are named as the trace files (``traces-{role}-r{rank}.jsonl``).
+
+    Example:
+        >>> capture_prefix(0, "driver"), capture_prefix(3, "worker")
+        ('profile-driver-r0', 'profile-r3')
+    """
+    if role in (None, "worker"):
+        return f"profile-r{rank}"
+    return f"profile-{role}-r{rank}"
+
+
 def active_profiler() -> Profiler | None:
     """The installed profiler, or ``None``."""
     return _PROFILER[0]
@@ -300,7 +418,7 @@ class ProfiledSpan(SyncAndAsync[Any]):
     def __enter__(self) -> Any:
         span = self._span = self._inner.__enter__()
         if span.is_recording():
-            backend = self._backend = self._profiler.start(self._iteration)
+            backend = self._backend = self._profiler.start(self._iteration, span)
             if backend is not None:
                 span.set_attribute(PROFILE_FILE, backend.path.name)
         return span
@@ -314,7 +432,7 @@ class ProfiledSpan(SyncAndAsync[Any]):
         backend = self._backend
         if backend is not None:
             self._backend = None
-            self._profiler.stop(backend, self._span)
+            self._profiler.stop(backend)
         self._inner.__exit__(exc_type, exc, tb)
 
 

@@ -437,7 +437,9 @@ def configure(
         _release_closed_sigterm()
         telemetry = _start(settings, session_path, lambda: _pipeline.build(plan))
         if profile_dir is not None and settings.profiler is not None:  # its threads start now
-            telemetry._profiler = Profiler(settings.profiler, profile_dir, settings.rank)
+            telemetry._profiler = Profiler(
+                settings.profiler, profile_dir, settings.rank, settings.role
+            )
         telemetry._install()
         with _current_lock:
             _current = telemetry

@@ -5,6 +5,15 @@ map, under its lock. Finalizing removes it from that map and hands it to the
 writer under the same lock, so a record is always in exactly one place (live,
 or queued for writing) and nothing can touch it after it was finalized: a
 late phase end or event is dropped and counted instead.
+
+The lock is reentrant: the cyclic garbage collector may run a finalizer (a
+``__del__`` that finalizes its sample's session, a weakref callback) at an
+allocation while this thread holds it, and that finalizer may use the session
+API. Such a re-entered call sees and changes the tracer as any call does, but
+a session it finalizes is only taken out of the live map then: the code it
+interrupted may still be changing that record, so the record (and its
+finalize payload) is handed to the writer by the next registration,
+finalization or flush on any thread, or at shutdown.
 """
 
 from __future__ import annotations
@@ -14,9 +23,11 @@ import math
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ._forksafe import call_in_child, reinit_at_fork
+from ._payloads import truncated_payloads
 from ._phases import _phases
 from ._session_record import Record, merge_payload
 from ._session_writer import SessionWriter
@@ -66,7 +77,12 @@ class SessionTracer:
         flush_threshold: int = 100,
         sequential_ids: bool = False,
     ) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # reentrant: see the module's docstring
+        # Whether this thread holds the lock already: a finalizer run by the GC inside it.
+        self._owned: Callable[[], bool] = self._lock._is_owned  # type: ignore[attr-defined]
+        # Finalized by such a re-entered call, handed to the writer once outside it.
+        self._later: list[tuple[Record, str, str | None, int, dict[str, Any] | None]] = []
+        self._truncated_base = truncated_payloads()  # payloads cut before this tracer
         self._live: dict[str, Record] = {}
         # task -> its pending sessions: one id (the common case, no set to make
         # and collect), or a set once a task has several.
@@ -92,6 +108,7 @@ class SessionTracer:
         """
         self._live = {}
         self._tasks = {}
+        self._later = []
         self._closed = True
         self._prefix = f"{self._prefix.split('-', 1)[0]}-{os.getpid():x}{_process_nonce()}-"
 
@@ -106,19 +123,27 @@ class SessionTracer:
         """
         session_id = self._prefix + str(self._next())
         record = Record(session_id, task_id, time.time_ns())
+        if self._later and not self._owned():
+            self._hand_over_later()
         with self._lock:
             if self._closed:  # a caller that found this tracer just before its shutdown
                 self.dropped_events += 1
                 return session_id
             self._live[session_id] = record
             if task_id is not None:
-                pending = self._tasks.get(task_id)
-                if pending is None:
-                    self._tasks[task_id] = session_id
-                elif isinstance(pending, str):
-                    self._tasks[task_id] = {pending, session_id}
-                else:
-                    pending.add(session_id)
+                tasks = self._tasks
+                while True:
+                    pending = tasks.get(task_id)
+                    if pending is None:
+                        tasks[task_id] = session_id
+                    elif isinstance(pending, str):
+                        both = {pending, session_id}  # may run a finalizer that changes tasks
+                        if tasks.get(task_id) is not pending:
+                            continue
+                        tasks[task_id] = both
+                    else:
+                        pending.add(session_id)
+                    break
         return session_id
 
     def phase_start(
@@ -205,7 +230,10 @@ class SessionTracer:
                 return
             counters = record.counters
             if counters is None:
-                counters = record.counters = {}
+                fresh: dict[str, float] = {}  # may run a finalizer that counts too
+                counters = record.counters
+                if counters is None:
+                    counters = record.counters = fresh
             total = counters.get(name, 0)
             try:
                 counters[name] = total + value
@@ -225,8 +253,12 @@ class SessionTracer:
     ) -> int:
         """Finalize one session, or every pending session of a task; returns how many."""
         now = time.time_ns()
+        if self._owned():  # a finalizer the GC ran while this thread was inside the tracer
+            return self._finalize_later(session_id, task_id, status, reason, payload, now)
         if session_id is not None:  # the common case: one session, no list
             with self._lock:
+                if self._later:
+                    self._hand_over_later()
                 record = self._take(session_id)
                 if record is None:
                     self.dropped_events += 1
@@ -240,6 +272,8 @@ class SessionTracer:
                 self._writer.behind()
             return 1
         with self._lock:
+            if self._later:
+                self._hand_over_later()
             if task_id is not None:
                 finished = [
                     record
@@ -256,6 +290,44 @@ class SessionTracer:
                     merge_payload(record, -1, payload)
             self._writer.add(finished, status, reason, now)
         return len(finished)
+
+    def _finalize_later(
+        self,
+        session_id: str | None,
+        task_id: int | str | None,
+        status: str,
+        reason: str | None,
+        payload: dict[str, Any] | None,
+        now: int,
+    ) -> int:
+        """:meth:`finalize` re-entered: take the sessions now, hand them over later.
+
+        The interrupted code may hold one of these records and go on changing it
+        (its payloads too): the writer must not have it before that code is done.
+        """
+        with self._lock:
+            if session_id is not None:
+                ids = [session_id]
+            else:
+                ids = _ids(self._tasks.get(task_id)) if task_id is not None else []
+            taken = 0
+            for sid in ids:
+                record = self._take(sid)
+                if record is not None:
+                    self._later.append((record, status, reason, now, payload))
+                    taken += 1
+            if not taken:
+                self.dropped_events += 1
+            return taken
+
+    def _hand_over_later(self) -> None:
+        """Give the writer what re-entered finalizations took (the interrupted code is done)."""
+        with self._lock:
+            later, self._later = self._later, []
+            for record, status, reason, now, payload in later:
+                if payload:
+                    merge_payload(record, -1, payload)
+                self._writer.add([record], status, reason, now)
 
     def _take(self, session_id: str) -> Record | None:
         """Remove a live session (and its task entry once empty); caller holds the lock."""
@@ -278,11 +350,14 @@ class SessionTracer:
         and counted): nothing would ever write them.
         """
         now = time.time_ns()
+        outside = not self._owned()
         with self._lock:
             self._closed = True
-            records = list(self._live.values())
+            records = list(self._live.values())  # may run a finalizer that finalizes some
             self._live.clear()
             self._tasks.clear()
+            if self._later and outside:
+                self._hand_over_later()
             if records:
                 self._writer.add(records, "pending", reason, now)
         return len(records)
@@ -300,6 +375,8 @@ class SessionTracer:
         ``failed`` counts records that could not be written (a full disk, an
         unencodable value); ``lost`` those written to a file that was then
         deleted or replaced (found at the next write, which reopens the file).
+        ``truncated_payloads`` counts payloads cut to their bounds since this
+        tracer started (see :func:`asynctrace._payloads.plain_payload`).
         """
         with self._lock:
             live, tasks = len(self._live), len(self._tasks)
@@ -311,10 +388,13 @@ class SessionTracer:
             "failed": writer.failed,
             "lost": writer.lost,
             "dropped_events": self.dropped_events,
+            "truncated_payloads": truncated_payloads() - self._truncated_base,
         }
 
     def flush(self, timeout_s: float = 5.0) -> bool:
         """Write every finalized session; ``False`` if that took longer than *timeout_s*."""
+        if self._later and not self._owned():
+            self._hand_over_later()
         return self._writer.flush(timeout_s)
 
     def shutdown(self, timeout_s: float = 5.0) -> bool:

@@ -57,7 +57,9 @@ class SessionWriter:
         self._meta = {"rank": rank, "role": role, "run_id": run_id}
         self._threshold = max(1, int(flush_threshold))
         self._file = AppendFile(self.path)
-        self._lock = threading.Lock()  # a plain lock: add() is hot
+        # Reentrant: a GC finalizer may finalize a session while this thread is inside the
+        # writer (an RLock costs what a Lock does).
+        self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._pending: list[Record] = []
         self._added = 0
@@ -66,6 +68,9 @@ class SessionWriter:
         self.lost = 0
         self._in_file = 0  # records written to the file as it is now (lost if it goes)
         self._failed_seen = 0  # failures already reported by a flush() returning False
+        self._synced = 0  # written + failed when the file was last made durable
+        self._sync_errors = 0  # fdatasync refused (the records may not survive a power loss)
+        self._sync_errors_seen = 0
         self._flush_requested = False
         self._closing = False
         self._stopped = False
@@ -125,24 +130,24 @@ class SessionWriter:
                 self._cond.notify()
 
     def flush(self, timeout_s: float) -> bool:
-        """Write everything queued so far; ``False`` after *timeout_s*, or if records were lost.
+        """Write everything queued so far and make it durable (``fdatasync``); ``False``
+        after *timeout_s*, or if records were lost.
 
         A record that could not be written since the last flush (see
-        ``failed``) makes this flush return ``False``, once.
+        ``failed``), or a file the disk would not make durable, makes this
+        flush return ``False``, once.
         """
         with self._cond:
             target = self._added
-            if self.written + self.failed < target and not self._stopped:
+            if self._synced < target and not self._stopped:
                 self._flush_requested = True
                 self._cond.notify_all()
                 self._cond.wait_for(
-                    lambda: self.written + self.failed >= target or self._stopped,
+                    lambda: self._synced >= target or self._stopped,
                     min(max(0.0, timeout_s), _MAX_WAIT_S),
                 )
-            done = self.written + self.failed >= target
-            lost_now = self.failed > self._failed_seen
-            self._failed_seen = self.failed
-            return done and not lost_now
+            done = self._synced >= target
+            return not self._lost_now() and done
 
     def shutdown(self, timeout_s: float) -> bool:
         """Write what is queued, stop the thread and close the file.
@@ -157,9 +162,15 @@ class SessionWriter:
         if self._thread.is_alive():
             return False
         with self._cond:
-            lost_now = self.failed > self._failed_seen
-            self._failed_seen = self.failed
-        return not lost_now
+            return not self._lost_now()
+
+    def _lost_now(self) -> bool:
+        """Whether a record failed, or the file could not be made durable, since the last
+        :meth:`flush` or :meth:`shutdown` that said so (call holding the lock)."""
+        lost = self.failed > self._failed_seen or self._sync_errors > self._sync_errors_seen
+        self._failed_seen = self.failed
+        self._sync_errors_seen = self._sync_errors
+        return lost
 
     def _run(self) -> None:
         self._handoff.attach()
@@ -175,9 +186,12 @@ class SessionWriter:
                     )
                     self._handoff.ran()
                     batch, self._pending = self._pending, []
+                    durable = self._flush_requested or self._closing
                     self._flush_requested = False
                     closing = self._closing
                 self._write(batch, closing)  # empties the list
+                if durable:  # flush() returns once what it waits for is on disk
+                    self._sync()
                 if not self._pending:
                     self._handoff.caught_up()
                 if closing:
@@ -236,6 +250,22 @@ class SessionWriter:
                 # A real pause, not sleep(0): a thread that releases the GIL and takes it
                 # straight back would leave a waiting event loop waiting.
                 time.sleep(_PAUSE_S)
+
+    def _sync(self) -> None:
+        """``fdatasync`` the file; wake flush() waiters with what it now covers."""
+        error = self._file.sync()
+        if error is not None and not self._warned:
+            self._warned = True
+            logger.warning(
+                "asynctrace: %s could not be made durable (further failures are not logged)",
+                self.path,
+                exc_info=error,
+            )
+        with self._cond:
+            self._synced = self.written + self.failed
+            if error is not None:
+                self._sync_errors += 1
+            self._cond.notify_all()
 
     def _append(
         self, encoded: bytes, error: BaseException | None, lines: int

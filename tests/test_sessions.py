@@ -783,3 +783,127 @@ def test_numpy_integers_are_task_ids(tracer: SessionTracer, tmp_path: Path) -> N
     assert tracer.flush(5.0)
     (record,) = records(tmp_path / "sessions-r0.jsonl")
     assert (record["task_id"], record["status"]) == (7, "accepted")
+
+
+_GC_FINALIZER_CHILD = """
+import gc, json, numbers, os, sys, threading
+import asynctrace as at
+from asynctrace._session_tracer import current_tracer
+
+telemetry = at.configure({"output_dir": sys.argv[1], "session_tracer": {"enabled": True}})
+inside = []  # thresholds at which a finalizer ran inside the tracer
+
+
+class Sample:
+    # A cycle, so the cyclic GC frees it, at some allocation of this thread: maybe one
+    # made while this thread is inside the tracer, holding its lock.
+    def __init__(self, session_id):
+        self.session_id = session_id
+        self.me = self
+
+    def __del__(self):
+        lock = current_tracer()._lock  # a plain Lock has no owner: only this thread takes it
+        if (lock._is_owned if hasattr(lock, "_is_owned") else lock.locked)():
+            inside.append(gc.get_threshold()[0])
+        at.trace_session_event(
+            "finalized", session_id=self.session_id, status="dropped", reason="gc", by="del"
+        )
+
+
+class Arm:
+    # A payload number whose conversion leaves a Sample as garbage, for the GC to free at
+    # the threshold-th allocation after: one of them falls inside the tracer.
+    def __init__(self, session_id, threshold):
+        self.session_id, self.threshold = session_id, threshold
+
+    def __float__(self):
+        gc.collect()
+        gc.set_threshold(self.threshold)
+        Sample(self.session_id)
+        return 1.0
+
+
+numbers.Real.register(Arm)
+
+
+def work():
+    for i in range(240):
+        with at.task_scope(i % 7), at.session_scope() as session_id:
+            at.trace_session_event("generate_start", arm=Arm(session_id, 1 + i % 8))
+            at.increment_counter("tokens", 3)
+            at.trace_session_event("generate_end")
+        gc.set_threshold(700)
+    gc.collect()
+
+
+worker = threading.Thread(target=work, daemon=True)
+worker.start()
+worker.join(20)
+print("stuck" if worker.is_alive() else "done", flush=True)
+if worker.is_alive():
+    os._exit(1)  # exit handlers would wait for the lock the worker holds
+else:
+    telemetry.shutdown()
+    records = [json.loads(line) for line in open(telemetry.sessions.path)]
+    print(json.dumps([len(records), sorted({(r["status"], r["reason"]) for r in records})]))
+    print(json.dumps(sorted({json.dumps(r["payload"]) for r in records})))
+    print(len(inside))
+"""
+
+
+def test_a_gc_finalizer_using_the_session_api_inside_the_tracer_does_not_deadlock(
+    tmp_path: Path,
+) -> None:
+    """A ``__del__`` that finalizes its session, run by the cyclic GC while its thread holds
+    the tracer's lock: the call goes through (the lock is reentrant) and every session is
+    written once, as the finalizer said, with its payload."""
+    result = subprocess.run(
+        [sys.executable, "-c", _GC_FINALIZER_CHILD, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    lines = result.stdout.splitlines()
+    assert lines[:1] == ["done"], result.stderr[-2000:]
+    count, kinds = json.loads(lines[1])
+    assert count == 240
+    assert kinds == [["dropped", "gc"]]
+    assert json.loads(lines[2]) == ['{"by": "del"}']
+    assert int(lines[3]) > 0  # the case this is about did happen
+
+
+def test_a_finalize_made_inside_the_tracer_is_written_once_that_code_is_done(
+    tmp_path: Path,
+) -> None:
+    """Re-entered on the thread that holds the lock (as a GC finalizer is), a finalize takes
+    the session at once (later events are dropped) but hands it to the writer only outside:
+    the interrupted code may still be changing the record."""
+    tracer = SessionTracer(tmp_path / "sessions-r0.jsonl", run_id="t")
+    session_id = tracer.register(4)
+    handle = tracer.phase_start(session_id, "generate")
+    seen: list[object] = []
+
+    def inside() -> None:
+        with tracer._lock:
+            seen.append(tracer.finalize(session_id, None, "dropped", "gc", {"by": "del"}))
+            seen.append(tracer.stats()["live_sessions"])
+            seen.append(tracer.stats()["written"])
+        with tracer._lock:  # by task id too
+            seen.append(tracer.register(5))
+            seen.append(tracer.finalize(None, 5, "rejected", None))
+
+    worker = threading.Thread(target=inside, daemon=True)
+    worker.start()
+    worker.join(10.0)
+    assert not worker.is_alive(), "deadlocked on its own lock"
+    finalized, live, written, other, by_task = seen
+    assert (finalized, live, written, by_task) == (1, 0, 0, 1)
+    tracer.phase_end(session_id, handle)  # after the finalize: dropped
+    assert tracer.stats()["dropped_events"] == 1
+    assert tracer.shutdown(5.0)
+    by_id = {r["session_id"]: r for r in records(tmp_path / "sessions-r0.jsonl")}
+    assert (by_id[session_id]["status"], by_id[session_id]["reason"]) == ("dropped", "gc")
+    assert by_id[session_id]["payload"] == {"by": "del"}
+    assert by_id[session_id]["phases"]["generate"][0]["truncated"] is True
+    assert by_id[other]["status"] == "rejected"

@@ -1,4 +1,7 @@
-"""Profiler captures (``profile-r{rank}-step{N}.{backend}.json``) merged onto the span timeline.
+"""Profiler captures merged onto the span timeline.
+
+The files are ``profile-[{role}-]r{rank}-step{N}.{backend}.json`` (the role as
+in the trace files' names, for roles other than ``worker``).
 
 A capture is a Chrome trace of its own (viztracer's or ``torch.profiler``'s),
 on its backend's clock. The process that wrote it measured the offset to the
@@ -28,7 +31,10 @@ from ._common import dumps
 
 __all__ = ["CAPTURE_NAME", "Capture", "find_captures", "load_capture"]
 
-CAPTURE_NAME = re.compile(r"^profile-r(?P<rank>\d+)-step(?P<step>\w+)\.(?P<backend>\w+)\.json$")
+CAPTURE_NAME = re.compile(
+    r"^profile-(?:(?P<role>[A-Za-z0-9][A-Za-z0-9_.\-]*?)-)?r(?P<rank>\d+)"
+    r"-step(?P<step>\w+)\.(?P<backend>\w+)\.json$"
+)
 _FIRST_TID = 3_000_000_000  # tids of the capture tracks this command adds
 _DROPPED_METADATA = {"process_name", "process_labels", "process_sort_index"}
 _READ = 1 << 20  # bytes read at a time
@@ -42,7 +48,7 @@ def find_captures(specs: Iterable[str]) -> list[Path]:
     for spec in specs:
         path = Path(spec)
         if path.is_dir():
-            candidates: Iterable[Path] = sorted(path.rglob("profile-r*-step*.*.json"))
+            candidates: Iterable[Path] = sorted(path.rglob("profile-*-step*.*.json"))
         else:
             candidates = [path]
         for candidate in candidates:
@@ -194,6 +200,8 @@ class Capture:
     span_id: str | None = None
     names: dict[object, str] = field(default_factory=dict)  # thread names by tid
     skipped: int = 0  # events holding NaN or Infinity, or moved out of range; not written
+    overflow: bool = False  # the backend's buffer filled up: the earliest events are gone
+    truncated: bool = False  # stopped by shutdown, before its span ended
 
 
 def _about_text(value: object) -> str | None:
@@ -256,6 +264,8 @@ def load_capture(path: Path) -> Capture | str:
         span_id=_about_text(about.get("span_id")),
         names=names,
         skipped=skipped,
+        overflow=about.get("overflow") is True,
+        truncated=about.get("truncated") is True,
     )
 
 

@@ -449,6 +449,7 @@ def run(args: argparse.Namespace) -> int:
             out.add(merger.event(index, event, raw))
             events += 1
         merged, skipped, error_us = 0, [], 0.0
+        partial: list[str] = []  # captures merged whole that hold only part of their span
         next_tid = tid_counter()
         for capture in captures:
             if isinstance(capture, str):
@@ -474,6 +475,13 @@ def run(args: argparse.Namespace) -> int:
                     f"{capture.skipped} event{plural} of {capture.path.name} (NaN, Infinity "
                     "or a timestamp out of range)"
                 )
+            if capture.overflow:
+                partial.append(
+                    f"{capture.path.name} lost its earliest events (the profiler's buffer "
+                    "was full: raise profiler.entries)"
+                )
+            if capture.truncated:
+                partial.append(f"{capture.path.name} was cut at shutdown, before its span ended")
             merged += 1
             error_us = max(error_us, capture.error_us)
         for line in merger.trailer():
@@ -515,6 +523,7 @@ def run(args: argparse.Namespace) -> int:
                 f"merged {merged} profile capture{plural} (clocks aligned within "
                 f"{error_us:.0f} us)"
             )
+        parts.extend(f"partial: {reason}" for reason in partial)
         parts.extend(f"not merged: {reason}" for reason in skipped)
         note(prog, "; ".join(parts))
     return 0

@@ -358,8 +358,15 @@ class ChromeWriter:
             pass
         return tid
 
-    def flush(self) -> None:
-        """Lines are written unbuffered, batch by batch: nothing is held back."""
+    def flush(self) -> bool:
+        """Lines are written unbuffered, batch by batch; a flush makes them durable.
+
+        ``False`` if the disk refused (``fdatasync`` failed): that flush fails.
+        """
+        error = self._file.sync()
+        if error is not None:
+            self._warn("the trace file could not be made durable", error)
+        return error is None
 
     def shutdown(self) -> None:
         """Close the file."""

@@ -194,12 +194,13 @@ class AlongChrome:
             self.goodput._warn("a batch could not be rolled up; it is skipped", exc)
         return result
 
-    def flush(self) -> None:
-        """Flush the writer, then the rollup."""
+    def flush(self) -> bool:
+        """Flush the writer, then the rollup; ``False`` if either could not."""
         try:
-            self.writer.flush()
+            written = self.writer.flush() is not False
         finally:
-            self.goodput.flush()
+            rolled = self.goodput.flush() is not False
+        return written and rolled
 
     def shutdown(self) -> None:
         """Close the trace file, then finish every step and write the last records."""
@@ -312,8 +313,15 @@ class GoodputSink:
                 self._warn("a batch's records could not be sent out", exc)
         return len(batch) - failed, failed
 
-    def flush(self) -> None:
-        """Lines are written batch by batch; a step still within its grace stays open."""
+    def flush(self) -> bool:
+        """Lines are written batch by batch, and made durable here (``False`` if the disk
+        refused); a step still within its grace stays open."""
+        if self._file is None:
+            return True
+        error = self._file.sync()
+        if error is not None:
+            self._warn("the goodput file could not be made durable", error)
+        return error is None
 
     def shutdown(self) -> None:
         """Finish every step, write the last lines, stop the callbacks and metrics."""

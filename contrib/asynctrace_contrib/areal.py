@@ -32,9 +32,9 @@ import importlib.util
 import inspect
 import json
 import logging
-import math
 import numbers
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -82,6 +82,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 NAMESPACE: Final = "areal"
 """The namespace AReaL's category groups are registered under."""
 
+_MAX_COUNT: Final = sys.float_info.max  # the increments asynctrace's counters take
 _log = logging.getLogger("asynctrace_contrib.areal")
 _warned: set[str] = set()
 
@@ -421,13 +422,27 @@ class SessionTracer:
         self._forget(session_id)
 
     def increment_counter(self, session_id: int, name: str, value: Any = 1) -> None:
-        """Add *value* to counter *name* of one session (a non-number is ignored, warned once)."""
+        """Add *value* to counter *name* of one session.
+
+        A non-number, or a number that is not finite or is past a float's range
+        (``10**400``), is ignored, warned once: nothing here raises.
+        """
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             _warn_once("counter", "perf_tracer: counter %r: %r is not a number", name, value)
             return
-        number = int(value) if isinstance(value, numbers.Integral) else float(value)
-        if not math.isfinite(number):
-            _warn_once("counter", "perf_tracer: counter %r: %r is not finite", name, value)
+        try:
+            number = int(value) if isinstance(value, numbers.Integral) else float(value)
+            # Compared, not math.isfinite(): an int past a float's range raises there.
+            usable = -_MAX_COUNT <= number <= _MAX_COUNT  # NaN is not
+        except Exception:  # a number type whose int()/float() raises
+            usable = False
+        if not usable:
+            _warn_once(
+                "counter",
+                "perf_tracer: counter %r: %r is not a finite float-range number",
+                name,
+                value,
+            )
             return
         try:
             self._inner.count(str(session_id), str(name), number)

@@ -405,6 +405,42 @@ def test_capture_goes_to_the_process_holding_its_span(
     assert "not merged" not in result.err
 
 
+def test_role_named_and_partial_captures(run: Run, golden: Path, tmp_path: Path) -> None:
+    """A capture named with its role (``profile-driver-r0-...``) is found and merged; one
+    whose buffer overflowed or that shutdown cut is merged and said to be partial."""
+    op = {"ph": "X", "name": "OP", "ts": 200_000, "dur": 5, "pid": 1, "tid": 9}
+    _write_capture(
+        golden / "profile-driver-r0-step1.python.json", [{**op, "name": "ROLE"}], {"rank": 0}
+    )
+    _write_capture(
+        golden / "profile-r0-step2_2.python.json",
+        [{**op, "name": "FULL"}],
+        {"rank": 0, "overflow": True},
+    )
+    _write_capture(
+        golden / "profile-r0-step3.python.json",
+        [{**op, "name": "CUT"}],
+        {"rank": 0, "truncated": True},
+    )
+    document, result = _convert(run, golden, "-o", tmp_path / "trace.json")
+    events = document["traceEvents"]
+    assert {e["name"] for e in events if e.get("name") in ("ROLE", "FULL", "CUT")} == {
+        "ROLE",
+        "FULL",
+        "CUT",
+    }
+    err = one_line(result.err)
+    assert "merged 3 profile captures" in err
+    assert (
+        "partial: profile-r0-step2_2.python.json lost its earliest events (the profiler's "
+        "buffer was full: raise profiler.entries)" in err
+    )
+    assert (
+        "partial: profile-r0-step3.python.json was cut at shutdown, before its span ended" in err
+    )
+    assert "profile-driver-r0-step1.python.json" not in err
+
+
 def test_capture_matching_no_process_or_several_is_not_merged(
     run: Run, golden: Path, tmp_path: Path
 ) -> None:

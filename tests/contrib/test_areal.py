@@ -10,6 +10,7 @@ import asyncio
 import getpass
 import importlib.util
 import json
+import logging
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -392,3 +393,29 @@ def test_a_finalized_session_leaves_its_task_only(base: Path) -> None:
         tracer.record_event(session, "finalized", status="rejected")
     assert tracer.get_session_ids(2) == []
     assert tracer.get_session_ids(1) == sorted([first[0], first[2]])
+
+
+def test_a_counter_past_a_floats_range_is_skipped_not_raised(
+    base: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An int no float holds (``10**400``), by the method or by the module-level event, is
+    skipped with one warning; the session's other counts are written, nothing raises."""
+    perf_tracer._warned.discard("counter")  # logged once per process: this test's own
+    tracer = perf_tracer.get_session_tracer()
+    assert tracer is not None
+    session = tracer.register_session(5)
+    assert session is not None
+    with caplog.at_level(logging.WARNING, "asynctrace_contrib.areal"):
+        tracer.increment_counter(session, "tokens", 10**400)
+        trace_session_event(
+            "increment_counter", session_id=session, name="tokens", value=-(10**400)
+        )
+        trace_session_event("increment_counter", session_id=session, name="tokens", value=7)
+    assert caplog.text.count("not a finite float-range number") == 1
+    tracer.record_event(session, "finalized", status="accepted")
+    perf_tracer.get_session_tracer().flush(force=True)  # type: ignore[union-attr]
+    path = perf_tracer.get_tracer().session_path
+    assert path is not None
+    perf_tracer.reset()
+    (record,) = read_lines(path)
+    assert record["counters"] == {"tokens": 7}

@@ -1,0 +1,157 @@
+"""Session payloads: credentials by key, bounds on size and text, keys that read alike."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import asynctrace as at
+from asynctrace._payloads import MAX_NODES, MAX_PAYLOAD_CHARS, MAX_TEXT, plain_payload
+from asynctrace._session_tracer import SessionTracer, install
+
+
+@pytest.fixture
+def tracer(tmp_path: Path) -> Iterator[SessionTracer]:
+    """A running session tracer writing to tmp_path/sessions-r0.jsonl."""
+    tracer = SessionTracer(tmp_path / "sessions-r0.jsonl", run_id="t", flush_threshold=50)
+    previous = install(tracer)
+    yield tracer
+    install(previous)
+    tracer.shutdown(5.0)
+
+
+def only_record(tracer: SessionTracer) -> dict[str, Any]:
+    """The one record the tracer wrote, once flushed."""
+    assert tracer.flush(5.0)
+    lines = Path(tracer.path).read_text().splitlines()
+    (line,) = lines
+    record: dict[str, Any] = json.loads(line)
+    return record
+
+
+def test_credential_keys_lose_their_values_whatever_their_type(tracer: SessionTracer) -> None:
+    """A key named as a credential header (``password``, ``api_key``, ``X-Api-Key``,
+    ``Cookie``) has its value written as REDACTED, a number or a mapping too; keys are
+    redacted as text is; other keys (token counts among them) are written as given."""
+    headers = {
+        "Authorization": "Bearer sk-live-abcdef123456",
+        "X-Api-Key": "abc123secretvalue",
+        "Cookie": "session=xyz789",
+        "password": "hunter2",
+        "Content-Type": "application/json",
+    }
+    with at.task_scope(1), at.session_scope():
+        with at.trace_session_phase("generate", start_payload={"request_headers": headers}):
+            pass
+        at.trace_session_event(
+            "finalized",
+            status="accepted",
+            api_key="sk-proj-XYZ987654321",
+            password=123456789,
+            token={"value": "tok_abcdef", "n": 1},
+            num_tokens=42,
+            url="https://api.example.com/v1?api_key=QQQ",
+            **{"https://u:pw@h/x": 1},
+        )
+    record = only_record(tracer)
+    assert record["phases"]["generate"][0]["payload"] == {
+        "request_headers": {
+            "Authorization": "REDACTED",
+            "X-Api-Key": "REDACTED",
+            "Cookie": "REDACTED",
+            "password": "REDACTED",
+            "Content-Type": "application/json",
+        }
+    }
+    assert record["payload"] == {
+        "api_key": "REDACTED",
+        "password": "REDACTED",
+        "token": "REDACTED",
+        "num_tokens": 42,
+        "url": "https://api.example.com/v1?api_key=REDACTED",
+        "https://h/x": 1,
+    }
+    text = json.dumps(record)
+    for secret in ("hunter2", "abc123", "xyz789", "sk-", "tok_", "123456789", "pw@"):
+        assert secret not in text
+
+
+def test_keys_that_read_alike_are_all_kept(tracer: SessionTracer) -> None:
+    """``1`` and ``"1"``, or two URLs alike once redacted: both values written, the later
+    under ``name#2`` (then ``#3``...)."""
+    with at.session_scope():
+        at.trace_session_event(
+            "finalized",
+            status="accepted",
+            keys={1: "a", "1": "b", (1, 2): 3, None: 4},
+            urls={"http://u:p@h/": 1, "http://v:q@h/": 2, "http://h/": 3},
+        )
+    payload = only_record(tracer)["payload"]
+    assert payload["keys"] == {"1": "a", "1#2": "b", "(1, 2)": 3, "None": 4}
+    assert payload["urls"] == {"http://h/": 1, "http://h/#2": 2, "http://h/#3": 3}
+
+
+def test_shared_references_are_bounded_by_a_value_budget(tracer: SessionTracer) -> None:
+    """13 lists each holding the one before three times (3**13 leaves once expanded) are
+    copied up to MAX_NODES values, then a marker: a small record, counted as truncated."""
+    tree: Any = "leaf"
+    for _ in range(13):
+        tree = [tree, tree, tree]
+    with at.session_scope():
+        at.trace_session_event("finalized", status="accepted", tree=tree, after=1)
+    record = only_record(tracer)
+    text = json.dumps(record["payload"])
+    assert f"<truncated: more than {MAX_NODES} values>" in text
+    assert record["payload"]["<truncated>"] == f"<truncated: more than {MAX_NODES} values>"
+    assert "after" not in record["payload"]  # past the budget: the marker stands for it
+    assert text.count('"leaf"') < MAX_NODES
+    assert len(text) < 200_000
+    assert tracer.stats()["truncated_payloads"] == 1
+
+
+def test_long_strings_are_redacted_then_cut(tracer: SessionTracer) -> None:
+    """A string keeps MAX_TEXT characters and a note of the rest, redacted before the cut
+    (a credential the cut would halve is gone whole), a huge one too."""
+    near = "x" * (MAX_TEXT - 10) + " token=supersecretvalue"
+    huge = "y" * (4 * MAX_TEXT - 12) + "https://user:hunter2pw@host/ " + "z" * 1000
+    with at.session_scope():
+        at.trace_session_event("finalized", status="accepted", near=near, huge=huge, short="ok")
+    payload = only_record(tracer)["payload"]
+    assert payload["near"].startswith("x" * (MAX_TEXT - 10) + " token=")
+    assert payload["near"].endswith(f"...<truncated {len(' token=REDACTED') - 10} chars>")
+    # Past its first 4 * MAX_TEXT characters a string is counted as given, not redacted.
+    assert payload["huge"] == "y" * MAX_TEXT + f"...<truncated {len(huge) - MAX_TEXT} chars>"
+    assert payload["short"] == "ok"
+    text = json.dumps(payload)
+    assert "supersecret" not in text
+    assert "hunt" not in text
+    assert tracer.stats()["truncated_payloads"] == 1
+
+
+def test_a_payloads_text_is_bounded_in_all() -> None:
+    """Past MAX_PAYLOAD_CHARS characters of strings in one payload, strings become a
+    marker and the containers holding them stop with one."""
+    piece = "p" * MAX_TEXT
+    pieces = MAX_PAYLOAD_CHARS // MAX_TEXT
+    out = plain_payload({"texts": [piece] * (pieces + 5), "later": "x"})
+    texts = out["texts"]
+    assert texts[: pieces - 1] == [piece] * (pieces - 1)
+    # The key "texts" took 5 characters of the budget: the last piece loses 5.
+    assert texts[pieces - 1] == "p" * (MAX_TEXT - 5) + "...<truncated 5 chars>"
+    assert texts[pieces:] == [f"<truncated: more than {MAX_PAYLOAD_CHARS} characters>"]
+    assert out["<truncated>"] == f"<truncated: more than {MAX_PAYLOAD_CHARS} characters>"
+    assert "later" not in out
+
+
+def test_a_user_key_named_like_the_marker_is_kept() -> None:
+    """A key ``"<truncated>"`` of the caller's own survives a cut: the marker takes ``#2``."""
+    many = {f"k{i}": i for i in range(MAX_NODES + 5)}
+    out = plain_payload({"<truncated>": "mine", "many": many})
+    assert out["<truncated>"] == "mine"
+    assert out["many"]["<truncated>"] == f"<truncated: more than {MAX_NODES} values>"
+    # The budget, less the values of "<truncated>" and "many", and the marker.
+    assert len(out["many"]) == MAX_NODES - 2 + 1
