@@ -132,6 +132,17 @@ class PythonBackend(Backend):
         viztracer: Any = importlib.import_module("viztracer")
         with _HOOKS:
             previous, mine = threading.getprofile(), sys.getprofile()
+            # Its constructor hooks every thread started from then on, captured or not
+            # (each of their calls pays for it), by calling threading.setprofile: that
+            # call is skipped for this thread, so no thread started meanwhile elsewhere
+            # is hooked either. Only a running capture sets the hook (start()).
+            setprofile, builder = threading.setprofile, threading.get_ident()
+
+            def others_only(func: Any) -> None:
+                if threading.get_ident() != builder:
+                    setprofile(func)
+
+            threading.setprofile = others_only
             try:
                 self._tracer = viztracer.VizTracer(  # allocates its event buffer: about 0.1 s
                     tracer_entries=self.settings.entries,
@@ -141,9 +152,9 @@ class PythonBackend(Backend):
                     output_file=str(self.path),
                 )
             finally:
-                # Its constructor hooks every thread started from then on, captured or
-                # not (each of their calls pays for it): only a running capture does.
-                threading.setprofile(previous)
+                threading.setprofile = setprofile
+                if threading.getprofile() is not previous:  # set some other way
+                    threading.setprofile(previous)
         if mine is None and sys.getprofile() is self._tracer:  # and this thread, idle
             sys.setprofile(None)
         self._previous_hook = previous

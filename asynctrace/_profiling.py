@@ -206,9 +206,12 @@ class Profiler:
                 profiler = ref()
                 if profiler is None:
                     return
+                profiler._lock = threading.Lock()  # whatever else holds: never inherited held
                 active, profiler._active = profiler._active, None
                 profiler._preparing = None
-                if active is not None:
+                # torch's profiler is not stopped: Kineto's threads are not in the child,
+                # and stopping it there may wait for them. viztracer's hook is this thread's.
+                if active is not None and active.name == "python":
                     try:
                         active.abandon()  # the child would run traced its whole life
                     except Exception as exc:

@@ -94,16 +94,7 @@ class dispatch_scope(SyncAndAsync[Any]):
         try:
             self._span.__exit__(exc_type, exc, tb)
         finally:
-            token, self._token = self._token, None
-            state = self._state
-            if token is not None and state is not None:
-                if SCOPES.get() is not state:
-                    leave("per_prompt", token, state)
-                else:  # leave()'s usual case, inline: the innermost
-                    try:
-                        SCOPES.reset(token)
-                    except ValueError:  # a token of another context
-                        leave("per_prompt", token, state)
+            self._leave()
         return DONE
 
     __aexit__ = __exit__  # type: ignore[assignment]  # DONE: awaited, it finishes at once

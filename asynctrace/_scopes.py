@@ -211,15 +211,8 @@ class _Scope(SyncAndAsync[T]):
         tb: TracebackType | None,
     ) -> Done:
         token, self._token = self._token, None
-        state = self._state
-        if token is not None and state is not None:
-            if SCOPES.get() is not state:
-                leave(self._var.name, token, state)
-            else:  # leave()'s usual case, inline: the innermost
-                try:
-                    SCOPES.reset(token)
-                except ValueError:  # a token of another context
-                    leave(self._var.name, token, state)
+        if token is not None and self._state is not None:
+            leave(self._var.name, token, self._state)
         return DONE
 
     __aexit__ = __exit__  # type: ignore[assignment]  # DONE: awaited, it finishes at once

@@ -378,8 +378,8 @@ class SessionTracer:
         ``truncated_payloads`` counts payloads cut to their bounds since this
         tracer started (see :func:`asynctrace._payloads.plain_payload`).
         """
-        with self._lock:
-            live, tasks = len(self._live), len(self._tasks)
+        with self._lock:  # finalized from inside the lock, not yet handed over: still live
+            live, tasks = len(self._live) + len(self._later), len(self._tasks)
         writer = self._writer
         return {
             "live_sessions": live,
@@ -400,6 +400,8 @@ class SessionTracer:
     def shutdown(self, timeout_s: float = 5.0) -> bool:
         """Write pending sessions as ``pending``, drain the writer and close the file."""
         self.finalize_all_pending("unfinished at shutdown")
+        if self._later:  # shut down from inside the lock: written now, or never
+            self._hand_over_later()
         return self._writer.shutdown(timeout_s)
 
 

@@ -146,7 +146,9 @@ class SessionWriter:
                     lambda: self._synced >= target or self._stopped,
                     min(max(0.0, timeout_s), _MAX_WAIT_S),
                 )
-            done = self._synced >= target
+            # A stopped writer (shut down, crashed, inert in a forked child) syncs no more:
+            # its counts are final, and what it could not write is counted failed.
+            done = (self.written + self.failed if self._stopped else self._synced) >= target
             return not self._lost_now() and done
 
     def shutdown(self, timeout_s: float) -> bool:

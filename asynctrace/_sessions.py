@@ -95,14 +95,7 @@ class task_scope(SyncAndAsync["int | str"]):
     def __exit__(self, exc_type: object, exc: object, tb: object) -> Done:
         token, self._token = self._token, None
         if token is not None:
-            state = self._state
-            if SCOPES.get() is not state:
-                leave("task_id", token, state)
-            else:  # leave()'s usual case, inline: the innermost
-                try:
-                    SCOPES.reset(token)
-                except ValueError:  # a token of another context
-                    leave("task_id", token, state)
+            leave("task_id", token, self._state)
         return DONE
 
     __aexit__ = __exit__  # type: ignore[assignment]  # DONE: awaited, it finishes at once
@@ -146,14 +139,7 @@ class session_scope(SyncAndAsync[str]):
     ) -> Done:
         token, self._token = self._token, None
         if token is not None:
-            state = self._state
-            if SCOPES.get() is not state:
-                leave("session_id", token, state)
-            else:  # leave()'s usual case, inline: the innermost
-                try:
-                    SCOPES.reset(token)
-                except ValueError:  # a token of another context
-                    leave("session_id", token, state)
+            leave("session_id", token, self._state)
         if exc_type is not None:
             tracer = _session_tracer._tracer
             if tracer is not None and self._session_id is not None:

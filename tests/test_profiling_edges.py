@@ -384,3 +384,35 @@ def test_a_process_killed_during_a_capture_leaves_a_capture_convert_reports(
     assert cli(["convert", str(tmp_path), "-o", str(tmp_path / "t.json"), "--no-progress"]) == 0
     said = capsys.readouterr()
     assert "profile-r0-step2.python.json: no clock alignment recorded" in said.out + said.err
+
+
+def test_building_a_tracer_never_hooks_other_threads_even_for_a_moment(tmp_path: Path) -> None:
+    """viztracer's constructor sets the threads' profile hook: while a capture's tracer is
+    built on one thread, a thread started on another must still start unhooked. The
+    building thread is switched away from as often as the interpreter allows."""
+    from asynctrace._profiler_backends import PythonBackend
+    from asynctrace._profiling import ProfilerSettings
+
+    settings = ProfilerSettings.parse("profiler", {"steps": [1], "output": str(tmp_path)})
+    seen: set[object] = set()
+    done = threading.Event()
+
+    def build() -> None:
+        for _ in range(40):
+            PythonBackend(settings).prepare()
+        done.set()
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        builder = threading.Thread(target=build)
+        builder.start()
+        looks = 0
+        while not done.is_set() or looks < 1000:
+            seen.add(threading.getprofile())
+            looks += 1
+        builder.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert seen == {None}
+    assert threading.getprofile() is None

@@ -34,7 +34,7 @@ def only_record(tracer: SessionTracer) -> dict[str, Any]:
 
 
 def test_credential_keys_lose_their_values_whatever_their_type(tracer: SessionTracer) -> None:
-    """A key named as a credential header (``password``, ``api_key``, ``X-Api-Key``,
+    """A key that names a credential (``password``, ``api_key``, ``X-Api-Key``,
     ``Cookie``) has its value written as REDACTED, a number or a mapping too; keys are
     redacted as text is; other keys (token counts among them) are written as given."""
     headers = {
@@ -78,6 +78,34 @@ def test_credential_keys_lose_their_values_whatever_their_type(tracer: SessionTr
     text = json.dumps(record)
     for secret in ("hunter2", "abc123", "xyz789", "sk-", "tok_", "123456789", "pw@"):
         assert secret not in text
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["session_id", "token_count", "prompt_token_ids", "rollout_key", "auth_method",
+     "num_tokens", "secret_sauce_version", "passwordHash", "key", "tokens"],
+)  # fmt: skip
+def test_keys_that_only_mention_a_credential_word_are_data(
+    tracer: SessionTracer, key: str
+) -> None:
+    """Only a key whose name ends with a credential word loses its value: RL data such
+    as ``session_id`` or ``prompt_token_ids`` is written as given."""
+    with at.session_scope():
+        at.trace_session_event("finalized", status="accepted", sample={key: [7, 8]})
+    assert only_record(tracer)["payload"] == {"sample": {key: [7, 8]}}
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["token", "access_token", "refreshToken", "OPENAI_API_KEY", "APIKey", "apikey", "auth",
+     "Set-Cookie", "client_secret", "db_password", "private_key", "credentials"],
+)  # fmt: skip
+def test_keys_that_end_with_a_credential_word_lose_their_value(
+    tracer: SessionTracer, key: str
+) -> None:
+    with at.session_scope():
+        at.trace_session_event("finalized", status="accepted", sample={key: [7, 8]})
+    assert only_record(tracer)["payload"] == {"sample": {key: "REDACTED"}}
 
 
 def test_keys_that_read_alike_are_all_kept(tracer: SessionTracer) -> None:

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
@@ -898,7 +899,7 @@ def test_a_finalize_made_inside_the_tracer_is_written_once_that_code_is_done(
     worker.join(10.0)
     assert not worker.is_alive(), "deadlocked on its own lock"
     finalized, live, written, other, by_task = seen
-    assert (finalized, live, written, by_task) == (1, 0, 0, 1)
+    assert (finalized, live, written, by_task) == (1, 1, 0, 1)  # live until handed over
     tracer.phase_end(session_id, handle)  # after the finalize: dropped
     assert tracer.stats()["dropped_events"] == 1
     assert tracer.shutdown(5.0)
@@ -907,3 +908,45 @@ def test_a_finalize_made_inside_the_tracer_is_written_once_that_code_is_done(
     assert by_id[session_id]["payload"] == {"by": "del"}
     assert by_id[session_id]["phases"]["generate"][0]["truncated"] is True
     assert by_id[other]["status"] == "rejected"
+
+
+def test_a_shutdown_inside_the_tracers_lock_writes_what_was_finalized_there(
+    tmp_path: Path,
+) -> None:
+    """A finalize and then a shutdown, both from inside the lock (a finalizer, a callback):
+    the session is written, not left behind with nothing counting it."""
+    tracer = SessionTracer(tmp_path / "sessions-r0.jsonl", run_id="t")
+    session_id = tracer.register(9)
+    with tracer._lock:
+        assert tracer.finalize(session_id, None, "accepted", None) == 1
+        assert tracer.shutdown(5.0)
+    (record,) = records(tmp_path / "sessions-r0.jsonl")
+    assert (record["session_id"], record["status"]) == (session_id, "accepted")
+
+
+def test_a_forked_childs_flush_of_the_inherited_writer_says_what_the_parent_wrote(
+    tmp_path: Path,
+) -> None:
+    """In a forked child the writer is inert: its flush answers from the counts it
+    inherited (everything written, nothing lost: True), not from a sync it will never
+    make."""
+    path = tmp_path / "sessions-r0.jsonl"
+    tracer = SessionTracer(path, flush_threshold=1)
+    tracer.finalize(tracer.register(1), None, "accepted", None)
+    for _ in range(1000):  # written by the threshold, never synced by a flush
+        if tracer.stats()["written"] == 1:
+            break
+        time.sleep(0.005)
+    out = tmp_path / "child"
+    pid = os.fork()
+    if pid == 0:  # the child: never return into pytest
+        code = 1
+        try:
+            out.write_text(str(tracer.flush(1.0)))
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert out.read_text() == "True"
+    assert tracer.shutdown(5.0)
