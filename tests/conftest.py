@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from asynctrace import _errors, _redact
+from asynctrace._session_tracer import SessionTracer, install
 from asynctrace._state import restore, snapshot
 from asynctrace.testing import CapturedSpans, capture_spans
 
@@ -80,3 +82,13 @@ def spans() -> Iterator[CapturedSpans]:
     """All groups on, captured in memory."""
     with capture_spans("all") as captured:
         yield captured
+
+
+@pytest.fixture
+def tracer(tmp_path: Path) -> Iterator[SessionTracer]:
+    """A running session tracer writing to tmp_path/sessions-r0.jsonl."""
+    tracer = SessionTracer(tmp_path / "sessions-r0.jsonl", run_id="t", flush_threshold=50)
+    previous = install(tracer)
+    yield tracer
+    install(previous)
+    tracer.shutdown(5.0)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,17 +10,7 @@ import pytest
 
 import asynctrace as at
 from asynctrace._payloads import MAX_NODES, MAX_PAYLOAD_CHARS, MAX_TEXT, plain_payload
-from asynctrace._session_tracer import SessionTracer, install
-
-
-@pytest.fixture
-def tracer(tmp_path: Path) -> Iterator[SessionTracer]:
-    """A running session tracer writing to tmp_path/sessions-r0.jsonl."""
-    tracer = SessionTracer(tmp_path / "sessions-r0.jsonl", run_id="t", flush_threshold=50)
-    previous = install(tracer)
-    yield tracer
-    install(previous)
-    tracer.shutdown(5.0)
+from asynctrace._session_tracer import SessionTracer
 
 
 def only_record(tracer: SessionTracer) -> dict[str, Any]:

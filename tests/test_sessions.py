@@ -11,7 +11,6 @@ import sys
 import threading
 import time
 import tracemalloc
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +22,6 @@ from asynctrace import ConfigurationError
 from asynctrace._session_tracer import SessionTracer, install
 
 HERE = Path(__file__).parent
-
-
-@pytest.fixture
-def tracer(tmp_path: Path) -> Iterator[SessionTracer]:
-    """A running session tracer writing to tmp_path/sessions-r0.jsonl."""
-    tracer = SessionTracer(tmp_path / "sessions-r0.jsonl", run_id="t", flush_threshold=50)
-    previous = install(tracer)
-    yield tracer
-    install(previous)
-    tracer.shutdown(5.0)
 
 
 def records(path: Path) -> list[dict[str, Any]]:
