@@ -46,7 +46,7 @@ from ._propagation import (
     span_carrier,
 )
 from ._pump import dispatch_scope, wait_until
-from ._redact import is_credential_header, redact_text, register_secret_words
+from ._redact import is_credential_header, is_credential_key, redact_text, register_secret_words
 from ._runtime import (
     Telemetry,
     configure,
@@ -149,6 +149,7 @@ __all__ = [
     "inject_env",
     "instant",
     "is_credential_header",
+    "is_credential_key",
     "is_span_group_enabled",
     "iteration_scope",
     "managed_span",

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from ._errors import ConfigurationError
-from ._redact import REDACTED, redact_text, secrets_of
+from ._redact import REDACTED, is_credential_key, redact_text, secrets_of
 
 __all__ = ["MAX_NODES", "MAX_PAYLOAD_CHARS", "MAX_TEXT", "check_payload", "plain_payload"]
 
@@ -70,8 +70,8 @@ def plain_payload(payload: Mapping[str, Any]) -> dict[str, Any]:
     (:func:`asynctrace._redact.redact_text`: no URL userinfo, no secret-like
     values; an exception's remembered secrets too), as a session's ``reason`` is;
     keys too. The value of a key that names a credential
-    (:func:`credential_key`: ``password``, ``api_key``, ``X-Api-Key``,
-    ``access_token``, ``Cookie``...) is ``"REDACTED"`` whatever its type. Two
+    (:func:`asynctrace.is_credential_key`: ``password``, ``api_key``,
+    ``X-Api-Key``, ``access_token``, ``Cookie``...) is ``"REDACTED"`` whatever its type. Two
     keys that read the same once strings (``1`` and ``"1"``) are both kept,
     the later as ``"1#2"``.
 
@@ -118,12 +118,12 @@ class _Copier:
             secret = False
             try:
                 raw = key if type(key) is str else str(key)
-                known = _KEYS.get(raw) or _key(raw) if len(raw) <= _KEY_CACHED else None
+                known = (_KEYS.get(raw) or _key(raw)) if len(raw) <= _KEY_CACHED else None
                 if known is not None:
                     text, secret = known
                     self.chars -= len(text)
                 else:
-                    text, secret = self.text(raw), credential_key(raw)
+                    text, secret = self.text(raw), is_credential_key(raw)
                 name = text if text not in out else _free(out, text, suffixes)
             except Exception:
                 name = _free(out, f"<unreadable key {type(key).__name__}>", suffixes)
@@ -193,41 +193,13 @@ class _Copier:
         return self.text(str(value))
 
 
-# Words that make a key a credential when its name ends with them, and pairs that do.
-_CREDENTIAL_WORDS = frozenset(
-    ("password", "passwd", "pwd", "passphrase", "secret", "token", "cookie", "auth",
-     "authorization", "credential", "credentials", "apikey", "jwt")
-)  # fmt: skip
-_CREDENTIAL_PAIRS = frozenset(
-    (("api", "key"), ("private", "key"), ("access", "key"), ("secret", "key"), ("set", "cookie"))
-)
-_WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
-
-
-def credential_key(name: str) -> bool:
-    """Whether a payload key names a credential: its last word is one
-    (``password``, ``access_token``, ``Cookie``, ``apiKey``) or its last two
-    are (``api_key``, ``X-Api-Key``, ``private_key``). A word inside the name
-    does not count: ``session_id``, ``token_count``, ``prompt_token_ids`` and
-    ``rollout_key`` are data.
-
-    Example:
-        >>> [credential_key(k) for k in ("api_key", "refreshToken", "token_count", "session_id")]
-        [True, True, False, False]
-    """
-    words = [word.lower() for word in _WORDS.findall(name[-_KEY_CACHED:])]
-    if not words:
-        return False
-    return words[-1] in _CREDENTIAL_WORDS or tuple(words[-2:]) in _CREDENTIAL_PAIRS
-
-
 def _key(raw: str) -> tuple[str, bool]:
     """A short key's recorded name and whether it names a credential (cached: keys repeat)."""
     if len(_KEYS) >= _MAX_KEYS:  # names made up per call: stay bounded
         _KEYS.clear()
     known = _KEYS[raw] = (
         raw if _PLAIN_KEY.fullmatch(raw) else redact_text(raw),
-        credential_key(raw),
+        is_credential_key(raw),
     )
     return known
 

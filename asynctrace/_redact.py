@@ -40,6 +40,7 @@ raises.
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections import OrderedDict, deque
@@ -50,11 +51,13 @@ from urllib.parse import quote, unquote_plus
 from ._forksafe import reinit_at_fork
 
 __all__ = [
+    "CREDENTIAL_KEYS",
     "REDACTED",
     "SECRET_WORDS",
     "URL_ATTRIBUTES",
     "exception_reason",
     "is_credential_header",
+    "is_credential_key",
     "redact_query",
     "redact_text",
     "redact_url_attribute",
@@ -538,6 +541,53 @@ def is_credential_header(name: str) -> bool:
         return True
     # "AccessToken: ...", but not a dotted exception name ("fernet.InvalidToken: ...")
     return "." not in name and words[-1].endswith(("token", "apikey", "password", "secret"))
+
+
+CREDENTIAL_KEYS: Final = frozenset(
+    ("password", "passwd", "pwd", "passphrase", "secret", "token", "cookie", "auth",
+     "authorization", "credential", "credentials", "apikey", "jwt", "api_key",
+     "private_key", "access_key", "secret_key", "set_cookie")
+)  # fmt: skip
+"""The keys :func:`is_credential_key` treats as credentials by default."""
+
+# Word breaks of a key: anything but a letter or digit, and case changes (apiKey, APIKey).
+_KEY_BREAK = re.compile(r"[^0-9A-Za-z]+|(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_LONGEST_KEY = 128  # a longer key is judged by its end
+
+
+def is_credential_key(key: str, names: Collection[str] = CREDENTIAL_KEYS) -> bool:
+    """Whether *key*, or its trailing words, is one of *names* (without case).
+
+    Words break at anything but a letter or digit and at case changes, so
+    ``access_token``, ``refreshToken``, ``OPENAI_API_KEY`` and ``X-Api-Key``
+    end with credential names; a credential word elsewhere does not count:
+    ``session_id``, ``token_count`` and ``prompt_token_ids`` are data. The
+    rule of the values asynctrace records under a key (session payloads).
+
+    Example:
+        >>> is_credential_key("OPENAI_API_KEY"), is_credential_key("token_count")
+        (True, False)
+        >>> is_credential_key("gen_ai.prompt", {"prompt"})
+        True
+    """
+    if not isinstance(names, frozenset):  # a set or a list: cached by its frozen form
+        names = frozenset(names)
+    return _is_listed(key[-_LONGEST_KEY:], names)
+
+
+@functools.lru_cache(maxsize=4096)  # keys repeat: after the first, a dict lookup
+def _is_listed(key: str, names: frozenset[str]) -> bool:
+    forms = _forms(names)
+    words = [word.lower() for word in _KEY_BREAK.split(key) if word]
+    return any("_".join(words[i:]) in forms for i in range(len(words)))
+
+
+@functools.lru_cache(maxsize=64)
+def _forms(names: frozenset[str]) -> frozenset[str]:
+    """*names* as lower-case words joined by ``_``, as :func:`_is_listed` compares them."""
+    return frozenset(
+        "_".join(word.lower() for word in _KEY_BREAK.split(name) if word) for name in names
+    )
 
 
 def _redact_pairs(text: str) -> str:

@@ -28,6 +28,7 @@ EXPECTED = {
     "record_error",
     "redact_text",
     "is_credential_header",
+    "is_credential_key",
     "register_secret_words",
     "atrace_session_phase",
     "current_session_id",

@@ -505,35 +505,13 @@ case-insensitively with ``.``, ``_``, ``-`` and camelCase as word breaks:
 _REDACTED: Final = "[REDACTED]"  # what any value under a listed key becomes (lens's marker)
 
 _SCALARS = (bool, int, float, str)
+
+
 # Word breaks of an attribute key: any run of non-alphanumerics, and camelCase
 # ("apiKey", "HTTPToken").
-_WORD_BREAK = re.compile(r"[^0-9A-Za-z]+|(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
-
-
-def _words(key: str) -> list[str]:
-    return [word.lower() for word in _WORD_BREAK.split(key) if word]
-
-
-@functools.lru_cache(maxsize=64)
-def _listed_forms(redact_keys: frozenset[str]) -> frozenset[str]:
-    """*redact_keys* as lower-case words joined by ``_`` (what :func:`_is_listed` compares)."""
-    return frozenset("_".join(_words(key)) for key in redact_keys)
-
-
-@functools.lru_cache(maxsize=4096)  # attribute keys are few: after the first, a dict lookup
-def _is_listed(key: str, redact_keys: frozenset[str]) -> bool:
-    """Whether *key* or its trailing words are one of *redact_keys* (case-insensitive)."""
-    listed = _listed_forms(redact_keys)
-    words = _words(key)
-    return any("_".join(words[i:]) in listed for i in range(len(words)))
-
-
 def _redacts(key: object, redact_keys: Collection[str]) -> bool:
-    if not isinstance(key, str):  # OpenTelemetry drops a key that is not a str
-        return False
-    if not isinstance(redact_keys, frozenset):  # a set or list, as lens callers may pass
-        redact_keys = frozenset(redact_keys)
-    return _is_listed(key, redact_keys)
+    # OpenTelemetry drops a key that is not a str; a listed key's rule is asynctrace's.
+    return isinstance(key, str) and asynctrace.is_credential_key(key, redact_keys)
 
 
 def redact_value(key: str, value: str, redact_keys: frozenset[str] = DEFAULT_REDACT_KEYS) -> str:
