@@ -60,6 +60,10 @@ _lock = threading.RLock()  # one configure() at a time
 _current_lock = threading.RLock()  # (a signal handler's shutdown may come in while held)
 reinit_at_fork(_lock, _current_lock, _state._lock)  # held at fork(): new in the child
 _current: Telemetry | None = None
+# The handle forgotten last, while its shutdown finishes, and then its result: what the
+# module-level shutdown() and flush() answer once nothing runs (True before any shutdown).
+_stopping: Telemetry | None = None
+_last_result = True
 
 
 class Telemetry:
@@ -231,6 +235,7 @@ class Telemetry:
             self._result = False
         finally:
             self._stopped.set()
+            self._ended()
         return self._result
 
     def _shut_down(self, timeout: float) -> bool:
@@ -288,10 +293,18 @@ class Telemetry:
             pipeline.provider.shutdown()  # type: ignore[attr-defined]
 
     def _forget(self) -> None:
-        global _current
+        global _current, _stopping
         with _current_lock:
             if _current is self:
                 _current = None
+                _stopping = self
+
+    def _ended(self) -> None:
+        """Its shutdown is over: the module-level functions answer its result from now on."""
+        global _stopping, _last_result
+        with _current_lock:
+            if _stopping is self:
+                _stopping, _last_result = None, self._result
 
     # -- installation ------------------------------------------------------------
 
@@ -400,7 +413,7 @@ def configure(
         >>> telemetry.shutdown()  # doctest: +SKIP
         True
     """
-    global _current
+    global _current, _last_result
     if config is None:
         config = TelemetryConfig.from_env()
     elif isinstance(config, Mapping):
@@ -421,6 +434,7 @@ def configure(
             telemetry._install()
             with _current_lock:
                 _current = telemetry
+                _last_result = True
         return telemetry
     try:
         import opentelemetry.sdk.trace  # noqa: F401
@@ -443,6 +457,7 @@ def configure(
         telemetry._install()
         with _current_lock:
             _current = telemetry
+            _last_result = True  # a new run: the last one's shutdown is no longer asked
     return telemetry
 
 
@@ -581,22 +596,29 @@ def current_telemetry() -> Telemetry | None:
 
 
 def flush(timeout_s: float = 5.0) -> bool:
-    """Flush the running telemetry (see :meth:`Telemetry.flush`); ``True`` if none.
+    """Flush the running telemetry (see :meth:`Telemetry.flush`).
+
+    With none running: the result of the last shutdown (``True`` if none ever
+    ran), as a flush after shutdown answers on the handle.
 
     Example:
         >>> flush(1.0)
         True
     """
-    telemetry = _current
-    return True if telemetry is None else telemetry.flush(timeout_s)
+    telemetry = _current or _stopping
+    return _last_result if telemetry is None else telemetry.flush(timeout_s)
 
 
 def shutdown(timeout_s: float | None = None) -> bool:
-    """Shut the running telemetry down (see :meth:`Telemetry.shutdown`); ``True`` if none.
+    """Shut the running telemetry down (see :meth:`Telemetry.shutdown`).
+
+    With none running: the result of the last shutdown (``True`` if none ever
+    ran), as a second shutdown answers on the handle; a shutdown still
+    finishing on another thread is waited for.
 
     Example:
         >>> shutdown()
         True
     """
-    telemetry = _current
-    return True if telemetry is None else telemetry.shutdown(timeout_s)
+    telemetry = _current or _stopping
+    return _last_result if telemetry is None else telemetry.shutdown(timeout_s)

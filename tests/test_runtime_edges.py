@@ -376,17 +376,33 @@ def test_a_fork_while_a_thread_is_inside_the_handles_stop_event_does_not_hang(
 # The module-level flush of a handle that is gone.
 
 
-def test_module_flush_after_a_failed_shutdown_has_no_handle_to_ask() -> None:
-    """The handle is forgotten once shut down, failed or not: the module's flush has
-    nothing running to flush, while the handle itself keeps its result."""
+def test_module_flush_and_shutdown_after_a_failed_shutdown_say_it_failed() -> None:
+    """The handle is forgotten once shut down; the module-level functions answer its
+    result (spans were abandoned: never True) until a new configure() starts a run."""
     telemetry, held, (stopper, _) = _shutting_down_elsewhere(0.3)
     try:
         stopper.join(10)
         assert current_telemetry() is None
-        assert flush(1.0) is True
+        assert flush(1.0) is False
+        assert shutdown(1.0) is False
         assert telemetry.flush(1.0) is False
     finally:
         held.release.set()
+    configure({"enabled": True, "exporters": ["memory"]})
+    assert flush(1.0) is True
+    assert shutdown(1.0) is True
+    assert flush(1.0) is True  # the last shutdown went well
+    assert shutdown(1.0) is True
+
+
+def test_module_shutdown_waits_for_a_shutdown_still_finishing_elsewhere() -> None:
+    """A module-level shutdown while another thread's shutdown is under way (the
+    handle already forgotten or not) waits for it and answers its result."""
+    _, held, (stopper, results) = _shutting_down_elsewhere(30.0)
+    threading.Timer(0.2, held.release.set).start()
+    assert shutdown(20) is True
+    stopper.join(10)
+    assert results == [True]
 
 
 # ---------------------------------------------------------------------------
