@@ -14,7 +14,7 @@ Example:
 
 from __future__ import annotations
 
-from ._baggage import carrier_stats
+from ._baggage import carrier_stats, merge_baggage
 from ._config import SessionTracerConfig, TelemetryConfig
 from ._decorators import trace_fn, umbrella_trace_fn
 from ._efficiency import (
@@ -153,6 +153,7 @@ __all__ = [
     "is_span_group_enabled",
     "iteration_scope",
     "managed_span",
+    "merge_baggage",
     "on_step_goodput",
     "per_prompt_scope",
     "record_error",

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 from urllib.parse import quote, quote_plus, unquote, unquote_plus
 
@@ -28,7 +28,7 @@ from ._errors import logger
 from ._forksafe import reinit_at_fork
 from ._scopes import SCOPES, ScopeState
 
-__all__ = ["ScopeValues", "carrier_stats", "decode", "encode", "parse"]
+__all__ = ["ScopeValues", "carrier_stats", "decode", "encode", "merge_baggage", "parse"]
 
 PREFIX: Final = "asynctrace."
 ITERATION_KEY: Final = "asynctrace.iteration"
@@ -224,6 +224,57 @@ def encode(user: Mapping[str, object]) -> str:
     if left_out:
         _not_sent(left_out, f"{left_out} of your own entries")
     return ",".join(parts)
+
+
+def merge_baggage(existing: Sequence[str], sent: str) -> str | None:
+    """The ``baggage`` header for a request whose caller set its own: *existing*
+    (the caller's header values) with the ``asynctrace.*`` members of *sent*
+    (a carrier's ``baggage``, as :func:`current_trace_carrier` makes it) added.
+
+    For HTTP clients that let a caller's own ``baggage`` header win over the
+    carrier's. The caller's values are kept whole, combined in order (as HTTP
+    combines repeated headers). A scope member is added after them unless the
+    caller's header holds that key already (the caller's value wins), and only
+    while the header stays within W3C Baggage's limits (180 members, 8,192
+    bytes), over which a receiver drops the whole header. A member left out
+    is counted in :func:`carrier_stats` (``baggage_entries_not_sent``).
+    Returns ``None`` when nothing is added: the caller's headers go as set.
+
+    Example:
+        >>> merge_baggage(["a=1", "b=2"], "asynctrace.iteration=7,user=x")
+        'a=1,b=2,asynctrace.iteration=7'
+        >>> merge_baggage(["asynctrace.iteration=3"], "asynctrace.iteration=7") is None
+        True
+    """
+    ours = [m for m in sent.split(",") if m.startswith(PREFIX)]
+    if not ours:
+        return None
+    header = ",".join(existing)
+    keys = set()
+    count = 0
+    for member in header.split(","):
+        key = member.partition("=")[0].partition(";")[0].strip(" \t")
+        if key:
+            count += 1
+            keys.add(key)
+    length = len(header) if header.isascii() else len(header.encode("utf-8", "replace"))
+    parts = [header] if header.strip(" \t") else []
+    kept = len(parts)
+    left_out = []
+    for member in ours:
+        key = member.partition("=")[0]
+        if key in keys:
+            continue
+        added = len(member) + (1 if parts else 0)
+        if count >= MAX_MEMBERS or length + added > MAX_HEADER:
+            left_out.append(key)
+            continue
+        parts.append(member)
+        count += 1
+        length += added
+    if left_out:
+        _not_sent(len(left_out), ", ".join(left_out))
+    return ",".join(parts) if len(parts) > kept else None
 
 
 def decode(values: list[str]) -> tuple[dict[str, str], ScopeValues]:

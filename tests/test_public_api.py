@@ -62,6 +62,7 @@ EXPECTED = {
     "dispatch_with_trace_context",
     "extract_env",
     "inject_env",
+    "merge_baggage",
     "remote_trace_context",
     "to_thread",
     "BY_CATEGORY",

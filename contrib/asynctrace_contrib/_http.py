@@ -13,28 +13,73 @@ __all__ = [
     "DEFAULT_SECRET_KEYS",
     "REDACTED",
     "SecretKeys",
+    "callable_option",
     "header_attribute",
     "header_secrets",
+    "names_option",
     "recorded_header_values",
     "redact_url",
     "url_secrets",
 ]
 
-# The words the exception-text redaction (asynctrace's SECRET_WORDS) calls secret, and
-# "signature": a key holding any of them (case-insensitive) has its value redacted.
+# A query key holding any of these (case-insensitive) has its value redacted: the words
+# the exception-text redaction calls secret, every name asynctrace.is_credential_key
+# treats as a credential (pwd, jwt, passphrase: the others hold a word above), and
+# the session cookies servers put in URLs (;jsessionid=, PHPSESSID=).
 DEFAULT_SECRET_KEYS: Final = (
     "token",
     "key",
     "secret",
     "password",
     "passwd",
+    "pwd",
+    "passphrase",
+    "jwt",
     "sig",
     "signature",
     "auth",
     "cookie",
     "credential",
+    "jsessionid",
+    "sessid",
 )
 REDACTED: Final = "REDACTED"
+
+
+def names_option(option: str, value: Any, accepted: str) -> tuple[str, ...]:
+    """*value* as a tuple of non-empty strings, or :class:`asynctrace.ConfigurationError`.
+
+    A bare string is refused rather than read as its characters.
+
+    Example:
+        >>> names_option("record_request_headers", ["x-request-id"], "header names")
+        ('x-request-id',)
+    """
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise asynctrace.ConfigurationError(
+            f"{option}: expected a list of {accepted} (non-empty str), got {value!r}"
+            + (f"; write [{value!r}] for one" if isinstance(value, str) else "")
+        )
+    names = tuple(value)
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise asynctrace.ConfigurationError(
+                f"{option}: expected a list of {accepted} (non-empty str), got {name!r} "
+                f"in {value!r}"
+            )
+    return names
+
+
+def callable_option(option: str, value: Any, accepted: str) -> None:
+    """Raise :class:`asynctrace.ConfigurationError` unless *value* is ``None`` or callable.
+
+    Example:
+        >>> callable_option("request_hook", None, "(span, params) -> None")
+    """
+    if value is not None and not callable(value):
+        raise asynctrace.ConfigurationError(
+            f"{option}: expected None or a callable {accepted}, got {value!r}"
+        )
 
 
 class SecretKeys(tuple[str, ...]):

@@ -39,8 +39,10 @@ import asynctrace
 from ._http import (
     DEFAULT_SECRET_KEYS,
     SecretKeys,
+    callable_option,
     header_attribute,
     header_secrets,
+    names_option,
     recorded_header_values,
     redact_url,
     url_secrets,
@@ -89,14 +91,21 @@ class _Options:
         request_hook: RequestHook | None = None,
         response_hook: RequestHook | None = None,
     ) -> None:
+        callable_option("span_name", span_name, "(method, request) -> str")
+        callable_option("request_hook", request_hook, "(span, request) -> None")
+        callable_option("response_hook", response_hook, "(span, request) -> None")
         self.span_name = span_name
-        self.secret_keys = SecretKeys(secret_keys)
+        self.secret_keys = SecretKeys(names_option("secret_keys", secret_keys, "query keys"))
         # An exception raised after the span ended (raise_for_status(), json()'s
         # ContentTypeError) names the URL too, and is recorded by spans that never
         # knew this request: its secret keys are secret-like names everywhere.
         asynctrace.register_secret_words(self.secret_keys)
-        self.record_request_headers = tuple(record_request_headers)
-        self.record_response_headers = tuple(record_response_headers)
+        self.record_request_headers = names_option(
+            "record_request_headers", record_request_headers, "header names"
+        )
+        self.record_response_headers = names_option(
+            "record_response_headers", record_response_headers, "header names"
+        )
         self.request_hook = request_hook
         self.response_hook = response_hook
         self.warned: set[str] = set()
@@ -112,6 +121,33 @@ def _run_hook(options: _Options, name: str, hook: RequestHook, span: Span, param
             logger.warning("asynctrace: the aiohttp %s raised; ignored", name, exc_info=True)
 
 
+def _custom_name(
+    options: _Options, span_name: Callable[[str, Any], str], default: str, method: str, params: Any
+) -> str:
+    """*span_name*'s name for the request, or *default* if it raises or returns no str.
+
+    Either is logged once per trace config, never raised.
+    """
+    try:
+        name = span_name(method, params)
+    except Exception:
+        if "span_name" not in options.warned:
+            options.warned.add("span_name")
+            logger.warning(
+                "asynctrace: the aiohttp span_name raised; using the default name", exc_info=True
+            )
+        return default
+    if type(name) is str:
+        return name
+    if "span_name result" not in options.warned:
+        options.warned.add("span_name result")
+        logger.warning(
+            "asynctrace: the aiohttp span_name returned a %s, not a str; using the default name",
+            type(name).__name__,
+        )
+    return default
+
+
 def _inject(headers: Any, carrier: dict[str, str]) -> None:
     own_parent = "traceparent" in headers  # a caller's own traceparent wins
     for key, value in carrier.items():
@@ -124,20 +160,43 @@ def _inject(headers: Any, carrier: dict[str, str]) -> None:
 
 
 def _add_scope_baggage(headers: Any, value: str) -> None:
-    """Add asynctrace's scope members to a ``baggage`` header someone else set."""
-    existing = headers["baggage"]
-    ours = [m for m in value.split(",") if m.startswith("asynctrace.")]
-    if ours and "asynctrace." not in existing:
-        headers["baggage"] = ",".join((existing, *ours))
+    """Add asynctrace's scope members to the ``baggage`` headers the caller set.
+
+    All of the caller's headers are kept, combined into one; the rules are
+    :func:`asynctrace.merge_baggage`'s. Only requests whose caller set
+    ``baggage`` come here.
+    """
+    try:
+        values = headers.getall("baggage") if hasattr(headers, "getall") else [headers["baggage"]]
+        merged = asynctrace.merge_baggage(values, value)
+        if merged is not None:  # else the caller's headers go as they were set
+            headers["baggage"] = merged
+    except Exception:  # an odd headers object: the caller's headers stay as they are
+        logger.debug("asynctrace: could not add the scopes to baggage", exc_info=True)
 
 
 _get_current = otel_context.get_current
 
 
+class _Handled:
+    """The value of OpenTelemetry's suppression key while a trace config of ours handles a
+    request: true, so the trace configs after ours stand aside; known to us, so a request
+    made meanwhile (by a client middleware of the same request) is still ours to handle."""
+
+    __slots__ = ()
+
+    def __bool__(self) -> bool:
+        return True
+
+
+_HANDLED = _Handled()
+
+
 def _suppressed() -> bool:
     """Whether an outer layer asked HTTP instrumentations to stand aside (OpenTelemetry's key)."""
     current = _get_current()
-    return bool(current.get(_SUPPRESS_HTTP) or current.get(_SUPPRESS))
+    http = current.get(_SUPPRESS_HTTP)
+    return bool((http and http is not _HANDLED) or current.get(_SUPPRESS))
 
 
 class _Requests:
@@ -172,7 +231,8 @@ class _Requests:
         ``suppress_http_instrumentation``, nothing is done at all.
         """
         current = _get_current()
-        if current.get(_SUPPRESS_HTTP) or current.get(_SUPPRESS):
+        http = current.get(_SUPPRESS_HTTP)
+        if (http and http is not _HANDLED) or current.get(_SUPPRESS):
             return None
         if not asynctrace.is_span_group_enabled(GATE_GROUP):
             _inject(headers, asynctrace.current_trace_carrier())
@@ -185,10 +245,7 @@ class _Requests:
         options = self.options
         name = method if method in KNOWN_METHODS else "HTTP"
         if options.span_name is not None:
-            try:
-                name = options.span_name(method, params)
-            except Exception:
-                logger.warning("asynctrace: span_name raised; using %r", name, exc_info=True)
+            name = _custom_name(options, options.span_name, name, method, params)
         last = self._last
         if last[0] is url and last[1] == method:
             attrs = last[2].copy()
@@ -366,8 +423,12 @@ def _make_trace_config(options: _Options) -> aiohttp.TraceConfig:
             params.method.upper(), params.url, params.headers, params
         )
         # This request is handled: the trace configs after ours (OpenTelemetry's
-        # aiohttp instrumentation) stand aside, as OpenTelemetry's own layers do.
-        ctx.asynctrace_token = otel_context.attach(otel_context.set_value(_SUPPRESS_HTTP, True))
+        # aiohttp instrumentation) stand aside, as OpenTelemetry's own layers do. The
+        # key stays set until the request ends, through the client middlewares: a
+        # request one of them makes is still handled by a layer of ours (_HANDLED).
+        ctx.asynctrace_token = otel_context.attach(
+            otel_context.set_value(_SUPPRESS_HTTP, _HANDLED)
+        )
 
     async def on_request_end(
         session: aiohttp.ClientSession, ctx: SimpleNamespace, params: Any
@@ -456,18 +517,26 @@ def trace_config(
 
     Args:
         span_name: ``(method, params) -> name``; default ``"{METHOD}"`` (``"HTTP"``
-            for a method not known: see :mod:`._http_values`).
+            for a method not known: see :mod:`._http_values`). One that raises
+            or returns no ``str`` gives the default; logged once.
         secret_keys: query keys whose values are redacted in ``url.full``
-            (case-insensitive substrings); they are secret-like names in any
-            exception text recorded afterwards too, process-wide.
-        record_request_headers: request header names recorded as
-            ``http.request.header.<name>``; none by default. A credential
+            (case-insensitive substrings; the default includes every name
+            :func:`asynctrace.is_credential_key` treats as a credential); they
+            are secret-like names in any exception text recorded afterwards
+            too, process-wide.
+        record_request_headers: request header names (a list of str) recorded
+            as ``http.request.header.<name>``; none by default. A credential
             header's values (``Authorization``, ``Cookie``, ``X-Api-Key``...)
             are recorded as ``REDACTED``.
         record_response_headers: same for ``http.response.header.<name>``.
         request_hook: ``(span, TraceRequestStartParams)``, called for recorded spans.
         response_hook: ``(span, TraceRequestEndParams)``, called for recorded spans.
             A hook that raises is logged once and ignored.
+
+    Raises:
+        asynctrace.ConfigurationError: an option is not of the kind above (a
+            bare string for a list of names, a name that is not a str, a hook
+            that is not callable); the message names it.
 
     Example:
         >>> import aiohttp

@@ -35,7 +35,9 @@ from ._http import (
     DEFAULT_SECRET_KEYS,
     REDACTED,
     SecretKeys,
+    callable_option,
     header_secrets,
+    names_option,
     redact_url,
     url_secrets,
 )
@@ -164,14 +166,27 @@ def _route_template(scope: Scope) -> str | None:
 class AsyncTraceMiddleware:
     """The ASGI middleware behind :func:`instrument_fastapi` (usable on any ASGI app).
 
+    A client that disconnects is seen only through the messages the app
+    receives: an ``http.disconnect`` received before the response is complete
+    (the app reading its body, ``request.is_disconnected()``, Starlette
+    listening while it streams a response) ends the span as a cancellation. A
+    plain response answered after the client left, with nothing received
+    meanwhile, is recorded as sent: the server drops it without telling the
+    app, and this middleware starts no task of its own to listen.
+
     Args:
         app: the wrapped ASGI application.
-        trust_incoming: continue the incoming ``traceparent``; when false, start
-            a new trace with a link to the incoming context instead.
+        trust_incoming: ``True`` (continue the incoming ``traceparent``) or
+            ``False`` (start a new trace with a link to the incoming context).
         excluded_urls: regular expressions (or one comma-separated string)
             matched against the path; matching requests are not traced.
         server_request_hook: ``(span, scope)`` called when a recorded span
             starts; a hook that raises is logged once and ignored.
+
+    Raises:
+        asynctrace.ConfigurationError: an argument is not of the kind above
+            (``trust_incoming="false"``, a pattern that does not compile, a
+            hook that is not callable); the message names it.
 
     Example:
         >>> from starlette.applications import Starlette
@@ -186,12 +201,14 @@ class AsyncTraceMiddleware:
         excluded_urls: str | Iterable[str] | None = None,
         server_request_hook: ServerHook | None = None,
     ) -> None:
+        if type(trust_incoming) is not bool:
+            raise asynctrace.ConfigurationError(
+                f"trust_incoming: expected True or False, got {trust_incoming!r}"
+            )
+        callable_option("server_request_hook", server_request_hook, "(span, scope) -> None")
         self.app = app
         self.trust_incoming = trust_incoming
-        if isinstance(excluded_urls, str):
-            excluded_urls = [u.strip() for u in excluded_urls.split(",") if u.strip()]
-        patterns = list(excluded_urls or ())
-        self._excluded = re.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else None
+        self._excluded = _excluded_pattern(excluded_urls)
         self.server_request_hook = server_request_hook
         self._hook_warned = False
         self._mounts_seen = False  # apps mounted after instrument_fastapi(): at the first request
@@ -327,6 +344,25 @@ class AsyncTraceMiddleware:
         return span
 
 
+def _excluded_pattern(excluded_urls: str | Iterable[str] | None) -> re.Pattern[str] | None:
+    """One pattern for *excluded_urls*, or :class:`asynctrace.ConfigurationError`."""
+    if excluded_urls is None:
+        return None
+    if isinstance(excluded_urls, str):
+        excluded_urls = [u.strip() for u in excluded_urls.split(",") if u.strip()]
+    patterns = names_option("excluded_urls", excluded_urls, "regular expressions")
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise asynctrace.ConfigurationError(
+                f"excluded_urls: {pattern!r} is not a regular expression ({exc}); expected "
+                "regular expressions (re syntax) matched against the path, or one "
+                "comma-separated string of them"
+            ) from None
+    return re.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else None
+
+
 def _attach(span: Span) -> object:
     return otel_context.attach(trace.set_span_in_context(span))
 
@@ -358,6 +394,10 @@ class _Exchange:
     has been sent, so work the app does afterwards (``BackgroundTasks``) is
     outside it. Otherwise the span ends when the app returns or raises: a 5xx
     is often the error handler answering an exception that is raised next.
+    A client's disconnect is known only from an ``http.disconnect`` the app
+    receives: nothing here calls ``receive`` on its own (that would need a
+    task per request), so a plain response sent after the client left, with
+    nothing received meanwhile, is recorded as sent.
     """
 
     __slots__ = (
@@ -402,7 +442,8 @@ class _Exchange:
     def wrap_send(self, send: Send) -> Send:
         async def traced_send(message: Message) -> None:
             kind = message.get("type")
-            if kind == "http.response.start":
+            # A websocket refused with an HTTP response (the denial extension) has a status too.
+            if kind == "http.response.start" or kind == "websocket.http.response.start":
                 status = self.status = message.get("status")
                 self.early = type(status) is int and status < 500
                 if not self.early and not self.ended:
@@ -415,12 +456,15 @@ class _Exchange:
             await send(message)
             if kind == "http.response.body":
                 if not message.get("more_body", False):
-                    self.complete = True
+                    # After a disconnect the server drops what is sent: not delivered.
+                    self.complete = not self.disconnected
                     if self.early and not self.ended:
                         self.finish()
             elif kind == "websocket.accept":
                 self.accepted = True
-            elif kind == "websocket.close":
+            elif kind == "websocket.close" or (
+                kind == "websocket.http.response.body" and not message.get("more_body", False)
+            ):
                 self.complete = True
 
         return traced_send
