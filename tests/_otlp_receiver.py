@@ -106,10 +106,20 @@ class OtlpReceiver:
         self.spans: list[ReceivedSpan] = []
         self.unacknowledged: list[ReceivedSpan] = []  # arrived, but the reply did not
         self.requests = 0
+        self.request_times: list[float] = []  # time.monotonic() of each request answered
         self.headers: list[dict[str, str]] = []
         self.on_request: Callable[[int], None] | None = None
         self.stall_next_s = 0.0  # the next request waits this long first: a slow collector
         self.refuse_with: int | None = None  # HTTP: answer every request with this status
+        self.retry_after: str | None = None  # HTTP: the Retry-After header of a refusal
+        # gRPC: fail every request with this status code (a grpc.StatusCode); with
+        # retry_delay_s, a google.rpc.RetryInfo in the trailers asks for that wait.
+        self.abort_with: Any = None
+        self.retry_delay_s: float | None = None
+        # Both: a delivered request's reply rejects up to this many of its spans
+        # (OTLP partial success), with this message; the rest are kept.
+        self.reject_spans = 0
+        self.reject_message = ""
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._server: Any = None
@@ -225,7 +235,10 @@ class OtlpReceiver:
                 if refusal is not None:  # a collector that refuses: nothing is kept
                     with receiver._lock:
                         receiver.requests += 1
+                        receiver.request_times.append(time.monotonic())
                     self.send_response(refusal)
+                    if receiver.retry_after is not None:
+                        self.send_header("Retry-After", receiver.retry_after)
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
@@ -234,7 +247,7 @@ class OtlpReceiver:
                     receiver._accept(request, {}, acknowledged=False)
                     return
                 kept = receiver._accept(request, {k.lower(): v for k, v in self.headers.items()})
-                reply = ExportTraceServiceResponse().SerializeToString()
+                reply = receiver._reply(request).SerializeToString()
                 try:
                     self.send_response(200)
                     self.send_header("Content-Type", "application/x-protobuf")
@@ -268,10 +281,23 @@ class OtlpReceiver:
             def Export(
                 self, request: ExportTraceServiceRequest, context: Any
             ) -> ExportTraceServiceResponse:
+                if receiver.abort_with is not None:  # a collector that fails the call
+                    with receiver._lock:
+                        receiver.requests += 1
+                        receiver.request_times.append(time.monotonic())
+                    if receiver.retry_delay_s is not None:
+                        from google.rpc.error_details_pb2 import RetryInfo
+
+                        info = RetryInfo()
+                        info.retry_delay.FromNanoseconds(int(receiver.retry_delay_s * 1e9))
+                        context.set_trailing_metadata(
+                            (("google.rpc.retryinfo-bin", info.SerializeToString()),)
+                        )
+                    context.abort(receiver.abort_with, "refused by the test receiver")
                 receiver._stall()
                 metadata = dict(context.invocation_metadata())
                 receiver._accept(request, metadata, acknowledged=context.is_active())
-                return ExportTraceServiceResponse()
+                return receiver._reply(request)
 
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=4),
@@ -329,11 +355,21 @@ class OtlpReceiver:
         with self._changed:
             self.spans.extend(spans)
             self.requests += 1
+            self.request_times.append(time.monotonic())
             self.headers.append(headers)
             self._changed.notify_all()
         if self.on_request is not None:
             self.on_request(len(spans))
         return spans
+
+    def _reply(self, request: ExportTraceServiceRequest) -> ExportTraceServiceResponse:
+        """The reply to a delivered request: a partial success when spans are to be rejected."""
+        reply = ExportTraceServiceResponse()
+        if self.reject_spans:
+            count = sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+            reply.partial_success.rejected_spans = min(count, self.reject_spans)
+            reply.partial_success.error_message = self.reject_message
+        return reply
 
     def _stall(self) -> None:
         with self._lock:
@@ -364,6 +400,7 @@ class OtlpReceiver:
             self.spans.clear()
             self.unacknowledged.clear()
             self.headers.clear()
+            self.request_times.clear()
             self.requests = 0
 
 

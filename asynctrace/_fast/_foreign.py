@@ -18,8 +18,8 @@ from collections.abc import Mapping
 
 from opentelemetry.util import types
 
-from .._redact import URL_ATTRIBUTES, redact_url_attribute, redact_url_attributes
-from ._span import SPAN_TYPES, FastSpan
+from .._redact import URL_ATTRIBUTES, redact_url_attributes, redact_url_value
+from ._span import SPAN_TYPES, FastSpan, good_keys
 
 __all__ = ["ForeignSpan", "is_own_scope"]
 
@@ -39,13 +39,18 @@ class ForeignSpan(FastSpan):
     __slots__ = ()
 
     def set_attribute(self, key: str, value: types.AttributeValue) -> None:
-        """Set one attribute, a URL one redacted."""
-        if key in URL_ATTRIBUTES and value.__class__ is str:
-            value = redact_url_attribute(key, value)
+        """Set one attribute, a URL one redacted (whatever its type: see ``redact_url_value``)."""
+        if isinstance(key, str) and key in URL_ATTRIBUTES:
+            value = redact_url_value(key, value)
         FastSpan.set_attribute(self, key, value)
 
     def set_attributes(self, attributes: Mapping[str, types.AttributeValue]) -> None:
-        """Set several attributes, the URL ones redacted."""
+        """Set several attributes, the URL ones redacted (keys made strings first)."""
+        if self._end is not None or not attributes:
+            return
+        attributes, bad = good_keys(attributes)  # a key 5 or a str subclass: as it will be kept
+        if bad:
+            self._dropped = getattr(self, "_dropped", 0) + bad
         FastSpan.set_attributes(self, redact_url_attributes(attributes))
 
 

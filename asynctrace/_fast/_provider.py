@@ -27,6 +27,7 @@ from opentelemetry.trace.propagation import _SPAN_KEY
 from opentelemetry.util import types
 
 from .._cm import otel_contextmanager
+from .._errors import ConfigurationError
 from .._forksafe import reinit_at_fork
 from .._redact import redact_url_attributes
 from .._span_errors import redacted_block
@@ -34,12 +35,15 @@ from ._foreign import ForeignSpan, is_own_scope
 from ._ids import IDS, IdGenerator
 from ._limits import SpanLimits
 from ._sampling import Sampling
-from ._span import SPAN_TYPES, FastSpan, _copy_attributes
+from ._span import SPAN_TYPES, FastSpan, _copy_attributes, good_keys
 
 logger = logging.getLogger("asynctrace")
 
 
-__all__ = ["FastTracer", "FastTracerProvider", "Scope"]
+__all__ = ["MAX_OPEN_SPANS", "FastTracer", "FastTracerProvider", "Scope"]
+
+MAX_OPEN_SPANS: Final = 100_000  # as export._open_spans.MAX_OPEN_SPANS (the SDK path)
+"""How many open spans a provider keeps track of, by default (see ``max_open_spans``)."""
 
 _INTERNAL = SpanKind.INTERNAL
 _time_ns = time.time_ns
@@ -151,12 +155,17 @@ class FastTracer(trace.Tracer):
         record_exception: bool = True,
         set_status_on_exception: bool = True,
     ) -> trace.Span:
-        """Start a span (not made current), child of the span in *context* (default: current)."""
-        limit = self._limits.max_attributes
+        """Start a span (not made current), child of the span in *context* (default: current).
+
+        *attributes* are copied (see :meth:`FastSpan.set_attributes` for keys).
+        """
         extra = 0
-        if attributes and limit is not None and len(attributes) > limit:
-            extra = len(attributes) - limit  # the newest are kept, as the SDK keeps them
-            attributes = dict(islice(attributes.items(), extra, None))
+        if attributes:
+            attributes, extra = good_keys(attributes)  # before the limit: they evict nothing
+            limit = self._limits.max_attributes
+            if limit is not None and len(attributes) > limit:
+                extra += len(attributes) - limit  # the newest are kept, as the SDK keeps them
+                attributes = dict(islice(attributes.items(), len(attributes) - limit, None))
         blank = None
         if self._foreign:
             attributes = redact_url_attributes(attributes) if attributes else attributes
@@ -212,7 +221,12 @@ class FastTracer(trace.Tracer):
                 trace_id = parent_context.trace_id
                 parent_id = parent_context.span_id
                 remote = parent_context.is_remote
-                flags = int(parent_context.trace_flags) & 0x03  # sampled, random: as the SDK
+                raw = int(parent_context.trace_flags)
+                flags = raw & 0x03  # sampled, random: as the SDK
+                if raw != flags | _SAMPLED:  # the parent's own: kept for its exported context
+                    if span is None:
+                        span = _new(FastSpan)
+                    span._parent_flags = raw
                 state = parent_context.trace_state or None
                 sampled = (
                     flags & _SAMPLED
@@ -268,7 +282,10 @@ class FastTracer(trace.Tracer):
             for link in links:
                 if link is not None:  # (the SDK skips None)
                     span.add_link(link.context, link.attributes)
-        provider._open[span_id] = span
+        opened = provider._open
+        opened[span_id] = span
+        if len(opened) > provider._max_open:
+            provider._forget()
         return span
 
     def _start_trimmed(
@@ -290,8 +307,11 @@ class FastTracer(trace.Tracer):
         """A span given more attributes than the limit: it keeps the newest, as the SDK does.
 
         *span* is the blank to fill (a :class:`ManagedSpan`, say), or ``None``.
+        A key the span cannot keep is dropped first, and evicts nothing.
         """
-        dropped = len(attributes) - limit
+        good, bad = good_keys(attributes)
+        attributes = good if good.__class__ is dict else dict(good)  # (a dict, given one)
+        dropped = max(0, len(attributes) - limit)
         kept = dict(islice(attributes.items(), dropped, None)) if limit else {}
         if span is None:
             span = _new(FastSpan)
@@ -310,12 +330,15 @@ class FastTracer(trace.Tracer):
             _time_ns() if start_time is None else start_time,
             _owner() if self._provider._wants_owner else None,
         )
-        span._dropped = dropped
+        span._dropped = dropped + bad
         if links:
             for link in links:
                 if link is not None:  # (the SDK skips None)
                     span.add_link(link.context, link.attributes)
-        self._provider._open[span_id] = span
+        provider = self._provider
+        provider._open[span_id] = span
+        if len(provider._open) > provider._max_open:
+            provider._forget()
         return span
 
     @otel_contextmanager
@@ -362,6 +385,11 @@ class FastTracerProvider(trace.TracerProvider):
         sampling: the sampling policy (default: always on, parent based).
         limits: span limits (default: OpenTelemetry's).
         id_generator: where ids come from (default: the process's).
+        max_open_spans: how many started, not yet ended spans it keeps track of
+            (to end them, tagged truncated, at shutdown). Past it the
+            longest-open tenth are forgotten: counted in
+            :attr:`forgotten_spans`, said once in a warning, not truncated at
+            shutdown, and still exported if they end later. A positive int.
 
     Example:
         >>> provider = FastTracerProvider()
@@ -376,7 +404,16 @@ class FastTracerProvider(trace.TracerProvider):
         sampling: Sampling | None = None,
         limits: SpanLimits | None = None,
         id_generator: IdGenerator | None = None,
+        max_open_spans: int = MAX_OPEN_SPANS,
     ) -> None:
+        if (
+            isinstance(max_open_spans, bool)
+            or not isinstance(max_open_spans, int)
+            or max_open_spans < 1
+        ):
+            raise ConfigurationError(
+                f"max_open_spans: {max_open_spans!r} is not accepted; expected a positive int"
+            )
         self.resource = resource
         self.sampling = sampling if sampling is not None else Sampling()
         self.limits = limits if limits is not None else SpanLimits()
@@ -387,6 +424,10 @@ class FastTracerProvider(trace.TracerProvider):
         self._bound = self.sampling.bound
         self._parent_based = self.sampling.parent_based
         self._open: dict[int, FastSpan] = {}
+        self._max_open = max_open_spans
+        self.forgotten_spans = 0
+        self._warned_forgotten = False
+        """Open spans forgotten past ``max_open_spans`` (never ended, most likely)."""
         self._puts: tuple[Callable[[FastSpan], None], ...] = ()
         self._queued: tuple[Any, ...] = ()  # QueuedSpanProcessor objects: appended to inline
         self._queues: list[Any] = []  # what add_queue/add_span_processor connected
@@ -447,7 +488,9 @@ class FastTracerProvider(trace.TracerProvider):
         """Run an SDK ``SpanProcessor`` on every ended span, on an export thread.
 
         Spans reach it as SDK ``ReadableSpan`` objects: ``on_start`` and
-        ``on_end`` are both called when the span has ended, on that thread.
+        ``on_end`` are both called when the span has ended, on that thread;
+        ``on_start`` may change its own copy, which ``on_end`` then receives
+        (``export._adapters.StartingSpan``).
         """
         from ..export._adapters import processor_queue
 
@@ -461,6 +504,30 @@ class FastTracerProvider(trace.TracerProvider):
     def open_spans(self) -> list[FastSpan]:
         """Spans started and not ended yet (a copy)."""
         return list(self._open.copy().values())
+
+    def _forget(self) -> None:
+        """Forget the longest-open tenth of the open spans (past ``max_open_spans``).
+
+        Each keeps a claim token, so that ending it later still exports it
+        once. A tenth at a time: the check on the hot path is a length.
+        """
+        opened = self._open
+        count = max(1, self._max_open // 10)
+        forgotten = 0
+        for span_id in list(islice(opened, count)):
+            span = opened.pop(span_id, None)  # another thread may end it meanwhile
+            if span is not None:
+                span._forgotten = [True]
+                forgotten += 1
+        self.forgotten_spans += forgotten
+        if forgotten and not self._warned_forgotten:
+            self._warned_forgotten = True
+            logger.warning(
+                "asynctrace: more than %d spans are open (started and never ended?); "
+                "the longest-open are forgotten: not truncated at shutdown, still exported "
+                "if they end (counted in the provider's forgotten_spans)",
+                self._max_open,
+            )
 
     def end_open_spans(self, attribute: str) -> int:
         """End every open span now with *attribute* = true, latest first; returns how many.

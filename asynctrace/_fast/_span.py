@@ -2,8 +2,11 @@
 
 A :class:`FastSpan` is both the live span (the OpenTelemetry API's ``Span``)
 and, once ended, the record the exporters read: ``end()`` stamps the end time
-and hands the object itself to each export queue, nothing more. Its fields
-never change after that, so the export threads read them without locks.
+and hands the object itself to each export queue, nothing more. Calls made
+after ``end()`` change nothing, so the export threads read the fields without
+locks; a setter already past its check on another thread when ``end()`` runs
+may still write, which is why the export threads read copies of the
+attribute dicts (one atomic ``dict`` copy each).
 
 The hot path only stores values. Everything that costs (attribute value
 checks and length limits, exception stack traces, conversion to the SDK's
@@ -40,6 +43,7 @@ _OK = StatusCode.OK
 _UNSET = StatusCode.UNSET
 _ERROR = StatusCode.ERROR
 _LIST = list
+_STACKTRACE = "exception.stacktrace"
 _TRACE_FLAGS = tuple(TraceFlags(flags) for flags in range(256))  # made once, not per context
 
 
@@ -78,33 +82,88 @@ encoded.
 """
 
 
-def note_floats(values: Any) -> None:
+def note_floats(values: Any, depth: int = 0) -> None:
     """Set :data:`NONFINITE` if any of *values* is (or holds) a NaN or an infinity."""
     for value in values:
         if value.__class__ is float:
             if value - value != 0.0:  # NaN and the infinities only
                 NONFINITE[0] = True
                 return
-        elif isinstance(value, (tuple, list)):
-            note_floats(value)
+        elif depth < _DEPTH and isinstance(value, (tuple, list)):
+            note_floats(value, depth + 1)
 
 
 _SUSPECT = frozenset({float, tuple, list})
+_SIMPLE = frozenset({str, int, bool, type(None)})  # kept as given: immutable, nothing to note
+_DEPTH = 16  # containers deeper than this are kept as given (a list that holds itself, say)
+
+
+def private_value(value: Any, depth: int = 0) -> Any:
+    """*value* as a span keeps it: containers copied (lists and tuples as tuples), floats noted.
+
+    A caller that changes a list or dict after setting it (or after ``end()``)
+    changes nothing recorded, and an export thread never reads a container
+    another thread is changing. Other objects are kept as given (the
+    exporters turn them into text, as the SDK does).
+    """
+    cls = value.__class__
+    if cls is float:
+        if value - value != 0.0:  # NaN and the infinities only
+            NONFINITE[0] = True
+        return value
+    if cls in _SIMPLE or depth >= _DEPTH:
+        return value
+    if cls is tuple or cls is _LIST or isinstance(value, (tuple, _LIST)):
+        return tuple([private_value(item, depth + 1) for item in value])
+    if isinstance(value, Mapping):
+        return {key: private_value(item, depth + 1) for key, item in value.items()}
+    return value
 
 
 def _copy_attributes(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A private copy; list values become tuples (so later changes do not show)."""
+    """A private copy (see :func:`private_value`): later changes by the caller do not show."""
     if not attributes:
         return {}
     copied = dict(attributes)
-    kinds = set(map(type, copied.values()))
-    if _LIST in kinds:
+    if not _SIMPLE.issuperset(map(type, copied.values())):
         for key, value in copied.items():
-            if value.__class__ is _LIST:
-                copied[key] = tuple(value)
-    if not NONFINITE[0] and not _SUSPECT.isdisjoint(kinds):
-        note_floats(copied.values())
+            if value.__class__ not in _SIMPLE:
+                try:
+                    copied[key] = private_value(value)
+                except Exception:  # a Mapping whose items() raises, say: left to the exporters
+                    pass
     return copied
+
+
+def good_keys(attributes: Mapping[Any, Any]) -> tuple[Mapping[str, Any], int]:
+    """*attributes* without the keys the SDK drops, and how many it dropped.
+
+    The SDK's rule for a mapping of attributes: a key that is empty or ``None``
+    is dropped; another key that is not a string becomes ``str(key)`` if its
+    class defines ``__str__`` or ``__repr__``, else is dropped. Only keys the
+    span keeps may count towards ``max_attributes``. All-string keys (the
+    common case) cost one pass in C.
+    """
+    if _STR_KEYS.issuperset(map(type, attributes)) and "" not in attributes:
+        return attributes, 0
+    kept: dict[str, Any] = {}
+    for key, value in attributes.items():
+        if key.__class__ is not str and not isinstance(key, str):
+            cls: Any = type(key)
+            if key is None or (cls.__str__ is _OBJECT_STR and cls.__repr__ is _OBJECT_REPR):
+                continue
+            try:
+                key = str(key)
+            except Exception:
+                continue
+        if key:
+            kept[key] = value
+    return kept, len(attributes) - len(kept)
+
+
+_STR_KEYS = frozenset({str})
+_OBJECT_STR: Any = object.__str__
+_OBJECT_REPR: Any = object.__repr__
 
 
 def _evict_past(span: FastSpan, attributes: dict[str, Any], keep: int) -> None:
@@ -137,11 +196,13 @@ class FastSpan(trace.Span):
         "_end",
         "_events",
         "_flags",
+        "_forgotten",
         "_kind",
         "_links",
         "_name",
         "_opts",
         "_owner",
+        "_parent_flags",
         "_parent_id",
         "_parent_remote",
         "_span_id",
@@ -156,6 +217,8 @@ class FastSpan(trace.Span):
     _dropped_events: int
     _dropped_links: int
     _opts: int
+    _forgotten: list[bool]
+    _parent_flags: int
 
     def __init__(
         self,
@@ -191,7 +254,9 @@ class FastSpan(trace.Span):
         self._context: SpanContext | None = None
         # Set only when used (read with getattr and a default): _links;
         # _dropped_events, _dropped_links (what the limits evicted); _opts (bit 0:
-        # record exceptions, bit 1: set ERROR on them, when used as a `with`; 3).
+        # record exceptions, bit 1: set ERROR on them, when used as a `with`; 3);
+        # _forgotten (its claim, once the provider forgot it: see FastTracerProvider);
+        # _parent_flags (a parent's trace flags that are not the span's own).
 
     # -- identity ----------------------------------------------------------------
 
@@ -247,18 +312,29 @@ class FastSpan(trace.Span):
                 return
             _evict_past(self, attributes, limit - 1)
         cls = value.__class__
-        if cls is _LIST:
-            value = tuple(value)  # type: ignore[arg-type]
-        if (cls is float or cls is _LIST or cls is tuple) and not NONFINITE[0]:
-            note_floats((value,))
+        if cls is not str and cls is not int and cls is not bool:
+            try:
+                value = private_value(value)
+            except Exception:  # a Mapping whose items() raises, say: left to the exporters
+                pass
         attributes[key] = value
         if limit is not None and len(attributes) > limit:  # another thread wrote meanwhile
             _evict_past(self, attributes, limit)
 
     def set_attributes(self, attributes: Mapping[str, types.AttributeValue]) -> None:
-        """Set several attributes (see :meth:`set_attribute`)."""
+        """Set several attributes (see :meth:`set_attribute`).
+
+        Keys are taken as the SDK takes a mapping's: an empty or ``None`` key is
+        dropped and counted, another that is not a string becomes ``str(key)``;
+        a dropped key evicts nothing.
+        """
         if self._end is not None or not attributes:
             return
+        attributes, bad = good_keys(attributes)
+        if bad:
+            self._dropped = getattr(self, "_dropped", 0) + bad
+            if not attributes:
+                return
         own = self._attributes
         limit = self._tracer._limits.max_attributes
         if limit is None or len(own) + len(attributes) <= limit:
@@ -353,7 +429,7 @@ class FastSpan(trace.Span):
                 if status.description and status.status_code is _ERROR:
                     status = Status(_ERROR, redact_text(status.description))
                 self._status = status
-        elif status is not _UNSET:
+        elif status.__class__ is StatusCode and status is not _UNSET:  # else ignored, as the SDK
             if description and status is _ERROR and isinstance(description, str):
                 description = redact_text(description)
             self._status = Status(status, description)
@@ -392,12 +468,14 @@ class FastSpan(trace.Span):
             if module and module != "builtins"
             else qualname,
             "exception.message": redact_text(_message(exception), secrets),
-            "exception.stacktrace": "",  # filled in (and redacted) on the export thread
+            _STACKTRACE: "",  # filled in (and redacted) on the export thread
             "exception.escaped": str(escaped),
         }
+        captured = None
         if attributes:
             attrs.update(_copy_attributes(attributes))
-        captured = _captured(exception)
+        if not attributes or _STACKTRACE not in attributes:  # else the caller's own stands
+            captured = _captured(exception)
         self._add(
             SpanEvent(
                 "exception",
@@ -415,11 +493,24 @@ class FastSpan(trace.Span):
 
         Taking the span out of its provider's open spans is the claim: one
         atomic ``dict.pop``, so of two threads ending it at once (the owner and
-        the shutdown's truncation) exactly one queues it.
+        the shutdown's truncation) exactly one queues it. A span the provider
+        forgot (past its ``max_open_spans``) is claimed from its own token.
         """
-        if self._end is not None or self._tracer._provider._open.pop(self._span_id, None) is None:
+        if self._end is not None or (
+            self._tracer._provider._open.pop(self._span_id, None) is None and not self._reclaim()
+        ):
             return
         self.finish(end_time if end_time is not None else _time_ns())
+
+    def _reclaim(self) -> bool:
+        """Claim a span its provider forgot (``list.pop``: atomic, so once); else ``False``."""
+        token: list[bool] | None = getattr(self, "_forgotten", None)
+        if not token:
+            return False
+        try:
+            return token.pop()
+        except IndexError:  # claimed by another thread meanwhile
+            return False
 
     def finish(self, end_time: int) -> None:
         """Stamp *end_time* and hand the span to the export queues (the caller claimed it)."""

@@ -5,7 +5,8 @@ spans into SDK ``ReadableSpan`` objects there (:mod:`._convert`):
 
 - :class:`ConvertingSink`: an SDK ``SpanExporter`` (OTLP, console, a user's);
 - :class:`ProcessorSink`: an SDK ``SpanProcessor`` added to the provider;
-  both its ``on_start`` and ``on_end`` see the ended span;
+  both its ``on_start`` and ``on_end`` see the ended span, ``on_start`` as a
+  writable copy (:class:`StartingSpan`) whose changes ``on_end`` sees;
 - :class:`LazyMemoryExporter`: the in-memory exporter of tests, which
   converts when it is read, so spans are there as soon as they end.
 """
@@ -13,18 +14,26 @@ spans into SDK ``ReadableSpan`` objects there (:mod:`._convert`):
 from __future__ import annotations
 
 import threading
+import time
+import traceback
 import weakref
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
+from opentelemetry import trace
+from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Link, SpanContext
+from opentelemetry.trace.status import Status, StatusCode
+from opentelemetry.util import types
 
 from .._errors import report_internal_error
-from .._fast import FastSpan, FastTracerProvider
+from .._fast import FastSpan, FastTracerProvider, SpanLimits
 from .._forksafe import reinit_at_fork
+from .._redact import redact_text
 from ._convert import Converter
 from ._queue import ExporterSink, ExportStats, QueuedSpanProcessor, unique_name
 
@@ -32,6 +41,7 @@ __all__ = [
     "ConvertingSink",
     "LazyMemoryExporter",
     "ProcessorSink",
+    "StartingSpan",
     "converter_for",
     "processor_queue",
     "set_processor_limits",
@@ -77,8 +87,133 @@ class ConvertingSink(ExporterSink):
         return exported, lost + failed
 
 
+class StartingSpan(trace.Span, ReadableSpan):
+    """What an SDK processor's ``on_start`` gets on the fast provider: the ended span, writable.
+
+    A ``ReadableSpan`` (every field of the finished span, the end time
+    included) that also takes the OpenTelemetry API's ``Span`` calls while
+    ``on_start`` runs: ``set_attribute(s)``, ``add_event``,
+    ``record_exception``, ``add_link``, ``set_status`` (``OK`` final,
+    ``UNSET`` and anything not a status ignored), ``update_name``;
+    ``is_recording()`` is true then. The changes go, with the span limits
+    applied as the SDK applies them, into this object, which is what the same
+    processor's ``on_end`` receives; no other exporter or processor sees them
+    (each converts its own copy). ``end()`` does nothing: the span has ended.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._recording = False
+        self._limits = SpanLimits()
+
+    def _open(self, limits: SpanLimits) -> None:
+        """Take changes (under *limits*) until :meth:`_close`."""
+        self._limits = limits
+        old = self._attributes
+        attributes = BoundedAttributes(
+            limits.max_attributes, old, False, limits.max_attribute_length
+        )
+        attributes.dropped = getattr(old, "dropped", 0)
+        self._attributes = attributes
+        self._recording = True
+
+    def _close(self) -> None:
+        self._recording = False
+
+    def is_recording(self) -> bool:
+        """True while the processor's ``on_start`` runs."""
+        return self._recording
+
+    def get_span_context(self) -> SpanContext:
+        """The span's context."""
+        return self._context  # type: ignore[return-value]
+
+    def set_attribute(self, key: str, value: types.AttributeValue) -> None:
+        """Set one attribute (checked and limited as the SDK does)."""
+        if self._recording:
+            self._attributes[key] = value  # type: ignore[index]
+
+    def set_attributes(self, attributes: Mapping[str, types.AttributeValue]) -> None:
+        """Set several attributes."""
+        if self._recording:
+            for key, value in attributes.items():
+                self._attributes[key] = value  # type: ignore[index]
+
+    def add_event(
+        self, name: str, attributes: types.Attributes = None, timestamp: int | None = None
+    ) -> None:
+        """Add an event (the oldest is dropped past ``max_events``)."""
+        if self._recording:
+            limits = self._limits
+            cleaned = BoundedAttributes(
+                limits.max_event_attributes, attributes, True, limits.max_event_attribute_length
+            )
+            when = time.time_ns() if timestamp is None else timestamp
+            self._events.append(Event(name, cleaned, when))  # type: ignore[attr-defined]
+
+    def add_link(self, context: SpanContext, attributes: types.Attributes = None) -> None:
+        """Add a link (the oldest is dropped past ``max_links``)."""
+        if self._recording and context is not None:
+            limits = self._limits
+            cleaned = BoundedAttributes(
+                limits.max_link_attributes, attributes, True, limits.max_event_attribute_length
+            )
+            self._links.append(Link(context, cleaned))  # type: ignore[attr-defined]
+
+    def update_name(self, name: str) -> None:
+        """Rename the span."""
+        if self._recording:
+            self._name = name
+
+    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
+        """Set the status as the SDK does (``OK`` is final, ``UNSET`` is ignored)."""
+        if not self._recording or self._status.status_code is StatusCode.OK:
+            return
+        if isinstance(status, Status):
+            if status.status_code is not StatusCode.UNSET:
+                self._status = status
+        elif isinstance(status, StatusCode) and status is not StatusCode.UNSET:
+            self._status = Status(status, description)
+
+    def record_exception(
+        self,
+        exception: BaseException,
+        attributes: types.Attributes = None,
+        timestamp: int | None = None,
+        escaped: bool = False,
+    ) -> None:
+        """Record *exception* as an ``exception`` event, its message and stack trace redacted."""
+        if not self._recording:
+            return
+        try:
+            text = "".join(traceback.format_exception(exception))
+        except Exception as exc:
+            text = f"<stack trace unavailable: {type(exc).__name__}>"
+        try:
+            message = str(exception)
+        except Exception:
+            message = f"<unprintable {type(exception).__name__}>"
+        attrs: dict[str, Any] = {
+            "exception.type": type(exception).__name__,
+            "exception.message": redact_text(message),
+            "exception.stacktrace": redact_text(text),
+            "exception.escaped": str(escaped),
+        }
+        if attributes:
+            attrs.update(attributes)
+        self.add_event("exception", attrs, timestamp)
+
+    def end(self, end_time: int | None = None) -> None:
+        """Nothing: the span has ended."""
+
+
 class ProcessorSink:
-    """Runs an SDK ``SpanProcessor``: ``on_start`` then ``on_end``, per ended span."""
+    """Runs an SDK ``SpanProcessor``: ``on_start`` then ``on_end``, per ended span.
+
+    ``on_start`` gets a :class:`StartingSpan` (its own copy, writable while
+    ``on_start`` runs); ``on_end`` gets the same object, with what
+    ``on_start`` changed.
+    """
 
     def __init__(self, processor: Any, converter: Converter) -> None:
         self.processor = processor
@@ -91,12 +226,21 @@ class ProcessorSink:
         queue's worker never stops for an exporter's ``SystemExit`` either,
         and the spans handed before it stay counted as handed.
         """
-        readable, parent_context = self._converter.readable, self._converter.parent_context
+        converter = self._converter
+        readable, parent_context, limits = (
+            converter.readable,
+            converter.parent_context,
+            converter.limits,
+        )
         done = failed = 0
         for span in batch:
             try:
-                view = readable(span)
-                self.processor.on_start(view, parent_context(view))
+                view: Any = readable(span, StartingSpan)
+                view._open(limits)
+                try:
+                    self.processor.on_start(view, parent_context(view))
+                finally:
+                    view._close()
                 self.processor.on_end(view)
                 done += 1
             except BaseException:

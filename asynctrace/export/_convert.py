@@ -6,10 +6,18 @@ turned into them here, off the hot path, with the span limits applied the
 way the SDK applies them (``BoundedAttributes``: count, value length, value
 checks), exception stack traces formatted, and the resource and
 instrumentation scope the span was recorded with.
+
+The converter reads a snapshot of each attribute dict, event list and link
+list (a ``dict``/``list`` copy, atomic under the GIL): a write that races
+``end()`` from another thread may or may not be recorded, but conversion
+never fails for it. A value that cannot be cleaned (a ``__str__`` that
+raises, say) is left out alone and counted as dropped, as the OTLP encoder
+leaves it out.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from opentelemetry.attributes import BoundedAttributes
@@ -30,7 +38,7 @@ from opentelemetry.trace.status import Status, StatusCode
 from .._fast import FastSpan, Scope, SpanEvent, SpanLimits
 from .._redact import redact_text
 
-__all__ = ["Converter", "finish_event"]
+__all__ = ["Converter", "bounded", "finish_event"]
 
 _UNSET = Status(StatusCode.UNSET)
 _STACKTRACE = "exception.stacktrace"
@@ -45,8 +53,36 @@ def finish_event(event: SpanEvent) -> None:
         text = redact_text("".join(pending.format()), event.secrets)
     except Exception as exc:  # a broken __str__ in the chain, say
         text = f"<stack trace unavailable: {type(exc).__name__}>"
-    event.attributes[_STACKTRACE] = text  # the key exists: no resize under a reader
+    if event.attributes.get(_STACKTRACE) == "":  # the placeholder only: never the caller's
+        event.attributes[_STACKTRACE] = text  # the key exists: no resize under a reader
     event.exception = None
+
+
+def bounded(
+    maxlen: int | None, attributes: Mapping[str, Any], length: int | None
+) -> BoundedAttributes:
+    """``BoundedAttributes`` of a snapshot of *attributes*; values it cannot clean are dropped.
+
+    The SDK's cleaning raises for the whole mapping if one value's ``str()``
+    raises: such a value is then left out alone, and counted in ``dropped``.
+    """
+    snapshot = dict(attributes)  # one C call: atomic against a writer on another thread
+    try:
+        return BoundedAttributes(maxlen, snapshot, True, length)
+    except Exception:
+        pass
+    kept: dict[str, Any] = {}
+    lost = 0
+    for key, value in snapshot.items():
+        try:
+            BoundedAttributes(None, {key: value}, True, length)
+        except Exception:
+            lost += 1
+        else:
+            kept[key] = value
+    cleaned = BoundedAttributes(maxlen, kept, True, length)
+    cleaned.dropped += lost
+    return cleaned
 
 
 class Converter:
@@ -70,24 +106,28 @@ class Converter:
             )
         return found  # type: ignore[no-any-return]
 
-    def readable(self, span: FastSpan) -> ReadableSpan:
-        """The SDK view of an ended *span*."""
+    def readable(self, span: FastSpan, cls: type[ReadableSpan] = ReadableSpan) -> ReadableSpan:
+        """The SDK view of an ended *span* (a *cls*, a ``ReadableSpan`` subclass)."""
         limits = self.limits
         length = limits.max_attribute_length
-        attributes = BoundedAttributes(limits.max_attributes, span._attributes, True, length)
+        attributes = bounded(limits.max_attributes, span._attributes, length)
         attributes.dropped += getattr(span, "_dropped", 0)
         context = span.get_span_context()
         parent = None
         if span._parent_id:
+            flags: int | None = getattr(span, "_parent_flags", None)  # set when not the span's
             parent = SpanContext(
                 span._trace_id,
                 span._parent_id,
                 span._parent_remote,
-                TraceFlags(span._flags),
+                TraceFlags(span._flags if flags is None else flags),
                 context.trace_state,
             )
-        return ReadableSpan(
-            name=span._name,
+        name = span._name
+        if name.__class__ is not str:  # as the OTLP encoder writes it: None is the empty name
+            name = "" if name is None else str(name)
+        return cls(
+            name=name,
             context=context,
             parent=parent,
             resource=self.resource,
@@ -112,12 +152,11 @@ class Converter:
         limits = self.limits
         out: BoundedList[Event] = BoundedList(limits.max_events)
         if events:
-            for event in events:
+            for event in list(events):  # a snapshot, as of the attributes
                 finish_event(event)
-                attrs = BoundedAttributes(
+                attrs = bounded(
                     limits.max_event_attributes,
                     event.attributes,
-                    True,
                     limits.max_event_attribute_length,
                 )
                 out.append(Event(event.name, attrs, event.timestamp))
@@ -129,11 +168,10 @@ class Converter:
         limits = self.limits
         out: BoundedList[Link] = BoundedList(limits.max_links)
         if links:
-            for link in links:
-                attrs = BoundedAttributes(
+            for link in list(links):
+                attrs = bounded(
                     limits.max_link_attributes,
-                    link.attributes,
-                    True,
+                    link.attributes or {},
                     limits.max_event_attribute_length,
                 )
                 out.append(Link(link.context, attrs))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import time
+from itertools import islice
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
@@ -11,7 +13,12 @@ from .._errors import report_internal_error
 from .._forksafe import call_in_child
 from .._semconv import TRUNCATED
 
-__all__ = ["OpenSpanTracker"]
+__all__ = ["MAX_OPEN_SPANS", "OpenSpanTracker"]
+
+logger = logging.getLogger("asynctrace")
+
+MAX_OPEN_SPANS = 100_000
+"""How many open spans a tracker keeps, by default (the fast provider's bound too)."""
 
 
 class OpenSpanTracker(SpanProcessor):
@@ -25,15 +32,23 @@ class OpenSpanTracker(SpanProcessor):
     ``asynctrace.truncated=true``, so that processors after it still export
     those spans. It must be the first processor of the provider.
 
+    It keeps at most *max_open_spans*: past it, the longest-open tenth are
+    forgotten (counted in :attr:`forgotten`, said once in a warning); they
+    are not truncated at shutdown, and are exported as usual if they end.
+
     Example:
         >>> tracker = OpenSpanTracker()
         >>> tracker.end_open_spans()
         0
     """
 
-    def __init__(self, scope: str | None = None) -> None:
+    def __init__(self, scope: str | None = None, max_open_spans: int = MAX_OPEN_SPANS) -> None:
         self._open: dict[int, Span] = {}
         self._scope = scope
+        self._max_open = max(1, max_open_spans)
+        self.forgotten = 0
+        """Open spans forgotten past ``max_open_spans``."""
+        self._warned = False
         call_in_child(self._after_fork_in_child)
 
     def _after_fork_in_child(self) -> None:
@@ -52,9 +67,28 @@ class OpenSpanTracker(SpanProcessor):
                 scope = span.instrumentation_scope
                 if scope is None or scope.name != self._scope:
                     return
-            self._open[span.context.span_id] = span
+            opened = self._open
+            opened[span.context.span_id] = span
+            if len(opened) > self._max_open:
+                self._forget()
         except Exception as exc:
             report_internal_error(("open_spans", "on_start"), exc)
+
+    def _forget(self) -> None:
+        """Forget the longest-open tenth (a tenth at a time: a length check per span)."""
+        opened = self._open
+        forgotten = 0
+        for span_id in list(islice(opened, max(1, self._max_open // 10))):
+            if opened.pop(span_id, None) is not None:
+                forgotten += 1
+        self.forgotten += forgotten
+        if forgotten and not self._warned:
+            self._warned = True
+            logger.warning(
+                "asynctrace: more than %d spans are open (started and never ended?); "
+                "the longest-open are forgotten: not truncated at shutdown",
+                self._max_open,
+            )
 
     def on_end(self, span: ReadableSpan) -> None:
         """Forget *span*."""

@@ -7,13 +7,27 @@ method takes a request message or bytes already encoded (the serializer
 passes bytes through), so given :class:`~._otlp_wire.EncodedSpan` items the
 exporter's own retry loop, channel, reconnection, headers, timeout and
 compression send them.
+
+The stub also keeps what OpenTelemetry's exporter drops, for the retry
+buffer: the reply of a delivered batch (its ``partial_success`` says how
+many spans the collector rejected), and the status of a failed one. A
+status OTLP says not to retry (``UNAUTHENTICATED``, ``PERMISSION_DENIED``,
+``INVALID_ARGUMENT``, ...) refuses the batch for good; ``RetryInfo`` in the
+trailers says how long to wait before the next attempt.
+
+An endpoint with a user name or password is refused when the exporter is
+made: gRPC cannot send them (the channel fails to resolve such a target)
+and OpenTelemetry's exporter would log them with every failure.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
+import grpc  # type: ignore[import-untyped]
+from google.rpc.error_details_pb2 import RetryInfo  # type: ignore[import-untyped]
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -28,6 +42,22 @@ __all__ = ["GrpcSpanExporter"]
 _EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 # What the base exporter must have for encoded requests to go through its retry loop.
 _HOOKS = ("_export", "_translate_data", "_initialize_channel_and_stub")
+# What OTLP/gRPC says a client must not retry (RESOURCE_EXHAUSTED only with RetryInfo).
+_NOT_RETRYABLE = frozenset(
+    (
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.ALREADY_EXISTS,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.UNIMPLEMENTED,
+        grpc.StatusCode.INTERNAL,
+    )
+)
+_RETRY_INFO = "google.rpc.retryinfo-bin"
+_ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 
 
 class _Encoded:
@@ -50,21 +80,38 @@ def _serialize(request: Any) -> bytes:
 
 
 class _Stub:
-    """The trace service's ``Export``, taking messages or encoded bytes."""
+    """The trace service's ``Export``, taking messages or encoded bytes.
 
-    def __init__(self, channel: Any) -> None:
+    Given *notes* (the exporter), each call leaves its reply or its error there.
+    """
+
+    def __init__(self, channel: Any, notes: GrpcSpanExporter | None = None) -> None:
         deserialize = ExportTraceServiceResponse.FromString
         try:
-            self.Export = channel.unary_unary(
+            call = channel.unary_unary(
                 _EXPORT,
                 request_serializer=_serialize,
                 response_deserializer=deserialize,
                 _registered_method=True,
             )
         except TypeError:  # a grpcio without registered methods
-            self.Export = channel.unary_unary(
+            call = channel.unary_unary(
                 _EXPORT, request_serializer=_serialize, response_deserializer=deserialize
             )
+        if notes is None:
+            self.Export = call
+            return
+
+        def export_noting_the_outcome(request: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                reply = call(request, *args, **kwargs)
+            except grpc.RpcError as error:
+                notes._error = error
+                raise
+            notes._reply = reply
+            return reply
+
+        self.Export = export_noting_the_outcome
 
 
 class GrpcSpanExporter(OTLPSpanExporter):
@@ -76,6 +123,33 @@ class GrpcSpanExporter(OTLPSpanExporter):
         True
         >>> exporter.shutdown()
     """
+
+    def __init__(self, endpoint: str | None = None, **kwargs: Any) -> None:
+        self.refused: str | None = None
+        """Why the last batch failed for good (a status OTLP says not to retry), else None."""
+        self.transient: str | None = None
+        """The status of the last batch's failure when the collector asked for a retry."""
+        self.retry_after: float | None = None
+        """Seconds the collector asked to wait (``RetryInfo``) after the last failure."""
+        self.rejected = 0
+        """Spans of the last batch, delivered, that the collector rejected (partial success)."""
+        self.rejection: str | None = None
+        """The collector's ``partial_success.error_message`` for the last batch, if any."""
+        self._reply: Any = None
+        self._error: Any = None
+        super().__init__(endpoint=endpoint, **kwargs)
+        target = getattr(self, "_endpoint", "")
+        if isinstance(target, str) and "@" in target:
+            channel = getattr(self, "_channel", None)
+            if channel is not None:
+                channel.close()
+            source = "endpoint" if endpoint else _endpoint_variable()
+            raise ValueError(
+                f"{source}: the endpoint 'REDACTED@{target.rpartition('@')[2]}' has a user "
+                "name or password, which OTLP/gRPC cannot send; accepted: host:port or "
+                "http(s)://host:port, with credentials in OTEL_EXPORTER_OTLP_TRACES_HEADERS "
+                "or OTEL_EXPORTER_OTLP_HEADERS"
+            )
 
     @property
     def sends_encoded(self) -> bool:
@@ -93,7 +167,7 @@ class GrpcSpanExporter(OTLPSpanExporter):
 
     def _initialize_channel_and_stub(self) -> None:
         super()._initialize_channel_and_stub()  # type: ignore[no-untyped-call]
-        self._client = _Stub(self._channel)  # type: ignore[assignment]
+        self._client = _Stub(self._channel, self)  # type: ignore[assignment]
 
     def _translate_data(self, data: Any) -> Any:
         if isinstance(data, _Encoded):
@@ -107,6 +181,49 @@ class GrpcSpanExporter(OTLPSpanExporter):
 
     def export(self, spans: Sequence[Any]) -> SpanExportResult:
         """Export SDK spans (OpenTelemetry encodes them) or :class:`EncodedSpan` items."""
+        self._reply = self._error = None
+        self.refused = self.transient = self.rejection = self.retry_after = None
+        self.rejected = 0
         if not spans or spans[0].__class__ is not EncodedSpan:
-            return super().export(spans)
-        return self._export(_Encoded(request_bytes(spans), len(spans)))  # type: ignore[arg-type]
+            result = super().export(spans)
+        else:
+            encoded = _Encoded(request_bytes(spans), len(spans))
+            result = self._export(encoded)  # type: ignore[arg-type]
+        if result is SpanExportResult.SUCCESS:
+            partial = getattr(self._reply, "partial_success", None)
+            if partial is not None:
+                self.rejected = max(0, int(partial.rejected_spans))
+                self.rejection = partial.error_message or None
+        elif self._error is not None:
+            self._classify(self._error)
+        return result
+
+    def _classify(self, error: Any) -> None:
+        """:attr:`refused`, :attr:`transient` and :attr:`retry_after` from the last error."""
+        code = error.code() if callable(getattr(error, "code", None)) else None
+        name = getattr(code, "name", str(code))
+        retry_info = None
+        try:
+            trailers = error.trailing_metadata() or ()
+            retry_info = dict(trailers).get(_RETRY_INFO)
+        except Exception:  # an error without trailers (raised before the call)
+            pass
+        if retry_info is not None:
+            try:
+                delay = RetryInfo.FromString(retry_info).retry_delay
+                self.retry_after = max(0.0, delay.seconds + delay.nanos / 1e9)
+            except Exception:  # malformed: a retry, with no time said
+                pass
+            self.transient = f"gRPC {name}"
+            return
+        retryable = getattr(self, "_retryable_error_codes", None) or ()
+        if code in _NOT_RETRYABLE and code not in retryable:
+            self.refused = f"gRPC {name}"
+
+
+def _endpoint_variable() -> str:
+    """The variable the endpoint came from (the per-signal one first, as OpenTelemetry reads)."""
+    for name in _ENDPOINT_VARS:
+        if os.environ.get(name):
+            return name
+    return _ENDPOINT_VARS[0]

@@ -15,18 +15,28 @@ OTLP/HTTP lets a client retry 429, 502, 503 and 504 only; every other
 status of 400 or more refuses the batch for good. OpenTelemetry's client
 does not follow redirects but counts a 3xx delivered: here it refuses the
 batch too.
+
+The reply of a delivered batch is read as an ``ExportTraceServiceResponse``:
+its ``partial_success`` says how many spans the collector rejected. A
+retryable status's ``Retry-After`` (seconds or an HTTP date) is kept for the
+retry buffer, which waits that long before the next attempt.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
+import time
 from collections.abc import Sequence
+from datetime import timezone
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from ._otlp_wire import EncodedSpan, request_bytes
@@ -45,8 +55,10 @@ class HttpSpanExporter(OTLPSpanExporter):
     After each :meth:`export` it says how the batch failed, for the retry
     buffer: :attr:`refused` (for good: a status other than 429, 502, 503 and
     504, a redirect, a batch that cannot be sent at all), :attr:`transient`
-    (a status the collector asks to be retried), and :attr:`left_out` (spans
-    of a delivered batch that could not be encoded and were not sent).
+    (a status the collector asks to be retried) with :attr:`retry_after`,
+    :attr:`left_out` (spans of a delivered batch that could not be encoded
+    and were not sent), and :attr:`rejected` with :attr:`rejection` (spans
+    of a delivered batch the collector rejected, and its message).
 
     Example:
         >>> exporter = HttpSpanExporter(endpoint="http://127.0.0.1:4318/v1/traces")
@@ -64,7 +76,14 @@ class HttpSpanExporter(OTLPSpanExporter):
         """The status of the last batch's failure when it is one to retry (``HTTP 503``)."""
         self.left_out = 0
         """Spans of the last batch, delivered, that were left out: they cannot be encoded."""
+        self.rejected = 0
+        """Spans of the last batch, delivered, that the collector rejected (partial success)."""
+        self.rejection: str | None = None
+        """The collector's ``partial_success.error_message`` for the last batch, if any."""
+        self.retry_after: float | None = None
+        """Seconds the collector asked to wait (``Retry-After``) after the last failure."""
         self._status: int | None = None  # the last response's, whichever path sent it
+        self._reply: Any = None  # the transport's last result (a response, or an error)
         self._requested = False  # whether the last export made a request at all
         self._unsent = "not sent"  # why not, when it made none
         client = getattr(self, "_client", None)
@@ -80,13 +99,26 @@ class HttpSpanExporter(OTLPSpanExporter):
                 return outcome
 
             client.export = export_noting_the_status  # type: ignore[union-attr]
+        transport = getattr(client, "_transport", None)
+        request = getattr(transport, "request", None)
+        if callable(request):
+
+            def request_noting_the_reply(*args: Any, **kwargs: Any) -> Any:
+                reply = request(*args, **kwargs)
+                self._reply = reply  # its body and headers are read after the export
+                return reply
+
+            with contextlib.suppress(Exception):  # a transport with slots: no reply is read
+                transport.request = request_noting_the_reply  # type: ignore[union-attr]
 
     def export(self, spans: Sequence[Any]) -> SpanExportResult:
         """Export SDK spans (OpenTelemetry encodes them) or :class:`EncodedSpan` items."""
         self._status = None
+        self._reply = None
         self._requested = False
         self._unsent = "not sent"
-        self.left_out = 0
+        self.left_out = self.rejected = 0
+        self.rejection = self.retry_after = None
         result = self._export_either(spans)
         status = self.last_status()  # set by the client's export, when it made a request
         if status is not None and 300 <= status < 400:
@@ -100,11 +132,29 @@ class HttpSpanExporter(OTLPSpanExporter):
                     self.refused = self._unsent
             elif status in _RETRYABLE:
                 self.transient = f"HTTP {status}"
+                self.retry_after = _retry_after(self._reply)
             elif status < 400:
                 self.refused = f"HTTP {status}: redirect not followed"
             else:
                 self.refused = f"HTTP {status}"
+        elif status is not None:
+            self._read_partial_success()
         return result
+
+    def _read_partial_success(self) -> None:
+        """:attr:`rejected` and :attr:`rejection` from the reply of a delivered batch."""
+        reply = self._reply
+        if reply is None or getattr(reply, "status_code", None) != self._status:
+            return
+        try:
+            body = reply.content()
+            if not body:
+                return
+            partial = ExportTraceServiceResponse.FromString(body).partial_success
+        except Exception:  # not OTLP protobuf (a proxy's page, say): nothing said
+            return
+        self.rejected = max(0, int(partial.rejected_spans))
+        self.rejection = partial.error_message or None
 
     @property
     def sends_encoded(self) -> bool:
@@ -166,6 +216,25 @@ class HttpSpanExporter(OTLPSpanExporter):
                 "could not be encoded" if bad else f"too large for max_request_size {limit}"
             )
         return result
+
+
+def _retry_after(reply: Any) -> float | None:
+    """The seconds a reply's ``Retry-After`` asks to wait (RFC 9110: seconds or a date)."""
+    try:
+        value = reply.headers().get("retry-after")
+        if not isinstance(value, str):
+            return None
+        value = value.strip()
+        try:
+            seconds = float(value)
+        except ValueError:
+            when = parsedate_to_datetime(value)
+            if when.tzinfo is None:  # an HTTP date is in GMT
+                when = when.replace(tzinfo=timezone.utc)
+            return max(0.0, when.timestamp() - time.time())
+        return max(0.0, seconds) if math.isfinite(seconds) else None
+    except Exception:  # no reply, no headers, a malformed date
+        return None
 
 
 def _encodes(span: Any) -> bool:

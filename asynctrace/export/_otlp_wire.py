@@ -10,7 +10,8 @@ them. No ``ReadableSpan`` and no protobuf message object is made: field tags
 are constants, the resource's and each scope's bytes are made once, and the
 ``KeyValue`` bytes of short string attributes are kept for reuse.
 
-Values OpenTelemetry's encoder cannot encode (a string with a lone surrogate,
+A span name that is not a string is written as its ``str()`` (``None`` as
+the empty name). Values OpenTelemetry's encoder cannot encode (a string with a lone surrogate,
 an integer outside int64) leave their attribute out, as that encoder does;
 they are counted (:attr:`WireEncoder.skipped`) and logged once. Anything
 unusual (other types, nested or mixed sequences, bad keys) is cleaned by
@@ -144,12 +145,14 @@ class WireEncoder(AttributeEncoder):
             parts.append(_PARENT.pack(0x2208, span._parent_id))
         name = self._names.get(span._name)
         if name is None:
-            name = _ld(b"\x2a", span._name.encode()) if span._name else b""
+            name = _name_field(span._name)
             if len(self._names) < _NAMES:
                 self._names[span._name] = name
         parts.append(name)
         parts.append(_TIMES.pack(0x30, span._kind._value_ + 1, 0x39, span._start, 0x41, span._end))
-        attributes = span._attributes
+        # A copy (one C call, atomic under the GIL): a set_attribute() that races end() on
+        # another thread may or may not be in it, but never changes the dict being read.
+        attributes = span._attributes.copy()
         own = span._tracer._limits  # what the span was recorded under
         # Not _counted: a key that is not a non-empty string is dropped (and counted, as the
         # SDK counts it) whatever the limit, so a span below it may have dropped some.
@@ -186,14 +189,14 @@ class WireEncoder(AttributeEncoder):
         length = limits.max_event_attribute_length  # events' and links': the general limit
         own = span._tracer._limits
         dropped = _counted(span, "_dropped_events", events, own.max_events)
-        events, more = _bounded(events or (), limits.max_events)
+        events, more = _bounded(list(events or ()), limits.max_events)
         for event in events:
             finish_event(event)
             body = [_EVENT_TIME.pack(0x09, event.timestamp)]
             if event.name:
                 body.append(_ld(b"\x12", event.name.encode()))
             lost = self.append_attributes(
-                event.attributes, limits.max_event_attributes, b"\x1a", body, length
+                event.attributes.copy(), limits.max_event_attributes, b"\x1a", body, length
             )
             if lost:
                 body.append(b"\x20" + varint(lost))
@@ -201,7 +204,7 @@ class WireEncoder(AttributeEncoder):
         if dropped + more:
             parts.append(b"\x60" + varint(dropped + more))
         dropped = _counted(span, "_dropped_links", links, own.max_links)
-        links, more = _bounded(links or (), limits.max_links)
+        links, more = _bounded(list(links or ()), limits.max_links)
         for link in links:
             context = link.context
             body = [
@@ -217,6 +220,18 @@ class WireEncoder(AttributeEncoder):
             parts.append(_ld(b"\x6a", b"".join(body)))
         if dropped + more:
             parts.append(b"\x70" + varint(dropped + more))
+
+
+def _name_field(name: Any) -> bytes:
+    """The ``name`` field (5): a name that is not a string is written as ``str(name)``.
+
+    ``None`` is the empty name, as OpenTelemetry's encoder writes it; ``str()`` of
+    another object (an ``int`` from a caller, say) is its name, rather than the span
+    being left out. Raises only for a string that cannot be encoded (a lone surrogate).
+    """
+    if name.__class__ is not str:
+        name = "" if name is None else str(name)
+    return _ld(b"\x2a", name.encode()) if name else b""
 
 
 def _counted(span: FastSpan, name: str, items: Any, limit: int | None) -> int:

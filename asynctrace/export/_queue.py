@@ -85,11 +85,15 @@ class ExporterSink:
         self.exporter = exporter
 
     def export(self, batch: list[Any]) -> tuple[int, int]:
-        """Hand *batch* to the exporter; ``(exported, failed)``: all or none."""
+        """Hand *batch* to the exporter; ``(exported, failed)``: all or none.
+
+        Counted before the call: an exporter may empty the list it is given.
+        """
+        count = len(batch)
         result = self.exporter.export(batch)
         if getattr(result, "name", "SUCCESS") == "FAILURE":  # SpanExportResult.FAILURE
-            return 0, len(batch)
-        return len(batch), 0
+            return 0, count
+        return count, 0
 
     def flush(self) -> bool:
         """Call the exporter's ``force_flush`` when it has one; ``False`` if it says so."""
@@ -346,6 +350,16 @@ class QueuedSpanProcessor(SpanProcessor):
         if self._closing or threading.current_thread() is self._thread:
             return None
         self._ensure_worker()
+        queue = self._queue
+        try:
+            last = queue[-1]
+        except IndexError:
+            last = None
+        if last.__class__ is _Marker:
+            # Nothing was queued after that flush's marker, so it covers this flush too:
+            # repeated flushes against a stuck exporter do not fill the queue with markers.
+            self._wake.set()
+            return last.done
         marker = _Marker()
         with self._marker_lock:  # flushes may be requested from any thread
             self._markers += 1  # before the append: _drain relies on this order
@@ -400,10 +414,11 @@ class QueuedSpanProcessor(SpanProcessor):
                 self._abandoned = True
                 logger.warning(
                     "asynctrace: exporter %r did not finish within the shutdown timeout; "
-                    "%d queued and %d in-flight spans are abandoned",
+                    "%d queued, %d in-flight and %d buffered spans are abandoned",
                     self.name,
                     stats.queued,
                     stats.in_flight,
+                    stats.buffered,
                 )
             self.lost_since_last_check()
             return False

@@ -21,7 +21,12 @@ redirect, a batch that cannot be encoded or is too large) is counted as
 failed at once. A held batch that failed three times with nothing to say
 why (gRPC, which does not hand the status on, or no response at all) is
 given up when the batch after it goes through; one the backend asked to
-retry (429, 502, 503, 504) never is.
+retry (429, 502, 503, 504, a gRPC status with ``RetryInfo``) never is.
+
+A backend that says when to come back (``Retry-After`` on a 429 or 503,
+gRPC ``RetryInfo``) gets no request before then, not for a flush and not at
+shutdown, up to :data:`MAX_RETRY_AFTER_S`. Spans a delivered batch's
+backend rejected (OTLP partial success) are counted as failed, not exported.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from .._redact import redact_text
 from ._otlp_wire import EncodedSpan
 from ._queue import ExporterSink, ExportStats, QueuedSpanProcessor, _Marker
 
@@ -48,6 +54,9 @@ MAX_BACKOFF_S = 5.0
 PROBE_AFTER = 2  # a held batch that failed this often is tried against the next one
 DEFAULT_BUFFER_SPANS = 65_536
 DEFAULT_BUFFER_BYTES = 64 << 20
+MAX_RETRY_AFTER_S = 60.0
+"""The longest wait a backend's ``Retry-After`` (or gRPC ``RetryInfo``) is honoured for."""
+_MESSAGE_CHARS = 200  # of a backend's partial-success message, in the log
 
 
 def _value_bytes(value: Any) -> int:
@@ -66,15 +75,30 @@ def estimate_bytes(span: Any) -> int:
         >>> estimate_bytes(ReadableSpan("step", attributes={"rl.iteration": 3})) > 60
         True
     """
-    size = 60 + len(span.name)
-    for key, value in (span.attributes or {}).items():
-        size += len(key) + 4 + _value_bytes(value)
+    name = span.name
+    size = 60 + (len(name) if isinstance(name, str) else 10)
+    size += _trace_state_bytes(span.context)
+    description = getattr(span.status, "description", None)
+    if isinstance(description, str):
+        size += len(description) + 4
+    size += _attributes_bytes(span.attributes)
     for event in span.events or ():
-        size += 24 + len(event.name)
-        for key, value in (event.attributes or {}).items():
-            size += len(key) + 4 + _value_bytes(value)
-    size += 40 * len(span.links or ())
+        size += 24 + len(event.name) + _attributes_bytes(event.attributes)
+    for link in span.links or ():
+        size += 40 + _trace_state_bytes(link.context) + _attributes_bytes(link.attributes)
     return size
+
+
+def _attributes_bytes(attributes: Any) -> int:
+    return sum(len(key) + 4 + _value_bytes(value) for key, value in (attributes or {}).items())
+
+
+def _trace_state_bytes(context: Any) -> int:
+    """The ``trace_state`` field: ``key=value`` pairs joined by commas."""
+    trace_state = getattr(context, "trace_state", None)
+    if not trace_state:
+        return 0
+    return 4 + sum(len(key) + len(value) + 2 for key, value in trace_state.items())
 
 
 class _Held:
@@ -132,9 +156,11 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
         self._retried = 0
         self._failures = 0  # consecutive failed attempts
         self._next_attempt = 0.0
+        self._not_before = 0.0  # no attempt before this (monotonic): the backend's Retry-After
         self._warned_outage = False
         self._warned_overflow = False
         self._warned_refusal = False
+        self._warned_rejection = False
         self._transient = False  # the last failed attempt met a status the backend says to retry
         self._left_out = 0  # spans the exporter left out of the last batch it delivered
         self._exporter_closed = False
@@ -150,7 +176,7 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
                 self._wake.wait(self._wait_s())
                 self._wake.clear()
                 self._drain()
-            self._next_attempt = 0.0  # shutting down: one more attempt at once
+            self._next_attempt = self._not_before  # shutting down: one more attempt, now
             self._drain()
             while self._pending and not self._abandoned:
                 self._wake.wait(self._wait_s())
@@ -180,7 +206,7 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
                 if marker is not None:
                     if self._pending:  # honoured once everything before it is resolved
                         self._pending.append(marker)
-                        self._next_attempt = 0.0  # a flush is waiting: try now
+                        self._next_attempt = self._not_before  # a flush is waiting: try now
                     else:
                         self._honour(marker)
             if not queue:
@@ -199,6 +225,7 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
                 self._in_flight = 0
                 self._hold(waiting)
             return
+        count = len(ready)  # before the export, which is handed the list
         ok = self._send(ready)
         held = _Held(ready, self._size(ready), 1) if ok is False else None
         with self._moves:
@@ -206,10 +233,10 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
             if held is not None:
                 self._hold(held)
             elif ok:
-                self._exported += len(ready) - self._left_out
+                self._exported += count - self._left_out
                 self._failed += self._left_out
             else:  # refused, or it raised: given up
-                self._failed += len(ready)
+                self._failed += count
         if held is not None:
             self._schedule_retry()
 
@@ -246,14 +273,19 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
         An exporter that can tell says more after its ``export``
         (:class:`~._otlp_http.HttpSpanExporter` does): ``refused``, why the
         batch failed for good (an HTTP status other than 429, 502, 503 and
-        504, a redirect, a batch too large to send): given up, not retried;
-        ``transient``, that the backend asked for a retry (429, 502, 503,
-        504); ``left_out``, how many spans of a delivered batch it could not
-        encode (set aside in ``_left_out``, counted as failed). The caller
-        counts the outcome, in one move with where the spans were.
+        504, a redirect, a batch too large to send, a gRPC status OTLP says
+        not to retry): given up, not retried; ``transient``, that the backend
+        asked for a retry (429, 502, 503, 504, gRPC ``RetryInfo``);
+        ``retry_after``, the seconds it asked to wait first; ``left_out``,
+        how many spans of a delivered batch it could not encode, and
+        ``rejected``, how many the backend rejected (OTLP partial success,
+        with ``rejection``, its message): set aside in ``_left_out``,
+        counted as failed. The caller counts the outcome, in one move with
+        where the spans were.
         """
         self._transient = False
         self._left_out = 0
+        count = len(spans)
         try:
             result = self._exporter.export(spans)
         except BaseException as exc:  # SystemExit from an exporter must not end the worker
@@ -262,16 +294,39 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
         exporter = self._exporter
         if getattr(result, "name", "SUCCESS") != "FAILURE":
             left_out = getattr(exporter, "left_out", 0)
-            if isinstance(left_out, int) and 0 < left_out <= len(spans):
+            if isinstance(left_out, int) and 0 < left_out <= count:
                 self._left_out = left_out
                 self._warn_refusal(f"{left_out} of its spans could not be encoded")
+            rejected = getattr(exporter, "rejected", 0)
+            if isinstance(rejected, int) and rejected > 0:
+                rejected = min(rejected, count - self._left_out)
+                self._left_out += rejected
+                self._warn_rejection(rejected, count, getattr(exporter, "rejection", None))
             return True
         refused = getattr(exporter, "refused", None)
         if refused:
             self._warn_refusal(str(refused))
             return None
         self._transient = bool(getattr(exporter, "transient", None))
+        retry_after = getattr(exporter, "retry_after", None)
+        if isinstance(retry_after, (int, float)) and retry_after > 0:
+            wait = min(float(retry_after), MAX_RETRY_AFTER_S)  # NaN compares False: not here
+            self._not_before = max(self._not_before, time.monotonic() + wait)
         return False
+
+    def _warn_rejection(self, rejected: int, count: int, message: Any) -> None:
+        if not self._warned_rejection:
+            self._warned_rejection = True
+            reason = redact_text(message)[:_MESSAGE_CHARS] if isinstance(message, str) else ""
+            logger.warning(
+                "asynctrace: the backend of exporter %r rejected %d of the %d spans of a batch "
+                "(%s); rejected spans are counted as failed, not retried (further rejections "
+                "are not logged)",
+                self.name,
+                rejected,
+                count,
+                reason or "no message",
+            )
 
     def _warn_refusal(self, reason: str) -> None:
         if not self._warned_refusal:
@@ -396,7 +451,8 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
     def _schedule_retry(self) -> None:
         self._failures += 1
         backoff = min(MAX_BACKOFF_S, INITIAL_BACKOFF_S * 2 ** min(self._failures - 1, 16))
-        self._next_attempt = time.monotonic() + backoff * random.uniform(0.5, 1.0)
+        wait = backoff * random.uniform(0.5, 1.0)
+        self._next_attempt = max(time.monotonic() + wait, self._not_before)
         if not self._warned_outage:
             self._warned_outage = True
             logger.warning(
