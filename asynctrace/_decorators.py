@@ -51,13 +51,14 @@ def _profiled(
     where: str,
 ) -> F:
     """*fn* with each call in a span that asks to be profiled (functions and coroutines)."""
-    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+    kind = _classified(fn)
+    if inspect.isgeneratorfunction(kind) or inspect.isasyncgenfunction(kind):
         raise ConfigurationError(
-            f"{where}(profile=True): {getattr(fn, '__qualname__', fn)!r} is a generator "
+            f"{where}(profile=True): {_default_name(fn)!r} is a generator "
             "function; accepted: a function or a coroutine function (profile the loop that "
             "consumes it)"
         )
-    is_async = inspect.iscoroutinefunction(fn)
+    is_async = inspect.iscoroutinefunction(kind)
     p = _PREFIX
 
     def source(params: str, call: str) -> str:
@@ -84,6 +85,20 @@ def _unpartial(fn: Any) -> Any:
     return fn
 
 
+def _classified(fn: Callable[..., Any]) -> Any:
+    """What decides how *fn* is traced: *fn*, or the ``__call__`` of a callable object.
+
+    A partial is looked through (as :mod:`inspect` does). An object that is
+    neither a function nor a class (an instance whose ``__call__`` is
+    ``async def``, or a generator) is a coroutine function, a generator
+    function and so on exactly when its class's ``__call__`` is one.
+    """
+    target = _unpartial(fn)
+    if inspect.isroutine(target) or isinstance(target, type):
+        return fn
+    return type(target).__call__  # callable: checked before
+
+
 def _default_name(fn: Callable[..., Any]) -> str:
     """The function's qualified name; never its ``repr``, which can hold a partial's
     arguments (a token among them) or an address that differs per object."""
@@ -106,11 +121,21 @@ def _check_group(group: object, where: str) -> str:
     return group.strip().lower()
 
 
+def _check_name(name: object, where: str) -> str | None:
+    if name is None or (isinstance(name, str) and name.strip()):
+        return name
+    raise ConfigurationError(
+        f"{where}(name): expected a non-empty span name (a str), or None for the "
+        f"function's qualified name; got {name!r}"
+    )
+
+
 def _decorate(fn: F, group: str, name: str | None, shape: int, attributes: Attributes | None) -> F:
     span_name = name or _default_name(fn)
     attrs = dict(attributes) if attributes else None
+    kind = _classified(fn)
 
-    if inspect.iscoroutinefunction(fn):
+    if inspect.iscoroutinefunction(kind):
 
         async def traced_coroutine(*args: Any, **kwargs: Any) -> Any:
             span = start(span_name, group, shape, attrs, None)
@@ -129,10 +154,10 @@ def _decorate(fn: F, group: str, name: str | None, shape: int, attributes: Attri
 
         return _gated_wrapper(fn, group, traced_coroutine, is_async=True)
 
-    if inspect.isasyncgenfunction(fn):
+    if inspect.isasyncgenfunction(kind):
         return _asyncgen_wrapper(fn, group, span_name, shape, attrs)
 
-    if inspect.isgeneratorfunction(fn):
+    if inspect.isgeneratorfunction(kind):
 
         def run_generator(gen: Generator[Any, Any, Any]) -> Generator[Any, Any, Any]:
             enabled = GATE.enabled
@@ -150,7 +175,7 @@ def _decorate(fn: F, group: str, name: str | None, shape: int, attributes: Attri
             return (yield from _traced_sync(gen, span))
 
         wrapper = _generator_wrapper(fn, run_generator)
-        code = getattr(inspect.unwrap(_unpartial(fn)), "__code__", None)
+        code = getattr(inspect.unwrap(_unpartial(kind)), "__code__", None)
         if code is not None and code.co_flags & inspect.CO_ITERABLE_COROUTINE:
             return cast("F", types.coroutine(wrapper))  # @types.coroutine: awaited
         return wrapper
@@ -460,17 +485,25 @@ def trace_fn(
     Works on plain functions, coroutine functions (the span covers the awaited
     body), generator and async-generator functions (the span covers the whole
     iteration; no context token is held across a ``yield``; ``break`` or
-    ``aclose()`` end it exactly once). The gate is read at call time, so
-    decorating at import time, before configuration, works. ``name`` defaults
-    to the function's qualified name. With *profile* (functions and
-    coroutine functions), a call is profiled if its step is scheduled in the
+    ``aclose()`` end it exactly once), partials of them, and callable objects,
+    traced as their class's ``__call__`` is (an ``async def __call__`` makes
+    a coroutine function). The gate is read at call time, so decorating at
+    import time, before configuration, works. ``name`` defaults to the
+    function's qualified name. With *profile* (functions and coroutine
+    functions), a call is profiled if its step is scheduled in the
     ``profiler`` configuration.
+
+    Raises:
+        ConfigurationError: *group* is not a non-empty str, *name* is neither
+            ``None`` nor a non-empty str, or (when decorating) the object is
+            not callable or, with *profile*, is a generator function.
 
     Example:
         >>> @trace_fn("reward")
         ... async def score(sample): ...
     """
     checked = _check_group(group, "trace_fn")
+    name = _check_name(name, "trace_fn")
 
     def decorator(fn: F) -> F:
         if isinstance(fn, (staticmethod, classmethod)):  # the function inside, wrapped again
@@ -492,11 +525,15 @@ def umbrella_trace_fn(
 ) -> Callable[[F], F]:
     """Like :func:`trace_fn`, for an umbrella span (never bucketed).
 
+    Raises:
+        ConfigurationError: as :func:`trace_fn` does.
+
     Example:
         >>> @umbrella_trace_fn("job", "rl.job")
         ... def main(): ...
     """
     checked = _check_group(group, "umbrella_trace_fn")
+    name = _check_name(name, "umbrella_trace_fn")
 
     def decorator(fn: F) -> F:
         if isinstance(fn, (staticmethod, classmethod)):  # the function inside, wrapped again

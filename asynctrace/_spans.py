@@ -28,7 +28,7 @@ from . import _groups, _stalls
 from ._cm import SyncAndAsync
 from ._errors import report_internal_error
 from ._fast import FastSpan, FastTracer
-from ._fast._span import _SUSPECT, NONFINITE, SPAN_TYPES, note_floats
+from ._fast._span import NONFINITE, SPAN_TYPES, note_floats, private_value
 from ._groups import Bucket
 from ._profiling import _PROFILER, ProfiledSpan
 from ._redact import redact_text, remember, secrets_of
@@ -127,8 +127,12 @@ def is_on(group: str) -> bool:
     enabled = GATE.enabled
     if not enabled:
         return False
-    if (checked := PER_PROMPT_GROUP if SCOPES.get().per_prompt else group) in enabled:
-        return True
+    try:  # free unless it raises (a group no set can hold: a list)
+        if (checked := PER_PROMPT_GROUP if SCOPES.get().per_prompt else group) in enabled:
+            return True
+    except Exception as exc:
+        bad_group(group, exc)
+        return False
     if GATE.audit is not None:
         GATE.audit(checked)
     return False
@@ -150,7 +154,9 @@ def _resolve_bucket(state: ScopeState, group: str, shape: int, explicit: object)
     if explicit is not None:
         if isinstance(explicit, Bucket):
             return explicit
-        report_internal_error(("bucket", group), TypeError(f"bucket={explicit!r} is not a Bucket"))
+        report_internal_error(
+            ("bucket", _site(group)), TypeError(f"bucket={explicit!r} is not a Bucket")
+        )
     scoped = state.bucket
     if scoped is not None:
         return scoped
@@ -212,7 +218,7 @@ def _merge(
         attrs.update(user)
         # Strings, ints and bools (nearly every attribute) need nothing more: one
         # pass in C says so, without building the set of their types.
-        if RL_BUCKET in user or not _SUSPECT.isdisjoint(map(type, user.values())):
+        if RL_BUCKET in user or not _COPIED.isdisjoint(map(type, user.values())):
             _settle(attrs, user, bucket)
     return attrs
 
@@ -223,7 +229,7 @@ def _settle(attrs: dict[str, AttributeValue], user: Attributes, bucket: Bucket |
     In that order: a list the caller gave as ``rl.bucket`` is made a tuple
     first and then overruled like any other raw value.
     """
-    if not _SUSPECT.isdisjoint(map(type, user.values())):
+    if not _COPIED.isdisjoint(map(type, user.values())):
         _suspects(attrs, user)
     if RL_BUCKET in user:  # the bucket rules decide, never a raw attribute
         if bucket is None:
@@ -233,15 +239,19 @@ def _settle(attrs: dict[str, AttributeValue], user: Attributes, bucket: Bucket |
 
 
 def _suspects(attrs: dict[str, AttributeValue], user: Attributes) -> None:
-    """The caller's lists become tuples; a NaN or an infinity is noted."""
+    """The caller's containers are copied (lists become tuples); a NaN or an infinity is
+    noted. A list or dict the caller changes later changes nothing recorded."""
     for key, value in user.items():
-        if value.__class__ is _LIST:
-            attrs[key] = tuple(value)
+        cls = value.__class__
+        if cls is _LIST or cls is tuple or cls is dict:
+            attrs[key] = private_value(value)
     if not NONFINITE[0]:
         note_floats(user.values())
 
 
 _LIST: Final = list
+# Attribute value types that need more than a store: containers to copy, floats to note.
+_COPIED: Final = frozenset({float, tuple, _LIST, dict})
 _generation = 0  # bumped when the registry changes: cached stamps are then stale
 # (group or (shape, group), per_prompt, scoped bucket) -> (bucket, group stamp, generation)
 _RULES: dict[tuple[Any, bool, Bucket | None], tuple[Bucket | None, str | None, int]] = {}
@@ -302,7 +312,7 @@ def span_attributes(
         bucket = entry[1]
     if user:  # _merge, inline
         attrs.update(user)
-        if RL_BUCKET in user or not _SUSPECT.isdisjoint(map(type, user.values())):
+        if RL_BUCKET in user or not _COPIED.isdisjoint(map(type, user.values())):
             _settle(attrs, user, bucket)
     return attrs
 
@@ -331,7 +341,7 @@ def start(
         # positional: the API's parameter order, cheaper than keywords per span
         return tracer.start_span(name, context, kind, attrs, links, start_time)
     except Exception as exc:
-        report_internal_error(("start", group), exc, _named(name))  # names vary
+        report_internal_error(("start", _site(group)), exc, _named(name))  # names vary
         return None
 
 
@@ -380,6 +390,28 @@ def _named(name: object) -> str:
         return "span " + redact_text(name) if isinstance(name, str) else ""
     except Exception:
         return ""
+
+
+def _site(group: object) -> object:
+    """*group* as part of a failure's call site, which must hash: a non-str by its type."""
+    return group if group.__class__ is str else f"<{type(group).__name__}>"
+
+
+def bad_group(group: object, exc: Exception) -> None:
+    """The gate's look-up of *group* raised *exc* (a list, say): reported once per type.
+
+    Only the group's type is told: the object may hold anything. Its span is
+    not recorded (the helper yields the disabled span).
+    """
+    if isinstance(group, str):  # not the group's doing: the gate's audit failed
+        report_internal_error(("gate", group), exc)
+        return
+    error = TypeError(
+        f"span group: expected a group name (a str), got a {type(group).__name__}; "
+        "the span is not recorded"
+    )
+    error.__cause__ = exc
+    report_internal_error(("group", _site(group)), error)
 
 
 def current_context() -> otel_context.Context:
@@ -501,6 +533,8 @@ class LiveSpan(SyncAndAsync[Span]):
     """Context manager of an enabled span: starts, attaches, detaches, ends.
 
     Used on any provider but the fast one (which has :class:`ManagedSpan`).
+    Like the spans it stands for, it is entered once; entering it again
+    (nested on itself, or after its block) yields the shared disabled span.
     """
 
     __slots__ = ("_attributes", "_bucket", "_group", "_name", "_shape", "_span", "_token")
@@ -518,16 +552,32 @@ class LiveSpan(SyncAndAsync[Span]):
         self._shape = shape
         self._attributes = attributes
         self._bucket = bucket
-        self._span: Span | None = None
-        self._token: object | None = None
+        self._span: Any = None  # None, then the span while open, then _DONE
+        self._token: Any = None  # the context token (a _Reentered while refused entries are open)
 
     def __enter__(self) -> Span:
+        if self._span is not None:
+            return self._refuse()
         span = start(self._name, self._group, self._shape, self._attributes, self._bucket)
         if span is None:
-            return AMBIENT_SPAN
+            return AMBIENT_SPAN  # not entered: its exit does nothing
         self._span = span
         self._token = attach(span)
         return span
+
+    def _refuse(self) -> Span:
+        """A second ``with`` on this object: the disabled span, and its exit will do nothing."""
+        report_internal_error(
+            ("reenter", _site(self._group)),
+            RuntimeError("this managed_span() was entered already; make a new one"),
+        )
+        if self._span is not _DONE:  # nested on itself: its exit comes before ours
+            token = self._token
+            if token.__class__ is _Reentered:
+                token.count += 1
+            else:
+                self._token = _Reentered(token)
+        return AMBIENT_SPAN
 
     def __exit__(
         self,
@@ -536,10 +586,16 @@ class LiveSpan(SyncAndAsync[Span]):
         tb: TracebackType | None,
     ) -> None:
         span = self._span
-        if span is None:
-            return
-        self._span = None
-        token, self._token = self._token, None
+        if span is None or span is _DONE:
+            return  # never entered (starting failed), or already exited
+        token = self._token
+        if token.__class__ is _Reentered:  # a `with` on this object while it was open
+            if token.count:
+                token.count -= 1
+                return  # the exit of that refused entry: the span goes on
+            token = token.previous
+        self._span = _DONE
+        self._token = None
         detach(token)
         finish(span, exc_type, exc)
 
@@ -604,16 +660,18 @@ class ManagedSpan(FastSpan, SyncAndAsync[Span]):
             self._token = var.set(_Context(values))
             return span
         except Exception as exc:
-            report_internal_error(("start", self._group), exc, _named(self._name))
+            report_internal_error(("start", _site(self._group)), exc, _named(self._name))
             return AMBIENT_SPAN
 
     def _refuse(self) -> Span:
         """A second ``with`` on this object: the disabled span, and its exit will do nothing."""
         report_internal_error(
-            ("reenter", self._group),
+            ("reenter", _site(self._group)),
             RuntimeError("this managed_span() was entered already; make a new one"),
         )
-        if self._token is not _DONE:  # nested on itself: its exit comes before ours
+        # Nested on itself (its exit comes before ours): open, or open as a LiveSpan
+        # (reconfigured since: _token is _DONE, _other the LiveSpan until the exit).
+        if self._token is not _DONE or self._other.__class__ in (LiveSpan, _Reentered):
             other = self._other
             if other.__class__ is _Reentered:
                 other.count += 1
@@ -654,7 +712,10 @@ class ManagedSpan(FastSpan, SyncAndAsync[Span]):
             except Exception as err:  # the span still ends
                 report_internal_error(("exit", "FastSpan"), err)
         try:  # FastSpan.end: the claim inline, the hand-over shared
-            if self._tracer._provider._open.pop(self._span_id, None) is not None:
+            if (
+                self._tracer._provider._open.pop(self._span_id, None) is not None
+                or self._reclaim()  # forgotten past the open-span bound: still exported
+            ):
                 self.finish(_time_ns())
         except Exception as err:
             report_internal_error(("end", "FastSpan"), err)
@@ -738,9 +799,13 @@ def managed_span(
     if not enabled:
         return NOOP_CM
     state = SCOPES.get()
-    if (checked := PER_PROMPT_GROUP if state.per_prompt else group) not in enabled:
-        if GATE.audit is not None:
-            GATE.audit(checked)
+    try:  # free unless it raises (a group no set can hold: a list)
+        if (checked := PER_PROMPT_GROUP if state.per_prompt else group) not in enabled:
+            if GATE.audit is not None:
+                GATE.audit(checked)
+            return NOOP_CM
+    except Exception as exc:
+        bad_group(group, exc)
         return NOOP_CM
     return _managed(group, name, LEAF, attributes, bucket, profile, state.iteration)
 
@@ -762,9 +827,13 @@ def umbrella_span(
     if not enabled:
         return NOOP_CM
     state = SCOPES.get()
-    if (checked := PER_PROMPT_GROUP if state.per_prompt else group) not in enabled:
-        if GATE.audit is not None:
-            GATE.audit(checked)
+    try:  # free unless it raises (a group no set can hold: a list)
+        if (checked := PER_PROMPT_GROUP if state.per_prompt else group) not in enabled:
+            if GATE.audit is not None:
+                GATE.audit(checked)
+            return NOOP_CM
+    except Exception as exc:
+        bad_group(group, exc)
         return NOOP_CM
     if GATE.loop_stall and _get_running_loop() is not _stalls._last:
         notice_loop()  # a step starts: watch this thread's event loop (see _stalls)
@@ -783,9 +852,13 @@ def instant(group: str, name: str, *, attributes: Attributes | None = None) -> N
     enabled = GATE.enabled
     if not enabled:
         return
-    if (checked := PER_PROMPT_GROUP if SCOPES.get().per_prompt else group) not in enabled:
-        if GATE.audit is not None:
-            GATE.audit(checked)
+    try:  # free unless it raises (a group no set can hold: a list)
+        if (checked := PER_PROMPT_GROUP if SCOPES.get().per_prompt else group) not in enabled:
+            if GATE.audit is not None:
+                GATE.audit(checked)
+            return
+    except Exception as exc:
+        bad_group(group, exc)
         return
     try:
         current = trace.get_current_span()
@@ -793,7 +866,7 @@ def instant(group: str, name: str, *, attributes: Attributes | None = None) -> N
             current.add_event(name, attributes=build_attributes(attributes, None))
             return
     except Exception as exc:
-        report_internal_error(("instant", group), exc, _named(name))
+        report_internal_error(("instant", _site(group)), exc, _named(name))
         return
     now = time.time_ns()
     span = start(name, group, MARKER, attributes, None, start_time=now)
@@ -851,9 +924,13 @@ def start_span(
     if not enabled:
         return AMBIENT_SPAN
     state = SCOPES.get()
-    if (checked := PER_PROMPT_GROUP if state.per_prompt else group) not in enabled:
-        if GATE.audit is not None:
-            GATE.audit(checked)
+    try:  # free unless it raises (a group no set can hold: a list)
+        if (checked := PER_PROMPT_GROUP if state.per_prompt else group) not in enabled:
+            if GATE.audit is not None:
+                GATE.audit(checked)
+            return AMBIENT_SPAN
+    except Exception as exc:
+        bad_group(group, exc)
         return AMBIENT_SPAN
     tracer = GATE.tracer
     if tracer.__class__ is FastTracer:  # start() inline; span_attributes() too, when cached
@@ -863,7 +940,7 @@ def start_span(
                 attrs = entry[0].copy()
                 if attributes:  # _merge, inline
                     attrs.update(attributes)
-                    if RL_BUCKET in attributes or not _SUSPECT.isdisjoint(
+                    if RL_BUCKET in attributes or not _COPIED.isdisjoint(
                         map(type, attributes.values())
                     ):
                         _settle(attrs, attributes, entry[1])
@@ -871,7 +948,7 @@ def start_span(
                 attrs = span_attributes(group, LEAF, attributes, None)
             return tracer.start_owned(name, context, attrs, None, kind, links, None)
         except Exception as exc:
-            report_internal_error(("start", group), exc, _named(name))  # names vary
+            report_internal_error(("start", _site(group)), exc, _named(name))  # names vary
             return AMBIENT_SPAN
     span = start(name, group, LEAF, attributes, None, None, kind, context, links)
     return AMBIENT_SPAN if span is None else span
@@ -902,7 +979,9 @@ def end_span(
             if span.__class__ in SPAN_TYPES:  # FastSpan.end, inline: the claim, then hand over
                 fast: Any = span
                 open_spans = fast._tracer._provider._open
-                if fast._end is None and open_spans.pop(fast._span_id, None) is not None:
+                if fast._end is None and (
+                    open_spans.pop(fast._span_id, None) is not None or fast._reclaim()
+                ):
                     fast.finish(_time_ns())
             else:
                 span.end()

@@ -212,12 +212,21 @@ def set_span_groups(spec: str) -> frozenset[str]:
 def is_span_group_enabled(group: str) -> bool:
     """Whether spans of *group* are recorded in this process.
 
+    A *group* that no set can hold (a list, say) is reported once on the
+    ``asynctrace`` logger and is not enabled.
+
     Example:
         >>> is_span_group_enabled("job")
         False
     """
-    if group in GATE.enabled:
-        return True
+    try:  # free unless it raises
+        if group in GATE.enabled:
+            return True
+    except Exception as exc:
+        from ._spans import bad_group  # _spans imports this module
+
+        bad_group(group, exc)
+        return False
     audit = GATE.audit
     if audit is not None:
         audit(group)

@@ -421,3 +421,61 @@ def test_a_remote_parents_flags_are_exported_as_given(flags: int) -> None:
         results.append((int(exported.parent.trace_flags), int(exported.context.trace_flags)))
     assert results[0] == results[1]
     assert results[0][0] == flags
+
+
+# -- asynctrace's own spans: forgotten ones, and the caller's containers --------------
+
+
+def test_forgotten_managed_spans_and_started_spans_still_export() -> None:
+    """Spans asynctrace ends itself (``with managed_span``, ``end_span``) claim a span
+    the provider forgot past its bound, so each is exported once."""
+    import contextlib
+
+    import asynctrace as at
+
+    telemetry = at.configure(
+        {"enabled": True, "exporters": ["memory"], "provider": "fast", "span_groups": "all"}
+    )
+    try:
+        provider: Any = telemetry.provider
+        provider._max_open = 5  # a small bound, for the test
+        with contextlib.ExitStack() as stack:
+            for i in range(12):
+                stack.enter_context(at.managed_span("reward", f"m{i}"))
+            started = [at.start_span("reward", f"s{i}") for i in range(12)]
+            for span in started:
+                at.end_span(span)
+        assert provider.forgotten_spans > 0
+        memory = telemetry.memory_exporter
+        assert memory is not None
+        names = sorted(span.name for span in memory.get_finished_spans())
+        assert names == sorted([f"m{i}" for i in range(12)] + [f"s{i}" for i in range(12)])
+    finally:
+        telemetry.shutdown(5.0)
+
+
+@pytest.mark.parametrize("provider", ["fast", "sdk"])
+def test_containers_given_to_managed_span_are_copied(provider: str) -> None:
+    """A dict or nested list the caller changes after the span started changes nothing
+    recorded (the SDK copies at set time; so does asynctrace's own span path)."""
+    import asynctrace as at
+
+    telemetry = at.configure(
+        {"enabled": True, "exporters": ["memory"], "provider": provider, "span_groups": "all"}
+    )
+    try:
+        mapping: dict[str, Any] = {"k": "v"}
+        nested: list[Any] = [[1, 2]]
+        with at.managed_span("reward", "x", attributes={"map": mapping, "nested": nested}):
+            mapping["token"] = "added later"
+            nested[0].append(999)
+        mapping["after"] = "end"
+        memory = telemetry.memory_exporter
+        assert memory is not None
+        (span,) = memory.get_finished_spans()
+        attributes = dict(span.attributes or {})
+        assert attributes["nested"] == ((1, 2),)
+        if provider == "fast":  # the SDK drops a dict value (not an attribute type)
+            assert attributes["map"] == {"k": "v"}
+    finally:
+        telemetry.shutdown(5.0)

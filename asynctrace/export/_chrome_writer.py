@@ -227,7 +227,10 @@ class ChromeWriter:
                     cat = args.get(GROUP) or args.get(RL_BUCKET) or item._tracer.scope.name
                     if cat.__class__ is not str:
                         cat = str(cat)
-                    append(_Complete("X", item._name, cat, start, end - start, pid, track, args))
+                    # f"{}": a str as it is, in one instruction; any other name (the span
+                    # helpers do not check theirs) as its text
+                    name = f"{item._name}"
+                    append(_Complete("X", name, cat, start, end - start, pid, track, args))
                     span_events = item._events
                     if span_events:
                         nonfinite = True  # event attributes are not watched: search
@@ -275,7 +278,7 @@ class ChromeWriter:
                 if role:
                     _add_missing(args, role)
                 cat = category if category.__class__ is str else scope
-                append(_Complete("X", name, cat, start, dur, pid, track, args))
+                append(_Complete("X", f"{name}", cat, start, dur, pid, track, args))  # (as above)
                 if span_events:
                     _instant_events(span_events, cat, pid, track, events, None, ident)
             except Exception as exc:
@@ -501,7 +504,7 @@ def _instant_events(
             {
                 "ph": "i",
                 "s": "t",
-                "name": event.name,
+                "name": f"{event.name}",  # a name that is not a str: its text
                 "cat": cat,
                 "ts": event.timestamp // 1000,
                 "pid": pid,

@@ -645,3 +645,49 @@ def test_a_batch_mixing_providers_places_each_span_on_its_own_track(tmp_path: Pa
     tids = {event["name"]: event["tid"] for event in events}
     assert tids["sdk"] == 40
     assert tids["late"] != tids["first"]  # an overflow track: the two do not nest
+
+
+@pytest.mark.parametrize("provider", ["fast", "sdk"])
+def test_a_span_name_that_is_not_a_string_is_written_as_its_text(
+    tmp_path: Path, provider: str
+) -> None:
+    """The span helpers do not check names (they are the hot path): the writer writes
+    ``str(name)`` for spans and instants, so every line stays a well-formed event that
+    ``asynctrace convert`` keeps."""
+    import asynctrace as at
+
+    telemetry = at.configure(
+        {
+            "enabled": True,
+            "span_groups": "all",
+            "exporters": ["chrome"],
+            "output_dir": tmp_path,
+            "provider": provider,
+        }
+    )
+    with at.managed_span("reward", 123):  # type: ignore[arg-type]
+        at.instant("reward", 7)  # type: ignore[arg-type]  # an event of the current span
+    with at.umbrella_span("step", None):  # type: ignore[arg-type]
+        pass
+    at.instant("reward", 8.5)  # type: ignore[arg-type]  # no current span: a marker span
+    at.end_span(at.start_span("reward", ("a", 1)))  # type: ignore[arg-type]
+    with at.managed_span("reward", "good"):
+        pass
+    path = telemetry.trace_file
+    telemetry.shutdown()
+    assert path is not None
+    events = [json.loads(line) for line in path.read_text().splitlines()]
+    spans = sorted(e["name"] for e in events if e["ph"] == "X")
+    assert spans == sorted(["123", "None", "8.5", "('a', 1)", "good"])
+    assert [e["name"] for e in events if e["ph"] == "i"] == ["7"]
+    out = subprocess.run(
+        [sys.executable, "-m", "asynctrace", "convert", str(path), "-o", str(tmp_path / "t.json")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert "malformed" not in out.stdout + out.stderr
+    converted = json.loads((tmp_path / "t.json").read_text())
+    listed = converted["traceEvents"] if isinstance(converted, dict) else converted
+    assert sorted(e["name"] for e in listed if e.get("ph") == "X") == spans
