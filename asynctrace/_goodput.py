@@ -297,6 +297,23 @@ def callbacks() -> tuple[Callable[[StepGoodput], Any], ...]:
 
 
 _STOP: Final = object()
+_here = threading.local()  # .dispatcher: the Dispatcher whose thread this is
+
+
+def release_for_shutdown() -> bool:
+    """Called by a shutdown: if it runs inside a goodput callback, that callback's
+    dispatcher does not wait for it at close (it waits for the shutdown, which would
+    wait for it). Returns whether the current thread is a callbacks thread.
+
+    Example:
+        >>> release_for_shutdown()
+        False
+    """
+    dispatcher: Dispatcher | None = getattr(_here, "dispatcher", None)
+    if dispatcher is None:
+        return False
+    dispatcher.released = True
+    return True
 
 
 class Dispatcher:
@@ -315,6 +332,7 @@ class Dispatcher:
         self.errors = 0
         self._warned: set[int] = set()
         self._warned_full = False
+        self.released = False  # a callback waits for this close: do not wait for it
 
     def put(self, record: StepGoodput) -> None:
         """Queue *record* for the callbacks (export thread; never waits)."""
@@ -344,6 +362,7 @@ class Dispatcher:
                 self._thread.start()
 
     def _run(self) -> None:
+        _here.dispatcher = self
         queue = self._queue
         while True:
             self._wake.wait()
@@ -376,17 +395,33 @@ class Dispatcher:
         thread = self._thread
         if thread is None:
             return True
-        self._queue.append(_STOP)
+        queue = self._queue
+        queue.append(_STOP)
         self._wake.set()
+        if self.released or thread is threading.current_thread():
+            return True  # a callback waits for this shutdown: it delivers the rest after
         thread.join(max(0.0, timeout_s))
         if thread.is_alive():
-            left = sum(1 for item in list(self._queue) if item is not _STOP)
+            # The records still queued are taken out (pop is atomic: each record is
+            # either delivered by the thread or counted here, never both); the stop
+            # marker goes back so the thread ends after its current callback.
+            left = 0
+            while True:
+                try:
+                    item = queue.pop()
+                except IndexError:
+                    break
+                if item is not _STOP:
+                    left += 1
+            queue.append(_STOP)
+            self._wake.set()
             self.dropped += left
             logger.warning(
-                "asynctrace: goodput callbacks did not finish within %.1f s at shutdown; "
-                "%d records were not delivered",
+                "asynctrace: a goodput callback was still running %.1f s into shutdown; "
+                "%d queued record%s not delivered (counted in Telemetry.goodput.dropped)",
                 timeout_s,
                 left,
+                " was" if left == 1 else "s were",
             )
             return False
         return True

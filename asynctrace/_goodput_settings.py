@@ -24,6 +24,7 @@ __all__ = ["METRICS_NAMES", "GoodputSettings"]
 METRICS_NAMES: Final = ("global", "none", "otlp", "console", "prometheus")
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
+MIN_EXPORT_INTERVAL_S: Final = 0.1  # a metric reader exporting faster is a busy loop
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,8 @@ class GoodputSettings:
             ``MeterProvider`` object.
         prometheus_host: the address the Prometheus endpoint listens on.
         prometheus_port: its port, plus the process's ``LOCAL_RANK``.
-        export_interval_s: how often OTLP and console metrics are exported.
+        export_interval_s: how often OTLP and console metrics are exported
+            (at least 0.1 s).
         callback_queue: records waiting for the callbacks before new ones are
             dropped (and counted).
         grace_s: a step is finished once a span arrives that ended more than
@@ -120,8 +122,10 @@ class GoodputSettings:
                 out[name] = _int(where, item, 0, 65535)
             elif name in ("callback_queue", "window", "max_pending"):
                 out[name] = _int(where, item, 1, 1 << 40)
-            elif name in ("export_interval_s", "grace_s"):
-                out[name] = _seconds(where, item, strict=name == "export_interval_s")
+            elif name == "export_interval_s":
+                out[name] = _seconds(where, item, low=MIN_EXPORT_INTERVAL_S)
+            elif name == "grace_s":
+                out[name] = _seconds(where, item, low=0.0)
             else:  # step_name
                 out[name] = _regex(where, item)
         return cls(**out)
@@ -159,18 +163,18 @@ def _int(key: str, value: Any, low: int, high: int) -> int:
     return value
 
 
-def _seconds(key: str, value: Any, *, strict: bool) -> float:
+def _seconds(key: str, value: Any, *, low: float) -> float:
     if isinstance(value, str):
         try:
             value = float(value.strip())
         except ValueError:
             pass
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if ok and abs(value) < 1e9 and math.isfinite(value) and (value > 0 if strict else value >= 0):
+    if ok and abs(value) < 1e9 and math.isfinite(value) and value >= low:
         return float(value)
     raise ConfigurationError(
-        f"{key}: {value!r} is not accepted; accepted: a number of seconds "
-        f"{'> 0' if strict else '>= 0'}"
+        f"{key}: {value!r} is not accepted; accepted: a number of seconds of at least "
+        f"{low:g} and below 1e9"
     )
 
 

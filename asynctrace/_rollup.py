@@ -38,7 +38,9 @@ reading files and the runtime fed on its export thread, so both give the
 same numbers for the same spans): a step is *confirmed* when its span has
 arrived and is known to be a step (a span of group ``step`` at once; a
 stamped candidate when its parent arrives, or at :meth:`Rollup.finish` if it
-never does). It is *finished* once a span arrives that ended more than
+never does, unless a recent step of its trace with its ``rl.iteration``
+contains its start: a detached finalize span whose staging parent left the
+window). It is *finished* once a span arrives that ended more than
 ``grace_us`` after the step's end, or at :meth:`Rollup.finish`. Until then,
 late children (a detached span ending after its step, a loop-stall span
 recorded just after the step ended) still count in it; after, nothing
@@ -72,6 +74,9 @@ _BUCKETED: Final = 2
 _STEP: Final = 4
 _DISQUALIFIES: Final = _HAS_ITERATION | _BUCKETED | _STEP
 _EXAMPLES: Final = 3
+_STEPS_REMEMBERED: Final = 4096  # (trace, rl.iteration) of recent steps, for _ruled_out
+_STEPS_PER_KEY: Final = 4
+_TRACE_LIMIT: Final = 1 << 128  # ids past it: an index in the table of non-hex trace ids
 _WALK_LIMIT: Final = 64
 _NAMES_LIMIT: Final = 65536
 _ZERO: Final = (0.0, 0.0, 0.0, 0.0)
@@ -308,6 +313,11 @@ class RollupResult:
     without_ids: int = 0
     duplicates: int = 0
     notes: list[str] = field(default_factory=list)
+    bad_ids: int = 0  # events skipped: a span id not a 64-bit hex number
+    evicted: int = 0  # waits given up past max_pending
+    evicted_leaves: int = 0  # ...the bucketed spans in them, counted in no step
+    abandoned: int = 0  # waits still open at the end: their parent never arrived
+    abandoned_leaves: int = 0  # ...the bucketed spans in them, counted in no step
 
 
 class Rollup:
@@ -333,6 +343,9 @@ class Rollup:
             and counted in ``evicted`` (their leaves in ``evicted_leaves``).
             Waits still open at :meth:`finish` are counted in ``abandoned``
             (their leaves in ``abandoned_leaves``).
+        on_violation: called with each violation found outside a step's row
+            (``nested-bucket``, ``late-bucket``, ``unknown-bucket``), as it
+            is found; ``over-wall`` goes to *on_step* with its row.
 
     Example:
         >>> rollup = Rollup()
@@ -354,8 +367,10 @@ class Rollup:
         on_step: Callable[[StepRow, list[Violation]], None] | None = None,
         keep: bool = True,
         max_pending: int | None = None,
+        on_violation: Callable[[Violation], None] | None = None,
     ) -> None:
         self._step_name = step_name
+        self._on_violation = on_violation
         self._window = window
         self._grace = grace_us
         self._on_step = on_step
@@ -366,6 +381,11 @@ class Rollup:
         # arrives here; one of this process's (an in-process server's client) does, soon.
         self._remote: deque[tuple[float, int]] = deque()
         self._remote_keys: set[int] = set()
+        # How many of _remote_keys have a group in _pending: awaited() reads it from any
+        # thread, where iterating _remote (changed by the export thread) could raise.
+        self._remote_open = 0
+        # Recent steps per (trace, rl.iteration): [(start, end, key)], oldest key first.
+        self._stepped: dict[tuple[int, int], list[tuple[float, float, int]]] = {}
         # Groups waiting plus the bucketed leaves they hold, bounded by max_pending.
         self._load = 0
         self._limit = max_pending if max_pending is not None else sys.maxsize
@@ -392,18 +412,28 @@ class Rollup:
         # would otherwise make bigger and collect more often, on any thread).
         self._sibling: _Entry = (None, _OUTSIDE, 0, "")
         self._order: deque[int] = deque()
+        # Trace ids that are not 32 lowercase hex digits, by index (add()); hex ones are
+        # the key's high bits themselves, so memory does not grow with distinct traces.
         self._traces: dict[str, int] = {}
         self._trace_ids: list[str] = []
+        self._last_trace: Any = None  # the last event's trace id and its high bits
+        self._last_high = 0
         self._names: dict[str, str] = {}
         self._violations: list[Violation] = []
         self._spans = 0
         self._without_ids = 0
+        self._bad_ids = 0
         self._duplicates = 0
 
     # -- input ------------------------------------------------------------------
 
     def add(self, event: dict[str, Any], origin: int = 0) -> None:
-        """Account one complete event (other phases are ignored)."""
+        """Account one complete event (other phases are ignored).
+
+        Events without a ``ts`` or hex span ids are counted in ``without_ids``;
+        a span or parent id outside 0 .. 2**64 - 1 in ``bad_ids`` (either would
+        stand for another trace's span).
+        """
         if event.get("ph") != "X":
             return
         args = event.get("args")
@@ -416,15 +446,21 @@ class Rollup:
         try:
             start = event["ts"]
             end = start + event.get("dur", 0)
-            tix = self._traces.get(trace_id)
-            if tix is None:
-                tix = self._trace_index(str(trace_id))
-            key = int(span_id, 16) | tix << 64
+            sid = int(span_id, 16)
             parent_id: Any = args.get("parent_span_id")
-            pkey = int(parent_id, 16) | tix << 64 if parent_id else None
+            pid = int(parent_id, 16) if parent_id else None
         except (KeyError, TypeError, ValueError):
             self._without_ids += 1
             return
+        if sid >> 64 or (pid is not None and pid >> 64):
+            # Negative ("-1") or past 64 bits: it would take the trace's bits, another
+            # trace's span id (x >> 64 is 0 exactly for 0 <= x < 2**64).
+            self._bad_ids += 1
+            return
+        # The last event's trace (a str: only those are kept there), else looked up.
+        high = self._last_high if trace_id == self._last_trace else self._trace_high(trace_id)
+        key = sid | high
+        pkey = pid | high if pid is not None else None
         self._account(event.get("name"), key, pkey, start, end, args, event.get("cat"), origin)
 
     def add_span(
@@ -527,10 +563,27 @@ class Rollup:
             payload, key, pkey, self._home.get(pkey) if pkey is not None else None, 0, name
         )
 
-    def _trace_index(self, trace_id: str) -> int:
-        index = self._traces[trace_id] = len(self._trace_ids)
-        self._trace_ids.append(trace_id)
-        return index
+    def _trace_high(self, trace_id: Any) -> int:
+        """The key bits of *trace_id* (above the span id's 64): the id itself when it is
+        32 lowercase hex digits, else an index in the table of other ids."""
+        high = None
+        if trace_id.__class__ is str and len(trace_id) == 32:
+            try:
+                value = int(trace_id, 16)
+            except ValueError:
+                value = -1
+            if value >= 0 and f"{value:032x}" == trace_id:
+                high = value << 64
+        if high is None:
+            text = str(trace_id)
+            index = self._traces.get(text)
+            if index is None:
+                index = self._traces[text] = len(self._trace_ids)
+                self._trace_ids.append(text)
+            high = (_TRACE_LIMIT | index) << 64
+        if trace_id.__class__ is str:
+            self._last_trace, self._last_high = trace_id, high
+        return high
 
     def _intern(self, name: str) -> str:
         found = self._names.get(name)
@@ -556,6 +609,8 @@ class Rollup:
         children = self._pending.pop(key, None)  # _take, inline (it runs once per span)
         if children is not None:
             self._load -= 1 + len(children.leaves)
+            if self._remote_keys and key in self._remote_keys:
+                self._remote_open -= 1
         flags = (_HAS_ITERATION if iteration is not None else 0) | (_STEP if group_step else 0)
         bucket_index = -1
         if bucket is not None:
@@ -761,6 +816,17 @@ class Rollup:
             step.add_leaves(raw)
             if sum(step.sums) > step.end - step.start:
                 step.overlaps = _overlapping(raw)
+        if step.iteration is not None:  # for _ruled_out (a step per iteration, or a few)
+            where = (step.key >> 64, step.iteration)
+            stepped = self._stepped
+            seen = stepped.get(where)
+            if seen is None:
+                if len(stepped) >= _STEPS_REMEMBERED:
+                    del stepped[next(iter(stepped))]
+                seen = stepped[where] = []
+            elif len(seen) >= _STEPS_PER_KEY:
+                del seen[0]
+            seen.append((step.start, step.end, step.key))
         self._seq += 1
         due = step.end + self._grace
         heapq.heappush(self._held, (due, self._seq, step))
@@ -818,6 +884,8 @@ class Rollup:
         """A new group of spans waiting for *pkey* (the oldest given up past max_pending)."""
         group = self._pending[pkey] = _Group()
         self._load += 1
+        if self._remote_keys and pkey in self._remote_keys:
+            self._remote_open += 1
         limit = self._max_pending
         if limit is not None:
             waits = self._waits
@@ -834,6 +902,8 @@ class Rollup:
         group = self._pending.pop(key, None)
         if group is not None:
             self._load -= 1 + len(group.leaves)
+            if self._remote_keys and key in self._remote_keys:
+                self._remote_open -= 1
         return group
 
     def _evict(self) -> None:
@@ -845,20 +915,25 @@ class Rollup:
             if group is None:
                 continue
             self._load -= 1 + len(group.leaves)
+            if self._remote_keys and key in self._remote_keys:
+                self._remote_open -= 1
             self.evicted += 1
-            self.evicted_leaves += len(group.leaves)
-            self._missing(group)
+            self.evicted_leaves += self._missing(group)
 
     def awaited(self) -> int:
-        """Parents spans wait for now, those of other processes (remote) left out."""
-        pending = self._pending
-        return len(pending) - sum(1 for _, key in self._remote if key in pending)
+        """Parents spans wait for now, those of other processes (remote) left out.
+
+        Any thread: it reads two counts, never a collection the feeding thread changes.
+        """
+        return max(0, len(self._pending) - self._remote_open)
 
     def _remote_wait(self, pkey: int, end: float) -> None:
         """Note a wait for the remote parent *pkey*: settled if it has not come by
         *end* plus the grace (a span of this process ends that soon after its child)."""
         if pkey not in self._remote_keys:
             self._remote_keys.add(pkey)
+            if pkey in self._pending:
+                self._remote_open += 1
             deadline = end + self._grace
             self._remote.append((deadline, pkey))
             if deadline < self._next_seal:  # _seal settles it, on the span-time clock
@@ -869,21 +944,44 @@ class Rollup:
         remote, keys = self._remote, self._remote_keys
         while remote and remote[0][0] < now:
             _, pkey = remote.popleft()
-            keys.discard(pkey)
             group = self._take(pkey)
+            keys.discard(pkey)
             if group is not None:
                 self._missing(group)
 
-    def _missing(self, group: _Group) -> None:
-        """*group*'s parent never arrives: its candidates are steps, its leaves outside."""
+    def _missing(self, group: _Group) -> int:
+        """*group*'s parent never arrives: its candidates are steps, its leaves outside.
+
+        A candidate inside a step of its trace with its ``rl.iteration`` is no
+        step (a detached finalize span whose bucketed parent left the window):
+        its leaves go with the group's. Returns the bucketed leaves counted
+        nowhere.
+        """
         if group.cands:
             for cand in group.cands:
-                cand.orphan = True
-                self._confirm(cand)
+                if self._ruled_out(cand):
+                    self._fold_step(cand, group)
+                else:
+                    cand.orphan = True
+                    self._confirm(cand)
             group.cands = None
+        dropped = len(group.leaves)
         group.leaves.clear()
         group.pre = group.phases = group.stalls = None
         group.fwd = _OUTSIDE
+        return dropped
+
+    def _ruled_out(self, cand: _Step) -> bool:
+        """Whether a step of *cand*'s trace and ``rl.iteration`` contains its start."""
+        if cand.iteration is None:
+            return False
+        seen = self._stepped.get((cand.key >> 64, cand.iteration))
+        if seen:
+            start = cand.start
+            for first, last, key in seen:
+                if first <= start < last and key != cand.key:
+                    return True
+        return False
 
     def _remember(self, key: int, entry: _Entry) -> None:
         home = self._home
@@ -924,14 +1022,16 @@ class Rollup:
         self.violation_count += 1
         if self._keep:
             self._violations.append(found)
+        if self._on_violation is not None:
+            self._on_violation(found)
         return found
 
     def _trace_of(self, key: int) -> str:
-        """The trace id of *key*: its index in the table, or the id itself (add_span)."""
-        index = key >> 64
-        if self._trace_ids:  # add(): events with string ids
-            return self._trace_ids[index]
-        return f"{index:032x}"
+        """The trace id of *key*: the id itself, or its index in the table (non-hex)."""
+        high = key >> 64
+        if high >= _TRACE_LIMIT:
+            return self._trace_ids[high - _TRACE_LIMIT]
+        return f"{high:032x}"
 
     def _late(self, step: _Step, inner: list[Example]) -> None:
         names = ", ".join(f"{n!r} (span {k & _MASK:016x})" for n, k in inner)
@@ -956,10 +1056,10 @@ class Rollup:
                 self._missing(group)
         self._remote.clear()
         self._remote_keys.clear()
+        self._remote_open = 0
         missing = len(self._pending)
         for group in self._pending.values():
-            self.abandoned_leaves += len(group.leaves)
-            self._missing(group)
+            self.abandoned_leaves += self._missing(group)
         self.abandoned += missing
         self._pending.clear()
         self._waits.clear()
@@ -979,9 +1079,16 @@ class Rollup:
             )
         if missing:
             plural = "s" if missing != 1 else ""
+            leaves = self.abandoned_leaves
+            lost = (
+                f"; {leaves} bucketed span{'s' if leaves != 1 else ''} waiting for them "
+                "counted in no step"
+                if leaves
+                else ""
+            )
             notes.append(
                 f"{missing} parent span{plural} referenced but not found in the inputs "
-                "(another rank's file missing, or a detached span that arrived very late)"
+                f"(another rank's file missing, or a detached span that arrived very late){lost}"
             )
         return RollupResult(
             rows,
@@ -990,6 +1097,11 @@ class Rollup:
             without_ids=self._without_ids,
             duplicates=self._duplicates,
             notes=notes,
+            bad_ids=self._bad_ids,
+            evicted=self.evicted,
+            evicted_leaves=self.evicted_leaves,
+            abandoned=self.abandoned,
+            abandoned_leaves=self.abandoned_leaves,
         )
 
     def _overlap(self, step: _Step) -> str:

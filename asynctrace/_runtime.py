@@ -24,6 +24,7 @@ from . import _group_audit, _otel_global, _session_tracer, _stalls, _state
 from ._config import TelemetryConfig
 from ._errors import ConfigurationError, MissingExtraError, report_internal_error
 from ._forksafe import reinit_at_fork
+from ._goodput import release_for_shutdown
 from ._profiling import Profiler, active_profiler, install_profiler
 from ._session_tracer import SessionTracer
 from ._sigterm import SigtermHandler, release_closed
@@ -222,6 +223,7 @@ class Telemetry:
             >>> configure({"enabled": False}).shutdown()
             True
         """
+        release_for_shutdown()  # called in a goodput callback: its close must not wait for it
         with self._lock:
             running, self._running = self._running, False
         timeout = self.settings.shutdown_timeout_s if timeout_s is None else timeout_s

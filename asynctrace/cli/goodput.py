@@ -163,6 +163,7 @@ class Collected:
     result: RollupResult
     origins: Origins
     stats: ReadStats
+    max_pending: int | None = None
 
 
 def _step_pattern(text: str | None) -> re.Pattern[str] | None:
@@ -223,7 +224,7 @@ def collect(
         bar.close()
     if not stats.records:
         raise CliError(_nothing_read(paths, stats))
-    return Collected(list(paths), rollup.finish(), origins, stats)
+    return Collected(list(paths), rollup.finish(), origins, stats, max_pending)
 
 
 def _nothing_read(paths: Sequence[Path], stats: ReadStats) -> str:
@@ -312,6 +313,19 @@ def _notes(collected: Collected) -> list[str]:
         lines.append(summary)
     if result.without_ids:
         lines.append(f"{result.without_ids} complete events without trace/span ids were ignored")
+    if result.bad_ids:
+        lines.append(
+            f"{result.bad_ids} complete events whose span id is not a 64-bit hex number "
+            "were ignored"
+        )
+    if result.evicted:
+        plural = "s" if result.evicted != 1 else ""
+        leaves = result.evicted_leaves
+        lines.append(
+            f"{result.evicted} wait{plural} for a parent span given up past --max-pending "
+            f"{collected.max_pending}: {leaves} bucketed span{'s' if leaves != 1 else ''} "
+            "in them counted in no step (a larger --max-pending, or none, keeps them)"
+        )
     if result.duplicates:
         lines.append(f"{result.duplicates} duplicate spans were ignored")
     lines.extend(result.notes)
@@ -385,6 +399,13 @@ def to_json(collected: Collected) -> dict[str, Any]:
             "unusable_files": [
                 {"file": path.name, "why": why} for path, why in collected.stats.unusable
             ],
+            "without_ids": result.without_ids,
+            "bad_ids": result.bad_ids,
+            "duplicates": result.duplicates,
+            "evicted": result.evicted,
+            "evicted_leaves": result.evicted_leaves,
+            "abandoned": result.abandoned,
+            "abandoned_leaves": result.abandoned_leaves,
         },
     }
 

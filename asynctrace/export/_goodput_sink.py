@@ -240,7 +240,9 @@ class GoodputSink:
             on_step=self._on_step,
             keep=False,
             max_pending=settings.max_pending,
+            on_violation=self._on_violation,
         )
+        self._violation_kinds: set[str] = set()  # kinds logged once already
         self._meters = meters if meters is not None else MeterSetup(None)
         self.metrics = (
             GoodputMetrics(self._meters.provider) if self._meters.provider is not None else None
@@ -370,6 +372,19 @@ class GoodputSink:
             except Exception as exc:
                 self._warn("recording goodput metrics failed", exc)
         self.dispatcher.put(record)
+
+    def _on_violation(self, violation: Violation) -> None:
+        """Log the first violation of each kind; the rest are counted in the stats."""
+        if violation.kind in self._violation_kinds:
+            return
+        self._violation_kinds.add(violation.kind)
+        logger.warning(
+            "asynctrace: goodput: [%s] %s (further %s violations are counted in "
+            "Telemetry.goodput.violations, not logged)",
+            violation.kind,
+            violation.message,
+            violation.kind,
+        )
 
     def _emit(self) -> None:
         """The end of a batch: its lines written, its histogram values recorded in a row."""
