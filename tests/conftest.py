@@ -92,3 +92,13 @@ def tracer(tmp_path: Path) -> Iterator[SessionTracer]:
     yield tracer
     install(previous)
     tracer.shutdown(5.0)
+
+
+@pytest.fixture
+def lenient() -> Iterator[None]:
+    """Hot-path failures logged, not raised (the production setting)."""
+    previous = _errors.set_strict(False)
+    try:
+        yield
+    finally:
+        _errors.set_strict(previous)

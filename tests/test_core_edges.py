@@ -14,25 +14,13 @@ import enum
 import logging
 import time
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import asynctrace as at
 from asynctrace import Bucket, ConfigurationError, register_span_groups
-from asynctrace._errors import set_strict
 from asynctrace.testing import capture_spans
-
-
-@pytest.fixture
-def lenient() -> Iterator[None]:
-    """Hot-path failures logged, not raised (the production setting)."""
-    previous = set_strict(False)
-    try:
-        yield
-    finally:
-        set_strict(previous)
 
 
 def test_a_preset_cycle_is_refused_where_it_is_made_and_changes_nothing() -> None:

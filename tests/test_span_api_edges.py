@@ -28,16 +28,6 @@ PROVIDERS = ["fast", "sdk"]
 OPENERS: list[Callable[[str, str], Any]] = [at.managed_span, at.umbrella_span, at.detached_span]
 
 
-@pytest.fixture
-def lenient() -> Iterator[None]:
-    """Hot-path failures logged, not raised (the production setting)."""
-    previous = set_strict(False)
-    try:
-        yield
-    finally:
-        set_strict(previous)
-
-
 def _reentry_logs(caplog: pytest.LogCaptureFixture) -> int:
     return sum("entered already" in str(r.exc_info and r.exc_info[1]) for r in caplog.records)
 

@@ -16,6 +16,7 @@ pytest.importorskip("uvicorn")
 
 import uvicorn
 from aiohttp import web
+from asynctrace_contrib.aiohttp_client import client_middleware, trace_config
 
 
 @dataclass
@@ -113,3 +114,15 @@ def aiohttp_server() -> Iterator[Any]:
     yield start
     for served in servers:
         served.stop()
+
+
+@pytest.fixture(params=["middleware", "trace_config"])
+def traced(request: pytest.FixtureRequest) -> Any:
+    """Session keyword arguments for either client form, given the same options."""
+
+    def make(**options: Any) -> dict[str, Any]:
+        if request.param == "middleware":
+            return {"middlewares": (client_middleware(**options),)}
+        return {"trace_configs": [trace_config(**options)]}
+
+    return make

@@ -13,7 +13,6 @@ import pytest
 from aiohttp import web
 from asynctrace_contrib._http import redact_url
 from asynctrace_contrib.aiohttp_client import (
-    client_middleware,
     instrument_aiohttp_client,
     trace_config,
     uninstrument_aiohttp_client,
@@ -22,19 +21,6 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 import asynctrace as at
 from asynctrace.testing import CapturedSpans, capture_spans
-
-
-@pytest.fixture(params=["middleware", "trace_config"])
-def traced(request: pytest.FixtureRequest) -> Any:
-    """Session keyword arguments for either form, given the same options."""
-
-    def make(**options: Any) -> dict[str, Any]:
-        if request.param == "middleware":
-            return {"middlewares": (client_middleware(**options),)}
-        return {"trace_configs": [trace_config(**options)]}
-
-    return make
-
 
 VALID_PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 

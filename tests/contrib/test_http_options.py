@@ -25,18 +25,6 @@ from asynctrace._redact import CREDENTIAL_KEYS
 from asynctrace.testing import CapturedSpans, capture_spans
 
 
-@pytest.fixture(params=["middleware", "trace_config"])
-def traced(request: pytest.FixtureRequest) -> Any:
-    """Session keyword arguments for either client form, given the same options."""
-
-    def make(**options: Any) -> dict[str, Any]:
-        if request.param == "middleware":
-            return {"middlewares": (client_middleware(**options),)}
-        return {"trace_configs": [trace_config(**options)]}
-
-    return make
-
-
 def recorder() -> tuple[web.Application, list[list[tuple[str, str]]]]:
     """An aiohttp app that keeps every request's headers (each repeat separately)."""
     seen: list[list[tuple[str, str]]] = []

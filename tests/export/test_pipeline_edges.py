@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +25,7 @@ from opentelemetry.sdk.trace.export import (
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import asynctrace as at
-from asynctrace import _errors
 from asynctrace.export import read_chrome_trace
-
-
-@pytest.fixture
-def lenient() -> Iterator[None]:
-    """Hot-path failures logged and swallowed, as in production (not re-raised)."""
-    previous = _errors.set_strict(False)
-    yield
-    _errors.set_strict(previous)
 
 
 class RaisingOnEnd(SpanProcessor):
