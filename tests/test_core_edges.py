@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import asynctrace as at
-from asynctrace import Bucket, ConfigurationError, register_span_groups
+from asynctrace import Bucket, ConfigurationError, _group_audit, register_span_groups
 from asynctrace.testing import capture_spans
 
 
@@ -68,6 +68,7 @@ def test_a_group_asked_for_and_never_registered_is_reported_at_shutdown(
 ) -> None:
     """However short the run (the audit window never closed), ``shutdown()`` names a
     group that spans were asked for and that no library registered."""
+    _group_audit.reset_window()  # the worker's window may have closed in earlier tests
     caplog.set_level(logging.WARNING, logger="asynctrace")
     telemetry = at.configure(
         {"enabled": True, "span_groups": "all", "output_dir": str(tmp_path), "exporters": []}
