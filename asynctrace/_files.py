@@ -14,6 +14,7 @@ records) append JSON lines, with three promises:
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import stat
@@ -104,9 +105,27 @@ class AppendFile:
         self._open()
 
     def _open(self) -> None:
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        """Open the path, which must be (or become) a regular file.
+
+        Opened non-blocking, so a FIFO put in the file's place fails at once
+        (``ENXIO``) rather than blocking the writer thread until a reader comes;
+        anything but a regular file is then refused, and the descriptor made
+        blocking again for the writes.
+
+        Raises:
+            OSError: the file cannot be opened, or is not a regular file.
+        """
+        fd = os.open(self.path, _OPEN_FLAGS | _NONBLOCK, 0o666)
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise OSError(errno.EINVAL, "not a regular file", str(self.path))
+            if _NONBLOCK:
+                os.set_blocking(fd, True)
+        except OSError:
+            os.close(fd)
+            raise
         self._fd = fd
-        info = os.fstat(fd)
         self._identity = (info.st_dev, info.st_ino)
         self._at_line_start = info.st_size == 0 or _ends_with_newline(self.path, info.st_size)
 
@@ -124,7 +143,9 @@ class AppendFile:
         """Open the file at its path again (making its directory), warning once.
 
         Raises:
-            OSError: the directory or the file cannot be made.
+            OSError: the directory or the file cannot be made, or what is at
+                the path now is not a regular file (a directory, a FIFO, a
+                socket); the next write tries again.
         """
         if not self._warned:
             self._warned = True
@@ -205,6 +226,9 @@ class AppendFile:
             except OSError:
                 pass
 
+
+_OPEN_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # absent on Windows, where there are no FIFOs to block
 
 # fdatasync where the platform has it (Linux); fsync elsewhere (macOS has no fdatasync).
 _datasync = getattr(os, "fdatasync", os.fsync)

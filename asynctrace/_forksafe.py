@@ -11,6 +11,7 @@ register a method that resets them (:func:`call_in_child`).
 from __future__ import annotations
 
 import os
+import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -19,6 +20,12 @@ __all__ = ["call_in_child", "reinit_at_fork"]
 
 _locks: weakref.WeakSet[Any] = weakref.WeakSet()
 _methods: list[weakref.WeakMethod[Callable[[], None]]] = []
+_methods_lock = threading.Lock()
+_locks.add(_methods_lock)  # made new in the child before _methods is read there
+# Dead references are dropped when the list reaches this length, which then doubles
+# what is alive: each configure() adds methods, and a process that never forks would
+# otherwise keep one dead reference per object ever registered.
+_prune_at = 16
 
 
 def reinit_at_fork(*locks: Any) -> None:
@@ -41,7 +48,13 @@ def call_in_child(method: Callable[[], None]) -> None:
         >>> thing = Thing()
         >>> call_in_child(thing.reset)
     """
-    _methods.append(weakref.WeakMethod(method))
+    global _prune_at
+    ref = weakref.WeakMethod(method)
+    with _methods_lock:
+        _methods.append(ref)
+        if len(_methods) >= _prune_at:
+            _methods[:] = [r for r in _methods if r() is not None]
+            _prune_at = max(16, 2 * len(_methods))
 
 
 def _after_fork_in_child() -> None:

@@ -8,6 +8,13 @@ current :func:`asynctrace.configure` (or to a no-op tracer when telemetry is
 off). If the application already installed its own global provider,
 asynctrace leaves it alone.
 
+An application that sets its own global provider *after* asynctrace took the
+slot cannot: OpenTelemetry keeps the first and only logs "Overriding of
+current TracerProvider is not allowed". That call cannot be intercepted
+cleanly, so asynctrace watches for that record on OpenTelemetry's logger and
+explains, once, on its own logger what it means (the program's provider is
+not the global, now or after asynctrace's shutdown) and what to do.
+
 A tracer's ``start_as_current_span`` picks the provider when its block is
 entered, not when it is called: ``@tracer.start_as_current_span("x")``
 decorates a function once, at import, and each call of that function enters
@@ -16,6 +23,7 @@ the block anew, so it follows a reconfiguration made between the two.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -135,6 +143,40 @@ _SWITCH = SwitchingTracerProvider()
 _lock = threading.Lock()
 reinit_at_fork(_lock)  # a lock held at fork() is made new in the child
 
+logger = logging.getLogger("asynctrace")
+_OVERRIDE_MESSAGE = "Overriding of current TracerProvider is not allowed"
+
+
+class _LateSetterWarning(logging.Filter):
+    """Explains OpenTelemetry's refusal of a program's late ``set_tracer_provider`` (once).
+
+    Installed on the ``opentelemetry.trace`` logger when asynctrace takes the
+    global; it lets every record through.
+    """
+
+    warned = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if (
+            not self.warned
+            and record.msg == _OVERRIDE_MESSAGE
+            and trace.get_tracer_provider() is _SWITCH
+        ):
+            self.warned = True
+            logger.warning(
+                "asynctrace: opentelemetry.trace.set_tracer_provider() was called after "
+                "asynctrace.configure() took OpenTelemetry's global tracer provider, which "
+                "can be set once per process: the new provider is not the global, and spans "
+                "of trace.get_tracer(...) go to asynctrace's pipeline while it runs and "
+                "nowhere after its shutdown(). Set the program's provider before the first "
+                "configure() (asynctrace then leaves the global alone), or pass its exporter "
+                "in asynctrace's exporters"
+            )
+        return True
+
+
+_late_setter = _LateSetterWarning()
+
 
 def claim(provider: trace.TracerProvider, shutdown: Callable[[], object] | None = None) -> bool:
     """Route the global provider to *provider* if asynctrace may own the global.
@@ -151,6 +193,7 @@ def claim(provider: trace.TracerProvider, shutdown: Callable[[], object] | None 
             trace.set_tracer_provider(_SWITCH)
             if trace.get_tracer_provider() is not _SWITCH:
                 return False  # lost a race with another setter
+            logging.getLogger(trace.__name__).addFilter(_late_setter)
         _SWITCH.retarget(provider, shutdown)
         return True
 

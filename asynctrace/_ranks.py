@@ -20,22 +20,34 @@ from ._errors import ConfigurationError
 __all__ = [
     "LAUNCHER_VARS",
     "LOCAL_RANK_VARS",
+    "MAX_WORLD_SIZE",
     "ExportRanks",
     "env_local_rank",
     "env_rank",
     "parse_export_ranks",
 ]
 
+# Innermost launcher first: a launcher started inside another's allocation (mpirun in
+# an sbatch script, torchrun under srun) inherits the outer one's variables, which
+# describe the outer step (SLURM_PROCID=0 for every process mpirun starts).
 LAUNCHER_VARS = (
     ("RANK", "WORLD_SIZE"),  # torchrun, accelerate, deepspeed, most launchers
-    ("SLURM_PROCID", "SLURM_NTASKS"),  # srun
     ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),  # Open MPI's mpirun
-    ("PMI_RANK", "PMI_SIZE"),  # MPICH, Intel MPI (Hydra)
+    ("PMI_RANK", "PMI_SIZE"),  # MPICH, Intel MPI (Hydra); srun --mpi=pmi2 agrees with SLURM's
+    ("SLURM_PROCID", "SLURM_NTASKS"),  # srun
 )
 """(rank variable, world size variable) of each launcher, in the order they are read."""
 
-LOCAL_RANK_VARS = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK")
+LOCAL_RANK_VARS = (
+    "LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "MPI_LOCALRANKID",  # MPICH, Intel MPI (Hydra)
+    "SLURM_LOCALID",
+)
 """The variables of the rank within the node, in the order they are read."""
+
+MAX_WORLD_SIZE = 2**31 - 1
+"""The largest world size accepted (an MPI rank is a C ``int``)."""
 
 _NAMES = ("all", "first", "last", "local_first")
 _ACCEPTED = (
@@ -88,8 +100,12 @@ class ExportRanks:
             return rank in self.ranks
         if rank_hash(rank) < self.rate:
             return True
-        hashes = [rank_hash(r) for r in range(world_size)]
-        return not any(h < self.rate for h in hashes) and hashes.index(min(hashes)) == rank
+        # Stops at the first rank under the rate: about 1/rate steps (at most 10**4,
+        # the hash's resolution, whatever the world size); the whole world is
+        # scanned only when it is small enough that none of it is under the rate.
+        if any(rank_hash(r) < self.rate for r in range(world_size)):
+            return False
+        return min(range(world_size), key=rank_hash) == rank
 
     def __str__(self) -> str:
         if self.mode == "list":
@@ -151,20 +167,33 @@ def parse_export_ranks(key: str, value: Any) -> ExportRanks:
     raise ConfigurationError(f"{key}: {value!r} is not accepted; accepted: {_ACCEPTED}")
 
 
+_DIGITS = 18
+"""At most this many digits are read from a variable (so ``int()`` never meets its limit)."""
+
+
 def _env_int(environ: Mapping[str, str], name: str) -> int | None:
     """The integer in variable *name* (``None``: unset or empty).
 
     Raises:
-        ConfigurationError: the value is not an integer; naming the variable.
+        ConfigurationError: the value is not an integer of at most 18 digits;
+            naming the variable and the value (shortened).
     """
     raw = environ.get(name, "").strip()
     if not raw:
         return None
-    if re.fullmatch(r"[+-]?[0-9]+", raw):
+    if re.fullmatch(rf"[+-]?[0-9]{{1,{_DIGITS}}}", raw):
         return int(raw)
     raise ConfigurationError(
-        f"{name}: {raw!r} is not accepted; accepted: an integer (as launchers set it)"
+        f"{name}: {_shorten(raw)} is not accepted; accepted: an integer of at most "
+        f"{_DIGITS} digits (as launchers set it)"
     )
+
+
+def _shorten(raw: str, limit: int = 40) -> str:
+    """*raw* as repr, cut to *limit* characters with its length said when longer."""
+    if len(raw) <= limit:
+        return repr(raw)
+    return f"{raw[:limit]!r}... ({len(raw)} characters)"
 
 
 def env_rank(
@@ -172,10 +201,13 @@ def env_rank(
 ) -> tuple[int, int]:
     """The rank and world size a launcher gave this process, where not given here.
 
-    The launchers of :data:`LAUNCHER_VARS` are read in order: the first whose
-    rank variable is set gives the rank and the world size (its own world
-    size variable; a rank above 0 without one is an error, rather than a
-    world of one rank). With none set: rank 0 of 1.
+    The launchers of :data:`LAUNCHER_VARS` are read in order, innermost
+    first (``RANK``, Open MPI, PMI, SLURM: ``mpirun`` in an ``sbatch`` script
+    sees the batch step's ``SLURM_PROCID=0`` too): the first whose rank
+    variable is set gives the rank and the world size (its own world size
+    variable; a rank above 0 without one is an error, rather than a world of
+    one rank). With none set: rank 0 of 1. A world size is at most
+    :data:`MAX_WORLD_SIZE`.
 
     Raises:
         ConfigurationError: a malformed value, or a rank with no world size;
@@ -192,9 +224,10 @@ def env_rank(
         for rank_var, size_var in LAUNCHER_VARS:
             found = _env_int(environ, rank_var)
             if found is not None:
-                if found < 0:
+                if not 0 <= found < MAX_WORLD_SIZE:
                     raise ConfigurationError(
-                        f"{rank_var}: {found} is not accepted; accepted: an integer >= 0"
+                        f"{rank_var}: {found} is not accepted; accepted: an integer from 0 "
+                        f"to {MAX_WORLD_SIZE - 1}"
                     )
                 rank, source = found, (rank_var, size_var)
                 break
@@ -205,6 +238,11 @@ def env_rank(
         for size_var in size_vars:
             world_size = _env_int(environ, size_var)
             if world_size is not None:
+                if not 1 <= world_size <= MAX_WORLD_SIZE:
+                    raise ConfigurationError(
+                        f"{size_var}: {world_size} is not accepted; accepted: an integer "
+                        f"from 1 to {MAX_WORLD_SIZE} (as launchers set it)"
+                    )
                 if isinstance(rank, int) and not 0 <= rank < world_size:
                     raise ConfigurationError(
                         f"{size_var}: {world_size} is not accepted with rank {rank}; "
@@ -225,6 +263,7 @@ def env_rank(
 def env_local_rank(environ: Mapping[str, str]) -> int | None:
     """This process's rank within its node, from :data:`LOCAL_RANK_VARS` (``None``: unknown).
 
+    The variables are read innermost launcher first, as in :func:`env_rank`.
     ``-1``, which some launchers set outside a distributed run, means unknown.
 
     Raises:
@@ -238,9 +277,10 @@ def env_local_rank(environ: Mapping[str, str]) -> int | None:
         value = _env_int(environ, name)
         if value is None or value == -1:
             continue
-        if value < 0:
+        if not 0 <= value < MAX_WORLD_SIZE:
             raise ConfigurationError(
-                f"{name}: {value} is not accepted; accepted: an integer >= 0 (or -1: none)"
+                f"{name}: {value} is not accepted; accepted: an integer from 0 to "
+                f"{MAX_WORLD_SIZE - 1} (or -1: none)"
             )
         return value
     return None

@@ -31,7 +31,7 @@ from ._goodput_settings import GoodputSettings
 from ._groups import split_spec
 from ._profiling import ProfilerSettings
 from ._protocol import check_protocol, otlp_protocol
-from ._ranks import ExportRanks, env_local_rank
+from ._ranks import MAX_WORLD_SIZE, ExportRanks, env_local_rank
 
 __all__ = ["Settings", "new_run_id", "resolve"]
 
@@ -140,6 +140,11 @@ def resolve(
         )
     rank = check_int("rank", rank, 0)
     world_size = check_int("world_size", world_size, 1)
+    if world_size > MAX_WORLD_SIZE:
+        raise ConfigurationError(
+            f"world_size: {world_size!r} is not accepted; accepted: an integer from 1 to "
+            f"{MAX_WORLD_SIZE}"
+        )
     if rank >= world_size:
         raise ConfigurationError(
             f"rank: {rank} is not accepted with world_size={world_size}; "

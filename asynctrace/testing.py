@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import _stalls
 from ._config import PROVIDER_NAMES
 from ._errors import ConfigurationError, MissingExtraError
+from ._forksafe import reinit_at_fork
 from ._runtime import current_telemetry
 from ._state import GATE, GateSnapshot, disable_telemetry, enable_telemetry, restore, snapshot
 
@@ -141,8 +144,11 @@ def capture_spans(
     exit, even on error, unless the block changed it: telemetry configured
     (or turned off) inside the block stays as it is then, and telemetry that
     was running before and was shut down inside the block is not brought
-    back (telemetry is off after the block, as that shutdown left it). The
-    OTel global tracer provider is not touched.
+    back (telemetry is off after the block, as that shutdown left it).
+    Captures that overlap without nesting (two tasks, two threads) may exit in
+    any order: the one entered last holds the gate while both are open, and
+    once all have exited the state from before the first is back. The OTel
+    global tracer provider is not touched.
 
     Args:
         span_groups: the span-group spec to enable (default ``"all"``).
@@ -166,30 +172,89 @@ def capture_spans(
             f"{where}: {name!r} is not accepted; accepted: {', '.join(PROVIDER_NAMES)}"
         )
     tracer_provider, exporter = _memory_pipeline(name.strip().lower())
-    previous = snapshot()
-    # The configured telemetry the gate held, if any: shut down inside the block, its
-    # provider must not come back (its own shutdown saw our provider on the gate).
-    running = current_telemetry()
-    owner = running if running is not None and running.provider is previous.provider else None
-    enable_telemetry(tracer_provider, span_groups=span_groups, propagate_scopes=propagate_scopes)
+    with _lock:
+        previous = snapshot()
+        # The configured telemetry the gate held, if any: shut down inside the block, its
+        # provider must not come back (its own shutdown saw our provider on the gate).
+        running = current_telemetry()
+        owner = running if running is not None and running.provider is previous.provider else None
+        try:
+            enable_telemetry(
+                tracer_provider, span_groups=span_groups, propagate_scopes=propagate_scopes
+            )
+        except BaseException:
+            tracer_provider.shutdown()
+            raise
+        _captures[id(tracer_provider)] = _Capture(tracer_provider, previous, owner)
     try:
         yield CapturedSpans(exporter, tracer_provider)
     finally:
-        _leave(tracer_provider, previous, owner)
+        with _lock:
+            _leave(tracer_provider)
         tracer_provider.shutdown()
 
 
-def _leave(provider: TracerProvider, previous: GateSnapshot, owner: Telemetry | None) -> None:
-    """Give the gate back at the end of :func:`capture_spans` (see there)."""
-    if GATE.provider is not provider:
-        return  # configured, or turned off, inside the block: that is the live state
+@dataclass
+class _Capture:
+    """A capture's provider, the gate it replaced and the telemetry that gate ran."""
+
+    provider: TracerProvider
+    previous: GateSnapshot
+    owner: Telemetry | None
+    live: bool = True
+
+
+# Captures by id of their provider: the live ones, and those that exited while a
+# capture entered after them was still live (whose snapshot holds their provider).
+_captures: dict[int, _Capture] = {}
+_lock = threading.Lock()
+reinit_at_fork(_lock)
+
+
+def _leave(provider: TracerProvider) -> None:
+    """Give the gate back at the end of :func:`capture_spans` (see there); under ``_lock``.
+
+    Captures that overlap without nesting (two tasks or threads) exit in any
+    order. The first to exit leaves the gate to the other (it holds it); the
+    last one's snapshot then names the first one's provider, shut down by now,
+    so the chain of exited captures is followed back to the state before the
+    first of them.
+    """
+    capture = _captures[id(provider)]
+    capture.live = False
+    if GATE.provider is provider:
+        while True:
+            earlier = _captures.get(id(capture.previous.provider))
+            if (
+                earlier is None
+                or earlier.live
+                or earlier.provider is not capture.previous.provider
+            ):
+                break
+            capture = earlier
+        _give_back(capture)
+    # Keep an exited capture only while a live one's chain can still reach it.
+    needed: set[int] = set()
+    for entry in _captures.values():
+        if entry.live:
+            key = id(entry.previous.provider)
+            while key in _captures and key not in needed:
+                needed.add(key)
+                key = id(_captures[key].previous.provider)
+    for key in [k for k, entry in _captures.items() if not entry.live and k not in needed]:
+        del _captures[key]
+
+
+def _give_back(capture: _Capture) -> None:
+    """Restore the gate *capture* replaced, or off if its telemetry was shut down since."""
+    owner = capture.owner
     if owner is not None and not owner.enabled:
         # What the owner's shutdown skipped while the gate held the capture.
         disable_telemetry()
         _stalls.stop_all()
         _stalls.set_threshold(_stalls.DEFAULT_THRESHOLD_MS)
         return
-    restore(previous)
+    restore(capture.previous)
 
 
 def span_tree(spans: Sequence[ReadableSpan]) -> dict[int | None, list[ReadableSpan]]:

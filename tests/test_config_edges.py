@@ -32,6 +32,7 @@ LAUNCH_VARS = (
     "OMPI_COMM_WORLD_LOCAL_RANK",
     "PMI_RANK",
     "PMI_SIZE",
+    "MPI_LOCALRANKID",
 )
 
 
