@@ -36,6 +36,7 @@ import numbers
 import os
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -250,19 +251,60 @@ def _json_text(value: Any) -> str:
             return f"<unreadable {type(value).__name__}>"
 
 
+_REDACTED: Final = "REDACTED"  # what a credential key's value becomes, as in session payloads
+_MAX_KEYS_CACHED: Final = 4096
+_credential_keys: dict[str, bool] = {}  # key -> asynctrace.is_credential_key(key), bounded
+_plain_texts: set[str] = set()  # short strings found to hold nothing to redact, bounded
+_MAX_PLAIN_LEN: Final = 256
+
+
+def _is_credential(key: str) -> bool:
+    """``asynctrace.is_credential_key(key)``, remembered: ``args`` keys repeat every step."""
+    found = _credential_keys.get(key)
+    if found is None:
+        found = asynctrace.is_credential_key(key)
+        if len(_credential_keys) < _MAX_KEYS_CACHED:
+            _credential_keys[key] = found
+    return found
+
+
+def _text(value: str) -> str:
+    """*value* redacted (``asynctrace.redact_text``) when it could hold a credential.
+
+    ``redact_text`` changes only text with a URL or a ``name=``/``name:`` pair
+    (a ``:`` or ``=``), a header pair repr (a ``(``) or a ``Bearer`` token
+    (after a blank): text with none of these is returned as it is, unscanned.
+    """
+    if (
+        ":" in value
+        or "=" in value
+        or "(" in value
+        or ((" " in value or "\t" in value) and "bearer" in value.lower())
+    ):
+        return asynctrace.redact_text(value)
+    if len(value) <= _MAX_PLAIN_LEN and len(_plain_texts) < _MAX_KEYS_CACHED:
+        _plain_texts.add(value)  # args strings repeat every step: next time a set lookup
+    return value
+
+
 def _attribute(value: Any) -> Any:
     """One ``args`` value as a span attribute, as close to AReaL's JSON as attributes go.
 
-    Scalars stay as they are (numpy's numbers as the int or float they stand
-    for), a list or tuple of one scalar type stays a list, anything else
-    (mappings, mixed or nested lists) is its JSON text.
+    Numbers stay as they are (numpy's numbers as the int or float they stand
+    for), a string is redacted (:func:`_text`), a list or tuple of one scalar
+    type stays a list (of redacted strings), anything else (mappings, mixed or
+    nested lists) is its JSON text, redacted: a ``headers`` mapping loses its
+    ``Authorization`` value.
     """
-    if value.__class__ in _SCALARS:
+    cls = value.__class__
+    if cls is int or cls is float or cls is bool:
         return value
+    if cls is str:
+        return value if value in _plain_texts else _text(value)
     if isinstance(value, bool):
         return bool(value)
     if isinstance(value, str):  # a str enum: its value, as json.dumps writes it
-        return str.__str__(value)
+        return _text(str.__str__(value))
     if isinstance(value, numbers.Integral):
         return int(value)
     if isinstance(value, numbers.Real):
@@ -270,8 +312,8 @@ def _attribute(value: Any) -> Any:
     if isinstance(value, list | tuple):
         kinds = {v.__class__ for v in value}
         if len(kinds) == 1 and kinds <= _SCALARS:
-            return list(value)
-    return _json_text(value)
+            return [_text(v) for v in value] if str in kinds else list(value)
+    return _text(_json_text(value))
 
 
 def _attributes(
@@ -279,14 +321,28 @@ def _attributes(
 ) -> dict[str, Any] | None:
     """AReaL's ``args`` as span attributes (see :func:`_attribute`), with ``areal.category``.
 
-    ``None`` values are left out: an attribute cannot hold ``null``.
+    ``None`` values are left out: an attribute cannot hold ``null``. The value
+    of a credential key (``asynctrace.is_credential_key``: ``api_key``,
+    ``access_token``, ``Authorization``) is ``"REDACTED"``, whatever its type.
     """
     out: dict[str, Any] = {}
     if args:
         for key, value in args.items():
             if value is None:
                 continue
-            out[key if key.__class__ is str else str(key)] = _attribute(value)
+            name = key if key.__class__ is str else str(key)
+            secret = _credential_keys.get(name)  # inline: args keys repeat every step
+            if secret is None:
+                secret = _is_credential(name)
+            cls = value.__class__
+            if secret:
+                out[name] = _REDACTED
+            elif (
+                cls is int or cls is float or cls is bool or (cls is str and value in _plain_texts)
+            ):  # inline, no call: what args hold every step
+                out[name] = value
+            else:
+                out[name] = _attribute(value)
     if category is not None:
         out["areal.category"] = category
     return out or None
@@ -304,7 +360,15 @@ class SessionTracer:
     AReaL's constructor, ``SessionTracer(config, output_path=..., rank=...)``,
     is accepted: it wraps the session tracer asynctrace is running (the
     records go where asynctrace's configuration puts them), since a second
-    writer for the same process is not something asynctrace has.
+    writer for the same process is not something asynctrace has. That
+    tracer must give sequential ids (``session_tracer.ids: sequential``):
+    AReaL's API numbers its sessions.
+
+    Once another configuration replaced the one this object wraps (another
+    :class:`PerfTracer` recorded, ``asynctrace.configure`` or ``shutdown``
+    ran), nothing more is recorded through it: :meth:`register_session`
+    returns ``None``, events and counters are dropped, each counted in
+    ``stats()["not_running"]`` and warned about once.
 
     Example:
         >>> tracer = get_session_tracer()
@@ -321,25 +385,68 @@ class SessionTracer:
         role: str | None = None,
         tracer: Any = None,
     ) -> None:
+        ids = "sequential"  # a tracer given here is a PerfTracer's (ids checked there)
         if tracer is None:
             running = asynctrace.current_telemetry()
-            tracer = running.sessions if running is not None else None
+            if running is not None:
+                tracer, ids = running.sessions, running.settings.session_tracer.ids
         if tracer is None:
             raise RuntimeError(
                 "no asynctrace session tracer is running: configure one first "
                 "(perf_tracer.configure(...) with session_tracer.enabled)"
             )
+        if ids != "sequential":
+            raise asynctrace.ConfigurationError(
+                f"session_tracer.ids: {ids!r} is not accepted by perf_tracer's SessionTracer; "
+                "accepted: sequential (AReaL's API numbers its sessions)"
+            )
         self._inner = tracer
         self.rank = rank
         self.role = role
+        self._not_running = 0
         self._lock = threading.Lock()
         self._tasks: dict[Any, set[int]] = {}
         self._task_of: dict[int, Any] = {}  # session id -> its task: finalize in O(1)
+        _session_tracers.add(self)  # a forked child gets a new lock and no sessions
+
+    def _after_fork_in_child(self) -> None:
+        """A forked child starts with a new lock (another thread may have held this one at
+        the fork) and no sessions, as asynctrace's own session tracer does there."""
+        self._lock = threading.Lock()
+        self._tasks = {}
+        self._task_of = {}
 
     def __getattr__(self, name: str) -> Any:
         if name == "_inner":
             raise AttributeError(name)
         return getattr(self._inner, name)
+
+    def _running(self) -> bool:
+        """Whether the session tracer this object wraps is asynctrace's running one; when it
+        is not, what the caller was about to record is counted and warned about once."""
+        running = asynctrace.current_telemetry()
+        if running is not None and running.sessions is self._inner:
+            return True
+        with self._lock:
+            self._not_running += 1
+        _warn_once(
+            "sessions-not-running",
+            "perf_tracer: this session tracer's asynctrace configuration is no longer the "
+            "running one (another PerfTracer recorded, or asynctrace was configured or shut "
+            "down): its sessions, events and counters are not recorded from now on "
+            "(counted in stats()['not_running'])",
+        )
+        return False
+
+    def stats(self) -> dict[str, int]:
+        """asynctrace's session tracer's counters; ``not_running``: registrations, events and
+        counters not recorded because that tracer is no longer the running one;
+        ``refused_phases``: phase events ignored (process-wide) because 32 phases were
+        registered on first use already."""
+        stats = dict(self._inner.stats())
+        stats["not_running"] = self._not_running
+        stats["refused_phases"] = _refused_phases
+        return stats
 
     def register_task(self, task_id: int) -> None:
         """Declare a task (AReaL's ``register_task``)."""
@@ -358,7 +465,13 @@ class SessionTracer:
         return number
 
     def register_session(self, task_id: Any) -> int | None:
-        """Register a pending session under *task_id* (``None`` too, as AReaL); its id."""
+        """Register a pending session under *task_id* (``None`` too, as AReaL); its id.
+
+        ``None`` when nothing is registered: the tracer is no longer running
+        (see the class), or asynctrace refused (warned once).
+        """
+        if not self._running():
+            return None
         try:
             return self._track(task_id, self._inner.register(_task_key(task_id)))
         except Exception as exc:  # never into the host
@@ -392,6 +505,8 @@ class SessionTracer:
         recorded, as AReaL does not record it. Nothing here raises.
         """
         try:
+            if not self._running():
+                return
             name = event.value if isinstance(event, enum.Enum) else str(event)
             target = str(session_id)
             if name == "finalized":
@@ -401,7 +516,7 @@ class SessionTracer:
             if edge in ("start", "end") and _phase_ok(phase):
                 asynctrace.trace_session_event(name, target)
         except Exception as exc:  # an event never breaks the host
-            _warn_once(f"event:{type(exc).__name__}", "perf_tracer: event dropped: %r", exc)
+            _warn_once("event", "perf_tracer: event dropped: %r", exc)
 
     def _finalize(self, session_id: int, target: str, payload: Mapping[str, Any]) -> None:
         status = payload.get("status")
@@ -410,9 +525,9 @@ class SessionTracer:
         reason = payload.get("reason")
         text = status.value if isinstance(status, enum.Enum) else str(status)
         if text not in _STATUSES:
-            _warn_once(
-                f"status:{text}",
-                "perf_tracer: status %r is not one of %s; recorded as 'dropped'",
+            _warn_once(  # one key: status texts may be made per call
+                "status",
+                "perf_tracer: status %r is not one of %s; recorded as 'dropped' (warned once)",
                 text,
                 ", ".join(_STATUSES),
             )
@@ -424,10 +539,13 @@ class SessionTracer:
     def increment_counter(self, session_id: int, name: str, value: Any = 1) -> None:
         """Add *value* to counter *name* of one session.
 
-        A non-number, or a number that is not finite or is past a float's range
-        (``10**400``), is ignored, warned once: nothing here raises.
+        A bool counts as ``int(value)`` (AReaL adds ``True`` as 1). A non-number,
+        or a number that is not finite or is past a float's range (``10**400``),
+        is ignored, warned once: nothing here raises.
         """
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        if isinstance(value, bool):
+            value = int(value)
+        elif not isinstance(value, numbers.Real):
             _warn_once("counter", "perf_tracer: counter %r: %r is not a number", name, value)
             return
         try:
@@ -443,6 +561,8 @@ class SessionTracer:
                 name,
                 value,
             )
+            return
+        if not self._running():
             return
         try:
             self._inner.count(str(session_id), str(name), number)
@@ -467,6 +587,16 @@ class SessionTracer:
 
 
 _STATUSES: Final = ("accepted", "rejected", "failed", "dropped")
+_session_tracers: weakref.WeakSet[SessionTracer] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for tracer in list(_session_tracers):
+        tracer._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):  # once for the module: a WeakSet, not one hook per tracer
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _task_ok(task_id: Any) -> bool:
@@ -487,11 +617,21 @@ class PerfTracer:
 
     Built as AReaL's is, ``PerfTracer(config, rank=0, role=None)`` (what
     :func:`configure` does, without making it the module's tracer; the
-    extra keywords are :func:`configure`'s). ``telemetry`` is the
-    :class:`asynctrace.Telemetry` it runs (``None`` until something is
-    recorded: a disabled tracer leaves asynctrace alone until
-    :meth:`set_enabled`); ``trace_path`` and ``session_path`` are AReaL's
-    file locations.
+    extra keywords are :func:`configure`'s). Building one changes nothing
+    else: it configures asynctrace when it first records (a scope, an
+    instant, its :attr:`session_tracer`), or when :func:`configure` makes it
+    the module's. ``telemetry`` is the :class:`asynctrace.Telemetry` it runs
+    (``None`` until then; a disabled tracer without sessions leaves asynctrace
+    alone until :meth:`set_enabled`); ``trace_path`` and ``session_path`` are
+    AReaL's file locations.
+
+    asynctrace runs one configuration per process. A tracer that starts
+    while another one's configuration is running replaces it (warned once);
+    the replaced tracer records nothing more: its scopes and instants are
+    skipped and counted in :meth:`stats` (``not_running``), warned once, and
+    its session tracer does the same (:class:`SessionTracer`). So does a
+    tracer whose configuration ``asynctrace.configure`` or ``shutdown``
+    replaced.
 
     Example:
         >>> tracer = PerfTracer(PerfTracerConfig(), rank=0)
@@ -523,6 +663,12 @@ class PerfTracer:
         self._sessions_on = bool(sessions is not None and _field(sessions, "enabled", False))
         self._enabled = bool(_field(config, "enabled", False))
         extra = _deep_merge({}, telemetry or {})
+        ids = _field(extra.get("session_tracer") or {}, "ids", "sequential")
+        if ids != "sequential":
+            raise asynctrace.ConfigurationError(
+                f"telemetry['session_tracer']['ids']: {ids!r} is not accepted; accepted: "
+                "sequential (AReaL's API numbers its sessions)"
+            )
         groups = ",".join(filter(None, [NAMESPACE, extra.pop("span_groups", "")]))
         settings: dict[str, Any] = {
             "enabled": True,
@@ -542,6 +688,9 @@ class PerfTracer:
             if kept:
                 settings["profiler"] = {"steps": kept, "backend": _profiler_backend()}
         self._settings = _deep_merge(settings, extra)
+        # Checked now, though asynctrace is configured later: a bad key fails here, not in
+        # the first scope.
+        asynctrace.TelemetryConfig.from_mapping(self._settings)
         self._world_size = _world_size(rank)
         name = (
             f"traces-r{rank}.jsonl" if role in (None, "worker") else f"traces-{role}-r{rank}.jsonl"
@@ -550,7 +699,12 @@ class PerfTracer:
         self.session_path: Path | None = None
         self.telemetry: asynctrace.Telemetry | None = None
         self._session_tracer: SessionTracer | None = None
-        if self._enabled or self._sessions_on:
+        self._not_running = 0
+        self._count_lock = threading.Lock()
+
+    def _activate(self) -> None:
+        """Configure asynctrace now if this tracer records anything (:func:`configure`)."""
+        if self.telemetry is None and (self._enabled or self._sessions_on):
             self._start()
 
     def _start(self) -> None:
@@ -559,6 +713,22 @@ class PerfTracer:
         Disabled with sessions on, asynctrace runs the session tracer alone:
         no span pipeline, OpenTelemetry's global provider left as it is.
         """
+        global _last_started
+        previous = _last_started() if _last_started is not None else None
+        if (
+            previous is not None
+            and previous is not self
+            and previous.telemetry is not None
+            and previous.telemetry is asynctrace.current_telemetry()
+        ):
+            _warn_once(
+                "replaced",
+                "perf_tracer: a PerfTracer writing to %s replaces the running one (%s): "
+                "asynctrace runs one configuration per process, so the replaced tracer "
+                "records nothing more (counted in its stats()['not_running'])",
+                self.trace_path.parent,
+                previous.trace_path.parent,
+            )
         handle = asynctrace.configure(
             {**self._settings, "enabled": self._enabled},
             rank=self.rank,
@@ -566,6 +736,7 @@ class PerfTracer:
             role=self.role,
         )
         self.telemetry = handle
+        _last_started = weakref.ref(self)
         if handle.sessions is not None:
             self.session_path = Path(handle.sessions.path)
             self._session_tracer = SessionTracer(
@@ -590,8 +761,37 @@ class PerfTracer:
 
     @property
     def session_tracer(self) -> SessionTracer | None:
-        """AReaL's session tracer API (:class:`SessionTracer`), when ``session_tracer.enabled``."""
+        """AReaL's session tracer API (:class:`SessionTracer`), when ``session_tracer.enabled``
+        (asking for it starts this tracer, as recording does)."""
+        if self.telemetry is None and self._sessions_on:
+            self._start()
         return self._session_tracer
+
+    def stats(self) -> dict[str, int]:
+        """``not_running``: scopes and instants not recorded because this tracer's asynctrace
+        configuration is no longer the running one (see the class)."""
+        return {"not_running": self._not_running}
+
+    def _runs(self) -> bool:
+        """Whether scopes may be recorded: started now if need be; ``False`` (counted, warned
+        once) when another configuration replaced this tracer's."""
+        telemetry = self.telemetry
+        if telemetry is None:
+            self._start()
+            return True
+        if telemetry is asynctrace.current_telemetry():
+            return True
+        with self._count_lock:
+            self._not_running += 1
+        _warn_once(
+            "scopes-not-running",
+            "perf_tracer: the PerfTracer writing to %s is no longer asynctrace's running "
+            "configuration (another PerfTracer recorded, or asynctrace was configured or "
+            "shut down): its scopes and instants are not recorded from now on (counted in "
+            "its stats()['not_running'])",
+            self.trace_path.parent,
+        )
+        return False
 
     def bucket_of(self, category: str) -> tuple[str, asynctrace.Bucket | None]:
         """The span group and bucket of a (normalised) category."""
@@ -610,6 +810,11 @@ class PerfTracer:
         """A span around the block (``with`` or ``async with``); see :func:`trace_scope`."""
         if not self._enabled:
             return _NULL
+        telemetry = self.telemetry  # the common case inline: this tracer's config is running
+        if (telemetry is None or telemetry is not asynctrace.current_telemetry()) and not (
+            self._runs()
+        ):
+            return _NULL
         return _Scope(self, name, category, args, enable_profiler)
 
     atrace_scope = trace_scope
@@ -618,7 +823,7 @@ class PerfTracer:
         self, name: str, *, category: CategoryLike = None, args: dict[str, Any] | None = None
     ) -> None:
         """A point in time; see :func:`instant`."""
-        if self._enabled:
+        if self._enabled and self._runs():
             group, _ = self.bucket_of(_category(category))
             asynctrace.instant(
                 group, name, attributes=_attributes(args, _areal_category(category))
@@ -690,9 +895,25 @@ _NULL: Final = _NullContext()
 
 
 class _Scope:
-    """One ``trace_scope``: the iteration scope (for ``global_step``), then the span."""
+    """One ``trace_scope``: the iteration scope (for ``global_step``), then the span.
 
-    __slots__ = ("_args", "_category", "_name", "_profile", "_scope", "_span", "_tracer")
+    ``args`` are read on entry and again on exit, as AReaL copies them when the
+    scope ends: a key the block adds or changes in the same dict is recorded
+    (``global_step`` set in the block stamps no ``rl.iteration``: that is fixed
+    on entry; a key the block removes stays recorded).
+    """
+
+    __slots__ = (
+        "_args",
+        "_category",
+        "_entry",
+        "_live",
+        "_name",
+        "_profile",
+        "_scope",
+        "_span",
+        "_tracer",
+    )
 
     def __init__(
         self,
@@ -709,6 +930,8 @@ class _Scope:
         self._profile = profile
         self._scope: Any = None
         self._span: Any = None
+        self._live: Any = None
+        self._entry: dict[str, Any] | None = None
 
     def __enter__(self) -> _Scope:
         args = self._args
@@ -728,9 +951,25 @@ class _Scope:
             span = asynctrace.managed_span(
                 group, self._name, attributes=attributes, bucket=bucket, profile=profile
             )
-        span.__enter__()
+        self._live = span.__enter__()
         self._span = span
+        if args:  # what exit compares with: a shallow copy (values by identity first)
+            self._entry = dict(args)
         return self
+
+    def _update(self, args: dict[str, Any], entry: dict[str, Any] | None) -> None:
+        """Set the attributes of ``args`` keys added or changed in the block."""
+        try:
+            now = _attributes(args) or {}
+            changed = {
+                key: value
+                for key, value in now.items()
+                if entry is None or key not in entry or entry[key] is not args.get(key)
+            }
+            if changed:
+                self._live.set_attributes(changed)
+        except Exception as exc:  # never into the host
+            _warn_once("scope-args", "perf_tracer: args changed in a scope not recorded: %r", exc)
 
     def __exit__(
         self,
@@ -742,6 +981,19 @@ class _Scope:
         scope, self._scope = self._scope, None
         try:
             if span is not None:
+                args = self._args
+                if args is not None:  # changed in the block? (values by identity first)
+                    entry = self._entry
+                    if entry is None:
+                        if args:
+                            self._update(args, None)
+                    else:
+                        try:
+                            same = args == entry
+                        except Exception:  # a changed value whose == raises (numpy)
+                            same = False
+                        if not same:
+                            self._update(args, entry)
                 span.__exit__(exc_type, exc, tb)
         finally:
             if scope is not None:
@@ -760,6 +1012,7 @@ class _Scope:
 
 
 _lock = threading.Lock()
+_last_started: weakref.ref[PerfTracer] | None = None  # whose configuration asynctrace runs
 GLOBAL_TRACER: PerfTracer | None = None
 """The configured tracer (AReaL's name), ``None`` until :func:`configure`."""
 _task_id: contextvars.ContextVar[int | None] = contextvars.ContextVar(
@@ -878,10 +1131,12 @@ def configure(
                 "PerfTracer has already been configured. Call perf_tracer.reset() "
                 "before configuring again."
             )
-        GLOBAL_TRACER = PerfTracer(
+        tracer = PerfTracer(
             config, rank=rank, role=role, telemetry=telemetry, category_map=category_map
         )
-        return GLOBAL_TRACER
+        tracer._activate()
+        GLOBAL_TRACER = tracer
+        return tracer
 
 
 def is_configured() -> bool:
@@ -1121,6 +1376,9 @@ class _Activation:
         if task_id is None or tracer is None:  # AReaL: no task (or no tracer), no session
             set_session_id(None)
             return
+        if not tracer._running():  # its sessions would go to another tracer: counted instead
+            set_session_id(None)
+            return
         if not _task_ok(task_id):  # no scope for it: registered, spans unstamped
             set_session_id(tracer.register_session(task_id))
             return
@@ -1175,23 +1433,41 @@ def session_context() -> Callable[[F], F]:
     return decorator
 
 
+_MAX_NEW_PHASES: Final = 32  # phases registered on first use, per process
 _known_phases: set[str] = set()
+_new_phases = 0  # registered here (each adds a ``<phase>_s`` field to every record)
+_refused_phases = 0  # phase events ignored past that bound (SessionTracer.stats())
 
 
 def _phase_ok(phase: str) -> bool:
     """Whether *phase* can be recorded: registered with asynctrace on first use (a phase
-    AReaL users add by editing its enum); a name asynctrace refuses (``Generate``,
-    ``total``, ``finalized``) is ignored, as AReaL ignores an event it has no rule for,
-    and warned about once."""
+    AReaL users add by editing its enum), up to 32 of them; a name asynctrace refuses
+    (``Generate``, ``total``, ``finalized``), or one past that bound (counted in
+    ``SessionTracer.stats()["refused_phases"]``), is ignored, as AReaL ignores an event
+    it has no rule for, and warned about once."""
+    global _new_phases, _refused_phases
     if phase in _known_phases:
         return True
-    try:
-        if phase not in asynctrace.registered_phases():
-            asynctrace.register_phase(phase)
-    except asynctrace.ConfigurationError as exc:
-        _warn_once(f"phase:{phase}", "perf_tracer: session phase %r ignored: %s", phase, exc)
-        return False
-    _known_phases.add(phase)
+    with _lock:
+        try:
+            if phase not in asynctrace.registered_phases():
+                if _new_phases >= _MAX_NEW_PHASES:
+                    _refused_phases += 1
+                    _warn_once(
+                        "phase-bound",
+                        "perf_tracer: session phase %r ignored: %d phases were registered "
+                        "on first use already (the bound; each adds a field to every "
+                        "record); register it with asynctrace.register_phase to record it",
+                        phase,
+                        _MAX_NEW_PHASES,
+                    )
+                    return False
+                asynctrace.register_phase(phase)
+                _new_phases += 1
+        except asynctrace.ConfigurationError as exc:
+            _warn_once("phase", "perf_tracer: session phase %r ignored: %s", phase, exc)
+            return False
+        _known_phases.add(phase)
     return True
 
 

@@ -384,10 +384,11 @@ def test_disabled_with_sessions_runs_the_session_tracer_alone(tmp_path: Path) ->
     (no trace file, OpenTelemetry's global provider untouched) until ``set_enabled``."""
     tracer = ours.PerfTracer(config(tmp_path, enabled=False), rank=0)
     try:
+        assert tracer.telemetry is None  # built, not started: nothing else changed
+        assert tracer.session_tracer is not None  # asked for: started
         assert tracer.telemetry is not None
         assert not tracer.telemetry.enabled
         assert at.current_telemetry() is tracer.telemetry
-        assert tracer.session_tracer is not None
         assert not tracer.trace_path.exists()
         tracer.set_enabled(True)
         assert tracer.telemetry.enabled
