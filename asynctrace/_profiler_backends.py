@@ -41,7 +41,15 @@ from ._forksafe import reinit_at_fork
 if TYPE_CHECKING:
     from ._profiling import ProfilerSettings
 
-__all__ = ["BACKENDS", "Backend", "check_backend", "finish_capture", "import_backend"]
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "TracersBusy",
+    "check_backend",
+    "finish_capture",
+    "import_backend",
+    "tracers_built",
+]
 
 logger = logging.getLogger("asynctrace")
 
@@ -55,6 +63,20 @@ _warned: set[str] = set()
 # Before 3.12 viztracer records a thread through its profile hook; from 3.12 through
 # sys.monitoring, every thread, with no hook (as its own enable_thread_tracing).
 _THREAD_HOOK = sys.version_info < (3, 12)
+# viztracer's tracers, reused: each one built takes a thread-local storage key viztracer
+# never gives back (a process has about 1024; the 1025th build exits the process), and
+# freeing one calls threading.setprofile(None), which would take a running capture's hook
+# away. Every tracer is held in _TRACERS until freed under _HOOKS (_reclaim); one saved,
+# or dropped unstarted, waits in _IDLE for a later capture. At most _MAX_TRACERS exist.
+_TRACERS: list[Any] = []
+_IDLE: list[Any] = []
+_MAX_TRACERS = 3
+_BUILT = [0]  # tracers built in this process
+_SEEN: dict[int, frozenset[int]] = {}  # id(tracer) -> threads its earlier captures named
+
+
+class TracersBusy(RuntimeError):
+    """Every tracer a process may hold is running or being saved."""
 
 
 def check_backend(name: str) -> None:
@@ -108,6 +130,9 @@ class Backend:
     def release(self) -> None:
         """On the span's thread, once another thread stopped the capture: drop its hook."""
 
+    def discard(self) -> None:
+        """Give back what :meth:`prepare` built, never started (a spare not needed)."""
+
     def save(self) -> None:
         """Write the capture to :attr:`path` (the saving thread)."""
         raise NotImplementedError
@@ -123,15 +148,71 @@ class Backend:
         raise NotImplementedError
 
 
+def _reclaim(entries: int) -> Any:
+    """An idle tracer of *entries* entries, or ``None`` (called holding _HOOKS).
+
+    A tracer nothing else holds (a spare dropped unused, a capture abandoned) is cleared
+    and made idle; an idle one of another size is freed, with its deallocation's
+    threading.setprofile(None) skipped for this thread and the hook put back.
+    """
+    for tracer in _TRACERS:
+        # held by the list, this loop and getrefcount's argument only: unused
+        if tracer not in _IDLE and sys.getrefcount(tracer) <= 3 and not tracer.enable:
+            tracer.clear()
+            _IDLE.append(tracer)
+    found = next((t for t in _IDLE if t.tracer_entries == entries), None)
+    doomed = [t for t in _IDLE if t.tracer_entries != entries]
+    if not doomed:
+        return found
+    hook, setprofile, freeing = threading.getprofile(), threading.setprofile, threading.get_ident()
+
+    def others_only(func: Any) -> None:
+        if threading.get_ident() != freeing:
+            setprofile(func)
+
+    threading.setprofile = others_only
+    try:
+        for tracer in doomed:
+            _IDLE.remove(tracer)
+            # held by _TRACERS, doomed, this loop and getrefcount's argument only; one
+            # held elsewhere stays in _TRACERS, never freed outside this lock
+            if sys.getrefcount(tracer) <= 4:
+                _TRACERS.remove(tracer)
+                _SEEN.pop(id(tracer), None)
+        del tracer
+        doomed.clear()  # frees the ones removed
+    finally:
+        threading.setprofile = setprofile
+        if threading.getprofile() is not hook:
+            setprofile(hook)
+    return found
+
+
+def tracers_built() -> int:
+    """How many viztracer tracers this process has built."""
+    return _BUILT[0]
+
+
 class PythonBackend(Backend):
     """viztracer: every Python call, and asyncio tasks as tracks of their own."""
 
     name = "python"
+    _tracer: Any = None
+    stale: frozenset[int] = frozenset()  # threads named by the tracer's earlier captures
 
     def prepare(self) -> None:
         viztracer: Any = importlib.import_module("viztracer")
         with _HOOKS:
-            previous, mine = threading.getprofile(), sys.getprofile()
+            self._previous_hook = threading.getprofile()
+            tracer = _reclaim(self.settings.entries)
+            if tracer is not None:
+                _IDLE.remove(tracer)
+                self._tracer = tracer
+                self.stale = _SEEN.get(id(tracer), frozenset())
+                return
+            if len(_TRACERS) >= _MAX_TRACERS:
+                raise TracersBusy(f"all {_MAX_TRACERS} profilers are running or being saved")
+            previous, mine = self._previous_hook, sys.getprofile()
             # Its constructor hooks every thread started from then on, captured or not
             # (each of their calls pays for it), by calling threading.setprofile: that
             # call is skipped for this thread, so no thread started meanwhile elsewhere
@@ -144,20 +225,25 @@ class PythonBackend(Backend):
 
             threading.setprofile = others_only
             try:
-                self._tracer = viztracer.VizTracer(  # allocates its event buffer: about 0.1 s
+                tracer = viztracer.VizTracer(  # allocates its event buffer: about 0.1 s
                     tracer_entries=self.settings.entries,
                     verbose=0,
                     log_async=True,
                     register_global=False,
                     output_file=str(self.path),
                 )
+                _BUILT[0] += 1
+                # its plugin manager points back at it (no plugins here): a cycle the
+                # cyclic GC would free at any moment, on any thread
+                tracer._plugin_manager._tracer = None
+                _TRACERS.append(tracer)
+                self._tracer = tracer
             finally:
                 threading.setprofile = setprofile
                 if threading.getprofile() is not previous:  # set some other way
                     threading.setprofile(previous)
         if mine is None and sys.getprofile() is self._tracer:  # and this thread, idle
             sys.setprofile(None)
-        self._previous_hook = previous
 
     def start(self) -> None:
         if _THREAD_HOOK:  # threads started meanwhile are recorded too
@@ -189,8 +275,27 @@ class PythonBackend(Backend):
         if sys.getprofile() is self._tracer:  # stopped on another thread: still hooked here
             sys.setprofile(None)
 
+    def discard(self) -> None:
+        """Give back a tracer never started (a spare not needed): idle for a later capture."""
+        tracer, self._tracer = self._tracer, None
+        if tracer is not None and not tracer.enable:
+            with _HOOKS:
+                if tracer in _TRACERS and tracer not in _IDLE:
+                    _IDLE.append(tracer)
+
     def save(self) -> None:
-        self._tracer.save(str(self.path), verbose=0)
+        tracer = self._tracer
+        try:
+            tracer.save(str(self.path), verbose=0)
+            events = tracer.data.get("traceEvents", [])
+            seen = {e.get("tid") for e in events if e.get("name") == "thread_name"}
+            _SEEN[id(tracer)] = self.stale | frozenset(t for t in seen if isinstance(t, int))
+        finally:  # reused by a later capture: its buffer and parsed events emptied
+            tracer.data = {}
+            tracer.clear()
+            with _HOOKS:
+                if tracer in _TRACERS and tracer not in _IDLE:
+                    _IDLE.append(tracer)
 
     def _marker(self, name: str) -> None:
         self._tracer.add_instant(name)
@@ -286,6 +391,23 @@ def clock_alignment(events: list[Any], marks: list[tuple[str, int, int]]) -> tup
     return offset, error
 
 
+def _without_stale_threads(events: list[Any], stale: frozenset[int]) -> list[Any]:
+    """*events* without the names of threads a reused tracer saw in earlier captures only
+    (viztracer keeps a tracer's thread names for its life)."""
+    active = {e.get("tid") for e in events if isinstance(e, dict) and e.get("ph") != "M"}
+    return [
+        e
+        for e in events
+        if not (
+            isinstance(e, dict)
+            and e.get("ph") == "M"
+            and e.get("name") == "thread_name"
+            and e.get("tid") in stale
+            and e.get("tid") not in active
+        )
+    ]
+
+
 def finish_capture(backend: Backend, about: dict[str, Any]) -> None:
     """Save *backend*'s capture, then write its clock alignment into it (a daemon thread).
 
@@ -298,6 +420,9 @@ def finish_capture(backend: Backend, about: dict[str, Any]) -> None:
         document = _decode(backend.path.read_bytes())
         if isinstance(document, list):
             document = {"traceEvents": document}
+        stale: frozenset[int] = getattr(backend, "stale", frozenset())
+        if stale and isinstance(document.get("traceEvents"), list):
+            document["traceEvents"] = _without_stale_threads(document["traceEvents"], stale)
         offset, error = clock_alignment(document.get("traceEvents", []), backend.marks)
         metadata = document.get("viztracer_metadata")
         overflow = isinstance(metadata, dict) and metadata.get("overflow") is True

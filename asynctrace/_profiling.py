@@ -41,6 +41,7 @@ from ._errors import ConfigurationError
 from ._profiler_backends import (
     BACKENDS,
     Backend,
+    TracersBusy,
     check_backend,
     finish_capture,
     import_backend,
@@ -228,14 +229,26 @@ class Profiler:
             backend = BACKENDS[self.settings.backend](self.settings)
             try:
                 backend.prepare()
+            except TracersBusy:  # the step builds or reuses one when it starts, if it can
+                return
             except Exception as exc:
                 _warn_once(f"the {self.settings.backend} profiler could not be prepared", exc)
                 return
             self._spare = backend
+            if self._closed.is_set():  # shut down meanwhile: reused by a later profiler
+                self._discard_spare()
 
         thread = threading.Thread(target=build, name="asynctrace-profile-prepare", daemon=True)
         self._preparing = thread
         thread.start()
+
+    def _discard_spare(self) -> None:
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            try:
+                spare.discard()
+            except Exception as exc:
+                _warn_once(f"the {self.settings.backend} profiler could not be given back", exc)
 
     def start(self, iteration: object, span: Any) -> Backend | None:
         """Start a capture of *span*; ``None`` when one is running, the iteration is no
@@ -337,6 +350,7 @@ class Profiler:
         """Stop watching; stop a capture still running (saved, marked ``truncated``); wait
         up to *timeout_s* for captures being saved. ``False`` if one did not finish."""
         self._closed.set()
+        self._discard_spare()
         deadline = time.monotonic() + timeout_s
         with self._lock:
             active, self._active = self._active, None
