@@ -340,6 +340,43 @@ def test_a_processor_tags_spans_in_on_start(make: Any) -> None:
     provider.shutdown()
 
 
+class _Refused(Exception):
+    """An exception of this module: its type is recorded module-qualified."""
+
+
+class _RecordsAnException(SpanProcessor):
+    """Records an exception on the span in on_start; keeps the event on_end sees."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        error = _Refused("login failed: https://bob:hunter2@idp.example/x?token=s3cr3t")
+        span.record_exception(error)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.events.extend(dict(event.attributes or {}) for event in span.events)
+
+
+@pytest.mark.parametrize("make", [_fast, _sdk])
+def test_an_exception_recorded_in_on_start_reads_as_a_spans_own(make: Any) -> None:
+    """The same exception event a span records itself: the module-qualified type, as
+    the SDK names it; on the fast provider, the message and stack trace redacted."""
+    provider, _ = make()
+    processor = _RecordsAnException()
+    provider.add_span_processor(processor)
+    provider.get_tracer("t").start_span("work").end()
+    provider.force_flush(5000)
+    (event,) = processor.events
+    assert event["exception.type"] == f"{__name__}._Refused"
+    assert event["exception.escaped"] == "False"
+    if make is _fast:  # (the bare SDK redacts nothing)
+        assert "hunter2" not in event["exception.message"]
+        assert "s3cr3t" not in event["exception.message"]
+        assert "hunter2" not in event["exception.stacktrace"]
+    provider.shutdown()
+
+
 # -- open spans: bounded --------------------------------------------------------------
 
 
@@ -479,3 +516,20 @@ def test_containers_given_to_managed_span_are_copied(provider: str) -> None:
             assert attributes["map"] == {"k": "v"}
     finally:
         telemetry.shutdown(5.0)
+
+
+def test_the_oldest_open_spans_are_kept_past_the_bound() -> None:
+    """A job's umbrella, open for the whole run, is among the oldest: past the bound the
+    spans forgotten are those after the oldest hundredth, so it is still truncated."""
+    provider = FastTracerProvider(max_open_spans=1_000)
+    memory = LazyMemoryExporter(converter_for(provider))
+    provider.add_queue(memory)
+    tracer = provider.get_tracer("t")
+    tracer.start_span("job")
+    leaked = [tracer.start_span(f"leak{i}") for i in range(2_500)]
+    assert provider.forgotten_spans > 0
+    assert "job" in [span.name for span in provider.open_spans()]
+    provider.end_open_spans("asynctrace.truncated")
+    truncated = {span.name for span in memory.get_finished_spans()}
+    assert "job" in truncated
+    assert len(leaked) == 2_500

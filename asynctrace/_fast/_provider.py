@@ -40,10 +40,47 @@ from ._span import SPAN_TYPES, FastSpan, _copy_attributes, good_keys
 logger = logging.getLogger("asynctrace")
 
 
-__all__ = ["MAX_OPEN_SPANS", "FastTracer", "FastTracerProvider", "Scope"]
+__all__ = [
+    "MAX_OPEN_SPANS",
+    "FastTracer",
+    "FastTracerProvider",
+    "Scope",
+    "forget_open_spans",
+    "warn_forgotten",
+]
 
-MAX_OPEN_SPANS: Final = 100_000  # as export._open_spans.MAX_OPEN_SPANS (the SDK path)
-"""How many open spans a provider keeps track of, by default (see ``max_open_spans``)."""
+MAX_OPEN_SPANS: Final = 100_000
+"""How many open spans a provider (or the SDK path's tracker) keeps, by default."""
+
+
+def forget_open_spans(opened: dict[int, Any], max_open: int) -> list[Any]:
+    """Take a tenth of *max_open* out of *opened* (open spans, oldest first): the spans.
+
+    The oldest hundredth (at most 1,000) stays: a job's or a step's umbrella,
+    open for the whole run, is among the oldest, while spans that were never
+    ended pile up after it. A tenth at a time, so the check on the hot path
+    is a length. Another thread may end a span meanwhile: it is then not
+    taken.
+    """
+    keep = min(1_000, max_open // 100)
+    taken = []
+    for span_id in list(islice(opened, keep, keep + max(1, max_open // 10))):
+        span = opened.pop(span_id, None)
+        if span is not None:
+            taken.append(span)
+    return taken
+
+
+def warn_forgotten(max_open: int, counter: str) -> None:
+    """The one warning that open spans were forgotten past *max_open* (see *counter*)."""
+    logger.warning(
+        "asynctrace: more than %d spans are open (started and never ended?); the "
+        "longest-open past the oldest are forgotten: not truncated at shutdown, still "
+        "exported if they end (counted in %s)",
+        max_open,
+        counter,
+    )
+
 
 _INTERNAL = SpanKind.INTERNAL
 _time_ns = time.time_ns
@@ -386,8 +423,8 @@ class FastTracerProvider(trace.TracerProvider):
         limits: span limits (default: OpenTelemetry's).
         id_generator: where ids come from (default: the process's).
         max_open_spans: how many started, not yet ended spans it keeps track of
-            (to end them, tagged truncated, at shutdown). Past it the
-            longest-open tenth are forgotten: counted in
+            (to end them, tagged truncated, at shutdown). Past it a tenth
+            is forgotten at a time, the oldest hundredth excepted: counted in
             :attr:`forgotten_spans`, said once in a warning, not truncated at
             shutdown, and still exported if they end later. A positive int.
 
@@ -426,8 +463,8 @@ class FastTracerProvider(trace.TracerProvider):
         self._open: dict[int, FastSpan] = {}
         self._max_open = max_open_spans
         self.forgotten_spans = 0
-        self._warned_forgotten = False
         """Open spans forgotten past ``max_open_spans`` (never ended, most likely)."""
+        self._warned_forgotten = False
         self._puts: tuple[Callable[[FastSpan], None], ...] = ()
         self._queued: tuple[Any, ...] = ()  # QueuedSpanProcessor objects: appended to inline
         self._queues: list[Any] = []  # what add_queue/add_span_processor connected
@@ -506,28 +543,17 @@ class FastTracerProvider(trace.TracerProvider):
         return list(self._open.copy().values())
 
     def _forget(self) -> None:
-        """Forget the longest-open tenth of the open spans (past ``max_open_spans``).
+        """Forget open spans past ``max_open_spans`` (:func:`forget_open_spans`).
 
-        Each keeps a claim token, so that ending it later still exports it
-        once. A tenth at a time: the check on the hot path is a length.
+        Each keeps a claim token, so that ending it later still exports it once.
         """
-        opened = self._open
-        count = max(1, self._max_open // 10)
-        forgotten = 0
-        for span_id in list(islice(opened, count)):
-            span = opened.pop(span_id, None)  # another thread may end it meanwhile
-            if span is not None:
-                span._forgotten = [True]
-                forgotten += 1
-        self.forgotten_spans += forgotten
-        if forgotten and not self._warned_forgotten:
+        taken = forget_open_spans(self._open, self._max_open)
+        for span in taken:
+            span._forgotten = [True]
+        self.forgotten_spans += len(taken)
+        if taken and not self._warned_forgotten:
             self._warned_forgotten = True
-            logger.warning(
-                "asynctrace: more than %d spans are open (started and never ended?); "
-                "the longest-open are forgotten: not truncated at shutdown, still exported "
-                "if they end (counted in the provider's forgotten_spans)",
-                self._max_open,
-            )
+            warn_forgotten(self._max_open, "the provider's forgotten_spans")
 
     def end_open_spans(self, attribute: str) -> int:
         """End every open span now with *attribute* = true, latest first; returns how many.

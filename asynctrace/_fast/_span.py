@@ -113,6 +113,8 @@ def private_value(value: Any, depth: int = 0) -> Any:
         return value
     if cls in _SIMPLE or depth >= _DEPTH:
         return value
+    if cls is tuple and _SIMPLE.issuperset(map(type, value)):
+        return value  # immutable all the way down: kept as it is
     if cls is tuple or cls is _LIST or isinstance(value, (tuple, _LIST)):
         return tuple([private_value(item, depth + 1) for item in value])
     if isinstance(value, Mapping):
@@ -460,18 +462,8 @@ class FastSpan(trace.Span):
     ) -> None:
         if self._end is not None:
             return
-        cls = type(exception)
-        module = cls.__module__
-        qualname = cls.__qualname__
-        attrs: dict[str, Any] = {
-            "exception.type": f"{module}.{qualname}"
-            if module and module != "builtins"
-            else qualname,
-            "exception.message": redact_text(_message(exception), secrets),
-            _STACKTRACE: "",  # filled in (and redacted) on the export thread
-            "exception.escaped": str(escaped),
-        }
-        captured = None
+        attrs = exception_attributes(exception, "", escaped, secrets)  # "": filled in
+        captured = None  # (and redacted) on the export thread
         if attributes:
             attrs.update(_copy_attributes(attributes))
         if not attributes or _STACKTRACE not in attributes:  # else the caller's own stands
@@ -613,6 +605,22 @@ def _captured(exception: BaseException) -> TracebackException | None:
         )
     except Exception:  # a broken __str__ or __notes__ in the chain, say
         return None
+
+
+def exception_attributes(
+    exception: BaseException, stacktrace: str, escaped: bool, secrets: Collection[str]
+) -> dict[str, Any]:
+    """An ``exception`` event's attributes, as the SDK names them: the type's module-qualified
+    name, the message redacted (with *secrets*), *stacktrace* as given, *escaped*."""
+    cls = type(exception)
+    module = cls.__module__
+    qualname = cls.__qualname__
+    return {
+        "exception.type": f"{module}.{qualname}" if module and module != "builtins" else qualname,
+        "exception.message": redact_text(_message(exception), secrets),
+        _STACKTRACE: stacktrace,
+        "exception.escaped": str(escaped),
+    }
 
 
 def _message(exception: BaseException) -> str:

@@ -32,8 +32,9 @@ from opentelemetry.util import types
 
 from .._errors import report_internal_error
 from .._fast import FastSpan, FastTracerProvider, SpanLimits
+from .._fast._span import exception_attributes
 from .._forksafe import reinit_at_fork
-from .._redact import redact_text
+from .._redact import redact_text, secrets_of
 from ._convert import Converter
 from ._queue import ExporterSink, ExportStats, QueuedSpanProcessor, unique_name
 
@@ -185,20 +186,12 @@ class StartingSpan(trace.Span, ReadableSpan):
         """Record *exception* as an ``exception`` event, its message and stack trace redacted."""
         if not self._recording:
             return
+        secrets = secrets_of(exception)
         try:
-            text = "".join(traceback.format_exception(exception))
+            text = redact_text("".join(traceback.format_exception(exception)), secrets)
         except Exception as exc:
             text = f"<stack trace unavailable: {type(exc).__name__}>"
-        try:
-            message = str(exception)
-        except Exception:
-            message = f"<unprintable {type(exception).__name__}>"
-        attrs: dict[str, Any] = {
-            "exception.type": type(exception).__name__,
-            "exception.message": redact_text(message),
-            "exception.stacktrace": redact_text(text),
-            "exception.escaped": str(escaped),
-        }
+        attrs = exception_attributes(exception, text, escaped, secrets)  # as a span's own
         if attributes:
             attrs.update(attributes)
         self.add_event("exception", attrs, timestamp)

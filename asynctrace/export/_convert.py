@@ -124,8 +124,8 @@ class Converter:
                 context.trace_state,
             )
         name = span._name
-        if name.__class__ is not str:  # as the OTLP encoder writes it: None is the empty name
-            name = "" if name is None else str(name)
+        if name.__class__ is not str:  # a name the span helpers did not check: its text,
+            name = str(name)  # as the chrome writer and the OTLP encoder write it
         return cls(
             name=name,
             context=context,
@@ -159,7 +159,10 @@ class Converter:
                     event.attributes,
                     limits.max_event_attribute_length,
                 )
-                out.append(Event(event.name, attrs, event.timestamp))
+                name = event.name
+                if name.__class__ is not str:
+                    name = str(name)
+                out.append(Event(name, attrs, event.timestamp))
         out.dropped += getattr(span, "_dropped_events", 0)
         return out
 

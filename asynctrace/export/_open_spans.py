@@ -4,21 +4,18 @@ from __future__ import annotations
 
 import logging
 import time
-from itertools import islice
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from .._errors import report_internal_error
+from .._fast._provider import MAX_OPEN_SPANS, forget_open_spans, warn_forgotten
 from .._forksafe import call_in_child
 from .._semconv import TRUNCATED
 
-__all__ = ["MAX_OPEN_SPANS", "OpenSpanTracker"]
+__all__ = ["OpenSpanTracker"]
 
 logger = logging.getLogger("asynctrace")
-
-MAX_OPEN_SPANS = 100_000
-"""How many open spans a tracker keeps, by default (the fast provider's bound too)."""
 
 
 class OpenSpanTracker(SpanProcessor):
@@ -32,9 +29,10 @@ class OpenSpanTracker(SpanProcessor):
     ``asynctrace.truncated=true``, so that processors after it still export
     those spans. It must be the first processor of the provider.
 
-    It keeps at most *max_open_spans*: past it, the longest-open tenth are
-    forgotten (counted in :attr:`forgotten`, said once in a warning); they
-    are not truncated at shutdown, and are exported as usual if they end.
+    It keeps at most *max_open_spans*: past it, a tenth of the bound is
+    forgotten at a time, the oldest hundredth excepted (counted in
+    :attr:`forgotten`, said once in a warning); they are not truncated at
+    shutdown, and are exported as usual if they end.
 
     Example:
         >>> tracker = OpenSpanTracker()
@@ -75,20 +73,12 @@ class OpenSpanTracker(SpanProcessor):
             report_internal_error(("open_spans", "on_start"), exc)
 
     def _forget(self) -> None:
-        """Forget the longest-open tenth (a tenth at a time: a length check per span)."""
-        opened = self._open
-        forgotten = 0
-        for span_id in list(islice(opened, max(1, self._max_open // 10))):
-            if opened.pop(span_id, None) is not None:
-                forgotten += 1
+        """Forget open spans past the bound (see ``forget_open_spans``)."""
+        forgotten = len(forget_open_spans(self._open, self._max_open))
         self.forgotten += forgotten
         if forgotten and not self._warned:
             self._warned = True
-            logger.warning(
-                "asynctrace: more than %d spans are open (started and never ended?); "
-                "the longest-open are forgotten: not truncated at shutdown",
-                self._max_open,
-            )
+            warn_forgotten(self._max_open, "the tracker's forgotten")
 
     def on_end(self, span: ReadableSpan) -> None:
         """Forget *span*."""

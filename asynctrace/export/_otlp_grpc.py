@@ -42,7 +42,9 @@ __all__ = ["GrpcSpanExporter"]
 _EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 # What the base exporter must have for encoded requests to go through its retry loop.
 _HOOKS = ("_export", "_translate_data", "_initialize_channel_and_stub")
-# What OTLP/gRPC says a client must not retry (RESOURCE_EXHAUSTED only with RetryInfo).
+# What OTLP/gRPC says a client must not retry. RESOURCE_EXHAUSTED is not among them: the
+# specification retries it only with RetryInfo, but OpenTelemetry's exporter retries it
+# by default (its retryable codes), and a batch it gave up on is held here the same way.
 _NOT_RETRYABLE = frozenset(
     (
         grpc.StatusCode.UNKNOWN,
@@ -208,6 +210,10 @@ class GrpcSpanExporter(OTLPSpanExporter):
             retry_info = dict(trailers).get(_RETRY_INFO)
         except Exception:  # an error without trailers (raised before the call)
             pass
+        retryable = getattr(self, "_retryable_error_codes", None) or ()
+        if code in _NOT_RETRYABLE and code not in retryable:
+            self.refused = f"gRPC {name}"  # RetryInfo makes none of these retryable
+            return
         if retry_info is not None:
             try:
                 delay = RetryInfo.FromString(retry_info).retry_delay
@@ -215,10 +221,6 @@ class GrpcSpanExporter(OTLPSpanExporter):
             except Exception:  # malformed: a retry, with no time said
                 pass
             self.transient = f"gRPC {name}"
-            return
-        retryable = getattr(self, "_retryable_error_codes", None) or ()
-        if code in _NOT_RETRYABLE and code not in retryable:
-            self.refused = f"gRPC {name}"
 
 
 def _endpoint_variable() -> str:

@@ -143,11 +143,14 @@ class WireEncoder(AttributeEncoder):
             parts.append(_ld(b"\x1a", state.encode()))
         if span._parent_id:
             parts.append(_PARENT.pack(0x2208, span._parent_id))
-        name = self._names.get(span._name)
+        text = span._name
+        if text.__class__ is not str:  # a name the span helpers did not check: its text
+            text = str(text)
+        name = self._names.get(text)
         if name is None:
-            name = _name_field(span._name)
+            name = _ld(b"\x2a", text.encode()) if text else b""
             if len(self._names) < _NAMES:
-                self._names[span._name] = name
+                self._names[text] = name
         parts.append(name)
         parts.append(_TIMES.pack(0x30, span._kind._value_ + 1, 0x39, span._start, 0x41, span._end))
         # A copy (one C call, atomic under the GIL): a set_attribute() that races end() on
@@ -193,8 +196,11 @@ class WireEncoder(AttributeEncoder):
         for event in events:
             finish_event(event)
             body = [_EVENT_TIME.pack(0x09, event.timestamp)]
-            if event.name:
-                body.append(_ld(b"\x12", event.name.encode()))
+            event_name = event.name
+            if event_name.__class__ is not str:
+                event_name = str(event_name)
+            if event_name:
+                body.append(_ld(b"\x12", event_name.encode()))
             lost = self.append_attributes(
                 event.attributes.copy(), limits.max_event_attributes, b"\x1a", body, length
             )
@@ -220,18 +226,6 @@ class WireEncoder(AttributeEncoder):
             parts.append(_ld(b"\x6a", b"".join(body)))
         if dropped + more:
             parts.append(b"\x70" + varint(dropped + more))
-
-
-def _name_field(name: Any) -> bytes:
-    """The ``name`` field (5): a name that is not a string is written as ``str(name)``.
-
-    ``None`` is the empty name, as OpenTelemetry's encoder writes it; ``str()`` of
-    another object (an ``int`` from a caller, say) is its name, rather than the span
-    being left out. Raises only for a string that cannot be encoded (a lone surrogate).
-    """
-    if name.__class__ is not str:
-        name = "" if name is None else str(name)
-    return _ld(b"\x2a", name.encode()) if name else b""
 
 
 def _counted(span: FastSpan, name: str, items: Any, limit: int | None) -> int:

@@ -269,22 +269,15 @@ def _is_credential(key: str) -> bool:
 
 
 def _text(value: str) -> str:
-    """*value* redacted (``asynctrace.redact_text``) when it could hold a credential.
+    """*value* redacted (``asynctrace.redact_text``).
 
-    ``redact_text`` changes only text with a URL or a ``name=``/``name:`` pair
-    (a ``:`` or ``=``), a header pair repr (a ``(``) or a ``Bearer`` token
-    (after a blank): text with none of these is returned as it is, unscanned.
+    ``args`` strings repeat every step: a short one that redaction leaves as
+    it is is remembered (a bounded set), so next time it costs a set lookup.
     """
-    if (
-        ":" in value
-        or "=" in value
-        or "(" in value
-        or ((" " in value or "\t" in value) and "bearer" in value.lower())
-    ):
-        return asynctrace.redact_text(value)
-    if len(value) <= _MAX_PLAIN_LEN and len(_plain_texts) < _MAX_KEYS_CACHED:
-        _plain_texts.add(value)  # args strings repeat every step: next time a set lookup
-    return value
+    redacted = asynctrace.redact_text(value)
+    if redacted == value and len(value) <= _MAX_PLAIN_LEN and len(_plain_texts) < _MAX_KEYS_CACHED:
+        _plain_texts.add(value)
+    return redacted
 
 
 def _attribute(value: Any) -> Any:
@@ -590,9 +583,14 @@ _STATUSES: Final = ("accepted", "rejected", "failed", "dropped")
 _session_tracers: weakref.WeakSet[SessionTracer] = weakref.WeakSet()
 
 
+_perf_tracers: weakref.WeakSet[PerfTracer] = weakref.WeakSet()
+
+
 def _after_fork_in_child() -> None:
     for tracer in list(_session_tracers):
         tracer._after_fork_in_child()
+    for perf in list(_perf_tracers):
+        perf._after_fork_in_child()
 
 
 if hasattr(os, "register_at_fork"):  # once for the module: a WeakSet, not one hook per tracer
@@ -701,6 +699,14 @@ class PerfTracer:
         self._session_tracer: SessionTracer | None = None
         self._not_running = 0
         self._count_lock = threading.Lock()
+        self._start_lock = threading.Lock()  # one lazy configuration, whichever thread asks
+        self._start_error: Exception | None = None
+        _perf_tracers.add(self)
+
+    def _after_fork_in_child(self) -> None:
+        """New locks: one held by another thread at fork() would never be released."""
+        self._count_lock = threading.Lock()
+        self._start_lock = threading.Lock()
 
     def _activate(self) -> None:
         """Configure asynctrace now if this tracer records anything (:func:`configure`)."""
@@ -764,8 +770,31 @@ class PerfTracer:
         """AReaL's session tracer API (:class:`SessionTracer`), when ``session_tracer.enabled``
         (asking for it starts this tracer, as recording does)."""
         if self.telemetry is None and self._sessions_on:
-            self._start()
+            self._start_lazily()
         return self._session_tracer
+
+    def _start_lazily(self) -> bool:
+        """Start from the host's recording calls: once, whichever thread asks first; a
+        failure (an output directory that cannot be written, say) is said once, never
+        raised into the host and not tried again: this tracer then records nothing."""
+        with self._start_lock:
+            if self.telemetry is not None:
+                return True
+            if self._start_error is not None:
+                return False
+            try:
+                self._start()
+            except Exception as exc:
+                self._start_error = exc
+                _warn_once(
+                    "start-failed",
+                    "perf_tracer: asynctrace could not be configured for %s (%s); this "
+                    "tracer records nothing",
+                    self.trace_path.parent,
+                    exc,
+                )
+                return False
+            return True
 
     def stats(self) -> dict[str, int]:
         """``not_running``: scopes and instants not recorded because this tracer's asynctrace
@@ -777,8 +806,7 @@ class PerfTracer:
         once) when another configuration replaced this tracer's."""
         telemetry = self.telemetry
         if telemetry is None:
-            self._start()
-            return True
+            return self._start_lazily()
         if telemetry is asynctrace.current_telemetry():
             return True
         with self._count_lock:
@@ -1104,7 +1132,7 @@ def configure(
     :class:`asynctrace.TelemetryConfig` (e.g. ``{"exporters": ["chrome",
     "otlp"]}``, more ``span_groups``); *category_map* overrides
     :data:`DEFAULT_CATEGORY_MAP` (``{"io": "idle", "misc": "overhead"}``).
-    ``profile_steps`` schedules asynctrace's profiler (:mod:`asynctrace._profiling`)
+    ``profile_steps`` schedules asynctrace's profiler (the ``profiler`` configuration)
     for those steps: a scope with ``enable_profiler=True`` whose ``global_step``
     (its own, else the enclosing scope's) is scheduled is profiled, as in AReaL,
     with ``torch.profiler`` when torch is installed (AReaL's profiler), else

@@ -64,6 +64,26 @@ def memory_spans(tracer: ours.PerfTracer) -> dict[str, dict[str, Any]]:
 # --- 1. a second PerfTracer -------------------------------------------------------------
 
 
+def test_a_tracer_that_cannot_start_records_nothing_and_never_raises(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Configured lazily, from the host's own calls: a configuration that fails then (an
+    output directory under a regular file) is said once and not tried again; the host's
+    scopes, instants and sessions run on."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    tracer = ours.PerfTracer(config(blocker), rank=0)
+    with caplog.at_level(logging.WARNING):
+        for step in range(3):
+            with tracer.trace_scope("step", args={"global_step": step}):
+                pass
+            tracer.instant("mark")
+        assert tracer.session_tracer is None
+    assert tracer.telemetry is None
+    failures = [r for r in caplog.records if "could not be configured" in r.getMessage()]
+    assert len(failures) == 1
+
+
 def test_building_a_perf_tracer_leaves_the_running_one_alone(tmp_path: Path) -> None:
     """As in AReaL, building a PerfTracer affects nothing else: the module's scopes and
     sessions still go to the module's files."""
