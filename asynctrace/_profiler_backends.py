@@ -29,6 +29,7 @@ import importlib
 import importlib.util
 import json
 import logging
+import os
 import sys
 import threading
 import time
@@ -63,20 +64,34 @@ _warned: set[str] = set()
 # Before 3.12 viztracer records a thread through its profile hook; from 3.12 through
 # sys.monitoring, every thread, with no hook (as its own enable_thread_tracing).
 _THREAD_HOOK = sys.version_info < (3, 12)
-# viztracer's tracers, reused: each one built takes a thread-local storage key viztracer
-# never gives back (a process has about 1024; the 1025th build exits the process), and
-# freeing one calls threading.setprofile(None), which would take a running capture's hook
-# away. Every tracer is held in _TRACERS until freed under _HOOKS (_reclaim); one saved,
-# or dropped unstarted, waits in _IDLE for a later capture. At most _MAX_TRACERS exist.
+# viztracer's tracers. Each one built takes a thread-local storage key viztracer never
+# gives back (a process has about 1024; a build past them exits the process), and freeing
+# one calls threading.setprofile(None), which takes a running capture's hook away (the
+# threads it starts go unrecorded). So every tracer is held in _TRACERS until freed under
+# _HOOKS (_take), with that call skipped; one saved, or never started, waits in _IDLE for
+# a later capture. A capture that put events on a task's track (asyncio, trio) may leave
+# that task as a thread's current one in its tracer: viztracer forgets it only when the
+# task's frame returns while tracing, never if the task has finished. Such a tracer is
+# reused only once _BUDGET tracers were built; until then it is freed, as before reuse.
 _TRACERS: list[Any] = []
 _IDLE: list[Any] = []
-_MAX_TRACERS = 3
+_TASKS: set[int] = set()  # id() of the tracers that may keep a task (or a parent's thread)
+_BUDGET = 256
 _BUILT = [0]  # tracers built in this process
 _SEEN: dict[int, frozenset[int]] = {}  # id(tracer) -> threads its earlier captures named
 
 
+def _inherited() -> None:
+    # a forked child's tracers keep the parent's threads (the forking one's id among them)
+    _TASKS.update(id(tracer) for tracer in _TRACERS)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_inherited)
+
+
 class TracersBusy(RuntimeError):
-    """Every tracer a process may hold is running or being saved."""
+    """No tracer is free, and the process may build no more."""
 
 
 def check_backend(name: str) -> None:
@@ -148,22 +163,12 @@ class Backend:
         raise NotImplementedError
 
 
-def _reclaim(entries: int) -> Any:
-    """An idle tracer of *entries* entries, or ``None`` (called holding _HOOKS).
+def _free(doomed: list[Any]) -> None:
+    """Free the tracers in *doomed* that nothing else holds (called holding _HOOKS).
 
-    A tracer nothing else holds (a spare dropped unused, a capture abandoned) is cleared
-    and made idle; an idle one of another size is freed, with its deallocation's
-    threading.setprofile(None) skipped for this thread and the hook put back.
+    Their deallocation's threading.setprofile(None) is skipped on this thread, and the
+    hook put back if it changed all the same. One held elsewhere stays in _TRACERS.
     """
-    for tracer in _TRACERS:
-        # held by the list, this loop and getrefcount's argument only: unused
-        if tracer not in _IDLE and sys.getrefcount(tracer) <= 3 and not tracer.enable:
-            tracer.clear()
-            _IDLE.append(tracer)
-    found = next((t for t in _IDLE if t.tracer_entries == entries), None)
-    doomed = [t for t in _IDLE if t.tracer_entries != entries]
-    if not doomed:
-        return found
     hook, setprofile, freeing = threading.getprofile(), threading.setprofile, threading.get_ident()
 
     def others_only(func: Any) -> None:
@@ -173,18 +178,47 @@ def _reclaim(entries: int) -> Any:
     threading.setprofile = others_only
     try:
         for tracer in doomed:
-            _IDLE.remove(tracer)
-            # held by _TRACERS, doomed, this loop and getrefcount's argument only; one
-            # held elsewhere stays in _TRACERS, never freed outside this lock
+            if tracer in _IDLE:
+                _IDLE.remove(tracer)
+            # held by _TRACERS, doomed, this loop and getrefcount's argument only
             if sys.getrefcount(tracer) <= 4:
                 _TRACERS.remove(tracer)
                 _SEEN.pop(id(tracer), None)
+                _TASKS.discard(id(tracer))
         del tracer
         doomed.clear()  # frees the ones removed
     finally:
         threading.setprofile = setprofile
         if threading.getprofile() is not hook:
             setprofile(hook)
+
+
+def _take(entries: int) -> Any:
+    """A free tracer of *entries* entries, or ``None`` (called holding _HOOKS).
+
+    A tracer nothing else holds (a spare dropped, a capture abandoned) becomes free. One
+    of another size, or keeping a task while more may be built, is freed.
+    """
+    for tracer in _TRACERS:
+        # held by the list, this loop and getrefcount's argument only: unused
+        if tracer not in _IDLE and sys.getrefcount(tracer) <= 3 and not tracer.enable:
+            tracer.clear()
+            _IDLE.append(tracer)
+    may_build = _BUILT[0] < _BUDGET
+    sized = [t for t in _IDLE if t.tracer_entries == entries]
+    found = next((t for t in sized if id(t) not in _TASKS), None)
+    if found is None and not may_build:
+        found = next(iter(sized), None)
+    doomed = [
+        t
+        for t in _IDLE
+        if t is not found and (t.tracer_entries != entries or (may_build and id(t) in _TASKS))
+    ]
+    del sized  # its references would keep them
+    if doomed:
+        _free(doomed)
+    if found is not None:
+        _IDLE.remove(found)
     return found
 
 
@@ -204,14 +238,16 @@ class PythonBackend(Backend):
         viztracer: Any = importlib.import_module("viztracer")
         with _HOOKS:
             self._previous_hook = threading.getprofile()
-            tracer = _reclaim(self.settings.entries)
+            tracer = _take(self.settings.entries)
             if tracer is not None:
-                _IDLE.remove(tracer)
                 self._tracer = tracer
                 self.stale = _SEEN.get(id(tracer), frozenset())
                 return
-            if len(_TRACERS) >= _MAX_TRACERS:
-                raise TracersBusy(f"all {_MAX_TRACERS} profilers are running or being saved")
+            if _BUILT[0] >= _BUDGET:
+                raise TracersBusy(
+                    f"{_BUILT[0]} viztracer tracers were built in this process (each keeps "
+                    "a thread-local storage key for good), none of them is free"
+                )
             previous, mine = self._previous_hook, sys.getprofile()
             # Its constructor hooks every thread started from then on, captured or not
             # (each of their calls pays for it), by calling threading.setprofile: that
@@ -250,6 +286,7 @@ class PythonBackend(Backend):
             with _HOOKS:
                 self._previous_hook = threading.getprofile()
                 threading.setprofile(self._tracer.threadtracefunc)
+        _TASKS.add(id(self._tracer))  # until its saved capture shows no task
         try:
             self._tracer.start()
             self.mark()
@@ -288,8 +325,10 @@ class PythonBackend(Backend):
         try:
             tracer.save(str(self.path), verbose=0)
             events = tracer.data.get("traceEvents", [])
-            seen = {e.get("tid") for e in events if e.get("name") == "thread_name"}
-            _SEEN[id(tracer)] = self.stale | frozenset(t for t in seen if isinstance(t, int))
+            threads = {e.get("tid") for e in events if e.get("name") == "thread_name"}
+            _SEEN[id(tracer)] = self.stale | frozenset(t for t in threads if isinstance(t, int))
+            if not _on_tasks(events):
+                _TASKS.discard(id(tracer))
         finally:  # reused by a later capture: its buffer and parsed events emptied
             tracer.data = {}
             tracer.clear()
@@ -389,6 +428,21 @@ def clock_alignment(events: list[Any], marks: list[tuple[str, int, int]]) -> tup
     offset = sum(offsets) / len(offsets)
     error = max(halves) + (max(offsets) - min(offsets)) / 2
     return offset, error
+
+
+def _on_tasks(events: list[Any]) -> bool:
+    """Whether any of viztracer's *events* is on a task's track, not a thread's.
+
+    The threads' names come first, the tasks' after the events.
+    """
+    threads: set[Any] = set()
+    for event in events:
+        if event.get("ph") != "M":
+            if event.get("tid") not in threads:
+                return True
+        elif event.get("name") == "thread_name":
+            threads.add(event.get("tid"))
+    return False
 
 
 def _without_stale_threads(events: list[Any], stale: frozenset[int]) -> list[Any]:
