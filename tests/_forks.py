@@ -23,6 +23,20 @@ from asynctrace.export import read_chrome_trace
 HANG_S = 10.0  # a child that has not exited by then is taken as hung
 
 
+def exit_code(pid: int, timeout_s: float = HANG_S, what: str = "the forked child") -> int:
+    """The exit code of child *pid*; one that has not exited in time is killed and the
+    test fails, naming *what* hung."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    raise AssertionError(f"{what} (pid {pid}) did not exit within {timeout_s} s")
+
+
 def fork_under_load(tmp_path: Path, forks: int, provider: str, running: int = 8) -> dict[str, Any]:
     """Fork *forks* children while a user thread opens spans and sessions.
 

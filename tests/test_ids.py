@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _forks import exit_code
 
 import asynctrace
 from asynctrace._fast import IDS
@@ -118,19 +118,6 @@ def _draw(tracer: Any) -> dict[str, list[int]]:
     return drawn
 
 
-def _wait(pid: int, timeout_s: float) -> int:
-    """The exit status of child *pid*, killing it if it does not exit in time."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.01)
-    os.kill(pid, 9)
-    os.waitpid(pid, 0)
-    raise AssertionError(f"the forked child {pid} did not exit within {timeout_s} s")
-
-
 def _child_after_fork(tracer: Any, out: Path, output_dir: Path) -> None:
     """In the forked child: draw ids at once, then export one span through a new pipeline."""
     drawn = _draw(tracer)
@@ -193,7 +180,7 @@ def test_a_forked_child_draws_new_ids_and_exports(tmp_path: Path) -> None:
         finally:
             os._exit(code)
     parent = _draw(tracer)
-    assert _wait(pid, 60) == 0, "the forked child failed (its traceback is on stderr)"
+    assert exit_code(pid, 60) == 0, "the forked child failed (its traceback is on stderr)"
     child = json.loads(out.read_text())
 
     repeated = set(child["span"]) & set(parent["span"])

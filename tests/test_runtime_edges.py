@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _forks import exit_code
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
 
@@ -354,19 +355,7 @@ def test_a_fork_while_a_thread_is_inside_the_handles_stop_event_does_not_hang(
                 code = 0 if child.shutdown(5.0) else 2
             finally:
                 os._exit(code)
-        deadline = time.monotonic() + 15
-        status = None
-        while time.monotonic() < deadline:
-            finished, status = os.waitpid(pid, os.WNOHANG)
-            if finished:
-                break
-            time.sleep(0.02)
-        else:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            pytest.fail("the forked child hung on the inherited stop event")
-        assert status is not None
-        assert os.waitstatus_to_exitcode(status) == 0
+        assert exit_code(pid, 15, "the forked child, on the inherited stop event") == 0
     finally:
         done.set()
         holder.join(10)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from _forks import exit_code
 
 import asynctrace as at
 from asynctrace import _errors, _stalls
@@ -601,17 +602,6 @@ def test_the_watchdog_never_raises_into_the_program(caplog: pytest.LogCaptureFix
     assert len(failures) == 1  # logged once, then the monitor is off
 
 
-def _wait(pid: int, timeout_s: float) -> int:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.01)
-    os.kill(pid, 9)
-    pytest.fail(f"the forked child {pid} did not exit within {timeout_s} s")
-
-
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_the_monitor_survives_fork_and_is_rearmed_in_the_child(tmp_path: Path) -> None:
     """After os.fork() inside a watched loop, both parent and child record their own stalls."""
@@ -653,7 +643,7 @@ def _fork_in_a_watched_loop(out: Path) -> None:
 
     with capture_spans("per_step") as captured:
         pid = asyncio.run(main(captured))
-        if _wait(pid, 30) != 0:  # a crash, not a stall missed: never tried again
+        if exit_code(pid, 30) != 0:  # a crash, not a stall missed: never tried again
             pytest.fail("the forked child failed (its traceback is on stderr)")
     assert json.loads(out.read_text()) is True
     parents = {s.parent.span_id for s in _stalls_in(captured.spans) if s.parent}

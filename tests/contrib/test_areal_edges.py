@@ -8,12 +8,12 @@ import json
 import logging
 import os
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _forks import exit_code
 from asynctrace_contrib import areal as ours
 
 import asynctrace as at
@@ -187,18 +187,7 @@ def test_a_fork_while_another_thread_holds_the_lock_does_not_hang_the_child(
             os._exit(code)
     release.set()
     thread.join()
-    deadline = time.monotonic() + 5
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            pytest.fail("the forked child hung on the lock")
-        time.sleep(0.01)
-    assert os.WIFEXITED(status)
-    assert os.WEXITSTATUS(status) == 0
+    assert exit_code(pid, 5, "the forked child, on the lock") == 0
 
 
 # --- 4. secrets in args ------------------------------------------------------------------
