@@ -533,3 +533,24 @@ def test_the_oldest_open_spans_are_kept_past_the_bound() -> None:
     truncated = {span.name for span in memory.get_finished_spans()}
     assert "job" in truncated
     assert len(leaked) == 2_500
+
+
+@pytest.mark.parametrize("make", [_fast, _sdk])
+@pytest.mark.parametrize("where", ["start", "set"])
+def test_bad_keys_among_the_newest_past_the_limit_evict_nothing(make: Any, where: str) -> None:
+    """Past the limit only the newest entries are read, from the end: bad keys among them
+    are skipped, so the span keeps the newest good ones, as the SDK does."""
+    provider, memory = make(SpanLimits(max_attributes=3))
+    many: dict[Any, Any] = {f"k{i}": i for i in range(8)}
+    many[None] = "none"
+    many[""] = "empty"
+    if where == "start":
+        provider.get_tracer("t").start_span("s", attributes=many).end()
+    else:
+        span = provider.get_tracer("t").start_span("s", attributes={"own": 1})
+        span.set_attributes(many)
+        span.end()
+    provider.force_flush(5000)
+    span = _one(memory)
+    assert dict(span.attributes or {}) == {"k5": 5, "k6": 6, "k7": 7}
+    assert span.dropped_attributes == len(many) - 3 + (where == "set")

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from opentelemetry.util import types
 
 from .._redact import URL_ATTRIBUTES, redact_url_attributes, redact_url_value
-from ._span import SPAN_TYPES, FastSpan, good_keys
+from ._span import SPAN_TYPES, FastSpan
 
 __all__ = ["ForeignSpan", "is_own_scope"]
 
@@ -48,9 +48,9 @@ class ForeignSpan(FastSpan):
         """Set several attributes, the URL ones redacted (keys made strings first)."""
         if self._end is not None or not attributes:
             return
-        attributes, bad = good_keys(attributes)  # a key 5 or a str subclass: as it will be kept
-        if bad:
-            self._dropped = getattr(self, "_dropped", 0) + bad
+        # The URL keys are looked up, whatever the mapping's size (a str subclass key
+        # equal to one is found too); FastSpan.set_attributes then takes the keys as the
+        # SDK does and reads only what can stay past the limit.
         FastSpan.set_attributes(self, redact_url_attributes(attributes))
 
 

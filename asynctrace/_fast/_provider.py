@@ -35,7 +35,7 @@ from ._foreign import ForeignSpan, is_own_scope
 from ._ids import IDS, IdGenerator
 from ._limits import SpanLimits
 from ._sampling import Sampling
-from ._span import SPAN_TYPES, FastSpan, _copy_attributes, good_keys
+from ._span import SPAN_TYPES, FastSpan, _copy_attributes, good_keys, newest_good
 
 logger = logging.getLogger("asynctrace")
 
@@ -198,11 +198,16 @@ class FastTracer(trace.Tracer):
         """
         extra = 0
         if attributes:
-            attributes, extra = good_keys(attributes)  # before the limit: they evict nothing
             limit = self._limits.max_attributes
-            if limit is not None and len(attributes) > limit:
-                extra += len(attributes) - limit  # the newest are kept, as the SDK keeps them
-                attributes = dict(islice(attributes.items(), len(attributes) - limit, None))
+            if limit is not None and len(attributes) > limit and attributes.__class__ is dict:
+                # the newest `limit` with keys a span keeps, read from the end: bad keys
+                # evict nothing, and 10,000 keys cost `limit` steps
+                attributes, extra = newest_good(attributes, limit)
+            else:
+                attributes, extra = good_keys(attributes)  # before the limit: evict nothing
+                if limit is not None and len(attributes) > limit:
+                    extra += len(attributes) - limit  # the newest are kept, as the SDK does
+                    attributes = dict(islice(attributes.items(), len(attributes) - limit, None))
         blank = None
         if self._foreign:
             attributes = redact_url_attributes(attributes) if attributes else attributes

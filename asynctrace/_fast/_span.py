@@ -150,17 +150,42 @@ def good_keys(attributes: Mapping[Any, Any]) -> tuple[Mapping[str, Any], int]:
         return attributes, 0
     kept: dict[str, Any] = {}
     for key, value in attributes.items():
-        if key.__class__ is not str and not isinstance(key, str):
-            cls: Any = type(key)
-            if key is None or (cls.__str__ is _OBJECT_STR and cls.__repr__ is _OBJECT_REPR):
-                continue
-            try:
-                key = str(key)
-            except Exception:
-                continue
+        key = key if key.__class__ is str else _kept_key(key)
         if key:
             kept[key] = value
     return kept, len(attributes) - len(kept)
+
+
+def newest_good(attributes: dict[Any, Any], count: int) -> tuple[dict[str, Any], int]:
+    """The newest *count* entries of *attributes* whose keys a span keeps (as
+    :func:`good_keys` keeps them), and how many entries are left out.
+
+    Walks from the end and stops at *count*: a mapping of 10,000 keys past a
+    limit of 128 costs 128 steps, not a pass over all of them.
+    """
+    kept: list[tuple[str, Any]] = []
+    for key, value in reversed(attributes.items()):
+        key = key if key.__class__ is str else _kept_key(key)
+        if key:
+            kept.append((key, value))
+            if len(kept) == count:
+                break
+    kept.reverse()
+    newest = dict(kept)
+    return newest, len(attributes) - len(newest)
+
+
+def _kept_key(key: Any) -> str | None:
+    """A key that is not exactly ``str`` as the SDK keeps it (``str(key)``), or ``None``."""
+    if isinstance(key, str):
+        return key
+    cls: Any = type(key)
+    if key is None or (cls.__str__ is _OBJECT_STR and cls.__repr__ is _OBJECT_REPR):
+        return None
+    try:
+        return str(key)
+    except Exception:
+        return None
 
 
 _STR_KEYS = frozenset({str})
@@ -332,27 +357,27 @@ class FastSpan(trace.Span):
         """
         if self._end is not None or not attributes:
             return
+        own = self._attributes
+        limit = self._tracer._limits.max_attributes
+        if limit is not None and len(attributes) >= limit and attributes.__class__ is dict:
+            # Only the newest `limit` can stay, every one of them from *attributes*: read
+            # just those, from its end (10,000 keys otherwise cost a millisecond).
+            newest, left_out = newest_good(attributes, limit)
+            if len(newest) == limit:
+                older = sum(1 for key in own if key not in attributes)
+                self._dropped = getattr(self, "_dropped", 0) + older + left_out
+                self._attributes = _copy_attributes(newest)
+                return
         attributes, bad = good_keys(attributes)
         if bad:
             self._dropped = getattr(self, "_dropped", 0) + bad
             if not attributes:
                 return
-        own = self._attributes
-        limit = self._tracer._limits.max_attributes
         if limit is None or len(own) + len(attributes) <= limit:
             if not own.keys().isdisjoint(attributes):
                 for key in attributes:  # keys set again move to the end, as in the SDK
                     own.pop(key, None)
             own.update(_copy_attributes(attributes))
-            return
-        if len(attributes) >= limit and attributes.__class__ is dict:
-            # Only the newest `limit` can stay, every one of them from *attributes*: read
-            # just those, from its end (10,000 keys otherwise cost a millisecond).
-            older = sum(1 for key in own if key not in attributes)
-            newest = list(islice(reversed(attributes.items()), limit))
-            newest.reverse()
-            self._dropped = getattr(self, "_dropped", 0) + older + len(attributes) - limit
-            self._attributes = _copy_attributes(dict(newest))
             return
         # Past the limit: what setting them one by one would leave (the newest
         # `limit`, the rest counted as dropped), in C-level passes, not a loop.
