@@ -542,9 +542,8 @@ def test_a_busy_loop_keeps_every_span_it_sends_over_otlp(
         finally:
             telemetry.shutdown(10.0)
         stats = telemetry.stats()["otlp"]
-        # The load itself: a host slowed by other work ends fewer (CI runs four test
-    # processes on two cores); what this test is about is that none is dropped.
-    assert ended >= RATE * SECONDS * 0.5
+        # The load itself (a slowed host ends fewer): none dropped is the test.
+        assert ended >= RATE * SECONDS * 0.5
         assert (stats.dropped, stats.failed) == (0, 0), stats
         assert stats.exported == ended + 1  # and the step
         assert during.exported >= ended // 2  # sent while the loop ran, not at shutdown
