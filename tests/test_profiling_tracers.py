@@ -20,22 +20,7 @@ from asynctrace import _profiler_backends
 
 pytest.importorskip("viztracer", reason="the python profiler backend needs viztracer")
 
-
-def busy(n: int) -> int:
-    """CPU work the profiler sees as Python calls."""
-    return sum(i * i for i in range(n))
-
-
-def configure(out: Path, profiler: dict[str, Any]) -> at.Telemetry:
-    return at.configure(
-        {
-            "enabled": True,
-            "span_groups": "per_step",
-            "exporters": ["chrome"],
-            "output_dir": str(out),
-            "profiler": profiler,
-        }
-    )
+from test_profiling_edges import busy, configure
 
 
 def wait_saved(telemetry: at.Telemetry) -> None:

@@ -93,7 +93,6 @@ def note_floats(values: Any, depth: int = 0) -> None:
             note_floats(value, depth + 1)
 
 
-_SUSPECT = frozenset({float, tuple, list})
 _SIMPLE = frozenset({str, int, bool, type(None)})  # kept as given: immutable, nothing to note
 _DEPTH = 16  # containers deeper than this are kept as given (a list that holds itself, say)
 
