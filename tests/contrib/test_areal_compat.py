@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from _areal_loader import AnchorMissing, PerfTracerConfig, SessionTracerConfig, load_perf_tracer
 from asynctrace_contrib import areal as ours
+from asynctrace_contrib.areal import _values as ours_values
 
 import asynctrace as at
 
@@ -32,9 +33,7 @@ def areal() -> Any:
 
 @pytest.fixture(autouse=True)
 def _clean(areal: Any) -> Iterator[None]:
-    getattr(
-        ours, "_warned", set()
-    ).clear()  # each test sees its own warnings (they are logged once each)
+    ours_values._warned.clear()  # each test sees its own warnings (they are logged once each)
     yield
     for mod in (areal, ours):
         mod.reset()
@@ -400,8 +399,8 @@ def test_disabled_with_sessions_runs_the_session_tracer_alone(tmp_path: Path) ->
 def test_the_layers_warnings_are_redacted(caplog: pytest.LogCaptureFixture) -> None:
     """A warning that names an exception (an event dropped) names no token."""
     caplog.set_level(logging.WARNING, logger="asynctrace_contrib.areal")
-    ours._warned.discard("redact-test")
-    ours._warn_once("redact-test", "perf_tracer: event dropped: %r",
+    ours_values._warned.discard("redact-test")
+    ours_values._warn_once("redact-test", "perf_tracer: event dropped: %r",
                     ValueError("GET http://u:hunter2@h/?token=abc123"))  # fmt: skip
     assert "hunter2" not in caplog.text
     assert "abc123" not in caplog.text

@@ -15,13 +15,15 @@ from typing import Any
 import pytest
 from _forks import exit_code
 from asynctrace_contrib import areal as ours
+from asynctrace_contrib.areal import _phases as ours_phases
+from asynctrace_contrib.areal import _values as ours_values
 
 import asynctrace as at
 
 
 @pytest.fixture(autouse=True)
 def _clean() -> Iterator[None]:
-    ours._warned.clear()  # each test sees its own warnings (they are logged once each)
+    ours_values._warned.clear()  # each test sees its own warnings (they are logged once each)
     yield
     ours.reset()
     ours.set_task_id(None)
@@ -271,11 +273,11 @@ def test_unknown_statuses_warn_once_whatever_their_text(
 ) -> None:
     caplog.set_level(logging.WARNING, logger="asynctrace_contrib.areal")
     ours.configure(config(tmp_path), rank=0)
-    before = len(ours._warned)
+    before = len(ours_values._warned)
     for n in range(50):
         session = ours.register_session(1)
         ours.trace_session_event("mark_finalized", session_id=session, status=f"aborted-{n}")
-    assert len(ours._warned) - before == 1
+    assert len(ours_values._warned) - before == 1
     assert caplog.text.count("is not one of") == 1
     ours.reset()
     records = session_records(tmp_path)
@@ -289,8 +291,8 @@ def test_phases_registered_on_first_use_are_bounded(
     """Past the bound a new phase name is ignored, counted and warned about once; phases
     already known keep working."""
     caplog.set_level(logging.WARNING, logger="asynctrace_contrib.areal")
-    monkeypatch.setattr(ours, "_new_phases", ours._MAX_NEW_PHASES - 1)  # one left
-    monkeypatch.setattr(ours, "_refused_phases", 0)
+    monkeypatch.setattr(ours_phases, "_registered", ours_phases._MAX_NEW_PHASES - 1)  # one left
+    monkeypatch.setattr(ours_phases, "refused", 0)
     ours.configure(config(tmp_path), rank=0)
     session = ours.register_session(1)
     registered = len(at.registered_phases())

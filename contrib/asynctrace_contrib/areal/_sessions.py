@@ -1,0 +1,295 @@
+"""AReaL's session functions: task and session ids in the context, events, phases."""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import asynctrace
+
+from ._global import get_session_tracer
+from ._scope import _NULL, _NullContext
+from ._session_tracer import _task_ok
+from ._values import _warn_once
+
+F = TypeVar("F", bound=Callable[..., Any])
+_task_id: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "asynctrace_contrib.areal.task_id", default=None
+)
+_session_id: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "asynctrace_contrib.areal.session_id", default=None
+)
+
+
+def set_session_id(session_id: int | None) -> None:
+    """Set the session id of the current context (AReaL's contextvar; no reset).
+
+    Example:
+        >>> set_session_id(None)
+    """
+    _session_id.set(session_id)
+
+
+def get_session_id() -> int | None:
+    """The session id of the current context.
+
+    Example:
+        >>> get_session_id() is None or True
+        True
+    """
+    return _session_id.get()
+
+
+def set_task_id(task_id: int | None) -> None:
+    """Set the task id of the current context (AReaL's ``WorkflowExecutor`` does this).
+
+    Example:
+        >>> set_task_id(None)
+    """
+    _task_id.set(task_id)
+
+
+def get_task_id() -> int | None:
+    """The task id of the current context.
+
+    Example:
+        >>> get_task_id() is None or True
+        True
+    """
+    return _task_id.get()
+
+
+def register_task(task_id: int) -> None:
+    """Declare a task (AReaL's ``register_task``).
+
+    Example:
+        >>> register_task(7)
+    """
+    tracer = get_session_tracer()
+    if tracer is not None:
+        tracer.register_task(task_id)
+
+
+def register_session(task_id: int | None) -> int | None:
+    """Register a session under *task_id* and return its (numeric) id; ``None`` when off.
+
+    Example:
+        >>> register_session(7) is None or True
+        True
+    """
+    tracer = get_session_tracer()
+    return None if tracer is None else tracer.register_session(task_id)
+
+
+class _Activation:
+    """The span scopes of one :func:`session_context` call: ``rl.task_id`` and
+    ``rl.session_id`` on the spans inside, the session registered as AReaL does.
+
+    The session is left pending whatever the call does (AReaL's orchestrator
+    finalizes it), so the scopes are always left as if the block succeeded.
+    """
+
+    __slots__ = ("_scopes",)
+
+    def __init__(self) -> None:
+        self._scopes: list[Any] = []
+
+    def __enter__(self) -> None:
+        task_id = get_task_id()
+        tracer = get_session_tracer()
+        if task_id is None or tracer is None:  # AReaL: no task (or no tracer), no session
+            set_session_id(None)
+            return
+        if not tracer._running():  # its sessions would go to another tracer: counted instead
+            set_session_id(None)
+            return
+        if not _task_ok(task_id):  # no scope for it: registered, spans unstamped
+            set_session_id(tracer.register_session(task_id))
+            return
+        try:
+            task = asynctrace.task_scope(task_id)
+            task.__enter__()
+            self._scopes.append(task)
+            session = asynctrace.session_scope()
+            session_id = session.__enter__()
+            self._scopes.append(session)
+            set_session_id(tracer._track(task_id, session_id))
+        except Exception as exc:  # never into the host
+            self.__exit__()
+            _warn_once("activate", "perf_tracer: session not registered: %r", exc)
+            set_session_id(None)
+
+    def __exit__(self, *exc: object) -> None:
+        while self._scopes:
+            self._scopes.pop().__exit__(None, None, None)
+
+
+def session_context() -> Callable[[F], F]:
+    """Each call registers a session for the current task and makes it current.
+
+    As in AReaL: with no task in the context the session is ``None``, and
+    the session is not finalized when the call returns or raises (the
+    orchestrator finalizes it with ``trace_session_event("mark_finalized", ...)``).
+    Spans started inside carry ``rl.task_id`` and ``rl.session_id``.
+
+    Example:
+        >>> @session_context()
+        ... async def collect(engine, request): ...
+    """
+
+    def decorator(fn: F) -> F:
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                with _Activation():
+                    return await fn(*args, **kwargs)
+
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with _Activation():
+                return fn(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorator
+
+
+def trace_session_event(
+    method: str,
+    session_id: int | None = None,
+    task_id: int | None = None,
+    **payload: Any,
+) -> None:
+    """AReaL's ``trace_session_event``: ``mark_finalized``, ``mark_<phase>_start``/``_end``,
+    ``increment_counter``, for one session (*session_id*) or every pending session of a task.
+
+    As in AReaL: unknown methods are ignored; ``mark_finalized`` takes
+    ``status`` and ``reason`` (no status leaves the session pending); other
+    payload keys are not recorded; counters count on the session(s) named.
+    Nothing raises into the caller (a failure is logged once).
+
+    Example:
+        >>> trace_session_event("mark_finalized", session_id=3, status="accepted")
+    """
+    tracer = get_session_tracer()
+    if tracer is None:
+        return
+    if session_id is not None:
+        session_ids = [session_id]
+    elif task_id is not None:
+        session_ids = tracer.get_session_ids(task_id)
+    else:
+        return
+    if method == "increment_counter":
+        name = payload.get("name")
+        if not name:
+            return
+        for target in session_ids:
+            tracer.increment_counter(target, name, payload.get("value", 1))
+        return
+    if not isinstance(method, str) or not method.startswith("mark_"):
+        return
+    event = method[len("mark_") :]
+    for target in session_ids:
+        tracer.record_event(target, event, **payload)
+
+
+class _PhaseScope:
+    """``mark_<phase>_start`` on entry and ``mark_<phase>_end`` on exit, sync or async."""
+
+    __slots__ = ("_end", "_phase", "_session_id", "_start")
+
+    def __init__(
+        self,
+        session_id: int,
+        phase: str,
+        start_payload: dict[str, Any] | None,
+        end_payload: dict[str, Any] | None,
+    ) -> None:
+        self._session_id = session_id
+        self._phase = phase
+        self._start = start_payload or {}
+        self._end = end_payload or {}
+
+    def __enter__(self) -> _PhaseScope:
+        trace_session_event(
+            f"mark_{self._phase}_start", session_id=self._session_id, **self._start
+        )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        trace_session_event(f"mark_{self._phase}_end", session_id=self._session_id, **self._end)
+
+    async def __aenter__(self) -> _PhaseScope:
+        return self.__enter__()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.__exit__(*exc)
+
+
+def trace_session_phase(
+    phase: str,
+    *,
+    start_payload: dict[str, Any] | None = None,
+    end_payload: dict[str, Any] | None = None,
+) -> _PhaseScope | _NullContext:
+    """Time one execution of *phase* for the current session (``with`` or ``async with``).
+
+    Example:
+        >>> with trace_session_phase("reward"):
+        ...     pass
+    """
+    session_id = get_session_id()
+    if session_id is None:
+        return _NULL
+    return _PhaseScope(session_id, phase, start_payload, end_payload)
+
+
+def atrace_session_phase(
+    phase: str,
+    *,
+    start_payload: dict[str, Any] | None = None,
+    end_payload: dict[str, Any] | None = None,
+) -> _PhaseScope | _NullContext:
+    """:func:`trace_session_phase` for ``async with``.
+
+    Example:
+        >>> async def generate(engine, request):
+        ...     async with atrace_session_phase("generate"):
+        ...         return await engine.agenerate(request)
+    """
+    return trace_session_phase(phase, start_payload=start_payload, end_payload=end_payload)
+
+
+def trace_session(phase: str) -> Callable[[F], F]:
+    """Each call of the decorated function (sync or async) is one execution of *phase*.
+
+    Example:
+        >>> @trace_session("reward")
+        ... async def compute_rewards(response): ...
+    """
+
+    def decorator(fn: F) -> F:
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                async with atrace_session_phase(phase):
+                    return await fn(*args, **kwargs)
+
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with trace_session_phase(phase):
+                return fn(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorator
