@@ -245,6 +245,7 @@ class GoodputStats:
 # -- callbacks -----------------------------------------------------------------
 
 _lock = threading.Lock()
+reinit_at_fork(_lock)  # held by another thread at fork(): new in the child
 _callbacks: tuple[Callable[[StepGoodput], Any], ...] = ()
 
 
@@ -325,7 +326,7 @@ class Dispatcher:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
-        reinit_at_fork(self._start_lock)
+        reinit_at_fork(self._start_lock, self._wake)
         self._closed = False
         self.delivered = 0
         self.dropped = 0

@@ -244,7 +244,7 @@ class QueuedSpanProcessor(SpanProcessor):
         self._marker_lock = threading.Lock()
         self._drop_lock = threading.Lock()
         self._restart_lock = threading.Lock()  # the SIGTERM handler takes none of these
-        reinit_at_fork(self._marker_lock, self._drop_lock, self._restart_lock)
+        reinit_at_fork(self._wake, self._marker_lock, self._drop_lock, self._restart_lock)
         self._warned_failure = False
         self._handoff = Handoff(self._delay / 2)  # half the durability bound
         self._thread = self._start_worker()

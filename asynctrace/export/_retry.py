@@ -41,6 +41,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from .._forksafe import reinit_at_fork
 from .._redact import redact_text
 from ._otlp_wire import EncodedSpan
 from ._queue import ExporterSink, ExportStats, QueuedSpanProcessor, _Marker
@@ -165,6 +166,7 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
         self._left_out = 0  # spans the exporter left out of the last batch it delivered
         self._exporter_closed = False
         self._close_lock = threading.Lock()
+        reinit_at_fork(self._close_lock)  # held by another thread at fork(): new in the child
         super().__init__(ExporterSink(exporter), name=name, **limits)  # flush, shutdown
 
     # -- worker side ---------------------------------------------------------

@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import os
 import sys
 import threading
 from collections.abc import Callable, Iterable
@@ -549,6 +550,17 @@ def trace_config(
 
 
 _install_lock = threading.Lock()
+
+
+def _new_lock_in_child() -> None:
+    """A lock another thread held at ``fork()`` would stay held in the child: a new one."""
+    global _install_lock
+    _install_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_in_child)
+
 _original_init: Any = None
 _original_request: Any = None
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -18,6 +19,17 @@ from ._session_tracer import SessionTracer
 F = TypeVar("F", bound=Callable[..., Any])
 
 _lock = threading.Lock()  # configure() and reset(), one at a time
+
+
+def _new_lock_in_child() -> None:
+    """A lock another thread held at ``fork()`` would stay held in the child: a new one."""
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_in_child)
+
 GLOBAL_TRACER: PerfTracer | None = None
 """The configured tracer (AReaL's name), ``None`` until :func:`configure`."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Final
 
@@ -10,6 +11,17 @@ import asynctrace
 from ._values import _warn_once
 
 _lock = threading.Lock()  # one registration at a time
+
+
+def _new_lock_in_child() -> None:
+    """A lock another thread held at ``fork()`` would stay held in the child: a new one."""
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_in_child)
+
 _MAX_NEW_PHASES: Final = 32  # phases registered on first use, per process
 _known_phases: set[str] = set()
 _registered = 0  # registered here (each adds a ``<phase>_s`` field to every record)
