@@ -66,7 +66,8 @@ from ._groups import Bucket
 
 __all__ = ["BUCKETS", "DEFAULT_GRACE_US", "Rollup", "RollupResult", "StepRow", "Violation"]
 
-BUCKETS: Final = tuple(b.value for b in Bucket)  # productive, overhead, idle, wasted
+BUCKETS: Final = tuple(b.value for b in Bucket)
+"""The bucket names in the order of :attr:`StepRow.sums`: productive, overhead, idle, wasted."""
 _BUCKET_INDEX: Final = {name: i for i, name in enumerate(BUCKETS)}
 _MASK: Final = (1 << 64) - 1
 _HAS_ITERATION: Final = 1
@@ -292,14 +293,17 @@ class StepRow:
 
     @property
     def wall(self) -> float:
+        """The step's duration (µs)."""
         return self.end - self.start
 
     @property
     def attributed(self) -> float:
+        """The µs counted in a bucket."""
         return sum(self.sums)
 
     @property
     def unattributed(self) -> float:
+        """The µs counted in no bucket: the wall minus the bucket sums."""
         return self.wall - self.attributed
 
 

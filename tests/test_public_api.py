@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import asynctrace
+import asynctrace.rollup
 import asynctrace.testing
 
 REFERENCE = Path(__file__).parents[1] / "docs" / "reference.md"
@@ -110,16 +111,48 @@ def test_all_is_pinned() -> None:
 def test_reference_lists_every_public_name() -> None:
     """docs/reference.md has a ### heading for each name in both public `__all__` lists."""
     headings = set(re.findall(r"^### `([^`]+)`", REFERENCE.read_text(encoding="utf-8"), re.M))
-    public = {*asynctrace.__all__, *asynctrace.testing.__all__}
+    public = {*asynctrace.__all__, *asynctrace.rollup.__all__, *asynctrace.testing.__all__}
     assert sorted(public - headings) == []
 
 
 def test_every_public_name_has_a_docstring() -> None:
     """Every public callable and class is documented."""
-    for name in asynctrace.__all__:
-        obj = getattr(asynctrace, name)
-        if callable(obj):
-            assert (obj.__doc__ or "").strip(), name
+    for module in (asynctrace, asynctrace.rollup):
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if callable(obj):
+                assert (obj.__doc__ or "").strip(), name
+
+
+_PRIVATE_IMPORT = re.compile(
+    r"^\s*(from\s+(\.\.+_|asynctrace(\.\w+)*\._)|import\s+asynctrace(\.\w+)*\._)", re.M
+)
+_PRIVATE_NAME = re.compile(r"\basynctrace(\.\w+)*\._[a-z]\w*")
+
+
+def test_the_command_line_and_contrib_use_only_public_names() -> None:
+    """``asynctrace.cli`` and ``asynctrace_contrib`` import no private module of asynctrace
+    (their own private modules are theirs); what they need is public, for users too."""
+    root = Path(__file__).parents[1]
+    found = []
+    for path in [
+        *(root / "asynctrace" / "cli").glob("*.py"),
+        *(root / "contrib" / "asynctrace_contrib").rglob("*.py"),
+    ]:
+        code = "\n".join(
+            line.split("#", 1)[0] for line in path.read_text(encoding="utf-8").splitlines()
+        )
+        for pattern in (_PRIVATE_IMPORT, _PRIVATE_NAME):
+            found += [
+                f"{path.relative_to(root)}: {m.group(0).strip()}" for m in pattern.finditer(code)
+            ]
+    assert found == []
+
+
+def test_the_offline_rollup_keeps_the_live_grace() -> None:
+    """``asynctrace.rollup.DEFAULT_GRACE_US`` is the live rollup's ``goodput.grace_s``."""
+    live = asynctrace.rollup.GoodputSettings()
+    assert live.grace_s * 1e6 == asynctrace.rollup.DEFAULT_GRACE_US
 
 
 def test_import_pulls_in_no_sdk_or_web_stack() -> None:

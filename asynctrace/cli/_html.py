@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._rollup import BUCKETS
+from ..rollup import BUCKETS
 
 if TYPE_CHECKING:
     from .report import ReportData, Sessions, Waterfall

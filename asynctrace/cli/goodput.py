@@ -18,9 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._goodput import step_numbers
-from .._goodput_settings import GoodputSettings
-from .._rollup import BUCKETS, Rollup, RollupResult, StepRow
+from ..rollup import BUCKETS, GoodputSettings, Rollup, RollupResult, StepRow, step_numbers
 from ._areal import ArealEvents, parse_bucket_map
 from ._common import CliError, HelpFormatter, Progress, escape_controls, note, write_stdout
 from ._reader import (
@@ -189,7 +187,7 @@ def collect(
     """Read *paths* (merged in end-time order) through a :class:`Rollup`.
 
     *grace_s*, *window* and *max_pending* are the rollup's (see
-    :mod:`asynctrace._rollup`), as the live rollup's ``goodput.grace_s``,
+    :mod:`asynctrace.rollup`), as the live rollup's ``goodput.grace_s``,
     ``goodput.window`` and ``goodput.max_pending``. The grace is the live
     default; the other two are larger: the files of every rank are read
     through one rollup, and memory is not what bounds it (``report`` uses the

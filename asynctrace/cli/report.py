@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._rollup import StepRow
+from ..rollup import StepRow
 from ._captures import CAPTURE_NAME, find_captures
 from ._common import CliError, HelpFormatter, Progress, escape_surrogates, note
 from ._html import render
