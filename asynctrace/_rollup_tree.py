@@ -1,0 +1,291 @@
+"""What the goodput rollup holds between spans: groups of arrived spans, steps, and the
+rules that fold one into another (see :mod:`asynctrace._rollup`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Final
+
+_MASK: Final = (1 << 64) - 1
+_EXAMPLES: Final = 3
+_ZERO: Final = (0.0, 0.0, 0.0, 0.0)
+_I64_MIN: Final = -(1 << 63)
+_I64_MAX: Final = (1 << 63) - 1
+
+# A bucketed leaf: (start, end, bucket index or -1 if unknown, name, key).
+Leaf = tuple[float, float, int, str, int]
+Example = tuple[str, int]  # (span name, key)
+
+
+class _Settled:
+    """Where spans outside any step go."""
+
+    __slots__ = ()
+    fwd = None
+
+
+_OUTSIDE: Final = _Settled()
+
+
+class _Group:
+    """Arrived spans waiting for an ancestor that has not arrived yet."""
+
+    __slots__ = ("cands", "ex", "fwd", "leaves", "nb", "phases", "pre", "stalled", "stalls")
+
+    def __init__(self) -> None:
+        self.leaves: list[Leaf] = []
+        self.stalls: list[tuple[float, float]] | None = None  # loop-stall spans (start, end)
+        self.stalled = 0.0  # stall seconds already clipped to a folded step
+        self.pre: list[float] | None = None  # bucket seconds already summed (folded steps)
+        self.phases: dict[str, float] | None = None  # ...and per leaf name, with ``pre``
+        self.nb = 0  # bucketed spans folded into ``pre``
+        self.ex: list[Example] | None = None  # a few bucketed spans of the subtree
+        self.cands: list[_Step] | None = None  # candidate steps whose parent is pending
+        self.fwd: _Container | None = None
+
+    def has_bucketed(self) -> bool:
+        return bool(self.leaves) or self.nb > 0
+
+    def examples(self) -> list[Example]:
+        out = [(leaf[3], leaf[4]) for leaf in self.leaves[:_EXAMPLES]]
+        if self.ex:
+            out.extend(self.ex[: _EXAMPLES - len(out)])
+        return out
+
+    def add_examples(self, examples: Sequence[Example]) -> None:
+        if not examples:
+            return
+        if self.ex is None:
+            self.ex = []
+        if len(self.ex) < _EXAMPLES:
+            self.ex.extend(examples[: _EXAMPLES - len(self.ex)])
+
+
+class _Step:
+    """A step, or a candidate that is one unless its parent carries an iteration."""
+
+    __slots__ = (
+        "child",
+        "end",
+        "ex",
+        "fwd",
+        "iteration",
+        "key",
+        "leaves",
+        "name",
+        "nb",
+        "origin",
+        "orphan",
+        "overlaps",
+        "phases",
+        "raw",
+        "sealed",
+        "stalled",
+        "start",
+        "sums",
+        "top_end",
+        "top_key",
+        "top_name",
+        "top_start",
+        "twice",
+    )
+
+    def __init__(
+        self, name: str, key: int, origin: int, iteration: int | None, start: float, end: float
+    ) -> None:
+        self.name = name
+        self.key = key
+        self.origin = origin
+        self.iteration = iteration
+        self.start = start
+        self.end = end
+        self.sums: list[float] | tuple[float, ...] = _ZERO  # a list once written
+        self.phases: dict[str, float] | None = None  # leaf name -> µs counted in the step
+        self.sealed = False  # finished: nothing changes its numbers any more
+        self.leaves = 0  # bucketed leaves counted in a bucket (with time inside the step)
+        self.stalled = 0.0  # loop-stall seconds inside the step (in no bucket)
+        self.nb = 0
+        self.ex: Sequence[Example] = ()
+        self.overlaps: Sequence[tuple[Example, Example]] = ()
+        self.child: _Group | None = None  # the group of its children, forwarding here
+        self.orphan = False  # confirmed because its parent never arrived
+        self.raw: list[Leaf] | None = None  # a candidate's leaves, clipped once confirmed
+        self.fwd: _Container | None = None  # set when folded into its parent
+        # The counted leaf that ends last (clipped), to find leaves counted over one another
+        # in one test each: arriving in end order, a leaf overlaps an earlier one exactly
+        # when it overlaps this one. *twice*: µs seen counted twice so far (a lower bound).
+        self.top_start = self.top_end = 0.0
+        self.top_name = ""
+        self.top_key = -1
+        self.twice = 0.0
+
+    def add_leaves(self, leaves: list[Leaf]) -> None:
+        """Count *leaves* in the step: each one's overlap with it goes to its bucket and name.
+
+        A leaf of an unknown bucket (index < 0; reported when it arrived) is
+        counted in no bucket, and neither it nor a leaf clipped to nothing
+        (outside the step) counts in ``leaves``.
+        """
+        first, last = self.start, self.end
+        sums: list[float] | None = None
+        phases = self.phases
+        counted = 0
+        top_start, top_end, top_name, top_key = (  # locals in the loop, stored after it
+            self.top_start,
+            self.top_end,
+            self.top_name,
+            self.top_key,
+        )
+        for start, end, bucket, name, key in leaves:
+            if bucket < 0:
+                continue
+            # min(end, last) - max(start, first), with the operands min and max return
+            if last < end:
+                end = last
+            if first > start:
+                start = first
+            overlap = end - start
+            if overlap > 0:
+                counted += 1
+                if sums is None:
+                    sums = self.writable_sums()
+                sums[bucket] += overlap
+                if phases is None:
+                    phases = self.phases = {}
+                phases[name] = phases.get(name, 0.0) + overlap
+                if start < top_end and top_start < end:  # counted over another leaf
+                    self.twice += min(end, top_end) - max(start, top_start)
+                    if len(self.overlaps) < _EXAMPLES:
+                        self.overlaps = [*self.overlaps, ((top_name, top_key), (name, key))]
+                if end > top_end:
+                    top_start, top_end, top_name, top_key = start, end, name, key
+        self.top_start, self.top_end, self.top_name, self.top_key = (
+            top_start,
+            top_end,
+            top_name,
+            top_key,
+        )
+        self.leaves += counted
+
+    def add_stalls(self, group: _Group) -> None:
+        """Take *group*'s stall spans (clipped to the step) and stall seconds."""
+        if group.stalls:
+            for start, end in group.stalls:
+                overlap = min(end, self.end) - max(start, self.start)
+                if overlap > 0:
+                    self.stalled += overlap
+            group.stalls = None
+        self.stalled += group.stalled
+        group.stalled = 0.0
+
+    def writable_sums(self) -> list[float]:
+        sums = self.sums
+        if isinstance(sums, tuple):
+            sums = self.sums = list(sums)
+        return sums
+
+
+_Container = _Group | _Step | _Settled
+# What the window remembers of an arrived span: (parent key, container, flags, name).
+_Entry = tuple[int | None, _Container, int, str]
+
+
+def _where(step: _Step) -> str:
+    """How a violation names *step*."""
+    return f"step {step.name!r} (span {step.key & _MASK:016x}" + (
+        f", rl.iteration={step.iteration})" if step.iteration is not None else ")"
+    )
+
+
+def _iteration(value: Any) -> int | None:
+    """*value* as an ``rl.iteration``: an int (subclasses such as ``IntEnum`` too, not
+    ``bool``) in the signed 64-bit range the trace file keeps exactly; else ``None``.
+
+    A trace file's reader may read a larger integer as a float, so the live rollup
+    and ``asynctrace goodput`` agree by taking neither for an iteration.
+    """
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    value = int(value)
+    return value if _I64_MIN <= value <= _I64_MAX else None
+
+
+def _resolve(container: _Container) -> _Container:
+    while container.fwd is not None:
+        container = container.fwd
+    return container
+
+
+def _add_sums(step: _Step, group: _Group) -> None:
+    if group.pre is not None:
+        sums = step.writable_sums()
+        for i, seconds in enumerate(group.pre):
+            sums[i] += seconds
+        group.pre = None
+    if group.phases:
+        step.phases = _merged(step.phases, group.phases)
+        group.phases = None
+    step.nb += group.nb
+    group.nb = 0
+
+
+def _merge(source: _Group, target: _Group) -> None:
+    """Move *source*'s content into *target*; *source* forwards there from now on."""
+    if source.leaves:
+        if len(source.leaves) > len(target.leaves):
+            source.leaves, target.leaves = target.leaves, source.leaves
+        target.leaves.extend(source.leaves)
+        source.leaves.clear()
+    if source.pre is not None:
+        if target.pre is None:
+            target.pre = source.pre
+        else:
+            for i, seconds in enumerate(source.pre):
+                target.pre[i] += seconds
+        source.pre = None
+    if source.phases:
+        target.phases = _merged(target.phases, source.phases)
+        source.phases = None
+    if source.nb:
+        target.nb += source.nb
+        source.nb = 0
+    if source.stalls:
+        if target.stalls is None:
+            target.stalls = []
+        target.stalls.extend(source.stalls)
+        source.stalls = None
+    if source.stalled:
+        target.stalled += source.stalled
+        source.stalled = 0.0
+    if source.ex:
+        target.add_examples(source.ex)
+        source.ex = None
+    if source.cands:
+        if target.cands is None:
+            target.cands = []
+        target.cands.extend(source.cands)
+        source.cands = None
+    source.fwd = target
+
+
+def _merged(into: dict[str, float] | None, more: dict[str, float]) -> dict[str, float]:
+    """*more*'s seconds per name added to *into* (a new dict when *into* is ``None``)."""
+    if into is None:
+        return dict(more)
+    for name, seconds in more.items():
+        into[name] = into.get(name, 0.0) + seconds
+    return into
+
+
+def _overlapping(leaves: Iterable[Leaf]) -> list[tuple[Example, Example]]:
+    """A few pairs of bucketed leaves that overlap in time (why buckets exceed the wall)."""
+    pairs: list[tuple[Example, Example]] = []
+    latest: Leaf | None = None
+    for leaf in sorted(leaf for leaf in leaves if leaf[2] >= 0):
+        if latest is not None and leaf[0] < latest[1]:
+            pairs.append(((latest[3], latest[4]), (leaf[3], leaf[4])))
+            if len(pairs) >= _EXAMPLES:
+                break
+        if latest is None or leaf[1] > latest[1]:
+            latest = leaf
+    return pairs
