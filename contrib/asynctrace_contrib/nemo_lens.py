@@ -33,6 +33,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import difflib
 import functools
 import hashlib
 import logging
@@ -172,6 +173,137 @@ def _register_names(names: frozenset[str] | set[str], origin: str) -> None:
         )
 
 
+_TRUE: Final = frozenset({"1", "true", "yes", "on"})
+_FALSE: Final = frozenset({"0", "false", "no", "off"})
+_BOOL_FIELDS: Final = (
+    "enabled",
+    "sampler_enabled",
+    "traces_enabled",
+    "metrics_enabled",
+    "logs_enabled",
+)
+_TEXT_FIELDS: Final = (
+    "service_name",
+    "export_strategy",
+    "span_groups",
+    "exporter",
+    "run_id",
+    "user",
+    "wandb_entity",
+    "wandb_project",
+)
+# The names from_env reads after ``{prefix}_``.
+_ENV_KEYS: Final = (
+    "ENABLED",
+    "EXPORT_STRATEGY",
+    "EXPORT_RANK",
+    "EXPORT_SAMPLE_RATE",
+    "SAMPLER_ENABLED",
+    "TRACES_ENABLED",
+    "METRICS_ENABLED",
+    "LOGS_ENABLED",
+    "SPAN_GROUPS",
+    "EXPORTER",
+    "RUN_ID",
+    "USER_ID",
+)
+_warned: set[tuple[str, ...]] = set()  # what was warned about once already
+
+
+def _boolean(key: str, value: object) -> bool:
+    """*value* as a bool: a bool, or ``1``/``0``, ``true``/``false``, ``yes``/``no``,
+    ``on``/``off`` as a string (any case), as asynctrace reads its own booleans.
+
+    Raises:
+        asynctrace.ConfigurationError: anything else, naming *key*.
+    """
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise asynctrace.ConfigurationError(
+        f"{key}: {value!r} is not a boolean; accepted: true/false "
+        "(or 1/0, yes/no, on/off as strings)"
+    )
+
+
+def _text(key: str, value: object) -> str:
+    """*value*, checked to be a string.
+
+    Raises:
+        asynctrace.ConfigurationError: not a string, naming *key*.
+    """
+    if not isinstance(value, str):
+        raise asynctrace.ConfigurationError(
+            f"{key}: {value!r} is not accepted; accepted: a string"
+        )
+    return value
+
+
+def _export_rank(value: object) -> int:
+    """``export_rank`` as an int (a string of one too): a rank, or -1 for the last one.
+
+    Raises:
+        asynctrace.ConfigurationError: not an integer >= -1.
+    """
+    number = value
+    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?[0-9]+\s*", value):
+        number = int(value)
+    if isinstance(number, bool) or not isinstance(number, int) or number < -1:
+        raise asynctrace.ConfigurationError(
+            f"export_rank: {value!r} is not accepted; accepted: an integer >= 0 (the rank "
+            "that exports with export_strategy single_rank), or -1: the last rank"
+        )
+    return number
+
+
+def _sample_rate(value: object) -> float:
+    """``export_sample_rate`` as a float (a string of one too), from 0.0 to 1.0.
+
+    Raises:
+        asynctrace.ConfigurationError: anything else (``nan`` too).
+    """
+    number = value
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            pass
+    if (
+        isinstance(number, bool)
+        or not isinstance(number, int | float)
+        or not 0.0 <= number <= 1.0  # false for nan
+    ):
+        raise asynctrace.ConfigurationError(
+            f"export_sample_rate: {value!r} is not accepted; accepted: a number from 0.0 "
+            "to 1.0 (the fraction of ranks that export with export_strategy sampled)"
+        )
+    return float(number)
+
+
+def _warn_once(key: tuple[str, ...], message: str) -> None:
+    """Log *message* as a warning, once per process for *key*."""
+    if key not in _warned:
+        _warned.add(key)
+        _LOG.warning(message)
+
+
+def _warn_unknown_variables(prefixes: Collection[str]) -> None:
+    """Warn once about each ``{prefix}_*`` variable :meth:`NemoLensConfig.from_env` does
+    not read, with the closest name it does read: a typo otherwise changes nothing."""
+    for prefix in prefixes:
+        known = [f"{prefix}_{key}" for key in _ENV_KEYS]
+        for name in sorted(os.environ):
+            if not name.startswith(f"{prefix}_") or name in known:
+                continue
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            _warn_once(
+                ("variable", name),
+                f"NemoLensConfig.from_env: ignoring {name}, which it does not read{hint}",
+            )
+
+
 @dataclass
 class NemoLensConfig:
     """lens's configuration, field for field; :func:`setup_telemetry` maps it.
@@ -182,7 +314,15 @@ class NemoLensConfig:
     ``export_strategy`` / ``export_rank`` / ``export_sample_rate`` decide, as in
     lens, whether this rank exports; a rank that does not gets telemetry off.
     The metrics, logs and W&B fields are kept so a lens config loads, and are
-    not used.
+    not used. Every field is checked when the config is made and again by
+    :func:`setup_telemetry`: a boolean may also be ``"true"``/``"false"``,
+    ``"1"``/``"0"``, ``"yes"``/``"no"``, ``"on"``/``"off"`` (a quoted YAML
+    value), ``export_rank`` and ``export_sample_rate`` a string of a number.
+
+    Raises:
+        asynctrace.ConfigurationError: a field of the wrong kind or out of
+            range (a ``ValueError``), naming the field, its value and what is
+            accepted.
 
     Example:
         >>> NemoLensConfig(enabled=True, span_groups="per_step").exporter
@@ -207,10 +347,21 @@ class NemoLensConfig:
     _span_group_cls: type | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.export_sample_rate <= 1.0:
-            raise ValueError(
-                f"export_sample_rate must be in [0.0, 1.0], got {self.export_sample_rate}"
-            )
+        self._check()
+
+    def _check(self) -> None:
+        """Check every field, turning ``"false"``/``"0.5"`` (quoted YAML) into their values.
+
+        Raises:
+            asynctrace.ConfigurationError: naming the field, its value and what
+                is accepted (a ``ValueError``, as lens raises).
+        """
+        for name in _BOOL_FIELDS:
+            setattr(self, name, _boolean(name, getattr(self, name)))
+        for name in _TEXT_FIELDS:
+            _text(name, getattr(self, name))
+        self.export_rank = _export_rank(self.export_rank)
+        self.export_sample_rate = _sample_rate(self.export_sample_rate)
 
     @property
     def resolved_span_groups(self) -> frozenset[str]:
@@ -242,15 +393,20 @@ class NemoLensConfig:
         ``EXPORT_RANK``, ``EXPORT_SAMPLE_RATE``, ``SAMPLER_ENABLED``,
         ``TRACES_ENABLED``, ``METRICS_ENABLED``, ``LOGS_ENABLED``,
         ``SPAN_GROUPS``, ``EXPORTER``, ``RUN_ID``, ``USER_ID``; plus
-        ``OTEL_SERVICE_NAME``, ``WANDB_ENTITY`` and ``WANDB_PROJECT``.
+        ``OTEL_SERVICE_NAME``, ``WANDB_ENTITY`` and ``WANDB_PROJECT``. Any
+        other ``{prefix}_*`` variable (``NEMO_LENS_ENABLE``) is logged once as a
+        warning naming the closest one read.
 
         Raises:
-            ValueError: a boolean, integer or float variable that does not parse.
+            ValueError: a boolean, integer or float variable that does not parse,
+                or a value out of range.
 
         Example:
             >>> NemoLensConfig.from_env(prefix="NO_SUCH_PREFIX").enabled
             False
         """
+
+        _warn_unknown_variables([p for p in (prefix, fallback_prefix) if p])
 
         def env(key: str, default: str = "") -> str:
             value = os.environ.get(f"{prefix}_{key}", "").strip()
@@ -354,6 +510,13 @@ def _should_export(config: NemoLensConfig, rank: int, world_size: int) -> bool:
         return True
     if strategy == "single_rank":
         target = config.export_rank if config.export_rank >= 0 else world_size - 1
+        if target >= world_size:  # lens exports nowhere then, silently
+            _warn_once(
+                ("export_rank", str(target), str(world_size)),
+                f"setup_telemetry: export_rank {target} names no rank of this job "
+                f"(world_size={world_size}), so no rank exports; accepted: a rank below "
+                "world_size, or -1: the last rank",
+            )
         return rank == target
     if strategy == "sampled":  # lens's deterministic hash: same rank and rate, same outcome
         digest = hashlib.md5(str(rank).encode(), usedforsecurity=False).hexdigest()
@@ -434,15 +597,22 @@ def setup_telemetry(
             application's configuration).
         ValueError: an unknown span-group name, exporter or export strategy
             (checked before anything changes; not checked when disabled).
-        asynctrace.ConfigurationError: with ``first_rank_per_node``, a
-            ``LOCAL_RANK`` that is not an integer >= -1 (a ``ValueError``,
-            checked before anything changes).
+        asynctrace.ConfigurationError: a field of *config* assigned a value
+            of the wrong kind since it was made (checked first, disabled or
+            not); with ``first_rank_per_node``, a ``LOCAL_RANK`` that is not
+            an integer >= -1 (a ``ValueError``, checked before anything
+            changes).
+
+    With ``single_rank``, an ``export_rank`` that names no rank of the job
+    (``world_size`` or more) means no rank exports, as in lens; a warning is
+    logged once.
 
     Example:
         >>> setup_telemetry(NemoLensConfig(enabled=False)).is_exporting
         False
     """
     global _initialized, _started
+    config._check()  # fields may have been assigned since the config was made
     if not config.enabled:  # lens: nothing to set up; the exporter is never looked at
         return TelemetryHandle(None, False, owned=False)
     application = None if _allow_reinit else _application_telemetry()

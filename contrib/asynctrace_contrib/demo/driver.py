@@ -14,6 +14,8 @@ import argparse
 import asyncio
 import hashlib
 import queue
+import shutil
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -188,6 +190,68 @@ def _demo_config(
     return config
 
 
+# The files init_driver writes (rank 0, role driver): the demo's own, replaced on a rerun.
+_TRACE_FILE = "traces-driver-r0.jsonl"
+_SESSIONS_FILE = "sessions-driver-r0.jsonl"
+_GOODPUT_FILE = "goodput-driver-r0.jsonl"
+_OWN_FILES = (_TRACE_FILE, _SESSIONS_FILE, _GOODPUT_FILE)
+
+
+def _set_aside(out: Path) -> Path | None:
+    """Move the demo's files of an earlier run out of the way, into a new hidden
+    directory in *out*; that directory, or ``None`` when there were none.
+
+    The exporter and the session tracer append to the files they find: the
+    run starts with none. Other files in *out* are left alone.
+
+    Raises:
+        ConfigurationError: *out* does not let them be moved (nothing moved then).
+    """
+    earlier = [out / name for name in _OWN_FILES if (out / name).is_file()]
+    if not earlier:
+        return None
+    aside: Path | None = None
+    try:
+        aside = Path(tempfile.mkdtemp(prefix=".earlier-demo-", dir=out))
+        for path in earlier:
+            path.replace(aside / path.name)
+    except OSError as exc:
+        if aside is not None:
+            _put_back(aside, out)
+        raise at.ConfigurationError(
+            f"out: {str(out)!r} is not accepted; accepted: a directory whose earlier demo "
+            f"files can be replaced ({exc.strerror or exc})"
+        ) from None
+    return aside
+
+
+def _put_back(aside: Path, out: Path) -> None:
+    """Return the files :func:`_set_aside` moved to *aside* (over any new ones)."""
+    for path in aside.iterdir():
+        path.replace(out / path.name)
+    aside.rmdir()
+
+
+def _start_telemetry(config: dict[str, Any], out: Path) -> at.Telemetry:
+    """``init_driver(config)`` in place of the demo's earlier files in *out*.
+
+    They are only set aside while it checks everything (the environment's
+    ``ASYNCTRACE_RUN_ID``, ``LOCAL_RANK`` and ``OTEL_EXPORTER_OTLP_PROTOCOL``
+    too) and opens its files: if it refuses, they are put back unchanged;
+    once it runs, they are deleted.
+    """
+    aside = _set_aside(out)
+    try:
+        telemetry = at.init_driver(config)
+    except BaseException:
+        if aside is not None:
+            _put_back(aside, out)
+        raise
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
+    return telemetry
+
+
 def run_demo(
     out: str | Path = "asynctrace-demo",
     *,
@@ -207,10 +271,18 @@ def run_demo(
     ``OTEL_TRACES_EXPORTER``, as :meth:`asynctrace.TelemetryConfig.from_env`
     reads them.
 
+    A rerun into the same *out* replaces the demo's own files
+    (``traces-driver-r0.jsonl``, ``sessions-driver-r0.jsonl``,
+    ``goodput-driver-r0.jsonl``) once telemetry has started; other files are
+    left alone, and a run refused for its configuration keeps them all.
+
     Raises:
         ConfigurationError: an argument is not accepted (a span group no preset
             or built-in group knows, an *out* that is a file, a count below 1,
-            an unknown exporter), before anything runs or any file is removed.
+            an unknown exporter), or the environment is not (a malformed
+            ``ASYNCTRACE_RUN_ID`` or ``LOCAL_RANK``, an unknown
+            ``OTEL_EXPORTER_OTLP_PROTOCOL``), before anything runs; the
+            earlier run's files are left as they were.
 
     Example:
         >>> result = run_demo("/tmp/demo", steps=2)  # doctest: +SKIP
@@ -226,16 +298,7 @@ def run_demo(
         "checkpoint_every": checkpoint_every,
     }
     config = _demo_config(out, span_groups, exporters, sizes)
-    kinds = ("traces", "sessions", "goodput")
-    try:
-        for stale in [path for kind in kinds for path in out.glob(f"{kind}-*.jsonl")]:
-            stale.unlink()  # trace files are appended to: start this run clean
-    except OSError as exc:
-        raise at.ConfigurationError(
-            f"out: {str(out)!r} is not accepted; accepted: a directory whose earlier demo "
-            f"files can be replaced ({exc.strerror or exc})"
-        ) from None
-    telemetry = at.init_driver(config)
+    telemetry = _start_telemetry(config, out)
     gym = GymServer()
     try:
         gym.start()
@@ -244,7 +307,7 @@ def run_demo(
         gym.stop()
         telemetry.shutdown()
     result = DemoResult(out, rollouts=rollouts, seconds=time.perf_counter() - started)
-    result.trace_files = sorted(out.glob("traces-*.jsonl"))
-    sessions = sorted(out.glob("sessions-*.jsonl"))
-    result.sessions_file = sessions[0] if sessions else None
+    result.trace_files = [out / _TRACE_FILE] if (out / _TRACE_FILE).is_file() else []
+    sessions = out / _SESSIONS_FILE
+    result.sessions_file = sessions if sessions.is_file() else None
     return result
