@@ -11,8 +11,9 @@ Received baggage is untrusted input: a header over 8,192 bytes is dropped
 whole, entries past the 180th, entries over 4,096 bytes and entries that are
 not W3C Baggage syntax are skipped, and each is counted
 (:func:`carrier_stats`), never logged per request and never raised. Sent
-baggage keeps to the same limits: an entry that would break one is left out,
-counted, and logged once per process (without its value).
+baggage keeps to the same limits: an entry that would break one, or that
+cannot be encoded, is left out, counted, and logged once per process
+(without its value); the rest of the carrier is sent.
 """
 
 from __future__ import annotations
@@ -102,8 +103,10 @@ def carrier_stats() -> dict[str, int]:
 
     Sent: ``baggage_entries_not_sent``: entries left out of a carrier's
     ``baggage`` because they would break a W3C Baggage limit (4,096 bytes an
-    entry, 180 entries, 8,192 bytes the header), counted each time the
-    header is made (a scope entry once per scope state).
+    entry, 180 entries, 8,192 bytes the header), or because their key or
+    value cannot be encoded (its ``str()`` raises, or it holds a lone
+    surrogate), counted each time the header is made (a scope entry once per
+    scope state). The other entries, and ``traceparent``, are sent.
 
     Example:
         >>> sorted(carrier_stats())  # doctest: +NORMALIZE_WHITESPACE
@@ -115,21 +118,23 @@ def carrier_stats() -> dict[str, int]:
         return dict(_counts)
 
 
-def _not_sent(n: int, what: str) -> None:
-    """Count *n* entries left out of sent baggage; log the first time only (no values)."""
+def _not_sent(n: int, what: str, why: str = "") -> None:
+    """Count *n* entries left out of sent baggage; log the first time only (no values).
+
+    *why*: the reason, when it is not a W3C Baggage limit.
+    """
     global _not_sent_logged
     with _counts_lock:
         _counts["baggage_entries_not_sent"] += n
         first, _not_sent_logged = not _not_sent_logged, True
     if first:
         logger.warning(
-            "asynctrace: %s not sent in baggage: W3C Baggage allows %d bytes an entry, "
-            "%d entries and %d bytes the header; carrier_stats()['baggage_entries_not_sent'] "
+            "asynctrace: %s not sent in baggage: %s; carrier_stats()['baggage_entries_not_sent'] "
             "counts such entries, which are not logged again",
             what,
-            MAX_MEMBER,
-            MAX_MEMBERS,
-            MAX_HEADER,
+            why
+            or f"W3C Baggage allows {MAX_MEMBER} bytes an entry, {MAX_MEMBERS} entries "
+            f"and {MAX_HEADER} bytes the header",
         )
 
 
@@ -208,12 +213,16 @@ def encode(user: Mapping[str, object]) -> str:
     count = header.count(",") + 1 if header else 0
     length = len(header)
     parts = [header] if header else []
-    left_out = 0
+    left_out = unreadable = 0
     for key, value in user.items():
-        name = str(key)
-        if name.startswith(PREFIX):
+        try:
+            name = str(key)
+            if name.startswith(PREFIX):
+                continue
+            member = f"{quote_plus(name)}={quote_plus(str(value))}"
+        except Exception:  # str() raises, or a lone surrogate cannot be encoded: this one only
+            unreadable += 1
             continue
-        member = f"{quote_plus(name)}={quote_plus(str(value))}"
         added = len(member) + (1 if count else 0)
         if len(member) > MAX_MEMBER or count >= MAX_MEMBERS or length + added > MAX_HEADER:
             left_out += 1
@@ -223,7 +232,14 @@ def encode(user: Mapping[str, object]) -> str:
         length += added
     if left_out:
         _not_sent(left_out, f"{left_out} of your own entries")
+    if unreadable:
+        _not_sent(unreadable, f"{unreadable} of your own entries", _CANNOT_ENCODE)
     return ",".join(parts)
+
+
+_CANNOT_ENCODE: Final = (
+    "their key or value cannot be encoded (its str() raised, or it is not valid UTF-8 text)"
+)
 
 
 def merge_baggage(existing: Sequence[str], sent: str) -> str | None:

@@ -10,7 +10,15 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from ._errors import ConfigurationError
-from ._redact import REDACTED, is_credential_key, redact_text, secrets_of
+from ._forksafe import reinit_at_fork
+from ._redact import (
+    _URL_END,
+    REDACTED,
+    is_credential_header,
+    is_credential_key,
+    redact_text,
+    secrets_of,
+)
 
 __all__ = ["MAX_NODES", "MAX_PAYLOAD_CHARS", "MAX_TEXT", "check_payload", "plain_payload"]
 
@@ -19,11 +27,31 @@ def check_payload(payload: object, where: str) -> dict[str, Any] | None:
     """A JSON-ready copy of a payload mapping with string keys (``None`` when empty), or raise."""
     if payload is None:
         return None
-    if not isinstance(payload, Mapping) or not all(isinstance(k, str) for k in payload):
+    if not isinstance(payload, Mapping):
         raise ConfigurationError(
-            f"{where}: expected a mapping with str keys (or None), got {payload!r}"
+            f"{where}: expected a mapping with str keys (or None), got {type(payload).__name__}"
         )
+    for key in payload:
+        if not isinstance(key, str):
+            # Named by type and a bounded repr: a payload's values may be secrets, or huge.
+            raise ConfigurationError(
+                f"{where}: expected a mapping with str keys (or None), got a "
+                f"{type(payload).__name__} with key {redact_text(_short_repr(key))} "
+                f"of type {type(key).__name__}"
+            )
     return plain_payload(payload) or None
+
+
+def _short_repr(value: object) -> str:
+    """``repr(value)``, cut to 80 characters (``"<unreadable>"`` if it raises)."""
+    try:
+        text = repr(value)
+    except Exception:
+        return "<unreadable>"
+    return text if len(text) <= _REPR_CHARS else f"{text[:_REPR_CHARS]}..."
+
+
+_REPR_CHARS = 80
 
 
 _PAYLOAD_DEPTH = 16
@@ -43,6 +71,7 @@ _SCAN: Final = 4 * MAX_TEXT
 _SCAN_MARGIN: Final = 8192
 
 _cut_lock = threading.Lock()
+reinit_at_fork(_cut_lock)  # a lock held at fork() is made new in the child
 _cut_payloads = 0
 
 
@@ -71,7 +100,13 @@ def plain_payload(payload: Mapping[str, Any]) -> dict[str, Any]:
     values; an exception's remembered secrets too), as a session's ``reason`` is;
     keys too. The value of a key that names a credential
     (:func:`asynctrace.is_credential_key`: ``password``, ``api_key``,
-    ``X-Api-Key``, ``access_token``, ``Cookie``...) is ``"REDACTED"`` whatever its type. Two
+    ``X-Api-Key``, ``access_token``, ``Cookie``...) is ``"REDACTED"`` whatever its type;
+    so is, in a list or tuple, the item after such a name: the value of a
+    two-item pair (``("Authorization", "Basic ...")``, a header list's entry,
+    ``bytes`` names too) and the argument of a flag (``["mysql", "--password",
+    "..."]``). A string too long to redact whole (over ``4 * MAX_TEXT``
+    characters) that ends its redacted prefix inside a URL whose userinfo could
+    lie past it is kept up to that URL's ``scheme://`` only. Two
     keys that read the same once strings (``1`` and ``"1"``) are both kept,
     the later as ``"1#2"``.
 
@@ -141,22 +176,59 @@ class _Copier:
             self.cut = True
             return _CUT_TEXT
         unscanned = 0
+        rest_redacted = False  # the string's rest, from a URL's userinfo on, is left out
         if len(value) > _SCAN:
             # Redact a prefix only; a credential its end cuts in half is in its
             # last _SCAN_MARGIN characters, past what is kept. Should redaction
             # have shrunk it that far, the whole string is redacted.
-            text = redact_text(value[:_SCAN], secrets)
-            unscanned = len(value) - _SCAN
-            if len(text) < MAX_TEXT + _SCAN_MARGIN:
-                text, unscanned = redact_text(value, secrets), 0
+            head = value[:_SCAN]
+            url = _open_url(head)
+            if url >= 0:  # a URL whose userinfo may end past the prefix: kept to its "://"
+                text = redact_text(head[:url], secrets)
+                unscanned, rest_redacted = len(value) - url, True
+            else:
+                text = redact_text(head, secrets)
+                unscanned = len(value) - _SCAN
+                if len(text) < MAX_TEXT + _SCAN_MARGIN:
+                    text, unscanned = redact_text(value, secrets), 0
         else:
             text = redact_text(value, secrets)
         keep = min(MAX_TEXT, self.chars)
-        if len(text) > keep:
+        if len(text) > keep or unscanned:
             self.cut = True
-            text = f"{text[:keep]}...<truncated {len(text) - keep + unscanned} chars>"
+            dropped = max(0, len(text) - keep) + unscanned
+            shown = text[:keep] + REDACTED if rest_redacted and len(text) < keep else text[:keep]
+            text = f"{shown}...<truncated {dropped} chars>"
         self.chars -= min(len(text), keep)
         return text
+
+    def sequence(
+        self, value: list[Any] | tuple[Any, ...] | set[Any] | frozenset[Any], depth: int
+    ) -> list[Any]:
+        """*value* as a list. In a list or tuple, the item after a name of a credential
+        is REDACTED: a pair's value (``("Authorization", "Basic ...")``) and a flag's
+        argument (``["mysql", "--password", "..."]``)."""
+        out: list[Any] = []
+        ordered = isinstance(value, (list, tuple))  # a set has no order: nothing follows a name
+        # A pair's name is read once, here; in the loop, only a str starting with "-" is.
+        hide_second = ordered and len(value) == 2 and _pair_name(next(iter(value)))
+        hide = False
+        for item in value:
+            if self.nodes <= 0 or self.chars <= 0:
+                out.append(_CUT_VALUES if self.nodes <= 0 else _CUT_TEXT)
+                self.cut = True
+                break
+            self.nodes -= 1
+            if hide:
+                out.append(REDACTED)
+                hide = False
+                continue
+            out.append(self.plain(item, depth - 1))
+            if hide_second:
+                hide, hide_second = True, False
+            elif ordered and type(item) is str and item[:1] == "-" and _flag_name(item):
+                hide = True
+        return out
 
     def plain(self, value: Any, depth: int) -> Any:
         kind = type(value)
@@ -177,20 +249,61 @@ class _Copier:
         if isinstance(value, Mapping):
             return self.mapping(value, depth)
         if isinstance(value, (list, tuple, set, frozenset)):
-            out: list[Any] = []
-            for item in value:
-                if self.nodes <= 0 or self.chars <= 0:
-                    out.append(_CUT_VALUES if self.nodes <= 0 else _CUT_TEXT)
-                    self.cut = True
-                    break
-                self.nodes -= 1
-                out.append(self.plain(item, depth - 1))
-            return out
+            return self.sequence(value, depth)
         if isinstance(value, numbers.Real):  # int and float subclasses (enums), numpy's numbers
             return self.plain(
                 int(value) if isinstance(value, numbers.Integral) else float(value), depth
             )
         return self.text(str(value))
+
+
+def _pair_name(item: object) -> bool:
+    """Whether *item*, the first of a pair, names a credential: a credential key
+    (``Authorization``, ``X-Api-Key``, ``password``), or a header name, with a ``-``,
+    that holds a credential word (``Ocp-Apim-Subscription-Key``); ``bytes`` too, as
+    ASGI sends headers. Data such as ``("token_count", 5)`` keeps its value, as under a
+    key. A command-line flag (:func:`_flag_name`) is a credential key too.
+    """
+    if isinstance(item, (bytes, bytearray)):
+        if len(item) > _KEY_CACHED:  # no name is that long: a value, not a name
+            return False
+        name = bytes(item).decode("latin-1")
+    elif isinstance(item, str) and len(item) <= _KEY_CACHED:
+        name = item
+    else:
+        return False
+    return is_credential_key(name) or ("-" in name and is_credential_header(name))
+
+
+def _flag_name(item: str) -> bool:
+    """Whether *item*, a ``str`` starting with ``-``, is a command-line flag naming a
+    credential: ``-`` or ``--`` then a credential key (``--password``, ``--api-key``),
+    without ``=`` (``--password=x`` is redacted as text is)."""
+    return len(item) <= _KEY_CACHED and "=" not in item and is_credential_key(item)
+
+
+def _open_url(head: str) -> int:
+    """Where a URL *head* ends inside has its rest (after ``scheme://``), when its userinfo
+    could end past *head*; ``-1`` if none could.
+
+    A URL could when its host runs to the end of *head*, or holds a ``:`` or ``@``:
+    an ``@`` later makes what precedes it a password, as
+    :func:`~asynctrace._redact.redact_text` reads URLs. A URL in the path or query
+    of the one running to the end runs there too, and is checked alike.
+    """
+    at = head.rfind("://")
+    if at == -1 or _URL_END.search(head, at) is not None:
+        return -1
+    # The outer URL begins after the last end of a URL before that "://": search the
+    # text before it, reversed.
+    before = _URL_END.search(head[at - 1 :: -1]) if at else None
+    risky = _RISKY_HOST.search(head, at - before.start() if before is not None else 0)
+    return risky.start() + 3 if risky is not None else -1
+
+
+# A "://" whose host (up to "/", "?" or "#") holds ":" or "@", or runs to the end.
+# Each try stops at the first of those: linear, in one search.
+_RISKY_HOST: Final = re.compile(r"://[^/?#:@]*(?:[:@]|\Z)")
 
 
 def _key(raw: str) -> tuple[str, bool]:

@@ -85,7 +85,7 @@ def current_trace_carrier() -> dict[str, str]:
             return carrier.copy()
         carrier = _span_fields(trace.get_current_span(ctx))
         if scopes is not _NO_SCOPES:
-            value = encode(baggage.get_all(ctx))
+            value = _baggage_value(ctx)
             if value:
                 carrier[BAGGAGE] = value
         _last = (ctx, scopes, carrier)
@@ -93,6 +93,16 @@ def current_trace_carrier() -> dict[str, str]:
     except Exception as exc:
         report_internal_error(("current_trace_carrier",), exc)
         return {}
+
+
+def _baggage_value(ctx: otel_context.Context) -> str:
+    """The ``baggage`` value for *ctx*; ``""`` should making it fail (the carrier keeps
+    its ``traceparent``: baggage the far side misses costs less than its parent)."""
+    try:
+        return encode(baggage.get_all(ctx))
+    except Exception as exc:
+        report_internal_error(("current_trace_carrier", "baggage"), exc)
+        return ""
 
 
 _HEX_BYTE: Final = tuple(f"{i:02x}" for i in range(256))

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
+import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _forks import exit_code
 
 import asynctrace as at
+from asynctrace import _payloads
 from asynctrace._payloads import MAX_NODES, MAX_PAYLOAD_CHARS, MAX_TEXT, plain_payload
 from asynctrace._session_tracer import SessionTracer
 
@@ -172,3 +177,81 @@ def test_a_user_key_named_like_the_marker_is_kept() -> None:
     assert out["many"]["<truncated>"] == f"<truncated: more than {MAX_NODES} values>"
     # The budget, less the values of "<truncated>" and "many", and the marker.
     assert len(out["many"]) == MAX_NODES - 2 + 1
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        # the userinfo's "@" lies past the redacted prefix
+        ("connect http://bob:{s}@db.internal/x failed", "connect http://"),
+        # a password holding "/": the host reads "bob" with a port, then a path
+        ("connect http://bob:pa/{s}@db.internal/x failed", "connect http://"),
+        # a URL in the path of a proxy's URL, cut inside its userinfo
+        ("GET https://proxy/fetch/http://u:{s}@h/x", "GET https://proxy/fetch/http://"),
+        # userinfo with an "@" of its own ("p@ss"), cut between the two
+        ("x=https://bob:p@{s}@h/ y", "x=https://"),
+    ],
+)
+def test_a_url_cut_by_the_redacted_prefix_keeps_no_userinfo(text: str, kept: str) -> None:
+    """A string longer than the prefix redaction examines, ending that prefix inside a
+    URL's userinfo: kept up to the URL's ``scheme://``, then REDACTED, the rest counted."""
+    value = text.format(s="S" * (5 * MAX_TEXT))
+    out = plain_payload({"error": value})["error"]
+    assert out == f"{kept}REDACTED...<truncated {len(value) - len(kept)} chars>"
+
+
+def test_a_long_url_whose_host_ends_is_kept_as_before() -> None:
+    """A huge URL with a plain host: no userinfo can follow, its first MAX_TEXT characters
+    are kept (and redacted) as any long string's are."""
+    value = "see https://example.com/" + "a" * (5 * MAX_TEXT)
+    out = plain_payload({"u": value})["u"]
+    assert out == value[:MAX_TEXT] + f"...<truncated {len(value) - MAX_TEXT} chars>"
+
+
+def test_a_payload_with_a_key_that_is_not_text_is_refused_without_its_values() -> None:
+    """The error names the mapping's type and the first key that is not a ``str`` (its
+    repr cut to 80 characters), never the payload's values: they may be secrets, or huge."""
+    payload: Any = {"api_key": "sk-live-abcdef123456", 7: "x", "blob": "x" * 5_000_000}
+    with pytest.raises(at.ConfigurationError) as caught:
+        at.trace_session_phase("generate", start_payload=payload)
+    message = str(caught.value)
+    assert len(message) < 300
+    assert "sk-live" not in message
+    assert "key 7 of type int" in message
+    assert "trace_session_phase(start_payload)" in message
+    with pytest.raises(at.ConfigurationError) as caught:
+        at.trace_session_phase("generate", end_payload={("k" * 1000,): 1})  # type: ignore[dict-item]
+    assert len(str(caught.value)) < 300
+    with pytest.raises(at.ConfigurationError, match="got list$"):
+        at.trace_session_phase("generate", start_payload=["password", "hunter2"])  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_payload_cut_in_a_forked_child_does_not_wait_on_the_parent_s_lock(
+    tracer: SessionTracer,
+) -> None:
+    """A thread counts a cut payload as the process forks: the child, cutting a payload
+    of its own, records it at once instead of waiting for a lock no thread will free."""
+    held, release = threading.Event(), threading.Event()
+
+    def count_a_cut() -> None:  # stands for a thread inside the cut counter at the fork
+        with _payloads._cut_lock:
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=count_a_cut)
+    holder.start()
+    assert held.wait(5)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (3.12+)
+            pid = os.fork()
+        if pid == 0:
+            before = _payloads.truncated_payloads()
+            out = plain_payload({"big": list(range(MAX_NODES + 10))})
+            cut = out["big"][-1] == f"<truncated: more than {MAX_NODES} values>"
+            os._exit(0 if cut and _payloads.truncated_payloads() == before + 1 else 3)
+        assert exit_code(pid, what="the child cutting a payload") == 0
+    finally:
+        release.set()
+        holder.join()
