@@ -8,12 +8,22 @@ event and status, redacted as asynctrace's own spans record them; the fast
 provider's tracer and :class:`RedactingTracer` (the SDK tracer
 :func:`asynctrace.get_tracer` hands out) open their blocks with it, and
 :func:`record_error` is the recording alone, for a block of one's own.
+
+The fast provider's spans redact whatever they record themselves. An SDK span
+asynctrace hands out is made to do the same by :func:`redacting`: its class
+becomes a subclass of the SDK's whose ``record_exception``, ``set_status``
+and ``__exit__`` redact (the same object, so processors, the current context
+and the caller all hold it), so ``with span:``, ``use_span(span)`` and a
+``span.record_exception(exc)`` by hand record what the fast provider records.
 """
 
 from __future__ import annotations
 
+import sys
+import threading
 import traceback
 from collections.abc import Iterator, Sequence
+from types import TracebackType
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -25,7 +35,9 @@ from ._cm import otel_contextmanager
 from ._errors import report_internal_error
 from ._redact import exception_reason, redact_text, secrets_of
 
-__all__ = ["RedactingTracer", "record_error", "redacted_block"]
+__all__ = ["RedactingTracer", "record_error", "redacted_block", "redacting"]
+
+_STACKTRACE = "exception.stacktrace"
 
 
 def redacted_block(
@@ -74,10 +86,6 @@ def _record_sdk(span: trace.Span, exc: BaseException) -> None:
     """The SDK's own ``exception`` event, its message and stack trace redacted."""
     secrets = secrets_of(exc)
     try:
-        stack = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    except Exception as err:  # a broken __str__ in the chain, say
-        stack = f"<stack trace unavailable: {type(err).__name__}>"
-    try:
         message = str(exc)
     except Exception:
         message = f"<unprintable {type(exc).__name__}>"
@@ -85,20 +93,149 @@ def _record_sdk(span: trace.Span, exc: BaseException) -> None:
         exc,
         {
             "exception.message": redact_text(message, secrets),
-            "exception.stacktrace": redact_text(stack, secrets),
+            _STACKTRACE: _stack_text(exc, secrets),
         },
     )
 
 
+def _stack_text(exc: BaseException, secrets: frozenset[str]) -> str:
+    """*exc*'s stack trace as ``traceback.format_exception`` writes it, redacted."""
+    try:
+        stack = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    except Exception as err:  # a broken __str__ in the chain, say
+        return f"<stack trace unavailable: {type(err).__name__}>"
+    return redact_text(stack, secrets)
+
+
+# An SDK span class -> the subclass of it :func:`redacting` gives its spans; any
+# other class (and each such subclass) -> itself. One entry per class seen.
+_REDACTING: dict[type, type] = {}
+_REDACTING_LOCK = threading.Lock()
+
+
+def redacting(span: trace.Span) -> trace.Span:
+    """*span*, recording exceptions and ``ERROR`` descriptions redacted from now on.
+
+    An SDK span (``opentelemetry.sdk.trace``'s, whose ``record_exception``,
+    ``set_status`` and ``__exit__`` are the SDK's own) becomes, in place, an
+    object of a subclass whose three methods redact as the fast provider's
+    span does; any other span is left as it is. A dictionary look-up and a
+    class assignment: cheap enough for every span. Never raises.
+
+    Example:
+        >>> from opentelemetry import trace
+        >>> redacting(trace.INVALID_SPAN) is trace.INVALID_SPAN
+        True
+    """
+    cls = span.__class__
+    new = _REDACTING.get(cls)
+    if new is None:
+        new = _redacting_class(cls)
+    if new is not cls:
+        try:
+            span.__class__ = new
+        except Exception as err:  # a layout the subclass cannot take: left raw
+            _REDACTING[cls] = cls
+            report_internal_error(("redacting", cls.__name__), err)
+    return span
+
+
+def _redacting_class(cls: type) -> type:
+    """The class :func:`redacting` gives spans of *cls* (made once per class)."""
+    with _REDACTING_LOCK:
+        found = _REDACTING.get(cls)
+        if found is None:
+            found = _subclass(cls)
+            _REDACTING[cls] = found
+            _REDACTING[found] = found
+        return found
+
+
+def _subclass(cls: type) -> type:
+    """*cls* with :class:`_RedactingSdkSpan`'s methods if it is a plain SDK span; else *cls*."""
+    sdk = sys.modules.get("opentelemetry.sdk.trace")
+    base = getattr(sdk, "Span", None)
+    if base is None or not isinstance(base, type) or not issubclass(cls, base):
+        return cls
+    for name in ("record_exception", "set_status", "__exit__"):
+        if getattr(cls, name, None) is not getattr(base, name, None):
+            return cls  # a subclass with its own: it is left to its author
+    namespace = {"__module__": __name__, "__qualname__": cls.__qualname__}
+    meta: Any = type(cls)  # the SDK span's ABCMeta
+    made: type = meta(cls.__name__, (_RedactingSdkSpan, cls), namespace)
+    return made
+
+
+class _RedactingSdkSpan(trace.Span):
+    """What an SDK span records of an exception, redacted (see :func:`redacting`).
+
+    Mixed in before the SDK's span class. The ``exception`` event has the
+    fast provider's attributes (the type's qualified name, the message and
+    the stack trace redacted with the secrets remembered for the exception,
+    ``exception.escaped``); attributes passed by the caller override them, a
+    caller's own stack trace included, as OpenTelemetry specifies. An
+    ``ERROR`` description is redacted as it is set.
+    """
+
+    def record_exception(
+        self,
+        exception: BaseException,
+        attributes: types.Attributes = None,
+        timestamp: int | None = None,
+        escaped: bool = False,
+    ) -> None:
+        """Record *exception* as an ``exception`` event, its message and stack trace redacted."""
+        if not self.is_recording():
+            return
+        try:
+            from ._fast._span import exception_attributes
+
+            secrets = secrets_of(exception)
+            own = attributes is not None and _STACKTRACE in attributes
+            stack = "" if own else _stack_text(exception, secrets)
+            event: dict[str, Any] = exception_attributes(exception, stack, escaped, secrets)
+            if attributes:
+                event.update(attributes)
+        except Exception as err:
+            report_internal_error(("record_exception", "sdk"), err)
+            return
+        self.add_event("exception", event, timestamp)
+
+    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
+        """Set the status as the SDK does; an ``ERROR`` description is redacted first."""
+        if self.is_recording():
+            if isinstance(status, Status):
+                text = status.description
+                if status.status_code is StatusCode.ERROR and text and isinstance(text, str):
+                    status = Status(StatusCode.ERROR, redact_text(text))
+            elif status is StatusCode.ERROR and description and isinstance(description, str):
+                description = redact_text(description)
+        super().set_status(status, description)  # type: ignore[safe-super]
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        """End the span; an escaping exception is recorded and sets ERROR, redacted."""
+        if exc_val is not None and self.is_recording():
+            if getattr(self, "_record_exception", True):
+                self.record_exception(exc_val, escaped=True)
+            if getattr(self, "_set_status_on_exception", True):
+                self.set_status(Status(StatusCode.ERROR, exception_reason(type(exc_val), exc_val)))
+        self.end()
+
+
 class RedactingTracer(trace.Tracer):
-    """An SDK tracer whose ``start_as_current_span`` records exceptions redacted."""
+    """An SDK tracer whose spans record exceptions redacted (see :func:`redacting`)."""
 
     def __init__(self, tracer: trace.Tracer) -> None:
         self.tracer = tracer
 
     def start_span(self, *args: Any, **kwargs: Any) -> trace.Span:
-        """The SDK tracer's own ``start_span``."""
-        return self.tracer.start_span(*args, **kwargs)
+        """The SDK tracer's ``start_span``; the span records exceptions redacted."""
+        return redacting(self.tracer.start_span(*args, **kwargs))
 
     @otel_contextmanager
     def start_as_current_span(
@@ -114,8 +251,8 @@ class RedactingTracer(trace.Tracer):
         end_on_exit: bool = True,
     ) -> Iterator[trace.Span]:
         """Start a span and make it current for the block (also a decorator)."""
-        span = self.tracer.start_span(
+        span = redacting(self.tracer.start_span(
             name, context, kind, attributes, links, start_time, record_exception,
             set_status_on_exception,
-        )  # fmt: skip
+        ))  # fmt: skip
         yield from redacted_block(span, end_on_exit, record_exception, set_status_on_exception)

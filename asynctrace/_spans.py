@@ -34,6 +34,7 @@ from ._profiling import _PROFILER, ProfiledSpan
 from ._redact import redact_text, remember, secrets_of
 from ._scopes import SCOPES, ScopeState
 from ._semconv import CANCELLED, GROUP, RL_BUCKET, RL_ITERATION
+from ._span_errors import redacting
 from ._stalls import notice_loop
 from ._state import GATE
 
@@ -338,8 +339,9 @@ def start(
         attrs = span_attributes(group, shape, attributes, bucket)
         if tracer.__class__ is FastTracer:
             return tracer.start_owned(name, context, attrs, None, kind, links, start_time)
-        # positional: the API's parameter order, cheaper than keywords per span
-        return tracer.start_span(name, context, kind, attrs, links, start_time)
+        # positional: the API's parameter order, cheaper than keywords per span;
+        # an SDK span records exceptions redacted, as a fast one does
+        return redacting(tracer.start_span(name, context, kind, attrs, links, start_time))
     except Exception as exc:
         report_internal_error(("start", _site(group)), exc, _named(name))  # names vary
         return None
