@@ -8,6 +8,7 @@ into validated settings. This module imports nothing heavy (no OTel SDK).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import os
 import threading
@@ -255,8 +256,9 @@ class TelemetryConfig:
         *base* is not mutated.
 
         Raises:
-            ConfigurationError: a variable's value is malformed; the message
-                names the variable.
+            ConfigurationError: a variable's value is malformed, or the export
+                batch size set is larger than the queue size; the message names
+                the variable.
 
         Example:
             >>> env = {"ASYNCTRACE_ENABLED": "1", "ASYNCTRACE_EXPORTERS": "memory"}
@@ -279,6 +281,7 @@ class TelemetryConfig:
         _warn_unknown_vars(env)
         config = _copy_of(base) if base is not None else cls()
         updates: dict[str, Any] = {}
+        sources: dict[str, str] = {}  # field -> the variable that set it
         for var, key in ENV_VARS.items():
             raw = _env_value(env, var)
             if raw is None and key in _OTEL_FALLBACKS:
@@ -289,6 +292,7 @@ class TelemetryConfig:
             if key.startswith("session_tracer."):
                 continue  # handled below, as one nested value
             updates[key] = _parse_env(var, key, raw)
+            sources[key] = var
         ignored: list[str] = []
         if "exporters" not in updates:
             otel, ignored = _otel_exporters(env)
@@ -298,17 +302,29 @@ class TelemetryConfig:
         if session is not None:
             updates["session_tracer"] = session
         config = dataclasses.replace(config, **updates)
+        if "max_queue_size" in sources or "max_export_batch_size" in sources:
+            check_batch_fits(
+                config.max_export_batch_size,
+                config.max_queue_size,
+                sources.get("max_export_batch_size"),
+                sources.get("max_queue_size"),
+            )
         if otel_sdk_disabled(env):
             config.enabled = False
         if ignored and config.enabled:
-            warnings.warn(
+            message = (
                 f"OTEL_TRACES_EXPORTER: ignoring {', '.join(map(repr, ignored))}; asynctrace "
-                f"exports to {', '.join(EXPORTER_NAMES)} (set ASYNCTRACE_EXPORTERS to choose)",
-                UserWarning,
-                stacklevel=2,
+                f"exports to {', '.join(EXPORTER_NAMES)} (set ASYNCTRACE_EXPORTERS to choose)"
             )
+            try:
+                warnings.warn(message, UserWarning, stacklevel=2)
+            except UserWarning:  # warnings are errors here: a variable for other tools
+                logging.getLogger("asynctrace").warning("asynctrace: %s", message)
         return config
 
+
+DEFAULT_QUEUE_SIZE: Final[int] = TelemetryConfig.max_queue_size
+DEFAULT_BATCH_SIZE: Final[int] = TelemetryConfig.max_export_batch_size
 
 ENV_VARS: dict[str, str] = {
     "ASYNCTRACE_ENABLED": "enabled",
@@ -500,10 +516,40 @@ def _check_keys(mapping: Mapping[str, Any], cls: type, where: str) -> None:
     accepted = [f.name for f in dataclasses.fields(cls)]
     unknown = [k for k in mapping if k not in accepted]
     if unknown:
-        raise ConfigurationError(
-            f"{where}: unknown key{'s' if len(unknown) > 1 else ''} "
-            f"{', '.join(repr(k) for k in unknown)}; accepted keys: {', '.join(accepted)}"
-        )
+        raise ConfigurationError(unknown_keys_message(where, unknown, accepted))
+
+
+def unknown_keys_message(where: str, unknown: Sequence[Any], accepted: Sequence[str]) -> str:
+    """``where: unknown key 'x'; accepted keys: ...``, with a "did you mean" for near misses.
+
+    Example:
+        >>> unknown_keys_message("telemetry", ["enabeld"], ["enabled", "run_id"])
+        "telemetry: unknown key 'enabeld'; accepted keys: enabled, run_id; did you mean 'enabled'?"
+    """
+    return (
+        f"{where}: unknown key{'s' if len(unknown) > 1 else ''} "
+        f"{', '.join(repr(k) for k in unknown)}; accepted keys: {', '.join(accepted)}"
+        f"{did_you_mean(unknown, accepted)}"
+    )
+
+
+def did_you_mean(unknown: Sequence[Any], accepted: Sequence[str]) -> str:
+    """``"; did you mean 'x'?"`` for the unknown keys close to an accepted one, else ``""``.
+
+    With several unknown keys, each suggestion names the key it is for.
+    """
+    import difflib
+
+    hints: list[tuple[Any, str]] = []
+    for key in unknown:
+        close = difflib.get_close_matches(str(key), list(accepted), n=1)
+        if close:
+            hints.append((key, close[0]))
+    if not hints:
+        return ""
+    if len(unknown) == 1:
+        return f"; did you mean {hints[0][1]!r}?"
+    return "; did you mean " + ", ".join(f"{good!r} for {bad!r}" for bad, good in hints) + "?"
 
 
 def coerce_field(key: str, name: str, value: Any) -> Any:
@@ -519,9 +565,7 @@ def coerce_field(key: str, name: str, value: Any) -> Any:
     ):
         return check_int(key, value, 1)
     if name in ("schedule_delay_millis",):
-        return _at_most(
-            key, check_number(key, value, 0.0, strict=True), MAX_WAIT_S * 1000.0, "> 0"
-        )
+        return _schedule_delay(key, value)
     if name in ("shutdown_timeout_s",):
         return _at_most(key, check_number(key, value, 0.0, strict=False), MAX_WAIT_S, ">= 0")
     if name == "exporters":
@@ -562,6 +606,11 @@ def coerce_field(key: str, name: str, value: Any) -> Any:
             raise ConfigurationError(
                 f"{key}: expected a mapping of limit names to integers, got {value!r}"
             )
+        from ._fast._limits import FIELDS
+
+        unknown = [k for k in value if k not in FIELDS]
+        if unknown:
+            raise ConfigurationError(unknown_keys_message(key, unknown[:1], FIELDS))
         return dict(value)
     if name == "loop_stall_threshold_ms":
         return _stall_threshold(key, value)
@@ -578,12 +627,57 @@ def coerce_field(key: str, name: str, value: Any) -> Any:
     if name == "profiler":
         from ._profiling import ProfilerSettings
 
+        if isinstance(value, Mapping):
+            from ._profiling import _KEYS
+
+            unknown = sorted(str(k) for k in value if k not in _KEYS)
+            if unknown:
+                raise ConfigurationError(
+                    f"{key}.{unknown[0]}: unknown key; accepted: {', '.join(_KEYS)}"
+                    f"{did_you_mean(unknown[:1], _KEYS)}"
+                )
         return None if value is None else ProfilerSettings.parse(key, value)
     if name in ("service_name", "run_id"):
         if not isinstance(value, str):
             raise ConfigurationError(f"{key}: expected a string, got {value!r}")
         return value.strip()
     raise ConfigurationError(f"{key}: unknown key")  # pragma: no cover - guarded by _check_keys
+
+
+def check_batch_fits(
+    batch: Any, queue: Any, batch_from: str | None, queue_from: str | None
+) -> None:
+    """Refuse an export batch larger than the queue, naming what was set.
+
+    *batch_from* and *queue_from* name the key or variable that set each
+    value; ``None``: it was not set there (the default, or a base
+    configuration's). When only the queue size was set, the message is about
+    the queue size.
+
+    Raises:
+        ConfigurationError: ``batch > queue``.
+    """
+    if not isinstance(batch, int) or not isinstance(queue, int) or batch <= queue:
+        return
+    if batch_from is None and queue_from is not None:
+        raise ConfigurationError(
+            f"{queue_from}: {queue} is not accepted: it is below the export batch size, "
+            f"max_export_batch_size ({_origin(batch, None, DEFAULT_BATCH_SIZE)}); accepted: "
+            f"an integer >= {batch}, or a max_export_batch_size <= {queue} set too"
+        )
+    raise ConfigurationError(
+        f"{batch_from or 'max_export_batch_size'}: {batch} is not accepted; accepted: an "
+        f"integer between 1 and max_queue_size ({_origin(queue, queue_from, DEFAULT_QUEUE_SIZE)})"
+    )
+
+
+def _origin(value: int, source: str | None, default: int) -> str:
+    """``"100, set by VAR"``, ``"512, the default"`` or ``"100"``."""
+    if source is not None and source.isupper():  # a variable
+        return f"{value}, set by {source}"
+    if source is None and value == default:
+        return f"{value}, the default"
+    return str(value)
 
 
 MAX_WAIT_S: Final = threading.TIMEOUT_MAX / 2
@@ -598,6 +692,25 @@ def _at_most(key: str, number: float, most: float, bound: str) -> float:
         f"{key}: {number!r} is not accepted; accepted: a finite number {bound} and "
         f"<= {most:.6g} (the longest wait a thread can make)"
     )
+
+
+MIN_SCHEDULE_DELAY_MS: Final = 1.0
+"""The shortest ``schedule_delay_millis``: below it an idle export thread would spin."""
+
+
+def _schedule_delay(key: str, value: Any) -> float:
+    """Milliseconds from :data:`MIN_SCHEDULE_DELAY_MS` to the longest wait a thread can make."""
+    try:
+        number = check_number(key, value, 0.0, strict=True)
+    except ConfigurationError:
+        number = -1.0
+    if number < MIN_SCHEDULE_DELAY_MS:
+        raise ConfigurationError(
+            f"{key}: {value!r} is not accepted; accepted: a finite number of milliseconds "
+            f">= {MIN_SCHEDULE_DELAY_MS:g} (the floor: a shorter delay keeps an idle export "
+            f"thread polling) and <= {MAX_WAIT_S * 1000.0:.6g} (default 1000)"
+        )
+    return _at_most(key, number, MAX_WAIT_S * 1000.0, f">= {MIN_SCHEDULE_DELAY_MS:g}")
 
 
 def _stall_threshold(key: str, value: Any) -> float:
@@ -751,7 +864,10 @@ def _scalar_kind(value: Any) -> type | None:
 
 def _attributes(key: str, value: Any) -> dict[str, Any]:
     if not isinstance(value, Mapping):
-        raise ConfigurationError(f"{key}: expected a mapping of attribute names to values")
+        raise ConfigurationError(
+            f"{key}: {value!r} is not accepted; accepted: a mapping of attribute names to "
+            "values (str, bool, int, float, or lists of one of these)"
+        )
     out: dict[str, Any] = {}
     for name, item in value.items():
         if not isinstance(name, str) or not name:

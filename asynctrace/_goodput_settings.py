@@ -101,10 +101,9 @@ class GoodputSettings:
         accepted = [f.name for f in fields(cls)]
         unknown = [k for k in value if k not in accepted]
         if unknown:
-            raise ConfigurationError(
-                f"{key}: unknown key{'s' if len(unknown) > 1 else ''} "
-                f"{', '.join(repr(k) for k in unknown)}; accepted keys: {', '.join(accepted)}"
-            )
+            from ._config import unknown_keys_message
+
+            raise ConfigurationError(unknown_keys_message(key, unknown, accepted))
         out: dict[str, Any] = {}
         for name, item in value.items():
             where = f"{key}.{name}"

@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
@@ -362,6 +362,12 @@ class Telemetry:
                 "when the process can open a pipe and start a thread"
             ) from exc
 
+    def _keep_exporters(self, exporters: Iterable[object]) -> None:
+        """At shutdown, flush the exporter objects among *exporters* instead of shutting
+        them down: the next configuration, which lists them too, exports to them."""
+        if self._pipeline is not None:
+            self._pipeline.keep_open(e for e in exporters if not isinstance(e, str))
+
     def _remove_hooks(self) -> None:
         if self._atexit_registered:
             atexit.unregister(self._at_exit)
@@ -449,6 +455,7 @@ def configure(
     with _lock:
         previous = _current
         if previous is not None:  # waits for a shutdown running on another thread, if any
+            previous._keep_exporters(settings.exporters)  # listed again: they stay open
             previous.shutdown()
         _release_closed_sigterm()
         telemetry = _start(settings, session_path, lambda: _pipeline.build(plan))

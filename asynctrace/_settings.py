@@ -17,9 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._config import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_QUEUE_SIZE,
     SessionTracerConfig,
     SpanExporterLike,
     TelemetryConfig,
+    check_batch_fits,
     check_int,
     coerce_field,
     otel_sdk_disabled,
@@ -133,11 +136,14 @@ def resolve(
         )
     values = {f.name: coerce_field(f.name, f.name, getattr(config, f.name)) for f in _FIELDS}
     tokens = split_spec(values["span_groups"], "span_groups")
-    if values["max_export_batch_size"] > values["max_queue_size"]:
-        raise ConfigurationError(
-            f"max_export_batch_size: {values['max_export_batch_size']} is not accepted; "
-            f"accepted: an integer between 1 and max_queue_size ({values['max_queue_size']})"
-        )
+    batch, queue = values["max_export_batch_size"], values["max_queue_size"]
+    only_queue = batch == DEFAULT_BATCH_SIZE and queue != DEFAULT_QUEUE_SIZE
+    check_batch_fits(  # a batch size left at its default: the queue size is the one to blame
+        batch,
+        queue,
+        None if only_queue else "max_export_batch_size",
+        None if queue == DEFAULT_QUEUE_SIZE else "max_queue_size",
+    )
     rank = check_int("rank", rank, 0)
     world_size = check_int("world_size", world_size, 1)
     if world_size > MAX_WORLD_SIZE:

@@ -9,6 +9,7 @@ configuration or the standard ``OTEL_TRACES_SAMPLER`` /
 
 from __future__ import annotations
 
+import logging
 import math
 import warnings
 from collections.abc import Mapping
@@ -86,11 +87,9 @@ def sampling_from(ratio: float | None, environ: Mapping[str, str]) -> Sampling:
     if not name:
         return Sampling()
     if name not in _SAMPLERS:
-        warnings.warn(
+        _lenient_warning(
             f"OTEL_TRACES_SAMPLER: ignoring {name!r}; asynctrace samples with "
-            f"{', '.join(_SAMPLERS)} (set sampling_ratio to choose); recording every trace",
-            UserWarning,
-            stacklevel=3,
+            f"{', '.join(_SAMPLERS)} (set sampling_ratio to choose); recording every trace"
         )
         return Sampling()
     parent_based = name.startswith("parentbased_")
@@ -105,13 +104,22 @@ def sampling_from(ratio: float | None, environ: Mapping[str, str]) -> Sampling:
             _ratio("OTEL_TRACES_SAMPLER_ARG", float(raw) if raw else 1.0), parent_based
         )
     except (ValueError, ConfigurationError):
-        warnings.warn(
+        _lenient_warning(
             f"OTEL_TRACES_SAMPLER_ARG: ignoring {raw!r} (accepted: a number in [0, 1]); "
-            "using 1.0, as the SDK does",
-            UserWarning,
-            stacklevel=3,
+            "using 1.0, as the SDK does"
         )
         return Sampling(1.0, parent_based)
+
+
+def _lenient_warning(message: str) -> None:
+    """Warn about a variable that may be set for other tools; never raise.
+
+    Under ``-W error`` the warning would fail ``configure()``: it is logged instead.
+    """
+    try:
+        warnings.warn(message, UserWarning, stacklevel=4)
+    except UserWarning:
+        logging.getLogger("asynctrace").warning("asynctrace: %s", message)
 
 
 def _ratio(key: str, value: Any) -> float:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -171,6 +171,7 @@ class Pipeline:
                 ok = False
         try:
             if not self.owns_provider:  # the user's, left running: only the memory exporter stops
+                _remove(self.provider, self._added)
                 if self.memory is not None:
                     self.memory.shutdown()
             elif isinstance(self.provider, FastTracerProvider):  # its queues are closing already
@@ -182,6 +183,21 @@ class Pipeline:
             ok = False
         return ok, truncated
 
+    def keep_open(self, exporters: Iterable[Any]) -> None:
+        """Leave these exporter objects running when this pipeline shuts down.
+
+        The next configuration lists them again and exports to them: at
+        shutdown they are flushed instead of shut down. Called before
+        :meth:`shutdown`.
+        """
+        keep = {id(exporter) for exporter in exporters}
+        if not keep:
+            return
+        for processor in self.queued:
+            sink = processor._sink
+            if isinstance(sink, ExporterSink) and id(sink.exporter) in keep:
+                processor._sink = _KeptOpen(sink)
+
     def stats(self) -> list[ExportStats]:
         """Counters of every queued exporter, the user's span processors on the fast
         provider included, and of the memory exporter once a span failed to convert."""
@@ -192,6 +208,28 @@ class Pipeline:
         if isinstance(self.memory, LazyMemoryExporter) and self.memory.failed:
             stats.append(self.memory.stats())
         return stats
+
+
+class _KeptOpen:
+    """An exporter's sink whose ``shutdown`` flushes it and leaves it running."""
+
+    def __init__(self, sink: ExporterSink) -> None:
+        self._inner = sink
+
+    def export(self, batch: list[Any]) -> tuple[int, int]:
+        """The wrapped sink's export."""
+        return self._inner.export(batch)
+
+    def flush(self) -> bool:
+        """The wrapped sink's flush."""
+        return self._inner.flush()
+
+    def shutdown(self) -> None:
+        """Flush only: the exporter goes on serving the next configuration."""
+        self._inner.flush()
+
+    def __getattr__(self, name: str) -> Any:  # lost, any_batch_size: the wrapped sink's
+        return getattr(self._inner, name)
 
 
 def _processors_of(provider: Any) -> tuple[Any, ...] | None:
@@ -224,6 +262,26 @@ def _add_first(provider: Any, processors: list[Any]) -> None:
         return
     for processor in processors:
         provider.add_span_processor(processor)
+
+
+def _remove(provider: Any, processors: tuple[Any, ...]) -> None:
+    """Take *processors* off *provider* again (the user's, which keeps running).
+
+    Left on it, they would run, stopped, for every later span, and pile up
+    over reconfigurations. Where the processors cannot be reached (they were
+    added the public way), they stay.
+    """
+    multi = getattr(provider, "_active_span_processor", None)
+    lock = getattr(multi, "_lock", None)
+    if not processors or _processors_of(provider) is None or not isinstance(lock, _LOCK_TYPES):
+        return
+    ours = {id(processor) for processor in processors}
+    with lock:  # add_span_processor replaces the tuple under this lock too
+        multi._span_processors = tuple(  # type: ignore[union-attr]
+            p
+            for p in multi._span_processors  # type: ignore[union-attr]
+            if id(p) not in ours
+        )
 
 
 def _run_within(run: Callable[[], None], name: str, timeout_s: float) -> None:
