@@ -6,6 +6,7 @@ thread while the loop thread is blocked.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import gc
 import operator
@@ -22,6 +23,9 @@ __all__ = ["MAX_FRAMES", "Frame", "current_frames", "stack", "task_context"]
 MAX_FRAMES: Final = 8  # frames kept per sample, innermost first
 _MAX_WALK: Final = 256  # frames walked per sample
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
+# With the separator: a sibling such as ``asynctrace_contrib`` or ``asynctrace_x`` is not ours.
+_OWN_PREFIX: Final = os.path.join(_OWN_DIR, "")
+_ASYNCIO_PREFIX: Final = os.path.join(os.path.dirname(os.path.abspath(asyncio.__file__)), "")
 
 
 def _library_prefixes() -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -34,24 +38,49 @@ def _library_prefixes() -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 _STDLIB, _SITES = _library_prefixes()
 _LOOP_PACKAGES: Final = ("uvloop", "anyio", "sniffio")
-_is_program: dict[Any, bool] = {}  # code object -> whether its frames are the program's
+_CONTRIB: Final = "asynctrace_contrib"  # the package of asynctrace's integrations
+_LIBRARY: Final = 0  # asynctrace and its contrib, the standard library, frozen modules
+_PROGRAM: Final = 1  # the program's code and the libraries it uses
+_LOOP: Final = 2  # the event loop's machinery: asyncio, uvloop, anyio, sniffio
+# File name -> its kind. Not keyed by code object: code objects compare equal across
+# files (3.11 leaves the file name out), and a one-line function of the program would
+# take the kind of an identical one of the standard library seen first.
+_kinds: dict[str, int] = {}
+
+
+def _library(path: str) -> bool:
+    """Whether *path* is asynctrace's or the standard library's (not a site directory)."""
+    if path.startswith(_OWN_PREFIX):
+        return True
+    return path.startswith(_STDLIB) and not path.startswith(_SITES)
+
+
+def _kind(code: Any) -> int:
+    path: str = code.co_filename
+    found = _kinds.get(path)
+    if found is not None:
+        return found
+    kind = _PROGRAM
+    if path.startswith("<"):  # frozen modules, exec'd strings of the interpreter
+        kind = _LIBRARY if path.startswith("<frozen") else _PROGRAM
+    elif path.startswith(_ASYNCIO_PREFIX):
+        kind = _LOOP
+    elif _library(path):
+        kind = _LIBRARY
+    else:
+        parts = path.replace("\\", "/").split("/")
+        if any(package in parts for package in _LOOP_PACKAGES):
+            kind = _LOOP
+        elif _CONTRIB in parts:  # asynctrace's integrations: wrappers, like its own frames
+            kind = _LIBRARY
+    if len(_kinds) < 4096:
+        _kinds[path] = kind
+    return kind
 
 
 def _program_code(code: Any) -> bool:
-    found = _is_program.get(code)
-    if found is not None:
-        return found
-    path = code.co_filename
-    if path.startswith("<"):  # frozen modules, exec'd strings of the interpreter
-        mine = not path.startswith("<frozen")
-    elif path.startswith(_OWN_DIR) or (path.startswith(_STDLIB) and not path.startswith(_SITES)):
-        mine = False
-    else:
-        parts = path.replace("\\", "/").split("/")
-        mine = not any(package in parts for package in _LOOP_PACKAGES)
-    if len(_is_program) < 4096:
-        _is_program[code] = mine
-    return mine
+    """Whether frames of *code* are the program's (shown in a stall's stacks)."""
+    return _kind(code) == _PROGRAM
 
 
 # CPython 3.11's sys._current_frames() holds the runtime's lock on the thread list while
@@ -99,23 +128,31 @@ Frame = tuple[str, int, str]  # (file, line, function)
 
 
 def stack(frame: Any) -> tuple[tuple[Frame, ...], bool]:
-    """The innermost frames of the program's code, and whether the innermost frame is one."""
+    """The innermost frames of the program's code, and whether the thread runs the program.
+
+    It does when a frame of the program's code comes before (inside) every
+    frame of the event loop's machinery: a callback of the program that
+    blocks inside the standard library (``copy.deepcopy``, ``json.dumps``)
+    is the program's; the loop waiting in its selector, with only the code
+    that started the loop further out, is not.
+    """
     out: list[Frame] = []
-    innermost = True
-    first_is_program = False
+    in_program = False
+    in_loop = False
     walked = 0
     while frame is not None and walked < _MAX_WALK and len(out) < MAX_FRAMES:
         code = frame.f_code
-        if _program_code(code):
-            if innermost:
-                first_is_program = True
+        kind = _kind(code)
+        if kind == _PROGRAM:
+            in_program = in_program or not in_loop
             out.append(
                 (code.co_filename, frame.f_lineno or 0, getattr(code, "co_qualname", code.co_name))
             )
-        innermost = False
+        elif kind == _LOOP:
+            in_loop = True
         frame = frame.f_back
         walked += 1
-    return tuple(out), first_is_program
+    return tuple(out), in_program
 
 
 def task_context(task: object) -> contextvars.Context | None:

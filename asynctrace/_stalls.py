@@ -4,12 +4,14 @@ The watchdog thread posts a heartbeat to the loop (``call_soon_threadsafe``)
 every half threshold, unless the loop thread is waiting in its selector then
 (an idle loop is not woken for nothing). A heartbeat still waiting when the
 watchdog wakes means the loop is blocked: the watchdog samples the loop thread's stack
-(``sys._current_frames()``) every ``period`` and, on the first sample, the
-task that is running and the span current in it. When the heartbeat runs, it
-knows how long the loop did not run: past the threshold, it records one span
-from when the block began (between the last heartbeat that ran and the first
-that did not) to now, clipped to the parent span, folded from every sample,
-as the blocked task (so the span lands on that task's track), unbucketed."""
+(``sys._current_frames()``) every ``period``, the task that is running and
+the span current in it. When the heartbeat runs, it knows how long the loop
+did not run: past the threshold, it records one span from when the block
+began (between the last heartbeat that ran and the first that did not) to
+now, under the innermost span known to hold it all (else the span it ended
+in, clipped to it), folded from every sample, as the blocked task (so the
+span lands on that task's track), unbucketed. The loop's thread is read each
+round: a loop may run in one thread, then in another."""
 
 from __future__ import annotations
 
@@ -49,12 +51,16 @@ SPAN_NAME: Final = "asynctrace.loop_stall"
 DEFAULT_THRESHOLD_MS: Final = 50.0
 MAX_STACKS: Final = 5  # folded stacks written on the span, most seen first
 _MAX_KEYS: Final = 256  # distinct stacks counted per stall
+# The longest a watchdog sleeps before it looks whether its loop still runs: one whose loop
+# closed ends within it (an asyncio.run() per request leaves no thread behind for long).
+_POLL_S: Final = 0.1
 
 _get_running_loop = asyncio._get_running_loop
 _current_task = asyncio.current_task
 _enter_task = getattr(asyncio.tasks, "_enter_task", None)
 _leave_task = getattr(asyncio.tasks, "_leave_task", None)
 _monotonic = time.monotonic
+_get_ident = threading.get_ident
 _UNSET: Final = object()
 _OTEL_VAR = getattr(getattr(otel_context, "_RUNTIME_CONTEXT", None), "_current_context", None)
 if not isinstance(_OTEL_VAR, contextvars.ContextVar):  # pragma: no cover - another runtime
@@ -106,6 +112,8 @@ def _notice(loop: asyncio.AbstractEventLoop | None) -> None:
                 _last = loop
                 return
             _monitors[id(loop)] = _Monitor(loop, _threshold_s)
+        else:  # the loop may have moved to this thread since it was last seen
+            monitor.loop_thread = threading.get_ident()
         _last = loop
 
 
@@ -172,28 +180,70 @@ def _loop_ref(loop: asyncio.AbstractEventLoop) -> Callable[[], asyncio.AbstractE
 
 
 class _Stall:
-    """What the watchdog saw while the heartbeat posted at ``posted`` had not run."""
+    """What the watchdog saw while the heartbeat posted at ``posted`` had not run.
 
-    __slots__ = ("counts", "otel", "posted", "samples", "scopes", "since", "task")
+    The blocked task is the first one a sample found running; ``otel`` and
+    ``scopes`` are read from its context at every sample, so they are those
+    current in it when the loop was last seen blocked.
+    """
 
-    def __init__(self, posted: float, since: float, task: object | None) -> None:
+    __slots__ = ("context", "counts", "otel", "posted", "samples", "scopes", "since", "task")
+
+    def __init__(self, posted: float, since: float, task: object | None, samples: int = 0) -> None:
         self.posted = posted
         self.since = since  # the last time the loop was seen running
-        self.task = task
+        self.task: object | None = None
+        self.context: contextvars.Context | None = None
         self.otel: Any = None
         self.scopes: Any = None
-        self.samples = 0
+        self.samples = samples  # the samples taken before this one made the stall
         self.counts: Counter[tuple[Frame, ...]] = Counter()
-        context = task_context(task) if task is not None else None
-        if context is not None:
+        if task is not None:
+            self.task = task
+            self.context = task_context(task)
+
+    def add(self, stack: tuple[Frame, ...] | None, task: object | None) -> None:
+        """Count a sample: *stack* ``None`` for one outside the program (only counted)."""
+        self.samples += 1
+        if stack is None:
+            return
+        if stack in self.counts or len(self.counts) < _MAX_KEYS:
+            self.counts[stack] += 1
+        if task is None:
+            return
+        if self.task is None:
+            self.task = task
+            self.context = task_context(task)
+        context = self.context
+        if task is self.task and context is not None:
             if _OTEL_VAR is not None:
                 self.otel = context.get(_OTEL_VAR)
             self.scopes = context.get(SCOPES)
 
-    def add(self, stack: tuple[Frame, ...]) -> None:
-        self.samples += 1
-        if stack in self.counts or len(self.counts) < _MAX_KEYS:
-            self.counts[stack] += 1
+
+def _parent_context(stall: _Stall, start: int) -> Any:
+    """The OpenTelemetry context the stall's span starts in (*start*: the stall's, in ns).
+
+    That of the span current in the blocked task at the last sample: the span
+    the block ended in, ended since or not. When the block began before that
+    span started (it crossed into it with no await between), the span current
+    in the task when the loop ran again, if it is still open and began before
+    the block did: it holds the whole stall.
+    """
+    last = stall.otel
+    context = stall.context
+    if last is None or context is None or _OTEL_VAR is None:
+        return last
+    span_start = getattr(last.get(_SPAN_KEY), "start_time", None)
+    if not isinstance(span_start, int) or start >= span_start:
+        return last  # the block began inside it
+    now = context.get(_OTEL_VAR)
+    outer = now.get(_SPAN_KEY) if now is not None else None
+    outer_start = getattr(outer, "start_time", None)
+    still_open = getattr(outer, "end_time", 0) is None
+    if isinstance(outer_start, int) and outer_start <= start and still_open:
+        return now
+    return last
 
 
 class _Monitor:
@@ -218,6 +268,8 @@ class _Monitor:
         self.stopped = False
         self.failed = False  # the watchdog failed: this loop stays unwatched
         self.stall: _Stall | None = None
+        self.unclaimed = 0  # samples outside the program while the heartbeat posted at
+        self.unclaimed_posted = 0.0  # this time is late, before any made its stall
         self.context = contextvars.Context()  # the heartbeat runs with no span and no scope
         # Held until the monitor stops: the watchdog sleeps in a timed acquire of it,
         # which costs a wake-up less CPU than Event.wait (no Condition, no waiter
@@ -252,6 +304,7 @@ class _Monitor:
                 # Before the lock: in a forked child, the parent's watchdog may have held it.
                 self._retire()
                 return
+            self.loop_thread = _get_ident()  # the loop may run in another thread than before
             # Under the lock the watchdog samples under: a sample either made its stall
             # before this (taken here) or sees the loop ran (and makes none).
             with self.lock:
@@ -270,19 +323,22 @@ class _Monitor:
         wall, mono = time.time_ns(), time.monotonic_ns()
         # The loop ran the heartbeat at `since` and not the one posted at `posted`: the
         # block began in between; the middle is within half that interval of it.
-        start = wall - (mono - int((stall.since + stall.posted) / 2 * 1e9))
+        began = (stall.since + stall.posted) / 2
+        if now - began <= self.threshold:
+            return  # not longer than the threshold
+        start = wall - (mono - int(began * 1e9))
         end = wall - (mono - int(now * 1e9))
-        parent = stall.otel.get(_SPAN_KEY) if stall.otel is not None else None
+        context = _parent_context(stall, start)
+        parent = context.get(_SPAN_KEY) if context is not None else None
         parent_start = getattr(parent, "start_time", None)
         parent_end = getattr(parent, "end_time", None)
         if isinstance(parent_start, int) and start < parent_start:
             start = parent_start  # nests under its parent on the task's track
         if isinstance(parent_end, int) and end > parent_end:
-            end = parent_end
-        if end - start <= self.threshold * 1e9:
-            return  # not longer than the threshold
+            end = max(parent_end, start)
         attributes = self._attributes(stall)
-        context = stall.otel if stall.otel is not None else otel_context.Context()
+        if context is None:
+            context = otel_context.Context()
         task = stall.task
         entered = False
         if task is not None and _enter_task is not None and _current_task(loop) is None:
@@ -349,7 +405,7 @@ class _Monitor:
                     self._let_go(loop)
                 del loop
                 if done is None:  # not running: look again in a while
-                    done = self.wake.acquire(True, self.half)
+                    done = self.wake.acquire(True, min(self.half, _POLL_S))
                 if done:
                     break
         except Exception as exc:  # never raise: log once and stop watching this loop
@@ -365,16 +421,19 @@ class _Monitor:
         """Post a heartbeat to the running *loop* and wait for it, sampling while it is
         late; True: stop."""
         wake = self.wake.acquire
+        thread = getattr(loop, "_thread_id", None)  # asyncio's: the thread running it now
+        if thread.__class__ is int:
+            self.loop_thread = thread
         self.since = self.seen
         posted = self.posted = _monotonic()
         if self._in_selector():  # it would run a heartbeat at once: no need to post one
             self.seen = posted
-            return wake(True, self.half)
+            return self._nap(loop)
         try:
             loop.call_soon_threadsafe(self._beat, posted, context=self.context)
         except RuntimeError:  # the loop closed since is_closed() was asked
             return True
-        if wake(True, self.half):
+        if self._nap(loop):
             return True
         while self.seen < posted and not self.stopped:  # blocked past half the threshold
             if not loop.is_running():  # it stopped, the heartbeat still queued: what
@@ -384,6 +443,25 @@ class _Monitor:
             if wake(True, self.period):
                 return True
         return False
+
+    def _nap(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Sleep half a threshold, or less if *loop* stops running meanwhile; True: stop.
+
+        Half a threshold longer than ``_POLL_S`` is slept in pieces of it, the
+        loop looked at between them; a shorter one (the default) in one piece.
+        """
+        half = self.half
+        if half <= _POLL_S:
+            return self.wake.acquire(True, half)
+        until = _monotonic() + half
+        while True:
+            left = until - _monotonic()
+            if left <= 0:
+                return False
+            if self.wake.acquire(True, min(left, _POLL_S)):
+                return True
+            if not loop.is_running():
+                return False
 
     def _in_selector(self) -> bool:
         """Whether the loop thread waits in its selector, called from the loop's iteration.
@@ -426,15 +504,19 @@ class _Monitor:
         task = _current_task(loop)
         frames, in_program = stack(frame)
         del frame
-        if task is None and not in_program:
-            return  # the loop's own code (waiting in its selector, say): not a stall
+        program = task is not None or in_program
         with self.lock:
             if self.seen >= posted:
                 return  # the heartbeat ran meanwhile
             stall = self.stall
             if stall is None or stall.posted != posted:
-                stall = self.stall = _Stall(posted, self.since, task)
-            stall.add(frames)
+                if self.unclaimed_posted != posted:
+                    self.unclaimed_posted, self.unclaimed = posted, 0
+                if not program:  # the loop's own code (in its selector, say): no stall yet
+                    self.unclaimed += 1
+                    return
+                stall = self.stall = _Stall(posted, self.since, task, self.unclaimed)
+            stall.add(frames if program else None, task)
 
     @staticmethod
     def _let_go(loop: asyncio.AbstractEventLoop) -> None:
