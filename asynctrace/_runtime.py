@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import atexit
 import logging
+import numbers
 import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, Union, cast
 
 from opentelemetry import trace
 
@@ -51,6 +52,28 @@ __all__ = [
 logger = logging.getLogger("asynctrace")
 
 _MAX_WAIT_S = threading.TIMEOUT_MAX / 2  # waits longer than this raise OverflowError
+
+
+def _wait_s(value: Any) -> float:
+    """A ``timeout_s`` argument as the seconds to wait: a negative one waits not at all, one
+    past what a wait takes (``inf``) as long as a wait can.
+
+    Raises:
+        ConfigurationError: not a real number (``None``, a string, a bool) or NaN, which
+            would otherwise be read as "do not wait" and abandon a healthy exporter.
+    """
+    if value.__class__ is float and 0.0 <= value <= _MAX_WAIT_S:
+        return value  # type: ignore[no-any-return]
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or value != value:
+        raise ConfigurationError(
+            f"timeout_s: {value!r} is not accepted; accepted: a number of seconds "
+            "(0 or less: do not wait; inf: as long as it takes)"
+        )
+    seconds = cast("float", value)  # a Real: compared as it is (an int past a float's range too)
+    if seconds <= 0:
+        return 0.0
+    return _MAX_WAIT_S if seconds >= _MAX_WAIT_S else float(seconds)
+
 
 ConfigLike = Union[TelemetryConfig, Mapping[str, Any], None]  # noqa: UP007
 
@@ -199,7 +222,7 @@ class Telemetry:
             >>> configure({"enabled": False}).flush(timeout_s=2.0)
             True
         """
-        timeout_s = min(max(0.0, timeout_s), _MAX_WAIT_S)
+        timeout_s = _wait_s(timeout_s)
         if not self._running:  # shut down, or shutting down: its flush is the last one
             return self._result if self._stopped.wait(timeout_s) else False
         deadline = time.monotonic() + timeout_s
@@ -223,11 +246,10 @@ class Telemetry:
             >>> configure({"enabled": False}).shutdown()
             True
         """
+        timeout = _wait_s(self.settings.shutdown_timeout_s if timeout_s is None else timeout_s)
         release_for_shutdown()  # called in a goodput callback: its close must not wait for it
         with self._lock:
             running, self._running = self._running, False
-        timeout = self.settings.shutdown_timeout_s if timeout_s is None else timeout_s
-        timeout = min(max(0.0, timeout), _MAX_WAIT_S)
         if not running:  # done, or running on another thread (at exit, on SIGTERM): wait for it
             return self._result if self._stopped.wait(timeout) else False
         try:
@@ -614,6 +636,7 @@ def flush(timeout_s: float = 5.0) -> bool:
         >>> flush(1.0)
         True
     """
+    _wait_s(timeout_s)  # a bad argument is refused whether or not telemetry runs
     telemetry = _current or _stopping
     return _last_result if telemetry is None else telemetry.flush(timeout_s)
 
@@ -629,5 +652,7 @@ def shutdown(timeout_s: float | None = None) -> bool:
         >>> shutdown()
         True
     """
+    if timeout_s is not None:
+        _wait_s(timeout_s)  # a bad argument is refused whether or not telemetry runs
     telemetry = _current or _stopping
     return _last_result if telemetry is None else telemetry.shutdown(timeout_s)

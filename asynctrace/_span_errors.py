@@ -33,6 +33,7 @@ from opentelemetry.util import types
 
 from ._cm import otel_contextmanager
 from ._errors import report_internal_error
+from ._forksafe import reinit_at_fork
 from ._redact import exception_reason, redact_text, secrets_of
 
 __all__ = ["RedactingTracer", "record_error", "redacted_block", "redacting"]
@@ -111,6 +112,7 @@ def _stack_text(exc: BaseException, secrets: frozenset[str]) -> str:
 # other class (and each such subclass) -> itself. One entry per class seen.
 _REDACTING: dict[type, type] = {}
 _REDACTING_LOCK = threading.Lock()
+reinit_at_fork(_REDACTING_LOCK)  # held by another thread at fork(): new in the child
 
 
 def redacting(span: trace.Span) -> trace.Span:

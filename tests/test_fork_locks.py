@@ -38,7 +38,10 @@ NEEDS_NOTHING: dict[tuple[str, str], str] = {
     ("asynctrace/export/_queue.py", "done"): (
         "a flush marker's event: the child's processor is inert and queues no marker"
     ),
-    ("asynctrace/testing.py", "stop"): "a test helper's own thread stop flag",
+    ("asynctrace/_stalls.py", "wake"): (
+        "held from the start on purpose: the loop's heartbeat releases it to wake its "
+        "watchdog; the child's fork hook stops every monitor, and releasing wakes no one"
+    ),
     ("contrib/asynctrace_contrib/demo/gym.py", "started"): "the demo's server start flag",
     ("contrib/asynctrace_contrib/demo/pump.py", "refit_done"): "the demo's own event",
 }
@@ -159,6 +162,7 @@ def _module_lock(module: str, name: str) -> Callable[[], Any]:
     [
         "asynctrace._goodput:_lock",
         "asynctrace.export._retry:_close_lock",
+        "asynctrace._span_errors:_REDACTING_LOCK",
         "asynctrace_contrib.areal._global:_lock",
         "asynctrace_contrib.areal._phases:_lock",
         "asynctrace_contrib.aiohttp_client:_install_lock",
