@@ -63,7 +63,7 @@ def _wait_s(value: Any) -> float:
             would otherwise be read as "do not wait" and abandon a healthy exporter.
     """
     if value.__class__ is float and 0.0 <= value <= _MAX_WAIT_S:
-        return value  # type: ignore[no-any-return]
+        return float(value)
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or value != value:
         raise ConfigurationError(
             f"timeout_s: {value!r} is not accepted; accepted: a number of seconds "
