@@ -42,7 +42,19 @@ exporter still blocked uses no CPU and gets no sleep. A sleep that comes back
 late (``COSTLY_S``) with no worker of the process having run in it (their
 CPU clocks, read together) ends its round at once: a thread of the program
 took the lock, and a busy one keeps it for a whole switch interval, which
-the loop would pay at every further sleep.
+the loop would pay at every further sleep. A late sleep in which the worker
+did run helped it, but cost the loop a switch interval: it counts towards
+the ``TRIES`` of its round instead of starting the count afresh, so a worker
+that keeps the lock for its own Python work (an exporter busy formatting a
+large batch) ends its round after ``TRIES`` of them.
+
+Whatever the worker does, the sleeps and what they cost (their wall time,
+the late return included) stay within a budget: ``BUDGET_SHARE`` of the
+wall time, 5 %, of which up to ``BUDGET_S`` (50 ms, a second's worth) may
+be spent at once. The budget is each queue's (each worker's). An exporter
+slower than the program ends spans (one that spends its CPU in Python)
+then costs the loop at most that share in sleeps, and the queue drops what
+it cannot hold, as OpenTelemetry's batch processor would.
 """
 
 from __future__ import annotations
@@ -51,7 +63,7 @@ import threading
 import time
 from typing import Final
 
-__all__ = ["COSTLY_S", "HANDOFF_S", "TRIES", "Handoff"]
+__all__ = ["BUDGET_S", "BUDGET_SHARE", "COSTLY_S", "HANDOFF_S", "TRIES", "Handoff"]
 
 HANDOFF_S: Final = 0.0002
 """How long the ending thread sleeps: a woken thread takes the lock well within it."""
@@ -60,7 +72,14 @@ TRIES: Final = 4
 """Sleeps given in a row to a worker that takes no work before it is left alone."""
 
 COSTLY_S: Final = 0.001
-"""A sleep back later than this, no worker having run in it, ends its round."""
+"""A sleep back later than this ends its round if no worker ran in it; if its worker ran,
+it counts towards the round's ``TRIES``."""
+
+BUDGET_SHARE: Final = 0.05
+"""The share of the wall time one queue's sleeps may take, their late returns included."""
+
+BUDGET_S: Final = 0.05
+"""The sleeps' time that may be spent at once (what ``BUDGET_SHARE`` gives in a second)."""
 
 _MAX_BACKOFF: Final = 64  # batches sat out after fruitless rounds, at most
 
@@ -118,9 +137,11 @@ class Handoff:
         "_backoff",
         "_behind",
         "_clock",
+        "_credit",
         "_given",
         "_idle",
         "_ran",
+        "_refilled",
         "_reprobe",
         "_skip",
         "_starved",
@@ -141,6 +162,8 @@ class Handoff:
         self._backoff = 1  # the next _skip after a round that did not help (doubles)
         self._reprobe = _NEVER  # when a fruitless round ends: the next without work taken
         self._idle = 0.0  # the worker's CPU clock then: used since, it woke from its wait
+        self._credit = BUDGET_S  # the sleeps' time left (negative: a late sleep's debt)
+        self._refilled = 0.0  # when the credit was last topped up
 
     def attach(self) -> None:
         """The worker calls this first, on its own thread: its CPU clock shows
@@ -175,7 +198,8 @@ class Handoff:
         ``TRIES`` in a row with no work taken (nor, where its CPU clock is
         known, any CPU time used), until it takes some (or, where the clock is
         known, it has used CPU again after a pause that doubles per such
-        round). Returns whether the lock was given.
+        round). The sleeps take at most ``BUDGET_SHARE`` of the wall time
+        (``BUDGET_S`` at once). Returns whether the lock was given.
         """
         now = time.monotonic()
         if now < self._after:
@@ -212,19 +236,24 @@ class Handoff:
                 return False
             self._tries = 0  # ... or, woken, for the lock again (an export's reply came)
             self._skip = 0
+        credit = self._budget(now)
+        if credit <= 0.0:  # the share of the loop's time for sleeps is spent
+            return False
         self._tries += 1
         clock = self._clock
         before = _cpu(clock)
         workers = _workers_cpu() if before is not None else 0.0
         time.sleep(HANDOFF_S)
+        spent = time.monotonic() - now
+        self._credit = credit - spent
+        late = spent > COSTLY_S
         if before is not None:
             after = _cpu(clock)
-            if after is not None and after > before:  # it ran: it needs the lock
+            ran = after is not None and after > before
+            if ran and not late:  # it ran: it needs the lock
                 self._tries = self._skip = 0
                 self._backoff = 1
-            elif self._tries >= TRIES or (
-                time.monotonic() - now > COSTLY_S and _workers_cpu() <= workers
-            ):
+            elif self._tries >= TRIES or (late and not ran and _workers_cpu() <= workers):
                 # A round in which it never ran: it waits on its exporter (a slow
                 # collector), and a sleep only costs the loop, which on a machine with
                 # more runnable threads than cores may not get its core back for a
@@ -234,10 +263,20 @@ class Handoff:
                 # 5 ms) or another process the core. The next round waits for 1, 2,
                 # 4 ... 64 batches taken, or, if it takes none, 16, 32 ... 1024 ms
                 # and its CPU clock moving (woken from its wait within one export, it
-                # needs the lock again); one sleep it runs in resets that.
+                # needs the lock again); one sleep it runs in resets that. A late sleep it
+                # ran in counts as one of the round's TRIES: it kept the lock for its own
+                # Python work, a switch interval the loop paid.
                 self._tries = TRIES
                 self._skip = self._backoff
                 self._reprobe = time.monotonic() + _REPROBE_S * self._backoff
                 self._idle = after if after is not None else _NEVER
                 self._backoff = min(2 * self._backoff, _MAX_BACKOFF)
         return True
+
+    def _budget(self, now: float) -> float:
+        """The sleeps' time left at *now*: topped up at ``BUDGET_SHARE`` of the time
+        passed, up to ``BUDGET_S``."""
+        credit = min(BUDGET_S, self._credit + (now - self._refilled) * BUDGET_SHARE)
+        self._refilled = now
+        self._credit = credit
+        return credit

@@ -19,11 +19,12 @@ from typing import Any, ParamSpec, TypeVar, cast
 
 import anyio
 import anyio.to_thread
+from opentelemetry import context as otel_context
 
 from ._backend import asyncio_loop
 from ._groups import Bucket
 from ._propagation import current_trace_carrier, remote_trace_context
-from ._scopes import BUCKET, ITERATION, PER_PROMPT, SESSION_ID, TASK_ID
+from ._scopes import BUCKET, ITERATION, PER_PROMPT, SCOPES, SESSION_ID, TASK_ID, ScopeState
 
 __all__ = ["ContextThread", "bind_context", "context_executor", "to_thread"]
 
@@ -210,18 +211,28 @@ class _ScopeSnapshot:
         ) = state
 
     def run(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
-        def restored() -> R:
-            ITERATION.set(self.iteration)
-            BUCKET.set(Bucket(self.bucket) if self.bucket is not None else None)
-            PER_PROMPT.set(bool(self.per_prompt))
-            TASK_ID.set(self.task_id)
-            SESSION_ID.set(self.session_id)
-            with remote_trace_context(self.carrier):
-                return fn(*args, **kwargs)
+        """Call *fn* in the worker's own context with the snapshot's span and scopes.
 
-        # A fresh context, not the worker's: a forked worker would otherwise keep the
-        # span (and scopes) of whoever first submitted to it.
-        return contextvars.Context().run(restored)
+        The worker's context is kept, as a raw pool keeps it: what the pool's
+        initializer set there (a ``ContextVar``, ``decimal``'s precision) is
+        seen by every call. Only the OpenTelemetry context and the scopes are
+        replaced, whole (a forked worker would otherwise keep the span and
+        scopes of whoever first submitted to it), and put back afterwards.
+        """
+        bucket = Bucket(self.bucket) if self.bucket is not None else None
+        state = ScopeState(
+            bucket, bool(self.per_prompt), self.iteration, self.task_id, self.session_id
+        )
+        scopes = SCOPES.set(state)
+        try:
+            empty = otel_context.attach(otel_context.Context())  # no span but the carrier's
+            try:
+                with remote_trace_context(self.carrier):
+                    return fn(*args, **kwargs)
+            finally:
+                otel_context.detach(empty)
+        finally:
+            SCOPES.reset(scopes)
 
 
 def _run_in_snapshot(snapshot: _ScopeSnapshot, fn: Callable[..., R], *args: Any) -> R:

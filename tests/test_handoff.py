@@ -468,6 +468,7 @@ def test_a_worker_busy_within_one_batch_keeps_getting_the_lock(
     # after a pause for a worker using CPU (their own tests); a loaded machine trips both.
     monkeypatch.setattr(_handoff, "COSTLY_S", float("inf"))
     monkeypatch.setattr(_handoff, "_REPROBE_S", float("inf"))
+    monkeypatch.setattr(_handoff, "BUDGET_S", float("inf"))  # each sleep costs a switch interval
     # On a loaded host the scheduler may keep the worker off the CPU for a whole round
     # (12 offers, 17 ms, seen in CI with four test processes on two cores): then a new
     # worker and hand-off get another round, for up to 5 s. Every round keeps the contract.
@@ -680,3 +681,100 @@ def test_a_worker_that_sat_out_a_batch_and_then_wakes_gets_a_round_again(
             time.sleep(0.0012)
             given = handoff.offer(worker, urgent=True)
         assert given
+
+
+def test_the_sleeps_stop_once_their_budget_is_spent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sleeps are given while their budget lasts, then none (the budget alone is tested:
+    the other limits, which end a round sooner, are off)."""
+    monkeypatch.setattr(_handoff, "COSTLY_S", float("inf"))
+    monkeypatch.setattr(_handoff, "TRIES", 10**9)
+    monkeypatch.setattr(_handoff, "BUDGET_S", 0.004)
+    monkeypatch.setattr(_handoff, "BUDGET_SHARE", 0.0)  # nothing comes back with time
+    handoff = Handoff(0.05)
+    with _worker(handoff, threading.Event.wait) as worker:
+        handoff.ran()
+        given, costs = [], []
+        for _ in range(60):  # at least 0.2 ms each: 12 ms of sleeps if all were given
+            began = time.monotonic()
+            given.append(handoff.offer(worker, urgent=True))
+            if given[-1]:
+                costs.append(time.monotonic() - began)
+            time.sleep(0.0012)
+    assert given[0] is True
+    assert given[-1] is False
+    assert given == sorted(given, reverse=True)  # given until the budget is spent, then none
+    assert sum(costs[:-1]) <= 0.004 + 0.0005  # the last one given began within the budget
+
+
+@pytest.mark.skipif(
+    not hasattr(time, "pthread_getcpuclockid"), reason="needs the worker's CPU clock"
+)
+def test_a_late_sleep_the_worker_ran_in_counts_towards_the_round(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker busy in Python keeps the lock for a switch interval once given it: each
+    such sleep comes back late, and TRIES of them end the round."""
+    monkeypatch.setattr(_handoff, "_CLOCKS", {})  # only this test's worker
+    monkeypatch.setattr(_handoff, "COSTLY_S", 0.0)  # every sleep comes back "late"
+    monkeypatch.setattr(_handoff, "_REPROBE_S", float("inf"))  # no reopening by time
+    handoff = Handoff(0.05)
+    with _worker(handoff, _spin) as worker:
+        handoff.ran()
+        given = []
+        for _ in range(4 * TRIES):
+            given.append(handoff.offer(worker, urgent=True))
+            time.sleep(0.0012)
+    assert given[0] is True
+    assert given == sorted(given, reverse=True)  # a round, then none
+    assert sum(given) <= TRIES
+
+
+def test_a_cpu_bound_exporter_costs_the_loop_at_most_the_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An exporter that spends 50 ms of Python per 64-span batch, a loop ending spans as
+    fast as it can for 2 s: the hand-off's sleeps take at most their share of the loop's
+    time (the code before slept 1.9 of 2 s), and the queue drops what it cannot hold."""
+    from asynctrace.export._queue import QueuedSpanProcessor
+
+    class CpuBound:
+        def export(self, batch: list[Any]) -> tuple[int, int]:
+            began = time.perf_counter()
+            while time.perf_counter() - began < 0.05:
+                pass
+            return len(batch), 0
+
+        def flush(self) -> bool:
+            return True
+
+        def shutdown(self) -> None:
+            pass
+
+    slept = [0.0]
+    real_sleep, loop_thread = time.sleep, threading.get_ident()
+
+    def counted(seconds: float) -> None:  # the loop's only sleeps are the hand-off's
+        began = time.monotonic()
+        real_sleep(seconds)
+        if threading.get_ident() == loop_thread:
+            slept[0] += time.monotonic() - began
+
+    processor = QueuedSpanProcessor(
+        CpuBound(), name="cpu-bound", max_queue_size=2048, max_export_batch_size=64,
+        schedule_delay_millis=50,
+    )  # fmt: skip
+    monkeypatch.setattr(time, "sleep", counted)
+    try:
+        began = time.monotonic()
+        while time.monotonic() - began < 2.0:
+            for _ in range(20):
+                processor.on_end(object())  # type: ignore[arg-type]
+        elapsed = time.monotonic() - began
+        stats = processor.stats()
+        monkeypatch.undo()
+    finally:
+        processor.shutdown_within(0.5)
+    assert stats.exported > 0
+    assert stats.dropped > 0
+    # A sleep the scheduler stretches may overrun the budget once: 0.1 s of slack.
+    assert slept[0] <= _handoff.BUDGET_S + _handoff.BUDGET_SHARE * elapsed + 0.1, slept

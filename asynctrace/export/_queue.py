@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import logging
 import operator
-import os
+import queue as _queue_module
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
@@ -29,10 +28,18 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from .._errors import report_internal_error
-from .._forksafe import reinit_at_fork
+from .._forksafe import call_in_child, reinit_at_fork
 from .._handoff import Handoff
 
-__all__ = ["ExportStats", "ExporterSink", "QueuedSpanProcessor", "Sink", "unique_name"]
+__all__ = [
+    "Done",
+    "ExportStats",
+    "ExporterSink",
+    "QueuedSpanProcessor",
+    "Sink",
+    "Wakeup",
+    "unique_name",
+]
 
 logger = logging.getLogger("asynctrace")
 
@@ -144,13 +151,123 @@ class ExportStats:
     buffered: int = 0
 
 
+class Wakeup:
+    """Wakes the worker thread: ``threading.Event``'s methods, and no lock taken to set it.
+
+    A Python signal handler runs on the main thread between two bytecodes of
+    whatever it interrupted; an ``Event`` interrupted inside ``set()`` holds
+    its lock, and a handler that sets it again (a flush on a preemption
+    warning) would wait for that lock forever. :meth:`set` puts a token in a
+    ``queue.SimpleQueue`` instead, whose ``put`` may be called re-entrantly.
+    The worker may wake with no span queued (a token left by a set that raced
+    a clear): it finds nothing and waits again.
+
+    Example:
+        >>> wake = Wakeup()
+        >>> wake.set(); wake.wait(0.0)
+        True
+        >>> wake.clear(); wake.wait(0.0)
+        False
+    """
+
+    __slots__ = ("_flag", "_tokens")
+
+    def __init__(self) -> None:
+        self._flag = False
+        self._tokens: _queue_module.SimpleQueue[None] = _queue_module.SimpleQueue()
+
+    def is_set(self) -> bool:
+        """Whether it was set since the last :meth:`clear`."""
+        return self._flag
+
+    def set(self) -> None:
+        """Wake the waiting thread (from any thread or signal handler)."""
+        if not self._flag:
+            self._flag = True
+            self._tokens.put(None)
+
+    def clear(self) -> None:
+        """Forget the wake-ups so far (the waiting thread, before it looks for work)."""
+        self._flag = False
+        tokens = self._tokens
+        while not tokens.empty():
+            try:
+                tokens.get_nowait()
+            except _queue_module.Empty:  # pragma: no cover - only the worker takes tokens
+                break
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until set, at most *timeout* seconds; whether it was set."""
+        if self._flag:
+            return True
+        try:
+            self._tokens.get(timeout=timeout)
+        except _queue_module.Empty:
+            return self._flag
+        return True
+
+
+class Done:
+    """A flush marker's completion: ``wait`` and ``set`` as on a ``threading.Event``.
+
+    Each :meth:`wait` waits on a lock of its own, made for that call: a flush
+    called from a signal handler, while the code it interrupted waits for the
+    same marker (or is inside ``set``), shares no lock with it.
+
+    Example:
+        >>> done = Done()
+        >>> done.wait(0.0)
+        False
+        >>> done.set(); done.wait(0.0), done.is_set()
+        (True, True)
+    """
+
+    __slots__ = ("_flag", "_waiters")
+
+    def __init__(self) -> None:
+        self._flag = False
+        self._waiters: list[threading.Lock] = []
+
+    def is_set(self) -> bool:
+        """Whether the marker was honoured."""
+        return self._flag
+
+    def set(self) -> None:
+        """The marker was honoured: release every waiter (the worker calls this once)."""
+        self._flag = True  # before the waiters are read: one added after sees it
+        waiters = self._waiters
+        while waiters:
+            try:
+                waiters.pop().release()
+            except (IndexError, RuntimeError):  # pragma: no cover - taken by a timed-out waiter
+                pass
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until the marker is honoured, at most *timeout* seconds; whether it was."""
+        if self._flag:
+            return True
+        done = threading.Lock()
+        done.acquire()
+        waiters = self._waiters
+        waiters.append(done)
+        if self.is_set():  # set before this waiter was added: it may never be released
+            return True
+        if done.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+            return True
+        try:
+            waiters.remove(done)  # timed out: against a stuck exporter, waiters do not pile up
+        except ValueError:  # released just now
+            pass
+        return self._flag
+
+
 class _Marker:
     """A flush request travelling through the queue behind the spans before it."""
 
     __slots__ = ("done",)
 
     def __init__(self) -> None:
-        self.done = threading.Event()
+        self.done = Done()
 
 
 _CONTROL: tuple[type, ...] = (_Marker,)
@@ -226,7 +343,7 @@ class QueuedSpanProcessor(SpanProcessor):
         self._batch_size = max_export_batch_size
         self._delay = min(schedule_delay_millis / 1000.0, _MAX_WAIT_S)
         self._queue: deque[Any] = deque()
-        self._wake = threading.Event()
+        self._wake = Wakeup()  # set from span.end() and flush(), a signal handler's included
         self._closing = False
         self._room = max_queue_size  # items accepted: 0 once closing (one test on the hot path)
         self._abandoned = False
@@ -241,22 +358,16 @@ class QueuedSpanProcessor(SpanProcessor):
         self._stopped = False  # the worker finished its last drain
         self._moves = Moves()  # odd while the worker moves spans between the counters
         self._control_set = frozenset(self._control_types)
-        self._marker_lock = threading.Lock()
-        self._drop_lock = threading.Lock()
-        self._restart_lock = threading.Lock()  # the SIGTERM handler takes none of these
-        reinit_at_fork(self._wake, self._marker_lock, self._drop_lock, self._restart_lock)
+        # Re-entrant: a signal handler that flushes, or ends a span into a full queue, on a
+        # thread that it interrupted inside one of these takes it again instead of hanging.
+        self._marker_lock = threading.RLock()
+        self._drop_lock = threading.RLock()
+        self._restart_lock = threading.Lock()  # only tried, never waited for
+        reinit_at_fork(self._marker_lock, self._drop_lock, self._restart_lock)
         self._warned_failure = False
         self._handoff = Handoff(self._delay / 2)  # half the durability bound
         self._thread = self._start_worker()
-        if hasattr(os, "register_at_fork"):
-            ref = weakref.WeakMethod(self._after_fork_in_child)
-
-            def _after_fork() -> None:
-                method = ref()
-                if method is not None:
-                    method()
-
-            os.register_at_fork(after_in_child=_after_fork)
+        call_in_child(self._after_fork_in_child)  # weakly held: gone with the processor
 
     # -- producer side (any thread, hot path) ---------------------------------
 
@@ -328,11 +439,17 @@ class QueuedSpanProcessor(SpanProcessor):
         """
         if self._thread.is_alive() or self._closing:
             return
-        with self._restart_lock:
+        # Tried, not waited for: whoever holds it is restarting the worker (another
+        # thread, or the code a signal handler that flushes interrupted).
+        if not self._restart_lock.acquire(blocking=False):
+            return
+        try:
             if self._thread.is_alive() or self._closing:
                 return  # another flush restarted it first
             self._restarts += 1
             self._thread = self._start_worker()
+        finally:
+            self._restart_lock.release()
         logger.warning(  # outside the lock: a handler may flush this very queue
             "asynctrace: the export thread of %r had stopped; it was restarted (%d spans "
             "lost so far are counted in stats())",
@@ -340,7 +457,7 @@ class QueuedSpanProcessor(SpanProcessor):
             self._dropped + self._failed,
         )
 
-    def request_flush(self) -> threading.Event | None:
+    def request_flush(self) -> Done | None:
         """Ask the worker to export everything queued so far; returns the done event.
 
         ``None`` after shutdown, when there is no worker to ask, and on the
@@ -626,6 +743,7 @@ class QueuedSpanProcessor(SpanProcessor):
         """A forked child does not inherit the worker: this processor goes inert there."""
         self._closing = True
         self._room = 0
+        self._wake = Wakeup()  # the parent's worker may have been inside its get()
         self._queue = deque()
         self._markers = 0  # (the locks are made new by _forksafe)
         self._in_flight = 0
