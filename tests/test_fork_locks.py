@@ -142,13 +142,12 @@ def test_every_lock_is_made_new_in_a_forked_child() -> None:
     assert seen == set(NEEDS_NOTHING), f"stale entries: {set(NEEDS_NOTHING) - seen}"
 
 
-def _retry_close_lock() -> Any:
+def _retry_processor() -> Any:
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     from asynctrace.export._retry import RetryingSpanProcessor
 
-    processor = RetryingSpanProcessor(InMemorySpanExporter(), name="fork-test")
-    return lambda: processor._close_lock
+    return RetryingSpanProcessor(InMemorySpanExporter(), name="fork-test")
 
 
 def _module_lock(module: str, name: str) -> Callable[[], Any]:
@@ -171,7 +170,8 @@ def _module_lock(module: str, name: str) -> Callable[[], Any]:
 def test_a_lock_held_at_fork_is_free_in_the_child(lock: str) -> None:
     """A thread holds the lock while the process forks: the child takes it at once."""
     module, name = lock.split(":")
-    get = _retry_close_lock() if name == "_close_lock" else _module_lock(module, name)
+    processor = _retry_processor() if name == "_close_lock" else None
+    get = (lambda: processor._close_lock) if processor else _module_lock(module, name)
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:
@@ -192,3 +192,5 @@ def test_a_lock_held_at_fork_is_free_in_the_child(lock: str) -> None:
     finally:
         release.set()
         holder.join()
+        if processor is not None:  # its export thread ends with it
+            processor.shutdown()
