@@ -539,9 +539,13 @@ class FastTracerProvider(trace.TracerProvider):
         self.add_queue(processor_queue(span_processor, self))
 
     def queues(self) -> list[Any]:
-        """The export queues connected so far (a copy)."""
-        with self._lock:
-            return list(self._queues)
+        """The export queues connected so far (a copy).
+
+        Taken without the lock: only appended to, and ``list()`` of a list is one
+        step under the interpreter lock, so a flush from a signal handler that
+        interrupted :meth:`add_queue` cannot wait on its own thread.
+        """
+        return list(self._queues)
 
     def open_spans(self) -> list[FastSpan]:
         """Spans started and not ended yet (a copy)."""
