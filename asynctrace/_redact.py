@@ -14,13 +14,22 @@ Whatever asynctrace records of an exception (``exception.message``,
   percent-encoded) is redacted inside (3 levels deep). Userinfo runs to the
   URL's last ``@``: a password may hold an unencoded ``@``, ``/``, ``?`` or
   ``#``, so an ``@`` later in the URL costs its host and path, not a secret;
+  a URL cut inside its userinfo by a quote or a space (``postgres://u:p'ss@h``)
+  runs to the next ``@`` of its line;
 - a secret-like name followed by ``=`` (``token=abc``, ``user[password]=``),
   a quoted one followed by ``:`` (``'Authorization': 'Basic abc'``, JSON,
   ``{b'password': b'abc'}``), a credential header line (``Authorization:
   Bearer abc``, ``Cookie: a=b``, ``Private-Token: abc``) and a header pair
   repr (``(b'x-api-key', b'abc')``) keep the name and lose the whole value;
   a value in brackets (``auth=('bob', 'pw')``, ``credentials={...}``) up to
-  its matching bracket, or to the end of its line;
+  its matching bracket, or to the end of its line; a quoted one
+  (``password: "abc"``, ``Authorization: 'Basic abc'``) through its closing
+  quote, or to the end of its line;
+- the value after a secret-like command-line flag (``--password abc``,
+  ``--api-key=abc``, an argv list's ``'--token', 'abc'``) and a ``user:pass``
+  after ``-u`` or ``--user`` (curl's form);
+- a PEM private key (``-----BEGIN RSA PRIVATE KEY-----`` to its END line, or
+  to the end of the text) is replaced whole;
 - ``Bearer <credential>`` loses the credential;
 - each string of *secrets* (what the caller knows to be secret: a request's
   header values, its query values) is replaced wherever it appears, but for
@@ -69,16 +78,25 @@ __all__ = [
 ]
 
 REDACTED: Final = "REDACTED"
+# The same words as the HTTP integrations' default secret query keys: every name
+# is_credential_key treats as a credential holds one of them ("pass" aside, which
+# as a substring would make "bypass=" and "passenger=" secret-like).
 SECRET_WORDS: Final = (
     "token",
     "key",
     "secret",
     "password",
     "passwd",
+    "pwd",
+    "passphrase",
+    "jwt",
     "sig",
+    "signature",
     "auth",
     "cookie",
     "credential",
+    "jsessionid",
+    "sessid",
 )
 
 _SECRET_NAME = re.compile("|".join(SECRET_WORDS), re.IGNORECASE)
@@ -103,7 +121,14 @@ _VALUE = re.compile(
     r"(?:[^\s'\"&;]|[&;](?![\w.\-%\[\]]{1,128}=))+",
     re.IGNORECASE,
 )
-_HEADER_VALUE = re.compile(r"[^\r\n'\"<>]+")  # a credential header: the rest of its line
+# A credential header's value: quoted (b'...' too), through its closing quote or to
+# the end of its line; or the rest of its line up to a quote or an angle bracket,
+# with a quoted string after an "=" inside it (Cookie: sid="abc", Digest
+# response="...") taken whole.
+_HEADER_VALUE = re.compile(
+    r"b?'(?:[^'\\\r\n]|\\.)*'?|b?\"(?:[^\"\\\r\n]|\\.)*\"?|"
+    r"(?:[^\r\n'\"<>=]|=(?:'(?:[^'\\\r\n]|\\.)*'?|\"(?:[^\"\\\r\n]|\\.)*\"?)?)+"
+)
 # What a bracketed value ("auth=('bob', 'pw')", "credentials={...}") is scanned by:
 # quoted strings whole (a bracket inside one does not count), brackets, line ends.
 _BRACKET_TOKEN = re.compile(r"'(?:[^'\\\n]|\\.)*'?|\"(?:[^\"\\\n]|\\.)*\"?|[()\[\]{}\r\n]")
@@ -123,6 +148,9 @@ _HEADER_WORDS: Final = frozenset(
         "secret",
         "password",
         "passwd",
+        "pwd",
+        "passphrase",
+        "jwt",
         "credential",
         "credentials",
         "signature",
@@ -135,6 +163,30 @@ _PAIR_REPR = re.compile(
     r"\(\s*b?(?P<q1>['\"])(?P<name>[\w.\-]{1,128})(?P=q1)\s*,\s*"
     r"(?P<pre>b?(?P<q2>['\"]))(?:[^'\"\\\n]|\\.)*(?P=q2)"
 )
+_USER_FLAGS: Final = frozenset({"-u", "--user"})  # their value is secret when it is user:pass
+
+
+def _flag_pattern(words: str) -> re.Pattern[str]:
+    """A secret-like command-line flag and what separates it from its value.
+
+    ``--password x``, ``--token=x``, an argv list's ``'--password', 'x'`` (a
+    ``CalledProcessError``'s command): a ``--flag`` holding one of *words* (a
+    regex alternation). ``-u``/``--user`` only before a ``user:`` (curl's
+    ``-u bob:pw``). The value is matched apart (with ``_VALUE``). Other flags
+    do not match at all: a command line of ordinary flags costs no Python call.
+    """
+    return re.compile(
+        r"(?<![\w.\-])(?:b?(?P<quote>['\"]))?"
+        rf"(?P<flag>--(?=[\w.\-]{{0,127}}?(?:{words}))[a-z][\w.\-]{{0,127}}"
+        r"|(?:-u|--user)(?=(?:['\"][ \t]*,[ \t]*|[ \t]*=[ \t]*|[ \t]+)b?['\"]?[^\s'\":=]{0,256}:))"
+        r"(?(quote)(?P=quote)[ \t]*,[ \t]*|(?:[ \t]*=[ \t]*|[ \t]+))",
+        re.IGNORECASE,
+    )
+
+
+_FLAG = _flag_pattern("|".join(SECRET_WORDS))
+# A PEM block's first line; a private key's label holds "PRIVATE KEY".
+_PEM_BEGIN = re.compile(r"-----BEGIN ([A-Z0-9 ]{1,64})-----")
 _BEARER = re.compile(r"(?<![\w\-])(bearer[ \t]+)[\w\-.~+/]+=*", re.IGNORECASE)
 _SHORT = 8  # secrets shorter than this are replaced only where they stand alone
 _MIN_SECRET = 4  # shorter ones ("1", "?0") are not replaced at all: they are everywhere
@@ -157,8 +209,12 @@ def redact_text(text: str, secrets: Collection[str] = ()) -> str:
     try:
         if secrets:
             text = _replace_secrets(text, secrets)
+        if "-----BEGIN " in text:
+            text = _redact_private_keys(text)
         if "://" in text:
             text = _redact_urls(text, 0)
+        if "--" in text or "-u" in text or "-U" in text:
+            text = _redact_flags(text)
         if "=" in text or ":" in text:
             text = _redact_pairs(text)
         if "(" in text and "," in text:
@@ -372,7 +428,7 @@ def register_secret_words(words: Iterable[str]) -> None:
     the URL, and is recorded by spans that never knew the request. Words
     shorter than 3 characters and more than 64 added words in all are ignored.
     """
-    global _SECRET_NAME
+    global _SECRET_NAME, _FLAG
     with _KNOWN_LOCK:
         added = {w.lower() for w in words if isinstance(w, str) and len(w) >= 3}
         added -= _EXTRA_WORDS
@@ -383,9 +439,9 @@ def register_secret_words(words: Iterable[str]) -> None:
             if len(_EXTRA_WORDS) >= 64:
                 break
             _EXTRA_WORDS.add(word)
-        _SECRET_NAME = re.compile(
-            "|".join([*SECRET_WORDS, *map(re.escape, sorted(_EXTRA_WORDS))]), re.IGNORECASE
-        )
+        alternation = "|".join([*SECRET_WORDS, *map(re.escape, sorted(_EXTRA_WORDS))])
+        _SECRET_NAME = re.compile(alternation, re.IGNORECASE)
+        _FLAG = _flag_pattern(alternation)
 
 
 _EXTRA_WORDS: set[str] = set()
@@ -445,20 +501,105 @@ def _replace_secrets(text: str, secrets: Collection[str]) -> str:
 
 
 def _redact_urls(text: str, depth: int) -> str:
-    """Every URL of *text* (what follows each ``://`` up to a space or quote) redacted."""
+    """Every URL of *text* (what follows each ``://`` up to a space or quote) redacted.
+
+    A URL cut inside its userinfo by a quote or a space (``postgres://u:p'ss@h``,
+    ``u:pa ss@h``) runs to the next ``@`` of its line, if no other URL starts
+    first. The next ``@``, line end and ``://`` are looked for once per position
+    reached, so a text of many such URLs costs linear time.
+    """
     out: list[str] = []
     pos = 0
     find = text.find
+    size = len(text)
+    next_at = next_line = next_url = -2  # not looked for yet
     while True:
         at = find("://", pos)
         if at == -1:
             break
         start = at + 3
         stop = _URL_END.search(text, start)
-        end = stop.start() if stop is not None else len(text)
+        end = stop.start() if stop is not None else size
+        if start < end < size and text[end] not in "\r\n" and _cut_in_userinfo(text[start:end]):
+            if -1 != next_at < end:
+                next_at = find("@", end)
+            if next_line < end:
+                line = _LINE_END.search(text, end)
+                next_line = size if line is None else line.start()
+            if -1 != next_url < end:
+                next_url = find("://", end)
+            if next_at != -1 and next_at < next_line and (next_url == -1 or next_at < next_url):
+                stop = _URL_END.search(text, next_at + 1)
+                end = stop.start() if stop is not None else size
         out.append(text[pos:start])
-        out.append(_redact_url_rest(text[start:end], depth))
+        if end > start:  # (nothing to redact in "a:// ")
+            out.append(_redact_url_rest(text[start:end], depth))
         pos = end
+    if not out:
+        return text
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _cut_in_userinfo(url: str) -> bool:
+    """Whether *url* (after its ``scheme://``, cut at a quote or a space) may end in a password.
+
+    Its whole text is a netloc with a ``:`` that is no port (``u:p``, not
+    ``host:8080``), and no ``@``.
+    """
+    colon = url.rfind(":")
+    if colon == -1 or "@" in url or "/" in url or "?" in url or "#" in url:
+        return False
+    return not url[colon + 1 :].isdigit()
+
+
+def _redact_private_keys(text: str) -> str:
+    """Each PEM private key (``-----BEGIN ... PRIVATE KEY-----`` to its END line) replaced.
+
+    A key without its END line is replaced to the end of *text*. One ``str.find``
+    pass: linear.
+    """
+    out: list[str] = []
+    pos = 0
+    at = text.find("-----BEGIN ")
+    while at != -1:
+        begin = _PEM_BEGIN.match(text, at)
+        if begin is None or "PRIVATE KEY" not in begin.group(1):
+            at = text.find("-----BEGIN ", at + 1)
+            continue
+        end_line = f"-----END {begin.group(1)}-----"
+        stop = text.find(end_line, begin.end())
+        out.append(text[pos:at])
+        out.append(REDACTED)
+        pos = len(text) if stop == -1 else stop + len(end_line)
+        at = text.find("-----BEGIN ", pos)
+    if not out:
+        return text
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _redact_flags(text: str) -> str:
+    """The value after each secret-like command-line flag replaced.
+
+    ``--password x``, ``--api-key=x``, an argv list's ``'--token', 'x'``, and the
+    value of ``-u``/``--user`` when it is ``user:pass`` (curl's form).
+    """
+    out: list[str] = []
+    pos = 0
+    for match in _FLAG.finditer(text):
+        if match.start() < pos:
+            continue  # inside a value already replaced
+        flag = match.group("flag")
+        start = match.end()
+        value = _VALUE.match(text, start)
+        if value is None or value.group().startswith(REDACTED):
+            continue
+        if flag.lower() in _USER_FLAGS and ":" not in value.group():
+            continue
+        out.append(text[pos:start])
+        out.append(_replacement(value.group()))
+        pos = value.end()
     if not out:
         return text
     out.append(text[pos:])
@@ -589,10 +730,13 @@ def is_credential_header(name: str) -> bool:
     return "." not in name and words[-1].endswith(("token", "apikey", "password", "secret"))
 
 
+_credential_header = functools.lru_cache(maxsize=1024)(is_credential_header)  # names repeat
+
+
 CREDENTIAL_KEYS: Final = frozenset(
     ("password", "passwd", "pwd", "passphrase", "secret", "token", "cookie", "auth",
-     "authorization", "credential", "credentials", "apikey", "jwt", "api_key",
-     "private_key", "access_key", "secret_key", "set_cookie")
+     "authorization", "credential", "credentials", "apikey", "jwt", "signature",
+     "api_key", "private_key", "access_key", "secret_key", "set_cookie")
 )  # fmt: skip
 """The keys :func:`is_credential_key` treats as credentials by default."""
 
@@ -647,7 +791,7 @@ def _redact_pairs(text: str) -> str:
         if match.group("quote") or "=" in match.group("sep"):
             if _secret_name(name):  # token=..., 'api_key': ..., "password": ...
                 value_pattern = _VALUE
-        elif is_credential_header(name):  # Authorization: ..., but not KeyError: ...
+        elif _credential_header(name):  # Authorization: ..., but not KeyError: ...
             value_pattern = _HEADER_VALUE
         if value_pattern is None:
             continue

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 import time
 import traceback
+from collections.abc import Callable
 
 import pytest
 from opentelemetry.trace import StatusCode
@@ -215,36 +216,61 @@ def test_a_bracketed_value_goes_whole(text: str, expected: str) -> None:
 _HOSTILE = 1_000_000
 
 
-@pytest.mark.parametrize(
-    "text",
-    [
-        "password=" + "a&" * (_HOSTILE // 2),
-        "token=" + "&a" * (_HOSTILE // 2),
-        "password='" + "\\'" * (_HOSTILE // 2),
-        "(b'x-api-key', b'" * (_HOSTILE // 16),
-        "('a', '" * (_HOSTILE // 7),
-        "a:// " * (_HOSTILE // 5),
-        "3http://" * (_HOSTILE // 8),
-        "x-" * (_HOSTILE // 2) + ": v",
-        "a[" * (_HOSTILE // 2) + "]=",
-        "password=" + ";" * _HOSTILE,
-        "auth=(" + "'a'," * (_HOSTILE // 4),
-        "password=" + "(" * _HOSTILE,
-        "password=(" + "[]" * (_HOSTILE // 2),
-        "auth=(\n" * (_HOSTILE // 7),
-        "auth=() " * (_HOSTILE // 8),
-        "'auth': (" + '"\\"",' * (_HOSTILE // 5),
-        "http://h/" + "https://p/" * (_HOSTILE // 10),
-        "http://h/?" + "http://u@h/&" * (_HOSTILE // 12),
-        "http://a:b@" * (_HOSTILE // 11),
-        "http://a:" * (_HOSTILE // 9),
-    ],
-)
-def test_linear_time_on_a_megabyte_of_hostile_text(text: str) -> None:
-    """The patterns added for the forms above stay linear: 1 MB in about a second at most."""
+def _seconds(text: str) -> float:
     started = time.perf_counter()
     redact_text(text)
-    assert time.perf_counter() - started < 1.5
+    return time.perf_counter() - started
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda n: "password=" + "a&" * (n // 2),
+        lambda n: "token=" + "&a" * (n // 2),
+        lambda n: "password='" + "\\'" * (n // 2),
+        lambda n: "(b'x-api-key', b'" * (n // 16),
+        lambda n: "('a', '" * (n // 7),
+        lambda n: "a:// " * (n // 5),
+        lambda n: "3http://" * (n // 8),
+        lambda n: "x-" * (n // 2) + ": v",
+        lambda n: "a[" * (n // 2) + "]=",
+        lambda n: "password=" + ";" * n,
+        lambda n: "auth=(" + "'a'," * (n // 4),
+        lambda n: "password=" + "(" * n,
+        lambda n: "password=(" + "[]" * (n // 2),
+        lambda n: "auth=(\n" * (n // 7),
+        lambda n: "auth=() " * (n // 8),
+        lambda n: "'auth': (" + '"\\"",' * (n // 5),
+        lambda n: "http://h/" + "https://p/" * (n // 10),
+        lambda n: "http://h/?" + "http://u@h/&" * (n // 12),
+        lambda n: "http://a:b@" * (n // 11),
+        lambda n: "http://a:" * (n // 9),
+        lambda n: "--password" * (n // 10),
+        lambda n: "--password " * (n // 11),
+        lambda n: "'--password', " * (n // 14),
+        lambda n: "-u " * (n // 3),
+        lambda n: "-----BEGIN " * (n // 11),
+        lambda n: "-----BEGIN PRIVATE KEY-----" * (n // 27),
+        lambda n: "-----BEGIN RSA PRIVATE KEY-----\n" + "-----END PRIVATE KEY-----" * (n // 25),
+        lambda n: "postgres://user: " * (n // 17) + "@",
+        lambda n: "postgres://user:'" * (n // 17) + "@",
+        lambda n: "x://u:abcdefg " * (n // 14) + "\n@",
+        lambda n: 'Cookie: a="' * (n // 11),
+        lambda n: "password: '" * (n // 11),
+    ],
+)
+def test_linear_time_on_a_megabyte_of_hostile_text(make: Callable[[int], str]) -> None:
+    """The patterns added for the forms above stay linear: 1 MB takes about four times what
+    256 KB takes (a quadratic pattern, sixteen), and never seconds.
+
+    A ratio, not a time: a loaded host slows both alike. One slow measure is taken again.
+    """
+    for _ in range(2):
+        quarter, full = _seconds(make(_HOSTILE // 4)), _seconds(make(_HOSTILE))
+        if full < max(8 * quarter, 0.2):
+            break
+    assert full < max(8 * quarter, 0.2), f"256 KB in {quarter:.3f} s, 1 MB in {full:.3f} s"
+    assert full < 10.0
 
 
 # -- secrets given for an exception -----------------------------------------------
