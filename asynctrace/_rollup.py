@@ -21,6 +21,11 @@ Rules (see ``docs/reading-a-trace.md``):
   ``rl.iteration`` and no bucket and is not a step itself
   (the outermost stamped umbrella: per-prompt spans and finalize spans sit
   under a stamped parent, so they are never steps).
+- A span that would be a step but has no positive duration (a zero ``dur``,
+  or an end before its start given to :meth:`Rollup.add`) is not one, and
+  the bucketed spans of its subtree, clipped to nothing, count in no step:
+  they are counted (``void_steps``, ``void_leaves``) and noted, never lost
+  silently.
 - Per bucket, a step counts the seconds of the bucketed spans in its subtree
   that have no bucketed descendant, clipped to the step's interval.
   Unbucketed spans (umbrellas, per-prompt spans, the detached finalize span)
@@ -173,6 +178,9 @@ class Rollup:
         self.evicted_leaves = 0  # ...and the bucketed spans they held, counted nowhere
         self.abandoned = 0  # waits still open at finish (their parent never arrived)
         self.abandoned_leaves = 0  # ...and the bucketed spans they held, counted nowhere
+        self.void_steps = 0  # spans that would be steps but have no duration (not steps)
+        self.void_leaves = 0  # ...and the bucketed spans of their subtrees, counted nowhere
+        self._void_first: str | None = None
         self.violation_count = 0
         self._held: list[tuple[float, int, _Step]] = []  # confirmed, unfinished: heap by end
         self._seq = 0
@@ -302,7 +310,7 @@ class Rollup:
         if group == LOOP_STALL and bucket is None:
             self._stall(name, key, None if remote else pkey, start, end)
             return
-        group_step = end > start and (group == "step" or cat == "step")
+        group_step = group == "step" or cat == "step"  # (one of no duration: _finished)
         if bucket is not None and pkey is not None and not group_step and not remote:
             # _span's common case, inline (most spans): a bucketed leaf whose parent is
             # still open and whose own children, if any, have not arrived.
@@ -412,10 +420,9 @@ class Rollup:
                 for cand in children.cands:
                     self._confirm(cand)
             children.cands = None
-        candidate = (
+        candidate = (  # of no duration, a step in the making only (see _finished)
             bucket is None
             and iteration is not None
-            and end > start
             and (self._step_name is None or self._step_name.search(name) is not None)
         )
         parent = self._home.get(pkey) if pkey is not None else None
@@ -596,7 +603,7 @@ class Rollup:
             step.add_leaves(raw)
             if sum(step.sums) > step.end - step.start:
                 step.overlaps = _overlapping(raw)
-        if step.iteration is not None:  # for _ruled_out (a step per iteration, or a few)
+        if step.iteration is not None and step.end > step.start:  # for _ruled_out
             where = (step.key >> 64, step.iteration)
             stepped = self._stepped
             seen = stepped.get(where)
@@ -629,6 +636,12 @@ class Rollup:
     def _finished(self, step: _Step) -> None:
         step.sealed = True
         step.child = None
+        if not step.end > step.start:  # no duration: no step, its leaves count nowhere
+            self.void_steps += 1
+            self.void_leaves += step.leaves + step.nb
+            if self._keep and self._void_first is None:
+                self._void_first = f"{_where(step)}, dur {(step.end - step.start) / 1e6:g} s"
+            return
         row = StepRow(
             name=step.name,
             origin=step.origin,
@@ -857,6 +870,8 @@ class Rollup:
                 f"tasks): at least {self.overlap_us / 1e6:.6f} s of wall time is in two buckets' "
                 f"sums, within each step's wall; the first: {self._overlap_first}"
             )
+        if self.void_steps:
+            notes.append(self._void_note())
         if missing:
             plural = "s" if missing != 1 else ""
             leaves = self.abandoned_leaves
@@ -882,6 +897,20 @@ class Rollup:
             evicted_leaves=self.evicted_leaves,
             abandoned=self.abandoned,
             abandoned_leaves=self.abandoned_leaves,
+            void_steps=self.void_steps,
+            void_leaves=self.void_leaves,
+        )
+
+    def _void_note(self) -> str:
+        """What the spans that would be steps but have no duration took with them."""
+        count, leaves = self.void_steps, self.void_leaves
+        one = count == 1
+        spans = "1 span that would be a step" if one else f"{count} spans that would be steps"
+        what = "it is not one" if one else "they are not"
+        return (
+            f"{spans} had no positive duration, so {what}: {leaves} bucketed "
+            f"span{'s' if leaves != 1 else ''} under {'it' if one else 'them'} "
+            "counted in no step" + (f"; the first: {self._void_first}" if self._void_first else "")
         )
 
     def _overlap(self, step: _Step) -> str:

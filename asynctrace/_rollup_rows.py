@@ -62,3 +62,5 @@ class RollupResult:
     evicted_leaves: int = 0  # ...the bucketed spans in them, counted in no step
     abandoned: int = 0  # waits still open at the end: their parent never arrived
     abandoned_leaves: int = 0  # ...the bucketed spans in them, counted in no step
+    void_steps: int = 0  # spans that would be steps but have no positive duration
+    void_leaves: int = 0  # ...the bucketed spans of their subtrees, counted in no step

@@ -124,9 +124,14 @@ class _Step:
 
         A leaf of an unknown bucket (index < 0; reported when it arrived) is
         counted in no bucket, and neither it nor a leaf clipped to nothing
-        (outside the step) counts in ``leaves``.
+        (outside the step) counts in ``leaves``. A span of no duration, which
+        is no step (see ``Rollup._finished``), takes its leaves all the same: they
+        count in no bucket and ``leaves`` counts them, to say what it took.
         """
         first, last = self.start, self.end
+        if not last > first:
+            self.leaves += sum(1 for leaf in leaves if leaf[2] >= 0)
+            return
         sums: list[float] | None = None
         phases = self.phases
         counted = 0

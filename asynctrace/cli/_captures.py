@@ -19,6 +19,7 @@ check it and learn its thread names, once to write its events.
 from __future__ import annotations
 
 import codecs
+import glob
 import json
 import math
 import re
@@ -29,7 +30,7 @@ from typing import IO, Any
 
 from ._common import dumps
 
-__all__ = ["CAPTURE_NAME", "Capture", "find_captures", "load_capture"]
+__all__ = ["CAPTURE_NAME", "Capture", "find_captures", "is_capture", "load_capture"]
 
 CAPTURE_NAME = re.compile(
     r"^profile-(?:(?P<role>[A-Za-z0-9][A-Za-z0-9_.\-]*?)-)?r(?P<rank>\d+)"
@@ -42,17 +43,38 @@ _SPACE = re.compile(r"[ \t\n\r]*")
 _NO_ALIGNMENT = "no clock alignment recorded (saved by an interrupted process?)"
 
 
+def is_capture(path: Path) -> bool:
+    """Whether *path* is named as a profiler capture (``profile-r0-step3.python.json``).
+
+    Example:
+        >>> is_capture(Path("run/profile-r0-step3.python.json"))
+        True
+        >>> is_capture(Path("run/traces-r0.jsonl"))
+        False
+    """
+    return CAPTURE_NAME.match(path.name) is not None
+
+
 def find_captures(specs: Iterable[str]) -> list[Path]:
-    """The capture files among *specs*: given by name, or found in directories."""
+    """The capture files among *specs*: given by name or by a glob, or found in directories."""
     found: dict[Path, Path] = {}
     for spec in specs:
         path = Path(spec)
         if path.is_dir():
             candidates: Iterable[Path] = sorted(path.rglob("profile-*-step*.*.json"))
+        elif not path.exists() and any(c in spec for c in "*?["):
+            candidates = []
+            for match in sorted(glob.glob(spec, recursive=True)):
+                matched = Path(match)
+                candidates.extend(
+                    sorted(matched.rglob("profile-*-step*.*.json"))
+                    if matched.is_dir()
+                    else [matched]
+                )
         else:
             candidates = [path]
         for candidate in candidates:
-            if CAPTURE_NAME.match(candidate.name) and candidate.is_file():
+            if is_capture(candidate) and candidate.is_file():
                 found.setdefault(candidate.resolve(), candidate)
     return list(found.values())
 

@@ -105,7 +105,10 @@ def _stdlib_codecs() -> tuple[Callable[[bytes], Any], Callable[[Any], bytes]]:
     ascii_encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
     def loads(data: bytes) -> Any:
-        return decode(data.decode("utf-8"))
+        try:
+            return decode(data.decode("utf-8"))
+        except RecursionError:  # nested deeper than the interpreter's stack allows
+            raise ValueError("JSON nested too deeply") from None
 
     def dumps(obj: Any) -> bytes:
         text = encode(obj)
@@ -119,6 +122,11 @@ def _stdlib_codecs() -> tuple[Callable[[bytes], Any], Callable[[Any], bytes]]:
 
 def _codecs() -> tuple[Callable[[bytes], Any], Callable[[Any], bytes]]:
     """orjson when it is installed (the ``cli`` extra; faster), else the standard library.
+
+    Either way, ``loads`` raises :class:`ValueError` for what it cannot read,
+    JSON nested too deeply included (orjson stops at 1,024 levels, the
+    standard library at the interpreter's recursion limit): such a line is
+    malformed, like a torn one.
 
     orjson refuses strings holding a lone surrogate, which the writers keep
     (as a ``\\udcff`` escape, say, from a non-UTF-8 path): such a line is

@@ -11,16 +11,26 @@ usable (one torn line, say) is skipped: its lines are counted as malformed and
 the file is named in the summary; the commands refuse the input only when
 nothing at all could be read. Lines ending in a comma are read too, which
 covers a Chrome JSON document written one event per line, such as the output
-of ``asynctrace convert``; any other whole-document JSON file of up to 64 MiB
-is loaded at once as a fallback.
+of ``asynctrace convert``, and a line that is a whole ``{"traceEvents": [...]}``
+document (``json.dump``'s output) gives its events; any other whole-document
+JSON file of up to 64 MiB is loaded at once as a fallback. A line longer than
+64 MiB is skipped and counted without being parsed or held whole, so memory
+stays bounded whatever a file holds.
+
+An input that is not a regular file (a pipe, such as ``<(zcat run.jsonl.gz)``)
+is read once, from its start: :func:`iter_file` reads it line by line as it
+does a file, but cannot load it again as one JSON document; :func:`single_pass`
+tells a caller that would read it twice.
 """
 
 from __future__ import annotations
 
+import functools
 import glob
 import gzip
 import os
 import re
+import stat
 import sys
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
@@ -37,6 +47,7 @@ __all__ = [
     "ReadStats",
     "expand_inputs",
     "iter_records",
+    "single_pass",
     "sniff_kind",
 ]
 
@@ -48,6 +59,8 @@ _STRUCTURAL = (b'{"traceEvents":', b"],", b"]}")
 _PROGRESS_EVERY = 0x3FFF  # lines between two progress updates
 _SAMPLES = 3
 _MAX_DOCUMENT = 64 << 20  # bytes: a larger file with no usable line is not loaded whole
+_MAX_LINE = _MAX_DOCUMENT  # bytes: a longer line is skipped (and counted), never parsed
+_SKIP_CHUNK = 1 << 20  # bytes read at a time past the start of an overlong line
 
 
 @dataclass
@@ -124,17 +137,54 @@ def _search(directory: Path, patterns: Sequence[str]) -> list[Path]:
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
+class _GzipInput(gzip.GzipFile):
+    """Gzip data read from an open handle, which closing it closes too."""
+
+    def __init__(self, handle: IO[bytes]) -> None:
+        super().__init__(fileobj=handle, mode="rb")
+        self._handle = handle
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._handle.close()
+
+
 def open_input(path: Path) -> IO[bytes]:
     """*path* opened for reading bytes; decompressed on the fly when it is gzip data.
+
+    The file is opened once: its first two bytes are looked at without being
+    consumed, so a pipe (``<(zcat run.jsonl.gz)``) is read whole.
 
     Raises:
         OSError: it cannot be opened.
     """
-    with open(path, "rb") as probe:
-        magic = probe.read(2)
+    handle = open(path, "rb")  # noqa: SIM115 (returned: the caller closes it)
+    try:
+        magic = handle.peek(2)[:2]
+    except OSError:
+        handle.close()
+        raise
     if magic == _GZIP_MAGIC:
-        return cast("IO[bytes]", gzip.open(path, "rb"))
-    return open(path, "rb")  # the caller closes it
+        return cast("IO[bytes]", _GzipInput(handle))
+    return handle
+
+
+def single_pass(path: Path) -> bool:
+    """Whether *path* can be read only once: it is not a regular file (a pipe, say).
+
+    Reading it consumes it: a command that reads its inputs twice (to sniff
+    their kind first, to rebase timestamps) can read such an input only once.
+
+    Example:
+        >>> single_pass(Path("/dev/stdin")), single_pass(Path(__file__))  # doctest: +SKIP
+        (True, False)
+    """
+    try:
+        return not stat.S_ISREG(path.stat().st_mode)
+    except OSError:
+        return False
 
 
 def expand_inputs(specs: Iterable[str], patterns: Sequence[str], what: str) -> list[Path]:
@@ -198,7 +248,7 @@ def sniff_kind(path: Path) -> str | None:
                 except ValueError:
                     continue
                 if isinstance(obj, dict):
-                    if "ph" in obj:
+                    if "ph" in obj or isinstance(obj.get("traceEvents"), list):
                         return "traces"
                     if "session_id" in obj or "submit_ts" in obj:
                         return "sessions"
@@ -228,22 +278,81 @@ def iter_records(
             yield index, obj, raw
 
 
+@dataclass
+class _Skipped:
+    """One file's lines that were skipped, by reason, and where the first few are."""
+
+    not_json: int = 0
+    not_object: int = 0
+    wrong_types: int = 0
+    negative: int = 0
+    overlong: int = 0
+    documents: int = 0  # one-line traceEvents documents none of whose items is usable
+    items: int = 0  # ...and their items (counted as malformed, as a loaded document's)
+    samples: list[str] = field(default_factory=list)
+
+    def at(self, where: str) -> None:
+        """Name *where* among the samples, if there is room."""
+        if len(self.samples) < _SAMPLES:
+            self.samples.append(where)
+
+    @property
+    def lines(self) -> int:
+        """Lines skipped."""
+        return (
+            self.not_json
+            + self.not_object
+            + self.wrong_types
+            + self.negative
+            + self.overlong
+            + self.documents
+        )
+
+    def reasons(self) -> list[str]:
+        """Why, one phrase per reason: ``["1 not JSON", "2 with a negative dur"]``."""
+        items = f"{self.items} item{'s' if self.items != 1 else ''}"
+        return [
+            f"{count} {what}"
+            for count, what in (
+                (self.not_json, "not JSON"),
+                (self.not_object, "JSON but not an object"),
+                (self.wrong_types, "with event fields of the wrong type"),
+                (self.negative, "with a negative dur"),
+                (self.overlong, f"longer than {_MAX_LINE >> 20} MiB (not read)"),
+                (self.documents, f"traceEvents document of {items}, none usable"),
+            )
+            if count
+        ]
+
+
+def _skip_rest(stream: IO[bytes]) -> int:
+    """Read past the end of the current line, a chunk at a time; the bytes read."""
+    skipped = 0
+    while True:
+        chunk = stream.readline(_SKIP_CHUNK)
+        skipped += len(chunk)
+        if not chunk or chunk[-1] == 10:  # end of file, or the line's newline
+            return skipped
+
+
 def iter_file(
     path: Path, stats: ReadStats, progress: Progress | None = None
 ) -> Iterator[tuple[dict[str, Any], bytes]]:
     """Yield ``(object, raw JSON bytes)`` for every JSON object line of one file.
 
-    A file with lines but none usable is skipped: its lines are counted as
-    malformed and the file is listed in ``stats.unusable`` (the caller refuses
-    the input when nothing at all could be read).
+    A line that is a ``{"traceEvents": [...]}`` document (with no ``ph``)
+    gives its events instead, each with its JSON bytes. A line longer than
+    64 MiB is skipped and counted, neither parsed nor held whole. A file with
+    lines but none usable is skipped: its lines are counted as malformed and
+    the file is listed in ``stats.unusable`` (the caller refuses the input when
+    nothing at all could be read).
 
     Raises:
         CliError: the file cannot be read, or its compressed data is damaged.
     """
     stats.files += 1
     valid = lineno = pending_bytes = 0
-    not_json = not_object = wrong_types = 0
-    samples: list[str] = []
+    skipped = _Skipped()
     first = b""
     cut_short = False
     try:
@@ -251,12 +360,20 @@ def iter_file(
     except OSError as exc:
         raise CliError(f"{path}: {exc.strerror or exc}") from None
     try:
-        for line in stream:
+        for line in iter(functools.partial(stream.readline, _MAX_LINE + 1), b""):
             lineno += 1
-            pending_bytes += len(line)
+            size = len(line)
+            pending_bytes += size
             if not lineno & _PROGRESS_EVERY and progress is not None:
                 progress.advance(pending_bytes)
                 pending_bytes = 0
+            if size > _MAX_LINE and line[-1] != 10:  # the start of an overlong line
+                pending_bytes += _skip_rest(stream)
+                if not first:
+                    first = line[:64].lstrip()[:1]
+                skipped.overlong += 1
+                skipped.at(f"{path.name}:{lineno}")
+                continue
             raw = line.strip()
             if not raw:
                 continue
@@ -269,24 +386,38 @@ def iter_file(
             except ValueError:
                 if raw in (b"[", b"]") or raw.startswith(_STRUCTURAL):
                     continue
-                not_json += 1
-                if len(samples) < _SAMPLES:
-                    samples.append(f"{path.name}:{lineno}")
+                skipped.not_json += 1
+                skipped.at(f"{path.name}:{lineno}")
                 continue
-            if obj.__class__ is not dict or ("ph" in obj and not event_ok(obj)):
-                if obj.__class__ is dict:
-                    wrong_types += 1
-                else:
-                    not_object += 1
-                if len(samples) < _SAMPLES:
-                    samples.append(f"{path.name}:{lineno}")
+            if obj.__class__ is not dict:
+                skipped.not_object += 1
+                skipped.at(f"{path.name}:{lineno}")
+                continue
+            if "ph" in obj:
+                if not event_ok(obj):
+                    if _negative_dur(obj):
+                        skipped.negative += 1
+                    else:
+                        skipped.wrong_types += 1
+                    skipped.at(f"{path.name}:{lineno}")
+                    continue
+            elif obj.get("traceEvents").__class__ is list:  # a whole document on one line
+                kept, left_out = _usable_events(obj["traceEvents"])
+                del obj
+                if left_out:
+                    skipped.items += left_out
+                    skipped.at(f"{path.name}:{lineno} ({left_out} unusable events)")
+                    if not kept:
+                        skipped.documents += 1
+                valid += len(kept)
+                for event in kept:
+                    yield event, dumps(event)
                 continue
             valid += 1
             yield obj, raw
     except EOFError:  # a gzip stream cut short (a killed writer): keep what was read
         cut_short = True
-        if len(samples) < _SAMPLES:
-            samples.append(f"{path.name}:{lineno + 1} (compressed data cut short)")
+        skipped.at(f"{path.name}:{lineno + 1} (compressed data cut short)")
     except (zlib.error, gzip.BadGzipFile) as exc:  # nothing after the damage can be trusted
         where = f"after line {lineno}" if lineno else "before its first line"
         raise CliError(f"{path}: damaged compressed data {where} ({exc})") from None
@@ -296,14 +427,22 @@ def iter_file(
         stream.close()
         if progress is not None:
             progress.advance(pending_bytes)
-    bad = not_json + not_object + wrong_types + int(cut_short)
+    # Malformed: the lines skipped (an unusable document's items rather than its line).
+    bad = skipped.lines - skipped.documents + skipped.items + int(cut_short)
     if valid:
         stats.records += valid
-        _count_malformed(stats, bad, samples)
+        _count_malformed(stats, bad, skipped.samples)
         return
     if not first and not cut_short:
         stats.empty.append(path.name)
         return
+    yield from _fallback(path, stats, skipped, first, bad, cut_short)
+
+
+def _fallback(
+    path: Path, stats: ReadStats, skipped: _Skipped, first: bytes, bad: int, cut_short: bool
+) -> Iterator[tuple[dict[str, Any], bytes]]:
+    """A file with no usable line: read as one JSON document, else counted as unusable."""
     document = _whole_document(path) if first in (b"{", b"[") else None
     if isinstance(document, tuple):
         kept, left_out = document
@@ -324,19 +463,11 @@ def iter_file(
     if not bad:  # structural lines only (``[`` and ``]``): an empty document
         stats.empty.append(path.name)
         return
-    _count_malformed(stats, bad, samples)
-    why = [
-        f"{count} {what}"
-        for count, what in (
-            (not_json, "not JSON"),
-            (not_object, "JSON but not an object"),
-            (wrong_types, "with event fields of the wrong type"),
-        )
-        if count
-    ]
+    _count_malformed(stats, bad, skipped.samples)
+    why = skipped.reasons()
     if isinstance(document, str):
         why.append(document)
-    lines = bad - int(cut_short)
+    lines = skipped.lines
     if not lines:
         stats.unusable.append((path, "compressed data cut short before its first line"))
         return
@@ -373,10 +504,10 @@ def event_ok(event: dict[str, Any]) -> bool:
 
     ``ph`` is a string; ``name``, when present, a string; ``pid`` and
     ``tid``, when present, an integer or a string (they are keys); ``ts`` and
-    ``dur`` a finite number within 1e18 µs. Anything else (a ``pid`` that is
-    a list, a ``ts`` that is a string or ``1e400``, a ``name`` that is a
-    list, a ``true``) makes the line malformed, skipped and counted like a
-    torn one.
+    ``dur`` a finite number within 1e18 µs, ``dur`` not negative. Anything
+    else (a ``pid`` that is a list, a ``ts`` that is a string or ``1e400``, a
+    ``name`` that is a list, a ``true``, a ``dur`` of ``-5``) makes the line
+    malformed, skipped and counted like a torn one.
 
     Example:
         >>> event_ok({"ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1})
@@ -384,6 +515,8 @@ def event_ok(event: dict[str, Any]) -> bool:
         >>> event_ok({"ph": "X", "ts": "1"})
         False
         >>> event_ok({"ph": "X", "ts": 1, "dur": float("inf")})
+        False
+        >>> event_ok({"ph": "X", "ts": 1, "dur": -1})
         False
     """
     if event["ph"].__class__ is not str:
@@ -395,11 +528,27 @@ def event_ok(event: dict[str, Any]) -> bool:
         value = event.get(key)
         if value is not None and (value.__class__ is bool or not isinstance(value, _IDS)):
             return False
-    for key in ("ts", "dur"):  # a time no float holds, NaN or an infinity: not a time
-        value = event.get(key)
-        if value is not None and not real_number(value, _MAX_US):
-            return False
-    return True
+    ts = event.get("ts")  # a time no float holds, NaN or an infinity: not a time
+    if ts is not None and not real_number(ts, _MAX_US):
+        return False
+    dur = event.get("dur")  # ...and a duration is not negative
+    return dur is None or (real_number(dur, _MAX_US) and dur >= 0)
+
+
+def _negative_dur(event: dict[str, Any]) -> bool:
+    """Whether *event* (which :func:`event_ok` refused) has a negative ``dur``."""
+    dur = event.get("dur")
+    return real_number(dur, _MAX_US) and dur < 0  # type: ignore[operator]
+
+
+def _usable_events(events: list[Any]) -> tuple[list[dict[str, Any]], int]:
+    """The items of a document's event list that are usable events, and how many are not."""
+    kept = [
+        event
+        for event in events
+        if isinstance(event, dict) and ("ph" not in event or event_ok(event))
+    ]
+    return kept, len(events) - len(kept)
 
 
 def _whole_document(path: Path) -> tuple[list[dict[str, Any]], int] | str | None:
@@ -407,8 +556,12 @@ def _whole_document(path: Path) -> tuple[list[dict[str, Any]], int] | str | None
     events, and how many of its items were left out (not an object, or not a usable event).
 
     ``None`` when it is not such a document; a reason when it was not tried: a
-    document over 64 MiB (decompressed) is not loaded, so memory stays bounded.
+    document over 64 MiB (decompressed) is not loaded, so memory stays bounded,
+    and an input that is not a regular file (a pipe) was consumed by reading
+    its lines.
     """
+    if single_pass(path):
+        return "not read again as one JSON document (not a regular file: read once)"
     try:
         with open_input(path) as stream:  # measured first, in chunks: a gzip hides its size
             size, data = 0, b""
@@ -431,12 +584,7 @@ def _whole_document(path: Path) -> tuple[list[dict[str, Any]], int] | str | None
     events = document.get("traceEvents") if isinstance(document, dict) else document
     if not isinstance(events, list):
         return None
-    kept = [
-        event
-        for event in events
-        if isinstance(event, dict) and ("ph" not in event or event_ok(event))
-    ]
-    return kept, len(events) - len(kept)
+    return _usable_events(events)
 
 
 @dataclass(frozen=True)

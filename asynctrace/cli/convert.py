@@ -22,11 +22,18 @@ from pathlib import Path
 from typing import IO, Any
 
 from ._areal import EPOCH_US
-from ._captures import Capture, capture_lines, find_captures, load_capture, tid_counter
+from ._captures import (
+    Capture,
+    capture_lines,
+    find_captures,
+    is_capture,
+    load_capture,
+    tid_counter,
+)
 from ._common import CliError, HelpFormatter, Progress, dumps, note
 from ._reader import TRACE_PATTERN, ProcessInfo, ReadStats, expand_inputs, file_size, iter_file
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_parser", "check_output", "require_regular_files", "run"]
 
 EPILOG = """\
 examples:
@@ -366,6 +373,8 @@ def _clock_shifts(paths: Sequence[Path], align: bool) -> dict[int, float]:
     :data:`EPOCH_US`, as AReaL's tracer writes them) merged with files on the
     epoch clock would land decades before them: refused unless *align*.
     """
+    if len(paths) < 2:  # one clock whatever it is: no pass over the input
+        return {}
     firsts = _first_timestamps(paths)
     relative = [i for i, ts in enumerate(firsts) if ts is not None and ts < EPOCH_US]
     epoch = [ts for ts in firsts if ts is not None and ts >= EPOCH_US]
@@ -417,13 +426,22 @@ class _Lines:
 def run(args: argparse.Namespace) -> int:
     """Run ``asynctrace convert``."""
     prog = "asynctrace convert"
-    paths = expand_inputs(args.inputs, [TRACE_PATTERN], "trace")
+    named = expand_inputs(args.inputs, [TRACE_PATTERN], "trace")
+    # A capture named among the inputs (or matched by a glob) is merged as a capture,
+    # never read as a trace file too.
+    paths = [p for p in named if not is_capture(p)]
+    capture_paths = find_captures(args.inputs)
     to_stdout = args.output == "-"
     target = Path(args.output)
-    if not to_stdout and target.resolve() in {p.resolve() for p in paths}:
-        raise CliError(f"{args.output}: the output is also an input")
     if not to_stdout:
-        _check_output(args.output, target)
+        check_output(args.output, target, [*named, *capture_paths], "trace.json")
+    if not paths:
+        raise CliError(
+            "no trace files among the inputs (traces-*.jsonl): profile captures are "
+            "merged onto the traces of their run, name those too"
+        )
+    if len(paths) > 1 or args.rebase:  # read more than once
+        require_regular_files(paths, prog)
     shifts = _clock_shifts(paths, args.align_starts)
     # --rebase: from the earliest timestamp once the files are on one clock
     merger = _Merger(paths, _earliest(paths, shifts) if args.rebase else 0)
@@ -431,7 +449,7 @@ def run(args: argparse.Namespace) -> int:
     stats = ReadStats()
     others = 0  # JSON objects that are not trace events (no "ph")
     # Captures are checked first: the spans they profiled are looked for while merging.
-    captures = [load_capture(path) for path in find_captures(args.inputs)]
+    captures = [load_capture(path) for path in capture_paths]
     merger.want_spans(c.span_id for c in captures if isinstance(c, Capture) and c.span_id)
     temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
@@ -565,14 +583,59 @@ def _capture_owner(merger: _Merger, capture: Capture) -> _Placed | _Unplaced:
     )
 
 
-def _check_output(name: str, target: Path) -> None:
-    """Refuse an output that cannot be written, before reading anything."""
+def check_output(name: str, target: Path, inputs: Iterable[Path], example: str) -> None:
+    """Refuse an output that is one of *inputs* or cannot be written, before reading anything.
+
+    *name* is the output as the user wrote it, *example* a file name to suggest
+    when it names a directory.
+
+    Raises:
+        CliError: the output is an input (same path, symbolic or hard link), a
+            directory, or in a directory that does not exist.
+    """
+    if _is_one_of(target, inputs):
+        raise CliError(f"{name}: the output is also an input")
     if target.is_dir():
-        raise CliError(
-            f"{name}: is a directory; name the output file, e.g. -o {target / 'trace.json'}"
-        )
+        raise CliError(f"{name}: is a directory; name the output file, e.g. -o {target / example}")
     if not target.parent.is_dir():
         raise CliError(f"{name}: no such directory: {target.parent}")
+
+
+def _is_one_of(target: Path, inputs: Iterable[Path]) -> bool:
+    """Whether *target* is the same file as one of *inputs* (by path, or by inode)."""
+    resolved = target.resolve()
+    try:
+        stat = target.stat()
+        identity: tuple[int, int] | None = (stat.st_dev, stat.st_ino)
+    except OSError:
+        identity = None
+    for path in inputs:
+        if path.resolve() == resolved:
+            return True
+        if identity is not None:
+            try:
+                other = path.stat()
+            except OSError:
+                continue
+            if (other.st_dev, other.st_ino) == identity:
+                return True
+    return False
+
+
+def require_regular_files(paths: Iterable[Path], prog: str) -> None:
+    """Refuse an input that is not a regular file (a pipe, ``<(zcat x.gz)``): *prog*
+    reads its inputs more than once, and a pipe reads as empty the second time.
+
+    Raises:
+        CliError: naming the first such path.
+    """
+    for path in paths:
+        if not path.is_file():
+            raise CliError(
+                f"{path}: not a regular file (a pipe?); {prog} reads its inputs more than "
+                "once, so each must be a regular file or a directory: write it to a file "
+                "first (gzip files are read as they are, no need to decompress them)"
+            )
 
 
 def _nothing(paths: Sequence[Path], stats: ReadStats, others: int = 0) -> str:

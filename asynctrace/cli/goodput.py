@@ -404,6 +404,8 @@ def to_json(collected: Collected) -> dict[str, Any]:
             "evicted_leaves": result.evicted_leaves,
             "abandoned": result.abandoned,
             "abandoned_leaves": result.abandoned_leaves,
+            "no_duration_steps": result.void_steps,
+            "no_duration_leaves": result.void_leaves,
         },
     }
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import sys
 from array import array
 from collections import Counter
 from collections.abc import Sequence
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..rollup import StepRow
-from ._captures import CAPTURE_NAME, find_captures
+from ._captures import CAPTURE_NAME, find_captures, is_capture
 from ._common import CliError, HelpFormatter, Progress, escape_surrogates, note
 from ._html import render
 from ._reader import (
@@ -33,6 +34,7 @@ from ._reader import (
     real_number,
     sniff_kind,
 )
+from .convert import check_output, require_regular_files
 from .goodput import Collected, add_step_options, collect, to_json
 
 __all__ = [
@@ -85,7 +87,7 @@ def add_parser(subparsers: Any) -> None:
         "--output",
         default="report.html",
         metavar="FILE",
-        help="where to write the HTML (default: report.html)",
+        help="where to write the HTML ('-' for stdout; default: report.html)",
     )
     parser.add_argument(
         "--step",
@@ -151,6 +153,9 @@ class Sessions:
     bad_samples: list[str] = field(default_factory=list)
     other_fields: int = 0  # values of ``*_s`` fields past the first MAX_DURATION_FIELDS
     phase_runs_left_out: int = 0  # executions of phases past MAX_PHASES, or past MAX_PHASE_RUNS
+    no_session_id: int = 0  # records without a ``session_id``: not sessions, not counted
+    no_submit: int = 0  # sessions without a submit time: counted, not on the timeline
+    on_timeline: int = 0  # sessions with a submit time (the timeline samples these)
 
     def left_out(self) -> list[str]:
         """What the page leaves out of the session charts, one sentence each.
@@ -160,6 +165,19 @@ class Sessions:
             ['left out 3 session durations of *_s fields past the first 32, which have histograms']
         """
         out = []
+        if self.no_session_id:
+            n = self.no_session_id
+            out.append(
+                f"left out {n} record{'s' if n != 1 else ''} of the sessions files without "
+                "a session_id (not counted as sessions, their durations not charted)"
+            )
+        if self.no_submit:
+            n = self.no_submit
+            out.append(
+                f"left out of the timeline {n} session{'s' if n != 1 else ''} whose "
+                "submit_ts is missing or not a number of seconds (counted in the statuses "
+                "and histograms)"
+            )
         if self.bad_durations:
             n = self.bad_durations
             more = ", ..." if n > len(self.bad_samples) else ""
@@ -198,11 +216,11 @@ class ReportData:
     profiles: list[tuple[str, str, str]] = field(default_factory=list)  # (step, backend, href)
 
 
-def _profiles(specs: Sequence[str], output: Path) -> list[tuple[str, str, str]]:
-    """The profiler captures beside the inputs: (step, backend, link relative to the report)."""
+def _profiles(captures: Sequence[Path], output: Path) -> list[tuple[str, str, str]]:
+    """The profiler captures among the inputs: (step, backend, link relative to the report)."""
     rows = []
     base = output.resolve().parent
-    for path in find_captures(specs):
+    for path in captures:
         match = CAPTURE_NAME.match(path.name)
         if match is None:  # pragma: no cover - find_captures matched it
             continue
@@ -211,10 +229,13 @@ def _profiles(specs: Sequence[str], output: Path) -> list[tuple[str, str, str]]:
     return rows
 
 
-def _classify(specs: Sequence[str]) -> tuple[list[Path], list[Path]]:
+def _classify(paths: Sequence[Path]) -> tuple[list[Path], list[Path]]:
+    """Trace and session files among *paths* (captures left out), by their content."""
     traces: list[Path] = []
     sessions: list[Path] = []
-    for path in expand_inputs(specs, [TRACE_PATTERN, SESSION_PATTERN], "trace or session"):
+    for path in paths:
+        if is_capture(path):  # linked under "Profiled steps" (see _profiles), not read
+            continue
         kind = sniff_kind(path)
         if kind == "traces":
             traces.append(path)
@@ -355,6 +376,7 @@ def _sessions(paths: list[Path], stats: ReadStats, progress: bool) -> Sessions:
         for path in paths:
             for record, _ in iter_file(path, stats, bar):
                 if "session_id" not in record:
+                    out.no_session_id += 1
                     continue
                 out.count += 1
                 out.statuses[str(record.get("status"))] += 1
@@ -363,11 +385,13 @@ def _sessions(paths: list[Path], stats: ReadStats, progress: bool) -> Sessions:
                         _add_duration(out, path, key, value)
                 row = _session_row(record, phase_order, out)
                 if row is None:
+                    out.no_submit += 1
                     continue
+                out.on_timeline += 1
                 if len(reservoir) < TIMELINE_SESSIONS:
                     reservoir.append(row)
                 else:
-                    slot = sample.randrange(out.count)
+                    slot = sample.randrange(out.on_timeline)
                     if slot < TIMELINE_SESSIONS:
                         reservoir[slot] = row
     finally:
@@ -446,7 +470,14 @@ def _session_row(
 def run(args: argparse.Namespace) -> int:
     """Run ``asynctrace report``."""
     prog = "asynctrace report"
-    trace_paths, session_paths = _classify(args.inputs)
+    named = expand_inputs(args.inputs, [TRACE_PATTERN, SESSION_PATTERN], "trace or session")
+    captures = find_captures(args.inputs)
+    to_stdout = args.output == "-"
+    target = Path(args.output)
+    if not to_stdout:  # before anything is read
+        check_output(args.output, target, [*named, *captures], "report.html")
+    require_regular_files((p for p in named if not is_capture(p)), prog)
+    trace_paths, session_paths = _classify(named)
     progress = not args.no_progress
     collected = collect(
         trace_paths,
@@ -475,20 +506,17 @@ def run(args: argparse.Namespace) -> int:
         notes=notes,
         trace_files=trace_paths,
         processes=sorted(collected.origins.label(i) for i in range(len(collected.origins.infos))),
-        profiles=_profiles(args.inputs, Path(args.output)),
+        # links from the current directory when the page goes to stdout
+        profiles=_profiles(captures, Path("report.html") if to_stdout else target),
     )
-    text = render(data)
-    target = Path(args.output)
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        temporary.write_text(escape_surrogates(text), encoding="utf-8")  # a name kept as written
-        os.replace(temporary, target)
-    except OSError as exc:
-        temporary.unlink(missing_ok=True)
-        raise CliError(f"{args.output}: {exc.strerror or exc}") from None
+    text = escape_surrogates(render(data))  # a name kept as written
+    if to_stdout:
+        _write_stdout(text, args.output)
+    else:
+        _write_file(text, target, args.output)
     violations = len(collected.result.violations)
     summary = [
-        f"wrote {args.output}: {len(collected.result.steps)} steps",
+        f"wrote {'stdout' if to_stdout else args.output}: {len(collected.result.steps)} steps",
         f"{violations} invariant violation{'s' if violations != 1 else ''}",
     ]
     if sessions is not None:
@@ -496,3 +524,25 @@ def run(args: argparse.Namespace) -> int:
     summary.extend(notes)
     note(prog, "; ".join(summary))
     return 1 if violations else 0
+
+
+def _write_file(text: str, target: Path, name: str) -> None:
+    """Write the page to a temporary file that replaces *target* once complete."""
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, target)
+    except OSError as exc:
+        temporary.unlink(missing_ok=True)
+        raise CliError(f"{name}: {exc.strerror or exc}") from None
+
+
+def _write_stdout(text: str, name: str) -> None:
+    """Write the page to stdout (``-o -``), as UTF-8 whatever the locale."""
+    try:
+        sys.stdout.buffer.write(text.encode("utf-8"))
+        sys.stdout.buffer.flush()
+    except BrokenPipeError:
+        raise  # the reader went away (| head): the command's caller handles it
+    except OSError as exc:
+        raise CliError(f"{name}: {exc.strerror or exc}") from None

@@ -66,20 +66,82 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("directory", metavar="DIR", type=Path, help="the job's output directory")
     parser.add_argument(
-        "--interval", type=float, default=1.0, metavar="S", help="seconds between polls (1)"
+        "--interval",
+        type=_interval,
+        default=1.0,
+        metavar="S",
+        help=f"seconds between polls, more than 0 and at most {MAX_INTERVAL:g} (1)",
     )
     parser.add_argument(
-        "--steps", type=int, default=15, metavar="N", help="steps shown, the latest (15)"
+        "--steps",
+        type=_steps,
+        default=15,
+        metavar="N",
+        help="steps shown, the latest, at least 1 (15)",
     )
     parser.add_argument(
         "--stale",
-        type=float,
+        type=_stale,
         default=60.0,
         metavar="S",
-        help="a rank with no new line for S seconds (and no end line) is shown as stopped (60)",
+        help="a rank with no new line for S seconds (and no end line) is shown as stopped; "
+        "more than 0, finite (60)",
     )
     parser.add_argument("--once", action="store_true", help="print the view once and exit")
     parser.set_defaults(run=run)
+
+
+MAX_INTERVAL = 86400.0
+"""The longest ``--interval`` (a day, in seconds): a longer sleep is no live view."""
+
+
+def _interval(text: str) -> float:
+    """``--interval``: seconds, more than 0 and at most :data:`MAX_INTERVAL`."""
+    value = _seconds(text)
+    if not 0 < value <= MAX_INTERVAL:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: accepted: seconds, more than 0 and at most {MAX_INTERVAL:g}"
+        )
+    return value
+
+
+def _stale(text: str) -> float:
+    """``--stale``: seconds, more than 0 and finite."""
+    value = _seconds(text)
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r}: accepted: seconds, more than 0 (finite)")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+
+
+def _steps(text: str) -> int:
+    """``--steps``: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: accepted: an integer of at least 1")
+    return value
+
+
+def _check(args: argparse.Namespace) -> None:
+    """The options again, for a namespace not made by the parser (each one named)."""
+    for option, value, check in (
+        ("--interval", args.interval, _interval),
+        ("--steps", args.steps, _steps),
+        ("--stale", args.stale, _stale),
+    ):
+        try:
+            check(str(value))
+        except argparse.ArgumentTypeError as exc:
+            raise CliError(f"asynctrace watch: error: argument {option}: {exc}") from None
 
 
 class Follower:
@@ -559,8 +621,7 @@ def run(args: argparse.Namespace) -> int:
     directory: Path = args.directory
     if not directory.is_dir():
         raise CliError(f"{directory}: not a directory (give the job's output directory)")
-    if not args.interval > 0 or args.steps < 1 or not args.stale > 0:
-        raise CliError("--interval and --stale must be > 0 and --steps >= 1")
+    _check(args)
     followers: dict[Path, Follower] = {}
     state = State()
     console = Console()
