@@ -9,7 +9,9 @@ records) append JSON lines, with three promises:
 - a failed or partial ``write`` (``ENOSPC``, ``EFBIG``) says how many whole
   lines reached the file, so the writer counts exactly what was lost;
 - a file that was deleted (``rm -rf`` of the output directory) or replaced
-  is found before the next write, by its inode, and opened again.
+  is found before the next write, by its inode, and opened again; so is a
+  file truncated in place (logrotate's ``copytruncate``), found by its size
+  falling below the end of this writer's last write.
 """
 
 from __future__ import annotations
@@ -101,6 +103,7 @@ class AppendFile:
         self._warned = False
         self._fd = -1
         self._identity = (0, 0)
+        self._end = 0  # the file's size after this writer's last write, at least
         self._at_line_start = True
         self._open()
 
@@ -127,17 +130,22 @@ class AppendFile:
             raise
         self._fd = fd
         self._identity = (info.st_dev, info.st_ino)
+        self._end = info.st_size
         self._at_line_start = info.st_size == 0 or _ends_with_newline(self.path, info.st_size)
 
     def moved(self) -> bool:
-        """Whether the file was deleted or replaced since it was opened (then reopen it)."""
+        """Whether the file was deleted, replaced or truncated since it was opened.
+
+        Then :meth:`reopen` it. Truncated: smaller than it was after this
+        writer's last write (appends, by this or another writer, only grow it).
+        """
         try:
             info = os.stat(self.path)
         except FileNotFoundError:
             return True
         except OSError:
             return False  # cannot tell: keep writing where we write
-        return (info.st_dev, info.st_ino) != self._identity
+        return (info.st_dev, info.st_ino) != self._identity or info.st_size < self._end
 
     def reopen(self) -> None:
         """Open the file at its path again (making its directory), warning once.
@@ -150,7 +158,8 @@ class AppendFile:
         if not self._warned:
             self._warned = True
             logger.warning(
-                "asynctrace: %s was deleted or replaced; it is written again from now on "
+                "asynctrace: %s was deleted or replaced (or truncated in place); it is written "
+                "again from now on "
                 "(what was written before went with the old file; the count is in stats())",
                 self.path,
             )
@@ -186,23 +195,33 @@ class AppendFile:
                 done += os.write(self._fd, view[done:])
         except OSError as exc:
             error = exc
+        if start >= 0:
+            self._end = start + done
         if done:
             self._at_line_start = data[done - 1] == 0x0A
             if not self._at_line_start and start >= 0:
-                self._cut_torn_line(start + data.rfind(b"\n", 0, done) + 1)
+                self._cut_torn_line(start + done, done - data.rfind(b"\n", 0, done) - 1)
         if lines is not None and error is None and done == len(data):
             return lines, None
         return data.count(b"\n", 0, done) - (1 if prefix and done else 0), error
 
-    def _cut_torn_line(self, size: int) -> None:
+    def _cut_torn_line(self, end: int, torn: int) -> None:
         """Cut off the half line a failed write left, so no torn line stays mid-file.
 
-        If that fails too, the next write starts with a newline instead.
+        *end* is where the write ended if nobody else appended (the size seen
+        before it plus the bytes written), *torn* the half line's length. If
+        the file's size is not *end* now, another writer appended meanwhile
+        and the half line may not be last: nothing is cut (that would cut the
+        other writer's lines); the next write starts with a newline instead,
+        as it does if the cut fails.
         """
         try:
-            os.ftruncate(self._fd, size)
+            if os.fstat(self._fd).st_size != end:
+                return
+            os.ftruncate(self._fd, end - torn)
         except OSError:
             return
+        self._end = end - torn
         self._at_line_start = True
 
     def sync(self) -> OSError | None:

@@ -116,31 +116,42 @@ class ChromeWriter:
         self._ident: dict[str, Any] = {"rank": resource.get("asynctrace.rank", 0)}
         if role is not None:
             self._ident["role"] = role
-        self._pending: list[dict[str, Any]] = []
+        # Metadata lines not yet in the file: written before the next batch's spans,
+        # and kept for the next batch if a write fails before they reach the file.
+        self._pending: list[dict[str, Any]] = self._process_events(resource)
         self._refs: dict[int, weakref.ref[Any]] = {}
         self._tracks = TrackAssigner(new_tid, self._track_made)
         self._last_trace_id = 0
         self._last_trace_hex = ""
         self._warned = False
-        data, skipped = _encode(self._process_events(resource))
-        if skipped:
-            self._warn("the process metadata could not be serialized", ValueError("left out"))
-        self._write(data)
+        data, self._pending = self._encoded_metadata(self._pending)
+        lines, error = self._file.write(data, len(self._pending))
+        del self._pending[:lines]
+        if error is not None:
+            self._warn(f"writing {self.path} failed", error)
 
     def _metadata(self) -> list[dict[str, Any]]:
-        """The process's and the live tracks' names, written again into a new file."""
+        """The process's and every live track's names, written again into a new file.
+
+        Every track: the primary ones, their overflow tracks and the late spans'
+        tracks; and the names not written yet (a track already retired, say).
+        """
         events = self._process_events(self._resource)
-        for tid, track in self._tracks.primary.items():
-            events.append(
-                {
-                    "ph": "M",
-                    "name": "thread_name",
-                    "pid": self.pid,
-                    "tid": tid,
-                    "args": {"name": track.name, **self._ident},
-                }
-            )
+        named = set()
+        for tid, name in self._tracks.names():
+            named.add(tid)
+            events.append(self._thread_name(tid, name))
+        events.extend(m for m in self._pending if "tid" in m and m["tid"] not in named)
         return events
+
+    def _encoded_metadata(self, meta: list[dict[str, Any]]) -> tuple[bytes, list[dict[str, Any]]]:
+        """*meta* as lines, and the events they hold (one that cannot be encoded left out)."""
+        data, skipped = _encode(meta)
+        if not skipped:
+            return data, meta
+        self._warn("metadata could not be serialized", ValueError("left out"))
+        left_out = set(skipped)
+        return data, [m for i, m in enumerate(meta) if i not in left_out]
 
     # -- Sink API ---------------------------------------------------------------
 
@@ -286,10 +297,11 @@ class ChromeWriter:
                 self._warn("a span could not be serialized; it is skipped", exc)
         written = len(batch) - controls - failed
         self._last_trace_id, self._last_trace_hex = last_trace, last_trace_hex
-        if self._pending:
-            events.extend(self._pending)
-            self._pending.clear()
         data, skipped = _encode(events, nonfinite)
+        if skipped:  # a value no encoder takes: that value left out, not the event
+            for i in skipped:
+                events[i] = _salvaged(events[i])
+            data, skipped = _encode(events, nonfinite)
         count = len(events) - len(skipped)  # one line per event encoded
         if skipped:
             self._warn(f"{len(skipped)} events could not be serialized", ValueError("left out"))
@@ -297,21 +309,25 @@ class ChromeWriter:
             written -= lost
             failed += lost
         out = self._file
-        if out.moved():  # deleted (rm -rf of the output directory) or replaced
+        meta = self._pending
+        if out.moved():  # deleted (rm -rf of the output directory), replaced or truncated
             self.lost += self._in_file
             self._in_file = 0
             try:
                 out.reopen()
-                meta, _ = _encode(self._metadata())
-                data = meta + data
-                head = meta.count(b"\n")
-                count += head
             except OSError as exc:
                 self._warn(f"opening {self.path} again failed", exc)
                 return 0, written + failed
-        else:
-            head = 0
+            meta = self._metadata()
+        head = 0
+        if meta:  # names first: a write that fails part way keeps those not written
+            head_data, meta = self._encoded_metadata(meta)
+            data = head_data + data
+            head = len(meta)
+            count += head
         lines, error = out.write(data, count)
+        if head or self._pending:
+            self._pending = meta[lines:]
         if error is not None:
             self._warn(f"writing {self.path} failed", error)
             done = _spans_in_lines(events, skipped, lines - head)
@@ -378,15 +394,16 @@ class ChromeWriter:
     # -- events -----------------------------------------------------------------
 
     def _track_made(self, tid: int, name: str) -> None:
-        self._pending.append(
-            {
-                "ph": "M",
-                "name": "thread_name",
-                "pid": self.pid,
-                "tid": tid,
-                "args": {"name": name, **self._ident},
-            }
-        )
+        self._pending.append(self._thread_name(tid, name))
+
+    def _thread_name(self, tid: int, name: str) -> dict[str, Any]:
+        return {
+            "ph": "M",
+            "name": "thread_name",
+            "pid": self.pid,
+            "tid": tid,
+            "args": {"name": name, **self._ident},
+        }
 
     def _process_events(self, resource: Mapping[str, Any]) -> list[dict[str, Any]]:
         rank = resource.get("asynctrace.rank", 0)
@@ -421,11 +438,6 @@ class ChromeWriter:
         ]
 
     # -- file -------------------------------------------------------------------
-
-    def _write(self, data: bytes) -> None:
-        _, error = self._file.write(data)
-        if error is not None:
-            self._warn(f"writing {self.path} failed", error)
 
     def _warn(self, message: str, exc: BaseException) -> None:
         if not self._warned:
@@ -544,8 +556,42 @@ def _finite_event(event: Any) -> Any:
     return {**event, "args": _finite_args(args)}
 
 
-def _finite_args(args: dict[str, Any]) -> dict[str, Any]:
+def _finite_args(args: Mapping[str, Any]) -> dict[str, Any]:
     return {k: _finite(v) for k, v in args.items()}
+
+
+DROPPED_ATTRIBUTES = "otel.dropped_attributes_count"
+
+
+def _salvaged(event: Any) -> Any:
+    """*event* without the ``args`` values no encoder takes, counted in its ``args``.
+
+    An int too long to be written as text, or an object whose ``str()``
+    raises: that value is left out and counted in
+    ``otel.dropped_attributes_count``, as the SDK conversion drops and counts
+    it; the event and its other values are kept.
+    """
+    args = event.args if event.__class__ is _Complete else event.get("args")
+    if not isinstance(args, dict):
+        return event
+    kept: dict[str, Any] = {}
+    lost = 0
+    for key, value in args.items():
+        try:
+            _, bad = encode_lines([{key: value}], _finite_args)
+        except Exception:  # not expected: the value is left out all the same
+            bad = [0]
+        if bad:
+            lost += 1
+        else:
+            kept[key] = value
+    if not lost:
+        return event
+    before = kept.get(DROPPED_ATTRIBUTES)
+    kept[DROPPED_ATTRIBUTES] = lost + (before if before.__class__ is int else 0)
+    if event.__class__ is _Complete:
+        return msgspec.structs.replace(event, args=kept)
+    return {**event, "args": kept}
 
 
 def span_fields(
@@ -645,21 +691,40 @@ def _owner_name(owner: object) -> str:
     return f"task: {name} [{thread}]" if thread else f"task: {name}"
 
 
-def _truncated(raw: dict[str, Any], limit: int) -> dict[str, Any]:
-    """Strings (also inside sequences) cut to *limit* characters, as the SDK cuts them."""
+def _truncated(raw: Mapping[str, Any], limit: int) -> dict[str, Any]:
+    """Strings (also in sequences and mappings) cut to *limit* characters, as the SDK cuts them."""
     out = dict(raw)
     for key, value in raw.items():
         if value.__class__ is str:
             if len(value) > limit:
                 out[key] = value[:limit]
-        elif isinstance(value, (tuple, list)):
-            out[key] = [v[:limit] if v.__class__ is str else v for v in value]
+        elif value.__class__ in _SCALARS:
+            continue
+        elif isinstance(value, (tuple, list, Mapping)):
+            out[key] = _cut(value, limit)
     return out
 
 
+_SCALARS = frozenset((int, float, bool, bytes))
+
+
+def _cut(value: Any, limit: int) -> Any:
+    """*value* with its strings cut to *limit* characters, at any depth."""
+    if value.__class__ is str:
+        return value[:limit]
+    if isinstance(value, (tuple, list)):
+        return [_cut(v, limit) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _cut(v, limit) for k, v in value.items()}
+    return value
+
+
 def _finite(value: Any) -> Any:
+    """*value* with non-finite floats as their text (``'nan'``), at any depth."""
     if isinstance(value, float) and not math.isfinite(value):
         return repr(value)
     if isinstance(value, (tuple, list)):
         return [_finite(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _finite(v) for k, v in value.items()}
     return value

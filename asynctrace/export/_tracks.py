@@ -109,6 +109,27 @@ class TrackAssigner:
     def __len__(self) -> int:
         return len(self._tracks)
 
+    def names(self) -> list[tuple[int, str]]:
+        """``(tid, name)`` of every live track: primary, their overflow, the late ones.
+
+        Example:
+            >>> tracks = TrackAssigner(iter(range(100, 200)).__next__, lambda t, n: None)
+            >>> tracks.open(1, "task: a")
+            >>> tracks.place(1, 0, 10), tracks.place(1, 5, 20), tracks.place(2, 0, 1)
+            (1, 100, 101)
+            >>> tracks.names()
+            [(1, 'task: a'), (100, 'task: a (overflow 1)'), (101, 'late spans (overflow 1)')]
+        """
+        holders = list(self._tracks.values())
+        if self._late is not None:
+            holders.append(self._late)  # its own tid (-1) holds no event: only its overflow
+        out: list[tuple[int, str]] = []
+        for track in holders:
+            if track is not self._late:
+                out.append((track.tid, track.name))
+            out.extend((extra.tid, extra.name) for extra in track.overflow)
+        return out
+
     def place(self, tid: int, start: int, end: int) -> int:
         """Return the tid on which the event ``[start, end]`` goes."""
         track = self._tracks.get(tid)
