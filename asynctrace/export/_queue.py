@@ -27,7 +27,8 @@ from typing import Any, Protocol
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
-from .._errors import report_internal_error
+from .._config import MAX_WAIT_S, MIN_SCHEDULE_DELAY_MS, is_finite
+from .._errors import ConfigurationError, report_internal_error
 from .._forksafe import call_in_child, reinit_at_fork
 from .._handoff import Handoff
 
@@ -38,6 +39,7 @@ __all__ = [
     "QueuedSpanProcessor",
     "Sink",
     "Wakeup",
+    "check_count",
     "unique_name",
 ]
 
@@ -54,6 +56,43 @@ def unique_name(base: str, taken: Collection[object]) -> str:
         number += 1
         name = f"{base}-{number}"
     return name
+
+
+def check_count(name: str, value: object, minimum: int) -> int:
+    """*value* if it is an int (not a bool) ``>= minimum``.
+
+    Raises:
+        ConfigurationError: naming the argument, the value and what is accepted.
+
+    Example:
+        >>> check_count("max_queue_size", 10, 1)
+        10
+    """
+    if value.__class__ is bool or not isinstance(value, int) or value < minimum:
+        raise ConfigurationError(
+            f"{name}: {value!r} is not accepted; accepted: an integer >= {minimum}"
+        )
+    return value
+
+
+def check_delay_millis(name: str, value: object) -> float:
+    """*value* as milliseconds, in the range the ``schedule_delay_millis`` key takes.
+
+    Raises:
+        ConfigurationError: naming the argument, the value and what is accepted.
+    """
+    most = MAX_WAIT_S * 1000.0
+    if (
+        isinstance(value, (int, float))
+        and is_finite(value)
+        and MIN_SCHEDULE_DELAY_MS <= value <= most
+    ):
+        return float(value)
+    raise ConfigurationError(
+        f"{name}: {value!r} is not accepted; accepted: a finite number of milliseconds "
+        f">= {MIN_SCHEDULE_DELAY_MS:g} (a shorter delay keeps an idle export thread "
+        f"polling) and <= {most:.6g}"
+    )
 
 
 class Sink(Protocol):
@@ -321,6 +360,12 @@ class QueuedSpanProcessor(SpanProcessor):
             10 ms.
         schedule_delay_millis: longest wait before queued items are exported.
 
+    The limits take the ranges of the configuration keys of the same names:
+    sizes are integers ``>= 1``; the delay is at least 1 ms.
+
+    Raises:
+        ConfigurationError: a limit out of its range, or not a number.
+
     Example:
         >>> from opentelemetry.sdk.trace.export import ConsoleSpanExporter
         >>> processor = QueuedSpanProcessor(ExporterSink(ConsoleSpanExporter()), name="console")
@@ -337,11 +382,14 @@ class QueuedSpanProcessor(SpanProcessor):
         max_export_batch_size: int = 512,
         schedule_delay_millis: float = 1000.0,
     ) -> None:
+        max_queue_size = check_count("max_queue_size", max_queue_size, 1)
+        max_export_batch_size = check_count("max_export_batch_size", max_export_batch_size, 1)
+        delay_ms = check_delay_millis("schedule_delay_millis", schedule_delay_millis)
         self.name = name
         self._sink = sink
         self._max_queue_size = max_queue_size
         self._batch_size = max_export_batch_size
-        self._delay = min(schedule_delay_millis / 1000.0, _MAX_WAIT_S)
+        self._delay = min(delay_ms / 1000.0, _MAX_WAIT_S)
         self._queue: deque[Any] = deque()
         self._wake = Wakeup()  # set from span.end() and flush(), a signal handler's included
         self._closing = False
@@ -397,7 +445,14 @@ class QueuedSpanProcessor(SpanProcessor):
                 self.behind()
 
     def _put_control(self, item: Any) -> None:
-        """Queue bookkeeping that must not be dropped (it is tiny and rare)."""
+        """Queue bookkeeping that must not be dropped (it is tiny and rare).
+
+        Not counted against ``max_queue_size``, so its callers keep it bounded:
+        an item that announces something new (a track) is only queued while the
+        queue has room, and one that ends it only for what was announced. While
+        the worker is stuck, the queue then holds at most ``max_queue_size``
+        items and one ending per thing announced (a live task, say).
+        """
         if not self._closing:
             self._queue.append(item)
 

@@ -36,15 +36,21 @@ from opentelemetry.sdk.trace import ReadableSpan, Span
 from opentelemetry.trace import SpanContext
 
 from .._backend import trio_task
-from .._errors import report_internal_error
-from .._fast._provider import current_task_of
+from .._errors import ConfigurationError, report_internal_error
+from .._fast._provider import MAX_OPEN_SPANS, current_task_of, forget_open_spans
 from ._chrome_writer import ChromeWriter, NewTrack, context_span_id, span_fields
-from ._queue import _CONTROL, QueuedSpanProcessor
+from ._queue import _CONTROL, QueuedSpanProcessor, check_count, check_delay_millis
 
 __all__ = ["ChromeTrace", "ChromeTraceProcessor", "read_chrome_trace"]
 
 _get_running_loop = asyncio._get_running_loop
 _current_asyncio_task = current_task_of
+
+_NO_TRACK = 0
+"""The track of a span that started while the queue was full (tids start at 1).
+
+Its track is decided when it ends (a span's recorded tid of 0 is not one), and the
+writer puts a span that still has it on a ``late spans`` track."""
 
 
 class _ThreadToken:
@@ -78,6 +84,19 @@ class ChromeTraceProcessor(QueuedSpanProcessor):
         max_event_attribute_length: strings of span events cut to this length
             (fast provider; default: *max_attribute_length*).
 
+    The sizes and the delay take the ranges of the configuration keys of the
+    same names; the attribute limits are integers ``>= 0`` or ``None`` (no
+    limit). A new task or thread gets its track while the queue has room; one
+    whose first span starts while it is full (the writer stuck) gets it at
+    that span's end, or, if the queue is still full then, its spans go to a
+    ``late spans`` track. Of the spans that never end, the track of at most
+    100,000 is remembered (past it, the longest-open after the oldest are
+    forgotten a tenth at a time, counted in :attr:`forgotten`); a forgotten one
+    that ends goes on the track of the task that ends it.
+
+    Raises:
+        ConfigurationError: an argument out of its range, or of the wrong type.
+
     Example:
         >>> from opentelemetry.sdk.trace import TracerProvider
         >>> provider = TracerProvider()
@@ -97,6 +116,14 @@ class ChromeTraceProcessor(QueuedSpanProcessor):
         max_event_attributes: int | None = 128,
         max_event_attribute_length: int | Literal["same"] | None = "same",
     ) -> None:
+        # Checked before the file is opened (the queue checks its limits again).
+        check_count("max_queue_size", max_queue_size, 1)
+        check_count("max_export_batch_size", max_export_batch_size, 1)
+        check_delay_millis("schedule_delay_millis", schedule_delay_millis)
+        _check_limit("max_attribute_length", max_attribute_length)
+        _check_limit("max_event_attributes", max_event_attributes)
+        if max_event_attribute_length != "same":
+            _check_limit("max_event_attribute_length", max_event_attribute_length, "'same', ")
         self.path = Path(path)
         self._next_tid = itertools.count(1).__next__
         self._writer = ChromeWriter(
@@ -108,7 +135,9 @@ class ChromeTraceProcessor(QueuedSpanProcessor):
             max_event_attribute_length,
         )
         self._local = threading.local()
-        self._tids: dict[int, int] = {}
+        self._tids: dict[int, int] = {}  # span id -> the track it started on, until it ends
+        self.forgotten = 0
+        """Spans that never ended (yet) whose track was forgotten past 100,000 of them."""
         self._refs: dict[int, weakref.ref[Any]] = {}
         self._writer.post = self._put_control  # bound now, called once the queue exists
         super().__init__(
@@ -129,9 +158,16 @@ class ChromeTraceProcessor(QueuedSpanProcessor):
                 span_id = context_span_id(ctx)
             else:
                 span_id = span.get_span_context().span_id
-            self._tids[span_id] = self._current_tid()
+            tids = self._tids
+            tids[span_id] = self._current_tid()
+            if len(tids) > MAX_OPEN_SPANS:
+                self._forget_tids()
         except Exception as exc:
             report_internal_error(("chrome", "on_start"), exc)
+
+    def _forget_tids(self) -> None:
+        """Forget the tracks of spans that never ended, past the bound (as the tracker does)."""
+        self.forgotten += len(forget_open_spans(self._tids, MAX_OPEN_SPANS))
 
     def on_end(self, span: ReadableSpan) -> None:
         """Queue the span's fields and its track for the writer thread."""
@@ -160,6 +196,8 @@ class ChromeTraceProcessor(QueuedSpanProcessor):
         try:
             tasks: dict[int, int] = local.tasks
         except AttributeError:
+            if self._full():
+                return _NO_TRACK
             tasks = self._open_thread(local)
         if task is None:
             tid: int = local.tid
@@ -180,7 +218,13 @@ class ChromeTraceProcessor(QueuedSpanProcessor):
         self._put_control(NewTrack(tid, f"thread: {threading.current_thread().name}"))
         return tasks
 
+    def _full(self) -> bool:
+        """Whether the queue is full: no new track is announced then (see ``_put_control``)."""
+        return len(self._queue) >= self._max_queue_size
+
     def _open_task(self, tasks: dict[int, int], task: object) -> int:
+        if self._full():
+            return _NO_TRACK  # not remembered: the task's next span tries again
         tid = self._next_tid()
         key = id(task)
         tasks[key] = tid
@@ -200,6 +244,17 @@ class ChromeTraceProcessor(QueuedSpanProcessor):
         self._put_control(tid)
 
 
+def _check_limit(name: str, value: object, also: str = "") -> None:
+    """An attribute limit: an integer ``>= 0`` or ``None`` (*also*: other values taken)."""
+    if value is None:
+        return
+    if value.__class__ is bool or not isinstance(value, int) or value < 0:
+        raise ConfigurationError(
+            f"{name}: {value!r} is not accepted; accepted: an integer >= 0, {also}or None "
+            "for no limit"
+        )
+
+
 @dataclass
 class ChromeTrace:
     """Events read back from a JSONL trace, and how many lines were skipped."""
@@ -217,25 +272,94 @@ class ChromeTrace:
         return [e for e in self.events if e.get("ph") == "X"]
 
 
+MAX_LINE_BYTES = 64 << 20
+"""A longer line is skipped and counted, never parsed (as ``asynctrace`` commands do)."""
+_SKIP_CHUNK = 1 << 20  # bytes read at a time past the start of an overlong line
+_MAX_US = 1e18  # about 31,700 years of microseconds: any real timestamp or duration
+
+
 def iter_chrome_lines(path: str | os.PathLike[str]) -> Iterator[dict[str, Any] | None]:
-    """Yield each line of a JSONL trace parsed, or ``None`` for a malformed line."""
+    """Yield each line of a JSONL trace parsed, or ``None`` for a malformed line.
+
+    Malformed: not JSON (a torn line, or nested deeper than the interpreter's
+    stack), not an object, longer than :data:`MAX_LINE_BYTES` (skipped without
+    being held whole), or a trace event whose fields have the wrong types (see
+    :func:`event_ok`).
+    """
     with open(path, "rb") as stream:
-        for line in stream:
+        for line in iter(functools.partial(stream.readline, MAX_LINE_BYTES + 1), b""):
+            if len(line) > MAX_LINE_BYTES and line[-1] != 10:  # an overlong line's start
+                _skip_rest(stream)
+                yield None
+                continue
             if not line.strip():
                 continue
             try:
                 obj = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 yield None
                 continue
-            yield obj if isinstance(obj, dict) else None
+            if obj.__class__ is not dict or ("ph" in obj and not event_ok(obj)):
+                yield None
+                continue
+            yield obj
+
+
+def _skip_rest(stream: Any) -> None:
+    """Read past the end of the current line, a chunk at a time."""
+    while True:
+        chunk = stream.readline(_SKIP_CHUNK)
+        if not chunk or chunk[-1] == 10:  # end of file, or the line's newline
+            return
+
+
+def _real(value: object) -> bool:
+    """A finite int or float (not a bool) within 1e18 µs: a time or a duration."""
+    if value.__class__ is bool or not isinstance(value, (int, float)):
+        return False
+    return -_MAX_US <= value <= _MAX_US  # False for NaN; no float conversion of a big int
+
+
+def event_ok(event: dict[str, Any]) -> bool:
+    """Whether a trace event's fields have the types a reader relies on.
+
+    ``ph`` is a string; ``name``, when present, a string; ``pid`` and ``tid``,
+    when present, an integer or a string; ``ts`` and ``dur``, when present, a
+    finite number within 1e18 µs, ``dur`` not negative. The ``asynctrace``
+    commands skip and count the same events.
+
+    Example:
+        >>> event_ok({"ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1})
+        True
+        >>> event_ok({"ph": "X", "ts": float("nan")}), event_ok({"ph": "X", "dur": -1})
+        (False, False)
+    """
+    if event["ph"].__class__ is not str:
+        return False
+    name = event.get("name")
+    if name is not None and name.__class__ is not str:
+        return False
+    for key in ("pid", "tid"):
+        value = event.get(key)
+        if value is not None and (value.__class__ is bool or not isinstance(value, (int, str))):
+            return False
+    ts = event.get("ts")
+    if ts is not None and not _real(ts):
+        return False
+    dur = event.get("dur")
+    return dur is None or (_real(dur) and dur >= 0)
 
 
 def read_chrome_trace(path: str | os.PathLike[str]) -> ChromeTrace:
     """Read a ``traces-r*.jsonl`` file, skipping (and counting) malformed lines.
 
     A process killed while writing can leave one torn last line; it is
-    skipped, every complete line is kept.
+    skipped, every complete line is kept. Also skipped and counted: a line
+    that is not a JSON object (or is nested too deeply to parse), a line
+    longer than 64 MiB (never read whole), and a trace event whose fields
+    have the wrong types (a ``ts`` that is NaN or a string, a negative
+    ``dur``, a ``pid`` that is a list), as the ``asynctrace`` commands skip
+    them.
 
     Example:
         >>> trace = read_chrome_trace("traces-r0.jsonl")  # doctest: +SKIP
