@@ -49,6 +49,8 @@ class SessionTracerConfig:
         enabled: write one JSON line per finished session to
             ``sessions-r{rank}.jsonl`` in ``output_dir``.
         flush_threshold: number of finished sessions buffered before a write.
+        max_pending: pending sessions kept; past it the oldest are written as
+            ``pending``, reason ``evicted`` (counted in ``stats()["evicted"]``).
         output_dir: where the session records go instead: a directory
             relative to the configuration's ``output_dir`` (or absolute;
             ``{run_id}`` is substituted). ``None`` (the default): ``output_dir``
@@ -70,6 +72,7 @@ class SessionTracerConfig:
     flush_threshold: int = 100
     output_dir: str | None = None
     ids: str = "unique"
+    max_pending: int = 100_000
 
     def __post_init__(self) -> None:
         if self.ids not in ("unique", "sequential"):
@@ -337,6 +340,7 @@ ENV_VARS: dict[str, str] = {
     "ASYNCTRACE_HANDLE_SIGTERM": "handle_sigterm",
     "ASYNCTRACE_SESSION_TRACER_ENABLED": "session_tracer.enabled",
     "ASYNCTRACE_SESSION_TRACER_FLUSH_THRESHOLD": "session_tracer.flush_threshold",
+    "ASYNCTRACE_SESSION_TRACER_MAX_PENDING": "session_tracer.max_pending",
     "ASYNCTRACE_MAX_QUEUE_SIZE": "max_queue_size",
     "ASYNCTRACE_MAX_EXPORT_BATCH_SIZE": "max_export_batch_size",
     "ASYNCTRACE_SCHEDULE_DELAY_MILLIS": "schedule_delay_millis",
@@ -470,7 +474,8 @@ def _session_from_env(
 ) -> SessionTracerConfig | None:
     enabled = _env_value(env, "ASYNCTRACE_SESSION_TRACER_ENABLED")
     threshold = _env_value(env, "ASYNCTRACE_SESSION_TRACER_FLUSH_THRESHOLD")
-    if enabled is None and threshold is None:
+    max_pending = _env_value(env, "ASYNCTRACE_SESSION_TRACER_MAX_PENDING")
+    if enabled is None and threshold is None and max_pending is None:
         return None
     session = _session_config(current, "session_tracer")
     if enabled is not None:
@@ -479,6 +484,8 @@ def _session_from_env(
         session.flush_threshold = check_int(
             "ASYNCTRACE_SESSION_TRACER_FLUSH_THRESHOLD", threshold, 1
         )
+    if max_pending is not None:
+        session.max_pending = check_int("ASYNCTRACE_SESSION_TRACER_MAX_PENDING", max_pending, 1)
     return session
 
 
@@ -560,6 +567,7 @@ def coerce_field(key: str, name: str, value: Any) -> Any:
         "max_queue_size",
         "max_export_batch_size",
         "flush_threshold",
+        "max_pending",
         "retry_buffer_spans",
         "retry_buffer_bytes",
     ):
@@ -842,12 +850,13 @@ def _session_config(value: Any, key: str) -> SessionTracerConfig:
                 None if value.output_dir is None else _path(f"{key}.output_dir", value.output_dir)
             ),
             ids=value.ids,
+            max_pending=check_int(f"{key}.max_pending", value.max_pending, 1),
         )
     if isinstance(value, Mapping):
         return SessionTracerConfig.from_mapping(value)
     raise ConfigurationError(
         f"{key}: expected a SessionTracerConfig or a mapping with keys enabled, "
-        f"flush_threshold, output_dir, ids; got {value!r}"
+        f"flush_threshold, output_dir, ids, max_pending; got {value!r}"
     )
 
 

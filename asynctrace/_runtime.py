@@ -567,6 +567,7 @@ def _new_session_tracer(settings: Settings, path: Path) -> SessionTracer:
         role=settings.role,
         run_id=settings.run_id,
         flush_threshold=settings.session_tracer.flush_threshold,
+        max_pending=settings.session_tracer.max_pending,
         sequential_ids=settings.session_tracer.ids == "sequential",
     )
 

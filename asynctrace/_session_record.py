@@ -11,11 +11,49 @@ from __future__ import annotations
 import math
 from typing import Any, Final
 
+from . import _redact
 from ._jsonl import encode_lines
 
-__all__ = ["Record", "encode_records", "merge_payload", "record_dict", "record_json"]
+__all__ = [
+    "Record",
+    "encode_records",
+    "merge_payload",
+    "record_dict",
+    "record_json",
+    "redacted_name",
+]
 
 _NS: Final = 1e9
+
+_MAX_PLAIN_CACHED: Final = 4096
+_MAX_PLAIN_LEN: Final = 256
+_plain: set[str] = set()  # short names redaction leaves as they are (bounded)
+_plain_pattern: object = None  # the secret-name pattern _plain was found with
+
+
+def redacted_name(name: str) -> str:
+    """A task id or counter name redacted as exception text is (no URL userinfo,
+    no secret query value or credential pair).
+
+    Names repeat from record to record: a short one that redaction leaves as
+    it is, is remembered (a bounded set, forgotten when
+    :func:`asynctrace.register_secret_words` widens what is secret), so the
+    next time it costs a set lookup.
+
+    Example:
+        >>> redacted_name("https://u:pw@host/item-7")
+        'https://host/item-7'
+    """
+    global _plain_pattern
+    if _plain_pattern is not _redact._SECRET_NAME:  # secret words were added
+        _plain.clear()
+        _plain_pattern = _redact._SECRET_NAME
+    if name in _plain:
+        return name
+    redacted = _redact.redact_text(name)
+    if redacted == name and len(name) <= _MAX_PLAIN_LEN and len(_plain) < _MAX_PLAIN_CACHED:
+        _plain.add(name)
+    return redacted
 
 
 class Record:
@@ -102,9 +140,10 @@ def record_dict(
     """
     submit = record.submit_ns
     finalized = max(finalized_ns, submit)
+    task_id = record.task_id
     out: dict[str, Any] = {
         "run_id": run_id,
-        "task_id": record.task_id,
+        "task_id": redacted_name(task_id) if type(task_id) is str else task_id,
         "session_id": record.session_id,
         "rank": rank,
         "role": role,
@@ -136,10 +175,24 @@ def record_dict(
 
 
 def _counters(counters: dict[str, float] | None) -> dict[str, Any]:
-    """A copy; a value JSON cannot hold (an infinite sum) is written as a string."""
+    """A copy, names redacted; a value JSON cannot hold (an infinite sum) is written as
+    a string. Names that redact alike (``token=a``, ``token=b``) add up."""
     if not counters:
         return {}
-    return {k: _counter_value(v) for k, v in counters.items()}
+    sums: dict[str, Any] = {}
+    for name, value in counters.items():
+        key = redacted_name(name)
+        sums[key] = _add(sums[key], value) if key in sums else value
+    return {k: _counter_value(v) for k, v in sums.items()}
+
+
+def _add(total: Any, value: Any) -> Any:
+    """``total + value``; an int sum past a float's range becomes an infinity."""
+    try:
+        return total + value
+    except OverflowError:
+        big = total if type(total) is int else value
+        return math.inf if big > 0 else -math.inf
 
 
 def _counter_value(value: Any) -> Any:

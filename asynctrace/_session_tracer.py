@@ -19,6 +19,7 @@ finalization or flush on any thread, or at shutdown.
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import os
 import threading
@@ -32,7 +33,17 @@ from ._phases import _phases
 from ._session_record import Record, merge_payload
 from ._session_writer import SessionWriter
 
-__all__ = ["SessionTracer", "current_tracer", "install"]
+__all__ = ["DEFAULT_MAX_PENDING", "EVICTED", "SessionTracer", "current_tracer", "install"]
+
+logger = logging.getLogger("asynctrace")
+
+DEFAULT_MAX_PENDING = 100_000
+"""Pending sessions a tracer keeps by default (``session_tracer.max_pending``)."""
+
+EVICTED = "evicted"
+"""The reason of a session written as ``pending`` to keep the pending ones within bounds."""
+
+_EVICT_SHARE = 100  # past the bound, the oldest 1/100 of it goes at once (see _evict)
 
 
 def _ids(pending: str | set[str] | None) -> list[str]:
@@ -76,6 +87,7 @@ class SessionTracer:
         run_id: str = "",
         flush_threshold: int = 100,
         sequential_ids: bool = False,
+        max_pending: int = DEFAULT_MAX_PENDING,
     ) -> None:
         self._lock = threading.RLock()  # reentrant: see the module's docstring
         # Whether this thread holds the lock already: a finalizer run by the GC inside it.
@@ -92,6 +104,8 @@ class SessionTracer:
         self._next = _session_numbers
         self._prefix = "" if sequential_ids else f"{rank}-{os.getpid():x}{_process_nonce()}-"
         self.dropped_events = 0
+        self._max_pending = max(1, int(max_pending))
+        self.evicted = 0  # sessions written as pending, reason EVICTED
         self._closed = False  # shut down: a session registered now is never written
         self._writer = SessionWriter(
             path, rank=rank, role=role, run_id=run_id, flush_threshold=flush_threshold
@@ -144,7 +158,47 @@ class SessionTracer:
                     else:
                         pending.add(session_id)
                     break
+            over = len(self._live) > self._max_pending  # sessions nobody finalizes: a leak
+        if over:
+            self._evict()
         return session_id
+
+    def _evict(self) -> None:
+        """Write the oldest pending sessions as ``pending``, reason :data:`EVICTED`.
+
+        Called past ``max_pending`` live sessions. The oldest hundredth of
+        the bound goes at once: a dict's first key is found by skipping the
+        slots its removed keys left, so taking them one at a time would cost
+        a scan per registration. A registration by a finalizer the garbage
+        collector ran inside the tracer leaves it to the next one (the code
+        it interrupted may be changing one of these records). Warned once.
+        """
+        if self._owned():
+            return
+        with self._lock:
+            count = len(self._live) - self._max_pending
+            if count <= 0:
+                return
+            count += self._max_pending // _EVICT_SHARE
+            oldest = list(itertools.islice(self._live, count))
+            records = [record for sid in oldest if (record := self._take(sid)) is not None]
+            # The writer's queue is bounded too: a thread that registers nothing but
+            # leaked sessions may outrun it.
+            self._writer.add(records, "pending", EVICTED, time.time_ns(), self._max_pending)
+            first = not self.evicted
+            self.evicted += len(records)
+        self._writer.behind()  # outside the lock: a writer starved by this thread catches up
+        if first:
+            logger.warning(
+                "asynctrace: more than %d sessions are pending (session_tracer.max_pending); "
+                "the oldest are written as pending with reason %r and counted in "
+                "stats()['evicted'] (those the writer has no room for, %d waiting to be "
+                "written, in stats()['failed']; further evictions are not logged): finalize "
+                "every session, or raise session_tracer.max_pending",
+                self._max_pending,
+                EVICTED,
+                self._max_pending,
+            )
 
     def phase_start(
         self, session_id: str, phase: str, payload: dict[str, Any] | None = None
@@ -373,7 +427,9 @@ class SessionTracer:
         """Counters: live sessions, live tasks, records written and lost, dropped events.
 
         ``failed`` counts records that could not be written (a full disk, an
-        unencodable value); ``lost`` those written to a file that was then
+        unencodable value, a writer that did not finish within the shutdown
+        timeout); ``evicted`` sessions written as ``pending`` past
+        ``max_pending`` pending ones; ``lost`` those written to a file that was then
         deleted or replaced (found at the next write, which reopens the file).
         ``truncated_payloads`` counts payloads cut to their bounds since this
         tracer started (see :func:`asynctrace._payloads.plain_payload`).
@@ -387,6 +443,7 @@ class SessionTracer:
             "written": writer.written,
             "failed": writer.failed,
             "lost": writer.lost,
+            "evicted": self.evicted,
             "dropped_events": self.dropped_events,
             "truncated_payloads": truncated_payloads() - self._truncated_base,
         }
@@ -398,11 +455,16 @@ class SessionTracer:
         return self._writer.flush(timeout_s)
 
     def shutdown(self, timeout_s: float = 5.0) -> bool:
-        """Write pending sessions as ``pending``, drain the writer and close the file."""
+        """Write pending sessions as ``pending``, drain the writer and close the file.
+
+        Waits at most *timeout_s* in all; what the writer has not written by
+        then is counted in ``failed`` and logged (see :meth:`SessionWriter.shutdown`).
+        """
+        deadline = time.monotonic() + max(0.0, timeout_s)
         self.finalize_all_pending("unfinished at shutdown")
         if self._later:  # shut down from inside the lock: written now, or never
             self._hand_over_later()
-        return self._writer.shutdown(timeout_s)
+        return self._writer.shutdown(max(0.0, deadline - time.monotonic()))
 
 
 _tracer: SessionTracer | None = None

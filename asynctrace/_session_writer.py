@@ -40,7 +40,8 @@ class SessionWriter:
 
     ``written`` counts records that reached the file, ``failed`` those that
     did not (a failed write, a value that cannot be encoded, a record handed
-    over after the writer stopped), ``lost`` those written to a file that was
+    over after the writer stopped or left when its shutdown timed out, one
+    with no room), ``lost`` those written to a file that was
     later deleted or replaced.
     """
 
@@ -62,6 +63,7 @@ class SessionWriter:
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._pending: list[Record] = []
+        self._batch: list[Record] = []  # taken from _pending, being written chunk by chunk
         self._added = 0
         self.written = 0
         self.failed = 0
@@ -74,6 +76,7 @@ class SessionWriter:
         self._flush_requested = False
         self._closing = False
         self._stopped = False
+        self._abandoned = False  # shutdown timed out: the thread writes no further chunk
         self._warned = False
         reinit_at_fork(self._cond, self._lock)
         call_in_child(self._after_fork_in_child)
@@ -114,20 +117,38 @@ class SessionWriter:
         self._handoff.offer(self._thread)
 
     def add(
-        self, records: list[Record], status: str, reason: str | None, finalized_ns: int
-    ) -> None:
-        """Queue finished sessions (never blocks on I/O)."""
+        self,
+        records: list[Record],
+        status: str,
+        reason: str | None,
+        finalized_ns: int,
+        room: int | None = None,
+    ) -> int:
+        """Queue finished sessions (never blocks on I/O); returns how many were not queued.
+
+        With *room*, only as many as leave at most *room* records waiting to
+        be written are queued: the rest are counted in ``failed`` (records
+        that nobody finalized, when the writer falls that far behind).
+        """
         for record in records:
             record.status, record.reason, record.finalized_ns = status, reason, finalized_ns
         with self._cond:
             self._added += len(records)
             if self._stopped:
                 self.failed += len(records)
-                return
+                return len(records)
             pending = self._pending
+            refused = 0
+            if room is not None:
+                waiting = len(pending) + len(self._batch)
+                refused = min(len(records), max(0, waiting + len(records) - room))
+                if refused:
+                    self.failed += refused
+                    records = records[: len(records) - refused]
             pending += records
             if len(pending) >= self._threshold:
                 self._cond.notify()
+            return refused
 
     def flush(self, timeout_s: float) -> bool:
         """Write everything queued so far and make it durable (``fdatasync``); ``False``
@@ -155,16 +176,53 @@ class SessionWriter:
         """Write what is queued, stop the thread and close the file.
 
         ``False`` if that took longer than *timeout_s*, or if any record
-        could not be written since the last :meth:`flush`.
+        could not be written since the last :meth:`flush`. Past *timeout_s*
+        the writer is abandoned (see :meth:`_abandon`): what it has not
+        started writing is counted in ``failed`` and a warning says how many.
         """
         with self._cond:
             self._closing = True
             self._cond.notify_all()
         self._thread.join(min(max(0.0, timeout_s), _MAX_WAIT_S))
         if self._thread.is_alive():
+            self._abandon()
             return False
         with self._cond:
             return not self._lost_now()
+
+    def _abandon(self) -> None:
+        """Shutdown timed out: count what will not be written, and say so.
+
+        The thread is a daemon: at exit the interpreter stops it wherever it
+        is. Waiting longer would break the bound on shutdown, and writing on
+        the calling thread would too, so the records the thread has not
+        started on are taken from it, counted in ``failed`` and logged once;
+        it finishes the chunk it is writing (1,024 records at most), then
+        stops and closes the file (if the process lives on).
+        """
+        with self._cond:
+            if self._abandoned:
+                return
+            self._abandoned = True
+            self._stopped = True  # records handed over from now on are counted failed
+            unwritten = len(self._pending) + len(self._batch)
+            self._pending = []
+            self._batch.clear()
+            self.failed += unwritten
+            self._failed_seen = self.failed  # reported: shutdown() returns False
+            in_flight = self._added - self.written - self.failed
+            self._cond.notify_all()
+        if not unwritten and not in_flight:
+            return
+        logger.warning(
+            "asynctrace: the session writer did not finish within the shutdown timeout: "
+            "%d session records were not written to %s (counted in stats()['failed']; "
+            "%d more were being written); raise shutdown_timeout_s, or pass a longer "
+            "timeout_s to shutdown()",
+            unwritten,
+            self.path,
+            in_flight,
+        )
 
     def _lost_now(self) -> bool:
         """Whether a record failed, or the file could not be made durable, since the last
@@ -187,11 +245,11 @@ class SessionWriter:
                         )
                     )
                     self._handoff.ran()
-                    batch, self._pending = self._pending, []
+                    self._batch, self._pending = self._pending, []
                     durable = self._flush_requested or self._closing
                     self._flush_requested = False
                     closing = self._closing
-                self._write(batch, closing)  # empties the list
+                self._write(closing)  # empties the batch
                 if durable:  # flush() returns once what it waits for is on disk
                     self._sync()
                 if not self._pending:
@@ -205,23 +263,23 @@ class SessionWriter:
         except BaseException as exc:  # never silently: what is left is counted as failed
             with self._cond:
                 self._stopped = True
-                self.failed += len(self._pending)
+                self.failed += len(self._pending) + len(self._batch)
                 self._pending = []
+                self._batch = []
                 self._cond.notify_all()
             logger.warning("asynctrace: the session writer stopped", exc_info=exc)
         self._file.close()
 
-    def _write(self, batch: list[Record], closing: bool) -> None:
+    def _write(self, closing: bool) -> None:
+        """Write ``self._batch`` chunk by chunk, until it is empty or the writer abandoned.
+
+        Each chunk is taken from the batch under the lock, where :meth:`_abandon`
+        counts what is left: a record is written or counted failed, never both.
+        """
         meta = self._meta
-        while batch:
-            # Starved by a busy loop, each pause would wait for another hand-off:
-            # larger chunks without pauses (about 0.8 ms a chunk).
-            starved = self._handoff.starved
-            size = _CLOSING_CHUNK if closing else _STARVED_CHUNK if starved else _CHUNK
-            # Consume the batch: a record is released as soon as it is written,
-            # before flush() can see it counted.
-            chunk = batch[:size]
-            del batch[:size]
+        with self._cond:
+            chunk, starved = self._next_chunk(closing)
+        while chunk:
             error: BaseException | None = None
             written = 0
             try:
@@ -241,17 +299,35 @@ class SessionWriter:
                     self.path,
                     exc_info=error,
                 )
+            # A record is released as soon as it is written, before flush() can see it
+            # counted.
             del chunk
             self._handoff.ran()  # a chunk done: the hand-off sees progress within a batch
             with self._cond:
                 self.written += written
                 self.failed += failed
-                if not batch:  # wake flush() waiters once per batch, not per chunk
+                paused = not closing and not starved
+                chunk, starved = self._next_chunk(closing)
+                if not chunk:  # wake flush() waiters once per batch, not per chunk
                     self._cond.notify_all()
-            if not closing and not starved:
+            if chunk and paused:
                 # A real pause, not sleep(0): a thread that releases the GIL and takes it
                 # straight back would leave a waiting event loop waiting.
                 time.sleep(_PAUSE_S)
+
+    def _next_chunk(self, closing: bool) -> tuple[list[Record], bool]:
+        """The next chunk of the batch (none once abandoned), and whether the writer is
+        starved (call holding the lock)."""
+        if self._abandoned:
+            return [], False
+        # Starved by a busy loop, each pause would wait for another hand-off:
+        # larger chunks without pauses (about 0.8 ms a chunk).
+        starved = self._handoff.starved
+        size = _CLOSING_CHUNK if closing else _STARVED_CHUNK if starved else _CHUNK
+        batch = self._batch
+        chunk = batch[:size]
+        del batch[:size]
+        return chunk, starved
 
     def _sync(self) -> None:
         """``fdatasync`` the file; wake flush() waiters with what it now covers."""
@@ -289,5 +365,6 @@ class SessionWriter:
     def _after_fork_in_child(self) -> None:
         """A forked child has no writer thread: this writer goes inert (counts, never writes)."""
         self._pending = []
+        self._batch = []
         self._stopped = True
         self._closing = True

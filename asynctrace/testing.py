@@ -147,8 +147,12 @@ def capture_spans(
     back (telemetry is off after the block, as that shutdown left it).
     Captures that overlap without nesting (two tasks, two threads) may exit in
     any order: the one entered last holds the gate while both are open, and
-    once all have exited the state from before the first is back. The OTel
-    global tracer provider is not touched.
+    once all have exited the state from before the first is back. They are
+    not isolated: the gate is process-wide, so while both are open the one
+    entered last records the spans of every task and thread, the other none.
+    Tests in parallel threads share one capture (and tell their spans apart
+    by name or attribute) or run one after another. The OTel global tracer
+    provider is not touched.
 
     Args:
         span_groups: the span-group spec to enable (default ``"all"``).
