@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import enum
+import logging
 import re
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal, TypeAlias, Union
@@ -45,6 +47,7 @@ BY_CATEGORY: Literal["by_category"] = "by_category"
 
 GroupBucket: TypeAlias = Union[Bucket, Literal["by_category"], None]  # noqa: UP007
 
+_LOG = logging.getLogger("asynctrace")
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.\-/]*$")
 
 
@@ -126,15 +129,25 @@ class _Registry:
 _REGISTRY = _Registry()
 
 
+def _is_text(value: object) -> bool:
+    """A string or bytes: iterable, but never a list of groups."""
+    return isinstance(value, (str, bytes))
+
+
 def _coerce_groups(
     groups: Mapping[str, GroupBucket] | Iterable[SpanGroup], namespace: str
 ) -> list[SpanGroup]:
     out: list[SpanGroup] = []
+    where = f"register_span_groups({namespace!r})"
     if isinstance(groups, Mapping):
         items: Iterable[SpanGroup | tuple[object, object]] = list(groups.items())
-    else:
+    elif isinstance(groups, Iterable) and not _is_text(groups):
         items = list(groups)
-    where = f"register_span_groups({namespace!r})"
+    else:
+        raise ConfigurationError(
+            f"{where} groups: {groups!r} is not accepted; accepted: a mapping of "
+            "{name: Bucket | None | BY_CATEGORY}, or a list of SpanGroup objects ({} for none)"
+        )
     for item in items:
         if isinstance(item, SpanGroup):
             group = item
@@ -158,7 +171,12 @@ def _coerce_groups(
             raise ConfigurationError(
                 f"register_span_groups({namespace!r}) group {name!r}: bad bucket {group.bucket!r}"
             )
-        out.append(SpanGroup(name, group.bucket, bool(group.per_item), group.description))
+        if not isinstance(group.per_item, bool):  # "no" is truthy: never a silent True
+            raise ConfigurationError(
+                f"{where} group {name!r}: per_item={group.per_item!r} is not accepted; "
+                "accepted: True or False"
+            )
+        out.append(SpanGroup(name, group.bucket, group.per_item, group.description))
     return out
 
 
@@ -187,6 +205,11 @@ def register_span_groups(
     if not isinstance(namespace, str) or not namespace.strip():
         raise ConfigurationError(
             f"register_span_groups: namespace must be a non-empty string, got {namespace!r}"
+        )
+    if presets is not None and not isinstance(presets, Mapping):
+        raise ConfigurationError(
+            f"register_span_groups({namespace!r}) presets: {presets!r} is not accepted; "
+            "accepted: None or a mapping of {preset: [group or preset names]}"
         )
     new_groups = _coerce_groups(groups, namespace)
     new_presets: dict[str, tuple[str, ...]] = {}
@@ -323,7 +346,10 @@ def _preset_cycle(
     return []
 
 
-def _expand_preset(name: str, stack: tuple[str, ...]) -> frozenset[str]:
+def _expand_preset(
+    name: str, stack: tuple[str, ...], missing: list[tuple[str, str]] | None = None
+) -> frozenset[str]:
+    """The groups of preset *name*; its members not registered go to *missing*."""
     if name in stack:
         raise ConfigurationError(f"span_groups: preset cycle {' -> '.join((*stack, name))}")
     definition = _REGISTRY.presets[name]
@@ -334,9 +360,29 @@ def _expand_preset(name: str, stack: tuple[str, ...]) -> frozenset[str]:
         if member in _REGISTRY.groups:
             out.add(member)
         elif member in _REGISTRY.presets:
-            out |= _expand_preset(member, (*stack, name))
-        # members not registered yet resolve when they are
+            out |= _expand_preset(member, (*stack, name), missing)
+        elif missing is not None:  # resolves when it is registered; told about meanwhile
+            missing.append((name, member))
     return frozenset(out)
+
+
+_warned_members: set[tuple[str, str]] = set()
+
+
+def _warn_missing_members(missing: Iterable[tuple[str, str]]) -> None:
+    """Warn once per (preset, member) about a member nobody registered (yet)."""
+    for preset, member in missing:
+        if (preset, member) in _warned_members:
+            continue
+        _warned_members.add((preset, member))
+        message = (
+            f"asynctrace: preset {preset!r} names {member!r}, which is not registered (yet); "
+            f"the preset leaves it out until a library registers it. {known_names_message()}"
+        )
+        try:  # a warnings filter set to "error" must not undo the resolution
+            warnings.warn(message, stacklevel=4)
+        except Exception:
+            _LOG.warning(message)
 
 
 def split_spec(spec: object, key: str = "span_groups") -> list[str]:
@@ -365,18 +411,38 @@ def split_spec(spec: object, key: str = "span_groups") -> list[str]:
     return tokens
 
 
+def require_groups(tokens: list[str], spec: object, key: str = "span_groups") -> list[str]:
+    """*tokens* if the spec named anything; an empty spec is a :class:`ConfigurationError`.
+
+    For a written configuration (``span_groups``, ``ASYNCTRACE_SPAN_GROUPS``):
+    telemetry on with no group at all is a mistake there. The calls that take a
+    spec built by a program (``enable_telemetry``, ``set_span_groups``) keep
+    ``""`` as "every group off".
+    """
+    if not tokens:
+        raise ConfigurationError(
+            f"{key}: {spec!r} names no group; accepted: comma-separated presets and group "
+            "names, such as 'default' or 'per_step,per_prompt' (to record nothing, leave "
+            "telemetry off)"
+        )
+    return tokens
+
+
 def resolve_tokens(tokens: Iterable[str]) -> tuple[frozenset[str], tuple[str, ...]]:
     """Resolve tokens to (enabled groups, names that are not registered)."""
     enabled: set[str] = set()
     unknown: list[str] = []
+    missing: list[tuple[str, str]] = []
     with _REGISTRY.lock:
         for token in tokens:
             if token in _REGISTRY.presets:
-                enabled |= _expand_preset(token, ())
+                enabled |= _expand_preset(token, (), missing)
             elif token in _REGISTRY.groups:
                 enabled.add(token)
             elif token not in unknown:
                 unknown.append(token)
+    if missing:
+        _warn_missing_members(missing)
     return frozenset(enabled), tuple(unknown)
 
 

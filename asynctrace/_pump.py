@@ -17,10 +17,11 @@ import anyio
 from ._backend import asyncio_loop
 from ._cm import DONE, Done, SyncAndAsync
 from ._efficiency import start_efficiency_span
-from ._errors import ConfigurationError
+from ._errors import ConfigurationError, report_internal_error
 from ._groups import PER_PROMPT
 from ._scopes import _INT64_MAX, _INT64_MIN, SCOPES, ScopeState, check_step, leave
-from ._spans import Attributes, umbrella_span
+from ._spans import NOOP_CM, Attributes, _named, umbrella_span
+from ._state import GATE
 
 __all__ = ["dispatch_scope", "wait_until"]
 
@@ -45,7 +46,7 @@ class dispatch_scope(SyncAndAsync[Any]):
         ...         ...  # generate, score, push
     """
 
-    __slots__ = ("_span", "_state", "_token")
+    __slots__ = ("_attempt", "_attributes", "_name", "_span", "_state", "_target", "_token")
 
     def __init__(
         self,
@@ -58,17 +59,19 @@ class dispatch_scope(SyncAndAsync[Any]):
         # A plain int in range takes no call; anything else is checked (and converted).
         if attempt.__class__ is not int or not 0 <= attempt <= _INT64_MAX:
             attempt = check_step(attempt, "dispatch_scope(attempt)", least=0)
-        attrs: dict[str, Any] = dict(attributes) if attributes else {}
-        attrs[RL_ATTEMPT] = attempt
-        if target_step is not None:
-            attrs[RL_TARGET_STEP] = (
-                target_step
-                if target_step.__class__ is int and _INT64_MIN <= target_step <= _INT64_MAX
-                else check_step(target_step, "dispatch_scope(target_step)")
-            )
+        if target_step is not None and (
+            target_step.__class__ is not int or not _INT64_MIN <= target_step <= _INT64_MAX
+        ):
+            target_step = check_step(target_step, "dispatch_scope(target_step)")
+        self._name = name
+        self._attempt = attempt
+        self._target = target_step
+        self._attributes = attributes
         self._token: Token[ScopeState] | None = None
         self._state: ScopeState | None = None
-        self._span = umbrella_span(PER_PROMPT, name, attributes=attrs)
+        # The umbrella is made at each entry: the gate is read then, and an exited
+        # scope can be entered again.
+        self._span: AbstractContextManager[Any] = NOOP_CM
 
     def __enter__(self) -> Any:
         # per_prompt_scope's entry, inline (this runs once per dispatch)
@@ -80,10 +83,23 @@ class dispatch_scope(SyncAndAsync[Any]):
         )
         self._token = SCOPES.set(state)
         try:
-            return self._span.__enter__()
+            self._span = span = self._umbrella() if PER_PROMPT in GATE.enabled else NOOP_CM
+            return span.__enter__()
         except BaseException:
             self._leave()
             raise
+
+    def _umbrella(self) -> AbstractContextManager[Any]:
+        """The umbrella of an entry with ``per_prompt`` on; untraced if its attributes are bad."""
+        try:
+            attrs: dict[str, Any] = dict(self._attributes) if self._attributes else {}
+        except Exception as exc:  # not a mapping: reported once, as the span helpers do
+            report_internal_error(("start", PER_PROMPT), exc, _named(self._name))
+            return NOOP_CM
+        attrs[RL_ATTEMPT] = self._attempt
+        if self._target is not None:
+            attrs[RL_TARGET_STEP] = self._target
+        return umbrella_span(PER_PROMPT, self._name, attributes=attrs)
 
     def __exit__(
         self,
@@ -91,8 +107,9 @@ class dispatch_scope(SyncAndAsync[Any]):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> Done:
+        span, self._span = self._span, NOOP_CM
         try:
-            self._span.__exit__(exc_type, exc, tb)
+            span.__exit__(exc_type, exc, tb)
         finally:
             self._leave()
         return DONE

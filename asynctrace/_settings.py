@@ -31,7 +31,7 @@ from ._detect import detect_resource
 from ._errors import ConfigurationError
 from ._fast import Sampling, SpanLimits, limits_from, sampling_from
 from ._goodput_settings import GoodputSettings
-from ._groups import split_spec
+from ._groups import require_groups, split_spec
 from ._profiling import ProfilerSettings
 from ._protocol import check_protocol, otlp_protocol
 from ._ranks import MAX_WORLD_SIZE, ExportRanks, env_local_rank
@@ -135,7 +135,7 @@ def resolve(
             f"config: expected a TelemetryConfig or a mapping, got {type(config).__name__}"
         )
     values = {f.name: coerce_field(f.name, f.name, getattr(config, f.name)) for f in _FIELDS}
-    tokens = split_spec(values["span_groups"], "span_groups")
+    tokens = require_groups(split_spec(values["span_groups"]), values["span_groups"])
     batch, queue = values["max_export_batch_size"], values["max_queue_size"]
     only_queue = batch == DEFAULT_BATCH_SIZE and queue != DEFAULT_QUEUE_SIZE
     check_batch_fits(  # a batch size left at its default: the queue size is the one to blame

@@ -11,6 +11,7 @@ from opentelemetry import trace
 
 from . import _group_audit, _groups
 from ._errors import ConfigurationError
+from ._scopes import SCOPES
 from ._span_errors import RedactingTracer
 
 __all__ = [
@@ -144,7 +145,9 @@ def enable_telemetry(
     The low-level switch that :func:`asynctrace.configure` builds on. It does
     not touch OpenTelemetry's global tracer provider. Names that are not
     registered yet are kept pending (with one warning) and turn on when they
-    are registered. With *propagate_scopes*, carriers also send the
+    are registered. An empty *span_groups* (``""``, as a spec built from an
+    empty list is) installs the provider with every group off, as
+    ``set_span_groups("")`` leaves it. With *propagate_scopes*, carriers also send the
     iteration, per-prompt, task and session scopes as W3C ``baggage`` and
     restore the ones they receive (the ``propagate_scopes`` key of the
     configuration).
@@ -197,7 +200,8 @@ def set_span_groups(spec: str) -> frozenset[str]:
     """Change which groups are enabled, keeping the installed provider.
 
     Takes effect on the next call of every helper and decorated function.
-    Returns the enabled set (empty while telemetry is off).
+    Returns the enabled set (empty while telemetry is off). An empty *spec*
+    (``""``) turns every group off and keeps the provider.
 
     Example:
         >>> set_span_groups("per_step,per_prompt")  # doctest: +SKIP
@@ -210,8 +214,10 @@ def set_span_groups(spec: str) -> frozenset[str]:
 
 
 def is_span_group_enabled(group: str) -> bool:
-    """Whether spans of *group* are recorded in this process.
+    """Whether spans of *group* opened here and now are recorded.
 
+    Inside a :class:`per_prompt_scope` (or a ``dispatch_scope``) every span is
+    gated on ``per_prompt`` instead of its own group, and so is this answer.
     A *group* that no set can hold (a list, say) is reported once on the
     ``asynctrace`` logger and is not enabled.
 
@@ -219,8 +225,10 @@ def is_span_group_enabled(group: str) -> bool:
         >>> is_span_group_enabled("job")
         False
     """
+    enabled = GATE.enabled
     try:  # free unless it raises
-        if group in GATE.enabled:
+        # The span helpers' gate: off, the scope is not read (an empty set holds nothing).
+        if (_groups.PER_PROMPT if enabled and SCOPES.get().per_prompt else group) in enabled:
             return True
     except Exception as exc:
         from ._spans import bad_group  # _spans imports this module

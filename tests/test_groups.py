@@ -13,9 +13,11 @@ from asynctrace import (
     Bucket,
     ConfigurationError,
     SpanGroup,
+    dispatch_scope,
     enabled_span_groups,
     is_span_group_enabled,
     managed_span,
+    per_prompt_scope,
     register_span_groups,
     registered_presets,
     registered_span_groups,
@@ -158,7 +160,8 @@ def test_user_preset_resolves_against_registry() -> None:
     late = unique("late")
     preset = unique("preset")
     register_span_groups("lib", {}, presets={preset: ["default", late]})
-    assert resolve_span_groups(preset) == resolve_span_groups("default")
+    with pytest.warns(UserWarning, match=f"preset '{preset}' names '{late}'"):
+        assert resolve_span_groups(preset) == resolve_span_groups("default")
     register_span_groups("lib", {late: Bucket.OVERHEAD})
     assert late in resolve_span_groups(preset)
     assert late in registered_presets()[preset]
@@ -183,6 +186,24 @@ def test_disabled_means_empty_set(spans: CapturedSpans) -> None:
     assert "per_prompt" in enabled_span_groups()
     assert set_span_groups("default") == resolve_span_groups("default")
     assert not is_span_group_enabled("generation")
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [("reward", False), ("per_prompt", True), ("reward,per_prompt", True), ("per_step", False)],
+)
+def test_is_span_group_enabled_answers_for_the_per_prompt_scope(spec: str, expected: bool) -> None:
+    """Inside a per-prompt scope the answer follows per_prompt, as the spans do."""
+    with capture_spans(spec) as captured:
+        assert is_span_group_enabled("reward") == ("reward" in enabled_span_groups())
+        with per_prompt_scope():
+            assert is_span_group_enabled("reward") is expected
+            with managed_span("reward", "score") as span:
+                assert span.is_recording() is expected
+            with dispatch_scope():
+                assert is_span_group_enabled("reward") is expected
+        assert is_span_group_enabled("reward") == ("reward" in enabled_span_groups())
+    assert len(captured.by_name("score")) == int(expected)
 
 
 def test_disabled_telemetry_enables_nothing() -> None:

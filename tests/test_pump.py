@@ -42,6 +42,97 @@ def test_dispatch_scope_follows_the_per_prompt_switch() -> None:
     assert captured.spans == []
 
 
+class _ReadCounter(dict[str, int]):
+    """A mapping of attributes that counts how often it is read."""
+
+    reads = 0
+
+    def __len__(self) -> int:
+        type(self).reads += 1
+        return super().__len__()
+
+    def keys(self) -> Any:
+        type(self).reads += 1
+        return super().keys()
+
+
+@pytest.mark.parametrize("telemetry", [False, True], ids=["off", "on"])
+def test_dispatch_scope_with_attributes_that_are_not_a_mapping_runs_untraced(
+    telemetry: bool, lenient: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """attributes="abc" is reported once (telemetry on), never raised; the scope still works."""
+    with capture_spans("all" if telemetry else "") as captured:
+        for _ in range(2):
+            with at.dispatch_scope(attributes="abc") as span:  # type: ignore[arg-type]
+                assert at.in_per_prompt_scope()
+                assert not span.is_recording()
+        assert not at.in_per_prompt_scope()
+        with at.dispatch_scope(attempt=1, attributes={"rl.prompt": "p"}):
+            pass  # the next dispatch is recorded as usual
+    failures = [r for r in caplog.records if "instrumentation failed" in r.getMessage()]
+    assert len(failures) == (1 if telemetry else 0)
+    if telemetry:
+        (dispatch,) = captured.spans
+        assert attrs(dispatch) == {"rl.prompt": "p", "rl.rollout.attempt": 1}
+    else:
+        assert captured.spans == []
+
+
+@pytest.mark.parametrize("spec", ["", "per_step"], ids=["off", "per_prompt_off"])
+def test_dispatch_scope_does_not_read_its_attributes_when_not_recorded(spec: str) -> None:
+    """With telemetry or per_prompt off, the caller's attributes are not even looked at."""
+    _ReadCounter.reads = 0
+    with capture_spans(spec) as captured:
+        with at.dispatch_scope(attempt=0, attributes=_ReadCounter(a=1)):
+            pass
+    assert _ReadCounter.reads == 0
+    assert captured.spans == []
+    with capture_spans("all") as captured, at.dispatch_scope(attributes=_ReadCounter(a=1)):
+        pass
+    assert _ReadCounter.reads > 0  # the same mapping is read when the umbrella records
+    assert attrs(captured.spans[0])["a"] == 1
+
+
+def test_dispatch_scope_made_before_telemetry_records_when_entered() -> None:
+    """The gate is read at entry: a scope built while telemetry was off records once it is on."""
+    dispatch = at.dispatch_scope(attempt=1, target_step=4)
+    with capture_spans("all") as captured, dispatch as span:
+        assert span.is_recording()
+    assert [attrs(s) for s in captured.spans] == [{"rl.rollout.attempt": 1, "rl.target_step": 4}]
+    with capture_spans("per_step") as captured, dispatch as span:  # and per_prompt off, later
+        assert not span.is_recording()
+    assert captured.spans == []
+
+
+@pytest.mark.anyio
+async def test_dispatch_scope_can_be_entered_again_after_it_exits(spans: CapturedSpans) -> None:
+    """One dispatch_scope object, entered three times in turn, gives three umbrellas."""
+    dispatch = at.dispatch_scope(attempt=2)
+    ids = []
+    for _ in range(3):
+        async with dispatch as span:
+            assert at.in_per_prompt_scope()
+            assert span.is_recording()
+            ids.append(span.get_span_context().span_id)
+        assert not at.in_per_prompt_scope()
+    recorded = spans.by_name("rl.rollout.dispatch")
+    assert [s.context.span_id for s in recorded] == ids
+    assert len(set(ids)) == 3
+    assert all(attrs(s) == {"rl.rollout.attempt": 2} for s in recorded)
+
+
+def test_dispatch_scope_still_refuses_a_nested_entry(spans: CapturedSpans) -> None:
+    """Entering it while it is active raises; the active entry is not disturbed."""
+    dispatch = at.dispatch_scope()
+    with dispatch as span:
+        with pytest.raises(RuntimeError, match="already entered"):
+            dispatch.__enter__()
+        assert span.is_recording()
+        assert at.in_per_prompt_scope()
+    assert not at.in_per_prompt_scope()
+    assert len(spans.by_name("rl.rollout.dispatch")) == 1
+
+
 @pytest.mark.parametrize("bad", [-1, "1", True, 2**63, 2**70])
 def test_dispatch_scope_rejects_bad_attempts(bad: object) -> None:
     """attempt must be an int from 0 to 2**63 - 1 (what a span attribute holds)."""
