@@ -48,7 +48,7 @@ BY_CATEGORY: Literal["by_category"] = "by_category"
 GroupBucket: TypeAlias = Union[Bucket, Literal["by_category"], None]  # noqa: UP007
 
 _LOG = logging.getLogger("asynctrace")
-_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.\-/]*$")
+_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_.\-/]*")
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ def validate_name(value: object, key: str) -> str:
             f"{key}: group and preset names must be non-empty strings, got {value!r}"
         )
     name = value.strip().lower()
-    if not _NAME_RE.match(name):
+    if not _NAME_RE.fullmatch(name):
         raise ConfigurationError(
             f"{key}: invalid name {value!r}; accepted: a non-empty string of "
             "lower-case letters, digits and _ . - / (not starting with a symbol)"

@@ -48,7 +48,7 @@ ROLE_KEY = "asynctrace.role"
 DEFAULT_SERVICE_NAME = "asynctrace"
 RUN_ID_ENV = "ASYNCTRACE_RUN_ID"
 
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 
 
 @dataclass(frozen=True)
@@ -156,7 +156,7 @@ def resolve(
             f"rank: {rank} is not accepted with world_size={world_size}; "
             f"accepted: 0 <= rank < world_size"
         )
-    if role is not None and (not isinstance(role, str) or not _SAFE_NAME.match(role)):
+    if role is not None and (not isinstance(role, str) or not _SAFE_NAME.fullmatch(role)):
         raise ConfigurationError(
             f"role: {role!r} is not accepted; accepted: None or a name of letters, digits "
             "and _ . - (it is part of the trace file name)"
@@ -165,7 +165,7 @@ def resolve(
     if not run_id:
         run_id, run_id_key = _env_text(env, RUN_ID_ENV), RUN_ID_ENV
     run_id = run_id or new_run_id()
-    if not _SAFE_NAME.match(run_id):
+    if not _SAFE_NAME.fullmatch(run_id):
         raise ConfigurationError(
             f"{run_id_key}: {run_id!r} is not accepted; accepted: up to 128 letters, digits "
             "and _ . - (it may be part of a path)"
