@@ -18,7 +18,17 @@ from ._groups import PER_PROMPT as PER_PROMPT_GROUP
 from ._groups import Bucket, validate_bucket
 from ._scopes import SCOPES
 from ._semconv import RL_EFFICIENCY_CATEGORY, RL_IDLE_POLLS
-from ._spans import AMBIENT_SPAN, EFFICIENCY, NOOP_CM, Attributes, _NoopSpanCM, finish, start
+from ._spans import (
+    AMBIENT_SPAN,
+    EFFICIENCY,
+    NOOP_CM,
+    Attributes,
+    _NoopSpanCM,
+    finish,
+    mark_refused,
+    start,
+    take_refused,
+)
 from ._state import GATE
 
 __all__ = [
@@ -94,9 +104,12 @@ def efficiency_bucket(category: str) -> Bucket | None:
 
 
 def _lookup(category: str) -> tuple[str, Bucket | None]:
-    hit = _cache.get(category)
-    if hit is not None:
-        return hit
+    try:
+        hit = _cache.get(category)
+        if hit is not None:
+            return hit
+    except TypeError:  # unhashable (a list, say): no category, as the check below says
+        pass
     _validate_category(category, "efficiency category")
     with _lock:
         if category in _table:
@@ -134,22 +147,25 @@ class _WaitSpan(SyncAndAsync[Span]):
 
     Entered once at a time: a ``with`` on an object already entered (nested on
     itself, or from another task) is reported and runs untraced, like a
-    second entry of a ``managed_span``, and the exit that matches it does not
-    end the span. Once exited, the object can be entered again.
+    second entry of a ``managed_span``, and its exit does not end the span:
+    each refused entry is noted in the context it was made in, so the first
+    entry's exit, wherever it comes in the order, is the one that ends it.
+    Once exited, the object can be entered again.
     """
 
-    __slots__ = ("_attributes", "_category", "_depth", "_span")
+    __slots__ = ("_attributes", "_category", "_entered", "_refused", "_span")
 
     def __init__(self, category: str, attributes: Attributes | None) -> None:
         self._category = category
         self._attributes = attributes
         self._span: Span | None = None
-        self._depth = 0  # entries open: the first one's span, then refused ones
+        self._entered = False  # the first entry is open
+        self._refused = 0  # refused entries whose exits are still to come
 
     def __enter__(self) -> Span:
-        if self._depth:
+        if self._entered:
             return self._refuse()
-        self._depth = 1
+        self._entered = True
         try:
             self._span = _start_wait(self._category, self._attributes)
         except Exception as exc:  # attributes that are not a mapping, say: never raised
@@ -164,7 +180,8 @@ class _WaitSpan(SyncAndAsync[Span]):
             RuntimeError("this efficiency_span() was entered already; make a new one"),
             self._category,
         )
-        self._depth += 1  # counted after the report, which raises in strict mode
+        self._refused += 1  # counted after the report, which raises in strict mode
+        mark_refused(self)
         return AMBIENT_SPAN
 
     def __exit__(
@@ -173,11 +190,10 @@ class _WaitSpan(SyncAndAsync[Span]):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        depth = self._depth
-        if depth > 1:  # the exit of a refused entry (the first exit, if tasks cross)
-            self._depth = depth - 1
+        if self._refused and take_refused(self):  # the exit of a refused entry
+            self._refused -= 1
             return
-        self._depth = 0
+        self._entered = False
         span, self._span = self._span, None
         if span is not None:
             finish(span, exc_type, exc)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import operator
 from contextvars import ContextVar, Token
 from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 from ._cm import DONE, Done, SyncAndAsync
 from ._errors import ConfigurationError
@@ -41,7 +41,30 @@ class ScopeState:
     finished attributes of a span shape, per group).
     """
 
-    __slots__ = ("_stamps", "bucket", "cache", "iteration", "per_prompt", "session_id", "task_id")
+    __slots__ = (
+        "_key",
+        "_stamps",
+        "_under_bucket",
+        "_under_iteration",
+        "_under_per_prompt",
+        "_under_session_id",
+        "_under_task_id",
+        "bucket",
+        "cache",
+        "iteration",
+        "per_prompt",
+        "session_id",
+        "task_id",
+    )
+    # Set by a scope's entry on the state it installs, never in __init__ (so a state
+    # costs nothing more to make): the state it was entered on, in the slot of its
+    # field. Read only when scopes exit out of order (see leave).
+    _under_bucket: ScopeState
+    _under_per_prompt: ScopeState
+    _under_iteration: ScopeState
+    _under_task_id: ScopeState
+    _under_session_id: ScopeState
+    _key: ScopeState  # on a stand-in state (see leave): the entry's own state
 
     def __init__(
         self,
@@ -106,12 +129,13 @@ def leave(field: str, token: Token[ScopeState], state: ScopeState) -> None:
 
     When it is the innermost scope (the usual case: ``with`` blocks nest),
     the state before it is put back by *token*, exactly. Exited out of order
-    (scopes entered and exited by hand), only its own field goes back to what
-    it was, so the scopes entered after it keep their values, as separate
-    context variables would. Exited in another context than the one it was
-    entered in (a copy of it, a generator resumed elsewhere), its field goes
-    back there only if it still holds this scope's value: one that context set
-    for itself is not this scope's to undo.
+    (scopes entered and exited by hand), the scopes entered after it keep
+    their values: each field holds the value of the latest scope of that field
+    still open, or, with none open, the value it had before the first.
+    Exited in another context than the one it was entered in (a copy of it, a
+    generator resumed elsewhere), its field goes back there only if it still
+    holds this scope's value: one that context set for itself is not this
+    scope's to undo.
     """
     current = SCOPES.get()
     try:
@@ -119,12 +143,96 @@ def leave(field: str, token: Token[ScopeState], state: ScopeState) -> None:
     except ValueError:  # a token of another context
         if getattr(current, field) != getattr(state, field):
             return
-    else:
-        if current is state:  # the innermost: reset put back the state before it
+        old = token.old_value
+        SCOPES.set(
+            current.replace(field, getattr(old if isinstance(old, ScopeState) else _EMPTY, field))
+        )
+        return
+    if current is not state:  # not the innermost: reset put back a state from before it
+        _leave_out_of_order(field, token, state, current)
+
+
+_UNDER: Final = tuple(
+    (name, "_under_" + name)
+    for name in ("bucket", "per_prompt", "iteration", "task_id", "session_id")
+)
+
+
+def _link(state: ScopeState) -> tuple[str, ScopeState] | None:
+    """The field a scope's entry installed *state* for, and the state it was entered on."""
+    for name, slot in _UNDER:
+        under: ScopeState | None = getattr(state, slot, None)
+        if under is not None:
+            return name, under
+    return None
+
+
+def _stand_in(fresh: ScopeState, state: ScopeState) -> ScopeState:
+    """Make *fresh* take the place of *state* in the chain of open entries."""
+    link = _link(state)
+    if link is not None:
+        setattr(fresh, "_under_" + link[0], link[1])
+        fresh._key = getattr(state, "_key", state)
+    return fresh
+
+
+def _value_under(field: str, state: ScopeState) -> Any:
+    """*field* as the open entries from *state* down set it: the latest one of that field,
+    or what it was before them all."""
+    while (link := _link(state)) is not None and link[0] != field:
+        state = link[1]
+    return getattr(state, field)
+
+
+def _leave_out_of_order(
+    field: str, token: Token[ScopeState], state: ScopeState, current: ScopeState
+) -> None:
+    """:func:`leave` of a scope that is not the innermost (its token was reset already).
+
+    The entries still open form a chain from the current state down (each
+    entry's state points to the one it was entered on; a state put in place of
+    an entry's keeps the entry's link). This entry is cut out of the chain; its
+    field goes back to what the entries below it set, unless an entry of the
+    same field entered after it is still open. A new state is installed either
+    way, so no entry left open is the innermost by identity any more: each one
+    exits here too, and never puts back a state holding this entry's value.
+    """
+    above: ScopeState | None = None
+    later = False
+    node = current
+    while getattr(node, "_key", node) is not state:
+        link = _link(node)
+        if link is None:  # an entry made without a link (a carrier's, say): by value
+            _leave_unlinked(field, token, state, current)
             return
-    old = token.old_value
-    value = getattr(old if isinstance(old, ScopeState) else _EMPTY, field)
-    SCOPES.set(current.replace(field, value))
+        later = later or link[0] == field
+        above, node = node, link[1]
+    own = _link(node)
+    if own is None:
+        _leave_unlinked(field, token, state, current)
+        return
+    under = own[1]
+    if above is not None:
+        link = _link(above)
+        assert link is not None
+        setattr(above, "_under_" + link[0], under)  # cut this entry out
+        top = current
+    else:  # the innermost after all (a state stands in for its own): the one below takes over
+        top = under
+    value = getattr(current, field) if later else _value_under(field, under)
+    SCOPES.set(_stand_in(current.replace(field, value), top))
+
+
+def _leave_unlinked(
+    field: str, token: Token[ScopeState], state: ScopeState, current: ScopeState
+) -> None:
+    """Out of order, without a chain to follow: the field goes back only if it
+    still holds this scope's value."""
+    value = getattr(current, field)
+    if value == getattr(state, field):
+        old = token.old_value
+        value = getattr(old if isinstance(old, ScopeState) else _EMPTY, field)
+    SCOPES.set(_stand_in(current.replace(field, value), current))
 
 
 _FIELDS = ("bucket", "per_prompt", "iteration", "task_id", "session_id")
@@ -195,12 +303,15 @@ class _Scope(SyncAndAsync[T]):
     def __init__(self, value: T) -> None:
         self._value = value
         self._token: Token[ScopeState] | None = None
-        self._state: ScopeState | None = None
+        self._state: Any = None  # the ScopeState it installed, once entered
 
     def __enter__(self) -> T:
         if self._token is not None:
             raise RuntimeError(f"{type(self).__name__} is already entered")
-        state = self._state = SCOPES.get().replace(self._var.name, self._value)
+        under = SCOPES.get()
+        name = self._var.name
+        state = self._state = under.replace(name, self._value)
+        setattr(state, "_under_" + name, under)  # see leave
         self._token = SCOPES.set(state)
         return self._value
 
@@ -211,7 +322,7 @@ class _Scope(SyncAndAsync[T]):
         tb: TracebackType | None,
     ) -> Done:
         token, self._token = self._token, None
-        if token is not None and self._state is not None:
+        if token is not None:  # entered: _state is set too
             leave(self._var.name, token, self._state)
         return DONE
 
@@ -240,6 +351,17 @@ class bucket_scope(_Scope[Bucket]):
         assert validated is not None
         super().__init__(validated)
 
+    def __enter__(self) -> Bucket:
+        if self._token is not None:
+            raise RuntimeError("bucket_scope is already entered")
+        under = SCOPES.get()  # ScopeState.replace, inline
+        self._state = state = ScopeState(
+            self._value, under.per_prompt, under.iteration, under.task_id, under.session_id
+        )
+        state._under_bucket = under  # see leave
+        self._token = SCOPES.set(state)
+        return self._value
+
 
 class per_prompt_scope(_Scope[bool]):
     """Declare a region whose spans are emitted once per item (prompt).
@@ -264,10 +386,11 @@ class per_prompt_scope(_Scope[bool]):
     def __enter__(self) -> bool:
         if self._token is not None:
             raise RuntimeError("per_prompt_scope is already entered")
-        state = SCOPES.get()  # ScopeState.replace, inline
+        under = SCOPES.get()  # ScopeState.replace, inline
         self._state = state = ScopeState(
-            state.bucket, True, state.iteration, state.task_id, state.session_id
+            under.bucket, True, under.iteration, under.task_id, under.session_id
         )
+        state._under_per_prompt = under  # see leave
         self._token = SCOPES.set(state)
         return True
 
@@ -291,6 +414,17 @@ class iteration_scope(_Scope[int]):
     def __init__(self, step: int) -> None:
         super().__init__(step if step.__class__ is int and _INT64_MIN <= step <= _INT64_MAX
                          else check_step(step, "iteration_scope(step)"))  # fmt: skip
+
+    def __enter__(self) -> int:
+        if self._token is not None:
+            raise RuntimeError("iteration_scope is already entered")
+        under = SCOPES.get()  # ScopeState.replace, inline
+        self._state = state = ScopeState(
+            under.bucket, under.per_prompt, self._value, under.task_id, under.session_id
+        )
+        state._under_iteration = under  # see leave
+        self._token = SCOPES.set(state)
+        return self._value
 
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1

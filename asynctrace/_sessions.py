@@ -69,7 +69,7 @@ class task_scope(SyncAndAsync["int | str"]):
     """Run a block as dataset item *task_id*; sessions opened inside belong to it.
 
     Stamps ``rl.task_id`` on every span started inside. ``with`` and
-    ``async with``.
+    ``async with``. Entered again while entered, it raises ``RuntimeError``.
 
     Example:
         >>> with task_scope(23):
@@ -85,10 +85,13 @@ class task_scope(SyncAndAsync["int | str"]):
         self._state: Any = None
 
     def __enter__(self) -> int | str:
-        state = SCOPES.get()  # ScopeState.replace, inline: this runs once per sample
+        if self._token is not None:
+            raise RuntimeError("task_scope is already entered")
+        under = SCOPES.get()  # ScopeState.replace, inline: this runs once per sample
         self._state = state = ScopeState(
-            state.bucket, state.per_prompt, state.iteration, self._task_id, state.session_id
+            under.bucket, under.per_prompt, under.iteration, self._task_id, under.session_id
         )
+        state._under_task_id = under  # for leave, if scopes exit out of order
         self._token = SCOPES.set(state)
         return self._task_id
 
@@ -109,7 +112,8 @@ class session_scope(SyncAndAsync[str]):
     the block finalizes the session as ``failed``; otherwise the session stays
     pending until :func:`trace_session_event` finalizes it (by session or by
     task). With the session tracer off, a session id is still made, so spans
-    are stamped the same way.
+    are stamped the same way. Entered again while entered, it raises
+    ``RuntimeError`` (make one object per session).
 
     Example:
         >>> with task_scope(1), session_scope() as session_id:
@@ -124,13 +128,16 @@ class session_scope(SyncAndAsync[str]):
         self._state: Any = None
 
     def __enter__(self) -> str:
+        if self._token is not None:
+            raise RuntimeError("session_scope is already entered")
         tracer = _session_tracer._tracer
-        state = SCOPES.get()  # read once; ScopeState.replace below, inline (once per sample)
-        session_id = tracer.register(state.task_id) if tracer is not None else _untracked_id()
+        under = SCOPES.get()  # read once; ScopeState.replace below, inline (once per sample)
+        session_id = tracer.register(under.task_id) if tracer is not None else _untracked_id()
         self._session_id = session_id
         self._state = state = ScopeState(
-            state.bucket, state.per_prompt, state.iteration, state.task_id, session_id
+            under.bucket, under.per_prompt, under.iteration, under.task_id, session_id
         )
+        state._under_session_id = under  # for leave, if scopes exit out of order
         self._token = SCOPES.set(state)
         return session_id
 

@@ -573,12 +573,13 @@ class LiveSpan(SyncAndAsync[Span]):
             ("reenter", _site(self._group)),
             RuntimeError("this managed_span() was entered already; make a new one"),
         )
-        if self._span is not _DONE:  # nested on itself: its exit comes before ours
+        if self._span is not _DONE:  # entered while open: its exit must end nothing
             token = self._token
             if token.__class__ is _Reentered:
                 token.count += 1
             else:
                 self._token = _Reentered(token)
+            mark_refused(self)
         return AMBIENT_SPAN
 
     def __exit__(
@@ -588,16 +589,24 @@ class LiveSpan(SyncAndAsync[Span]):
         tb: TracebackType | None,
     ) -> None:
         span = self._span
-        if span is None or span is _DONE:
-            return  # never entered (starting failed), or already exited
+        if span is None or span is _DONE:  # never entered (starting failed), or exited
+            token = self._token
+            if token.__class__ is _Reentered and token.count and take_refused(self):
+                token.count -= 1  # a refused entry exiting after the first entry did
+            return
         token = self._token
         if token.__class__ is _Reentered:  # a `with` on this object while it was open
-            if token.count:
+            if token.count and take_refused(self):
                 token.count -= 1
                 return  # the exit of that refused entry: the span goes on
-            token = token.previous
+            # The first entry's exit: refused entries still open (in other tasks) keep
+            # the marker, with nothing left under it to exit again.
+            reentered, token = token, token.previous
+            self._token = reentered if reentered.count else None
+            reentered.previous = None
+        else:
+            self._token = None
         self._span = _DONE
-        self._token = None
         detach(token)
         finish(span, exc_type, exc)
 
@@ -679,6 +688,7 @@ class ManagedSpan(FastSpan, SyncAndAsync[Span]):
                 other.count += 1
             else:
                 self._other = _Reentered(other)
+            mark_refused(self)
         return AMBIENT_SPAN
 
     def __exit__(
@@ -691,12 +701,17 @@ class ManagedSpan(FastSpan, SyncAndAsync[Span]):
         other = self._other
         if other is not None:
             if other.__class__ is _Reentered:  # a `with` on an object already entered
-                if other.count:
+                if other.count and take_refused(self):
                     other.count -= 1
                     return  # the exit of that refused entry: the span goes on
-                self._other = other = other.previous
+                reentered, other = other, other.previous
+                # The first entry's exit: refused entries still open (in other tasks)
+                # keep the marker, with nothing left under it to exit again.
+                self._other = reentered if reentered.count else other
+                reentered.previous = None
             if other.__class__ is LiveSpan:  # the reconfigured path of __enter__
-                self._other = None
+                if self._other is other:
+                    self._other = None
                 other.__exit__(exc_type, exc, tb)
                 return
         if token is None or token is _DONE:
@@ -724,11 +739,38 @@ class ManagedSpan(FastSpan, SyncAndAsync[Span]):
 
 
 SPAN_TYPES.add(ManagedSpan)
+
+# The objects entered again (and refused) in this context whose exits are still to
+# come. Set only when an entry is refused, read only by an exit when one is open.
+_REFUSED: ContextVar[tuple[object, ...]] = ContextVar("asynctrace.refused", default=())
+
+
+def mark_refused(owner: object) -> None:
+    """Note that *owner* was entered again, and refused, in the current context."""
+    _REFUSED.set((*_REFUSED.get(), owner))
+
+
+def take_refused(owner: object) -> bool:
+    """Whether the current context holds a refused entry of *owner* (forgotten if so).
+
+    Its exit is the one that ends nothing: the first entry's exit, in its own
+    context (another task, another thread), finds no such note and ends the span.
+    """
+    marks = _REFUSED.get()
+    for index, mark in enumerate(marks):
+        if mark is owner:
+            _REFUSED.set(marks[:index] + marks[index + 1 :])
+            return True
+    return False
+
+
 _DONE: Final = object()  # ManagedSpan._token once exited
 
 
 class _Reentered:
-    """ManagedSpan._other while refused nested entries are open (their exits are skipped)."""
+    """ManagedSpan._other (LiveSpan._token) while refused entries are open: *count* of them,
+    each also noted in the context it was made in (:func:`mark_refused`), so that its
+    exit, and not the first entry's, is the one skipped."""
 
     __slots__ = ("count", "previous")
 

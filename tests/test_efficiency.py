@@ -214,30 +214,49 @@ def test_an_efficiency_span_nested_on_itself_logs_once_and_keeps_its_span(
 
 
 @pytest.mark.anyio
-async def test_an_efficiency_span_shared_by_two_tasks_ends_one_span(
+async def test_an_efficiency_span_shared_by_two_tasks_ends_at_the_first_entrys_exit(
     spans: CapturedSpans,
 ) -> None:
-    """Two tasks entering one object: one span, ended once both have left."""
+    """Two tasks entering one object: one span, ended by the first entry's exit
+    even when that exit comes first and the refused entry is still open."""
     from asynctrace import _errors
 
     previous = _errors.set_strict(False)
     try:
         wait = efficiency_span("idle/weights")
-        release = anyio.Event()
-        left: list[int] = []
+        first_in, second_in, first_out = anyio.Event(), anyio.Event(), anyio.Event()
+        seen: dict[str, int] = {}
 
-        async def waiter(i: int) -> None:
+        async def first() -> None:
             async with wait:
-                await release.wait()
-            left.append(len(spans.spans))
+                first_in.set()
+                await second_in.wait()
+            seen["first left"] = len(spans.spans)
+            first_out.set()
+
+        async def second() -> None:
+            await first_in.wait()
+            async with wait:  # refused: runs untraced
+                second_in.set()
+                await first_out.wait()
+                await anyio.sleep(0.05)
+                seen["second inside"] = len(spans.spans)
+            seen["second left"] = len(spans.spans)
 
         async with anyio.create_task_group() as tg:
-            tg.start_soon(waiter, 0)
-            tg.start_soon(waiter, 1)
-            await anyio.sleep(0.01)
-            release.set()
-        assert left == [0, 1]
+            tg.start_soon(first)
+            tg.start_soon(second)
+        assert seen == {"first left": 1, "second inside": 1, "second left": 1}
         (span,) = spans.spans
-        assert span.end_time is not None
+        assert span.end_time - span.start_time < 40_000_000  # not the second block's 50 ms
+        with wait:  # both exited: it can be entered again
+            pass
+        assert len(spans.by_name("rl.idle.weights")) == 2
     finally:
         _errors.set_strict(previous)
+
+
+def test_efficiency_bucket_of_an_unhashable_category_is_a_configuration_error() -> None:
+    """A list is no category: ConfigurationError naming it, not TypeError."""
+    with pytest.raises(ConfigurationError, match=r"\['idle'\]"):
+        efficiency_bucket(["idle"])  # type: ignore[arg-type]

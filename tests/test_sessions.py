@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import os
 import signal
@@ -939,3 +940,48 @@ def test_a_forked_childs_flush_of_the_inherited_writer_says_what_the_parent_wrot
     assert os.waitstatus_to_exitcode(status) == 0
     assert out.read_text() == "True"
     assert tracer.shutdown(5.0)
+
+
+@pytest.mark.parametrize(
+    "make", [lambda: at.task_scope(1), at.session_scope], ids=["task", "session"]
+)
+def test_task_and_session_scopes_refuse_a_second_entry(make: Any) -> None:
+    """Entered again while entered: RuntimeError, and the first block still resets."""
+
+    def run() -> tuple[object, object]:
+        with at.task_scope(0):
+            scope = make()
+            with scope:
+                inside = (at.current_task_id(), at.current_session_id())
+                with pytest.raises(RuntimeError, match="already entered"):
+                    scope.__enter__()
+                assert (at.current_task_id(), at.current_session_id()) == inside
+            return at.current_task_id(), at.current_session_id()
+
+    assert contextvars.copy_context().run(run) == (0, None)
+
+
+def test_a_task_scope_shared_by_two_tasks_resets_in_both() -> None:
+    """A second task entering the entered object is refused; neither keeps its id."""
+
+    async def main() -> list[object]:
+        shared = at.task_scope(5)
+        entered = asyncio.Event()
+        after: list[object] = []
+
+        async def first() -> None:
+            with shared:
+                entered.set()
+                await asyncio.sleep(0.01)
+            after.append(at.current_task_id())
+
+        async def second() -> None:
+            await entered.wait()
+            with pytest.raises(RuntimeError, match="already entered"):
+                shared.__enter__()
+            after.append(at.current_task_id())
+
+        await asyncio.gather(first(), second())
+        return after
+
+    assert asyncio.run(main()) == [None, None]

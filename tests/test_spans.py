@@ -336,3 +336,53 @@ def asyncio_cancelled() -> BaseException:
     import asyncio
 
     return asyncio.CancelledError()
+
+
+@pytest.mark.parametrize("provider", ["fast", "sdk"])
+@pytest.mark.parametrize("opener", ["managed_span", "umbrella_span"])
+def test_a_span_entered_from_a_second_task_ends_at_the_first_tasks_exit(
+    provider: str, opener: str, lenient: None
+) -> None:
+    """The first task leaves before the refused second entry does: the span ends at
+    the first task's exit, is no longer current there, and later spans there are
+    not its children."""
+    import asyncio
+
+    import asynctrace as at
+
+    open_span = getattr(at, opener)
+    seen: dict[str, object] = {}
+
+    async def main() -> None:
+        shared = open_span("reward", "rl.shared")
+        first_in, second_in, first_out = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+        async def first() -> None:
+            async with shared as span:
+                first_in.set()
+                await second_in.wait()
+            seen["current after"] = trace.get_current_span() is span
+            seen["ended at first exit"] = len(captured.by_name("rl.shared"))
+            with at.managed_span("reward", "rl.after"):
+                pass
+            first_out.set()
+
+        async def second() -> None:
+            await first_in.wait()
+            async with shared as again:
+                seen["refused"] = not again.is_recording()
+                second_in.set()
+                await first_out.wait()
+                await asyncio.sleep(0.05)
+
+        await asyncio.gather(first(), second())
+
+    with capture_spans("all", provider=provider) as captured:
+        asyncio.run(main())
+        by_name = {s.name: s for s in captured.spans}
+    assert seen == {"refused": True, "current after": False, "ended at first exit": 1}
+    assert sorted(by_name) == ["rl.after", "rl.shared"]
+    shared_span, after = by_name["rl.shared"], by_name["rl.after"]
+    assert after.parent is None
+    assert (shared_span.end_time or 0) <= (after.start_time or 0)
+    assert (shared_span.end_time or 0) - (shared_span.start_time or 0) < 40_000_000
