@@ -77,10 +77,11 @@ class dispatch_scope(SyncAndAsync[Any]):
         # per_prompt_scope's entry, inline (this runs once per dispatch)
         if self._token is not None:
             raise RuntimeError("dispatch_scope is already entered")
-        state = SCOPES.get()
+        under = SCOPES.get()
         self._state = state = ScopeState(
-            state.bucket, True, state.iteration, state.task_id, state.session_id
+            under.bucket, True, under.iteration, under.task_id, under.session_id
         )
+        state._under_per_prompt = under  # see _scopes.leave: an exit out of order
         self._token = SCOPES.set(state)
         try:
             self._span = span = self._umbrella() if PER_PROMPT in GATE.enabled else NOOP_CM

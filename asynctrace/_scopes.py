@@ -20,6 +20,7 @@ from ._cm import DONE, Done, SyncAndAsync
 from ._errors import ConfigurationError
 from ._groups import Bucket, validate_bucket
 from ._semconv import RL_ITERATION, RL_SESSION_ID, RL_TASK_ID
+from ._session_record import redacted_name
 
 __all__ = [
     "bucket_scope",
@@ -90,8 +91,11 @@ class ScopeState:
             stamps = {}
             if self.iteration is not None:
                 stamps[RL_ITERATION] = self.iteration
-            if self.task_id is not None:
-                stamps[RL_TASK_ID] = self.task_id
+            task_id = self.task_id
+            if isinstance(task_id, str):  # a text id is redacted as a session record's is
+                task_id = redacted_name(task_id)
+            if task_id is not None:
+                stamps[RL_TASK_ID] = task_id
             if self.session_id is not None:
                 stamps[RL_SESSION_ID] = self.session_id
             self._stamps = stamps

@@ -158,7 +158,7 @@ class session_scope(SyncAndAsync[str]):
 
 
 _untracked = itertools.count(1).__next__
-_untracked_prefix = f"u{os.getpid():x}-"  # made again in a forked child (its own pid)
+_untracked_prefix = f"u{os.getpid():x}{_session_tracer._process_nonce()}-"  # again in a child
 
 
 def _untracked_id() -> str:
@@ -167,7 +167,7 @@ def _untracked_id() -> str:
 
 def _new_untracked_prefix() -> None:
     global _untracked_prefix
-    _untracked_prefix = f"u{os.getpid():x}-"
+    _untracked_prefix = f"u{os.getpid():x}{_session_tracer._process_nonce()}-"
 
 
 if hasattr(os, "register_at_fork"):

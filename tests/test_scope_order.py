@@ -194,3 +194,31 @@ def test_nested_blocks_inside_out_of_order_scopes_restore_exactly() -> None:
         assert (current_iteration(), current_task_id()) == (None, None)
 
     contextvars.copy_context().run(run)
+
+
+def test_dispatch_scopes_exited_out_of_order_each_see_their_own_per_prompt_state() -> None:
+    """A dispatch scope links its entry as per_prompt_scope does: pipelined dispatches
+    crossing a bucket scope leave the bucket of the one still open."""
+    import asynctrace as at
+
+    def run() -> list[tuple[bool, at.Bucket | None]]:
+        seen = []
+        first = at.dispatch_scope()
+        first.__enter__()
+        bucket = at.bucket_scope(at.Bucket.IDLE)
+        bucket.__enter__()
+        second = at.dispatch_scope()
+        second.__enter__()
+        first.__exit__(None, None, None)  # out of order: the bucket and second stay
+        seen.append((at.in_per_prompt_scope(), at.current_bucket()))
+        second.__exit__(None, None, None)
+        seen.append((at.in_per_prompt_scope(), at.current_bucket()))
+        bucket.__exit__(None, None, None)
+        seen.append((at.in_per_prompt_scope(), at.current_bucket()))
+        return seen
+
+    assert contextvars.copy_context().run(run) == [
+        (True, at.Bucket.IDLE),
+        (False, at.Bucket.IDLE),
+        (False, None),
+    ]
