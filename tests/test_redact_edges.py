@@ -267,9 +267,9 @@ def test_linear_time_on_a_megabyte_of_hostile_text(make: Callable[[int], str]) -
     """
     for _ in range(2):
         quarter, full = _seconds(make(_HOSTILE // 4)), _seconds(make(_HOSTILE))
-        if full < max(8 * quarter, 0.2):
+        if full < max(8 * quarter, 0.5):
             break
-    assert full < max(8 * quarter, 0.2), f"256 KB in {quarter:.3f} s, 1 MB in {full:.3f} s"
+    assert full < max(8 * quarter, 0.5), f"256 KB in {quarter:.3f} s, 1 MB in {full:.3f} s"
     assert full < 10.0
 
 

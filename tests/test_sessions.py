@@ -6,6 +6,7 @@ import asyncio
 import contextvars
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -565,11 +566,12 @@ def test_sessions_without_a_tracer_get_ids_of_their_own_process(tmp_path: Path) 
     try:
         with at.session_scope() as first, at.session_scope() as second:
             assert first != second
-        assert first.startswith(f"u{os.getpid():x}-")
+        assert re.match(rf"u{os.getpid():x}[0-9a-f]{{16}}-", first), first
         pid, child = _session_id_of_a_forked_child(tmp_path)
-        assert child.startswith(f"u{pid:x}-"), child
+        assert re.match(rf"u{pid:x}[0-9a-f]{{16}}-", child), child
+        assert child.split("-")[0] != first.split("-")[0]  # the child's own nonce too
         with at.session_scope() as later:
-            assert later.startswith(f"u{os.getpid():x}-")
+            assert later.startswith(first.split("-")[0] + "-")
     finally:
         install(previous)
 
