@@ -13,6 +13,8 @@ import threading
 import time
 import traceback
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,33 @@ def exit_code(pid: int, timeout_s: float = HANG_S, what: str = "the forked child
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     raise AssertionError(f"{what} (pid {pid}) did not exit within {timeout_s} s")
+
+
+@contextmanager
+def held_by_another_thread(lock: Any) -> Iterator[None]:
+    """Inside the block, another thread holds *lock* (as one inside asynctrace at a fork)."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with lock:
+            held.set()
+            release.wait(HANG_S)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(5)
+    try:
+        yield
+    finally:
+        release.set()
+        holder.join()
+
+
+def fork_quietly() -> int:
+    """``os.fork()``, without 3.12's warning about forking a process with threads."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return os.fork()
 
 
 def fork_under_load(tmp_path: Path, forks: int, provider: str, running: int = 8) -> dict[str, Any]:

@@ -13,14 +13,12 @@ from __future__ import annotations
 import ast
 import os
 import sys
-import threading
-import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _forks import exit_code
+from _forks import exit_code, fork_quietly, held_by_another_thread
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = [ROOT / "asynctrace", ROOT / "contrib" / "asynctrace_contrib"]
@@ -172,25 +170,12 @@ def test_a_lock_held_at_fork_is_free_in_the_child(lock: str) -> None:
     module, name = lock.split(":")
     processor = _retry_processor() if name == "_close_lock" else None
     get = (lambda: processor._close_lock) if processor else _module_lock(module, name)
-    held, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with get():
-            held.set()
-            release.wait(10)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    assert held.wait(5)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (3.12+)
-            pid = os.fork()
-        if pid == 0:
-            os._exit(0 if get().acquire(timeout=5) else 3)
-        assert exit_code(pid, what=f"the child taking {lock}") == 0
+        with held_by_another_thread(get()):
+            pid = fork_quietly()
+            if pid == 0:
+                os._exit(0 if get().acquire(timeout=5) else 3)
+            assert exit_code(pid, what=f"the child taking {lock}") == 0
     finally:
-        release.set()
-        holder.join()
         if processor is not None:  # its export thread ends with it
             processor.shutdown()

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import threading
-import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _forks import exit_code
+from _forks import exit_code, fork_quietly, held_by_another_thread
 
 import asynctrace as at
 from asynctrace import _payloads
@@ -232,26 +230,11 @@ def test_a_payload_cut_in_a_forked_child_does_not_wait_on_the_parent_s_lock(
 ) -> None:
     """A thread counts a cut payload as the process forks: the child, cutting a payload
     of its own, records it at once instead of waiting for a lock no thread will free."""
-    held, release = threading.Event(), threading.Event()
-
-    def count_a_cut() -> None:  # stands for a thread inside the cut counter at the fork
-        with _payloads._cut_lock:
-            held.set()
-            release.wait(10)
-
-    holder = threading.Thread(target=count_a_cut)
-    holder.start()
-    assert held.wait(5)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (3.12+)
-            pid = os.fork()
+    with held_by_another_thread(_payloads._cut_lock):  # a thread inside the cut counter
+        pid = fork_quietly()
         if pid == 0:
             before = _payloads.truncated_payloads()
             out = plain_payload({"big": list(range(MAX_NODES + 10))})
             cut = out["big"][-1] == f"<truncated: more than {MAX_NODES} values>"
             os._exit(0 if cut and _payloads.truncated_payloads() == before + 1 else 3)
         assert exit_code(pid, what="the child cutting a payload") == 0
-    finally:
-        release.set()
-        holder.join()
