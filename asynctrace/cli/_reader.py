@@ -235,11 +235,33 @@ def expand_inputs(specs: Iterable[str], patterns: Sequence[str], what: str) -> l
     return out
 
 
+_SNIFF_LINE = 1 << 20  # bytes of a line sniff_kind parses; a longer one is judged by its start
+
+
+def _kind_of_start(start: bytes) -> str | None:
+    """``"traces"`` or ``"sessions"`` from the first MiB of a line too long to parse here."""
+    head = start.lstrip()[:1]
+    if head not in (b"{", b"["):
+        return None
+    if b'"ph"' in start or b'"traceEvents"' in start:
+        return "traces"
+    if b'"session_id"' in start or b'"submit_ts"' in start:
+        return "sessions"
+    return None
+
+
 def sniff_kind(path: Path) -> str | None:
     """``"traces"`` or ``"sessions"`` from the first JSON object in the file, else the name."""
     try:
         with open_input(path) as stream:
-            for _, line in zip(range(64), stream, strict=False):
+            lines = iter(functools.partial(stream.readline, _SNIFF_LINE + 1), b"")
+            for _, line in zip(range(64), lines, strict=False):
+                if len(line) > _SNIFF_LINE and line[-1] != 10:  # long: judged by its start
+                    _skip_rest(stream)
+                    kind = _kind_of_start(line)
+                    if kind is not None:
+                        return kind
+                    continue
                 raw = line.strip().rstrip(b",")
                 if not raw:
                     continue

@@ -347,3 +347,32 @@ def test_watch_with_a_huge_interval_exits_before_drawing(tmp_path: Path) -> None
     assert "internal error" not in result.err
     assert "argument --interval: '1e300'" in one_line(result.err)
     assert result.out == ""
+
+
+def test_a_huge_first_line_is_not_read_whole_to_tell_what_the_file_is(tmp_path: Path) -> None:
+    """With no step found, ``goodput`` looks at a file's first lines to say what it is
+    (``report`` always does): a 150 MB first line is judged by its first MiB, never read
+    whole (that alone took about four times its size)."""
+    trace = tmp_path / "traces-r0.jsonl"
+    with trace.open("wb") as out:
+        out.write(b'"')
+        for _ in range(150):
+            out.write(b"a" * (1 << 20))
+        out.write(b'"\n')
+        out.write(b'{"ph":"X","name":"a","ts":1,"dur":2,"pid":1,"tid":1,"args":{}}\n')
+    probe = (
+        "import resource, subprocess, sys\n"
+        "done = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+        "sys.stderr.write(done.stderr)\n"
+        "print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, sys.executable, "-m", "asynctrace", "goodput", trace],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    code, peak_kib = map(int, done.stdout.split())
+    assert peak_kib < 250 * 1024, f"peak RSS {peak_kib} KiB"
+    assert code == 2, done.stderr
+    assert "skipped 1 malformed line (traces-r0.jsonl:1)" in done.stderr
