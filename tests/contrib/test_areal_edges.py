@@ -314,3 +314,43 @@ def test_phases_registered_on_first_use_are_bounded(
     phases = session_records(tmp_path)[0]["phases"]
     assert set(phases) >= {"edgetool0", "reward"}
     assert not any(name.startswith("edgetool") and name != "edgetool0" for name in phases)
+
+
+def _session_in_worker() -> int | None:
+    return ours.get_session_id()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_pool_worker_is_in_none_of_its_parents_sessions() -> None:
+    """A worker forked by a submission made inside a session does not report the calls
+    of later submitters under that session (a wrapped pool keeps the worker's context)."""
+    import concurrent.futures
+    import contextvars
+    import multiprocessing
+
+    pool = at.context_executor(
+        concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))
+    )
+
+    def first() -> int | None:
+        ours.set_session_id(7)
+        return pool.submit(_session_in_worker).result(timeout=30)
+
+    try:
+        assert contextvars.copy_context().run(first) is None
+        assert pool.submit(_session_in_worker).result(timeout=30) is None
+    finally:
+        pool.shutdown()
+
+
+def test_global_tracer_is_read_and_assigned_where_it_lives(tmp_path: Path) -> None:
+    """``perf_tracer.GLOBAL_TRACER = None`` (a test teardown's way in AReaL) deconfigures
+    the module, and reading it after a new configure is never a stale value."""
+    first = ours.configure(config(tmp_path), rank=0)
+    assert ours.GLOBAL_TRACER is first
+    ours.GLOBAL_TRACER = None
+    assert not ours.is_configured()
+    first.reset()
+    second = ours.configure(config(tmp_path, "again"), rank=0)
+    assert ours.GLOBAL_TRACER is second
+    assert "GLOBAL_TRACER" in dir(ours)

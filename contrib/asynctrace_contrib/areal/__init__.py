@@ -24,7 +24,8 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+import types
 
 from . import _global
 from ._categories import (
@@ -100,14 +101,24 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """``GLOBAL_TRACER``: the configured tracer (AReaL's name), ``None`` until :func:`configure`.
+class _Module(types.ModuleType):
+    """This module, with ``GLOBAL_TRACER`` read from and written to where it lives."""
 
-    Read from the module that holds it, so it is never a stale copy.
-    """
-    if name == "GLOBAL_TRACER":
+    @property
+    def GLOBAL_TRACER(self) -> PerfTracer | None:
+        """The configured tracer (AReaL's name), ``None`` until :func:`configure`.
+
+        Assigning it (``perf_tracer.GLOBAL_TRACER = None`` in a test's teardown)
+        sets the module's tracer, as in AReaL's module.
+        """
         return _global.GLOBAL_TRACER
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+    @GLOBAL_TRACER.setter
+    def GLOBAL_TRACER(self, tracer: PerfTracer | None) -> None:
+        _global.GLOBAL_TRACER = tracer
+
+
+sys.modules[__name__].__class__ = _Module
 
 
 def __dir__() -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
+import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -22,6 +23,17 @@ _task_id: contextvars.ContextVar[int | None] = contextvars.ContextVar(
 _session_id: contextvars.ContextVar[int | None] = contextvars.ContextVar(
     "asynctrace_contrib.areal.session_id", default=None
 )
+
+
+def _in_no_session_in_child() -> None:
+    """A forked child is in none of its parent's sessions: a process-pool worker forked
+    while a session was current would otherwise report every later call under it."""
+    _task_id.set(None)
+    _session_id.set(None)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_in_no_session_in_child)
 
 
 def set_session_id(session_id: int | None) -> None:
