@@ -78,11 +78,6 @@ def _kind(code: Any) -> int:
     return kind
 
 
-def _program_code(code: Any) -> bool:
-    """Whether frames of *code* are the program's (shown in a stall's stacks)."""
-    return _kind(code) == _PROGRAM
-
-
 # CPython 3.11's sys._current_frames() holds the runtime's lock on the thread list while
 # it makes frame objects, and making one may start a collection; code the collection runs
 # (a finalizer, a weakref callback, gc.callbacks) can hand the GIL to a thread that then

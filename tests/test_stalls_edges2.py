@@ -365,9 +365,9 @@ def test_asynctrace_and_its_contrib_are_not_the_program_s_and_a_same_code_elsewh
     contrib = _compiled(os.path.join("/opt", "site-packages", "asynctrace_contrib", "x.py"))
     mine = _compiled(os.path.join("/srv", "project", "train.py"))
     assert own.__code__ == mine.__code__  # what a cache by code object would confuse
-    assert not _stall_frames._program_code(own.__code__)
-    assert not _stall_frames._program_code(contrib.__code__)
-    assert _stall_frames._program_code(mine.__code__)
+    assert _stall_frames._kind(own.__code__) != _stall_frames._PROGRAM
+    assert _stall_frames._kind(contrib.__code__) != _stall_frames._PROGRAM
+    assert _stall_frames._kind(mine.__code__) == _stall_frames._PROGRAM
 
 
 def blocks_after_the_loop_s_own_call() -> None:
