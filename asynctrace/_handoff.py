@@ -50,7 +50,7 @@ large batch) ends its round after ``TRIES`` of them.
 
 Whatever the worker does, the sleeps and what they cost (their wall time,
 the late return included) stay within a budget: ``BUDGET_SHARE`` of the
-wall time, 5 %, of which up to ``BUDGET_S`` (50 ms, a second's worth) may
+wall time, 20 %, of which up to ``BUDGET_S`` (200 ms, a second's worth) may
 be spent at once. The budget is each queue's (each worker's). An exporter
 slower than the program ends spans (one that spends its CPU in Python)
 then costs the loop at most that share in sleeps, and the queue drops what
@@ -75,10 +75,10 @@ COSTLY_S: Final = 0.001
 """A sleep back later than this ends its round if no worker ran in it; if its worker ran,
 it counts towards the round's ``TRIES``."""
 
-BUDGET_SHARE: Final = 0.05
+BUDGET_SHARE: Final = 0.2
 """The share of the wall time one queue's sleeps may take, their late returns included."""
 
-BUDGET_S: Final = 0.05
+BUDGET_S: Final = 0.2
 """The sleeps' time that may be spent at once (what ``BUDGET_SHARE`` gives in a second)."""
 
 _MAX_BACKOFF: Final = 64  # batches sat out after fruitless rounds, at most
