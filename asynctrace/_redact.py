@@ -213,12 +213,12 @@ def redact_text(text: str, secrets: Collection[str] = ()) -> str:
             text = _redact_private_keys(text)
         if "://" in text:
             text = _redact_urls(text, 0)
-        if "--" in text or "-u" in text or "-U" in text:
-            text = _redact_flags(text)
         if "=" in text or ":" in text:
             text = _redact_pairs(text)
         if "(" in text and "," in text:
             text = _PAIR_REPR.sub(_redact_pair_repr, text)
+        if "--" in text or "-u" in text or "-U" in text:  # after the pairs: a flag's value
+            text = _redact_flags(text)  # may be a header name (--user Authorization: ...)
         return _BEARER.sub(r"\1" + REDACTED, text)
     except Exception:  # a pattern cannot fail on a str; a caller's odd "secrets" might
         return REDACTED

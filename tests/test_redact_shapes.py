@@ -265,3 +265,10 @@ def test_an_at_later_in_the_text_does_not_cost_it_otherwise(text: str) -> None:
 def test_an_at_beyond_the_next_url_is_not_taken() -> None:
     """``http://u:x 'https://ops@h2/'``: the ``@`` belongs to the second URL."""
     assert redact_text("a http://u:x then https://ops@h2/ b") == "a http://u:x then https://h2/ b"
+
+
+@pytest.mark.parametrize("flag", ["--user", "--USER", "-u", "--password"])
+def test_a_flag_before_a_header_leaves_the_header_value_redacted(flag: str) -> None:
+    """A flag's value that is a header name does not hide the header from its own rule
+    (found by ``nox -s fuzz``: ``--user Authorization: Basic ...`` kept the credential)."""
+    assert "Zq9SECRETv7" not in redact_text(f"{flag} Authorization: Basic Zq9SECRETv7")
