@@ -19,6 +19,7 @@ __all__ = [
     "escape_surrogates",
     "loads",
     "note",
+    "positive_int",
     "write_stdout",
 ]
 
@@ -155,6 +156,22 @@ def _codecs() -> tuple[Callable[[bytes], Any], Callable[[Any], bytes]]:
 
 
 loads, dumps = _codecs()
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type`` for a count: an integer of at least 1.
+
+    Example:
+        >>> positive_int("3")
+        3
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: accepted: an integer of at least 1")
+    return value
 
 
 def note(prog: str, message: str) -> None:

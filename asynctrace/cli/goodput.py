@@ -20,7 +20,15 @@ from typing import Any
 
 from ..rollup import BUCKETS, GoodputSettings, Rollup, RollupResult, StepRow, step_numbers
 from ._areal import ArealEvents, parse_bucket_map
-from ._common import CliError, HelpFormatter, Progress, escape_controls, note, write_stdout
+from ._common import (
+    CliError,
+    HelpFormatter,
+    Progress,
+    escape_controls,
+    note,
+    positive_int,
+    write_stdout,
+)
 from ._reader import (
     TRACE_PATTERN,
     Origins,
@@ -94,7 +102,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--window",
         metavar="N",
-        type=_positive_int,
+        type=positive_int,
         default=CLI_WINDOW,
         help="spans remembered for detached children that arrive after their parent, over "
         f"all inputs (default: {CLI_WINDOW:,}; goodput.window, {live.window:,} a process "
@@ -103,23 +111,13 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--max-pending",
         metavar="N",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help="most waits for a parent not read yet plus the bucketed spans in them; past "
         "it the oldest are given up (default: no limit: every file is at hand; "
         f"goodput.max_pending, {live.max_pending:,} by default, as a live rollup)",
     )
     parser.set_defaults(run=run)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: accepted: an integer of at least 1")
-    return value
 
 
 def _nonnegative_seconds(text: str) -> float:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._common import CliError, HelpFormatter, escape_controls
+from ._common import CliError, HelpFormatter, escape_controls, positive_int
 from ._reader import real_number
 
 __all__ = ["Follower", "State", "add_parser", "run"]
@@ -74,7 +74,7 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--steps",
-        type=_steps,
+        type=positive_int,
         default=15,
         metavar="N",
         help="steps shown, the latest, at least 1 (15)",
@@ -120,22 +120,11 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
 
 
-def _steps(text: str) -> int:
-    """``--steps``: an integer of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: accepted: an integer of at least 1")
-    return value
-
-
 def _check(args: argparse.Namespace) -> None:
     """The options again, for a namespace not made by the parser (each one named)."""
     for option, value, check in (
         ("--interval", args.interval, _interval),
-        ("--steps", args.steps, _steps),
+        ("--steps", args.steps, positive_int),
         ("--stale", args.stale, _stale),
     ):
         try:
