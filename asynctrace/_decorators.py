@@ -13,19 +13,9 @@ from typing import Any, TypeVar, cast
 from . import _scopes
 from ._errors import ConfigurationError
 from ._groups import PER_PROMPT as PER_PROMPT_GROUP
-from ._spans import (
-    LEAF,
-    UMBRELLA,
-    Attributes,
-    attach,
-    attach_context,
-    current_context,
-    detach,
-    finish,
-    managed_span,
-    start,
-    umbrella_span,
-)
+from ._span_context import attach, attach_context, current_context, detach, finish
+from ._span_rules import LEAF, UMBRELLA, Attributes
+from ._spans import managed_span, start, umbrella_span
 from ._state import GATE
 
 # What the wrappers use lives in modules, read through them (``_scopes.SCOPES``,

@@ -18,17 +18,10 @@ from ._groups import PER_PROMPT as PER_PROMPT_GROUP
 from ._groups import Bucket, validate_bucket
 from ._scopes import SCOPES
 from ._semconv import RL_EFFICIENCY_CATEGORY, RL_IDLE_POLLS
-from ._spans import (
-    AMBIENT_SPAN,
-    EFFICIENCY,
-    NOOP_CM,
-    Attributes,
-    _NoopSpanCM,
-    finish,
-    mark_refused,
-    start,
-    take_refused,
-)
+from ._span_context import finish
+from ._span_noop import AMBIENT_SPAN, NOOP_CM, NoopSpanCM, mark_refused, take_refused
+from ._span_rules import EFFICIENCY, Attributes
+from ._spans import start
 from ._state import GATE
 
 __all__ = [
@@ -201,7 +194,7 @@ class _WaitSpan(SyncAndAsync[Span]):
 
 def efficiency_span(
     category: str, *, attributes: Attributes | None = None
-) -> _WaitSpan | _NoopSpanCM:
+) -> _WaitSpan | NoopSpanCM:
     """Wrap a *wait* (not work) in a span charged to its category's bucket.
 
     The span is named ``rl.<category with / replaced by .>`` and carries

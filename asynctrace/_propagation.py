@@ -21,7 +21,7 @@ from ._cm import SyncAndAsync
 from ._errors import ConfigurationError, report_internal_error
 from ._fast._span import SPAN_TYPES
 from ._scopes import SCOPES, ScopeState, leave_all
-from ._spans import _CONTEXT_VAR, _SPAN_KEY
+from ._span_context import _CONTEXT_VAR, _SPAN_KEY
 from ._state import GATE
 
 __all__ = [

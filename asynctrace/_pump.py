@@ -20,7 +20,9 @@ from ._efficiency import start_efficiency_span
 from ._errors import ConfigurationError, report_internal_error
 from ._groups import PER_PROMPT
 from ._scopes import _INT64_MAX, _INT64_MIN, SCOPES, ScopeState, check_step, leave
-from ._spans import NOOP_CM, Attributes, _named, umbrella_span
+from ._span_noop import NOOP_CM
+from ._span_rules import Attributes, named
+from ._spans import umbrella_span
 from ._state import GATE
 
 __all__ = ["dispatch_scope", "wait_until"]
@@ -95,7 +97,7 @@ class dispatch_scope(SyncAndAsync[Any]):
         try:
             attrs: dict[str, Any] = dict(self._attributes) if self._attributes else {}
         except Exception as exc:  # not a mapping: reported once, as the span helpers do
-            report_internal_error(("start", PER_PROMPT), exc, _named(self._name))
+            report_internal_error(("start", PER_PROMPT), exc, named(self._name))
             return NOOP_CM
         attrs[RL_ATTEMPT] = self._attempt
         if self._target is not None:

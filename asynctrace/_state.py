@@ -231,7 +231,7 @@ def is_span_group_enabled(group: str) -> bool:
         if (_groups.PER_PROMPT if enabled and SCOPES.get().per_prompt else group) in enabled:
             return True
     except Exception as exc:
-        from ._spans import bad_group  # _spans imports this module
+        from ._span_rules import bad_group  # _span_rules imports this module
 
         bad_group(group, exc)
         return False

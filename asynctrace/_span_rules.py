@@ -1,0 +1,193 @@
+"""The rules a span's attributes follow: its shape, the gate, its bucket, its group stamp.
+
+A span's *shape* (leaf, umbrella, efficiency, marker) and the scope state it
+starts in decide its bucket (:func:`resolve_bucket`) and whether it names its
+group (:func:`group_stamp`); :func:`build_attributes` puts the scope stamps
+first and the caller's attributes over them. :mod:`asynctrace._spans` caches the
+result per scope state for the hot path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+from opentelemetry.util.types import AttributeValue
+
+from . import _groups
+from ._errors import report_internal_error
+from ._fast._span import NONFINITE, note_floats, private_value
+from ._groups import Bucket
+from ._redact import redact_text
+from ._scopes import SCOPES, ScopeState
+from ._semconv import GROUP, RL_BUCKET
+
+__all__ = [
+    "COPIED",
+    "EFFICIENCY",
+    "LEAF",
+    "MARKER",
+    "PER_PROMPT_GROUP",
+    "UMBRELLA",
+    "Attributes",
+    "bad_group",
+    "base_attributes",
+    "build_attributes",
+    "group_stamp",
+    "merge_attributes",
+    "named",
+    "resolve_bucket",
+    "settle_attributes",
+    "site",
+]
+
+
+Attributes = Mapping[str, AttributeValue]
+
+# Span shapes; they decide the bucket.
+LEAF: Final = 0
+UMBRELLA: Final = 1
+EFFICIENCY: Final = 2
+MARKER: Final = 3  # instant()'s zero-length span: unbucketed, names no group
+
+PER_PROMPT_GROUP: Final = _groups.PER_PROMPT
+
+
+def resolve_bucket(state: ScopeState, group: str, shape: int, explicit: object) -> Bucket | None:
+    """Apply the bucket rules of the spec to one span about to start in *state*."""
+    if shape in (UMBRELLA, MARKER) or state.per_prompt:
+        return None
+    if shape == EFFICIENCY:  # the category's bucket, computed by the caller
+        return explicit if isinstance(explicit, Bucket) else None
+    definition = _groups._REGISTRY.groups.get(group)
+    if definition is None or definition.bucket is None:
+        return None  # an umbrella group's spans are umbrellas
+    if explicit is not None:
+        if isinstance(explicit, Bucket):
+            return explicit
+        report_internal_error(
+            ("bucket", site(group)), TypeError(f"bucket={explicit!r} is not a Bucket")
+        )
+    scoped = state.bucket
+    if scoped is not None:
+        return scoped
+    bucket = definition.bucket
+    return bucket if isinstance(bucket, Bucket) else None
+
+
+def group_stamp(state: ScopeState, group: str, shape: int) -> str | None:
+    """The ``asynctrace.group`` an unbucketed span carries, or ``None``.
+
+    Umbrellas (and other unbucketed spans) name their group, so a reader can
+    tell a step from any other span whatever scopes were open; per-item spans
+    (per-prompt, HTTP) do not, to keep their volume cheap, nor do efficiency
+    spans, which carry their category, nor ``instant`` markers, which are
+    points in time, not spans of the group's work.
+    """
+    if shape in (EFFICIENCY, MARKER) or state.per_prompt:
+        return None
+    definition = _groups._REGISTRY.groups.get(group)
+    return group if definition is None or not definition.per_item else None
+
+
+def build_attributes(
+    user: Attributes | None, bucket: Bucket | None, group: str | None = None
+) -> Attributes | None:
+    """Scope stamps first, then the caller's attributes (which win).
+
+    Without stamps, the caller's mapping is returned as it is: the SDK copies
+    attributes when a span or event takes them, so no copy is needed here.
+    """
+    stamps = SCOPES.get().stamps
+    if not stamps and bucket is None and group is None:
+        if not user or RL_BUCKET not in user:
+            return user
+        return {k: v for k, v in user.items() if k != RL_BUCKET}  # no bucket: never a raw one
+    return merge_attributes(base_attributes(stamps, bucket, group), user, bucket)
+
+
+def base_attributes(
+    stamps: dict[str, AttributeValue], bucket: Bucket | None, group: str | None
+) -> dict[str, AttributeValue]:
+    """The stamps of a span: group, iteration, task, session, bucket (in this order)."""
+    attrs: dict[str, AttributeValue] = {GROUP: group} if group is not None else {}
+    attrs.update(stamps)
+    if bucket is not None:  # _value_: the member's plain field (.value is a Python property)
+        attrs[RL_BUCKET] = bucket._value_
+    return attrs
+
+
+def merge_attributes(
+    attrs: dict[str, AttributeValue], user: Attributes | None, bucket: Bucket | None
+) -> dict[str, AttributeValue]:
+    """The caller's attributes over the stamps (*attrs*, changed in place)."""
+    if user:
+        attrs.update(user)
+        # Strings, ints and bools (nearly every attribute) need nothing more: one
+        # pass in C says so, without building the set of their types.
+        if RL_BUCKET in user or not COPIED.isdisjoint(map(type, user.values())):
+            settle_attributes(attrs, user, bucket)
+    return attrs
+
+
+def settle_attributes(
+    attrs: dict[str, AttributeValue], user: Attributes, bucket: Bucket | None
+) -> None:
+    """After the caller's attributes went over the stamps: suspects, then the bucket rules.
+
+    In that order: a list the caller gave as ``rl.bucket`` is made a tuple
+    first and then overruled like any other raw value.
+    """
+    if not COPIED.isdisjoint(map(type, user.values())):
+        _suspects(attrs, user)
+    if RL_BUCKET in user:  # the bucket rules decide, never a raw attribute
+        if bucket is None:
+            del attrs[RL_BUCKET]
+        else:
+            attrs[RL_BUCKET] = bucket._value_
+
+
+def _suspects(attrs: dict[str, AttributeValue], user: Attributes) -> None:
+    """The caller's containers are copied (lists become tuples); a NaN or an infinity is
+    noted. A list or dict the caller changes later changes nothing recorded."""
+    for key, value in user.items():
+        cls = value.__class__
+        if cls is _LIST or cls is tuple or cls is dict:
+            attrs[key] = private_value(value)
+    if not NONFINITE[0]:
+        note_floats(user.values())
+
+
+_LIST: Final = list
+# Attribute value types that need more than a store: containers to copy, floats to note.
+COPIED: Final = frozenset({float, tuple, _LIST, dict})
+
+
+def named(name: object) -> str:
+    """A span's name for a failure message: redacted, never raising."""
+    try:
+        return "span " + redact_text(name) if isinstance(name, str) else ""
+    except Exception:
+        return ""
+
+
+def site(group: object) -> object:
+    """*group* as part of a failure's call site, which must hash: a non-str by its type."""
+    return group if group.__class__ is str else f"<{type(group).__name__}>"
+
+
+def bad_group(group: object, exc: Exception) -> None:
+    """The gate's look-up of *group* raised *exc* (a list, say): reported once per type.
+
+    Only the group's type is told: the object may hold anything. Its span is
+    not recorded (the helper yields the disabled span).
+    """
+    if isinstance(group, str):  # not the group's doing: the gate's audit failed
+        report_internal_error(("gate", group), exc)
+        return
+    error = TypeError(
+        f"span group: expected a group name (a str), got a {type(group).__name__}; "
+        "the span is not recorded"
+    )
+    error.__cause__ = exc
+    report_internal_error(("group", site(group)), error)
