@@ -19,6 +19,7 @@ if "_areal_loader" not in sys.modules:
     sys.modules["_areal_loader"] = _loader
     _spec.loader.exec_module(_loader)
 
+ANCHOR_VERSION = _loader.ANCHOR_VERSION
 AnchorMissing = _loader.AnchorMissing
 PerfTracerConfig = _loader.PerfTracerConfig
 SessionTracerConfig = _loader.SessionTracerConfig
@@ -26,6 +27,7 @@ load_perf_tracer = _loader.load_perf_tracer
 load_tool = _loader.load_tool
 
 __all__ = [
+    "ANCHOR_VERSION",
     "AnchorMissing",
     "PerfTracerConfig",
     "SessionTracerConfig",

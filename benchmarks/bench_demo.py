@@ -10,8 +10,9 @@ Exits 1 if missed. Takes about 45 s; ``--quick``: 4 steps x 8 prompt groups,
 3 rounds, about 10 s (a smoke run: too few samples for a verdict).
 
 What runs. The demo's own pieces, in this process, wired as ``run_demo`` wires
-them: ``init_driver`` with the demo's configuration (chrome exporter and
-session tracer, writing to a temporary directory that is removed afterwards),
+them: ``init_driver`` with the demo's configuration, as the demo builds it
+(``driver._demo_config``: chrome exporter, session tracer and goodput
+records, writing to a temporary directory that is removed afterwards),
 the FastAPI "Gym" server on uvicorn in its own thread, and the driver
 coroutine (``asynctrace_contrib.demo.driver._run``) under ``asyncio.run`` on
 the main thread, which is the event-loop thread. Only that thread counts, and
@@ -118,7 +119,6 @@ TARGET = 0.03
 SAMPLE_INTERVAL_S = 0.001
 DEMO = {"steps": 8, "prompts": 16, "max_inflight": 4, "checkpoint_every": 2}
 QUICK_DEMO = {"steps": 4, "prompts": 8, "max_inflight": 4, "checkpoint_every": 2}
-FLUSH_THRESHOLD = 32  # session records per write: the demo's, for both tracers
 
 
 def _dir(module: Any) -> str:
@@ -341,17 +341,20 @@ class Run:
     stacks: list[Stack]
 
 
-def config(mode: str, out: Path) -> dict[str, Any]:
-    """The demo's own configuration (``run_demo``), or telemetry off (also for AReaL's run)."""
+def config(mode: str, out: Path, demo: Mapping[str, int]) -> dict[str, Any]:
+    """The demo's own configuration, built by the demo itself as ``run_demo`` builds it
+    (every span group; the chrome exporter only, not those the environment names), or
+    telemetry off (also for the anchor's and the floor's runs)."""
     if mode == "on":
-        return {
-            "enabled": True,
-            "span_groups": "all",
-            "exporters": ["chrome"],
-            "output_dir": str(out),
-            "session_tracer": {"enabled": True, "flush_threshold": FLUSH_THRESHOLD},
-        }
+        return demo_driver._demo_config(out, "all", [], dict(demo))
     return {"enabled": False, "output_dir": str(out)}
+
+
+def flush_threshold(out: Path, demo: Mapping[str, int]) -> int:
+    """Session records per write in the demo's configuration: the anchor writes as often."""
+    threshold = config("on", out, demo)["session_tracer"]["flush_threshold"]
+    assert isinstance(threshold, int)
+    return threshold
 
 
 def run_demo(mode: str, demo: Mapping[str, int]) -> Run:
@@ -361,9 +364,9 @@ def run_demo(mode: str, demo: Mapping[str, int]) -> Run:
     with tempfile.TemporaryDirectory(prefix="asynctrace-bench-demo-") as tmp:
         out = Path(tmp)
         cpu = time.thread_time()
-        telemetry = at.init_driver(config(mode, out))
+        telemetry = at.init_driver(config(mode, out, demo))
         if mode == "areal":
-            _demo_areal.configure(out, FLUSH_THRESHOLD)
+            _demo_areal.configure(out, flush_threshold(out, demo))
         init_cpu = time.thread_time() - cpu
         gym = GymServer()
         sampler = Sampler(SAMPLE_INTERVAL_S)

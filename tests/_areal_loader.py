@@ -15,7 +15,9 @@ AReaL's tools (``areal/tools/perf_trace_converter.py``,
 ``areal/__init__.py`` too.
 
 Install it with ``pip install --no-deps areal==1.0.4 orjson colorlog`` (and
-``numpy pandas plotly`` for the plot tool). Used by the tests
+``numpy pandas plotly`` for the plot tool). Only that release is the anchor:
+with another version installed the loaders raise :class:`AnchorMissing`
+naming both, since the stand-in dataclasses and every comparison are 1.0.4's. Used by the tests
 (``tests/contrib/test_areal.py``, ``tests/cli/test_areal_files.py``) and by
 ``benchmarks/bench_provider.py``.
 """
@@ -23,6 +25,7 @@ Install it with ``pip install --no-deps areal==1.0.4 orjson colorlog`` (and
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import importlib.util
 import sys
 import types
@@ -30,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "ANCHOR_VERSION",
     "AnchorMissing",
     "PerfTracerConfig",
     "SessionTracerConfig",
@@ -38,8 +42,33 @@ __all__ = [
 ]
 
 
+ANCHOR_VERSION = "1.0.4"  # the AReaL release the tests and benchmarks compare against
+
+_INSTALL = f"pip install --no-deps areal=={ANCHOR_VERSION}"
+
+
 class AnchorMissing(RuntimeError):
     """AReaL's tracer could not be loaded; the message says why."""
+
+
+def _areal_root() -> list[str]:
+    """The installed ``areal`` package's directories, once its version is checked.
+
+    Raises:
+        AnchorMissing: AReaL is not installed, or not as release ``ANCHOR_VERSION``.
+    """
+    spec = importlib.util.find_spec("areal")
+    if spec is None or not spec.submodule_search_locations:
+        raise AnchorMissing(f"AReaL is not installed: {_INSTALL} orjson colorlog")
+    try:
+        installed = importlib.metadata.version("areal")
+    except importlib.metadata.PackageNotFoundError:
+        installed = "unknown (no package metadata)"
+    if installed != ANCHOR_VERSION:
+        raise AnchorMissing(
+            f"AReaL {installed} is installed, not the anchor release {ANCHOR_VERSION}: {_INSTALL}"
+        )
+    return list(spec.submodule_search_locations)
 
 
 @dataclass
@@ -75,12 +104,7 @@ def load_perf_tracer() -> Any:
     """``areal.utils.perf_tracer``, the wheel's own module; raises :class:`AnchorMissing`."""
     if "areal.utils.perf_tracer" in sys.modules:
         return sys.modules["areal.utils.perf_tracer"]
-    spec = importlib.util.find_spec("areal")
-    if spec is None or not spec.submodule_search_locations:
-        raise AnchorMissing(
-            "AReaL is not installed: pip install --no-deps areal==1.0.4 orjson colorlog"
-        )
-    root = list(spec.submodule_search_locations)
+    root = _areal_root()
     for needed in ("orjson", "colorlog"):
         if importlib.util.find_spec(needed) is None:
             raise AnchorMissing(f"AReaL's tracer needs {needed}: pip install {needed}")
@@ -117,10 +141,7 @@ def load_tool(name: str) -> Any:
     if loaded is not None and getattr(loaded, "__path__", None):
         root = next(iter(loaded.__path__))
     else:
-        spec = importlib.util.find_spec("areal")
-        if spec is None or not spec.submodule_search_locations:
-            raise AnchorMissing("AReaL is not installed: pip install --no-deps areal==1.0.4")
-        root = next(iter(spec.submodule_search_locations))
+        root = _areal_root()[0]
     path = f"{root}/tools/{name}.py"
     module_name = f"_areal_tool_{name}"
     if module_name in sys.modules:
