@@ -31,6 +31,11 @@ class PerfTraceCategory(str, enum.Enum):
 
 Category = PerfTraceCategory
 CategoryLike = Union[PerfTraceCategory, str, None]  # noqa: UP007
+"""What a ``category=`` argument takes, as in AReaL: a :class:`PerfTraceCategory`,
+its value or one of AReaL's long names (``"communication"``, any case), or
+``None`` (or a blank string) for ``misc``. Any other string is accepted: its
+spans take ``misc``'s group and bucket, and the trace keeps the text as given.
+"""
 
 _ALIASES: Final = {
     "communication": "comm",
