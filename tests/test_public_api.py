@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import asynctrace
+import asynctrace.export
 import asynctrace.rollup
 import asynctrace.testing
 
@@ -111,13 +112,18 @@ def test_all_is_pinned() -> None:
 def test_reference_lists_every_public_name() -> None:
     """docs/reference.md has a ### heading for each name in both public `__all__` lists."""
     headings = set(re.findall(r"^### `([^`]+)`", REFERENCE.read_text(encoding="utf-8"), re.M))
-    public = {*asynctrace.__all__, *asynctrace.rollup.__all__, *asynctrace.testing.__all__}
+    public = {
+        *asynctrace.__all__,
+        *asynctrace.rollup.__all__,
+        *asynctrace.testing.__all__,
+        *asynctrace.export.__all__,
+    }
     assert sorted(public - headings) == []
 
 
 def test_every_public_name_has_a_docstring() -> None:
     """Every public callable and class is documented."""
-    for module in (asynctrace, asynctrace.rollup):
+    for module in (asynctrace, asynctrace.rollup, asynctrace.testing, asynctrace.export):
         for name in module.__all__:
             obj = getattr(module, name)
             if callable(obj):
