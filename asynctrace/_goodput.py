@@ -222,6 +222,15 @@ class GoodputStats:
         abandoned_leaves: bucketed spans of those waits (counted in no step).
         failed: spans that could not be rolled up (skipped; the first is logged).
         lost_records: lines of ``goodput-r{rank}.jsonl`` that could not be written.
+        no_duration_steps: spans that would be steps but have no positive
+            duration, so are not (the first is logged).
+        no_duration_leaves: bucketed spans under those (counted in no step).
+        without_times: spans skipped: a start or end time that is not a finite
+            number (the first is logged).
+        bad_iterations: spans whose ``rl.iteration`` is not a 64-bit integer
+            (ignored, so such a span is no step by it; the first is logged).
+        untracked_leaves: leaf durations not recorded in a histogram: their
+            name came past the 256 leaf-name instruments (the first is logged).
 
     Example:
         >>> GoodputStats(steps=3).dropped
@@ -240,6 +249,11 @@ class GoodputStats:
     abandoned_leaves: int = 0
     failed: int = 0
     lost_records: int = 0
+    no_duration_steps: int = 0
+    no_duration_leaves: int = 0
+    without_times: int = 0
+    bad_iterations: int = 0
+    untracked_leaves: int = 0
 
 
 # -- callbacks -----------------------------------------------------------------

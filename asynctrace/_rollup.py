@@ -29,7 +29,12 @@ Rules (see ``docs/reading-a-trace.md``):
 - Per bucket, a step counts the seconds of the bucketed spans in its subtree
   that have no bucketed descendant, clipped to the step's interval.
   Unbucketed spans (umbrellas, per-prompt spans, the detached finalize span)
-  never count.
+  never count. A step of group ``step`` that carries a bucket is a bucketed
+  span of its own subtree: it counts its wall when nothing under it is
+  bucketed, else it is a ``nested-bucket`` violation.
+- A span whose times are not finite numbers is skipped (``without_ids``), and
+  an ``rl.iteration`` that is not a 64-bit integer is ignored
+  (``bad_iterations``): counted, never silently.
 - ``unattributed = wall - sum(buckets)``; ``goodput = productive / wall``.
 - Bucketed spans that overlap (concurrent tasks) put one stretch of wall clock
   in the sums twice: an ``over-wall`` violation when the sums exceed the wall,
@@ -181,6 +186,8 @@ class Rollup:
         self.void_steps = 0  # spans that would be steps but have no duration (not steps)
         self.void_leaves = 0  # ...and the bucketed spans of their subtrees, counted nowhere
         self._void_first: str | None = None
+        self.bad_iterations = 0  # spans whose rl.iteration is not a 64-bit integer (ignored)
+        self._bad_iteration_first: str | None = None
         self.violation_count = 0
         self._held: list[tuple[float, int, _Step]] = []  # confirmed, unfinished: heap by end
         self._seq = 0
@@ -218,7 +225,8 @@ class Rollup:
     def add(self, event: dict[str, Any], origin: int = 0) -> None:
         """Account one complete event (other phases are ignored).
 
-        Events without a ``ts`` or hex span ids are counted in ``without_ids``;
+        Events without a ``ts`` (or with a ``ts`` or ``dur`` that is not a finite
+        number) or hex span ids are counted in ``without_ids``;
         a span or parent id outside 0 .. 2**64 - 1 in ``bad_ids`` (either would
         stand for another trace's span).
         """
@@ -234,6 +242,8 @@ class Rollup:
         try:
             start = event["ts"]
             end = start + event.get("dur", 0)
+            if not -1e999 < end - start < 1e999:  # NaN or infinite (1e999 is inf): no interval
+                raise ValueError(end)
             sid = int(span_id, 16)
             parent_id: Any = args.get("parent_span_id")
             pid = int(parent_id, 16) if parent_id else None
@@ -272,7 +282,13 @@ class Rollup:
         parent is another process's span (remote, and not open here), so it
         never arrives: the span is settled at once as one whose parent is
         missing (what :meth:`finish` does for a parent that never arrived).
+        A span whose *start* or *end* is not a finite number is counted in
+        ``without_ids``, as :meth:`add` counts the event the exporter writes
+        for it (its ``dur`` written ``null``).
         """
+        if not -1e999 < end - start < 1e999:  # NaN or infinite (1e999 is inf)
+            self._without_ids += 1
+            return
         key = span_id | trace_id << 64
         pkey = parent_id | trace_id << 64 if parent_id else None
         self._account(name, key, pkey, start, end, attributes, cat, origin, remote)
@@ -305,7 +321,7 @@ class Rollup:
         if iteration is not None and (
             iteration.__class__ is not int or not _I64_MIN <= iteration <= _I64_MAX
         ):
-            iteration = _iteration(iteration)
+            iteration = self._checked_iteration(iteration, name)
         group = args.get("asynctrace.group")
         if group == LOOP_STALL and bucket is None:
             self._stall(name, key, None if remote else pkey, start, end)
@@ -335,6 +351,17 @@ class Rollup:
                     self._evict()
                 return
         self._span(name, key, pkey, start, end, bucket, iteration, group_step, origin, remote)
+
+    def _checked_iteration(self, value: Any, name: str) -> int | None:
+        """*value* as an ``rl.iteration`` (:func:`_iteration`); one that is not an integer
+        (a number the tracer provider wrote as its text, ``"1"``) is counted: its
+        span is no step by it, not silently."""
+        iteration = _iteration(value)
+        if iteration is None:
+            self.bad_iterations += 1
+            if self._bad_iteration_first is None:
+                self._bad_iteration_first = f"{name!r}: {value!r} ({type(value).__name__})"[:200]
+        return iteration
 
     def _stall(self, name: str, key: int, pkey: int | None, start: float, end: float) -> None:
         """A loop-stall span: never a step, in no bucket; its seconds go to its step apart."""
@@ -429,6 +456,13 @@ class Rollup:
         if group_step or (candidate and (pkey is None or parent is not None)):
             # A step for sure: marked as one, a root, or its parent is known.
             if group_step or parent is None or not parent[2] & _DISQUALIFIES:
+                if bucket is not None:  # a bucketed step (group step): a bucketed span too
+                    if children is not None and children.has_bucketed():
+                        self._nested(name, key, children.examples())
+                    else:  # no bucketed descendant: it counts, over its whole interval
+                        if children is None:
+                            children = _Group()
+                        children.leaves.append((start, end, bucket_index, name, key))
                 step = self._make_step(name, key, origin, iteration, start, end, children)
                 self._remember(key, (pkey, step, flags | _STEP, name))
                 self._confirm(step)
@@ -639,7 +673,7 @@ class Rollup:
         if not step.end > step.start:  # no duration: no step, its leaves count nowhere
             self.void_steps += 1
             self.void_leaves += step.leaves + step.nb
-            if self._keep and self._void_first is None:
+            if self._void_first is None:
                 self._void_first = f"{_where(step)}, dur {(step.end - step.start) / 1e6:g} s"
             return
         row = StepRow(
@@ -871,7 +905,9 @@ class Rollup:
                 f"sums, within each step's wall; the first: {self._overlap_first}"
             )
         if self.void_steps:
-            notes.append(self._void_note())
+            notes.append(self.void_note())
+        if self.bad_iterations:
+            notes.append(self.bad_iteration_note())
         if missing:
             plural = "s" if missing != 1 else ""
             leaves = self.abandoned_leaves
@@ -899,9 +935,25 @@ class Rollup:
             abandoned_leaves=self.abandoned_leaves,
             void_steps=self.void_steps,
             void_leaves=self.void_leaves,
+            bad_iterations=self.bad_iterations,
         )
 
-    def _void_note(self) -> str:
+    @property
+    def without_ids(self) -> int:
+        """Events or spans skipped so far: no finite times, or ids that are not hex."""
+        return self._without_ids
+
+    def bad_iteration_note(self) -> str:
+        """What the spans whose ``rl.iteration`` is not an integer lost."""
+        count = self.bad_iterations
+        return (
+            f"{count} span{'s' if count != 1 else ''} had an rl.iteration that is not a 64-bit "
+            "integer (a number the tracer provider wrote as text, such as a numpy integer: pass "
+            "int(i)), so it was ignored: such a span is no step by it"
+            + (f"; the first: {self._bad_iteration_first}" if self._bad_iteration_first else "")
+        )
+
+    def void_note(self) -> str:
         """What the spans that would be steps but have no duration took with them."""
         count, leaves = self.void_steps, self.void_leaves
         one = count == 1

@@ -308,7 +308,8 @@ def _notes(collected: Collected) -> list[str]:
     if summary:
         lines.append(summary)
     if result.without_ids:
-        lines.append(f"{result.without_ids} complete events without trace/span ids were ignored")
+        what = "complete events without trace/span ids or finite times were ignored"
+        lines.append(f"{result.without_ids} {what}")
     if result.bad_ids:
         lines.append(
             f"{result.bad_ids} complete events whose span id is not a 64-bit hex number "
@@ -404,6 +405,7 @@ def to_json(collected: Collected) -> dict[str, Any]:
             "abandoned_leaves": result.abandoned_leaves,
             "no_duration_steps": result.void_steps,
             "no_duration_leaves": result.void_leaves,
+            "bad_iterations": result.bad_iterations,
         },
     }
 

@@ -266,12 +266,15 @@ class GoodputSink:
         # remote parent still open here (an in-process server's client) will arrive.
         self.is_open: Callable[[int], bool] = _never
         self._warned = False
+        self._noted = 0  # spans of no duration, no finite times or no integer rl.iteration
+        self._noted_kinds: set[str] = set()
 
     # -- Sink API ---------------------------------------------------------------
 
     def export(self, batch: list[Any]) -> tuple[int, int]:
         """Feed *batch* to the rollup; finished steps go out as they finish."""
-        account = self.rollup._account  # add_span's body, without its call
+        rollup = self.rollup
+        account = rollup._account  # add_span's body, without its call
         is_open = self.is_open
         span_types = SPAN_TYPES
         max_len = self._max_len
@@ -282,7 +285,10 @@ class GoodputSink:
                 if cls in span_types:
                     start = item._start // 1000
                     end = item._end // 1000
-                    if end < start:
+                    if not end >= start:
+                        if not end < start:  # NaN or infinite (// 1000 of inf is NaN)
+                            rollup._without_ids += 1  # as the file's line: dur null
+                            continue
                         end = start
                     attrs = item._attributes
                     if max_len is not None:
@@ -308,6 +314,8 @@ class GoodputSink:
                 self._warn("a span could not be rolled up; it is skipped", exc)
         if failed:
             self.failed += failed
+        if rollup.void_steps + rollup.without_ids + rollup.bad_iterations != self._noted:
+            self._note()
         if self._due:
             try:
                 self._emit()
@@ -333,6 +341,7 @@ class GoodputSink:
         except Exception as exc:
             self._warn("the rollup could not finish", exc)
         self._awaited_at_finish = awaited
+        self._note()
         self._emit()
         self.dispatcher.close(_CALLBACK_DRAIN_S)
         stats = self.stats()
@@ -372,6 +381,31 @@ class GoodputSink:
             except Exception as exc:
                 self._warn("recording goodput metrics failed", exc)
         self.dispatcher.put(record)
+
+    def _note(self) -> None:
+        """Log the first span of each kind that the rollup counts but cannot use."""
+        rollup, kinds = self.rollup, self._noted_kinds
+        self._noted = rollup.void_steps + rollup.without_ids + rollup.bad_iterations
+        if rollup.void_steps and "void" not in kinds:
+            kinds.add("void")
+            self._log_note(rollup.void_note(), "no_duration_steps")
+        if rollup.without_ids and "times" not in kinds:
+            kinds.add("times")
+            self._log_note(
+                "a span whose start or end time is not a finite number was skipped",
+                "without_times",
+            )
+        if rollup.bad_iterations and "iteration" not in kinds:
+            kinds.add("iteration")
+            self._log_note(rollup.bad_iteration_note(), "bad_iterations")
+
+    def _log_note(self, message: str, field: str) -> None:
+        logger.warning(
+            "asynctrace: goodput: %s (further ones are counted in Telemetry.goodput.%s, "
+            "not logged)",
+            message,
+            field,
+        )
 
     def _on_violation(self, violation: Violation) -> None:
         """Log the first violation of each kind; the rest are counted in the stats."""
@@ -449,6 +483,11 @@ class GoodputSink:
             abandoned_leaves=rollup.abandoned_leaves,
             failed=self.failed,
             lost_records=self.lost_records,
+            no_duration_steps=rollup.void_steps,
+            no_duration_leaves=rollup.void_leaves,
+            without_times=rollup.without_ids,
+            bad_iterations=rollup.bad_iterations,
+            untracked_leaves=self.metrics.untracked if self.metrics is not None else 0,
         )
 
     # -- SDK spans --------------------------------------------------------------
@@ -461,7 +500,7 @@ class GoodputSink:
         scope = span.instrumentation_scope
         start = span.start_time // 1000
         dur = span.end_time // 1000 - start
-        end = start + (dur if dur > 0 else 0)
+        end = start + (dur if dur > 0 or dur != dur else 0)  # NaN: add_span skips it
         category = (attrs.get(GROUP) or attrs.get(RL_BUCKET)) if attrs else None
         cat = category if category.__class__ is str else (scope.name if scope else "span")
         self.rollup.add_span(
