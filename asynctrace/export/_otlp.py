@@ -10,6 +10,10 @@ general ones (``OTEL_EXPORTER_OTLP_*``). A variable set to the empty string
 counts as unset, as OpenTelemetry's specification says. They are subclasses
 that also send requests asynctrace encoded itself from the fast provider's
 spans (:mod:`._otlp_wire`), through the same client and retries.
+
+The variables are checked first (:mod:`._otlp_env`), as both transports
+would use them. What OpenTelemetry's exporters log is redacted as asynctrace's own
+logs are, the configured header values included.
 """
 
 from __future__ import annotations
@@ -17,12 +21,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from importlib import import_module
 from typing import Any
 
 from .._errors import ConfigurationError, MissingExtraError
-from .._redact import REDACTED
+from .._redact import REDACTED, redact_text
+from ._otlp_env import check_environment, configured_headers
 
 __all__ = ["otlp_exporter", "sends_encoded"]
 
@@ -31,7 +36,18 @@ _EXTRAS = {
     "grpc": ("otlp-grpc", "opentelemetry.exporter.otlp.proto.grpc"),
 }
 _PREFIX = "OTEL_EXPORTER_OTLP_"
+_TRACES = "OTEL_EXPORTER_OTLP_TRACES_"
 _HEADERS_LOGGER = "opentelemetry.util.re"  # where OpenTelemetry warns of a malformed header
+# Where OpenTelemetry's OTLP exporters log (a logger's filters see only its own records).
+_EXPORTER_LOGGERS = (
+    "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+    "opentelemetry.exporter.otlp.proto.http._common",
+    "opentelemetry.exporter.otlp.proto.http",
+    "opentelemetry.exporter.otlp.proto.grpc.exporter",
+    "opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
+    "opentelemetry.exporter.otlp.proto.grpc",
+    "opentelemetry.exporter.otlp.common.http",
+)
 
 
 def otlp_exporter(protocol: str) -> Any:
@@ -42,8 +58,11 @@ def otlp_exporter(protocol: str) -> Any:
 
     Raises:
         MissingExtraError: the transport's package is not installed.
-        ConfigurationError: the exporter rejected a variable (a bad timeout or
-            compression, say).
+        ConfigurationError: a variable every request would fail with, or one
+            the exporter would ignore (a header value with a line break, an
+            endpoint without a scheme, a timeout of 0, an unknown compression,
+            a missing certificate file): the same on both transports; or the
+            exporter rejected its configuration.
     """
     extra, module = _EXTRAS[protocol]
     try:
@@ -55,8 +74,11 @@ def otlp_exporter(protocol: str) -> Any:
     except ImportError as exc:
         raise MissingExtraError(extra, module) from exc
     _redact_header_warnings()
+    hidden = check_environment(protocol)
+    _EXPORTER_LOG_FILTER.secrets = frozenset(v for _, v in configured_headers() if v)
+    _redact_exporter_logs()
     try:
-        with _empty_variables_unset():
+        with _empty_variables_unset(hidden):
             return OTLPSpanExporter()
     except Exception as exc:
         raise ConfigurationError(
@@ -76,8 +98,8 @@ def sends_encoded(exporter: Any) -> bool:
 
 
 @contextlib.contextmanager
-def _empty_variables_unset() -> Iterator[None]:
-    """Hide the empty ``OTEL_EXPORTER_OTLP_*`` variables while the exporter reads them.
+def _empty_variables_unset(also: Iterable[str] = ()) -> Iterator[None]:
+    """Hide the empty ``OTEL_EXPORTER_OTLP_*`` variables, and *also*, from the exporter.
 
     Arguments cannot stand in for them: OpenTelemetry's gRPC exporter converts
     ``..._TRACES_TIMEOUT`` with ``float()`` and looks ``..._COMPRESSION`` up
@@ -88,6 +110,7 @@ def _empty_variables_unset() -> Iterator[None]:
     empty = [
         key for key, value in os.environ.items() if key.startswith(_PREFIX) and not value.strip()
     ]
+    empty.extend(also)
     saved = {key: os.environ.pop(key) for key in empty if key in os.environ}
     try:
         yield
@@ -120,3 +143,51 @@ def _redact_header_warnings() -> None:
     logger = logging.getLogger(_HEADERS_LOGGER)
     if not any(isinstance(item, _HeaderValueFilter) for item in logger.filters):
         logger.addFilter(_HeaderValueFilter())
+
+
+# -- the variables, checked before the exporter reads them ---------------------
+
+
+class _RedactingFilter(logging.Filter):
+    """Redacts what OpenTelemetry's OTLP exporters log, as asynctrace redacts its own logs.
+
+    ``requests`` quotes the request's URL (a token in its query string) and
+    an invalid header's value in its errors; OpenTelemetry logs them with
+    every failed batch. The message is formatted and redacted
+    (:func:`~asynctrace._redact.redact_text`), with :attr:`secrets` (the
+    configured header values) replaced wherever they appear; so is a
+    traceback.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.secrets: frozenset[str] = frozenset()
+        """The header values of the ``..._HEADERS`` in force (set by :func:`otlp_exporter`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        secrets = self.secrets
+        try:
+            record.msg = redact_text(record.getMessage(), secrets)
+            record.args = None
+            if record.exc_info:  # formatters print exc_text once set, not the traceback
+                text = record.exc_text or logging.Formatter().formatException(record.exc_info)
+                record.exc_text = redact_text(text, secrets)
+        except Exception:  # a record that cannot be examined is kept out whole
+            record.msg, record.args, record.exc_info, record.exc_text = (
+                "opentelemetry: a log record of the OTLP exporter could not be redacted; left out",
+                None,
+                None,
+                None,
+            )
+        return True
+
+
+_EXPORTER_LOG_FILTER = _RedactingFilter()
+
+
+def _redact_exporter_logs() -> None:
+    """Install the redacting filter on OpenTelemetry's OTLP exporter loggers, once each."""
+    for name in _EXPORTER_LOGGERS:
+        logger = logging.getLogger(name)
+        if _EXPORTER_LOG_FILTER not in logger.filters:
+            logger.addFilter(_EXPORTER_LOG_FILTER)

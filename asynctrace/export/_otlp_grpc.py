@@ -15,9 +15,14 @@ status OTLP says not to retry (``UNAUTHENTICATED``, ``PERMISSION_DENIED``,
 ``INVALID_ARGUMENT``, ...) refuses the batch for good; ``RetryInfo`` in the
 trailers says how long to wait before the next attempt.
 
-An endpoint with a user name or password is refused when the exporter is
-made: gRPC cannot send them (the channel fails to resolve such a target)
-and OpenTelemetry's exporter would log them with every failure.
+An endpoint with a user name or password, or with a query string or
+fragment, is refused when the exporter is made: gRPC cannot send them (the
+channel fails to resolve such a target, or OpenTelemetry's exporter drops
+the query) and OpenTelemetry's exporter would log them with every failure.
+
+A ``RetryInfo`` trailer that does not parse is taken out of the error
+before OpenTelemetry's exporter reads it (it would raise): the batch fails
+as one to retry, with no wait said.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.sdk.trace.export import SpanExportResult
 
+from .._redact import REDACTED, redact_text
 from ._otlp_wire import EncodedSpan, request_bytes
 
 __all__ = ["GrpcSpanExporter"]
@@ -109,11 +115,49 @@ class _Stub:
                 reply = call(request, *args, **kwargs)
             except grpc.RpcError as error:
                 notes._error = error
+                if _malformed_retry_info(error):  # OpenTelemetry's exporter would raise on it
+                    raise _WithoutRetryInfo(error) from error
                 raise
             notes._reply = reply
             return reply
 
         self.Export = export_noting_the_outcome
+
+
+def _malformed_retry_info(error: Any) -> bool:
+    """Whether *error*'s trailers have a ``RetryInfo`` that does not parse."""
+    try:
+        value = dict(error.trailing_metadata() or ()).get(_RETRY_INFO)
+    except Exception:  # an error without trailers (raised before the call)
+        return False
+    if value is None:
+        return False
+    try:
+        RetryInfo.FromString(value)
+    except Exception:  # protobuf's DecodeError, or not bytes at all
+        return True
+    return False
+
+
+class _WithoutRetryInfo(grpc.RpcError):  # type: ignore[misc]
+    """*error* as OpenTelemetry's exporter reads it, without its malformed ``RetryInfo``."""
+
+    def __init__(self, error: Any) -> None:
+        super().__init__(str(error))
+        self._error = error
+
+    def trailing_metadata(self) -> tuple[tuple[str, Any], ...]:
+        return tuple(
+            (key, value)
+            for key, value in (self._error.trailing_metadata() or ())
+            if key != _RETRY_INFO
+        )
+
+    def __getattr__(self, name: str) -> Any:  # code(), details(), initial_metadata(), ...
+        return getattr(self._error, name)
+
+    def __str__(self) -> str:
+        return str(self._error)
 
 
 class GrpcSpanExporter(OTLPSpanExporter):
@@ -139,6 +183,17 @@ class GrpcSpanExporter(OTLPSpanExporter):
         """The collector's ``partial_success.error_message`` for the last batch, if any."""
         self._reply: Any = None
         self._error: Any = None
+        raw = endpoint or next((os.environ[n] for n in _ENDPOINT_VARS if os.environ.get(n)), "")
+        if "?" in raw or "#" in raw:
+            source = "endpoint" if endpoint else _endpoint_variable()
+            cut = min(i for i in (raw.find("?"), raw.find("#")) if i >= 0)
+            shown = f"{redact_text(raw[:cut])}{raw[cut]}{REDACTED}"
+            raise ValueError(
+                f"{source}: the endpoint {shown!r} has a query string or fragment, which "
+                "OTLP/gRPC cannot send; "
+                "accepted: host:port or http(s)://host:port, with credentials in "
+                "OTEL_EXPORTER_OTLP_TRACES_HEADERS or OTEL_EXPORTER_OTLP_HEADERS"
+            )
         super().__init__(endpoint=endpoint, **kwargs)
         target = getattr(self, "_endpoint", "")
         if isinstance(target, str) and "@" in target:

@@ -14,7 +14,10 @@ OpenTelemetry's.
 OTLP/HTTP lets a client retry 429, 502, 503 and 504 only; every other
 status of 400 or more refuses the batch for good. OpenTelemetry's client
 does not follow redirects but counts a 3xx delivered: here it refuses the
-batch too.
+batch too. So does a request that could not even be made here (an invalid
+header or URL, a certificate file that is missing): it would fail the same
+way every time, whereas no answer at all (refused, reset, timed out) is
+worth another attempt.
 
 The reply of a delivered batch is read as an ``ExportTraceServiceResponse``:
 its ``partial_success`` says how many spans the collector rejected. A
@@ -83,6 +86,7 @@ class HttpSpanExporter(OTLPSpanExporter):
         self.retry_after: float | None = None
         """Seconds the collector asked to wait (``Retry-After``) after the last failure."""
         self._status: int | None = None  # the last response's, whichever path sent it
+        self._error: Any = None  # the last request's error, when it got no response
         self._reply: Any = None  # the transport's last result (a response, or an error)
         self._requested = False  # whether the last export made a request at all
         self._unsent = "not sent"  # why not, when it made none
@@ -96,6 +100,7 @@ class HttpSpanExporter(OTLPSpanExporter):
                 outcome = send(data)
                 status = getattr(outcome, "status_code", None)
                 self._status = status if isinstance(status, int) else None
+                self._error = getattr(outcome, "error", None)
                 return outcome
 
             client.export = export_noting_the_status  # type: ignore[union-attr]
@@ -114,7 +119,7 @@ class HttpSpanExporter(OTLPSpanExporter):
     def export(self, spans: Sequence[Any]) -> SpanExportResult:
         """Export SDK spans (OpenTelemetry encodes them) or :class:`EncodedSpan` items."""
         self._status = None
-        self._reply = None
+        self._reply = self._error = None
         self._requested = False
         self._unsent = "not sent"
         self.left_out = self.rejected = 0
@@ -130,6 +135,8 @@ class HttpSpanExporter(OTLPSpanExporter):
             if status is None:
                 if self._notes_requests and not self._requested and not self._shutdown:
                     self.refused = self._unsent
+                elif self._requested and not self._shutdown and _made_here(self._error):
+                    self.refused = f"the request could not be made: {type(self._error).__name__}"
             elif status in _RETRYABLE:
                 self.transient = f"HTTP {status}"
                 self.retry_after = _retry_after(self._reply)
@@ -216,6 +223,32 @@ class HttpSpanExporter(OTLPSpanExporter):
                 "could not be encoded" if bad else f"too large for max_request_size {limit}"
             )
         return result
+
+
+def _made_here(error: Any) -> bool:
+    """Whether *error* failed the request before it left (the same every time), not the network.
+
+    ``requests``' invalid header, URL and schema errors, and what it does
+    not wrap: a certificate file that is missing (``OSError``), a header
+    that cannot be encoded. Connection errors, timeouts and TLS failures
+    say nothing of the next attempt.
+    """
+    if error is None:
+        return False
+    try:
+        from requests import exceptions
+    except ImportError:  # another transport: whether the next attempt fails is not known
+        return False
+    if isinstance(error, exceptions.RequestException):  # an OSError too: checked first
+        local = (
+            exceptions.InvalidHeader,
+            exceptions.InvalidURL,
+            exceptions.MissingSchema,
+            exceptions.InvalidSchema,
+            exceptions.URLRequired,
+        )
+        return isinstance(error, local) and not isinstance(error, exceptions.ConnectionError)
+    return isinstance(error, (OSError, UnicodeError, TypeError))
 
 
 def _retry_after(reply: Any) -> float | None:

@@ -455,7 +455,9 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
         backoff = min(MAX_BACKOFF_S, INITIAL_BACKOFF_S * 2 ** min(self._failures - 1, 16))
         wait = backoff * random.uniform(0.5, 1.0)
         self._next_attempt = max(time.monotonic() + wait, self._not_before)
-        if not self._warned_outage:
+        # Once shutting down, what is held is retried until the deadline at most, and the
+        # shutdown's own summary says what was left: no promise of retries after it.
+        if not self._warned_outage and not (self._closing or self._abandoned):
             self._warned_outage = True
             logger.warning(
                 "asynctrace: exporter %r could not deliver a batch; failed batches are held "

@@ -1,0 +1,256 @@
+"""The OTLP exporter variables, checked before either transport uses them.
+
+A value that would fail every request (a header with a line break, an
+endpoint without ``http://`` or ``https://``, a timeout of 0, a certificate
+file that is not there) or that one transport would ignore with a warning
+(compression ``zstd``) is a :class:`~asynctrace.ConfigurationError` naming
+the variable, the value (a header's value as ``REDACTED``) and what is
+accepted. Headers are parsed as OpenTelemetry parses them.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from urllib.parse import unquote, urlsplit
+
+from .._errors import ConfigurationError
+from .._redact import REDACTED, redact_text
+
+__all__ = ["check_environment", "configured_headers"]
+
+_PREFIX = "OTEL_EXPORTER_OTLP_"
+_TRACES = "OTEL_EXPORTER_OTLP_TRACES_"
+_COMPRESSIONS = {"http/protobuf": ("none", "gzip", "deflate"), "grpc": ("none", "gzip")}
+# OpenTelemetry's parsing of ..._HEADERS (opentelemetry.util.re): URL-encoded items, else
+# (liberal) items taken as they are; an item matching neither is logged and left out.
+_OWS = r"[ \t]*"
+_KEY = r"[\x21\x23-\x27\x2a\x2b\x2d\x2e\x30-\x39\x41-\x5a\x5e-\x7a\x7c\x7e]+"
+_ENCODED_ITEM = re.compile(
+    rf"{_OWS}{_KEY}{_OWS}={_OWS}[\x21\x23-\x2b\x2d-\x3a\x3c-\x5b\x5d-\x7e]*{_OWS}"
+)
+_LIBERAL_ITEM = re.compile(
+    rf"{_OWS}{_KEY}{_OWS}={_OWS}[\x20\x21\x23-\x2b\x2d-\x3a\x3c-\x5b\x5d-\x7e]*{_OWS}"
+)
+_ITEM_SEPARATOR = re.compile(r"[ \t]*,[ \t]*")
+_HTTP_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # an RFC 9110 token
+_HTTP_VALUE = re.compile(r"[^\x00-\x08\x0a-\x1f\x7f]*")  # no control character but tab
+_GRPC_NAME = re.compile(r"[0-9a-z_.\-]+")
+_GRPC_VALUE = re.compile(r"[\x20-\x7e]*")
+
+
+def _variable(name: str) -> tuple[str, str] | None:
+    """The variable in force for *name* (``TIMEOUT``, say) and its value, else None.
+
+    The per-signal one first, then the general one, as OpenTelemetry reads
+    them; one that is empty (or blank) counts as unset.
+    """
+    for key in (f"{_TRACES}{name}", f"{_PREFIX}{name}"):
+        value = os.environ.get(key)
+        if value is not None and value.strip():
+            return key, value
+    return None
+
+
+def _refuse(key: str, value: str, problem: str, accepted: str) -> ConfigurationError:
+    return ConfigurationError(
+        f"{key}: {value!r} {problem}; accepted: {accepted} (an empty value counts as unset)"
+    )
+
+
+def check_environment(protocol: str) -> list[str]:
+    """Check the ``OTEL_EXPORTER_OTLP_*`` variables for *protocol*; which ones to hide.
+
+    Raises:
+        ConfigurationError: a value every request would fail with, or one the
+            exporter would not use as written. It names the variable, the
+            value (a header value as ``REDACTED``, an endpoint redacted) and
+            what is accepted.
+    """
+    grpc = protocol == "grpc"
+    hidden: list[str] = []
+    timeout = _variable("TIMEOUT")
+    if timeout is not None:
+        key, value = timeout
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = math.nan
+        if not (math.isfinite(seconds) and seconds > 0):
+            raise _refuse(
+                key,
+                value,
+                "is not a timeout",
+                "a number of seconds greater than 0, such as 10 or 2.5 (OpenTelemetry's "
+                "Python exporters read seconds, not milliseconds)",
+            )
+    compression = _variable("COMPRESSION")
+    if compression is not None:
+        key, value = compression
+        accepted = _COMPRESSIONS[protocol]
+        if value.strip().lower() not in accepted:
+            raise _refuse(key, value, f"is not a compression {protocol} has", ", ".join(accepted))
+        if grpc and value.strip().lower() == "none":  # OpenTelemetry's gRPC exporter refuses it
+            hidden += [f"{_TRACES}COMPRESSION", f"{_PREFIX}COMPRESSION"]
+    headers = _variable("HEADERS")
+    if headers is not None:
+        _check_headers(*headers, grpc=grpc)
+    tls = _check_grpc_target() if grpc else _check_http_endpoint()
+    if tls:
+        _check_certificates(grpc)
+    return hidden
+
+
+def configured_headers() -> list[tuple[str, str]]:
+    """The headers of the ``..._HEADERS`` variable in force, as OpenTelemetry parses them."""
+    headers = _variable("HEADERS")
+    return _parse_headers(headers[1]) if headers is not None else []
+
+
+def _parse_headers(text: str) -> list[tuple[str, str]]:
+    """*text* parsed as OpenTelemetry's ``parse_env_headers(text, liberal=True)`` does."""
+    parsed = []
+    for item in _ITEM_SEPARATOR.split(text):
+        item = item.strip()
+        if not item:
+            continue
+        if _ENCODED_ITEM.fullmatch(item):
+            name, _, value = item.partition("=")
+            parsed.append((unquote(name).strip().lower(), unquote(value).strip()))
+        elif _LIBERAL_ITEM.fullmatch(item):
+            name, _, value = item.partition("=")
+            parsed.append((name.strip().lower(), value.strip()))
+        # anything else OpenTelemetry logs (redacted) and leaves out
+    return parsed
+
+
+def _check_headers(key: str, text: str, *, grpc: bool) -> None:
+    """Each header of *text* must be one a request can carry: else every request would fail."""
+    for name, value in _parse_headers(text):
+        shown = redact_text(f"{name}={REDACTED}")
+        if grpc:
+            if not _GRPC_NAME.fullmatch(name) or name.endswith("-bin"):
+                raise _refuse(
+                    key,
+                    shown,
+                    "has a header name gRPC metadata cannot carry here",
+                    "lower-case names of letters, digits, '-', '_' and '.', not ending in "
+                    "'-bin' (binary metadata cannot be given as text)",
+                )
+            if not _GRPC_VALUE.fullmatch(value):
+                raise _refuse(
+                    key,
+                    shown,
+                    "has a header value gRPC metadata cannot carry (a line break, tab, other "
+                    "control character or non-ASCII character, once URL-decoded)",
+                    "printable ASCII values; URL-encode only what the variable's syntax needs",
+                )
+            continue
+        if not _HTTP_NAME.fullmatch(name):
+            raise _refuse(
+                key,
+                shown,
+                "has a header name HTTP cannot carry",
+                "names of letters, digits and !#$%&'*+-.^_`|~",
+            )
+        if not _HTTP_VALUE.fullmatch(value) or not _latin1(value):
+            raise _refuse(
+                key,
+                shown,
+                "has a header value HTTP cannot carry (a line break or other control "
+                "character, or a character outside Latin-1, once URL-decoded)",
+                "Latin-1 values without control characters (tab aside)",
+            )
+
+
+def _latin1(value: str) -> bool:
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_http_endpoint() -> bool:
+    """The http/protobuf endpoint must be an ``http://`` or ``https://`` URL; whether TLS."""
+    traces = os.environ.get(f"{_TRACES}ENDPOINT", "")
+    general = os.environ.get(f"{_PREFIX}ENDPOINT", "")
+    key, url = (
+        (f"{_TRACES}ENDPOINT", traces)
+        if traces.strip()
+        else (f"{_PREFIX}ENDPOINT", general)
+        if general.strip()
+        else ("", "http://localhost:4318/v1/traces")
+    )
+    try:
+        parts = urlsplit(url.strip())
+        scheme, host = parts.scheme.lower(), parts.hostname
+        port_ok = parts.port is None or parts.port >= 0
+    except ValueError:  # a port that is not a number, an unclosed '['
+        scheme, host, port_ok = "", None, False
+    if scheme not in ("http", "https") or not host or not port_ok:
+        raise _refuse(
+            key,
+            redact_text(url),
+            "is not an OTLP/HTTP endpoint",
+            "an http:// or https:// URL with a host, such as http://collector:4318 (the "
+            "per-signal variable is the whole URL: http://collector:4318/v1/traces)",
+        )
+    return scheme == "https"
+
+
+def _check_grpc_target() -> bool:
+    """Whether the gRPC channel uses TLS, as OpenTelemetry decides; ``..._INSECURE`` checked."""
+    insecure = _variable("INSECURE")
+    if insecure is not None and insecure[1].lower() not in ("true", "false"):
+        raise _refuse(*insecure, "is not a boolean", "true or false, in any case")
+    endpoint = _variable("ENDPOINT")
+    try:
+        scheme = urlsplit(endpoint[1]).scheme.lower() if endpoint is not None else "http"
+    except ValueError:  # an unclosed '[': OpenTelemetry's exporter refuses it when made
+        return False
+    if scheme == "https":
+        return True
+    if insecure is not None:
+        return insecure[1].lower() != "true"
+    return scheme != "http"
+
+
+def _check_certificates(grpc: bool) -> None:
+    """The certificate and key files the TLS connection will read must be there."""
+    if grpc:
+        if any(
+            os.environ.get(f"_OTEL_PYTHON_EXPORTER_OTLP_GRPC{part}CREDENTIAL_PROVIDER", "").strip()
+            for part in ("_", "_TRACES_")
+        ):
+            return  # credentials come from the provider: no file is read
+        # OpenTelemetry's gRPC exporter reads the three of one group: the per-signal
+        # ones if the per-signal certificate is set, else the general ones.
+        group = _TRACES if os.environ.get(f"{_TRACES}CERTIFICATE", "").strip() else _PREFIX
+        if not os.environ.get(f"{group}CERTIFICATE", "").strip():
+            return  # the system's roots
+        keys = [f"{group}{name}" for name in ("CERTIFICATE", "CLIENT_KEY", "CLIENT_CERTIFICATE")]
+    else:
+        keys = [
+            found[0]
+            for found in map(_variable, ("CERTIFICATE", "CLIENT_KEY", "CLIENT_CERTIFICATE"))
+            if found is not None
+        ]
+    for key in keys:
+        path = os.environ.get(key, "")
+        if not path.strip():
+            continue
+        bundle = not grpc and "CLIENT" not in key  # requests takes a directory of CAs too
+        usable = os.path.isfile(path) or (bundle and os.path.isdir(path))
+        if not usable or not os.access(path, os.R_OK):
+            raise _refuse(
+                key,
+                path,
+                "is not a readable file",
+                "the path of a PEM file that exists"
+                + (", or a directory of CA certificates" if bundle else ""),
+            )
+
+
+# -- what OpenTelemetry's exporters log ------------------------------------------
