@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BACKENDS",
+    "THREAD_HOOK",
     "Backend",
     "TracersBusy",
     "check_backend",
@@ -63,7 +64,7 @@ reinit_at_fork(_HOOKS)
 _warned: set[str] = set()
 # Before 3.12 viztracer records a thread through its profile hook; from 3.12 through
 # sys.monitoring, every thread, with no hook (as its own enable_thread_tracing).
-_THREAD_HOOK = sys.version_info < (3, 12)
+_THREAD_HOOK = THREAD_HOOK = sys.version_info < (3, 12)
 # viztracer's tracers. Each one built takes a thread-local storage key viztracer never
 # gives back (a process has about 1024; a build past them exits the process), and freeing
 # one calls threading.setprofile(None), which takes a running capture's hook away (the
@@ -125,6 +126,7 @@ class Backend:
         self.path = Path()
         self.marks: list[tuple[str, int, int]] = []  # (marker name, epoch ns before, after)
         self.about: dict[str, Any] = {}  # the profiled span's ids, pid, rank: otherData
+        self.thread = 0  # the ident of the thread that started the capture
 
     def prepare(self) -> None:
         """Build what :meth:`start` needs (slow: done ahead, on another thread)."""
@@ -148,8 +150,9 @@ class Backend:
     def discard(self) -> None:
         """Give back what :meth:`prepare` built, never started (a spare not needed)."""
 
-    def save(self) -> None:
-        """Write the capture to :attr:`path` (the saving thread)."""
+    def save(self, path: Path) -> None:
+        """Write the capture to *path*, a temporary file beside :attr:`path` (the saving
+        thread)."""
         raise NotImplementedError
 
     def mark(self) -> None:
@@ -267,6 +270,7 @@ class PythonBackend(Backend):
                     log_async=True,
                     register_global=False,
                     output_file=str(self.path),
+                    file_info=False,  # the source of every traced file: a script's secrets
                 )
                 _BUILT[0] += 1
                 # its plugin manager points back at it (no plugins here): a cycle the
@@ -320,10 +324,10 @@ class PythonBackend(Backend):
                 if tracer in _TRACERS and tracer not in _IDLE:
                     _IDLE.append(tracer)
 
-    def save(self) -> None:
+    def save(self, path: Path) -> None:
         tracer = self._tracer
         try:
-            tracer.save(str(self.path), verbose=0)
+            tracer.save(str(path), file_info=False, verbose=0)
             events = tracer.data.get("traceEvents", [])
             threads = {e.get("tid") for e in events if e.get("name") == "thread_name"}
             _SEEN[id(tracer)] = self.stale | frozenset(t for t in threads if isinstance(t, int))
@@ -375,8 +379,8 @@ class TorchBackend(Backend):
     def abandon(self) -> None:
         self._profile.stop()
 
-    def save(self) -> None:
-        self._profile.export_chrome_trace(str(self.path))
+    def save(self, path: Path) -> None:
+        self._profile.export_chrome_trace(str(path))
 
     def _marker(self, name: str) -> None:
         with self._record(name):
@@ -462,16 +466,22 @@ def _without_stale_threads(events: list[Any], stale: frozenset[int]) -> list[Any
     ]
 
 
-def finish_capture(backend: Backend, about: dict[str, Any]) -> None:
-    """Save *backend*'s capture, then write its clock alignment into it (a daemon thread).
+def finish_capture(backend: Backend, about: dict[str, Any]) -> bool:
+    """Save *backend*'s capture, then write its clock alignment into it (a daemon thread);
+    ``False`` if it could not be saved.
 
-    A capture whose buffer filled up (viztracer's is circular: the oldest
+    Both writes go to temporary files beside the capture's, which replaces it
+    whole only at the end: a write that fails (a full disk) leaves the claimed
+    file's empty trace, which ``convert`` reports as not saved, and no half-written
+    capture. A capture whose buffer filled up (viztracer's is circular: the oldest
     events, the step's start among them, were overwritten) says so with
     ``overflow: true`` under ``otherData.asynctrace``, and is warned about once.
     """
+    raw = backend.path.with_name(f".{backend.path.name}.raw.json")  # viztracer: .json
+    temporary = backend.path.with_name(f".{backend.path.name}.tmp")
     try:
-        backend.save()
-        document = _decode(backend.path.read_bytes())
+        backend.save(raw)
+        document = _decode(raw.read_bytes())
         if isinstance(document, list):
             document = {"traceEvents": document}
         stale: frozenset[int] = getattr(backend, "stale", frozenset())
@@ -497,8 +507,12 @@ def finish_capture(backend: Backend, about: dict[str, Any]) -> None:
                 backend.path.name,
                 backend.settings.entries,
             )
-        temporary = backend.path.with_name(f".{backend.path.name}.tmp")
         temporary.write_bytes(_encode(document))
         temporary.replace(backend.path)
     except Exception:
         logger.warning("asynctrace: saving the profile %s failed", backend.path, exc_info=True)
+        temporary.unlink(missing_ok=True)
+        return False
+    finally:
+        raw.unlink(missing_ok=True)
+    return True

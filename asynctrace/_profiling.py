@@ -38,8 +38,10 @@ from typing import Any
 
 from ._cm import SyncAndAsync
 from ._errors import ConfigurationError
+from ._forksafe import reinit_at_fork
 from ._profiler_backends import (
     BACKENDS,
+    THREAD_HOOK,
     Backend,
     TracersBusy,
     check_backend,
@@ -65,6 +67,12 @@ _ENTRIES = (1_000, 100_000_000)  # viztracer's buffer: accepted bounds, in entri
 _FORK_WAIT_S = 2.0  # longest a fork waits for a tracer being built (about 0.1 s)
 _MAX_CLAIMS = 10_000  # names tried for one capture before giving up on it
 _PLACEHOLDER = b'{"traceEvents":[]}'  # a claimed name, until the capture is saved
+_MAX_STEPS = 100_000  # scheduled steps: each is held in a set, looked up per span
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
 
 
 @dataclass(frozen=True)
@@ -112,17 +120,18 @@ class ProfilerSettings:
                 f"{key}.{unknown[0]}: unknown key; accepted: {', '.join(_KEYS)}"
             )
         steps = value.get("steps", ())
-        if isinstance(steps, (str, bytes)) or not hasattr(steps, "__iter__"):
-            raise ConfigurationError(
-                f"{key}.steps: {steps!r} is not accepted; accepted: a list of integers >= 0"
-            )
+        accepted = f"accepted: a list of at most {_MAX_STEPS} integers >= 0"
+        if isinstance(steps, (str, bytes, Mapping)) or not hasattr(steps, "__iter__"):
+            raise ConfigurationError(f"{key}.steps: {steps!r} is not accepted; {accepted}")
         checked: set[int] = set()
         for step in steps:
-            if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step < 0:
+                raise ConfigurationError(f"{key}.steps: {step!r} is not accepted; {accepted}")
+            checked.add(int(step))  # numpy's integers too, as an rl.iteration is
+            if len(checked) > _MAX_STEPS:  # a range(0, 10**15, 7) would never end
                 raise ConfigurationError(
-                    f"{key}.steps: {step!r} is not accepted; accepted: a list of integers >= 0"
+                    f"{key}.steps: {_shown(steps)} has more than {_MAX_STEPS} steps; {accepted}"
                 )
-            checked.add(step)
         backend = value.get("backend", "python")
         if not isinstance(backend, str) or backend not in BACKENDS:
             raise ConfigurationError(
@@ -161,10 +170,45 @@ class ProfilerSettings:
 
 @dataclass
 class _Request:
-    """The request file: (inode, mtime) of the pending request and of the last one honoured."""
+    """The request file: (inode, mtime) of the pending request and of the last one honoured.
+
+    One per directory for the process's life: a profiler configured again on the same
+    directory answers a request pending or answered before, as its first one did.
+    """
 
     pending: tuple[int, int] | None = None
     honoured: tuple[int, int] | None = None
+    watched: bool = False  # polled once: a file there before is no request
+    lock: threading.Lock = field(default_factory=threading.Lock)  # compare and set as one
+
+    def __post_init__(self) -> None:
+        reinit_at_fork(self.lock)
+
+
+_REQUESTS: dict[Path, _Request] = {}  # directory -> its request state
+# The profilers alive, for the fork hooks: one pair of hooks for the process, not one
+# per configure() (os.register_at_fork cannot take a hook back).
+_LIVE: weakref.WeakValueDictionary[int, Profiler] = weakref.WeakValueDictionary()
+
+
+def _before_fork() -> None:
+    for profiler in list(_LIVE.values()):
+        try:
+            profiler._before_fork()
+        except Exception as exc:  # the fork goes on
+            _warn_once("a profiler could not get ready for a fork", exc)
+
+
+def _in_child() -> None:
+    for profiler in list(_LIVE.values()):
+        try:
+            profiler._in_child()
+        except Exception as exc:  # the child goes on, unprofiled
+            _warn_once("a profiler could not be reset in a forked child", exc)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_child=_in_child)
 
 
 @dataclass
@@ -185,42 +229,39 @@ class Profiler:
     _preparing: threading.Thread | None = None  # building it
     _steps: frozenset[int] = frozenset()
     _captures: dict[object, int] = field(default_factory=dict)  # step -> last name suffix
+    _failed: int = 0  # captures not saved (no thread to save them, a write that failed)
 
     def __post_init__(self) -> None:
         self._steps = self.settings.steps  # read on the hot path: one attribute, no chain
+        self._request = _REQUESTS.setdefault(self.directory.absolute(), self._request)
         try:  # here, not on a thread: a fork meanwhile would inherit the import lock held
             import_backend(self.settings.backend)
         except Exception as exc:
             _warn_once(f"the {self.settings.backend} profiler could not be imported", exc)
         self._prepare_spare()
         self._watch()
-        if hasattr(os, "register_at_fork"):
-            ref = weakref.ref(self)
+        _LIVE[id(self)] = self  # the fork hooks below reach it while it lives
 
-            def before_fork() -> None:  # a tracer half-built must not be inherited
-                profiler = ref()
-                thread = profiler._preparing if profiler is not None else None
-                if thread is not None and thread is not threading.current_thread():
-                    thread.join(_FORK_WAIT_S)
+    def _before_fork(self) -> None:
+        """A tracer half-built must not be inherited: wait (briefly) for it."""
+        thread = self._preparing
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(_FORK_WAIT_S)
 
-            def in_child() -> None:  # the watcher thread is not inherited; nor is a capture
-                profiler = ref()
-                if profiler is None:
-                    return
-                profiler._lock = threading.Lock()  # whatever else holds: never inherited held
-                active, profiler._active = profiler._active, None
-                profiler._preparing = None
-                # torch's profiler is not stopped: Kineto's threads are not in the child,
-                # and stopping it there may wait for them. viztracer's hook is this thread's.
-                if active is not None and active.name == "python":
-                    try:
-                        active.abandon()  # the child would run traced its whole life
-                    except Exception as exc:
-                        _warn_once(f"the {profiler.settings.backend} profiler did not stop", exc)
-                if not profiler._closed.is_set():
-                    profiler._watch()
-
-            os.register_at_fork(before=before_fork, after_in_child=in_child)
+    def _in_child(self) -> None:
+        """The watcher thread is not inherited; nor is a capture."""
+        self._lock = threading.Lock()  # whatever else holds: never inherited held
+        active, self._active = self._active, None
+        self._preparing = None
+        # torch's profiler is not stopped: Kineto's threads are not in the child,
+        # and stopping it there may wait for them. viztracer's hook is this thread's.
+        if active is not None and active.name == "python":
+            try:
+                active.abandon()  # the child would run traced its whole life
+            except Exception as exc:
+                _warn_once(f"the {self.settings.backend} profiler did not stop", exc)
+        if not self._closed.is_set():
+            self._watch()
 
     def _prepare_spare(self) -> None:
         """Build the next capture's backend on a thread, so a step does not wait for it."""
@@ -240,7 +281,11 @@ class Profiler:
 
         thread = threading.Thread(target=build, name="asynctrace-profile-prepare", daemon=True)
         self._preparing = thread
-        thread.start()
+        try:
+            thread.start()
+        except RuntimeError as exc:  # no thread to be had: the step builds one as it starts
+            self._preparing = None
+            _warn_once(f"the {self.settings.backend} profiler could not be prepared", exc)
 
     def _discard_spare(self) -> None:
         spare, self._spare = self._spare, None
@@ -278,14 +323,18 @@ class Profiler:
                     "rank": self.rank,
                 }
                 backend.start()
+                backend.thread = threading.get_ident()
             except Exception as exc:  # never decides whether the step runs
                 if path is not None:
                     path.unlink(missing_ok=True)  # the name claimed, no capture to come
                 _warn_once(f"the {self.settings.backend} profiler did not start", exc)
                 return None
             self._active = backend
-            if request is not None:  # this capture answers the request
-                self._request.honoured, self._request.pending = request, None
+            if request is not None:  # this capture answers the request (and no newer one)
+                with self._request.lock:
+                    self._request.honoured = request
+                    if self._request.pending == request:
+                        self._request.pending = None
         return backend
 
     def _claim(self, step: int | str, backend: str) -> Path:
@@ -324,11 +373,20 @@ class Profiler:
             except Exception as exc:
                 _warn_once(f"the {self.settings.backend} profiler did not stop cleanly", exc)
             return
+        elsewhere = backend.thread != threading.get_ident()
+        if elsewhere and THREAD_HOOK and backend.name == "python" and "thread" not in _warned:
+            _warned.add("thread")
+            logger.warning(
+                "asynctrace: a profiled span was ended on another thread than the one it "
+                "started on: that thread keeps viztracer's idle profile hook for the rest "
+                "of its life (its calls cost more; told once)"
+            )
         if self._finish(backend) and not self._closed.is_set():
             self._prepare_spare()
 
     def _finish(self, backend: Backend, **extra: Any) -> bool:
-        """Stop *backend* and start saving it; ``False`` if it did not stop (not saved)."""
+        """Stop *backend* and start saving it; ``False`` if it did not stop or no thread
+        could be started to save it (not saved, its claimed name given back)."""
         try:
             backend.stop()
         except Exception as exc:  # a capture that did not stop is not saved, half-written
@@ -336,36 +394,59 @@ class Profiler:
             backend.path.unlink(missing_ok=True)  # its claimed name: no capture to come
             return False
         saver = threading.Thread(
-            target=finish_capture,
+            target=self._save,
             args=(backend, {**backend.about, **extra}),
             name="asynctrace-profile-save",
         )
         saver.daemon = True
-        self._saving = [t for t in self._saving if t.is_alive()]
-        self._saving.append(saver)
-        saver.start()
+        try:
+            saver.start()
+        except RuntimeError as exc:  # the process's thread limit: the capture is dropped
+            self._failed += 1
+            backend.path.unlink(missing_ok=True)
+            _warn_once(
+                f"a {self.settings.backend} profile could not be saved (no thread to save it)",
+                exc,
+                "the capture is lost",
+            )
+            return False
+        with self._lock:  # only a thread started: close() joins each one
+            self._saving = [t for t in self._saving if t.is_alive()]
+            self._saving.append(saver)
         return True
 
-    def close(self, timeout_s: float) -> bool:
-        """Stop watching; stop a capture still running (saved, marked ``truncated``); wait
-        up to *timeout_s* for captures being saved. ``False`` if one did not finish."""
+    def _save(self, backend: Backend, about: dict[str, Any]) -> None:
+        if not finish_capture(backend, about):
+            with self._lock:
+                self._failed += 1
+
+    def halt(self) -> None:
+        """Stop watching, and stop a capture still running (saved, marked ``truncated``)
+        without waiting for it to be saved: done before the spans still open are ended."""
         self._closed.set()
         self._discard_spare()
-        deadline = time.monotonic() + timeout_s
         with self._lock:
             active, self._active = self._active, None
         if active is not None:  # its span is still open: cut, as the spans open at shutdown
             self._finish(active, truncated=True)
-        for saver in self._saving:
+
+    def close(self, timeout_s: float) -> bool:
+        """:meth:`halt`, then wait up to *timeout_s* for captures being saved. ``False``
+        if one did not finish, or one was not saved (a failed write, no thread)."""
+        deadline = time.monotonic() + timeout_s
+        self.halt()
+        with self._lock:
+            saving = list(self._saving)
+        for saver in saving:
             saver.join(max(0.0, deadline - time.monotonic()))
-        unfinished = sum(saver.is_alive() for saver in self._saving)
+        unfinished = sum(saver.is_alive() for saver in saving)
         if unfinished:
             logger.warning(
                 "asynctrace: %d profile capture(s) were still being saved at shutdown; they "
                 "are incomplete or missing",
                 unfinished,
             )
-        return not unfinished
+        return not unfinished and not self._failed
 
     def _watch(self) -> None:
         self._watcher_pid = os.getpid()
@@ -379,18 +460,20 @@ class Profiler:
     def _poll(self) -> None:
         path = self.directory / REQUEST_FILE
         pid = os.getpid()
+        request = self._request
         first = True
         while not self._closed.wait(0.0 if first else _POLL_S) and os.getpid() == pid:
+            first = False
             try:
                 stat = path.stat()
                 seen: tuple[int, int] | None = (stat.st_ino, stat.st_mtime_ns)
             except OSError:
                 seen = None
-            if first:  # a request older than this process is not for it
-                self._request.honoured = seen
-                first = False
-            elif seen is not None and seen != self._request.honoured:
-                self._request.pending = seen
+            with request.lock:  # not between a capture's answer and its being recorded
+                if not request.watched:  # a request older than this process is not for it
+                    request.honoured, request.watched = seen, True
+                elif seen is not None and seen != request.honoured:
+                    request.pending = seen
 
 
 _PROFILER: list[Profiler | None] = [None]
@@ -438,7 +521,21 @@ class ProfiledSpan(SyncAndAsync[Any]):
             backend = self._backend = self._profiler.start(self._iteration, span)
             if backend is not None:
                 span.set_attribute(PROFILE_FILE, backend.path.name)
+        elif "unsampled" not in _warned and self._scheduled():
+            _warned.add("unsampled")
+            logger.warning(
+                "asynctrace: step %r is scheduled in profiler.steps, but its span is not "
+                "recorded (its trace is not sampled, see sample_rate, or this rank's spans "
+                "are not exported): it is not profiled, nor are other such steps (told once)",
+                self._iteration,
+            )
         return span
+
+    def _scheduled(self) -> bool:
+        try:
+            return self._iteration in self._profiler._steps
+        except TypeError:
+            return False
 
     def __exit__(
         self,
@@ -449,14 +546,21 @@ class ProfiledSpan(SyncAndAsync[Any]):
         backend = self._backend
         if backend is not None:
             self._backend = None
-            self._profiler.stop(backend)
+            try:
+                self._profiler.stop(backend)
+            except Exception as exc_stop:  # never the step's: its span ends all the same
+                _warn_once(
+                    f"the {self._profiler.settings.backend} profiler did not stop", exc_stop
+                )
         self._inner.__exit__(exc_type, exc, tb)
 
 
 _warned: set[str] = set()
 
 
-def _warn_once(message: str, exc: BaseException) -> None:
+def _warn_once(
+    message: str, exc: BaseException, consequence: str = "the step runs unprofiled"
+) -> None:
     if message not in _warned:
         _warned.add(message)
-        logger.warning("asynctrace: %s; the step runs unprofiled", message, exc_info=exc)
+        logger.warning("asynctrace: %s; %s", message, consequence, exc_info=exc)

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     from ._goodput import GoodputStats
+    from ._profiling import ProfilerSettings
     from ._settings import Settings
     from .export._pipeline import Pipeline
     from .export._queue import ExportStats
@@ -114,6 +115,10 @@ class Telemetry:
         self._running = pipeline is not None or sessions is not None
         self._result = True
         self._stopped = threading.Event()  # set once shutdown() has finished
+        # Threads inside shutdown() (running it or waiting for it): a signal handler that
+        # interrupts one of them and calls flush() or shutdown() answers at once, as the
+        # shutdown cannot go on under it (and may hold the event's lock).
+        self._in_shutdown: set[int] = set()
         # The event's condition lock too: a thread inside set() or wait() at fork().
         reinit_at_fork(self._lock, self._stopped)
         if not self._running:
@@ -223,6 +228,8 @@ class Telemetry:
             True
         """
         timeout_s = _wait_s(timeout_s)
+        if threading.get_ident() in self._in_shutdown:  # a signal handler on its thread
+            return self._result if self._stopped.is_set() else False
         if not self._running:  # shut down, or shutting down: its flush is the last one
             return self._result if self._stopped.wait(timeout_s) else False
         deadline = time.monotonic() + timeout_s
@@ -240,13 +247,27 @@ class Telemetry:
         ``shutdown_timeout_s``) even when an exporter is stuck; returns
         ``False`` in that case. Called while a shutdown runs on another thread,
         it waits for that one (within *timeout_s*) and returns its result, or
-        ``False`` if it has not finished. Dropped and failed spans are logged.
+        ``False`` if it has not finished. Called (or :meth:`flush` called) from a
+        signal handler that interrupted a shutdown on the same thread, it
+        returns at once: the result if that shutdown has finished, else
+        ``False`` (the shutdown goes on once the handler returns). Dropped and
+        failed spans are logged.
 
         Example:
             >>> configure({"enabled": False}).shutdown()
             True
         """
         timeout = _wait_s(self.settings.shutdown_timeout_s if timeout_s is None else timeout_s)
+        me = threading.get_ident()
+        if me in self._in_shutdown:  # a signal handler interrupting this thread's shutdown()
+            return self._result if self._stopped.is_set() else False
+        self._in_shutdown.add(me)
+        try:
+            return self._shutdown_once(timeout)
+        finally:
+            self._in_shutdown.discard(me)
+
+    def _shutdown_once(self, timeout: float) -> bool:
         release_for_shutdown()  # called in a goodput callback: its close must not wait for it
         with self._lock:
             running, self._running = self._running, False
@@ -280,8 +301,12 @@ class Telemetry:
         if pipeline is None:
             return ok
         profiler = self._profiler
-        if profiler is not None and active_profiler() is profiler:
-            install_profiler(None)  # no new capture; those being saved are waited for below
+        if profiler is not None:
+            if active_profiler() is profiler:
+                install_profiler(None)  # no new capture; those being saved are waited for below
+            # A capture still running stops before the spans still open are ended (its
+            # events stay inside its span), and is saved while the exporters shut down.
+            profiler.halt()
         # Groups asked for and never registered are told before the end, however short
         # the run was (the audit window may not have closed), whatever holds the gate now
         # (a test's capture, say).
@@ -303,9 +328,7 @@ class Telemetry:
                 "asynctrace.truncated=true",
                 truncated,
             )
-        from .export._queue import summarize
-
-        summarize(pipeline.stats())
+        _summarize(pipeline)
         return ok
 
     def _shutdown_global(self) -> None:
@@ -360,6 +383,8 @@ class Telemetry:
                 span_groups=self.settings.span_groups,
                 propagate_scopes=self.settings.propagate_scopes,
             )
+            if GATE.loop_stall:  # loops watched under the configuration before: still watched
+                _stalls.rearm()
             self._owns_global = _otel_global.claim(pipeline.provider, self._shutdown_global)
             if self._profiler is not None:
                 install_profiler(self._profiler)
@@ -482,14 +507,62 @@ def configure(
         _release_closed_sigterm()
         telemetry = _start(settings, session_path, lambda: _pipeline.build(plan))
         if profile_dir is not None and settings.profiler is not None:  # its threads start now
-            telemetry._profiler = Profiler(
-                settings.profiler, profile_dir, settings.rank, settings.role
-            )
+            telemetry._profiler = _new_profiler(telemetry, settings.profiler, profile_dir)
         telemetry._install()
         with _current_lock:
             _current = telemetry
             _last_result = True  # a new run: the last one's shutdown is no longer asked
     return telemetry
+
+
+def _new_profiler(telemetry: Telemetry, profiler: ProfilerSettings, directory: Path) -> Profiler:
+    """The profiler of *telemetry* (started, not installed); on any error the new
+    pipeline is shut down again, and the error raised (a :class:`ConfigurationError`
+    naming the key when the process had no thread or descriptor to spare)."""
+    settings = telemetry.settings
+    try:
+        return Profiler(profiler, directory, settings.rank, settings.role)
+    except BaseException as exc:
+        telemetry.shutdown()  # its export threads and files: nothing is left running
+        if not isinstance(exc, (OSError, RuntimeError)):
+            raise
+        raise ConfigurationError(
+            f"profiler: {profiler!r}: the profiler could not be started "
+            f"({type(exc).__name__}: {exc}); telemetry is off; accepted: a profiler "
+            "configuration the process can start (a thread and files to spare), or none"
+        ) from exc
+
+
+def _summarize(pipeline: Pipeline) -> None:
+    """Log what each exporter dropped or failed, at the end of a shutdown.
+
+    Spans an exporter abandoned past the timeout was still exporting are not
+    dropped: its thread goes on and may still write them. They are told apart
+    (counted as dropped only while they are not written).
+    """
+    import dataclasses
+
+    from ._fast import FastTracerProvider
+    from .export._queue import QueuedSpanProcessor, summarize
+
+    stats = pipeline.stats()  # first: the in-flight spans read below are among its dropped
+    queues = list(pipeline.queued)
+    if isinstance(pipeline.provider, FastTracerProvider):
+        queues += [q for q in pipeline.provider.queues() if isinstance(q, QueuedSpanProcessor)]
+    flying = {q.name: q._in_flight for q in dict.fromkeys(queues) if q._abandoned}
+    told = []
+    for item in stats:
+        in_flight = min(flying.get(item.name, 0), item.dropped)
+        if in_flight:
+            logger.warning(
+                "asynctrace: exporter %r was abandoned with %d spans in flight; its thread "
+                "may still write them",
+                item.name,
+                in_flight,
+            )
+            item = dataclasses.replace(item, dropped=item.dropped - in_flight)
+        told.append(item)
+    summarize(told)
 
 
 def _release_closed_sigterm() -> None:

@@ -47,6 +47,7 @@ ROLE_KEY = "asynctrace.role"
 
 DEFAULT_SERVICE_NAME = "asynctrace"
 RUN_ID_ENV = "ASYNCTRACE_RUN_ID"
+EXPORT_RANKS_ENV = "ASYNCTRACE_EXPORT_RANKS"
 
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 
@@ -161,9 +162,10 @@ def resolve(
             f"role: {role!r} is not accepted; accepted: None or a name of letters, digits "
             "and _ . - (it is part of the trace file name)"
         )
-    run_id, run_id_key = values["run_id"], "run_id"
-    if not run_id:
-        run_id, run_id_key = _env_text(env, RUN_ID_ENV), RUN_ID_ENV
+    env_run_id = _env_text(env, RUN_ID_ENV)
+    run_id = values["run_id"] or env_run_id
+    # Named as the variable when it says so (configure() read it into the config, or not).
+    run_id_key = RUN_ID_ENV if run_id and run_id == env_run_id else "run_id"
     run_id = run_id or new_run_id()
     if not _SAFE_NAME.fullmatch(run_id):
         raise ConfigurationError(
@@ -181,7 +183,8 @@ def resolve(
         and not any(r < world_size for r in export_ranks.ranks)
     ):
         raise ConfigurationError(
-            f"export_ranks: {sorted(export_ranks.ranks)} names no rank of this job "
+            f"{_export_ranks_key(export_ranks, env)}: {sorted(export_ranks.ranks)} names no "
+            "rank of this job "
             f"(world_size={world_size}), so no rank would export; accepted: ranks below "
             "world_size, or all, first, last, local_first, sampled:<rate>"
         )
@@ -199,11 +202,9 @@ def resolve(
     else:  # only the goodput metrics use OTLP, if anything does
         protocol = metrics_protocol
     writes_files = "chrome" in exporters or session.enabled or bool(goodput and goodput.file)
-    output_dir = (  # "~" expanded once, here: every writer gets the same directory
-        os.path.expanduser(values["output_dir"].replace("{run_id}", run_id))
-        if writes_files
-        else None
-    )
+    # "~" expanded once, here: every writer gets the same directory
+    run_dir = os.path.expanduser(values["output_dir"].replace("{run_id}", run_id))
+    output_dir = run_dir if writes_files else None
     service_name = values["service_name"] or _env_service_name(env) or DEFAULT_SERVICE_NAME
     resource: dict[str, Any] = _detected(env)
     resource.update(
@@ -244,7 +245,7 @@ def resolve(
         span_limits=limits_from(values["span_limits"], env),
         propagate_scopes=values["propagate_scopes"],
         loop_stall_threshold_ms=values["loop_stall_threshold_ms"],
-        profiler=_profiler(values["profiler"], output_dir),
+        profiler=_profiler(values["profiler"], run_dir),
         otlp_protocol=protocol,
         otlp_metrics_protocol=metrics_protocol,
         exporting=exporting,
@@ -270,15 +271,11 @@ def _goodput(value: GoodputSettings | bool | None) -> GoodputSettings | None:
     return None
 
 
-def _profiler(value: ProfilerSettings | None, output_dir: str | None) -> ProfilerSettings | None:
-    """The profiler settings, with the captures' directory decided."""
+def _profiler(value: ProfilerSettings | None, output_dir: str) -> ProfilerSettings | None:
+    """The profiler settings, with the captures' directory decided: ``profiler.output``,
+    else ``output_dir``, whether or not anything else writes files there."""
     if value is None or value.output is not None:
         return value
-    if output_dir is None:
-        raise ConfigurationError(
-            "profiler.output: None is not accepted when nothing else writes files (no chrome "
-            "exporter, no session tracer); accepted: a directory path"
-        )
     return dataclasses.replace(value, output=output_dir)
 
 
@@ -327,6 +324,18 @@ def _detected(env: Mapping[str, str]) -> dict[str, Any]:
         if sep:  # the SDK skips an entry without "=": it sets nothing, so it takes nothing
             detected.pop(key.strip(), None)
     return detected
+
+
+def _export_ranks_key(export_ranks: ExportRanks, env: Mapping[str, str]) -> str:
+    """``ASYNCTRACE_EXPORT_RANKS`` when that variable says *export_ranks*, else the key."""
+    raw = env.get(EXPORT_RANKS_ENV)
+    if isinstance(raw, str) and raw.strip():
+        try:
+            if coerce_field(EXPORT_RANKS_ENV, "export_ranks", raw.strip()) == export_ranks:
+                return EXPORT_RANKS_ENV
+        except ConfigurationError:  # the value came from elsewhere, then
+            pass
+    return "export_ranks"
 
 
 def _env_text(env: Mapping[str, str], var: str) -> str:

@@ -43,7 +43,7 @@ from ._semconv import GROUP
 from ._stall_frames import Frame, current_frames, stack, task_context
 from ._state import GATE
 
-__all__ = ["DEFAULT_THRESHOLD_MS", "LOOP_STALL", "SPAN_NAME", "notice_loop", "stop_all"]
+__all__ = ["DEFAULT_THRESHOLD_MS", "LOOP_STALL", "SPAN_NAME", "notice_loop", "rearm", "stop_all"]
 
 logger = logging.getLogger("asynctrace")
 
@@ -71,6 +71,8 @@ _monitors: dict[int, _Monitor] = {}  # id(loop) -> its monitor
 _last: object = _UNSET  # the loop notice_loop saw last (its fast path)
 _threshold_s = DEFAULT_THRESHOLD_MS / 1000
 _said: set[object] = set()
+# The loops (weakly) and loop threads stop_all() last stopped watching, for rearm().
+_stopped_loops: list[tuple[Callable[[], asyncio.AbstractEventLoop | None], int]] = []
 
 
 def set_threshold(milliseconds: float) -> None:
@@ -138,18 +140,44 @@ def _say_once(key: object, message: str) -> None:
 
 
 def stop_all(timeout_s: float = 0.1) -> None:
-    """Stop every monitor; their watchdog threads are gone when this returns (or *timeout_s*)."""
-    global _last
+    """Stop every monitor; their watchdog threads are gone when this returns (or *timeout_s*).
+
+    The loops they watched are remembered (weakly) for :func:`rearm`.
+    """
+    global _last, _stopped_loops
     with _lock:
         monitors = list(_monitors.values())
         _monitors.clear()
         _last = _UNSET
+        _stopped_loops = [
+            (m._loop, m.loop_thread) for m in monitors if not m.stopped and not m.failed
+        ]
     deadline = _monotonic() + timeout_s
     for monitor in monitors:
         monitor.stop()
     for monitor in monitors:
         if monitor.thread is not threading.current_thread():
             monitor.thread.join(max(0.0, deadline - _monotonic()))
+
+
+def rearm() -> None:
+    """Watch again the loops :func:`stop_all` stopped watching that still run.
+
+    A configuration that turns ``loop_stall`` on calls it: a loop that was
+    watched under the one before (a step still open in it, say) is watched
+    from now on, not only once its next umbrella span starts.
+    """
+    global _stopped_loops
+    with _lock:
+        stopped, _stopped_loops = _stopped_loops, []
+        for loop_ref, thread in stopped:
+            loop = loop_ref()
+            if loop is None or not loop.is_running() or id(loop) in _monitors:
+                continue
+            try:  # from the configuring thread, maybe not the loop's
+                _monitors[id(loop)] = _Monitor(loop, _threshold_s, thread)
+            except RuntimeError as exc:  # no thread to spare: its next umbrella span re-arms
+                _say_once("rearm", f"a loop is not watched for stalls until its next step ({exc})")
 
 
 def _after_fork_in_child() -> None:
@@ -160,6 +188,7 @@ def _after_fork_in_child() -> None:
         monitor.stopped = True
         monitor.lock = threading.Lock()
     _monitors.clear()
+    _stopped_loops.clear()
     _last = _UNSET
 
 
@@ -257,10 +286,12 @@ class _Monitor:
     heartbeats, so the loop's own iterations cost nothing more.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, threshold_s: float) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, threshold_s: float, loop_thread: int | None = None
+    ) -> None:
         self._loop = _loop_ref(loop)
         self.loop_id = id(loop)
-        self.loop_thread = threading.get_ident()
+        self.loop_thread = threading.get_ident() if loop_thread is None else loop_thread
         self.threshold = threshold_s
         self.half = threshold_s / 2
         self.period = min(max(threshold_s / 5, 0.001), 0.01)  # samples while blocked

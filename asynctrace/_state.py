@@ -5,14 +5,19 @@ from __future__ import annotations
 import logging
 import threading
 import warnings
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.util import types
 
 from . import _group_audit, _groups
+from ._cm import otel_contextmanager
 from ._errors import ConfigurationError
+from ._fast._provider import FastTracer
 from ._scopes import SCOPES
-from ._span_errors import RedactingTracer
+from ._span_errors import RedactingTracer, redacted_block
 
 __all__ = [
     "GATE",
@@ -254,33 +259,110 @@ def enabled_span_groups() -> frozenset[str]:
 def get_tracer() -> trace.Tracer:
     """The OpenTelemetry API tracer asynctrace records through.
 
-    A no-op tracer while telemetry is off. Integrations use it for spans whose
-    kind or shape the helpers do not cover. On either provider, an exception
-    escaping its ``start_as_current_span`` is recorded redacted, as
-    asynctrace's own spans record it.
+    It binds late, as OpenTelemetry's proxy tracer does: each span it starts
+    goes to the tracer of the telemetry running when the span starts, so a
+    tracer taken at import time, or under a configuration since replaced,
+    records into the one running now. While telemetry is off its spans are
+    OpenTelemetry's invalid span (non-recording, the current context left as
+    it is). Integrations use it for spans whose kind or shape the helpers do
+    not cover. On either provider, an exception escaping its
+    ``start_as_current_span`` is recorded redacted, as asynctrace's own spans
+    record it.
 
     Example:
-        >>> get_tracer()  # doctest: +ELLIPSIS
-        <opentelemetry.trace.NoOpTracer object at ...>
+        >>> get_tracer().start_span("unconfigured").is_recording()
+        False
     """
+    return _LATE_TRACER
+
+
+def _current_tracer() -> tuple[trace.Tracer | None, bool]:
+    """The tracer :func:`get_tracer`'s spans go to now: the gate's (an SDK one wrapped
+    to record exceptions redacted), or ``None`` while telemetry is off; and whether it
+    is asynctrace's own (its spans are made current by :func:`redacted_block`)."""
     tracer = GATE.tracer
-    if tracer is None:
-        return trace.NoOpTracer()
-    if tracer.__class__.__module__.startswith("opentelemetry.sdk"):  # the SDK provider's
-        handed = _handed
-        if handed is None or handed.tracer is not tracer:
-            handed = _new_handed(tracer)
-        return handed
-    return tracer
+    handed = _handed
+    if handed[0] is tracer:
+        return handed[1], handed[2]
+    return _hand(tracer)
 
 
-_handed: RedactingTracer | None = None  # the wrapper of the SDK tracer GATE holds
-
-
-def _new_handed(tracer: trace.Tracer) -> RedactingTracer:
+def _hand(tracer: trace.Tracer | None) -> tuple[trace.Tracer | None, bool]:
+    """What :func:`get_tracer`'s spans go to while the gate holds *tracer* (remembered)."""
     global _handed
-    _handed = RedactingTracer(tracer)
-    return _handed
+    handed: tuple[trace.Tracer | None, trace.Tracer | None, bool]
+    if tracer is None or isinstance(tracer, FastTracer):
+        handed = (tracer, tracer, tracer is not None)
+    elif tracer.__class__.__module__.startswith("opentelemetry.sdk"):  # the SDK provider's
+        handed = (tracer, RedactingTracer(tracer), True)
+    else:  # another provider's tracer: handed as it is
+        handed = (tracer, tracer, False)
+    _handed = handed
+    return handed[1], handed[2]
+
+
+class _LateTracer(trace.Tracer):
+    """:func:`get_tracer`'s tracer: every span goes to the gate's tracer of the moment."""
+
+    __slots__ = ()
+
+    def start_span(
+        self,
+        name: str,
+        context: otel_context.Context | None = None,
+        kind: trace.SpanKind = trace.SpanKind.INTERNAL,
+        attributes: types.Attributes = None,
+        links: Sequence[trace.Link] | None = None,
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+    ) -> trace.Span:
+        """Start a span with the tracer running now (not made current)."""
+        tracer = _current_tracer()[0]
+        if tracer is None:
+            return trace.INVALID_SPAN
+        return tracer.start_span(
+            name, context, kind, attributes, links, start_time, record_exception,
+            set_status_on_exception,
+        )  # fmt: skip
+
+    @otel_contextmanager
+    def start_as_current_span(
+        self,
+        name: str,
+        context: otel_context.Context | None = None,
+        kind: trace.SpanKind = trace.SpanKind.INTERNAL,
+        attributes: types.Attributes = None,
+        links: Sequence[trace.Link] | None = None,
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+        end_on_exit: bool = True,
+    ) -> Iterator[trace.Span]:
+        """Start a span with the tracer running now, current for the block (also a
+        decorator: the tracer is looked up at each call)."""
+        tracer, own = _current_tracer()
+        if tracer is None:  # as OpenTelemetry's no-op tracer: nothing made current
+            yield trace.INVALID_SPAN
+            return
+        if not own:  # another provider's tracer: made current its own way
+            with tracer.start_as_current_span(
+                name, context, kind, attributes, links, start_time, record_exception,
+                set_status_on_exception, end_on_exit,
+            ) as span:  # fmt: skip
+                yield span
+            return
+        span = tracer.start_span(
+            name, context, kind, attributes, links, start_time, record_exception,
+            set_status_on_exception,
+        )  # fmt: skip
+        yield from redacted_block(span, end_on_exit, record_exception, set_status_on_exception)
+
+
+_LATE_TRACER = _LateTracer()
+# The gate's tracer last seen by _current_tracer, what get_tracer()'s spans go to while
+# it is there, and whether that is asynctrace's own (replaced whole: read without a lock).
+_handed: tuple[trace.Tracer | None, trace.Tracer | None, bool] = (None, None, False)
 
 
 def _version() -> str:

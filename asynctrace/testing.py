@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +24,7 @@ from ._config import PROVIDER_NAMES
 from ._errors import ConfigurationError, MissingExtraError
 from ._forksafe import reinit_at_fork
 from ._runtime import current_telemetry
+from ._semconv import TRUNCATED
 from ._state import GATE, GateSnapshot, disable_telemetry, enable_telemetry, restore, snapshot
 
 if TYPE_CHECKING:
@@ -97,11 +98,17 @@ class CapturedSpans:
 PROVIDER_ENV = "ASYNCTRACE_PROVIDER"
 
 
-def _memory_pipeline(provider: str) -> tuple[Any, InMemorySpanExporter]:
-    """A provider of kind *provider* and the in-memory exporter it feeds at once."""
+def _memory_pipeline(provider: str) -> tuple[Any, InMemorySpanExporter, Callable[[], int]]:
+    """A provider of kind *provider*, the in-memory exporter it feeds at once, and what
+    ends the spans still open (tagged truncated) when the capture exits.
+
+    Either kind records every span whatever the environment says: a capture is
+    not configured by ``OTEL_TRACES_SAMPLER`` or ``OTEL_SDK_DISABLED`` (the
+    SDK provider would read them), as it is not by the ``ASYNCTRACE_*`` keys.
+    """
     try:
         from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace import TracerProvider, sampling
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor
         from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
             InMemorySpanExporter,
@@ -109,6 +116,7 @@ def _memory_pipeline(provider: str) -> tuple[Any, InMemorySpanExporter]:
 
         from .export._adapters import LazyMemoryExporter
         from .export._convert import Converter
+        from .export._open_spans import OpenSpanTracker
     except ImportError as exc:
         raise MissingExtraError("sdk", "opentelemetry.sdk") from exc
     from ._fast import IDS, FastTracerProvider, SpanLimits
@@ -118,15 +126,40 @@ def _memory_pipeline(provider: str) -> tuple[Any, InMemorySpanExporter]:
         fast = FastTracerProvider(resource)
         memory = LazyMemoryExporter(Converter(resource, fast.limits))
         fast.add_queue(memory)
-        return fast, memory
+        return fast, memory, lambda: fast.end_open_spans(TRUNCATED)
     exporter = InMemorySpanExporter()
     sdk = TracerProvider(
         shutdown_on_exit=False,
+        sampler=sampling.ALWAYS_ON,
         span_limits=SpanLimits().to_sdk(),
         id_generator=IDS,  # type: ignore[arg-type]
     )
+    sdk._disabled = False  # read from OTEL_SDK_DISABLED: a capture records regardless
+    tracker = OpenSpanTracker()  # first: the spans it truncates reach the exporter
+    sdk.add_span_processor(tracker)
     sdk.add_span_processor(SimpleSpanProcessor(exporter))
-    return sdk, exporter
+    return sdk, exporter, tracker.end_open_spans
+
+
+def _provider_name(provider: object) -> str:
+    """The provider *provider* (else ``ASYNCTRACE_PROVIDER``, else ``"fast"``) names,
+    as :func:`asynctrace.configure` reads them: a blank variable is unset.
+
+    Raises:
+        ConfigurationError: it names no provider.
+    """
+    where, value = "provider", provider
+    if provider is None:
+        where, value = PROVIDER_ENV, os.environ.get(PROVIDER_ENV, "")
+        if not value.strip():
+            return "fast"
+    name = value.strip().lower() if isinstance(value, str) else None
+    if name is None or name not in PROVIDER_NAMES:
+        raise ConfigurationError(
+            f"{where}: {value!r} is not accepted; accepted: {', '.join(PROVIDER_NAMES)} "
+            "(a capture builds its own provider: pass none of your own)"
+        )
+    return name
 
 
 @contextlib.contextmanager
@@ -140,7 +173,11 @@ def capture_spans(
     ``SimpleSpanProcessor``), or, when ``None``, the ``ASYNCTRACE_PROVIDER``
     variable, else ``"fast"`` (what :func:`asynctrace.configure` uses). Either
     way the spans are SDK ``ReadableSpan`` objects in an in-memory exporter,
-    available as soon as they end. The previous telemetry state is restored on
+    available as soon as they end. The provider records every span: it reads
+    neither ``OTEL_TRACES_SAMPLER`` nor ``OTEL_SDK_DISABLED``. Spans still open
+    when the block exits are ended then, tagged ``asynctrace.truncated=true``,
+    and captured (as a shutdown of :func:`asynctrace.configure` ends them);
+    their owners' later ``end()`` does nothing. The previous telemetry state is restored on
     exit, even on error, unless the block changed it: telemetry configured
     (or turned off) inside the block stays as it is then, and telemetry that
     was running before and was shut down inside the block is not brought
@@ -161,7 +198,8 @@ def capture_spans(
             configuration key of the same name).
 
     Raises:
-        ConfigurationError: *provider* (or ``ASYNCTRACE_PROVIDER``) names no provider.
+        ConfigurationError: *provider* (or ``ASYNCTRACE_PROVIDER``, unless blank)
+            names no provider.
 
     Example:
         >>> with capture_spans("per_step") as captured:
@@ -169,13 +207,7 @@ def capture_spans(
         >>> len(captured)
         0
     """
-    name = provider if provider is not None else os.environ.get(PROVIDER_ENV, "") or "fast"
-    if name.strip().lower() not in PROVIDER_NAMES:
-        where = "provider" if provider is not None else PROVIDER_ENV
-        raise ConfigurationError(
-            f"{where}: {name!r} is not accepted; accepted: {', '.join(PROVIDER_NAMES)}"
-        )
-    tracer_provider, exporter = _memory_pipeline(name.strip().lower())
+    tracer_provider, exporter, end_open_spans = _memory_pipeline(_provider_name(provider))
     with _lock:
         previous = snapshot()
         # The configured telemetry the gate held, if any: shut down inside the block, its
@@ -195,7 +227,10 @@ def capture_spans(
     finally:
         with _lock:
             _leave(tracer_provider)
-        tracer_provider.shutdown()
+        try:  # as a shutdown of configure()'s does: into the capture, tagged truncated
+            end_open_spans()
+        finally:
+            tracer_provider.shutdown()
 
 
 @dataclass

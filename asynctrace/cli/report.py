@@ -225,7 +225,9 @@ def _profiles(captures: Sequence[Path], output: Path) -> list[tuple[str, str, st
         if match is None:  # pragma: no cover - find_captures matched it
             continue
         href = Path(os.path.relpath(path.resolve(), base)).as_posix()
-        rows.append((f"r{match['rank']} step {match['step']}", match["backend"], href))
+        role = match["role"]  # the driver's rank 0 is not worker rank 0
+        who = f"r{match['rank']}" if role in (None, "worker") else f"{role} r{match['rank']}"
+        rows.append((f"{who} step {match['step']}", match["backend"], href))
     return rows
 
 
