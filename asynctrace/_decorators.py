@@ -6,13 +6,14 @@ import functools
 import inspect
 import sys
 import types
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from keyword import iskeyword
 from typing import Any, TypeVar, cast
 
 from . import _scopes
 from ._errors import ConfigurationError
 from ._groups import PER_PROMPT as PER_PROMPT_GROUP
+from ._groups import validate_name
 from ._span_context import attach, attach_context, current_context, detach, finish
 from ._span_rules import LEAF, UMBRELLA, Attributes
 from ._spans import managed_span, start, umbrella_span
@@ -78,11 +79,14 @@ def _unpartial(fn: Any) -> Any:
 def _classified(fn: Callable[..., Any]) -> Any:
     """What decides how *fn* is traced: *fn*, or the ``__call__`` of a callable object.
 
-    A partial is looked through (as :mod:`inspect` does). An object that is
-    neither a function nor a class (an instance whose ``__call__`` is
-    ``async def``, or a generator) is a coroutine function, a generator
-    function and so on exactly when its class's ``__call__`` is one.
+    A partial is looked through (as :mod:`inspect` does). An object that
+    :mod:`inspect` calls a coroutine or async generator function (an
+    ``AsyncMock``, say) is one. Another object that is neither a function nor
+    a class is a coroutine function, a generator function and so on exactly
+    when its class's ``__call__`` is one.
     """
+    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+        return fn  # says so itself (an AsyncMock, a marked function), whatever its __call__ is
     target = _unpartial(fn)
     if inspect.isroutine(target) or isinstance(target, type):
         return fn
@@ -106,9 +110,24 @@ def _check_callable(fn: object, where: str) -> None:
 
 
 def _check_group(group: object, where: str) -> str:
+    """The group's name as registered (``register_span_groups`` accepts the same names)."""
     if not isinstance(group, str) or not group.strip():
         raise ConfigurationError(f"{where}(group): expected a non-empty group name, got {group!r}")
-    return group.strip().lower()
+    return validate_name(group, f"{where}(group)")
+
+
+def _check_options(attributes: object, profile: object, where: str) -> Attributes | None:
+    """*attributes* (a mapping with str keys, or None) and *profile* (a bool), checked."""
+    if attributes is not None and not (
+        isinstance(attributes, Mapping) and all(isinstance(key, str) for key in attributes)
+    ):
+        raise ConfigurationError(
+            f"{where}(attributes): expected a mapping of attribute names (str) to values, "
+            f"or None; got {attributes!r}"
+        )
+    if not isinstance(profile, bool):
+        raise ConfigurationError(f"{where}(profile): expected True or False, got {profile!r}")
+    return attributes
 
 
 def _check_name(name: object, where: str) -> str | None:
@@ -191,6 +210,37 @@ def _decorate(fn: F, group: str, name: str | None, shape: int, attributes: Attri
 _PREFIX = "_at_"
 
 
+def _advertises_signature(fn: object) -> bool:
+    """Whether a ``__signature__`` is advertised anywhere :func:`inspect.signature` looks.
+
+    That is on *fn* itself, on the function inside a partial, a bound method,
+    a ``staticmethod`` or ``classmethod``, on a class's ``__init__`` or
+    ``__new__``, and on a callable object's class or its ``__call__``. A chain
+    too long to follow counts as advertised.
+    """
+    todo = [fn]
+    for _ in range(64):
+        if not todo:
+            return False
+        item = todo.pop()
+        if "__signature__" in getattr(item, "__dict__", {}):
+            return True
+        if isinstance(item, functools.partial):
+            todo.append(item.func)
+        elif isinstance(item, (types.MethodType, staticmethod, classmethod)):
+            todo.append(item.__func__)
+        elif isinstance(item, type):
+            todo += [
+                inspect.getattr_static(item, "__init__", None),
+                inspect.getattr_static(item, "__new__", None),
+            ]
+        elif item is not None and not inspect.isroutine(item):  # a callable object
+            if inspect.getattr_static(type(item), "__signature__", None) is not None:
+                return True
+            todo.append(inspect.getattr_static(type(item), "__call__", None))
+    return True
+
+
 def _forwarding(fn: Callable[..., Any]) -> tuple[str, str, dict[str, Any]] | None:
     """Parameter list, forwarding call and defaults that mirror *fn*'s signature.
 
@@ -198,7 +248,7 @@ def _forwarding(fn: Callable[..., Any]) -> tuple[str, str, dict[str, Any]] | Non
     ``*args, **kwargs`` on every call, which is most of the disabled-path
     cost. ``None`` when the signature cannot be mirrored.
     """
-    if "__signature__" in getattr(fn, "__dict__", {}):
+    if _advertises_signature(fn):
         return None  # an advertised signature may not be what the code accepts
     try:
         signature = inspect.signature(fn, follow_wrapped=False)
@@ -266,6 +316,13 @@ def _compile_wrapper(fn: F, source: Callable[[str, str], str], names: dict[str, 
     if not isinstance(getattr(fn, "__name__", None), str):  # a partial, a callable object
         wrapper.__name__ = qualname.rpartition(".")[2]
         wrapper.__qualname__ = qualname
+        target = _unpartial(fn)
+        # The function's (or the object's class's) module and a partial's function's
+        # docstring, not the partial class's ("functools", "partial(func, ...)").
+        module = getattr(target, "__module__", None)
+        wrapper.__module__ = module if isinstance(module, str) else None
+        if isinstance(fn, functools.partial):
+            wrapper.__doc__ = getattr(target, "__doc__", None)
     return cast("F", wrapper)
 
 
@@ -463,6 +520,60 @@ def _traced_sync(gen: Generator[Any, Any, Any], span: Any) -> Generator[Any, Any
         raise
 
 
+class _Traced(functools.partial):  # type: ignore[type-arg]
+    """A traced partial or callable object: its wrapper, held by a partial of no arguments.
+
+    The wrapper is a function compiled here, which :mod:`pickle` saves by
+    reference only, and it has no module-level name to be found by. This one
+    pickles as the decorator applied again to what it wraps, so standard
+    pickle (``multiprocessing``, ``ProcessPoolExecutor``) sends it as
+    cloudpickle would. Attributes it lacks are the wrapper's (``__code__``,
+    ``__defaults__``), as they would be if the wrapper were returned itself.
+    """
+
+    __wrapped__: Callable[..., Any]
+    _asynctrace_recipe: tuple[Any, ...]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_retrace, self._asynctrace_recipe)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.func, name)
+
+
+def _retrace(
+    umbrella: bool,
+    group: str,
+    name: str | None,
+    attributes: Attributes | None,
+    profile: bool,
+    fn: Callable[..., Any],
+) -> Any:
+    """Unpickle a traced partial or callable object: decorate *fn* again."""
+    decorator = umbrella_trace_fn if umbrella else trace_fn
+    return decorator(group, name, attributes=attributes, profile=profile)(fn)
+
+
+def _traced(
+    fn: F, group: str, name: str | None, attributes: Attributes | None, profile: bool, shape: int
+) -> F:
+    """*fn* traced: a function, or for a partial or callable object a :class:`_Traced`."""
+    if profile:
+        opener = managed_span if shape == LEAF else _umbrella
+        where = "trace_fn" if shape == LEAF else "umbrella_trace_fn"
+        wrapper = _profiled(fn, group, name, attributes, opener, where)
+    else:
+        wrapper = _decorate(fn, group, name, shape, attributes)
+    if not isinstance(fn, functools.partial) and (inspect.isroutine(fn) or isinstance(fn, type)):
+        return wrapper  # saved by reference, under the name the module gives it
+    traced = _Traced(wrapper)
+    functools.update_wrapper(traced, wrapper)
+    traced.__wrapped__ = fn
+    attrs = dict(attributes) if attributes else None
+    traced._asynctrace_recipe = (shape == UMBRELLA, group, name, attrs, profile, fn)
+    return cast("F", traced)
+
+
 def trace_fn(
     group: str,
     name: str | None = None,
@@ -494,14 +605,13 @@ def trace_fn(
     """
     checked = _check_group(group, "trace_fn")
     name = _check_name(name, "trace_fn")
+    attributes = _check_options(attributes, profile, "trace_fn")
 
     def decorator(fn: F) -> F:
         if isinstance(fn, (staticmethod, classmethod)):  # the function inside, wrapped again
             return cast("F", type(fn)(decorator(fn.__func__)))
         _check_callable(fn, "trace_fn")
-        if profile:
-            return _profiled(fn, checked, name, attributes, managed_span, "trace_fn")
-        return _decorate(fn, checked, name, LEAF, attributes)
+        return _traced(fn, checked, name, attributes, profile, LEAF)
 
     return decorator
 
@@ -524,13 +634,12 @@ def umbrella_trace_fn(
     """
     checked = _check_group(group, "umbrella_trace_fn")
     name = _check_name(name, "umbrella_trace_fn")
+    attributes = _check_options(attributes, profile, "umbrella_trace_fn")
 
     def decorator(fn: F) -> F:
         if isinstance(fn, (staticmethod, classmethod)):  # the function inside, wrapped again
             return cast("F", type(fn)(decorator(fn.__func__)))
         _check_callable(fn, "umbrella_trace_fn")
-        if profile:
-            return _profiled(fn, checked, name, attributes, _umbrella, "umbrella_trace_fn")
-        return _decorate(fn, checked, name, UMBRELLA, attributes)
+        return _traced(fn, checked, name, attributes, profile, UMBRELLA)
 
     return decorator

@@ -16,7 +16,7 @@ import anyio
 
 from ._backend import asyncio_loop
 from ._cm import DONE, Done, SyncAndAsync
-from ._efficiency import start_efficiency_span
+from ._efficiency import _validate_category, start_efficiency_span
 from ._errors import ConfigurationError, report_internal_error
 from ._groups import PER_PROMPT
 from ._scopes import _INT64_MAX, _INT64_MIN, SCOPES, ScopeState, check_step, leave
@@ -155,6 +155,8 @@ async def wait_until(
     *timeout_s* counts on the event loop's clock (trio's ``MockClock`` too).
 
     Raises:
+        ConfigurationError: *interval_s*, *timeout_s* or *category* is not
+            one that is accepted, whether telemetry is on or off.
         TimeoutError: *timeout_s* passed before *ready* became true (the wait
             span ends with ERROR).
 
@@ -173,6 +175,7 @@ async def wait_until(
         raise ConfigurationError(
             f"wait_until(timeout_s): expected a number of seconds >= 0 or None, got {timeout_s!r}"
         )
+    _validate_category(category, "wait_until(category)")
 
     async def check() -> bool:
         result = ready()
