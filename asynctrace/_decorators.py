@@ -7,7 +7,6 @@ import inspect
 import sys
 import types
 from collections.abc import Callable, Generator, Mapping
-from keyword import iskeyword
 from typing import Any, TypeVar, cast
 
 from . import _scopes
@@ -18,6 +17,7 @@ from ._span_context import attach, attach_context, current_context, detach, fini
 from ._span_rules import LEAF, UMBRELLA, Attributes
 from ._spans import managed_span, start, umbrella_span
 from ._state import GATE
+from ._wrappers import PREFIX, compile_wrapper, default_name, unpartial
 
 # What the wrappers use lives in modules, read through them (``_scopes.SCOPES``,
 # not a ContextVar of their own): a traced function pickled by value (cloudpickle:
@@ -45,12 +45,12 @@ def _profiled(
     kind = _classified(fn)
     if inspect.isgeneratorfunction(kind) or inspect.isasyncgenfunction(kind):
         raise ConfigurationError(
-            f"{where}(profile=True): {_default_name(fn)!r} is a generator "
+            f"{where}(profile=True): {default_name(fn)!r} is a generator "
             "function; accepted: a function or a coroutine function (profile the loop that "
             "consumes it)"
         )
     is_async = inspect.iscoroutinefunction(kind)
-    p = _PREFIX
+    p = PREFIX
 
     def source(params: str, call: str) -> str:
         return (
@@ -63,17 +63,10 @@ def _profiled(
         "fn": fn,
         "open": open_span,
         "group": group,
-        "name": name or _default_name(fn),
+        "name": name or default_name(fn),
         "attrs": dict(attributes) if attributes else None,
     }
-    return _compile_wrapper(fn, source, names)
-
-
-def _unpartial(fn: Any) -> Any:
-    """The function inside any layers of ``functools.partial``."""
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    return fn
+    return compile_wrapper(fn, source, names)
 
 
 def _classified(fn: Callable[..., Any]) -> Any:
@@ -87,18 +80,10 @@ def _classified(fn: Callable[..., Any]) -> Any:
     """
     if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
         return fn  # says so itself (an AsyncMock, a marked function), whatever its __call__ is
-    target = _unpartial(fn)
+    target = unpartial(fn)
     if inspect.isroutine(target) or isinstance(target, type):
         return fn
     return type(target).__call__  # callable: checked before
-
-
-def _default_name(fn: Callable[..., Any]) -> str:
-    """The function's qualified name; never its ``repr``, which can hold a partial's
-    arguments (a token among them) or an address that differs per object."""
-    target = _unpartial(fn)
-    name = getattr(target, "__qualname__", None)
-    return name if isinstance(name, str) and name else type(target).__qualname__
 
 
 def _check_callable(fn: object, where: str) -> None:
@@ -140,7 +125,7 @@ def _check_name(name: object, where: str) -> str | None:
 
 
 def _decorate(fn: F, group: str, name: str | None, shape: int, attributes: Attributes | None) -> F:
-    span_name = name or _default_name(fn)
+    span_name = name or default_name(fn)
     attrs = dict(attributes) if attributes else None
     kind = _classified(fn)
 
@@ -184,7 +169,7 @@ def _decorate(fn: F, group: str, name: str | None, shape: int, attributes: Attri
             return (yield from _traced_sync(gen, span))
 
         wrapper = _generator_wrapper(fn, run_generator)
-        code = getattr(inspect.unwrap(_unpartial(kind)), "__code__", None)
+        code = getattr(inspect.unwrap(unpartial(kind)), "__code__", None)
         if code is not None and code.co_flags & inspect.CO_ITERABLE_COROUTINE:
             return cast("F", types.coroutine(wrapper))  # @types.coroutine: awaited
         return wrapper
@@ -207,129 +192,10 @@ def _decorate(fn: F, group: str, name: str | None, shape: int, attributes: Attri
     return _gated_wrapper(fn, group, traced_call, is_async=False)
 
 
-_PREFIX = "_at_"
-
-
-def _advertises_signature(fn: object) -> bool:
-    """Whether a ``__signature__`` is advertised anywhere :func:`inspect.signature` looks.
-
-    That is on *fn* itself, on the function inside a partial, a bound method,
-    a ``staticmethod`` or ``classmethod``, on a class's ``__init__`` or
-    ``__new__``, and on a callable object's class or its ``__call__``. A chain
-    too long to follow counts as advertised.
-    """
-    todo = [fn]
-    for _ in range(64):
-        if not todo:
-            return False
-        item = todo.pop()
-        if "__signature__" in getattr(item, "__dict__", {}):
-            return True
-        if isinstance(item, functools.partial):
-            todo.append(item.func)
-        elif isinstance(item, (types.MethodType, staticmethod, classmethod)):
-            todo.append(item.__func__)
-        elif isinstance(item, type):
-            todo += [
-                inspect.getattr_static(item, "__init__", None),
-                inspect.getattr_static(item, "__new__", None),
-            ]
-        elif item is not None and not inspect.isroutine(item):  # a callable object
-            if inspect.getattr_static(type(item), "__signature__", None) is not None:
-                return True
-            todo.append(inspect.getattr_static(type(item), "__call__", None))
-    return True
-
-
-def _forwarding(fn: Callable[..., Any]) -> tuple[str, str, dict[str, Any]] | None:
-    """Parameter list, forwarding call and defaults that mirror *fn*'s signature.
-
-    A wrapper with the wrapped function's exact parameters avoids packing
-    ``*args, **kwargs`` on every call, which is most of the disabled-path
-    cost. ``None`` when the signature cannot be mirrored.
-    """
-    if _advertises_signature(fn):
-        return None  # an advertised signature may not be what the code accepts
-    try:
-        signature = inspect.signature(fn, follow_wrapped=False)
-    except (TypeError, ValueError):
-        return None
-    params: list[str] = []
-    call: list[str] = []
-    defaults: dict[str, Any] = {}
-    kinds = inspect.Parameter
-    saw_star = False
-    positional_only_done = False
-    for i, p in enumerate(signature.parameters.values()):
-        if p.name.startswith(_PREFIX) or not p.name.isidentifier() or iskeyword(p.name):
-            return None
-        if p.kind is not kinds.POSITIONAL_ONLY and not positional_only_done:
-            positional_only_done = True
-            if params:
-                params.append("/")
-        default = ""
-        if p.default is not kinds.empty:
-            key = f"{_PREFIX}d{i}"
-            defaults[key] = p.default
-            default = f"={key}"
-        if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD):
-            params.append(p.name + default)
-            call.append(p.name)
-        elif p.kind is kinds.VAR_POSITIONAL:
-            saw_star = True
-            params.append("*" + p.name)
-            call.append("*" + p.name)
-        elif p.kind is kinds.KEYWORD_ONLY:
-            if not saw_star:
-                saw_star = True
-                params.append("*")
-            params.append(p.name + default)
-            call.append(f"{p.name}={p.name}")
-        else:  # VAR_KEYWORD
-            params.append("**" + p.name)
-            call.append("**" + p.name)
-    if not positional_only_done and params:
-        params.append("/")
-    return ", ".join(params), ", ".join(call), defaults
-
-
-def _compile_wrapper(fn: F, source: Callable[[str, str], str], names: dict[str, Any]) -> F:
-    """Compile ``_at_wrapper`` with *fn*'s own parameter list and wrap it around *fn*.
-
-    *source* turns ``(parameters, forwarding call)`` into the function's
-    source; *names* (given without the ``_at_`` prefix, which is added) are
-    its globals. When the parameters cannot be mirrored, the wrapper takes
-    and forwards ``*args, **kwargs``.
-    """
-    forwarding = _forwarding(fn)
-    params, call = "*args, **kwargs", "*args, **kwargs"
-    defaults: dict[str, Any] = {}
-    if forwarding is not None:
-        params, call, defaults = forwarding
-    namespace = {f"{_PREFIX}{key}": value for key, value in names.items()}
-    namespace.update(defaults)
-    qualname = _default_name(fn)
-    filename = f"<asynctrace wrapper of {qualname!r}>"
-    exec(compile(source(params, call), filename, "exec"), namespace)
-    wrapper = namespace[f"{_PREFIX}wrapper"]
-    functools.update_wrapper(wrapper, fn)
-    if not isinstance(getattr(fn, "__name__", None), str):  # a partial, a callable object
-        wrapper.__name__ = qualname.rpartition(".")[2]
-        wrapper.__qualname__ = qualname
-        target = _unpartial(fn)
-        # The function's (or the object's class's) module and a partial's function's
-        # docstring, not the partial class's ("functools", "partial(func, ...)").
-        module = getattr(target, "__module__", None)
-        wrapper.__module__ = module if isinstance(module, str) else None
-        if isinstance(fn, functools.partial):
-            wrapper.__doc__ = getattr(target, "__doc__", None)
-    return cast("F", wrapper)
-
-
 def _gated_wrapper(fn: F, group: str, traced: Callable[..., Any], *, is_async: bool) -> F:
     """Build ``wrapper(<fn's parameters>)``: the gate check, then *fn* or *traced*."""
     awaiting = "await " if is_async else ""
-    p = _PREFIX
+    p = PREFIX
 
     def source(params: str, call: str) -> str:
         return (
@@ -346,7 +212,7 @@ def _gated_wrapper(fn: F, group: str, traced: Callable[..., Any], *, is_async: b
         )
 
     names = {"gate": GATE, "ppg": PER_PROMPT_GROUP, "scopes": _scopes, "group": group}
-    return _compile_wrapper(fn, source, {**names, "fn": fn, "traced": traced})
+    return compile_wrapper(fn, source, {**names, "fn": fn, "traced": traced})
 
 
 def _generator_wrapper(
@@ -359,12 +225,12 @@ def _generator_wrapper(
     still a generator function (frameworks such as FastAPI and pytest look).
     The gate is read, and the span started, when iteration starts.
     """
-    p = _PREFIX
+    p = PREFIX
 
     def source(params: str, call: str) -> str:
         return f"def {p}wrapper({params}):\n    return (yield from {p}run({p}fn({call})))\n"
 
-    return _compile_wrapper(fn, source, {"fn": fn, "run": run})
+    return compile_wrapper(fn, source, {"fn": fn, "run": run})
 
 
 # The body of a traced async generator. Async generators cannot ``yield from``,
@@ -450,7 +316,7 @@ def _asyncgen_wrapper(
     """
 
     def source(params: str, call: str) -> str:
-        return f"async def {_PREFIX}wrapper({params}):\n" + _ASYNCGEN_BODY.format(call=call)
+        return f"async def {PREFIX}wrapper({params}):\n" + _ASYNCGEN_BODY.format(call=call)
 
     names = {
         "fn": fn,
@@ -474,7 +340,7 @@ def _asyncgen_wrapper(
         "GeneratorExit": GeneratorExit,
         "StopAsyncIteration": StopAsyncIteration,
     }
-    return _compile_wrapper(fn, source, names)
+    return compile_wrapper(fn, source, names)
 
 
 def _traced_sync(gen: Generator[Any, Any, Any], span: Any) -> Generator[Any, Any, Any]:
