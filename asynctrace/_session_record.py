@@ -130,6 +130,7 @@ def record_dict(
     rank: int,
     role: str | None,
     run_id: str,
+    style: str = "asynctrace",
 ) -> dict[str, Any]:
     """The JSON object written for one finished session.
 
@@ -137,22 +138,37 @@ def record_dict(
     flagged ``truncated``; every execution is clipped to
     ``[submit_ts, finalized_ts]``, and ``<phase>_s`` is the length of the union
     of its executions, so it never exceeds ``total_s``.
+
+    With *style* ``"areal"`` (see :meth:`SessionTracer.set_record_style`), a
+    numeric session id is written as a JSON integer, and a ``pending`` session
+    (never finalized: written at shutdown, or evicted) as AReaL writes one: no
+    ``finalized_ts`` and no ``total_s``, an execution still open has
+    ``end_ts`` ``null``, and ``<phase>_s`` counts the ended executions only
+    (left out when none ended).
     """
     submit = record.submit_ns
-    finalized = max(finalized_ns, submit)
     task_id = record.task_id
+    session_id: Any = record.session_id
+    unfinished = False
+    if style == "areal":
+        if session_id.isdigit():
+            session_id = int(session_id)
+        unfinished = status == "pending"
+    finalized = max(finalized_ns, submit)
     out: dict[str, Any] = {
         "run_id": run_id,
         "task_id": redacted_name(task_id) if type(task_id) is str else task_id,
-        "session_id": record.session_id,
+        "session_id": session_id,
         "rank": rank,
         "role": role,
         "status": status,
         "reason": reason,
         "submit_ts": submit / _NS,
-        "finalized_ts": finalized / _NS,
-        "total_s": (finalized - submit) / _NS,
     }
+    if unfinished:
+        return _unfinished(out, record, submit)
+    out["finalized_ts"] = finalized / _NS
+    out["total_s"] = (finalized - submit) / _NS
     phases: dict[str, list[dict[str, Any]]] = {}
     intervals: dict[str, list[tuple[int, int]]] = {}
     runs = record.runs
@@ -166,6 +182,33 @@ def record_dict(
             execution["payload"] = payloads[handle]  # plain JSON values (made at the call)
         phases.setdefault(name, []).append(execution)
         intervals.setdefault(name, []).append((start, end))
+    for name, spans in intervals.items():
+        out[f"{name}_s"] = _union_ns(spans) / _NS
+    out["phases"] = phases
+    out["counters"] = _counters(record.counters)
+    out["payload"] = payloads.get(-1, {})
+    return out
+
+
+def _unfinished(out: dict[str, Any], record: Record, submit: int) -> dict[str, Any]:
+    """The rest of a never-finalized session's record in AReaL's style (see
+    :func:`record_dict`): no end, so no ``finalized_ts``, ``total_s`` or truncation."""
+    phases: dict[str, list[dict[str, Any]]] = {}
+    intervals: dict[str, list[tuple[int, int]]] = {}
+    runs = record.runs
+    payloads = record.payloads or {}
+    for handle in range(0, len(runs), 3):
+        name, start_raw, end_raw = runs[handle : handle + 3]
+        start = max(start_raw, submit)
+        execution: dict[str, Any] = {"start_ts": start / _NS, "end_ts": None}
+        if end_raw is not None:
+            end = max(end_raw, start)
+            execution["end_ts"] = end / _NS
+            intervals.setdefault(name, []).append((start, end))
+        execution["truncated"] = False
+        if handle in payloads:
+            execution["payload"] = payloads[handle]
+        phases.setdefault(name, []).append(execution)
     for name, spans in intervals.items():
         out[f"{name}_s"] = _union_ns(spans) / _NS
     out["phases"] = phases

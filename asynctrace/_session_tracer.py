@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ._errors import ConfigurationError
 from ._forksafe import call_in_child, reinit_at_fork
 from ._payloads import truncated_payloads
 from ._phases import _phases
@@ -43,6 +44,7 @@ DEFAULT_MAX_PENDING = 100_000
 EVICTED = "evicted"
 """The reason of a session written as ``pending`` to keep the pending ones within bounds."""
 
+_STYLES = ("asynctrace", "areal")  # record styles (see SessionTracer.set_record_style)
 _EVICT_SHARE = 100  # past the bound, the oldest 1/100 of it goes at once (see _evict)
 
 
@@ -417,6 +419,48 @@ class SessionTracer:
         return len(records)
 
     # -- lifecycle --------------------------------------------------------------
+
+    def set_record_style(self, style: str) -> None:
+        """Write this tracer's records, from the next one written, in *style*.
+
+        ``"asynctrace"`` (the default) is the format of
+        ``docs/sessions.md``. ``"areal"`` is the one ``asynctrace_contrib.areal``
+        writes, closer to AReaL's own records: a numeric session id
+        (``session_tracer.ids: sequential``) is a JSON integer, and a session
+        written as ``pending`` (at shutdown, or evicted past ``max_pending``)
+        has no ``finalized_ts`` and no ``total_s``, as it never ended: an
+        execution still open has ``end_ts`` ``null``, and ``<phase>_s`` counts
+        only the executions that ended.
+
+        Raises:
+            ConfigurationError: *style* is neither ``"asynctrace"`` nor ``"areal"``.
+
+        Example:
+            >>> import tempfile
+            >>> tracer = SessionTracer(f"{tempfile.mkdtemp()}/sessions-r0.jsonl")
+            >>> tracer.set_record_style("areal")
+            >>> tracer.shutdown()
+            True
+        """
+        if style not in _STYLES:
+            raise ConfigurationError(
+                f"set_record_style(style): {style!r} is not accepted; "
+                f"accepted: {', '.join(_STYLES)}"
+            )
+        self._writer.set_style(style)
+
+    def is_pending(self, session_id: str) -> bool:
+        """Whether *session_id* is registered here and not finalized, written or evicted yet.
+
+        Example:
+            >>> import tempfile
+            >>> tracer = SessionTracer(f"{tempfile.mkdtemp()}/sessions-r0.jsonl")
+            >>> tracer.is_pending(tracer.register(7))
+            True
+            >>> tracer.shutdown()
+            True
+        """
+        return session_id in self._live  # one dict lookup: atomic, no lock needed
 
     @property
     def path(self) -> str:

@@ -17,7 +17,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from ._files import AppendFile
 from ._forksafe import call_in_child, reinit_at_fork
@@ -55,7 +55,7 @@ class SessionWriter:
         flush_threshold: int,
     ) -> None:
         self.path = Path(path)
-        self._meta = {"rank": rank, "role": role, "run_id": run_id}
+        self._meta: dict[str, Any] = {"rank": rank, "role": role, "run_id": run_id}
         self._threshold = max(1, int(flush_threshold))
         self._file = AppendFile(self.path)
         # Reentrant: a GC finalizer may finalize a session while this thread is inside the
@@ -83,6 +83,10 @@ class SessionWriter:
         self._handoff = Handoff(0.5)  # see asynctrace._handoff: a busy loop starves the writer
         self._thread = threading.Thread(target=self._run, name="asynctrace-sessions", daemon=True)
         self._thread.start()
+
+    def set_style(self, style: str) -> None:
+        """Write the records not written yet in *style* (see ``record_dict``)."""
+        self._meta = {**self._meta, "style": style}  # one store: the writer reads it per batch
 
     def add_one(self, record: Record, status: str, reason: str | None, finalized_ns: int) -> bool:
         """Queue one finished session: :meth:`add` without the list.

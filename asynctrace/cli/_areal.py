@@ -55,6 +55,11 @@ _ALIASES: Final = {
 EPOCH_US: Final = 1e14
 """A timestamp below this (about 3 years, in µs) counts from a process start, not the epoch."""
 
+_SLACK_US: Final = 1.0
+"""How far (µs) an event may end past the one that contains it: AReaL floors ``ts`` and
+``dur`` to whole microseconds (and ``dur`` to at least 1), so a scope that ends with its
+parent can be written ending 1 µs after it."""
+
 _PROCESS_NAME = re.compile(r"^(?:\[(?P<role>[^\]]+)\] )?Rank (?P<rank>\d+), Process")
 
 
@@ -173,8 +178,11 @@ class ArealEvents:
                     self.outside_steps_s += (end - start) / 1e6
                 out.append((end, -start, index, args))
             out.sort(key=lambda item: item[:3])
-            for _, _, index, args in out:
-                yield {**events[index], "args": args}, origin
+            for end, minus_start, index, args in out:
+                event = {**events[index], "args": args}
+                if end + minus_start < float(event.get("dur") or 0):  # clipped to its parent
+                    event["dur"] = end + minus_start
+                yield event, origin
         self._held.clear()
         if self.outside_steps:
             sys.stderr.write(
@@ -212,7 +220,7 @@ class ArealEvents:
             while stack and stack[-1][1] < start:
                 stack.pop()
             parent = None
-            if stack and stack[-1][1] >= end and tangled.get(tid, -math.inf) < start:
+            if stack and stack[-1][1] + _SLACK_US >= end and tangled.get(tid, -math.inf) < start:
                 parent = stack[-1]  # nested: the thread's innermost open event
             if parent is None:
                 active = [a for a in active if a[1] >= start]
@@ -221,6 +229,8 @@ class ArealEvents:
             elif len(active) > kept:
                 active = [a for a in active if a[1] >= start]
                 kept = max(64, 2 * len(active))
+            if parent is not None and end > parent[1]:
+                end = parent[1]  # AReaL's rounding (see _SLACK_US): clipped to its parent
             span_id = f"{next(self._ids):016x}"
             args = dict(event["args"])
             args["trace_id"] = trace_id
@@ -243,7 +253,7 @@ class ArealEvents:
             )
             entry = (start, end, tid, span_id, args, in_step)
             active.append(entry)
-            if stack and stack[-1][1] < end:  # it crosses the innermost: not nested
+            if stack and stack[-1][1] + _SLACK_US < end:  # crosses the innermost: not nested
                 tangled[tid] = max(end, tangled.get(tid, -math.inf))  # scan until it ends
             stack.append(entry)
             done[i] = (args, start, end, in_step)
@@ -257,7 +267,7 @@ def _containing(
     of the same thread *tid* if any, else the tightest; ``None`` if none contains it."""
     parent = None
     for candidate in active:
-        if candidate[1] < end:  # does not contain it (it crosses)
+        if candidate[1] + _SLACK_US < end:  # does not contain it (it crosses)
             continue
         if parent is None:
             parent = candidate

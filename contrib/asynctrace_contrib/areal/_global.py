@@ -68,7 +68,11 @@ def configure(
     Raises:
         RuntimeError: already configured (call :func:`reset` first), as in AReaL.
         ValueError: a negative *rank*.
-        asynctrace.ConfigurationError: a bad *telemetry* key or *category_map*.
+        asynctrace.ConfigurationError: a bad *telemetry* key or *category_map*; a
+            *config* mapping with a key AReaL's ``PerfTracerConfig`` does not have
+            (its ``session_tracer`` block too), or an ``enabled`` that is not a
+            boolean (the strings asynctrace reads as one, ``"false"``, are); a
+            ``fileroot`` under which the directories cannot be made.
 
     Example:
         >>> tracer = configure({"enabled": True, "fileroot": "/tmp/run"}, rank=0)  # doctest: +SKIP

@@ -16,7 +16,9 @@ from ._scope import _NULL, _NullContext, _Scope
 from ._session_tracer import SessionTracer
 from ._settings import (
     _base_dir,
+    _check_keys,
     _deep_merge,
+    _flag,
     _flush_threshold,
     _profile_steps,
     _profiler_backend,
@@ -77,16 +79,21 @@ class PerfTracer:
             raise ValueError("rank must be a non-negative integer")
         self.rank = rank
         self.role = role
+        _check_keys(config)
         self._buckets = _category_map(category_map)
         self._groups = {name: (f"areal.{name}", b) for name, b in self._buckets.items()}
         base = _base_dir(config).absolute()
+        self._base = base
+        self._fileroot = _field(config, "fileroot", "???")
         trace_dir = base / "perf_tracer"
         session_dir = base / "session_tracer"
         if role:
             trace_dir, session_dir = trace_dir / role, session_dir / role
         sessions = _field(config, "session_tracer")
-        self._sessions_on = bool(sessions is not None and _field(sessions, "enabled", False))
-        self._enabled = bool(_field(config, "enabled", False))
+        self._sessions_on = sessions is not None and _flag(
+            sessions, "enabled", "perf_tracer.session_tracer.enabled"
+        )
+        self._enabled = _flag(config, "enabled", "perf_tracer.enabled")
         extra = _deep_merge({}, telemetry or {})
         ids = _field(extra.get("session_tracer") or {}, "ids", "sequential")
         if ids != "sequential":
@@ -162,15 +169,26 @@ class PerfTracer:
                 self.trace_path.parent,
                 previous.trace_path.parent,
             )
-        handle = asynctrace.configure(
-            {**self._settings, "enabled": self._enabled},
-            rank=self.rank,
-            world_size=self._world_size,
-            role=self.role,
-        )
+        try:
+            handle = asynctrace.configure(
+                {**self._settings, "enabled": self._enabled},
+                rank=self.rank,
+                world_size=self._world_size,
+                role=self.role,
+            )
+        except asynctrace.ConfigurationError as exc:
+            if str(self._base) not in str(exc):  # not about the directories fileroot gives
+                raise
+            raise asynctrace.ConfigurationError(
+                f"perf_tracer.fileroot: {self._fileroot!r}: the traces and sessions go under "
+                f"{self._base}, which cannot be made ({exc}); accepted: a fileroot under "
+                "which this process can create and write directories"
+            ) from exc
         self.telemetry = handle
         _last_started = weakref.ref(self)
         if handle.sessions is not None:
+            # AReaL's record shape: integer ids, pending sessions with no end
+            handle.sessions.set_record_style("areal")
             self.session_path = Path(handle.sessions.path)
             self._session_tracer = SessionTracer(
                 rank=self.rank, role=self.role, tracer=handle.sessions

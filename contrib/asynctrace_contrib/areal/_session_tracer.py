@@ -21,6 +21,7 @@ _MAX_COUNT: Final = sys.float_info.max  # the increments asynctrace's counters t
 
 
 _NONE: Final = object()  # no task known for a session
+_PRUNE_MIN: Final = 1024  # the task maps are pruned past this many sessions at least
 
 
 class SessionTraceEvent(str, enum.Enum):
@@ -99,6 +100,9 @@ class SessionTracer:
         self._lock = threading.Lock()
         self._tasks: dict[Any, set[int]] = {}
         self._task_of: dict[int, Any] = {}  # session id -> its task: finalize in O(1)
+        # The maps hold sessions asynctrace may have written since (evicted past
+        # max_pending, or at a shutdown): pruned to the pending ones when they grow past this.
+        self._prune_at = _PRUNE_MIN
         _session_tracers.add(self)  # a forked child gets a new lock and no sessions
 
     def _after_fork_in_child(self) -> None:
@@ -107,6 +111,7 @@ class SessionTracer:
         self._lock = threading.Lock()
         self._tasks = {}
         self._task_of = {}
+        self._prune_at = _PRUNE_MIN
 
     def __getattr__(self, name: str) -> Any:
         if name == "_inner":
@@ -152,9 +157,33 @@ class SessionTracer:
                 with self._lock:
                     self._tasks.setdefault(task_id, set()).add(number)
                     self._task_of[number] = task_id
+                    if len(self._task_of) > self._prune_at:
+                        self._prune()
             except TypeError:  # an unhashable task id: the session is still recorded
                 _warn_once("task-type", "perf_tracer: task id %r cannot be looked up", task_id)
         return number
+
+    def _prune(self) -> None:
+        """Forget the sessions asynctrace no longer holds pending (caller holds the lock).
+
+        Called when the map has doubled since the last prune: amortized O(1) a
+        registration, and the maps stay within twice the pending sessions
+        (which asynctrace bounds by ``session_tracer.max_pending``).
+        """
+        pending = self._inner.is_pending
+        gone = [number for number in self._task_of if not pending(str(number))]
+        for number in gone:
+            self._drop(number)
+        self._prune_at = max(_PRUNE_MIN, 2 * len(self._task_of))
+
+    def _drop(self, session_id: int) -> None:
+        """Remove one session from both maps (caller holds the lock)."""
+        task_id = self._task_of.pop(session_id, _NONE)
+        sessions = self._tasks.get(task_id) if task_id is not _NONE else None
+        if sessions is not None:
+            sessions.discard(session_id)
+            if not sessions:
+                del self._tasks[task_id]
 
     def register_session(self, task_id: Any) -> int | None:
         """Register a pending session under *task_id* (``None`` too, as AReaL); its id.
@@ -171,21 +200,23 @@ class SessionTracer:
             return None
 
     def get_session_ids(self, task_id: Any) -> list[int]:
-        """The sessions of *task_id* not finalized through this layer."""
+        """The pending sessions of *task_id*: not finalized, and not written by asynctrace
+        (evicted past ``max_pending``, or at a shutdown)."""
         try:
             with self._lock:
-                return sorted(self._tasks.get(task_id, ()))
+                numbers = self._tasks.get(task_id)
+                if not numbers:
+                    return []
+                pending = self._inner.is_pending
+                for number in [n for n in numbers if not pending(str(n))]:
+                    self._drop(number)
+                return sorted(numbers)
         except TypeError:
             return []
 
     def _forget(self, session_id: int) -> None:
         with self._lock:
-            task_id = self._task_of.pop(session_id, _NONE)
-            sessions = self._tasks.get(task_id) if task_id is not _NONE else None
-            if sessions is not None:
-                sessions.discard(session_id)
-                if not sessions:
-                    del self._tasks[task_id]
+            self._drop(session_id)
 
     def record_event(self, session_id: int, event: Any, **payload: Any) -> None:
         """Apply AReaL event *event* (``SessionTraceEvent`` or its value) to one session.
@@ -276,6 +307,7 @@ class SessionTracer:
         with self._lock:
             self._tasks.clear()
             self._task_of.clear()
+            self._prune_at = _PRUNE_MIN
 
 
 _STATUSES: Final = ("accepted", "rejected", "failed", "dropped")

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import difflib
 import getpass
 import importlib.util
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+import asynctrace
 
 from ._values import _field, _warn_once
 
@@ -119,3 +122,57 @@ def _profiler_backend() -> str:
     except ValueError:  # a stand-in module in sys.modules, without a spec: not torch
         found = False
     return "torch" if found else "python"
+
+
+def _unknown_keys(where: str, mapping: Mapping[Any, Any], accepted: list[str]) -> None:
+    """Raise ``ConfigurationError`` for a key of *mapping* that is not in *accepted*."""
+    unknown = [key for key in mapping if key not in accepted]
+    if not unknown:
+        return
+    hints = []
+    for key in unknown:
+        close = difflib.get_close_matches(str(key), accepted, n=1)
+        if close:
+            hints.append(f"{close[0]!r} for {key!r}" if len(unknown) > 1 else repr(close[0]))
+    raise asynctrace.ConfigurationError(
+        f"{where}: unknown key{'s' if len(unknown) > 1 else ''} "
+        f"{', '.join(repr(k) for k in unknown)}; accepted keys: {', '.join(accepted)}"
+        + (f"; did you mean {', '.join(hints)}?" if hints else "")
+    )
+
+
+def _check_keys(config: Any) -> None:
+    """A ``perf_tracer:`` block given as a mapping has only AReaL's keys (its
+    ``session_tracer`` block too): a misspelled key raises, naming the near one.
+
+    Raises:
+        asynctrace.ConfigurationError: an unknown key.
+    """
+    if isinstance(config, Mapping):
+        _unknown_keys("perf_tracer", config, [f.name for f in fields(PerfTracerConfig)])
+    sessions = _field(config, "session_tracer")
+    if isinstance(sessions, Mapping):
+        accepted = [f.name for f in fields(SessionTracerConfig)]
+        _unknown_keys("perf_tracer.session_tracer", sessions, accepted)
+
+
+def _flag(config: Any, name: str, where: str) -> bool:
+    """A boolean key of the block, read as asynctrace reads a boolean value: ``True``,
+    ``False``, or the strings ``true``/``false``, ``1``/``0``, ``yes``/``no``,
+    ``on``/``off`` (any case); ``None`` or a missing key is ``False``.
+
+    Raises:
+        asynctrace.ConfigurationError: anything else (``1``, ``"disabled"``), naming *where*.
+    """
+    value = _field(config, name, False)
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, str):
+        try:  # asynctrace's own conversion of boolean values
+            return asynctrace.SessionTracerConfig.from_mapping({"enabled": value}).enabled
+        except asynctrace.ConfigurationError:
+            pass
+    raise asynctrace.ConfigurationError(
+        f"{where}: {value!r} is not a boolean; accepted: true/false "
+        "(or 1/0, yes/no, on/off as strings)"
+    )
