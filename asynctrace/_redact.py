@@ -40,7 +40,10 @@ records the same exception later, as it escapes the spans around the one that
 knew them, or an exception raised ``from`` it, is redacted with them too.
 
 A name is secret-like when it contains, case-insensitively, one of
-:data:`SECRET_WORDS` (or a word given to :func:`register_secret_words`).
+:data:`SECRET_WORDS` (or a word given to :func:`register_secret_words`; one
+shorter than 3 characters, ``sk``, counts anywhere in a URL's query key, as
+``url.full`` redaction counts it, but elsewhere only where no letter or digit
+is glued to it: ``sk=`` and ``x_sk=``, not ``task=``).
 Matching errs on the safe side: ``monkey=1`` loses its ``1``. Every pattern
 runs in time linear in the text (no nested quantifier can backtrack over a
 long run; URLs are found with ``str.find``, secrets too), and nothing here
@@ -57,6 +60,7 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any, Final
 from urllib.parse import quote, unquote_plus
 
+from ._errors import ConfigurationError
 from ._forksafe import reinit_at_fork
 
 __all__ = [
@@ -184,7 +188,6 @@ def _flag_pattern(words: str) -> re.Pattern[str]:
     )
 
 
-_FLAG = _flag_pattern("|".join(SECRET_WORDS))
 # A PEM block's first line; a private key's label holds "PRIVATE KEY".
 _PEM_BEGIN = re.compile(r"-----BEGIN ([A-Z0-9 ]{1,64})-----")
 _BEARER = re.compile(r"(?<![\w\-])(bearer[ \t]+)[\w\-.~+/]+=*", re.IGNORECASE)
@@ -425,26 +428,121 @@ def register_secret_words(words: Iterable[str]) -> None:
 
     For secret query keys an integration is configured with (``sess``, say):
     an exception raised after its span ended (``raise_for_status()``) names
-    the URL, and is recorded by spans that never knew the request. Words
-    shorter than 3 characters and more than 64 added words in all are ignored.
+    the URL, and is recorded by spans that never knew the request. A word
+    matches without case; one of 3 characters or more anywhere in a name, as
+    a default word does. A shorter one (``sk``) anywhere in a URL's query key
+    or path parameter, as a client's ``url.full`` redaction matches it, and
+    elsewhere (``sk=``, ``'sk':``, ``--sk``) only where no letter or digit is
+    glued to it: ``x_sk=`` counts, ``task=`` does not.
+
+    Raises :class:`~asynctrace.ConfigurationError`, registering none of
+    *words*, when *words* is not an iterable of non-empty strings (a bare
+    string included), or when the words added in all would pass 64 (a word
+    already secret-like, ``mytoken``, does not count).
+
+    Example:
+        >>> register_secret_words(["rolloutcode"])
+        >>> redact_text("GET http://h/x?rolloutcode=abc&n=1")
+        'GET http://h/x?rolloutcode=REDACTED&n=1'
     """
-    global _SECRET_NAME, _FLAG
+    global _SECRET_NAME
+    checked = _checked_words(words)
     with _KNOWN_LOCK:
-        added = {w.lower() for w in words if isinstance(w, str) and len(w) >= 3}
-        added -= _EXTRA_WORDS
-        added = {w for w in added if not _SECRET_NAME.search(w)}  # already covered
+        # A word holding one already matched anywhere (``mytoken``) adds nothing.
+        anywhere = [*SECRET_WORDS, *(w for w in _EXTRA_WORDS if len(w) >= _MIN_WORD)]
+        added = {w for w in checked - _EXTRA_WORDS if not any(a in w for a in anywhere)}
         if not added:
             return
-        for word in sorted(added):
-            if len(_EXTRA_WORDS) >= 64:
-                break
-            _EXTRA_WORDS.add(word)
-        alternation = "|".join([*SECRET_WORDS, *map(re.escape, sorted(_EXTRA_WORDS))])
-        _SECRET_NAME = re.compile(alternation, re.IGNORECASE)
-        _FLAG = _flag_pattern(alternation)
+        total = len(_EXTRA_WORDS) + len(added)
+        if total > MAX_SECRET_WORDS:
+            raise ConfigurationError(
+                f"register_secret_words: words: at most {MAX_SECRET_WORDS} secret words can "
+                f"be added in a process; {len(_EXTRA_WORDS)} are, and {len(added)} more "
+                f"({', '.join(sorted(added)[:5])}{', ...' if len(added) > 5 else ''}) would "
+                f"make {total}: none of them was added"
+            )
+        _EXTRA_WORDS.update(added)
+        name, key, flag = _word_patterns(_EXTRA_WORDS)
+        _PATTERNS[name] = (key, flag)  # before _SECRET_NAME: a reader finds them
+        _SECRET_NAME = name
 
 
+# How many words register_secret_words adds in a process, at most: each one costs every
+# name that redaction examines a little (64: +25% on a 200-character message).
+MAX_SECRET_WORDS: Final = 64
+_MIN_WORD = 3  # shorter words count in free text only where nothing alphanumeric is glued
+# to them: "sk" would make every "task=", "risk=" and "desk=" secret-like.
 _EXTRA_WORDS: set[str] = set()
+# The patterns of each set of words registered so far, by its name pattern (the
+# _SECRET_NAME they go with): URL keys, flags. At most MAX_SECRET_WORDS + 1 entries.
+_PATTERNS: dict[re.Pattern[str], tuple[re.Pattern[str], re.Pattern[str]]] = {
+    _SECRET_NAME: (_SECRET_NAME, _flag_pattern(_SECRET_NAME.pattern))
+}
+
+
+def _checked_words(words: object) -> set[str]:
+    """*words* as a set of lower-case words, or ConfigurationError naming what is wrong."""
+    accepted = "an iterable of words (non-empty str), such as ['sess', 'sk']"
+    if isinstance(words, (str, bytes, bytearray)) or not isinstance(words, Iterable):
+        raise ConfigurationError(
+            f"register_secret_words: words: expected {accepted}, got "
+            f"{type(words).__name__} {words!r:.80}"
+            + (f"; write [{words!r}] for one word" if isinstance(words, str) else "")
+        )
+    checked: set[str] = set()
+    for word in words:
+        if not isinstance(word, str) or not word:
+            raise ConfigurationError(
+                f"register_secret_words: words: expected {accepted}, got "
+                f"{type(word).__name__} {word!r:.80} among them"
+            )
+        checked.add(word.lower())
+    return checked
+
+
+def _word_patterns(extra: Collection[str]) -> tuple[re.Pattern[str], ...]:
+    """The patterns of the default words and *extra*: for names, URL keys and flags.
+
+    Names (free text): a word of ``_MIN_WORD`` characters or more anywhere, a
+    shorter one with no letter or digit glued to it. URL keys: every word
+    anywhere, as the HTTP integrations' ``url.full`` redaction matches them.
+    """
+    long = [*SECRET_WORDS, *map(re.escape, sorted(w for w in extra if len(w) >= _MIN_WORD))]
+    short = sorted(w for w in extra if len(w) < _MIN_WORD)
+    # A short word, then (a lookbehind of its length) no letter or digit before it: a
+    # literal first keeps the pattern's quick scan for its first characters.
+    names = "|".join(
+        [
+            *long,
+            *(
+                rf"(?:{'|'.join(map(re.escape, words))})(?<![^\W_][\s\S]{{{size}}})(?![^\W_])"
+                for size in range(1, _MIN_WORD)
+                if (words := [w for w in short if len(w) == size])
+            ),
+        ]
+    )
+    keys = "|".join([*long, *map(re.escape, short)])
+    return (
+        re.compile(names, re.IGNORECASE),
+        re.compile(keys, re.IGNORECASE),
+        _flag_pattern(names),
+    )
+
+
+def _key_pattern() -> re.Pattern[str]:
+    """What makes a URL's query key or path parameter secret-like (every word, anywhere)."""
+    try:
+        return _PATTERNS[_SECRET_NAME][0]
+    except KeyError:  # a name pattern set from outside (restored by a test): its words
+        return _SECRET_NAME
+
+
+def _flag() -> re.Pattern[str]:
+    """What finds a secret-like command-line flag, for the words registered so far."""
+    try:
+        return _PATTERNS[_SECRET_NAME][1]
+    except KeyError:  # pragma: no cover - as _key_pattern
+        return _flag_pattern(_SECRET_NAME.pattern)
 
 
 def _replace_secrets(text: str, secrets: Collection[str]) -> str:
@@ -587,7 +685,7 @@ def _redact_flags(text: str) -> str:
     """
     out: list[str] = []
     pos = 0
-    for match in _FLAG.finditer(text):
+    for match in _flag().finditer(text):
         if match.start() < pos:
             continue  # inside a value already replaced
         flag = match.group("flag")
@@ -645,7 +743,7 @@ def _redact_path_parameters(path: str) -> str:
     pieces = path.split(";")
     for i in range(1, len(pieces)):
         key, equals, value = pieces[i].partition("=")
-        if equals and _secret_name(key):
+        if equals and _secret_name(key, _key_pattern()):
             _, slash, after = value.partition("/")
             pieces[i] = f"{key}={REDACTED}{slash}{after}"
     return ";".join(pieces)
@@ -663,6 +761,7 @@ def _split_netloc(rest: str) -> tuple[str, str]:
 
 def _redact_query(query: str, depth: int = 0) -> str:
     pairs = re.split("([&;])", query)  # the separators kept, so the query reads as sent
+    keys = _key_pattern()
     for i in range(0, len(pairs), 2):
         key, equals, value = pairs[i].partition("=")
         if "://" in key:  # a URL as a bare piece or a key ("?http://u:p@h/x")
@@ -670,7 +769,7 @@ def _redact_query(query: str, depth: int = 0) -> str:
             pairs[i] = f"{key}{equals}{value}"
         if not equals:
             continue
-        if _secret_name(key):
+        if _secret_name(key, keys):
             pairs[i] = f"{key}={REDACTED}"
         elif "://" in value or "%3" in value:  # a URL as a value, as sent or encoded
             nested = _redact_nested(value, depth)
@@ -701,13 +800,18 @@ def _redact_nested(value: str, depth: int) -> str:
     return value if redacted == decoded else quote(redacted, safe="/:")
 
 
-def _secret_name(name: str) -> bool:
-    """Whether *name* (percent-decoded: ``%74oken`` is ``token``) is secret-like."""
-    if _SECRET_NAME.search(name):
+def _secret_name(name: str, pattern: re.Pattern[str] | None = None) -> bool:
+    """Whether *name* (percent-decoded: ``%74oken`` is ``token``) is secret-like.
+
+    By *pattern*, or by the registered words as names in free text match them.
+    """
+    if pattern is None:
+        pattern = _SECRET_NAME
+    if pattern.search(name):
         return True
     if "%" in name or "+" in name:
         try:
-            return bool(_SECRET_NAME.search(unquote_plus(name)))
+            return bool(pattern.search(unquote_plus(name)))
         except Exception:  # cannot be decoded: treat it as secret
             return True
     return False

@@ -100,7 +100,10 @@ class _Options:
         # An exception raised after the span ended (raise_for_status(), json()'s
         # ContentTypeError) names the URL too, and is recorded by spans that never
         # knew this request: its secret keys are secret-like names everywhere.
-        asynctrace.register_secret_words(self.secret_keys)
+        try:
+            asynctrace.register_secret_words(self.secret_keys)
+        except asynctrace.ConfigurationError as error:  # too many words in the process
+            raise asynctrace.ConfigurationError(f"secret_keys: {error}") from None
         self.record_request_headers = names_option(
             "record_request_headers", record_request_headers, "header names"
         )

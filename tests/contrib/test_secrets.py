@@ -598,6 +598,42 @@ def test_raise_for_status_after_the_span_ended_keeps_custom_secrets(
     assert "rolloutpass=REDACTED&n=1" in recorded["env.call"]["exception.message"]
 
 
+@pytest.mark.parametrize("form", ["middleware", "trace_config"])
+def test_raise_for_status_after_the_span_ended_keeps_short_custom_secrets(
+    outputs: Outputs, aiohttp_server: Any, form: str
+) -> None:
+    """``secret_keys=["token", "sk"]``: ``url.full`` lost ``sk``'s value, but a span recording
+    ``raise_for_status()``'s error kept it (words under 3 characters were dropped)."""
+
+    async def forbidden(request: web.Request) -> web.Response:
+        return web.Response(status=403, text="no")
+
+    app = web.Application()
+    app.router.add_get("/step", forbidden)
+    url = f"{aiohttp_server(app)}/step?sk={CUSTOM}&task=t-9"
+    keys = ["token", "sk"]
+    session_options: dict[str, Any] = (
+        {"middlewares": (client_middleware(secret_keys=keys),)}
+        if form == "middleware"
+        else {"trace_configs": [trace_config(secret_keys=keys)]}
+    )
+
+    async def main() -> None:
+        async with aiohttp.ClientSession(**session_options) as session:
+            with pytest.raises(aiohttp.ClientResponseError, match=CUSTOM):
+                with at.managed_span("reward", "env.call"):
+                    async with session.get(url) as response:
+                        await response.read()  # the body is read: the CLIENT span has ended
+                        response.raise_for_status()
+
+    asyncio.run(main())
+    outputs.assert_no_secret()
+    (client,) = [s for s in outputs.spans if s.kind.name == "CLIENT"]
+    assert str(client.attributes["url.full"]).endswith("/step?sk=REDACTED&task=REDACTED")
+    recorded = dict(_exceptions(outputs.spans))
+    assert "sk=REDACTED&task=REDACTED'" in recorded["env.call"]["exception.message"]
+
+
 def test_credential_headers_asked_for_are_recorded_redacted(
     outputs: Outputs, aiohttp_server: Any
 ) -> None:
