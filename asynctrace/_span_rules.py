@@ -16,18 +16,18 @@ from opentelemetry.util.types import AttributeValue
 
 from . import _groups
 from ._errors import report_internal_error
-from ._fast._span import NONFINITE, note_floats, private_value
+from ._fast._span import private_value
 from ._groups import Bucket
 from ._redact import redact_text
 from ._scopes import SCOPES, ScopeState
 from ._semconv import GROUP, RL_BUCKET
 
 __all__ = [
-    "COPIED",
     "EFFICIENCY",
     "LEAF",
     "MARKER",
     "PER_PROMPT_GROUP",
+    "PLAIN",
     "UMBRELLA",
     "Attributes",
     "bad_group",
@@ -125,7 +125,7 @@ def merge_attributes(
         attrs.update(user)
         # Strings, ints and bools (nearly every attribute) need nothing more: one
         # pass in C says so, without building the set of their types.
-        if RL_BUCKET in user or not COPIED.isdisjoint(map(type, user.values())):
+        if RL_BUCKET in user or not PLAIN.issuperset(map(type, user.values())):
             settle_attributes(attrs, user, bucket)
     return attrs
 
@@ -138,7 +138,7 @@ def settle_attributes(
     In that order: a list the caller gave as ``rl.bucket`` is made a tuple
     first and then overruled like any other raw value.
     """
-    if not COPIED.isdisjoint(map(type, user.values())):
+    if not PLAIN.issuperset(map(type, user.values())):
         _suspects(attrs, user)
     if RL_BUCKET in user:  # the bucket rules decide, never a raw attribute
         if bucket is None:
@@ -148,19 +148,20 @@ def settle_attributes(
 
 
 def _suspects(attrs: dict[str, AttributeValue], user: Attributes) -> None:
-    """The caller's containers are copied (lists become tuples); a NaN or an infinity is
-    noted. A list or dict the caller changes later changes nothing recorded."""
+    """Each value but a plain one taken as it is now (:func:`private_value`): containers
+    copied (lists become tuples), other objects as their text, a NaN or an infinity
+    noted. A list, dict or array the caller changes later changes nothing recorded."""
     for key, value in user.items():
-        cls = value.__class__
-        if cls is _LIST or cls is tuple or cls is dict:
-            attrs[key] = private_value(value)
-    if not NONFINITE[0]:
-        note_floats(user.values())
+        if value.__class__ not in PLAIN:
+            try:
+                attrs[key] = private_value(value)
+            except Exception:  # a Mapping whose items() raises, say: left to the exporters
+                pass
 
 
-_LIST: Final = list
-# Attribute value types that need more than a store: containers to copy, floats to note.
-COPIED: Final = frozenset({float, tuple, _LIST, dict})
+PLAIN: Final = frozenset({str, int, bool})
+"""Attribute value types stored as given (nearly every attribute): one pass in C says
+a mapping holds only these; any other value takes :func:`_suspects`."""
 
 
 def named(name: object) -> str:

@@ -11,8 +11,10 @@ from typing import Any, Final
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import (
+    INVALID_SPAN_CONTEXT,
     Link,
     Span,
+    SpanContext,
     SpanKind,
 )
 from opentelemetry.util.types import AttributeValue
@@ -21,7 +23,7 @@ from . import _groups, _stalls
 from ._cm import SyncAndAsync
 from ._errors import report_internal_error
 from ._fast import FastSpan, FastTracer
-from ._fast._span import SPAN_TYPES
+from ._fast._span import SPAN_TYPES, STAMP_KEYS
 from ._groups import Bucket
 from ._profiling import _PROFILER, ProfiledSpan
 from ._scopes import SCOPES
@@ -38,10 +40,10 @@ from ._span_context import (
 from ._span_errors import redacting
 from ._span_noop import AMBIENT_SPAN, NOOP_CM, NoopSpanCM, Reentered, mark_refused, take_refused
 from ._span_rules import (
-    COPIED,
     LEAF,
     MARKER,
     PER_PROMPT_GROUP,
+    PLAIN,
     UMBRELLA,
     Attributes,
     bad_group,
@@ -120,7 +122,7 @@ def span_attributes(
         bucket = entry[1]
     if user:  # _merge, inline
         attrs.update(user)
-        if RL_BUCKET in user or not COPIED.isdisjoint(map(type, user.values())):
+        if RL_BUCKET in user or not PLAIN.issuperset(map(type, user.values())):
             settle_attributes(attrs, user, bucket)
     return attrs
 
@@ -146,12 +148,50 @@ def start(
         attrs = span_attributes(group, shape, attributes, bucket)
         if tracer.__class__ is FastTracer:
             return tracer.start_owned(name, context, attrs, None, kind, links, start_time)
+        limits = getattr(tracer, "_span_limits", None)  # an SDK tracer's
+        if limits is not None and (
+            limits.max_span_attribute_length is not None
+            or (limits.max_span_attributes is not None and len(attrs) > limits.max_span_attributes)
+        ):
+            return _sdk_stamped(tracer, name, context, kind, attrs, links, start_time, limits)
         # positional: the API's parameter order, cheaper than keywords per span;
         # an SDK span records exceptions redacted, as a fast one does
         return redacting(tracer.start_span(name, context, kind, attrs, links, start_time))
     except Exception as exc:
         report_internal_error(("start", site(group)), exc, named(name))  # names vary
         return None
+
+
+def _sdk_stamped(
+    tracer: Any,
+    name: str,
+    context: otel_context.Context | None,
+    kind: SpanKind,
+    attrs: dict[str, AttributeValue],
+    links: Sequence[Link] | None,
+    start_time: int | None,
+    limits: Any,
+) -> Span:
+    """An SDK span under a count or length limit that keeps asynctrace's stamps whole.
+
+    The SDK evicts the oldest attributes first, and the stamps come first: past
+    the count limit they are given last, so the newest user attributes go
+    instead. A length limit would cut a bucket name: the stamps are put back
+    whole. (Attributes set later on the span are the SDK's: see
+    docs/providers.md.)
+    """
+    if limits.max_span_attributes is not None and len(attrs) > limits.max_span_attributes:
+        stamps = {key: attrs.pop(key) for key in STAMP_KEYS.intersection(attrs)}
+        attrs.update(stamps)
+    span = redacting(tracer.start_span(name, context, kind, attrs, links, start_time))
+    if limits.max_span_attribute_length is not None:
+        stored = getattr(getattr(span, "_attributes", None), "_dict", None)
+        if isinstance(stored, dict):
+            for key in STAMP_KEYS.intersection(stored):
+                value = attrs.get(key)
+                if value.__class__ is str:
+                    stored[key] = value
+    return span
 
 
 _time_ns: Final = time.time_ns
@@ -366,6 +406,26 @@ class ManagedSpan(FastSpan, SyncAndAsync[Span]):
         except Exception as err:
             report_internal_error(("end", "FastSpan"), err)
 
+    # Before __enter__, or not sampled (or reconfigured since), the object is no span
+    # of its own: these answer for it without raising.
+
+    def get_span_context(self) -> SpanContext:
+        """The span's context; before entering, or if not sampled, the one it stands for."""
+        try:
+            return FastSpan.get_span_context(self)
+        except AttributeError:  # never started: no ids
+            other = self._other
+            if other is not None and hasattr(other, "get_span_context"):
+                return other.get_span_context()  # type: ignore[no-any-return]
+            return INVALID_SPAN_CONTEXT
+
+    def __repr__(self) -> str:
+        try:
+            return FastSpan.__repr__(self)
+        except AttributeError:  # never started: no ids
+            state = "not entered" if self._token is None else "not recording"
+            return f"<ManagedSpan {self._name!r} {state}>"
+
 
 SPAN_TYPES.add(ManagedSpan)
 
@@ -398,6 +458,7 @@ def _managed(
         span._attributes = attributes  # type: ignore[assignment]  # the caller's, until __enter__
         span._bucket = bucket
         span._token = span._other = None
+        span._end = 0  # not started: not recording, setters ignored (until __enter__)
     if profile and (profiler := _PROFILER[0]) is not None:
         iteration = attributes.get(RL_ITERATION) if attributes else None
         if iteration is None:
@@ -577,7 +638,7 @@ def start_span(
                 attrs = entry[0].copy()
                 if attributes:  # _merge, inline
                     attrs.update(attributes)
-                    if RL_BUCKET in attributes or not COPIED.isdisjoint(
+                    if RL_BUCKET in attributes or not PLAIN.issuperset(
                         map(type, attributes.values())
                     ):
                         settle_attributes(attrs, attributes, entry[1])

@@ -1337,3 +1337,53 @@ def test_providers_record_exceptions_redacted_alike(tmp_path: Path) -> None:
     """The same program records the same redacted exceptions on both providers, stacks included."""
     runs = {name: redaction_run(name, tmp_path / name) for name in PROVIDERS}
     assert runs["fast"] == runs["sdk"]
+
+
+# ---------------------------------------------------------------------------
+# Values at their edges: past the limits, changed after set, notes added later.
+
+
+class _Items(list):  # type: ignore[type-arg]
+    """A list subclass (the SDK records it as a tuple of its items at set time)."""
+
+
+def edge_values(provider: str) -> dict[str, Any]:
+    """Stamps of a leaf started past max_attributes, values changed after set, a later note."""
+    np = pytest.importorskip("numpy")
+    many = {f"metric.{i}": i for i in range(130)}
+    array, items = np.zeros(2), _Items([1])
+    with capture_spans("all", provider=provider) as captured:
+        with iteration_scope(4):
+            with managed_span("generation", "edge.many", attributes=many):
+                pass
+            with managed_span("generation", "edge.changed", attributes={"a": array}) as span:
+                span.set_attribute("l", items)
+            array[:] = 3
+            items.append(2)
+            span = asynctrace.get_tracer().start_span("edge.notes")
+            try:
+                raise BatchError("noted")
+            except BatchError as exc:
+                exc.add_note("before")
+                span.record_exception(exc)
+                exc.add_note("after")
+            span.end()
+        spans = {s.name: s for s in captured.spans}
+    many_attrs = dict(spans["edge.many"].attributes or {})
+    stack = (spans["edge.notes"].events[0].attributes or {})["exception.stacktrace"]
+    return {
+        "many.stamps": {k: many_attrs.get(k) for k in ("rl.bucket", "rl.iteration")},
+        "many.count": (len(many_attrs), spans["edge.many"].dropped_attributes),
+        "changed": _attrs(spans["edge.changed"].attributes),
+        "notes": ("before" in stack, "after" in stack),
+    }
+
+
+def test_values_at_their_edges_agree_across_providers() -> None:
+    """Stamps kept past the limit, values as at set time, notes as at record time: both alike."""
+    fast, sdk = edge_values("fast"), edge_values("sdk")
+    assert fast == sdk
+    assert fast["many.stamps"] == {"rl.bucket": "productive", "rl.iteration": 4}
+    stamps = {"rl.bucket": "productive", "rl.iteration": 4}
+    assert fast["changed"] == {**stamps, "a": "[0. 0.]", "l": (1,)}
+    assert fast["notes"] == (True, False)

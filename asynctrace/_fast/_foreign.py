@@ -5,7 +5,8 @@ OpenTelemetry instrumentation in the process, and some record more of a URL
 than asynctrace would: FastAPI's built-in telemetry keeps ``url.query`` as
 sent, tokens and all. A tracer asked for by anyone but asynctrace itself
 makes :class:`ForeignSpan` objects, whose URL attributes
-(:data:`asynctrace._redact.URL_ATTRIBUTES`) go through the same redaction as
+(:data:`asynctrace._redact.URL_ATTRIBUTES`; on the span, its events, its
+links and its recorded exceptions) go through the same redaction as
 exception text when they are set (an ``ERROR`` status description does on
 every :class:`FastSpan`): nothing secret is held, queued or exported.
 asynctrace's own spans, which redact their URLs where they make them, pay
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from opentelemetry.trace import SpanContext
 from opentelemetry.util import types
 
 from .._redact import URL_ATTRIBUTES, redact_url_attributes, redact_url_value
@@ -52,6 +54,32 @@ class ForeignSpan(FastSpan):
         # equal to one is found too); FastSpan.set_attributes then takes the keys as the
         # SDK does and reads only what can stay past the limit.
         FastSpan.set_attributes(self, redact_url_attributes(attributes))
+
+    def add_event(
+        self, name: str, attributes: types.Attributes = None, timestamp: int | None = None
+    ) -> None:
+        """Record an event, its URL attributes redacted."""
+        if attributes:
+            attributes = redact_url_attributes(attributes)
+        FastSpan.add_event(self, name, attributes, timestamp)
+
+    def add_link(self, context: SpanContext, attributes: types.Attributes = None) -> None:
+        """Link to another span's context (links given at start too), URL attributes redacted."""
+        if attributes:
+            attributes = redact_url_attributes(attributes)
+        FastSpan.add_link(self, context, attributes)
+
+    def record_exception(
+        self,
+        exception: BaseException,
+        attributes: types.Attributes = None,
+        timestamp: int | None = None,
+        escaped: bool = False,
+    ) -> None:
+        """Record *exception* (see :meth:`FastSpan.record_exception`), URL attributes redacted."""
+        if attributes:
+            attributes = redact_url_attributes(attributes)
+        FastSpan.record_exception(self, exception, attributes, timestamp, escaped)
 
 
 SPAN_TYPES.add(ForeignSpan)

@@ -93,9 +93,14 @@ FIELDS = tuple(f.name for f in fields(SpanLimits) if f.name != "other_attribute_
 def limits_from(config: Mapping[str, Any], environ: Mapping[str, str]) -> SpanLimits:
     """Limits from the ``span_limits`` mapping, then the ``OTEL_*`` variables, then defaults.
 
+    A variable that is set but empty (or blank) counts as not set: the default
+    applies (the SDK reads it as no limit). A variable cannot ask for no
+    limit; the ``span_limits`` key can (``None``).
+
     Raises:
-        ConfigurationError: an unknown key, or a value that is not an integer
-            ``>= 0`` (or ``None``: unlimited).
+        ConfigurationError: an unknown key, a value that is not an integer
+            ``>= 0`` (or ``None`` in the mapping: unlimited), a variable that is
+            not an integer ``>= 0``.
     """
     unknown = [key for key in config if key not in FIELDS]
     if unknown:
@@ -111,17 +116,20 @@ def limits_from(config: Mapping[str, Any], environ: Mapping[str, str]) -> SpanLi
         for var in (own, general):
             raw = environ.get(var, "").strip() if var else ""
             if raw:
-                values[name] = _count(var, raw)
+                values[name] = _count(var, raw, variable=True)
                 break
     if "max_attribute_length" not in config:
         raw = environ.get("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "").strip()
-        general_length = _count("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", raw) if raw else None
+        general_length = (
+            _count("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", raw, variable=True) if raw else None
+        )
         if general_length != values.get("max_attribute_length"):
             values["other_attribute_length"] = general_length
     return SpanLimits(**values)
 
 
-def _count(key: str, value: Any) -> int | None:
+def _count(key: str, value: Any, variable: bool = False) -> int | None:
+    """*value* of *key* as a limit; a *variable* (``OTEL_*``) has no way to say unlimited."""
     if value is None:
         return None
     if isinstance(value, str):
@@ -130,7 +138,6 @@ def _count(key: str, value: Any) -> int | None:
         except ValueError:
             pass
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigurationError(
-            f"{key}: {value!r} is not accepted; accepted: an integer >= 0, or null for no limit"
-        )
+        accepted = "an integer >= 0" if variable else "an integer >= 0, or null for no limit"
+        raise ConfigurationError(f"{key}: {value!r} is not accepted; accepted: {accepted}")
     return value

@@ -35,7 +35,7 @@ from ._foreign import ForeignSpan, is_own_scope
 from ._ids import IDS, IdGenerator
 from ._limits import SpanLimits
 from ._sampling import Sampling
-from ._span import SPAN_TYPES, FastSpan, _copy_attributes, good_keys, newest_good
+from ._span import SPAN_TYPES, FastSpan, _copy_attributes, good_keys, keep_stamps, newest_good
 
 logger = logging.getLogger("asynctrace")
 
@@ -93,6 +93,21 @@ _SAMPLED = 0x01
 _RANDOM = 0x02  # W3C trace-context level 2: the trace id is random (as the SDK sets it)
 _LOW_64 = (1 << 64) - 1
 _new = object.__new__
+
+
+def _root_flags(generator: Any) -> int:
+    """A root span's trace flags but sampled: W3C's random-trace-id flag when *generator*
+    says its trace ids are random (``is_trace_id_random()``, as the SDK asks it)."""
+    is_random = getattr(generator, "is_trace_id_random", None)
+    if is_random is None:
+        return _RANDOM
+    try:
+        return _RANDOM if is_random() else 0
+    except Exception as exc:
+        raise ConfigurationError(
+            f"id_generator: its is_trace_id_random() raised {exc!r}; accepted: an id "
+            "generator whose is_trace_id_random() returns a bool"
+        ) from exc
 
 
 def _task_getter() -> Callable[[asyncio.AbstractEventLoop], asyncio.Task[Any] | None]:
@@ -243,7 +258,7 @@ class FastTracer(trace.Tracer):
             trace_id = bits(128) or 1
             parent_id = 0
             remote = False
-            flags = _RANDOM
+            flags = provider._root_flags
             state = None
             sampled: int | bool = trace_id & _LOW_64 < provider._bound
         elif parent.__class__ in SPAN_TYPES:
@@ -279,7 +294,7 @@ class FastTracer(trace.Tracer):
                 trace_id = bits(128) or 1
                 parent_id = 0
                 remote = False
-                flags = _RANDOM
+                flags = provider._root_flags
                 state = None
                 sampled = trace_id & _LOW_64 < provider._bound
         span_id = bits(64) or 1
@@ -346,15 +361,15 @@ class FastTracer(trace.Tracer):
         limit: int,
         span: FastSpan | None,
     ) -> FastSpan:
-        """A span given more attributes than the limit: it keeps the newest, as the SDK does.
+        """A span given more attributes than the limit: it keeps the newest, as the SDK does,
+        and asynctrace's stamps (:data:`~._span.STAMP_KEYS`), which the SDK would evict first.
 
         *span* is the blank to fill (a :class:`ManagedSpan`, say), or ``None``.
         A key the span cannot keep is dropped first, and evicts nothing.
         """
         good, bad = good_keys(attributes)
         attributes = good if good.__class__ is dict else dict(good)  # (a dict, given one)
-        dropped = max(0, len(attributes) - limit)
-        kept = dict(islice(attributes.items(), dropped, None)) if limit else {}
+        kept, dropped = keep_stamps(attributes, limit)  # the newest, and asynctrace's stamps
         if span is None:
             span = _new(FastSpan)
         FastSpan.__init__(
@@ -426,7 +441,9 @@ class FastTracerProvider(trace.TracerProvider):
             ``attributes``); exported with every span.
         sampling: the sampling policy (default: always on, parent based).
         limits: span limits (default: OpenTelemetry's).
-        id_generator: where ids come from (default: the process's).
+        id_generator: where ids come from (default: the process's). Root spans
+            carry W3C's random-trace-id flag if its ``is_trace_id_random()``
+            says so (asked once), as in the SDK.
         max_open_spans: how many started, not yet ended spans it keeps track of
             (to end them, tagged truncated, at shutdown). Past it a tenth
             is forgotten at a time, the oldest hundredth excepted: counted in
@@ -463,6 +480,7 @@ class FastTracerProvider(trace.TracerProvider):
         self._bits: Callable[[int], int] = getattr(self.id_generator, "bits", None) or (
             self._generated_bits
         )
+        self._root_flags = _root_flags(self.id_generator)
         self._bound = self.sampling.bound
         self._parent_based = self.sampling.parent_based
         self._open: dict[int, FastSpan] = {}

@@ -8,12 +8,14 @@ locks; a setter already past its check on another thread when ``end()`` runs
 may still write, which is why the export threads read copies of the
 attribute dicts (one atomic ``dict`` copy each).
 
-The hot path only stores values. Everything that costs (attribute value
-checks and length limits, exception stack traces, conversion to the SDK's
-``ReadableSpan``, encoding) happens on the export threads. What the hot path
-does bound is memory: a span keeps at most ``max_attributes`` attributes,
-``max_events`` events and ``max_links`` links, evicting the oldest as the SDK
-does, and counts what it dropped.
+The hot path only stores values (a value that is not a ``str``, ``int`` or
+``bool`` is taken as it is at that moment: see :func:`private_value`).
+Everything else that costs (attribute value checks and length limits,
+exception stack traces, conversion to the SDK's ``ReadableSpan``, encoding)
+happens on the export threads. What the hot path does bound is memory: a
+span keeps at most ``max_attributes`` attributes, ``max_events`` events and
+``max_links`` links, evicting the oldest as the SDK does (but never
+asynctrace's stamps, :data:`STAMP_KEYS`), and counts what it dropped.
 """
 
 from __future__ import annotations
@@ -31,11 +33,21 @@ from opentelemetry.trace.status import Status, StatusCode
 from opentelemetry.util import types
 
 from .._redact import redact_text, secrets_of
+from .._semconv import (
+    CANCELLED,
+    GROUP,
+    RL_BUCKET,
+    RL_EFFICIENCY_CATEGORY,
+    RL_ITERATION,
+    RL_SESSION_ID,
+    RL_TASK_ID,
+    TRUNCATED,
+)
 
 if TYPE_CHECKING:
     from ._provider import FastTracer
 
-__all__ = ["FastSpan", "SpanEvent"]
+__all__ = ["STAMP_KEYS", "FastSpan", "SpanEvent", "keep_stamps"]
 
 _time_ns = time.time_ns
 _new_tuple = tuple.__new__
@@ -45,6 +57,17 @@ _ERROR = StatusCode.ERROR
 _LIST = list
 _STACKTRACE = "exception.stacktrace"
 _TRACE_FLAGS = tuple(TraceFlags(flags) for flags in range(256))  # made once, not per context
+
+STAMP_KEYS: frozenset[str] = frozenset(
+    {GROUP, RL_BUCKET, RL_ITERATION, RL_TASK_ID, RL_SESSION_ID, RL_EFFICIENCY_CATEGORY}
+    | {CANCELLED, TRUNCATED}
+)
+"""The attributes asynctrace stamps on its spans (what goodput and the readers classify by).
+
+Past ``max_attributes`` they are never the ones evicted (the oldest other
+attribute is), and ``max_attribute_length`` never cuts them: a step's leaf
+given 200 metrics keeps its ``rl.bucket`` and ``rl.iteration``.
+"""
 
 
 class SpanEvent:
@@ -98,12 +121,16 @@ _DEPTH = 16  # containers deeper than this are kept as given (a list that holds 
 
 
 def private_value(value: Any, depth: int = 0) -> Any:
-    """*value* as a span keeps it: containers copied (lists and tuples as tuples), floats noted.
+    """*value* as a span keeps it, taken now as the SDK takes it: floats noted, the rest copied.
 
-    A caller that changes a list or dict after setting it (or after ``end()``)
-    changes nothing recorded, and an export thread never reads a container
-    another thread is changing. Other objects are kept as given (the
-    exporters turn them into text, as the SDK does).
+    Sequences become tuples and mappings dicts (subclasses too), at any depth;
+    another object that has its own ``__str__`` or ``__repr__`` (a numpy array,
+    say) becomes its text, as the SDK records it. A caller that changes a list,
+    a dict or an array after setting it (or after ``end()``) changes nothing
+    recorded, and an export thread never reads an object another thread is
+    changing. Immutable values (strings, numbers, bytes, their subclasses) are
+    kept as given, and so is an object whose text is ``object``'s own (the
+    exporters drop it, as the SDK's ``None``) or whose ``str()`` raises.
     """
     cls = value.__class__
     if cls is float:
@@ -114,11 +141,27 @@ def private_value(value: Any, depth: int = 0) -> Any:
         return value
     if cls is tuple and _SIMPLE.issuperset(map(type, value)):
         return value  # immutable all the way down: kept as it is
-    if cls is tuple or cls is _LIST or isinstance(value, (tuple, _LIST)):
+    if cls is tuple or cls is _LIST:
+        return tuple([private_value(item, depth + 1) for item in value])
+    if isinstance(value, _IMMUTABLE):  # a str or int subclass (an enum), numpy's float64...
+        if isinstance(value, float) and value - value != 0.0:
+            NONFINITE[0] = True
+        return value
+    if isinstance(value, Sequence):
         return tuple([private_value(item, depth + 1) for item in value])
     if isinstance(value, Mapping):
         return {key: private_value(item, depth + 1) for key, item in value.items()}
-    return value
+    if cls.__str__ is _OBJECT_STR and cls.__repr__ is _OBJECT_REPR:
+        return value  # no text of its own: left to the exporters (which drop it)
+    try:
+        return str(value)
+    except KeyboardInterrupt:
+        raise
+    except BaseException:  # SystemExit from a __str__ too: left to the exporters, which
+        return value  # drop it and count it; the caller's set_attribute never raises
+
+
+_IMMUTABLE = (str, int, float, bytes)
 
 
 def _copy_attributes(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -193,17 +236,61 @@ _OBJECT_REPR: Any = object.__repr__
 
 
 def _evict_past(span: FastSpan, attributes: dict[str, Any], keep: int) -> None:
-    """Evict the oldest attributes until *keep* are left, counting them as dropped.
+    """Evict the oldest attributes but the stamps until *keep* are left, counting them as dropped.
 
     Another thread may change *attributes* meanwhile: what it removed first is
     simply gone.
     """
     while len(attributes) > keep:
         try:
-            attributes.pop(next(iter(attributes)), None)
+            attributes.pop(_oldest_evictable(attributes), None)
         except (RuntimeError, StopIteration):  # changed while read: look again
             continue
         span._dropped = getattr(span, "_dropped", 0) + 1
+
+
+def _oldest_evictable(attributes: dict[str, Any]) -> str:
+    """The oldest key that is not a stamp (the stamps come first: a few steps at most).
+
+    Only stamps (a limit smaller than their count): the oldest of them.
+    """
+    for key in attributes:
+        if key not in STAMP_KEYS:
+            return key
+    return next(iter(attributes))
+
+
+def keep_stamps(attributes: dict[str, Any], limit: int) -> tuple[dict[str, Any], int]:
+    """The newest *limit* of *attributes*, the stamps among them whatever their age,
+    and how many were left out.
+
+    The stamps come first in the result (as a span starts with them). For the
+    rare path only: a span past its limit.
+    """
+    excess = len(attributes) - limit
+    if excess <= 0:
+        return attributes, 0
+    stamps = [key for key in attributes if key in STAMP_KEYS] if limit else []
+    if not stamps:
+        return (dict(islice(attributes.items(), excess, None)) if limit else {}), excess
+    if len(stamps) >= limit:  # (a limit below their count) the newest of them only
+        return {key: attributes[key] for key in stamps[len(stamps) - limit :]}, excess
+    kept = {key: attributes[key] for key in stamps}
+    others = [item for item in attributes.items() if item[0] not in STAMP_KEYS]
+    kept.update(others[len(others) - (limit - len(stamps)) :])
+    return kept, excess
+
+
+def _trim(items: list[Any], limit: int) -> int:
+    """Evict the oldest of *items* until *limit* are left (other threads may too): how many."""
+    evicted = 0
+    while len(items) > limit:
+        try:
+            del items[0]
+        except IndexError:  # emptied by another thread meanwhile
+            break
+        evicted += 1
+    return evicted
 
 
 class FastSpan(trace.Span):
@@ -315,7 +402,7 @@ class FastSpan(trace.Span):
     # -- setters -----------------------------------------------------------------
 
     def set_attribute(self, key: str, value: types.AttributeValue) -> None:
-        """Set one attribute; the oldest is evicted past ``max_attributes``.
+        """Set one attribute; the oldest (not a stamp) is evicted past ``max_attributes``.
 
         A key that is not a non-empty string is dropped and counted, as the SDK
         drops it, and evicts nothing. Several threads may set attributes on one
@@ -363,8 +450,13 @@ class FastSpan(trace.Span):
             # just those, from its end (10,000 keys otherwise cost a millisecond).
             newest, left_out = newest_good(attributes, limit)
             if len(newest) == limit:
-                older = sum(1 for key in own if key not in attributes)
-                self._dropped = getattr(self, "_dropped", 0) + older + left_out
+                own = own.copy()  # one C call: another thread may be setting attributes
+                older = [key for key in own if key not in attributes]
+                if not STAMP_KEYS.isdisjoint(older):  # the stamps stay, as many new ones go
+                    stamped = {key: own[key] for key in older if key in STAMP_KEYS}
+                    stamped.update(newest)
+                    newest, _ = keep_stamps(stamped, limit)
+                self._dropped = getattr(self, "_dropped", 0) + len(older) + left_out
                 self._attributes = _copy_attributes(newest)
                 return
         attributes, bad = good_keys(attributes)
@@ -379,12 +471,12 @@ class FastSpan(trace.Span):
             own.update(_copy_attributes(attributes))
             return
         # Past the limit: what setting them one by one would leave (the newest
-        # `limit`, the rest counted as dropped), in C-level passes, not a loop.
-        merged = {key: value for key, value in own.items() if key not in attributes}
+        # `limit` and the stamps, the rest counted as dropped). *own* is read from a
+        # copy (one C call): another thread may be setting attributes meanwhile.
+        merged = {key: value for key, value in own.copy().items() if key not in attributes}
         merged.update(attributes)
-        excess = len(merged) - limit
-        if excess > 0:
-            merged = dict(islice(merged.items(), excess, None))
+        merged, excess = keep_stamps(merged, limit)
+        if excess:
             self._dropped = getattr(self, "_dropped", 0) + excess
         self._attributes = _copy_attributes(merged)
 
@@ -414,6 +506,8 @@ class FastSpan(trace.Span):
                 return
             del events[0]
         events.append(event)
+        if limit is not None and len(events) > limit:  # another thread added meanwhile
+            self._dropped_events = getattr(self, "_dropped_events", 0) + _trim(events, limit)
 
     def add_link(self, context: SpanContext, attributes: types.Attributes = None) -> None:
         """Link to another span's context (ignored when invalid and without attributes)."""
@@ -432,6 +526,8 @@ class FastSpan(trace.Span):
                 return
             del links[0]
         links.append(Link(context, _copy_attributes(attributes)))
+        if limit is not None and len(links) > limit:  # another thread added meanwhile
+            self._dropped_links = getattr(self, "_dropped_links", 0) + _trim(links, limit)
 
     def update_name(self, name: str) -> None:
         """Rename the span."""
@@ -624,11 +720,33 @@ def _captured(exception: BaseException) -> TracebackException | None:
     alive.
     """
     try:
-        return TracebackException(
+        captured = TracebackException(
             type(exception), exception, exception.__traceback__, lookup_lines=False, compact=True
         )
+        _freeze_notes(captured)
     except Exception:  # a broken __str__ or __notes__ in the chain, say
         return None
+    return captured
+
+
+def _freeze_notes(captured: TracebackException) -> None:
+    """Copy the notes of *captured* and of each exception in its chain (its cause, its
+    context, a group's members): ``TracebackException`` keeps the list itself, so a note
+    added after recording would show in the stack trace."""
+    pending: list[Any] = [captured]
+    seen: set[int] = set()
+    while pending:
+        item = pending.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        notes = getattr(item, "__notes__", None)
+        if isinstance(notes, list):  # (anything else is formatted as its repr: kept)
+            item.__notes__ = tuple(notes)
+        for linked in (item.__cause__, item.__context__):
+            if linked is not None:
+                pending.append(linked)
+        pending.extend(getattr(item, "exceptions", None) or ())
 
 
 def exception_attributes(

@@ -32,10 +32,10 @@ from opentelemetry.util import types
 
 from .._errors import report_internal_error
 from .._fast import FastSpan, FastTracerProvider, SpanLimits
-from .._fast._span import exception_attributes
+from .._fast._span import exception_attributes, good_keys
 from .._forksafe import reinit_at_fork
 from .._redact import redact_text, secrets_of
-from ._convert import Converter
+from ._convert import Converter, uncut_stamps
 from ._queue import ExporterSink, ExportStats, QueuedSpanProcessor, unique_name
 
 __all__ = [
@@ -114,6 +114,8 @@ class StartingSpan(trace.Span, ReadableSpan):
         attributes = BoundedAttributes(
             limits.max_attributes, old, False, limits.max_attribute_length
         )
+        if limits.max_attribute_length is not None:
+            uncut_stamps(attributes, old or {})
         attributes.dropped = getattr(old, "dropped", 0)
         self._attributes = attributes
         self._recording = True
@@ -135,10 +137,13 @@ class StartingSpan(trace.Span, ReadableSpan):
             self._attributes[key] = value  # type: ignore[index]
 
     def set_attributes(self, attributes: Mapping[str, types.AttributeValue]) -> None:
-        """Set several attributes."""
+        """Set several attributes; keys taken as the SDK takes a mapping's (see ``good_keys``)."""
         if self._recording:
-            for key, value in attributes.items():
+            kept, bad = good_keys(attributes)
+            for key, value in kept.items():
                 self._attributes[key] = value  # type: ignore[index]
+            if bad:
+                self._attributes.dropped += bad  # type: ignore[union-attr]
 
     def add_event(
         self, name: str, attributes: types.Attributes = None, timestamp: int | None = None
@@ -153,8 +158,11 @@ class StartingSpan(trace.Span, ReadableSpan):
             self._events.append(Event(name, cleaned, when))  # type: ignore[attr-defined]
 
     def add_link(self, context: SpanContext, attributes: types.Attributes = None) -> None:
-        """Add a link (the oldest is dropped past ``max_links``)."""
+        """Add a link (the oldest is dropped past ``max_links``); as in the SDK, an invalid
+        context is ignored unless the link has attributes or a trace state."""
         if self._recording and context is not None:
+            if not context.is_valid and not attributes and not context.trace_state:
+                return
             limits = self._limits
             cleaned = BoundedAttributes(
                 limits.max_link_attributes, attributes, True, limits.max_event_attribute_length

@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
 from .._errors import MissingExtraError
-from .._fast._span import NONFINITE, SPAN_TYPES
+from .._fast._span import NONFINITE, SPAN_TYPES, STAMP_KEYS
 from .._files import AppendFile
 from .._jsonl import encode_lines
 from .._propagation import PLAIN_CONTEXT
@@ -692,9 +692,12 @@ def _owner_name(owner: object) -> str:
 
 
 def _truncated(raw: Mapping[str, Any], limit: int) -> dict[str, Any]:
-    """Strings (also in sequences and mappings) cut to *limit* characters, as the SDK cuts them."""
+    """Strings (also in sequences and mappings) cut to *limit* characters, as the SDK cuts them;
+    asynctrace's stamps (``rl.bucket``, ...) are left whole."""
     out = dict(raw)
     for key, value in raw.items():
+        if key in STAMP_KEYS:  # asynctrace's stamps are never cut: goodput reads them
+            continue
         if value.__class__ is str:
             if len(value) > limit:
                 out[key] = value[:limit]

@@ -36,9 +36,10 @@ from opentelemetry.trace import (
 from opentelemetry.trace.status import Status, StatusCode
 
 from .._fast import FastSpan, Scope, SpanEvent, SpanLimits
+from .._fast._span import STAMP_KEYS
 from .._redact import redact_text
 
-__all__ = ["Converter", "bounded", "finish_event"]
+__all__ = ["Converter", "bounded", "finish_event", "uncut_stamps"]
 
 _UNSET = Status(StatusCode.UNSET)
 _STACKTRACE = "exception.stacktrace"
@@ -85,6 +86,19 @@ def bounded(
     return cleaned
 
 
+def uncut_stamps(cleaned: BoundedAttributes, raw: Mapping[str, Any]) -> None:
+    """Put back asynctrace's stamps (``rl.bucket``, ...) that a length limit cut in *cleaned*.
+
+    A bucket or group cut to ``max_attribute_length`` would be another one (or
+    none) for goodput: the stamps are never cut. Called only under a length limit.
+    """
+    stored = cleaned._dict
+    for key in STAMP_KEYS.intersection(stored):
+        value = raw.get(key)
+        if value.__class__ is str and stored[key] != value:
+            stored[key] = value
+
+
 class Converter:
     """Builds ``ReadableSpan`` objects from ended :class:`FastSpan` objects.
 
@@ -110,7 +124,10 @@ class Converter:
         """The SDK view of an ended *span* (a *cls*, a ``ReadableSpan`` subclass)."""
         limits = self.limits
         length = limits.max_attribute_length
-        attributes = bounded(limits.max_attributes, span._attributes, length)
+        raw = span._attributes
+        attributes = bounded(limits.max_attributes, raw, length)
+        if length is not None:
+            uncut_stamps(attributes, raw)
         attributes.dropped += getattr(span, "_dropped", 0)
         context = span.get_span_context()
         parent = None

@@ -84,7 +84,6 @@ class GoodputPlan:
             role=settings.role,
             path=self.path,
             meters=meters,
-            max_attribute_length=settings.span_limits.max_attribute_length,
         )
 
 
@@ -228,11 +227,9 @@ class GoodputSink:
         role: str | None = None,
         path: Path | None = None,
         meters: MeterSetup | None = None,
-        max_attribute_length: int | None = None,
     ) -> None:
         self._rank = rank
         self._role = role
-        self._max_len = max_attribute_length
         self.rollup = Rollup(
             step_name=re.compile(settings.step_name) if settings.step_name else None,
             window=settings.window,
@@ -277,7 +274,6 @@ class GoodputSink:
         account = rollup._account  # add_span's body, without its call
         is_open = self.is_open
         span_types = SPAN_TYPES
-        max_len = self._max_len
         failed = 0
         for item in batch:
             try:
@@ -290,9 +286,7 @@ class GoodputSink:
                             rollup._without_ids += 1  # as the file's line: dur null
                             continue
                         end = start
-                    attrs = item._attributes
-                    if max_len is not None:
-                        attrs = _cut(attrs, max_len)
+                    attrs = item._attributes  # its stamps are never cut (as in the file)
                     cat = attrs.get(GROUP) or attrs.get(RL_BUCKET) or item._tracer.scope.name
                     high = item._trace_id << 64
                     parent = item._parent_id
@@ -524,22 +518,6 @@ class GoodputSink:
                 message,
                 exc_info=exc,
             )
-
-
-def _cut(attrs: dict[str, Any], limit: int) -> dict[str, Any]:
-    """*attrs* with the group and bucket cut as the chrome exporter cuts strings."""
-    group: Any = attrs.get(GROUP)
-    bucket: Any = attrs.get(RL_BUCKET)
-    long_group = group.__class__ is str and len(group) > limit
-    long_bucket = bucket.__class__ is str and len(bucket) > limit
-    if not (long_group or long_bucket):
-        return attrs
-    out = dict(attrs)
-    if long_group:
-        out[GROUP] = group[:limit]
-    if long_bucket:
-        out[RL_BUCKET] = bucket[:limit]
-    return out
 
 
 def _never(_span_id: int) -> bool:

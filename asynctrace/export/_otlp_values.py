@@ -17,6 +17,8 @@ from typing import Any
 
 from opentelemetry.attributes import BoundedAttributes
 
+from .._fast._span import STAMP_KEYS
+
 __all__ = ["SMALL", "AttributeEncoder", "any_value", "key_value", "length_delimited", "varint"]
 
 logger = logging.getLogger("asynctrace")
@@ -208,6 +210,8 @@ class AttributeEncoder:
 
     def _pair(self, key: str, value: Any, limit: int | None, keys: dict[str, bytes]) -> bytes:
         """A ``KeyValue``'s length and bytes; *value* is plain or a tuple of one plain class."""
+        if limit is not None and key in STAMP_KEYS:
+            limit = None  # asynctrace's stamps are never cut: goodput reads them
         head = keys.get(key)
         if head is None:
             if key.__class__ is not str or not key:
@@ -234,6 +238,12 @@ class AttributeEncoder:
     ) -> int:
         """Clean with ``BoundedAttributes`` (the SDK's rules), then encode what it keeps."""
         cleaned = BoundedAttributes(maxlen, attributes, True, limit)
+        if limit is not None:  # the stamps whole again (BoundedAttributes cut them too)
+            stored = cleaned._dict
+            for key in STAMP_KEYS.intersection(stored):
+                value = attributes.get(key)
+                if value.__class__ is str:
+                    stored[key] = value
         parts.append(self.encode_mapping(cleaned, tag))
         return cleaned.dropped
 
