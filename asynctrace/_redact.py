@@ -884,6 +884,13 @@ def _forms(names: frozenset[str]) -> frozenset[str]:
     )
 
 
+def _registered_header(name: str) -> bool:
+    """Whether a ``-``/``_``-separated word of header *name* is a registered secret word
+    (``X-Sess: ...`` after ``register_secret_words(["sess"])``)."""
+    extra = _EXTRA_WORDS
+    return bool(extra) and any(word in extra for word in _WORD_SPLIT.split(name.lower()))
+
+
 def _redact_pairs(text: str) -> str:
     out: list[str] = []
     pos = 0
@@ -895,7 +902,7 @@ def _redact_pairs(text: str) -> str:
         if match.group("quote") or "=" in match.group("sep"):
             if _secret_name(name):  # token=..., 'api_key': ..., "password": ...
                 value_pattern = _VALUE
-        elif _credential_header(name):  # Authorization: ..., but not KeyError: ...
+        elif _credential_header(name) or _registered_header(name):  # not KeyError: ...
             value_pattern = _HEADER_VALUE
         if value_pattern is None:
             continue

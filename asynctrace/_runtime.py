@@ -24,7 +24,7 @@ from opentelemetry import trace
 from . import _group_audit, _otel_global, _session_tracer, _stalls, _state
 from ._config import TelemetryConfig
 from ._errors import ConfigurationError, MissingExtraError, report_internal_error
-from ._forksafe import reinit_at_fork
+from ._forksafe import call_in_child, reinit_at_fork
 from ._goodput import release_for_shutdown
 from ._profiling import Profiler, active_profiler, install_profiler
 from ._session_tracer import SessionTracer
@@ -121,6 +121,7 @@ class Telemetry:
         self._in_shutdown: set[int] = set()
         # The event's condition lock too: a thread inside set() or wait() at fork().
         reinit_at_fork(self._lock, self._stopped)
+        call_in_child(self._forget_threads)  # not in a forked child
         if not self._running:
             self._stopped.set()  # nothing to shut down: shutdown() returns at once
         self._owns_global = False
@@ -128,6 +129,10 @@ class Telemetry:
         self._atexit_registered = False
         self._profiler: Profiler | None = None  # set by configure() when profiling
         self._pid = os.getpid()  # a forked child inherits the handle, not what it runs
+
+    def _forget_threads(self) -> None:
+        """In a forked child: the threads that were inside ``shutdown()`` are not there."""
+        self._in_shutdown.clear()
 
     def __repr__(self) -> str:
         state = "running" if self._running else "stopped" if self._pipeline else "disabled"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import threading
 import time
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _forks import exit_code, fork_quietly
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -199,6 +201,44 @@ def test_flush_and_shutdown_in_a_signal_handler_during_shutdown_return_at_once()
     assert _names(memory) == ["s"]
     assert at.flush(1.0) is True  # the shutdown's result now
     assert at.shutdown(1.0) is True
+
+
+class HeldInShutdown:
+    """An exporter whose shutdown() waits until *release* is set."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        self.entered.set()
+        self.release.wait(30)
+
+    def force_flush(self, timeout_millis: int = 0) -> bool:
+        return True
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_child_forked_during_another_threads_shutdown_knows_no_thread_inside_it() -> None:
+    """The threads inside shutdown() at fork() are not in the child: none of its own
+    threads (which may get one of their idents) is taken for one of them."""
+    exporter = HeldInShutdown()
+    telemetry = configure({"enabled": True, "span_groups": "all", "exporters": [exporter]})
+    closing = threading.Thread(target=telemetry.shutdown, args=(30.0,))
+    closing.start()
+    try:
+        assert exporter.entered.wait(10)
+        assert telemetry._in_shutdown  # the closing thread is inside shutdown()
+        pid = fork_quietly()
+        if pid == 0:  # the child: report through the exit status, never return to pytest
+            os._exit(0 if not telemetry._in_shutdown else 1)
+        assert exit_code(pid) == 0
+    finally:
+        exporter.release.set()
+        closing.join(30)
 
 
 # -- a profiler that cannot start --------------------------------------------------------

@@ -164,3 +164,23 @@ def test_short_words_keep_redaction_linear_on_a_megabyte(make: Callable[[int], s
             break
     assert full < max(8 * quarter, 0.5), f"256 KB in {quarter:.3f} s, 1 MB in {full:.3f} s"
     assert full < 10.0
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("sess: abc123", "sess: REDACTED"),
+        ("X-Sess: abc123", "X-Sess: REDACTED"),
+        ("sess:abc123", "sess:REDACTED"),
+        ("X-SK: abc123", "X-SK: REDACTED"),
+        ("SessError: not a header", "SessError: not a header"),
+        ("task: 5", "task: 5"),
+    ],
+)
+def test_a_registered_word_names_a_header_whose_value_is_redacted(
+    text: str, expected: str
+) -> None:
+    """``Name: value`` text, whose rule for the default words is a credential word among
+    the name's words, takes the registered words the same way."""
+    at.register_secret_words(["sess", "sk"])
+    assert at.redact_text(text) == expected

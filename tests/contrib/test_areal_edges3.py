@@ -174,7 +174,7 @@ def test_session_ids_are_json_integers_as_in_areal(areal: Any, tmp_path: Path) -
         ({"sessions_tracer": {"enabled": True}}, "did you mean 'session_tracer'?"),
         ({"session_tracer": {"enable": True}}, "perf_tracer.session_tracer: unknown key 'enable'"),
         ({"enabled": "maybe"}, "perf_tracer.enabled: 'maybe' is not a boolean"),
-        ({"enabled": 1}, "perf_tracer.enabled: 1 is not a boolean"),
+        ({"enabled": 2}, "perf_tracer.enabled: 2 is not a boolean"),
         ({"session_tracer": {"enabled": "sometimes"}}, "perf_tracer.session_tracer.enabled"),
     ],
 )
@@ -207,6 +207,18 @@ def test_string_booleans_read_as_asynctrace_reads_them(tmp_path: Path) -> None:
     assert tracer.telemetry is not None
     assert tracer.telemetry.enabled
     assert isinstance(ours.register_session(0), int)  # the session tracer is on
+
+
+def test_integer_booleans_read_as_areal_reads_them(tmp_path: Path) -> None:
+    """A YAML ``enabled: 1`` (AReaL takes any truthy value) is on, ``0`` off."""
+    tracer = ours.configure({"fileroot": str(tmp_path), "enabled": 0}, rank=0)
+    assert not tracer.enabled
+    ours.reset()
+    tracer = ours.configure(
+        {"fileroot": str(tmp_path), "enabled": 1, "session_tracer": {"enabled": 1}}, rank=0
+    )
+    assert tracer.enabled
+    assert isinstance(ours.register_session(0), int)
 
 
 def test_evicted_sessions_leave_the_task_maps(tmp_path: Path) -> None:

@@ -158,14 +158,17 @@ def _check_keys(config: Any) -> None:
 
 def _flag(config: Any, name: str, where: str) -> bool:
     """A boolean key of the block, read as asynctrace reads a boolean value: ``True``,
-    ``False``, or the strings ``true``/``false``, ``1``/``0``, ``yes``/``no``,
-    ``on``/``off`` (any case); ``None`` or a missing key is ``False``.
+    ``False``, the integers ``1``/``0`` (AReaL takes any truthy value), or the strings
+    ``true``/``false``, ``1``/``0``, ``yes``/``no``, ``on``/``off`` (any case); ``None``
+    or a missing key is ``False``.
 
     Raises:
-        asynctrace.ConfigurationError: anything else (``1``, ``"disabled"``), naming *where*.
+        asynctrace.ConfigurationError: anything else (``2``, ``"disabled"``), naming *where*.
     """
     value = _field(config, name, False)
     if value is None or isinstance(value, bool):
+        return bool(value)
+    if value.__class__ is int and value in (0, 1):
         return bool(value)
     if isinstance(value, str):
         try:  # asynctrace's own conversion of boolean values
@@ -173,6 +176,6 @@ def _flag(config: Any, name: str, where: str) -> bool:
         except asynctrace.ConfigurationError:
             pass
     raise asynctrace.ConfigurationError(
-        f"{where}: {value!r} is not a boolean; accepted: true/false "
-        "(or 1/0, yes/no, on/off as strings)"
+        f"{where}: {value!r} is not a boolean; accepted: true/false, 1/0 "
+        "(or yes/no, on/off as strings)"
     )
