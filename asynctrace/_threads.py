@@ -12,6 +12,7 @@ import concurrent.futures
 import contextvars
 import functools
 import inspect
+import logging
 import math
 import threading
 import types
@@ -21,6 +22,7 @@ from typing import Any, ParamSpec, TypeVar, cast
 
 import anyio
 import anyio.to_thread
+from anyio.lowlevel import RunVar
 from opentelemetry import context as otel_context
 
 from ._backend import asyncio_loop
@@ -337,6 +339,49 @@ def context_executor(executor: concurrent.futures.Executor) -> ContextExecutor:
 # The states of a _Call.
 _QUEUED, _RUNNING, _LEFT, _OVER = range(4)
 
+# to_thread's own thread limit, per event loop (as anyio's default limit, 40): calls
+# left running by cancelled callers count against it, and against nobody else's.
+THREAD_LIMIT = 40
+
+logger = logging.getLogger("asynctrace")
+_warned = False  # the limit was reached with tokens held by calls whose callers left
+
+
+class _Lane:
+    """``to_thread``'s limiter on one asyncio loop, and the calls its callers left.
+
+    Its own, not anyio's default limiter: that one is shared by every anyio
+    user in the process (Starlette's ``run_in_threadpool``, FastAPI's sync
+    endpoints), and calls that hang after their callers left would hold its
+    tokens from all of them. anyio is handed a limiter that never waits.
+    """
+
+    __slots__ = ("left", "limiter", "loop", "unlimited")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = weakref.ref(loop)  # weakly: the lane lives as long as its loop
+        self.limiter = anyio.CapacityLimiter(THREAD_LIMIT)
+        self.unlimited = anyio.CapacityLimiter(math.inf)
+        self.left = 0  # tokens held by running calls whose callers have left (loop thread only)
+
+    def release_left(self, call: _Call) -> None:
+        """In the loop: a call its caller left has ended; its token goes back."""
+        self.left -= 1
+        self.limiter.release_on_behalf_of(call)
+
+    def warn_held(self) -> None:
+        """The limit is reached: say once if calls whose callers left hold tokens."""
+        global _warned
+        if self.left and not _warned:
+            _warned = True
+            logger.warning(
+                "asynctrace: to_thread's limit of %d threads is reached and %d of them run "
+                "calls whose callers were cancelled (a timeout, say); further to_thread calls "
+                "wait until those calls end",
+                self.limiter.total_tokens,
+                self.left,
+            )
+
 
 class _Call:
     """A ``to_thread`` call on asyncio: dropped if its caller leaves before it begins,
@@ -352,14 +397,11 @@ class _Call:
     as the caller leaves, and each call after it would take a new thread).
     """
 
-    __slots__ = ("_fn", "_limiter", "_lock", "_loop", "_state")
+    __slots__ = ("_fn", "_lane", "_lock", "_state")
 
-    def __init__(
-        self, fn: Callable[..., Any], limiter: Any, loop: asyncio.AbstractEventLoop
-    ) -> None:
+    def __init__(self, fn: Callable[..., Any], lane: _Lane) -> None:
         self._fn = fn
-        self._limiter = limiter
-        self._loop = loop
+        self._lane = lane
         self._lock = threading.Lock()
         self._state = _QUEUED
 
@@ -375,8 +417,11 @@ class _Call:
             with self._lock:
                 left, self._state = self._state == _LEFT, _OVER
             if left:  # the caller is gone: the token goes back from here
+                lane = self._lane
+                loop = lane.loop()
                 try:
-                    self._loop.call_soon_threadsafe(self._limiter.release_on_behalf_of, self)
+                    if loop is not None:
+                        loop.call_soon_threadsafe(lane.release_left, self)
                 except RuntimeError:  # the loop is closed, and its limiter with it
                     pass
 
@@ -385,31 +430,42 @@ class _Call:
         with self._lock:
             running = self._state == _RUNNING
             self._state = _LEFT if running else _OVER
-        if not running:
-            self._limiter.release_on_behalf_of(self)
+        if running:
+            self._lane.left += 1
+        else:
+            self._lane.limiter.release_on_behalf_of(self)
 
 
-# A limiter that never waits, per event loop: the token that bounds a call is its own.
 # A weak dict, not an anyio RunVar: its look-up costs about 1.5 us a call (3.11).
-_UNLIMITED: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.CapacityLimiter] = (
-    weakref.WeakKeyDictionary()
-)
+_LANES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Lane] = weakref.WeakKeyDictionary()
+# On trio, whose cancellation waits for the call: only the limiter, per run.
+_TRIO_LIMITER: RunVar[anyio.CapacityLimiter] = RunVar("asynctrace_to_thread_limiter")
 
 
-def _unlimited(loop: asyncio.AbstractEventLoop) -> anyio.CapacityLimiter:
-    limiter = _UNLIMITED.get(loop)
-    if limiter is None:
-        limiter = _UNLIMITED[loop] = anyio.CapacityLimiter(math.inf)
-    return limiter
+def _lane(loop: asyncio.AbstractEventLoop) -> _Lane:
+    lane = _LANES.get(loop)
+    if lane is None:
+        lane = _LANES[loop] = _Lane(loop)
+    return lane
+
+
+def _trio_limiter() -> anyio.CapacityLimiter:
+    try:
+        return _TRIO_LIMITER.get()
+    except LookupError:
+        limiter = anyio.CapacityLimiter(THREAD_LIMIT)
+        _TRIO_LIMITER.set(limiter)
+        return limiter
 
 
 async def to_thread(fn: Callable[..., R], *args: Any) -> R:
     """Run ``fn(*args)`` in a worker thread, in the caller's context.
 
     Works on asyncio, uvloop and trio (through anyio), in anyio's worker
-    threads and within its default thread limit. Under an anyio or trio
-    cancel scope a cancelled caller waits for a call that runs, gets its
-    outcome, and is cancelled at its next checkpoint. An asyncio cancellation
+    threads, at most 40 calls at once per event loop (a limit of its own,
+    apart from anyio's default one). Under an anyio or trio cancel scope a
+    cancelled caller waits for a call that runs, gets its outcome, and is
+    cancelled at its next checkpoint. An asyncio cancellation
     (``task.cancel()``, ``asyncio.timeout``) is raised at once, as
     ``asyncio.to_thread`` raises it, a running call ends on its own (and
     counts against the limit until it does), and a call that has not begun
@@ -422,15 +478,17 @@ async def to_thread(fn: Callable[..., R], *args: Any) -> R:
     """
     loop = asyncio_loop()
     if loop is None:  # trio: its cancellation waits for the call already
-        return await anyio.to_thread.run_sync(bind_context(fn), *args)
-    limiter = anyio.to_thread.current_default_thread_limiter()
-    call = _Call(bind_context(fn), limiter, loop)
+        return await anyio.to_thread.run_sync(bind_context(fn), *args, limiter=_trio_limiter())
+    lane = _LANES.get(loop) or _lane(loop)
+    call = _Call(bind_context(fn), lane)
+    limiter = lane.limiter
     try:  # anyio's run_sync checkpoints next: no second trip through the loop here
         limiter.acquire_on_behalf_of_nowait(call)
     except anyio.WouldBlock:
+        lane.warn_held()
         await limiter.acquire_on_behalf_of(call)
     try:
-        result: R = await anyio.to_thread.run_sync(call, *args, limiter=_unlimited(loop))
+        result: R = await anyio.to_thread.run_sync(call, *args, limiter=lane.unlimited)
     finally:
         call.leave()
     return result
