@@ -466,7 +466,19 @@ def _this_process_only(exporter: Any) -> Any:
 def _otlp_metric_exporter(protocol: str) -> Any:
     """The OTLP metric exporter of *protocol* (resolved and checked with the settings:
     ``OTEL_EXPORTER_OTLP_METRICS_PROTOCOL``, else ``OTEL_EXPORTER_OTLP_PROTOCOL``, else
-    ``otlp_protocol``)."""
+    ``otlp_protocol``).
+
+    Made as the trace exporter is (:func:`~asynctrace.export._otlp.build_exporter`): the
+    ``OTEL_EXPORTER_OTLP_METRICS_*`` variables, then the general ones, are checked, and what
+    OpenTelemetry's exporters log is redacted.
+
+    Raises:
+        MissingExtraError: the transport's package is not installed.
+        ConfigurationError: a variable is refused, or the exporter rejected its configuration.
+    """
+    from .export._otlp import build_exporter
+
+    what = "goodput.metrics: the otlp metric exporter"
     if protocol == "grpc":
         try:
             from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
@@ -474,14 +486,14 @@ def _otlp_metric_exporter(protocol: str) -> Any:
             )
         except ImportError as exc:
             raise MissingExtraError("otlp-grpc", "opentelemetry.exporter.otlp.proto.grpc") from exc
-        return OTLPMetricExporter()
+        return build_exporter(protocol, "METRICS", OTLPMetricExporter, what)
     try:
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
             OTLPMetricExporter as HttpExporter,
         )
     except ImportError as exc:
         raise MissingExtraError("otlp", "opentelemetry.exporter.otlp.proto.http") from exc
-    return HttpExporter()
+    return build_exporter(protocol, "METRICS", HttpExporter, what)
 
 
 def _prometheus(settings: GoodputSettings, resource: Any, local_rank: int | None) -> MeterSetup:

@@ -25,6 +25,7 @@ pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc")
 
 import asynctrace as at
 from asynctrace import ConfigurationError
+from asynctrace.export import _otlp_env
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _otlp_receiver import OtlpReceiver, free_port
@@ -40,11 +41,22 @@ HELD_WARNING = "failed batches are held"
 
 @pytest.fixture(autouse=True)
 def _no_otlp_variables(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Only the variables a test sets are in force."""
+    """Only the variables a test sets are in force; what is logged once is logged again."""
     for name in list(os.environ):
         kept = name in ("ASYNCTRACE_STRICT", "ASYNCTRACE_PROVIDER")
         if name.startswith(("OTEL_EXPORTER_OTLP_", "ASYNCTRACE_")) and not kept:
             monkeypatch.delenv(name)
+    _otlp_env._told.clear()
+
+
+@pytest.fixture
+def _fresh_log_filters() -> None:
+    """OpenTelemetry's loggers as in a new process: no redacting filter installed yet."""
+    for logger in list(logging.Logger.manager.loggerDict.values()):
+        if isinstance(logger, logging.Logger) and logger.name.startswith("opentelemetry."):
+            for item in list(logger.filters):
+                if type(item).__name__ == "_RedactingFilter":
+                    logger.removeFilter(item)
 
 
 def _point_at(receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch, **env: str) -> None:
@@ -91,16 +103,13 @@ REFUSED = [
     ("grpc", "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-name=caf%C3%A9HDRSECRET", "ASCII"),
     ("http/protobuf", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "localhost:4318", "http://"),
     ("http/protobuf", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "ftp://host/v1/traces", "http://"),
-    ("http/protobuf", "OTEL_EXPORTER_OTLP_TIMEOUT", "-1", "greater than 0"),
-    ("http/protobuf", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "0", "greater than 0"),
+    ("http/protobuf", "OTEL_EXPORTER_OTLP_TIMEOUT", "-1", "0 for no limit"),
     ("http/protobuf", "OTEL_EXPORTER_OTLP_TIMEOUT", "abc", "seconds"),
     ("http/protobuf", "OTEL_EXPORTER_OTLP_TIMEOUT", "10000ms", "seconds"),
-    ("grpc", "OTEL_EXPORTER_OTLP_TIMEOUT", "0", "greater than 0"),
-    ("grpc", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "nan", "greater than 0"),
+    ("grpc", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "nan", "0 for no limit"),
+    ("grpc", "OTEL_EXPORTER_OTLP_TIMEOUT", "-0.5", "0 for no limit"),
     ("http/protobuf", "OTEL_EXPORTER_OTLP_COMPRESSION", "zstd", "none, gzip, deflate"),
     ("grpc", "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "deflate", "none, gzip"),
-    ("grpc", "OTEL_EXPORTER_OTLP_INSECURE", "maybe", "true or false"),
-    ("grpc", "OTEL_EXPORTER_OTLP_TRACES_INSECURE", "yes", "true or false"),
 ]
 
 
@@ -230,6 +239,131 @@ def test_a_token_in_the_query_string_is_not_logged_when_the_collector_is_down(
     logged = [r for r in caplog.records if r.name.startswith("opentelemetry.exporter.otlp")]
     assert any("api_key=REDACTED" in r.getMessage() for r in logged), caplog.text
     assert "QUERYSECRET" not in caplog.text
+
+
+GOODPUT_OVER_OTLP = {
+    "enabled": True,
+    "exporters": [],
+    "span_groups": "per_step",
+    "schedule_delay_millis": 20,
+    "goodput": {"metrics": "otlp", "export_interval_s": 0.1, "grace_s": 0, "file": False},
+}
+
+
+@pytest.mark.usefixtures("_fresh_log_filters")
+def test_a_token_in_the_query_string_is_not_logged_by_the_goodput_metric_exporter(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Goodput metrics over OTLP/HTTP with no trace exporter, the collector down: the metric
+    exporter's connection errors name the URL, its query's token REDACTED."""
+    port = free_port()  # nothing listens: connection refused
+    monkeypatch.setenv(
+        "OTEL_EXPORTER_OTLP_ENDPOINT", f"http://user:pw@127.0.0.1:{port}/base?token=QUERYSECRET"
+    )
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "1.5")
+    caplog.set_level(logging.DEBUG, logger="opentelemetry")
+    telemetry = at.configure(GOODPUT_OVER_OTLP)
+    try:
+        for step in range(3):  # a step is finished (and measured) once the next one ends
+            with at.iteration_scope(step), at.umbrella_span("step", "rl.step"):
+                pass
+        logger = "opentelemetry.exporter.otlp.proto.http.metric_exporter"
+        assert _eventually(lambda: any(r.name == logger for r in caplog.records)), caplog.text
+    finally:
+        telemetry.shutdown(0.2)
+    logged = [r.getMessage() for r in caplog.records if r.name == logger]
+    assert any("token=REDACTED" in m for m in logged), logged
+    assert "QUERYSECRET" not in caplog.text
+    assert "pw@" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "named"),
+    [
+        ("OTEL_EXPORTER_OTLP_METRICS_HEADERS", "authorization=Bearer%0AHDRSECRET", "HTTP"),
+        (
+            "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+            "localhost:4318",
+            "http://collector:4318/v1/metrics",
+        ),
+        ("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "-1", "0 for no limit"),
+        ("OTEL_EXPORTER_OTLP_METRICS_COMPRESSION", "zstd", "none, gzip, deflate"),
+    ],
+)
+def test_the_metric_exporter_variables_are_checked_too(
+    variable: str, value: str, named: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Goodput metrics over OTLP read OTEL_EXPORTER_OTLP_METRICS_*: a value every request
+    would fail with fails configure(), naming the variable, as for traces."""
+    monkeypatch.setenv(variable, value)
+    threads = set(threading.enumerate())
+    with pytest.raises(ConfigurationError) as raised:
+        at.configure(GOODPUT_OVER_OTLP)
+    message = str(raised.value)
+    assert variable in message, message
+    assert named in message, message
+    assert "HDRSECRET" not in message, message
+    assert not [t for t in set(threading.enumerate()) - threads if t.is_alive()]
+
+
+@pytest.mark.parametrize(
+    ("protocol", "variable", "value"),
+    [
+        ("http/protobuf", "OTEL_EXPORTER_OTLP_TIMEOUT", "0"),
+        ("http/protobuf", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "0"),
+        ("grpc", "OTEL_EXPORTER_OTLP_TIMEOUT", "0.0"),
+        ("grpc", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "0"),
+    ],
+)
+def test_a_timeout_of_0_means_the_default(
+    protocol: str,
+    variable: str,
+    value: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """0 is 'no limit' in OpenTelemetry's specification; its Python exporters cannot wait
+    without one, so their default applies, said once: spans arrive."""
+    with OtlpReceiver(protocol) as receiver:
+        _point_at(receiver, monkeypatch, OTEL_EXPORTER_OTLP_TIMEOUT="2")  # hidden as well
+        monkeypatch.setenv(variable, value)
+        caplog.set_level(logging.INFO, logger="asynctrace")
+        for _ in range(2):
+            telemetry = at.configure(CONFIG)
+            try:
+                _spans(1)
+                assert telemetry.flush(10.0)
+            finally:
+                telemetry.shutdown(2.0)
+        assert len(receiver.spans) == 2
+    told = [r.getMessage() for r in caplog.records if "means no limit" in r.getMessage()]
+    assert len(told) == 1, told
+    assert f"{variable}={value!r}" in told[0], told
+    assert "10 s" in told[0], told
+
+
+def test_an_insecure_that_is_not_a_boolean_is_false_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """OTEL_EXPORTER_OTLP_INSECURE=1 is false, as the specification says of a boolean: a
+    warning names it once, and the connection uses TLS (a plaintext collector gets nothing)."""
+    with OtlpReceiver("grpc") as receiver:
+        _point_at(receiver, monkeypatch, OTEL_EXPORTER_OTLP_TRACES_TIMEOUT="0.5")
+        monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_INSECURE")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_INSECURE", "1")
+        caplog.set_level(logging.INFO, logger="asynctrace")
+        at.configure(CONFIG).shutdown(1.0)
+        telemetry = at.configure(CONFIG)
+        try:
+            _spans(1)
+            assert _eventually(lambda: _settled(telemetry.stats()["otlp"]))
+        finally:
+            telemetry.shutdown(0.2)
+        assert receiver.requests == 0
+    warned = [r for r in caplog.records if "is not true or false" in r.getMessage()]
+    assert len(warned) == 1, caplog.text
+    assert warned[0].levelno == logging.WARNING
+    assert "OTEL_EXPORTER_OTLP_INSECURE='1'" in warned[0].getMessage()
 
 
 # -- at export -----------------------------------------------------------------------------

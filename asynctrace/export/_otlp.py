@@ -13,39 +13,56 @@ spans (:mod:`._otlp_wire`), through the same client and retries.
 
 The variables are checked first (:mod:`._otlp_env`), as both transports
 would use them. What OpenTelemetry's exporters log is redacted as asynctrace's own
-logs are, the configured header values included.
+logs are, the configured header values included. :func:`build_exporter` does
+both for every OTLP exporter asynctrace makes: the trace exporter here, the
+goodput metric exporter (``goodput.metrics: otlp``, reading
+``OTEL_EXPORTER_OTLP_METRICS_*``) in :mod:`asynctrace._goodput_metrics`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib.util
 import logging
 import os
-from collections.abc import Iterable, Iterator
+import pkgutil
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from importlib import import_module
-from typing import Any
+from typing import Any, TypeVar
 
 from .._errors import ConfigurationError, MissingExtraError
+from .._forksafe import reinit_at_fork
 from .._redact import REDACTED, redact_text
 from ._otlp_env import check_environment, configured_headers
 
-__all__ = ["otlp_exporter", "sends_encoded"]
+__all__ = ["build_exporter", "otlp_exporter", "sends_encoded"]
+
+_T = TypeVar("_T")
 
 _EXTRAS = {
     "http/protobuf": ("otlp", "opentelemetry.exporter.otlp.proto.http"),
     "grpc": ("otlp-grpc", "opentelemetry.exporter.otlp.proto.grpc"),
 }
 _PREFIX = "OTEL_EXPORTER_OTLP_"
-_TRACES = "OTEL_EXPORTER_OTLP_TRACES_"
 _HEADERS_LOGGER = "opentelemetry.util.re"  # where OpenTelemetry warns of a malformed header
-# Where OpenTelemetry's OTLP exporters log (a logger's filters see only its own records).
+# Where OpenTelemetry's OTLP exporters log: every module of these packages, found in the
+# installed ones (a logger's filters see only its own records, not its children's), and
+# these named ones whether installed or not.
+_EXPORTER_PACKAGES = ("opentelemetry.exporter.otlp", "opentelemetry.exporter.http")
 _EXPORTER_LOGGERS = (
-    "opentelemetry.exporter.otlp.proto.http.trace_exporter",
-    "opentelemetry.exporter.otlp.proto.http._common",
     "opentelemetry.exporter.otlp.proto.http",
-    "opentelemetry.exporter.otlp.proto.grpc.exporter",
-    "opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
+    "opentelemetry.exporter.otlp.proto.http._common",
+    "opentelemetry.exporter.otlp.proto.http._log_exporter",
+    "opentelemetry.exporter.otlp.proto.http.metric_exporter",
+    "opentelemetry.exporter.otlp.proto.http.trace_exporter",
     "opentelemetry.exporter.otlp.proto.grpc",
+    "opentelemetry.exporter.otlp.proto.grpc._log_exporter",
+    "opentelemetry.exporter.otlp.proto.grpc.exporter",
+    "opentelemetry.exporter.otlp.proto.grpc.metric_exporter",
+    "opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
+    "opentelemetry.exporter.otlp.proto.common._internal",
     "opentelemetry.exporter.otlp.common.http",
 )
 
@@ -60,7 +77,7 @@ def otlp_exporter(protocol: str) -> Any:
         MissingExtraError: the transport's package is not installed.
         ConfigurationError: a variable every request would fail with, or one
             the exporter would ignore (a header value with a line break, an
-            endpoint without a scheme, a timeout of 0, an unknown compression,
+            endpoint without a scheme, a negative timeout, an unknown compression,
             a missing certificate file): the same on both transports; or the
             exporter rejected its configuration.
     """
@@ -73,16 +90,38 @@ def otlp_exporter(protocol: str) -> Any:
             from ._otlp_http import HttpSpanExporter as OTLPSpanExporter  # type: ignore[assignment]
     except ImportError as exc:
         raise MissingExtraError(extra, module) from exc
+    return build_exporter(protocol, "TRACES", OTLPSpanExporter, "exporters: the otlp exporter")
+
+
+def build_exporter(protocol: str, signal: str, make: Callable[[], _T], what: str) -> _T:
+    """``make()``, an OpenTelemetry OTLP exporter of *signal*, once its variables are checked.
+
+    Every OTLP exporter asynctrace makes is made here: *signal*'s variables
+    (``OTEL_EXPORTER_OTLP_<SIGNAL>_*``, then the general ones) are checked
+    for *protocol*; the redacting filter is installed on every OTLP exporter
+    logger, with *signal*'s configured header values added to its secrets;
+    then ``make()`` runs with the variables it must not see hidden.
+
+    Args:
+        protocol: ``http/protobuf`` or ``grpc``.
+        signal: ``TRACES``, ``METRICS`` or ``LOGS``.
+        make: makes the exporter from the environment.
+        what: the configuration key and exporter, for the error message
+            (``"exporters: the otlp exporter"``).
+
+    Raises:
+        ConfigurationError: a variable is refused (:func:`check_environment`),
+            or the exporter rejected its configuration.
+    """
     _redact_header_warnings()
-    hidden = check_environment(protocol)
-    _EXPORTER_LOG_FILTER.secrets = frozenset(v for _, v in configured_headers() if v)
-    _redact_exporter_logs()
+    hidden = check_environment(protocol, signal)
+    _redact_exporter_logs(signal, [value for _, value in configured_headers(signal) if value])
     try:
         with _empty_variables_unset(hidden):
-            return OTLPSpanExporter()
+            return make()
     except Exception as exc:
         raise ConfigurationError(
-            f"exporters: the otlp exporter ({protocol}) rejected its configuration ({exc}); "
+            f"{what} ({protocol}) rejected its configuration ({exc}); "
             "check the OTEL_EXPORTER_OTLP_* environment variables"
         ) from exc
 
@@ -162,7 +201,9 @@ class _RedactingFilter(logging.Filter):
     def __init__(self) -> None:
         super().__init__()
         self.secrets: frozenset[str] = frozenset()
-        """The header values of the ``..._HEADERS`` in force (set by :func:`otlp_exporter`)."""
+        """The header values of the ``..._HEADERS`` in force, every signal's (set by
+        :func:`build_exporter`)."""
+        self.by_signal: dict[str, frozenset[str]] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
         secrets = self.secrets
@@ -183,11 +224,50 @@ class _RedactingFilter(logging.Filter):
 
 
 _EXPORTER_LOG_FILTER = _RedactingFilter()
+_FILTER_LOCK = threading.Lock()
+reinit_at_fork(_FILTER_LOCK)  # held at fork(): new in the child
 
 
-def _redact_exporter_logs() -> None:
-    """Install the redacting filter on OpenTelemetry's OTLP exporter loggers, once each."""
-    for name in _EXPORTER_LOGGERS:
-        logger = logging.getLogger(name)
-        if _EXPORTER_LOG_FILTER not in logger.filters:
-            logger.addFilter(_EXPORTER_LOG_FILTER)
+def _redact_exporter_logs(signal: str, secrets: Iterable[str]) -> None:
+    """Install the redacting filter on OpenTelemetry's OTLP exporter loggers, once each,
+    with *secrets* (*signal*'s configured header values) among those it replaces."""
+    with _FILTER_LOCK:
+        found = _EXPORTER_LOG_FILTER.by_signal
+        found[signal] = frozenset(secrets)
+        _EXPORTER_LOG_FILTER.secrets = frozenset().union(*found.values())
+        for name in exporter_logger_names():
+            logger = logging.getLogger(name)
+            if _EXPORTER_LOG_FILTER not in logger.filters:
+                logger.addFilter(_EXPORTER_LOG_FILTER)
+
+
+@functools.cache
+def exporter_logger_names() -> tuple[str, ...]:
+    """The loggers OpenTelemetry's OTLP exporters may log on: a module's ``__name__`` each.
+
+    Every module and package of the installed OTLP exporter packages (trace,
+    metric and log exporters, http and grpc, their common modules), listed
+    from the files without importing them (grpc is imported only when used),
+    and the named ones in :data:`_EXPORTER_LOGGERS`.
+    """
+    names = set(_EXPORTER_LOGGERS)
+    for root in _EXPORTER_PACKAGES:
+        try:
+            spec = importlib.util.find_spec(root)
+        except (ImportError, ValueError):
+            continue
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        stack = [(list(spec.submodule_search_locations), root)]
+        while stack:
+            paths, package = stack.pop()
+            names.add(package)
+            for info in pkgutil.iter_modules(paths, f"{package}."):
+                names.add(info.name)
+            for path in paths:  # packages, namespace ones (no __init__.py) included
+                with contextlib.suppress(OSError), os.scandir(path) as entries:
+                    for entry in entries:
+                        name = entry.name
+                        if name.isidentifier() and not name.startswith("__") and entry.is_dir():
+                            stack.append(([entry.path], f"{package}.{name}"))
+    return tuple(sorted(names))

@@ -1,27 +1,47 @@
 """The OTLP exporter variables, checked before either transport uses them.
 
-A value that would fail every request (a header with a line break, an
-endpoint without ``http://`` or ``https://``, a timeout of 0, a certificate
-file that is not there) or that one transport would ignore with a warning
-(compression ``zstd``) is a :class:`~asynctrace.ConfigurationError` naming
-the variable, the value (a header's value as ``REDACTED``) and what is
-accepted. Headers are parsed as OpenTelemetry parses them.
+Per signal: the trace exporter reads ``OTEL_EXPORTER_OTLP_TRACES_*``, the
+goodput metric exporter ``OTEL_EXPORTER_OTLP_METRICS_*``, each before the
+general ``OTEL_EXPORTER_OTLP_*``. A value that would fail every request (a
+header with a line break, an endpoint without ``http://`` or ``https://``, a
+negative timeout, a certificate file that is not there) or that one
+transport would ignore with a warning (compression ``zstd``) is a
+:class:`~asynctrace.ConfigurationError` naming the variable, the value (a
+header's value as ``REDACTED``) and what is accepted. Headers are parsed as
+OpenTelemetry parses them.
+
+Two values the specification gives a meaning to are taken, with a message
+once: a timeout of 0 (no limit; OpenTelemetry's Python exporters cannot
+wait without one, so the variable is hidden from them and their default of
+10 s applies) and an ``..._INSECURE`` other than ``true`` or ``false``
+(false, with a warning).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import re
+import threading
 from urllib.parse import unquote, urlsplit
 
 from .._errors import ConfigurationError
+from .._forksafe import reinit_at_fork
 from .._redact import REDACTED, redact_text
 
-__all__ = ["check_environment", "configured_headers"]
+__all__ = ["SIGNALS", "check_environment", "configured_headers"]
+
+logger = logging.getLogger("asynctrace")
 
 _PREFIX = "OTEL_EXPORTER_OTLP_"
-_TRACES = "OTEL_EXPORTER_OTLP_TRACES_"
+SIGNALS = ("TRACES", "METRICS", "LOGS")
+"""The signals of the per-signal variables (``OTEL_EXPORTER_OTLP_<SIGNAL>_*``)."""
+_PATHS = {"TRACES": "/v1/traces", "METRICS": "/v1/metrics", "LOGS": "/v1/logs"}
+_DEFAULT_TIMEOUT_S = 10  # OpenTelemetry's Python exporters, both transports
+_told: set[tuple[str, str]] = set()  # (variable, value) already logged about
+_told_lock = threading.Lock()
+reinit_at_fork(_told_lock)  # held at fork(): new in the child
 _COMPRESSIONS = {"http/protobuf": ("none", "gzip", "deflate"), "grpc": ("none", "gzip")}
 # OpenTelemetry's parsing of ..._HEADERS (opentelemetry.util.re): URL-encoded items, else
 # (liberal) items taken as they are; an item matching neither is logged and left out.
@@ -40,13 +60,20 @@ _GRPC_NAME = re.compile(r"[0-9a-z_.\-]+")
 _GRPC_VALUE = re.compile(r"[\x20-\x7e]*")
 
 
-def _variable(name: str) -> tuple[str, str] | None:
+def _per_signal(signal: str) -> str:
+    """``OTEL_EXPORTER_OTLP_TRACES_`` for ``TRACES``: the prefix of *signal*'s variables."""
+    if signal not in SIGNALS:
+        raise ValueError(f"signal: {signal!r}; accepted: {', '.join(SIGNALS)}")
+    return f"{_PREFIX}{signal}_"
+
+
+def _variable(name: str, signal: str) -> tuple[str, str] | None:
     """The variable in force for *name* (``TIMEOUT``, say) and its value, else None.
 
-    The per-signal one first, then the general one, as OpenTelemetry reads
+    *signal*'s own one first, then the general one, as OpenTelemetry reads
     them; one that is empty (or blank) counts as unset.
     """
-    for key in (f"{_TRACES}{name}", f"{_PREFIX}{name}"):
+    for key in (f"{_per_signal(signal)}{name}", f"{_PREFIX}{name}"):
         value = os.environ.get(key)
         if value is not None and value.strip():
             return key, value
@@ -59,8 +86,23 @@ def _refuse(key: str, value: str, problem: str, accepted: str) -> ConfigurationE
     )
 
 
-def check_environment(protocol: str) -> list[str]:
-    """Check the ``OTEL_EXPORTER_OTLP_*`` variables for *protocol*; which ones to hide.
+def _once(key: str, value: str, level: int, message: str, *args: object) -> None:
+    """Log *message* the first time *key* is found set to *value* in this process."""
+    with _told_lock:
+        if (key, value) in _told:
+            return
+        _told.add((key, value))
+    logger.log(level, message, *args)
+
+
+def check_environment(protocol: str, signal: str = "TRACES") -> list[str]:
+    """Check the ``OTEL_EXPORTER_OTLP_*`` variables *signal*'s exporter over *protocol*
+    reads; which ones to hide from it while it is made.
+
+    Args:
+        protocol: ``http/protobuf`` or ``grpc``.
+        signal: ``TRACES``, ``METRICS`` or ``LOGS``: whose per-signal
+            variables (``OTEL_EXPORTER_OTLP_<SIGNAL>_*``) come first.
 
     Raises:
         ConfigurationError: a value every request would fail with, or one the
@@ -69,42 +111,55 @@ def check_environment(protocol: str) -> list[str]:
             what is accepted.
     """
     grpc = protocol == "grpc"
+    own = _per_signal(signal)
     hidden: list[str] = []
-    timeout = _variable("TIMEOUT")
+    timeout = _variable("TIMEOUT", signal)
     if timeout is not None:
         key, value = timeout
         try:
             seconds = float(value)
         except ValueError:
             seconds = math.nan
-        if not (math.isfinite(seconds) and seconds > 0):
+        if not (math.isfinite(seconds) and seconds >= 0):
             raise _refuse(
                 key,
                 value,
                 "is not a timeout",
-                "a number of seconds greater than 0, such as 10 or 2.5 (OpenTelemetry's "
-                "Python exporters read seconds, not milliseconds)",
+                "a number of seconds, such as 10 or 2.5 (OpenTelemetry's Python exporters "
+                "read seconds, not milliseconds), or 0 for no limit",
             )
-    compression = _variable("COMPRESSION")
+        if seconds == 0:  # the specification's "no limit"; requests and gRPC cannot wait so
+            hidden += [f"{own}TIMEOUT", f"{_PREFIX}TIMEOUT"]
+            _once(
+                key,
+                value,
+                logging.INFO,
+                "asynctrace: %s=%r means no limit; OpenTelemetry's Python OTLP exporters "
+                "cannot wait without one, so their default of %d s per export applies",
+                key,
+                value,
+                _DEFAULT_TIMEOUT_S,
+            )
+    compression = _variable("COMPRESSION", signal)
     if compression is not None:
         key, value = compression
         accepted = _COMPRESSIONS[protocol]
         if value.strip().lower() not in accepted:
             raise _refuse(key, value, f"is not a compression {protocol} has", ", ".join(accepted))
         if grpc and value.strip().lower() == "none":  # OpenTelemetry's gRPC exporter refuses it
-            hidden += [f"{_TRACES}COMPRESSION", f"{_PREFIX}COMPRESSION"]
-    headers = _variable("HEADERS")
+            hidden += [f"{own}COMPRESSION", f"{_PREFIX}COMPRESSION"]
+    headers = _variable("HEADERS", signal)
     if headers is not None:
         _check_headers(*headers, grpc=grpc)
-    tls = _check_grpc_target() if grpc else _check_http_endpoint()
+    tls = _check_grpc_target(signal) if grpc else _check_http_endpoint(signal)
     if tls:
-        _check_certificates(grpc)
+        _check_certificates(grpc, signal)
     return hidden
 
 
-def configured_headers() -> list[tuple[str, str]]:
-    """The headers of the ``..._HEADERS`` variable in force, as OpenTelemetry parses them."""
-    headers = _variable("HEADERS")
+def configured_headers(signal: str = "TRACES") -> list[tuple[str, str]]:
+    """The headers of *signal*'s ``..._HEADERS`` in force, as OpenTelemetry parses them."""
+    headers = _variable("HEADERS", signal)
     return _parse_headers(headers[1]) if headers is not None else []
 
 
@@ -172,17 +227,10 @@ def _latin1(value: str) -> bool:
     return True
 
 
-def _check_http_endpoint() -> bool:
+def _check_http_endpoint(signal: str) -> bool:
     """The http/protobuf endpoint must be an ``http://`` or ``https://`` URL; whether TLS."""
-    traces = os.environ.get(f"{_TRACES}ENDPOINT", "")
-    general = os.environ.get(f"{_PREFIX}ENDPOINT", "")
-    key, url = (
-        (f"{_TRACES}ENDPOINT", traces)
-        if traces.strip()
-        else (f"{_PREFIX}ENDPOINT", general)
-        if general.strip()
-        else ("", "http://localhost:4318/v1/traces")
-    )
+    endpoint = _variable("ENDPOINT", signal)
+    key, url = endpoint if endpoint is not None else ("", f"http://localhost:4318{_PATHS[signal]}")
     try:
         parts = urlsplit(url.strip())
         scheme, host = parts.scheme.lower(), parts.hostname
@@ -195,17 +243,31 @@ def _check_http_endpoint() -> bool:
             redact_text(url),
             "is not an OTLP/HTTP endpoint",
             "an http:// or https:// URL with a host, such as http://collector:4318 (the "
-            "per-signal variable is the whole URL: http://collector:4318/v1/traces)",
+            f"per-signal variable is the whole URL: http://collector:4318{_PATHS[signal]})",
         )
     return scheme == "https"
 
 
-def _check_grpc_target() -> bool:
-    """Whether the gRPC channel uses TLS, as OpenTelemetry decides; ``..._INSECURE`` checked."""
-    insecure = _variable("INSECURE")
+def _check_grpc_target(signal: str) -> bool:
+    """Whether the gRPC channel uses TLS, as OpenTelemetry decides.
+
+    An ``..._INSECURE`` other than ``true`` or ``false`` (in any case) is
+    false, as the specification says of a boolean, with a warning once.
+    """
+    insecure = _variable("INSECURE", signal)
     if insecure is not None and insecure[1].lower() not in ("true", "false"):
-        raise _refuse(*insecure, "is not a boolean", "true or false, in any case")
-    endpoint = _variable("ENDPOINT")
+        key, value = insecure
+        _once(
+            key,
+            value,
+            logging.WARNING,
+            "asynctrace: %s=%r is not true or false; it counts as false, as OpenTelemetry's "
+            "specification says of a boolean: the gRPC connection uses TLS, whatever the "
+            "endpoint's scheme",
+            key,
+            value,
+        )
+    endpoint = _variable("ENDPOINT", signal)
     try:
         scheme = urlsplit(endpoint[1]).scheme.lower() if endpoint is not None else "http"
     except ValueError:  # an unclosed '[': OpenTelemetry's exporter refuses it when made
@@ -217,25 +279,25 @@ def _check_grpc_target() -> bool:
     return scheme != "http"
 
 
-def _check_certificates(grpc: bool) -> None:
+def _check_certificates(grpc: bool, signal: str) -> None:
     """The certificate and key files the TLS connection will read must be there."""
     if grpc:
         if any(
             os.environ.get(f"_OTEL_PYTHON_EXPORTER_OTLP_GRPC{part}CREDENTIAL_PROVIDER", "").strip()
-            for part in ("_", "_TRACES_")
+            for part in ("_", f"_{signal}_")
         ):
             return  # credentials come from the provider: no file is read
         # OpenTelemetry's gRPC exporter reads the three of one group: the per-signal
         # ones if the per-signal certificate is set, else the general ones.
-        group = _TRACES if os.environ.get(f"{_TRACES}CERTIFICATE", "").strip() else _PREFIX
+        own = _per_signal(signal)
+        group = own if os.environ.get(f"{own}CERTIFICATE", "").strip() else _PREFIX
         if not os.environ.get(f"{group}CERTIFICATE", "").strip():
             return  # the system's roots
         keys = [f"{group}{name}" for name in ("CERTIFICATE", "CLIENT_KEY", "CLIENT_CERTIFICATE")]
     else:
+        names = ("CERTIFICATE", "CLIENT_KEY", "CLIENT_CERTIFICATE")
         keys = [
-            found[0]
-            for found in map(_variable, ("CERTIFICATE", "CLIENT_KEY", "CLIENT_CERTIFICATE"))
-            if found is not None
+            found[0] for found in (_variable(name, signal) for name in names) if found is not None
         ]
     for key in keys:
         path = os.environ.get(key, "")
