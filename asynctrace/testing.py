@@ -130,7 +130,7 @@ def _memory_pipeline(provider: str) -> tuple[Any, InMemorySpanExporter, Callable
     exporter = InMemorySpanExporter()
     sdk = TracerProvider(
         shutdown_on_exit=False,
-        sampler=sampling.ALWAYS_ON,
+        sampler=sampling.ParentBased(sampling.ALWAYS_ON),  # the default, whatever OTEL_* say
         span_limits=SpanLimits().to_sdk(),
         id_generator=IDS,  # type: ignore[arg-type]
     )
