@@ -5,42 +5,48 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Hashable
+from collections.abc import Collection, Hashable
 
 from ._forksafe import reinit_at_fork
 
-__all__ = ["ConfigurationError", "MissingExtraError", "report_internal_error"]
+__all__ = ["ConfigurationError", "MissingExtraError", "RedactingFilter", "report_internal_error"]
 
 logger = logging.getLogger("asynctrace")
 
 
-class _Redacting(logging.Filter):
+class RedactingFilter(logging.Filter):
     """What asynctrace logs is redacted as recorded spans are: a user's exception in a
     traceback (one a hook raised, or the one a failing ``__exit__`` was handling) may
-    name a URL with its token."""
+    name a URL with its token. The message is formatted and redacted, and so is a
+    traceback; a record that cannot be redacted is replaced by :attr:`left_out`."""
+
+    left_out = "asynctrace: a log record could not be redacted; left out"
+
+    def secrets(self, record: logging.LogRecord) -> Collection[str]:
+        """Texts to replace in *record* besides what looks secret: those remembered
+        for its exception."""
+        from ._redact import secrets_of
+
+        error = record.exc_info[1] if record.exc_info else None
+        return secrets_of(error) if error is not None else frozenset()
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
-            from ._redact import redact_text, secrets_of
+            from ._redact import redact_text
 
-            error = record.exc_info[1] if record.exc_info else None
-            secrets = secrets_of(error) if error is not None else frozenset()
+            secrets = self.secrets(record)
             record.msg = redact_text(record.getMessage(), secrets)
             record.args = None
             if record.exc_info:  # formatters print exc_text once set, not the traceback
                 text = record.exc_text or logging.Formatter().formatException(record.exc_info)
                 record.exc_text = redact_text(text, secrets)
         except Exception:  # a record that cannot be examined is kept out whole
-            record.msg, record.args, record.exc_info, record.exc_text = (
-                "asynctrace: a log record could not be redacted; left out",
-                None,
-                None,
-                None,
-            )
+            record.msg, record.args = self.left_out, None
+            record.exc_info = record.exc_text = None
         return True
 
 
-logger.addFilter(_Redacting())
+logger.addFilter(RedactingFilter())
 
 
 class ConfigurationError(ValueError):

@@ -28,13 +28,13 @@ import logging
 import os
 import pkgutil
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from importlib import import_module
 from typing import Any, TypeVar
 
-from .._errors import ConfigurationError, MissingExtraError
+from .._errors import ConfigurationError, MissingExtraError, RedactingFilter
 from .._forksafe import reinit_at_fork
-from .._redact import REDACTED, redact_text
+from .._redact import REDACTED
 from ._otlp_env import check_environment, configured_headers
 
 __all__ = ["build_exporter", "otlp_exporter", "sends_encoded"]
@@ -187,40 +187,29 @@ def _redact_header_warnings() -> None:
 # -- the variables, checked before the exporter reads them ---------------------
 
 
-class _RedactingFilter(logging.Filter):
+class _RedactingFilter(RedactingFilter):
     """Redacts what OpenTelemetry's OTLP exporters log, as asynctrace redacts its own logs.
 
     ``requests`` quotes the request's URL (a token in its query string) and
     an invalid header's value in its errors; OpenTelemetry logs them with
     every failed batch. The message is formatted and redacted
-    (:func:`~asynctrace._redact.redact_text`), with :attr:`secrets` (the
+    (:func:`~asynctrace._redact.redact_text`), with :attr:`header_values` (the
     configured header values) replaced wherever they appear; so is a
     traceback.
     """
 
+    left_out = "opentelemetry: a log record of the OTLP exporter could not be redacted; left out"
+
     def __init__(self) -> None:
         super().__init__()
-        self.secrets: frozenset[str] = frozenset()
+        self.header_values: frozenset[str] = frozenset()
         """The header values of the ``..._HEADERS`` in force, every signal's (set by
         :func:`build_exporter`)."""
         self.by_signal: dict[str, frozenset[str]] = {}
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        secrets = self.secrets
-        try:
-            record.msg = redact_text(record.getMessage(), secrets)
-            record.args = None
-            if record.exc_info:  # formatters print exc_text once set, not the traceback
-                text = record.exc_text or logging.Formatter().formatException(record.exc_info)
-                record.exc_text = redact_text(text, secrets)
-        except Exception:  # a record that cannot be examined is kept out whole
-            record.msg, record.args, record.exc_info, record.exc_text = (
-                "opentelemetry: a log record of the OTLP exporter could not be redacted; left out",
-                None,
-                None,
-                None,
-            )
-        return True
+    def secrets(self, record: logging.LogRecord) -> Collection[str]:
+        """The configured header values, wherever they appear."""
+        return self.header_values
 
 
 _EXPORTER_LOG_FILTER = _RedactingFilter()
@@ -234,7 +223,7 @@ def _redact_exporter_logs(signal: str, secrets: Iterable[str]) -> None:
     with _FILTER_LOCK:
         found = _EXPORTER_LOG_FILTER.by_signal
         found[signal] = frozenset(secrets)
-        _EXPORTER_LOG_FILTER.secrets = frozenset().union(*found.values())
+        _EXPORTER_LOG_FILTER.header_values = frozenset().union(*found.values())
         for name in exporter_logger_names():
             logger = logging.getLogger(name)
             if _EXPORTER_LOG_FILTER not in logger.filters:
