@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import threading
 import time
 from typing import Any
 
@@ -266,12 +268,14 @@ def test_a_refused_websocket_records_its_status(asgi_server: Any, spans: Capture
     assert server.status.status_code is StatusCode.UNSET
 
 
-def disconnect_app(ask: bool) -> FastAPI:
-    """/slow answers a plain response 0.5 s in; with *ask*, it checks for its client first."""
+def disconnect_app(ask: bool, started: threading.Event) -> FastAPI:
+    """/slow answers a plain response 0.5 s in; with *ask*, it checks for its client first.
+    *started* is set when the handler runs."""
     app = FastAPI()
 
     @app.get("/slow")
     async def slow(request: Request) -> dict[str, bool]:
+        started.set()
         await asyncio.sleep(0.5)
         if ask:
             await request.is_disconnected()
@@ -281,21 +285,30 @@ def disconnect_app(ask: bool) -> FastAPI:
     return app
 
 
-async def give_up(url: str) -> None:
-    """GET *url*, giving up after 0.1 s."""
+async def give_up(url: str, started: threading.Event) -> None:
+    """GET *url*, giving up (closing the connection) once the handler has started: not
+    before, however slowly a loaded host gets the request to it."""
     async with aiohttp.ClientSession() as session:
-        try:
-            async with session.get(url, timeout=aiohttp.ClientTimeout(total=0.1)) as response:
+
+        async def fetch() -> None:
+            async with session.get(url) as response:
                 await response.read()
-        except asyncio.TimeoutError:
-            pass
+
+        request = asyncio.ensure_future(fetch())
+        deadline = time.monotonic() + 10
+        while not started.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        request.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await request
 
 
 def test_a_disconnect_the_app_receives_is_a_cancellation(
     asgi_server: Any, spans: CapturedSpans
 ) -> None:
     """A handler that asks ``is_disconnected()`` after its client left: span cancelled."""
-    asyncio.run(give_up(asgi_server(disconnect_app(ask=True)) + "/slow"))
+    started = threading.Event()
+    asyncio.run(give_up(asgi_server(disconnect_app(True, started)) + "/slow", started))
     server = wait_for(spans, "GET /slow")
     assert dict(server.attributes)["asynctrace.cancelled"] is True
     assert server.status.status_code is StatusCode.UNSET
@@ -305,7 +318,8 @@ def test_a_plain_response_after_an_unseen_disconnect_is_recorded_as_sent(
     asgi_server: Any, spans: CapturedSpans
 ) -> None:
     """Nothing received after the client left: the span records the response (documented)."""
-    asyncio.run(give_up(asgi_server(disconnect_app(ask=False)) + "/slow"))
+    started = threading.Event()
+    asyncio.run(give_up(asgi_server(disconnect_app(False, started)) + "/slow", started))
     server = wait_for(spans, "GET /slow")
     assert dict(server.attributes)["http.response.status_code"] == 200
     assert "asynctrace.cancelled" not in dict(server.attributes)
