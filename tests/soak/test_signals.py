@@ -15,7 +15,7 @@ import pytest
 from ._soak import report, scale
 
 CHILD = Path(__file__).parent.parent / "_sigterm_child.py"
-EXIT_BOUND_S = 5.0  # the default shutdown_timeout_s: past it, the shutdown gave up
+EXIT_BOUND_S = 8.0  # the default shutdown_timeout_s (5 s), then the exit: past it, stuck
 
 
 def _start(mode: str, out: Path) -> subprocess.Popen[str]:
@@ -49,8 +49,8 @@ def test_sigterm_at_random_instants(tmp_path: Path, mode: str) -> None:
 
     The exit is bounded, not timed: a tight loop at 75,000 spans a second leaves
     the writer a backlog that the shutdown writes first, which took up to 1.5 s
-    on a slow hour of the 2-core host (0.26-0.42 s at its usual speed, the
-    figure this run prints); a deadlock would wait for good."""
+    on a slow hour of the 2-core host, and 3.7 s once (0.26-0.42 s at its usual
+    speed; this run prints its slowest); a deadlock would wait for good."""
     runs = max(2, round(25 * scale()))  # 200 runs in all (both modes) from scale 4
     rng = random.Random(runs)
     slowest = 0.0
