@@ -165,34 +165,21 @@ def record_dict(
         "reason": reason,
         "submit_ts": submit / _NS,
     }
-    if unfinished:
-        return _unfinished(out, record, submit)
-    out["finalized_ts"] = finalized / _NS
-    out["total_s"] = (finalized - submit) / _NS
-    phases: dict[str, list[dict[str, Any]]] = {}
-    intervals: dict[str, list[tuple[int, int]]] = {}
-    runs = record.runs
-    payloads = record.payloads or {}
-    for handle in range(0, len(runs), 3):
-        name, start_raw, end_raw = runs[handle : handle + 3]
-        start = min(max(start_raw, submit), finalized)
-        end = finalized if end_raw is None else min(max(end_raw, start), finalized)
-        execution = {"start_ts": start / _NS, "end_ts": end / _NS, "truncated": end_raw is None}
-        if handle in payloads:
-            execution["payload"] = payloads[handle]  # plain JSON values (made at the call)
-        phases.setdefault(name, []).append(execution)
-        intervals.setdefault(name, []).append((start, end))
-    for name, spans in intervals.items():
-        out[f"{name}_s"] = _union_ns(spans) / _NS
-    out["phases"] = phases
-    out["counters"] = _counters(record.counters)
-    out["payload"] = payloads.get(-1, {})
+    if not unfinished:
+        out["finalized_ts"] = finalized / _NS
+        out["total_s"] = (finalized - submit) / _NS
+    _add_phases(out, record, submit, None if unfinished else finalized)
     return out
 
 
-def _unfinished(out: dict[str, Any], record: Record, submit: int) -> dict[str, Any]:
-    """The rest of a never-finalized session's record in AReaL's style (see
-    :func:`record_dict`): no end, so no ``finalized_ts``, ``total_s`` or truncation."""
+def _add_phases(out: dict[str, Any], record: Record, submit: int, finalized: int | None) -> None:
+    """The phases, ``<phase>_s``, counters and payload of *record* into *out*.
+
+    Each execution is clamped into the session (from *submit* to *finalized*);
+    one still open ends at *finalized* as ``truncated``. With *finalized*
+    ``None`` (a never-finalized session in AReaL's style) an open execution has
+    ``end_ts`` ``null`` and counts in no ``<phase>_s``.
+    """
     phases: dict[str, list[dict[str, Any]]] = {}
     intervals: dict[str, list[tuple[int, int]]] = {}
     runs = record.runs
@@ -200,21 +187,26 @@ def _unfinished(out: dict[str, Any], record: Record, submit: int) -> dict[str, A
     for handle in range(0, len(runs), 3):
         name, start_raw, end_raw = runs[handle : handle + 3]
         start = max(start_raw, submit)
-        execution: dict[str, Any] = {"start_ts": start / _NS, "end_ts": None}
-        if end_raw is not None:
-            end = max(end_raw, start)
-            execution["end_ts"] = end / _NS
+        if finalized is not None:
+            start = min(start, finalized)
+            end: int | None = finalized if end_raw is None else min(max(end_raw, start), finalized)
+        else:
+            end = None if end_raw is None else max(end_raw, start)
+        execution: dict[str, Any] = {
+            "start_ts": start / _NS,
+            "end_ts": None if end is None else end / _NS,
+            "truncated": finalized is not None and end_raw is None,
+        }
+        if end is not None:
             intervals.setdefault(name, []).append((start, end))
-        execution["truncated"] = False
         if handle in payloads:
-            execution["payload"] = payloads[handle]
+            execution["payload"] = payloads[handle]  # plain JSON values (made at the call)
         phases.setdefault(name, []).append(execution)
     for name, spans in intervals.items():
         out[f"{name}_s"] = _union_ns(spans) / _NS
     out["phases"] = phases
     out["counters"] = _counters(record.counters)
     out["payload"] = payloads.get(-1, {})
-    return out
 
 
 def _counters(counters: dict[str, float] | None) -> dict[str, Any]:
