@@ -227,6 +227,9 @@ class Profiler:
     _closed: threading.Event = field(default_factory=threading.Event)
     _spare: Backend | None = None  # built ahead of the next capture
     _preparing: threading.Thread | None = None  # building it
+    # Hands the spare over: a builder's store and a step's take are one step each, so a
+    # spare is never overwritten (its tracer would be held by nothing and free to none).
+    _spare_lock: threading.Lock = field(default_factory=threading.Lock)
     _steps: frozenset[int] = frozenset()
     _captures: dict[object, int] = field(default_factory=dict)  # step -> last name suffix
     _failed: int = 0  # captures not saved (no thread to save them, a write that failed)
@@ -251,6 +254,7 @@ class Profiler:
     def _in_child(self) -> None:
         """The watcher thread is not inherited; nor is a capture."""
         self._lock = threading.Lock()  # whatever else holds: never inherited held
+        self._spare_lock = threading.Lock()
         active, self._active = self._active, None
         self._preparing = None
         # torch's profiler is not stopped: Kineto's threads are not in the child,
@@ -264,7 +268,15 @@ class Profiler:
             self._watch()
 
     def _prepare_spare(self) -> None:
-        """Build the next capture's backend on a thread, so a step does not wait for it."""
+        """Build the next capture's backend on a thread, so a step does not wait for it.
+
+        One builder at a time, and none while a spare waits: two would hold two tracers
+        where the next step needs one, and once the process may build no more, a step
+        could find none free.
+        """
+        building = self._preparing
+        if self._spare is not None or (building is not None and building.is_alive()):
+            return
 
         def build() -> None:
             backend = BACKENDS[self.settings.backend](self.settings)
@@ -275,7 +287,12 @@ class Profiler:
             except Exception as exc:
                 _warn_once(f"the {self.settings.backend} profiler could not be prepared", exc)
                 return
-            self._spare = backend
+            with self._spare_lock:
+                kept = self._spare is None
+                if kept:
+                    self._spare = backend
+            if not kept:  # one waits already: this one goes back, idle
+                backend.discard()
             if self._closed.is_set():  # shut down meanwhile: reused by a later profiler
                 self._discard_spare()
 
@@ -287,8 +304,34 @@ class Profiler:
             self._preparing = None
             _warn_once(f"the {self.settings.backend} profiler could not be prepared", exc)
 
+    def _take_spare(self) -> Backend | None:
+        with self._spare_lock:
+            spare, self._spare = self._spare, None
+        return spare
+
+    def _build_now(self) -> Backend:
+        """A backend for a step that found no spare: built here, or, when every tracer
+        is held and the builder on its thread holds one, the builder's (waited for).
+
+        Raises:
+            TracersBusy: no tracer is free and none is being handed over.
+        """
+        backend = BACKENDS[self.settings.backend](self.settings)
+        try:
+            backend.prepare()
+        except TracersBusy:
+            building = self._preparing
+            if building is None or building is threading.current_thread():
+                raise
+            building.join(_FORK_WAIT_S)  # taking a free tracer: microseconds, not a build
+            spare = self._take_spare()
+            if spare is None:
+                raise
+            return spare
+        return backend
+
     def _discard_spare(self) -> None:
-        spare, self._spare = self._spare, None
+        spare = self._take_spare()
         if spare is not None:
             try:
                 spare.discard()
@@ -308,12 +351,11 @@ class Profiler:
                 step = int(iteration)  # numpy's integers too
             elif request is None:  # True == 1, 2.0 == 2: a schedule holds them, no step is
                 return None
-            backend, self._spare = self._spare, None
+            backend = self._take_spare()
             path: Path | None = None
             try:
                 if backend is None:  # the one built ahead is not ready (or failed): build now
-                    backend = BACKENDS[self.settings.backend](self.settings)
-                    backend.prepare()
+                    backend = self._build_now()
                 path = backend.path = self._claim(step, backend.name)
                 context = span.get_span_context()
                 backend.about = {

@@ -230,3 +230,51 @@ def test_a_process_profiling_1100_steps_keeps_running(tmp_path: Path) -> None:
     assert built <= _profiler_backends._BUDGET
     assert alive <= 8  # a spare, an idle one, those being saved: never one per step
     assert len(list(tmp_path.glob("profile-*.json"))) == 1100
+
+
+def test_builders_asked_for_at_once_leave_one_spare_and_no_tracer_held_by_nothing(
+    tmp_path: Path,
+) -> None:
+    """Two builders at once each took a tracer, and the later one's spare replaced the
+    other's: that tracer was held by nothing any capture would take. Once the process
+    could build no more, a step then found none free and ran unprofiled (from 3.12
+    viztracer's monitoring callbacks keep the last-started tracer referenced, so it was
+    not even reclaimed later)."""
+    telemetry = configure(tmp_path, {"steps": list(range(1, 5)), "entries": 1_000})
+    profiler = telemetry._profiler
+    assert profiler is not None
+
+    def taken() -> int:
+        return sum(t not in _profiler_backends._IDLE for t in _profiler_backends._TRACERS)
+
+    try:
+        held = []
+        for _ in range(3):  # three tracers built, taken from the profiler, then given back
+            wait_prepared(telemetry)
+            spare, profiler._spare = profiler._spare, None
+            assert spare is not None
+            held.append(spare)
+            profiler._prepare_spare()
+        wait_prepared(telemetry)
+        for backend in held:
+            backend.discard()
+        del held, spare
+        gc.collect()
+        before = taken()  # the spare, and any tracer an earlier test left in use
+        builders = []
+        for _ in range(4):
+            profiler._prepare_spare()
+            builders.append(profiler._preparing)
+        for builder in builders:
+            assert builder is not None
+            builder.join(10)
+        gc.collect()
+        assert profiler._spare is not None
+        assert taken() == before, f"{taken() - before} more tracers out of the idle list"
+        for step in range(1, 5):
+            with at.iteration_scope(step), at.umbrella_span("step", "rl.step", profile=True):
+                busy(50)
+            wait_saved(telemetry)
+    finally:
+        assert telemetry.shutdown()
+    assert len(list(tmp_path.glob("profile-*.json"))) == 4
