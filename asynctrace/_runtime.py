@@ -298,28 +298,32 @@ class Telemetry:
     def _stop_everything(self, timeout: float) -> bool:
         deadline = time.monotonic() + max(0.0, timeout)
         ok = True
-        if self._sessions is not None:
-            if _session_tracer.current_tracer() is self._sessions:
-                _session_tracer.install(None)
-            ok = self._sessions.shutdown(timeout)
+        # Nothing new is recorded from here on, sessions nor spans, before any backlog is
+        # written: code still running meanwhile (a loop the SIGTERM handler let run on)
+        # must not grow the backlog the shutdown is writing.
+        if self._sessions is not None and _session_tracer.current_tracer() is self._sessions:
+            _session_tracer.install(None)
         pipeline = self._pipeline
+        profiler = self._profiler
+        if pipeline is not None:
+            if profiler is not None:
+                if active_profiler() is profiler:
+                    install_profiler(None)  # no new capture; those saved are waited for below
+                # A capture still running stops before the spans still open are ended (its
+                # events stay inside its span), and is saved while the exporters shut down.
+                profiler.halt()
+            # Groups asked for and never registered are told before the end, however short
+            # the run was (the audit window may not have closed), whatever holds the gate
+            # now (a test's capture, say).
+            _group_audit.report_unregistered()
+            if GATE.provider is pipeline.provider:
+                disable_telemetry()
+                _stalls.stop_all()  # loop-stall watchdogs end now (within 100 ms)
+                _stalls.set_threshold(_stalls.DEFAULT_THRESHOLD_MS)
+        if self._sessions is not None:
+            ok = self._sessions.shutdown(timeout)
         if pipeline is None:
             return ok
-        profiler = self._profiler
-        if profiler is not None:
-            if active_profiler() is profiler:
-                install_profiler(None)  # no new capture; those being saved are waited for below
-            # A capture still running stops before the spans still open are ended (its
-            # events stay inside its span), and is saved while the exporters shut down.
-            profiler.halt()
-        # Groups asked for and never registered are told before the end, however short
-        # the run was (the audit window may not have closed), whatever holds the gate now
-        # (a test's capture, say).
-        _group_audit.report_unregistered()
-        if GATE.provider is pipeline.provider:
-            disable_telemetry()
-            _stalls.stop_all()  # loop-stall watchdogs end now (within 100 ms)
-            _stalls.set_threshold(_stalls.DEFAULT_THRESHOLD_MS)
         _otel_global.release(pipeline.provider)
         pipeline_ok, truncated = pipeline.shutdown(max(0.0, deadline - time.monotonic()))
         ok = ok and pipeline_ok
