@@ -28,6 +28,7 @@ from urllib.parse import quote, quote_plus, unquote, unquote_plus
 from ._errors import logger
 from ._forksafe import reinit_at_fork
 from ._scopes import SCOPES, ScopeState
+from ._session_record import redacted_name
 
 __all__ = ["ScopeValues", "carrier_stats", "decode", "encode", "merge_baggage", "parse"]
 
@@ -77,6 +78,7 @@ _counts = {
     "traceparent_invalid": 0,
     "tracestate_dropped": 0,
     "carrier_values_not_str": 0,
+    "carrier_not_read": 0,
 }
 _not_sent_logged = False  # the first entry left out of sent baggage is logged; no later one
 
@@ -99,7 +101,12 @@ def carrier_stats() -> dict[str, int]:
     discarded (not W3C, or its ``traceparent`` invalid or repeated);
     ``carrier_values_not_str``: values of
     ``traceparent``, ``tracestate`` or ``baggage`` that are not ``str``
-    (bytes, say), which are not read.
+    (bytes, say), which are not read; ``carrier_not_read``: carriers of a
+    shape that is not read (text, bytes, a list of ``(name, value)`` pairs
+    such as ASGI's ``scope["headers"]`` or gRPC metadata, an object without
+    ``get``, one whose reading raised) and ``bytes`` keys naming one of the
+    three headers, which are not read either (``None`` and an empty carrier
+    are not counted).
 
     Sent: ``baggage_entries_not_sent``: entries left out of a carrier's
     ``baggage`` because they would break a W3C Baggage limit (4,096 bytes an
@@ -111,8 +118,8 @@ def carrier_stats() -> dict[str, int]:
     Example:
         >>> sorted(carrier_stats())  # doctest: +NORMALIZE_WHITESPACE
         ['baggage_entries_not_sent', 'baggage_entries_skipped', 'baggage_headers_dropped',
-         'carrier_values_not_str', 'scope_values_skipped', 'traceparent_invalid',
-         'tracestate_dropped']
+         'carrier_not_read', 'carrier_values_not_str', 'scope_values_skipped',
+         'traceparent_invalid', 'tracestate_dropped']
     """
     with _counts_lock:
         return dict(_counts)
@@ -181,8 +188,11 @@ def _scope_members(state: ScopeState) -> str:
             parts.append(f"{ITERATION_KEY}={int(state.iteration)}")
         if state.per_prompt:
             parts.append(f"{PER_PROMPT_KEY}=1")
-        if state.task_id is not None:
-            parts.append(f"{TASK_KEY}={quote(json.dumps(state.task_id), safe='')}")
+        task_id = state.task_id
+        if task_id is not None:
+            if isinstance(task_id, str):  # redacted as the rl.task_id stamp is
+                task_id = redacted_name(task_id)
+            parts.append(f"{TASK_KEY}={quote(json.dumps(task_id), safe='')}")
         if state.session_id is not None:
             parts.append(f"{SESSION_KEY}={quote(state.session_id, safe='')}")
         kept: list[str] = []
@@ -352,10 +362,12 @@ def parse(header: str) -> tuple[dict[str, str], ScopeValues]:
         member = raw.strip(" \t")
         if not member:
             continue
-        seen += 1
-        if len(member) > MAX_MEMBER:
+        # Dropped before the 180 are counted, as OpenTelemetry's propagator drops them:
+        # a non-ASCII or over-long entry does not push a later valid one out.
+        if len(member) > MAX_MEMBER or not member.isascii():
             skipped += 1
             continue
+        seen += 1
         name, sep, rest = member.partition("=")
         name = name.rstrip(" \t")
         value, semicolon, properties = rest.partition(";")

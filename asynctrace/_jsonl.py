@@ -13,9 +13,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, Final
 
-__all__ = ["HAVE_MSGSPEC", "encode_lines"]
+__all__ = ["HAVE_MSGSPEC", "MAX_LINE_BYTES", "encode_lines"]
+
+MAX_LINE_BYTES: Final = 64 << 20
+"""The longest line (in bytes, its newline not counted) asynctrace's readers read.
+
+The ``asynctrace`` commands and :func:`asynctrace.export.read_chrome_trace`
+skip a longer line unread, so the writers never write one: the session
+writer cuts a record's largest payloads, the chrome writer a span's largest
+values (both counted).
+"""
 
 _SEPARATORS = (",", ":")
 _ascii = json.JSONEncoder(

@@ -8,7 +8,7 @@ import os
 import re
 from collections.abc import Callable, Mapping, MutableMapping
 from contextvars import Token
-from types import TracebackType
+from types import CoroutineType, TracebackType
 from typing import Any, Final, TypeVar, cast
 
 from opentelemetry import baggage, trace
@@ -54,6 +54,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 _get_current = otel_context.get_current
+_CoroutineType: Final = CoroutineType
 _NO_SCOPES: Final = object()  # the scope key of a carrier made with propagate_scopes off
 # The last carrier made and what it was made of: the OpenTelemetry context and the
 # scope state, both immutable (a span made current, baggage set or a scope entered
@@ -65,12 +66,15 @@ _last: tuple[object, object, dict[str, str]] = (object(), _NO_SCOPES, {})
 def current_trace_carrier() -> dict[str, str]:
     """The current span context as a W3C carrier (``traceparent``/``tracestate``).
 
-    An empty dict when there is no valid span context (nothing recording and
-    no remote parent attached), so passing it on is always safe. With
+    No ``traceparent`` when there is no valid span context (nothing recording
+    and no remote parent attached), so passing it on is always safe. With
     ``propagate_scopes`` on, a ``baggage`` entry carries the iteration,
     per-prompt, task and session scopes (under ``asynctrace.``) and the
-    caller's own OpenTelemetry baggage, when there is any of either. Each
-    call returns a new dict.
+    caller's own OpenTelemetry baggage, when there is any of either, with a
+    span or without one (a per-prompt scope gates the far side's spans even
+    when nothing records here); with it off, or with neither scopes nor
+    baggage, the dict is empty when there is no span. Each call returns a
+    new dict.
 
     Example:
         >>> current_trace_carrier()
@@ -240,6 +244,7 @@ _FLAGS_SENT: Final = 0x01
 _FLAGS: Final = tuple(trace.TraceFlags(i) for i in range(4))
 _NAMES: Final = {TRACEPARENT: 0, TRACESTATE: 1, BAGGAGE: 2}
 _HEADER_NAMES: Final = (TRACEPARENT, TRACESTATE, BAGGAGE)
+_BYTE_NAMES: Final = frozenset(name.encode() for name in _HEADER_NAMES)
 # The common value (version 00, flags 00 to 0f, nothing around it), matched
 # without groups: parse_traceparent's quick path.
 _TRACEPARENT_00: Final = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-0[0-9a-f]")
@@ -317,10 +322,15 @@ def read_carrier(carrier: object) -> tuple[list[str], list[str], list[str]] | No
     case count as repeats), a multi-value mapping (``getall``, ``get_all`` or
     ``getlist``), or anything with ``get``. Only ``str`` values (subclasses
     included, read as plain ``str``) are read; any other value of one of the
-    three headers but ``None`` is counted (``carrier_values_not_str``).
-    ``None`` for what is not a carrier.
+    three headers but ``None`` is counted (``carrier_values_not_str``), and so
+    is a ``bytes`` key naming one of them (``carrier_not_read``). ``None``
+    for what is not a carrier, counted (``carrier_not_read``) unless it is
+    ``None``: text, bytes, a list of pairs, an object without ``get``.
     """
-    if carrier is None or isinstance(carrier, (str, bytes)):
+    if carrier is None:
+        return None
+    if isinstance(carrier, (str, bytes, bytearray)):
+        count_refusal("carrier_not_read")
         return None
     found: tuple[list[str], list[str], list[str]] = ([], [], [])
     if type(carrier) is dict or (
@@ -329,15 +339,18 @@ def read_carrier(carrier: object) -> tuple[list[str], list[str], list[str]] | No
         and not hasattr(carrier, "getlist")
     ):
         for key, value in carrier.items():
-            if (key.__class__ is str or isinstance(key, str)) and 7 <= len(key) <= 11:
-                index = _NAMES.get(key)
-                if index is None:
-                    index = _NAMES.get(key.lower())
-                if index is not None:
-                    if value.__class__ is str:
-                        found[index].append(value)
-                    else:
-                        _other_value(found[index], value)
+            if key.__class__ is str or isinstance(key, str):
+                if 7 <= len(key) <= 11:
+                    index = _NAMES.get(key)
+                    if index is None:
+                        index = _NAMES.get(key.lower())
+                    if index is not None:
+                        if value.__class__ is str:
+                            found[index].append(value)
+                        else:
+                            _other_value(found[index], value)
+            elif isinstance(key, (bytes, bytearray)) and bytes(key).lower() in _BYTE_NAMES:
+                count_refusal("carrier_not_read")  # ASGI's raw header names, say: not read
         return found
     many: Callable[[str], Any] | None = None
     for method in ("getall", "get_all"):  # multidict, email.message.Message: (name, default)
@@ -359,6 +372,7 @@ def read_carrier(carrier: object) -> tuple[list[str], list[str], list[str]] | No
         return found
     getter = getattr(carrier, "get", None)
     if not callable(getter):
+        count_refusal("carrier_not_read")  # a list of (name, value) pairs, say
         return None
     for index, name in enumerate(_HEADER_NAMES):
         value = getter(name)
@@ -461,11 +475,12 @@ class remote_trace_context(SyncAndAsync["remote_trace_context"]):
         self._scope_token: Token[ScopeState] | None = None
         self._scope_state: ScopeState | None = None
         self._open = False
-        if _no_carrier(carrier):
-            return
         try:
+            if not carrier:
+                return
             self._remote = _Remote(carrier, scopes=GATE.propagate_scopes)
-        except Exception:  # a hostile mapping: treat as no carrier
+        except Exception:  # a hostile mapping, or a truth value that raises: no carrier
+            count_refusal("carrier_not_read")
             self._remote = None
 
     @property
@@ -625,8 +640,14 @@ def accepts_trace_context(fn: F) -> F:
             carrier = _carrier_of(kwargs, declared)
             if _no_carrier(carrier):
                 return fn(*args, **kwargs)
-            with remote_trace_context(carrier):
-                return fn(*args, **kwargs)
+            remote = remote_trace_context(carrier)
+            with remote:
+                result = fn(*args, **kwargs)
+            # An object with ``async def __call__``, or an async def under a decorator
+            # that is not async-aware: its body runs when awaited, under the carrier too.
+            if result.__class__ is _CoroutineType:
+                return _awaited_in(remote, result)
+            return result
 
         wrapper = sync_wrapper
     signature = _signature_with_carrier(fn)
@@ -638,6 +659,27 @@ def accepts_trace_context(fn: F) -> F:
         wrapper.__asynctrace_wrapped__ = fn  # type: ignore[attr-defined]
         del wrapper.__wrapped__  # type: ignore[attr-defined]
     return cast("F", wrapper)
+
+
+def _awaited_in(remote: remote_trace_context, body: Any) -> Any:
+    """A coroutine that awaits *body* inside *remote* (entered again, for the await).
+
+    Named as *body* (a task's repr, a stall span's coroutine name). Closed
+    before it starts (a task cancelled at once), it closes *body* too, which
+    would otherwise warn that it was never awaited (as ``bind_context``'s).
+    """
+    from ._threads import _Unstarted  # here: _threads imports this module
+
+    wrapped: CoroutineType[Any, Any, Any] = cast("Any", _in_remote(remote, _Unstarted(body)))
+    wrapped.__name__, wrapped.__qualname__ = body.__name__, body.__qualname__
+    return wrapped
+
+
+async def _in_remote(remote: remote_trace_context, pending: Any) -> Any:
+    body = pending.coro  # taken here only, once
+    pending.coro = None
+    with remote:
+        return await body
 
 
 def dispatch_with_trace_context(

@@ -22,6 +22,7 @@ from typing import Any, Final
 from ._files import AppendFile
 from ._forksafe import call_in_child, reinit_at_fork
 from ._handoff import Handoff
+from ._jsonl import MAX_LINE_BYTES
 from ._session_record import Record, encode_records
 
 __all__ = ["SessionWriter"]
@@ -39,7 +40,8 @@ class SessionWriter:
     """Appends finished sessions to a JSONL file from a daemon thread.
 
     ``written`` counts records that reached the file, ``failed`` those that
-    did not (a failed write, a value that cannot be encoded, a record handed
+    did not (a failed write, a value that cannot be encoded, a record too
+    long for a line the readers read even without its payloads, a record handed
     over after the writer stopped or left when its shutdown timed out, one
     with no room), ``lost`` those written to a file that was
     later deleted or replaced.
@@ -78,6 +80,7 @@ class SessionWriter:
         self._stopped = False
         self._abandoned = False  # shutdown timed out: the thread writes no further chunk
         self._warned = False
+        self._warned_overlong = False  # a record too long for a line (see _warn_overlong)
         reinit_at_fork(self._cond, self._lock)
         call_in_child(self._after_fork_in_child)
         self._handoff = Handoff(0.5)  # see asynctrace._handoff: a busy loop starves the writer
@@ -287,9 +290,11 @@ class SessionWriter:
             error: BaseException | None = None
             written = 0
             try:
-                encoded, failed = encode_records(chunk, meta)
-                if failed:
-                    error = ValueError(f"{failed} records could not be encoded")
+                encoded, failed, overlong = encode_records(chunk, meta)
+                if overlong:
+                    self._warn_overlong(overlong)
+                if failed > overlong:
+                    error = ValueError(f"{failed - overlong} records could not be encoded")
                 if encoded:
                     written, error = self._append(encoded, error, len(chunk) - failed)
             except Exception as exc:  # the writer thread never dies
@@ -318,6 +323,21 @@ class SessionWriter:
                 # A real pause, not sleep(0): a thread that releases the GIL and takes it
                 # straight back would leave a waiting event loop waiting.
                 time.sleep(_PAUSE_S)
+
+    def _warn_overlong(self, count: int) -> None:
+        """Records too long for a line the readers read: counted failed, warned once."""
+        if self._warned_overlong:
+            return
+        self._warned_overlong = True
+        logger.warning(
+            "asynctrace: %d session records were not written to %s: even without their "
+            "payloads each is longer than the %d bytes asynctrace's readers read in a line "
+            "(counted in stats()['failed']; further ones are not logged): give a session "
+            "fewer executions or counters",
+            count,
+            self.path,
+            MAX_LINE_BYTES,
+        )
 
     def _next_chunk(self, closing: bool) -> tuple[list[Record], bool]:
         """The next chunk of the batch (none once abandoned), and whether the writer is

@@ -27,10 +27,11 @@ from ._cm import DONE, Done, SyncAndAsync
 from ._errors import ConfigurationError
 from ._payloads import check_payload, plain_payload
 from ._phases import FINALIZED, STATUSES, _phases, check_phase, register_phase, registered_phases
-from ._redact import exception_reason, redact_text
+from ._redact import secrets_of
 from ._scopes import SCOPES, ScopeState, leave
-from ._session_record import merge_payload
+from ._session_record import bounded_text, merge_payload
 from ._session_tracer import SessionTracer
+from ._wrappers import default_name
 
 __all__ = [
     "SessionTracer",
@@ -151,10 +152,20 @@ class session_scope(SyncAndAsync[str]):
             tracer = _session_tracer._tracer
             if tracer is not None and self._session_id is not None:
                 status = "failed" if issubclass(exc_type, Exception) else "dropped"
-                tracer.finalize(self._session_id, None, status, exception_reason(exc_type, exc))
+                tracer.finalize(self._session_id, None, status, _exception_text(exc_type, exc))
         return DONE
 
     __aexit__ = __exit__  # type: ignore[assignment]  # DONE: awaited, it finishes at once
+
+
+def _refuse_generator(fn: Callable[..., Any], where: str, instead: str) -> None:
+    """A :class:`ConfigurationError` for a (async) generator function: a wrapper would
+    cover the making of the generator, not its body."""
+    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        raise ConfigurationError(
+            f"{where}: {default_name(fn)!r} is a generator function; accepted: a function "
+            f"or a coroutine function (for a generator, {instead})"
+        )
 
 
 _untracked = itertools.count(1).__next__
@@ -179,12 +190,17 @@ def session_context() -> Callable[[F], F]:
 
     Works on plain and coroutine functions.
 
+    Raises:
+        ConfigurationError: the function is a generator or async generator
+            function (the wrapper would cover only the making of the generator).
+
     Example:
         >>> @session_context()
         ... async def collect_sample(engine, request): ...
     """
 
     def decorator(fn: F) -> F:
+        _refuse_generator(fn, "session_context()", "open session_scope() inside its body")
         if inspect.iscoroutinefunction(fn):
 
             @functools.wraps(fn)
@@ -238,6 +254,10 @@ class trace_session_phase(SyncAndAsync[None]):
     One object times one execution at a time: it may be entered again once
     exited (each entry is a new execution), not while it is entered.
 
+    Entered outside any session while the session tracer runs (a thread the
+    session's context did not reach), it records nothing and counts one
+    dropped event.
+
     Raises:
         ConfigurationError: *phase* is not registered, or a payload is not a
             mapping with string keys (checked even when the session tracer is
@@ -281,8 +301,12 @@ class trace_session_phase(SyncAndAsync[None]):
             )
         self._open = True
         tracer = _session_tracer._tracer
+        if tracer is None:
+            return
         session_id = SCOPES.get().session_id
-        if tracer is None or session_id is None:
+        if session_id is None:  # no session to time it for (a thread the context missed)
+            with tracer._lock:
+                tracer.dropped_events += 1
             return
         self._tracer = tracer
         self._session_id = session_id
@@ -342,6 +366,11 @@ def trace_session(phase: str) -> Callable[[F], F]:
     Works on plain and coroutine functions; the phase is validated when
     decorating.
 
+    Raises:
+        ConfigurationError: *phase* is not registered, or the function is a
+            generator or async generator function (the wrapper would time only
+            the making of the generator).
+
     Example:
         >>> @trace_session("reward")
         ... async def compute_reward(response): ...
@@ -349,6 +378,9 @@ def trace_session(phase: str) -> Callable[[F], F]:
     check_phase(phase)
 
     def decorator(fn: F) -> F:
+        _refuse_generator(
+            fn, f"trace_session({phase!r})", "open trace_session_phase() inside its body"
+        )
         if inspect.iscoroutinefunction(fn):
 
             @functools.wraps(fn)
@@ -369,16 +401,28 @@ def trace_session(phase: str) -> Callable[[F], F]:
 
 
 def _reason_text(reason: object) -> str | None:
-    """A ``finalized`` reason as recorded: redacted like exception text (it often quotes one)."""
+    """A ``finalized`` reason as recorded: redacted like exception text (it often quotes
+    one), and bounded as a payload's string is (see :func:`bounded_text`)."""
     if reason is None:
         return None
     if isinstance(reason, BaseException):
-        return exception_reason(type(reason), reason)
+        return _exception_text(type(reason), reason)
     try:
         text = reason if isinstance(reason, str) else str(reason)
     except Exception:
         return f"<unprintable {type(reason).__name__}>"
-    return redact_text(text)
+    return bounded_text(text)
+
+
+def _exception_text(exc_type: type[BaseException], exc: BaseException | None) -> str:
+    """``"ValueError: <message>"``, redacted (with *exc*'s remembered secrets) and bounded
+    as a payload's string is: a huge message costs the caller bounded time."""
+    try:
+        message = str(exc)
+    except Exception:
+        message = f"<unprintable {exc_type.__name__}>"
+    secrets = secrets_of(exc) if exc is not None else frozenset()
+    return bounded_text(f"{exc_type.__name__}: {message}", secrets)
 
 
 def _check_session_id(session_id: object) -> None:

@@ -23,11 +23,13 @@ from typing import Any, ParamSpec, TypeVar, cast
 import anyio
 import anyio.to_thread
 from anyio.lowlevel import RunVar
+from opentelemetry import baggage
 from opentelemetry import context as otel_context
 
 from ._backend import asyncio_loop
 from ._groups import Bucket
-from ._propagation import current_trace_carrier, remote_trace_context
+from ._propagation import BAGGAGE, current_trace_carrier, remote_trace_context
+from ._propagation import _with_baggage as with_baggage
 from ._scopes import BUCKET, ITERATION, PER_PROMPT, SCOPES, SESSION_ID, TASK_ID, ScopeState
 
 __all__ = ["ContextThread", "bind_context", "context_executor", "to_thread"]
@@ -205,13 +207,48 @@ class ContextThread(threading.Thread):
         super().run()
 
 
-class _ScopeSnapshot:
-    """Picklable copy of the trace context and scopes, for process pools."""
+def _user_baggage() -> dict[str, str] | None:
+    """The caller's OpenTelemetry baggage, as text (as a carrier sends it); ``None`` if none.
 
-    __slots__ = ("bucket", "carrier", "iteration", "per_prompt", "session_id", "task_id")
+    An entry whose ``str()`` raises is left out, as a carrier leaves it out.
+    """
+    try:
+        entries = baggage.get_all()
+    except Exception:
+        return None
+    kept: dict[str, str] = {}
+    for key, value in entries.items():
+        try:
+            kept[str(key)] = value if value.__class__ is str else str(value)
+        except Exception:
+            continue
+    return kept or None
+
+
+class _ScopeSnapshot:
+    """Picklable copy of the trace context, baggage and scopes, for process pools.
+
+    The caller's baggage and scopes are restored in the worker whatever the
+    worker's ``propagate_scopes`` says (that gate guards a server against its
+    callers; a pool's worker is the caller's own), so a forked worker and a
+    spawned one, which has its own configuration, see the same.
+    """
+
+    __slots__ = (
+        "baggage",
+        "bucket",
+        "carrier",
+        "iteration",
+        "per_prompt",
+        "session_id",
+        "task_id",
+    )
 
     def __init__(self) -> None:
-        self.carrier = current_trace_carrier()
+        carrier = current_trace_carrier()
+        carrier.pop(BAGGAGE, None)  # the scopes and baggage travel here, not in the carrier
+        self.carrier = carrier
+        self.baggage = _user_baggage()
         bucket = BUCKET.get()
         self.bucket = bucket.value if bucket is not None else None
         self.iteration = ITERATION.get()
@@ -222,6 +259,7 @@ class _ScopeSnapshot:
     def __getstate__(self) -> tuple[Any, ...]:
         return (
             self.carrier,
+            self.baggage,
             self.bucket,
             self.iteration,
             self.per_prompt,
@@ -232,6 +270,7 @@ class _ScopeSnapshot:
     def __setstate__(self, state: tuple[Any, ...]) -> None:
         (
             self.carrier,
+            self.baggage,
             self.bucket,
             self.iteration,
             self.per_prompt,
@@ -240,7 +279,7 @@ class _ScopeSnapshot:
         ) = state
 
     def run(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
-        """Call *fn* in the worker's own context with the snapshot's span and scopes.
+        """Call *fn* in the worker's own context with the snapshot's span, baggage and scopes.
 
         The worker's context is kept, as a raw pool keeps it: what the pool's
         initializer set there (a ``ContextVar``, ``decimal``'s precision) is
@@ -254,7 +293,11 @@ class _ScopeSnapshot:
         )
         scopes = SCOPES.set(state)
         try:
-            empty = otel_context.attach(otel_context.Context())  # no span but the carrier's
+            # no span but the carrier's, and the caller's baggage only
+            ctx = otel_context.Context()
+            if self.baggage:
+                ctx = with_baggage(self.baggage, ctx)
+            empty = otel_context.attach(ctx)
             try:
                 with remote_trace_context(self.carrier):
                     return fn(*args, **kwargs)
@@ -279,7 +322,7 @@ class ContextExecutor(concurrent.futures.Executor):
 
     Thread-based executors get the full context (active span and scopes).
     A ``ProcessPoolExecutor`` cannot receive a context, so it gets a picklable
-    snapshot: a W3C carrier plus the scope values, restored in the worker.
+    snapshot: a W3C carrier plus the baggage and scope values, restored in the worker.
     """
 
     def __init__(self, executor: concurrent.futures.Executor) -> None:

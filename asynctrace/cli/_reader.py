@@ -9,7 +9,13 @@ event whose fields have the wrong types (a ``pid`` that is a list, a ``ts``
 that is a string), is skipped and counted. A file none of whose lines is
 usable (one torn line, say) is skipped: its lines are counted as malformed and
 the file is named in the summary; the commands refuse the input only when
-nothing at all could be read. Lines ending in a comma are read too, which
+nothing at all could be read. Damaged gzip data (a CRC error, a corrupt
+deflate block) ends its file there: the lines read before the damage are kept,
+the rest of that file is skipped and the file is named in the summary. A UTF-8
+byte order mark at the start of a file is ignored. A directory (or glob) that
+holds both ``X.jsonl`` and ``X.jsonl.gz`` gives only one of them, the
+uncompressed one unless it is empty (``gzip -k`` leaves both, with the same
+spans): the other is named in a note. Lines ending in a comma are read too, which
 covers a Chrome JSON document written one event per line, such as the output
 of ``asynctrace convert``, and a line that is a whole ``{"traceEvents": [...]}``
 document (``json.dump``'s output) gives its events; any other whole-document
@@ -28,6 +34,7 @@ from __future__ import annotations
 import functools
 import glob
 import gzip
+import itertools
 import os
 import re
 import stat
@@ -38,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, cast
 
-from ._common import CliError, Progress, dumps, loads
+from ._common import CliError, Progress, dumps, loads, note
 
 __all__ = [
     "SESSION_PATTERN",
@@ -61,6 +68,8 @@ _SAMPLES = 3
 _MAX_DOCUMENT = 64 << 20  # bytes: a larger file with no usable line is not loaded whole
 _MAX_LINE = _MAX_DOCUMENT  # bytes: a longer line is skipped (and counted), never parsed
 _SKIP_CHUNK = 1 << 20  # bytes read at a time past the start of an overlong line
+_BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, which some editors put first
+_DAMAGED = "damaged compressed data"
 
 
 @dataclass
@@ -74,6 +83,8 @@ class ReadStats:
     empty: list[str] = field(default_factory=list)
     # Files with lines but none usable: (path, "1 line, none usable: 1 not JSON").
     unusable: list[tuple[Path, str]] = field(default_factory=list)
+    # Files read only up to damaged compressed data: (path, "after line 37 (...)").
+    damaged: list[tuple[Path, str]] = field(default_factory=list)
     kind: str = "trace"  # what the files should be, for the summary
 
     def summary(self) -> str:
@@ -103,6 +114,15 @@ class ReadStats:
             where = "; ".join(f"{path.name}: {why}" for path, why in self.unusable[:_SAMPLES])
             more = "; ..." if count > _SAMPLES else ""
             parts.append(f"skipped {count} {which} not a JSON-lines {self.kind} ({where}{more})")
+        if self.damaged:
+            count = len(self.damaged)
+            which = "file" if count == 1 else "files"
+            where = "; ".join(f"{path.name}: {why}" for path, why in self.damaged[:_SAMPLES])
+            more = "; ..." if count > _SAMPLES else ""
+            parts.append(
+                f"read {count} {which} only up to damaged compressed data, the rest of "
+                f"{'it' if count == 1 else 'them'} skipped ({where}{more})"
+            )
         return "; ".join(parts)
 
     def refusal(self) -> str | None:
@@ -116,6 +136,8 @@ class ReadStats:
         if self.files != 1 or self.records or not self.unusable:
             return None
         path, why = self.unusable[0]
+        if why.startswith(_DAMAGED):
+            return f"{path}: {why}"
         return f"{path}: not a JSON-lines {self.kind} ({why})"
 
 
@@ -187,8 +209,14 @@ def single_pass(path: Path) -> bool:
         return False
 
 
-def expand_inputs(specs: Iterable[str], patterns: Sequence[str], what: str) -> list[Path]:
+def expand_inputs(
+    specs: Iterable[str], patterns: Sequence[str], what: str, prog: str = "asynctrace"
+) -> list[Path]:
     """Files named by *specs*: files as given, directories searched, globs expanded.
+
+    Of ``X.jsonl`` and ``X.jsonl.gz`` side by side (``gzip -k`` leaves both,
+    holding the same spans) only one is read, the uncompressed one unless it
+    is empty; a note on stderr (prefixed with *prog*) names the other.
 
     Raises:
         CliError: a path does not exist, a glob matches nothing, or a directory
@@ -232,7 +260,45 @@ def expand_inputs(specs: Iterable[str], patterns: Sequence[str], what: str) -> l
                     add(matched)
         else:
             raise CliError(f"{spec}: no such file or directory")
-    return out
+    kept, dropped = drop_twins(out)
+    for line in dropped:
+        note(prog, line)
+    return kept
+
+
+def drop_twins(paths: Sequence[Path]) -> tuple[list[Path], list[str]]:
+    """*paths* without one of each ``X.jsonl`` / ``X.jsonl.gz`` pair in one directory,
+    and a sentence per file left out.
+
+    The uncompressed file is kept (a live run may still be adding to it), unless
+    it is empty and the compressed one is not.
+    """
+    by_place = {(p.resolve().parent, p.name): p for p in paths}
+    left_out: set[Path] = set()
+    notes = []
+    for path in paths:
+        if not path.name.endswith(".gz"):
+            continue
+        plain = by_place.get((path.resolve().parent, path.name[:-3]))
+        if plain is None:
+            continue
+        if _size(plain) == 0 and _size(path) != 0:
+            left_out.add(plain)
+            notes.append(f"{plain}: not read, it is empty and {path.name} beside it is not")
+        else:
+            left_out.add(path)
+            notes.append(
+                f"{path}: not read, {plain.name} beside it holds the same trace "
+                "uncompressed (gzip -k leaves both); read that one"
+            )
+    return [p for p in paths if p not in left_out], notes
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
 
 
 _SNIFF_LINE = 1 << 20  # bytes of a line sniff_kind parses; a longer one is judged by its start
@@ -263,6 +329,8 @@ def sniff_kind(path: Path) -> str | None:
                         return kind
                     continue
                 raw = line.strip().rstrip(b",")
+                if raw.startswith(_BOM):
+                    raw = raw[3:].lstrip()
                 if not raw:
                     continue
                 try:
@@ -274,10 +342,8 @@ def sniff_kind(path: Path) -> str | None:
                         return "traces"
                     if "session_id" in obj or "submit_ts" in obj:
                         return "sessions"
-    except EOFError:  # gzip data cut short before a recognisable line: go by the name
-        pass
-    except zlib.error as exc:
-        raise CliError(f"{path}: damaged compressed data ({exc})") from None
+    except (EOFError, zlib.error, gzip.BadGzipFile):  # cut short or damaged: go by the name
+        pass  # (reading it names the damage)
     except OSError as exc:
         raise CliError(f"{path}: {exc.strerror or exc}") from None
     if path.name.startswith("sessions"):
@@ -367,22 +433,31 @@ def iter_file(
     64 MiB is skipped and counted, neither parsed nor held whole. A file with
     lines but none usable is skipped: its lines are counted as malformed and
     the file is listed in ``stats.unusable`` (the caller refuses the input when
-    nothing at all could be read).
+    nothing at all could be read). Damaged compressed data ends the file: the
+    lines before it are kept and the file is listed in ``stats.damaged`` (in
+    ``stats.unusable`` when no line came before it). A UTF-8 byte order mark
+    starting the file is ignored.
 
     Raises:
-        CliError: the file cannot be read, or its compressed data is damaged.
+        CliError: the file cannot be read.
     """
     stats.files += 1
     valid = lineno = pending_bytes = 0
     skipped = _Skipped()
     first = b""
     cut_short = False
+    damage = ""
     try:
         stream = open_input(path)  # closed below, also on early exit
     except OSError as exc:
         raise CliError(f"{path}: {exc.strerror or exc}") from None
     try:
-        for line in iter(functools.partial(stream.readline, _MAX_LINE + 1), b""):
+        lines = iter(functools.partial(stream.readline, _MAX_LINE + 1), b"")
+        head = next(lines, b"")
+        if head.startswith(_BOM):  # an editor's byte order mark: not part of the JSON
+            head = head[3:]
+            pending_bytes = 3
+        for line in itertools.chain((head,), lines) if head else lines:
             lineno += 1
             size = len(line)
             pending_bytes += size
@@ -442,7 +517,7 @@ def iter_file(
         skipped.at(f"{path.name}:{lineno + 1} (compressed data cut short)")
     except (zlib.error, gzip.BadGzipFile) as exc:  # nothing after the damage can be trusted
         where = f"after line {lineno}" if lineno else "before its first line"
-        raise CliError(f"{path}: damaged compressed data {where} ({exc})") from None
+        damage = f"{where} ({exc})"
     except OSError as exc:
         raise CliError(f"{path}: {exc.strerror or exc}") from None
     finally:
@@ -454,6 +529,12 @@ def iter_file(
     if valid:
         stats.records += valid
         _count_malformed(stats, bad, skipped.samples)
+        if damage:
+            stats.damaged.append((path, damage))
+        return
+    if damage:  # nothing usable before the damage: the file is not read at all
+        _count_malformed(stats, bad, skipped.samples)
+        stats.unusable.append((path, f"{_DAMAGED} {damage}"))
         return
     if not first and not cut_short:
         stats.empty.append(path.name)

@@ -17,6 +17,7 @@ import heapq
 import os
 import sys
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -49,6 +50,7 @@ of a killed process) are skipped and counted in the summary on stderr.
 _OVERFLOW_TID = 2_000_000_000  # first tid of the overflow tracks this command adds
 _MAX_INTERVALS = 512
 _HEADER = b'{"traceEvents":[\n'
+_REPEAT_WINDOW = 1 << 16  # spans whose ids are remembered to find a span written twice
 
 
 def add_parser(subparsers: Any) -> None:
@@ -312,6 +314,44 @@ class _Merger:
         return len(self._by_process)
 
 
+class _Repeats:
+    """Spans whose (trace id, span id) was already written, among the last
+    :data:`_REPEAT_WINDOW` spans with ids.
+
+    The inputs are merged by end time, so two copies of one span (the same
+    file read twice under two names) arrive next to each other; a bounded
+    window finds them without holding every id of a large run.
+    """
+
+    __slots__ = ("_keys", "_order", "count")
+
+    def __init__(self) -> None:
+        self._keys: set[int] = set()
+        self._order: deque[int] = deque()
+        self.count = 0
+
+    def seen(self, event: dict[str, Any]) -> bool:
+        """Whether the complete *event* repeats a span already written (counted if so)."""
+        args = event.get("args")
+        if args.__class__ is not dict:
+            return False
+        span_id = args.get("span_id")
+        if span_id.__class__ is not str:
+            return False
+        trace_id = args.get("trace_id")
+        key = hash((trace_id if trace_id.__class__ is str else None, span_id))
+        keys = self._keys
+        if key in keys:
+            self.count += 1
+            return True
+        keys.add(key)
+        order = self._order
+        order.append(key)
+        if len(order) > _REPEAT_WINDOW:
+            keys.discard(order.popleft())
+        return False
+
+
 def _in_end_order(
     paths: Sequence[Path], stats: ReadStats, bar: Progress, shifts: dict[int, float]
 ) -> Iterator[tuple[float, int, int, dict[str, Any], bytes]]:
@@ -426,7 +466,7 @@ class _Lines:
 def run(args: argparse.Namespace) -> int:
     """Run ``asynctrace convert``."""
     prog = "asynctrace convert"
-    named = expand_inputs(args.inputs, [TRACE_PATTERN], "trace")
+    named = expand_inputs(args.inputs, [TRACE_PATTERN], "trace", prog)
     # A capture named among the inputs (or matched by a glob) is merged as a capture,
     # never read as a trace file too.
     paths = [p for p in named if not is_capture(p)]
@@ -460,9 +500,13 @@ def run(args: argparse.Namespace) -> int:
     bar = Progress(file_size(paths), prog, enabled=not args.no_progress)
     try:
         out = _Lines(stream)
+        repeated = _Repeats()
         for _, index, _, event, raw in _in_end_order(paths, stats, bar, shifts):
-            if event.get("ph").__class__ is not str:
+            ph = event.get("ph")
+            if ph.__class__ is not str:
                 others += 1
+                continue
+            if ph == "X" and repeated.seen(event):
                 continue
             out.add(merger.event(index, event, raw))
             events += 1
@@ -533,6 +577,12 @@ def run(args: argparse.Namespace) -> int:
         if others:
             plural = "s" if others != 1 else ""
             parts.append(f"skipped {others} JSON object{plural} without 'ph' (not trace events)")
+        if repeated.count:
+            n = repeated.count
+            parts.append(
+                f"skipped {n} duplicate span{'s' if n != 1 else ''} (the trace and span id of "
+                "one already written: the same file given twice?)"
+            )
         if merger.moved:
             parts.append(f"{merger.moved} spans moved to overflow tracks so every track nests")
         if merged:

@@ -39,7 +39,7 @@ from ._reader import (
     sniff_kind,
 )
 
-__all__ = ["Collected", "add_parser", "collect", "run", "to_json"]
+__all__ = ["Collected", "add_parser", "collect", "input_notes", "run", "to_json"]
 
 STEP_RULE = (
     "a step is a span of group 'step', or an unbucketed span carrying an integer "
@@ -259,7 +259,7 @@ def _complete_events(
 def run(args: argparse.Namespace) -> int:
     """Run ``asynctrace goodput``."""
     prog = "asynctrace goodput"
-    paths = expand_inputs(args.inputs, [TRACE_PATTERN], "trace")
+    paths = expand_inputs(args.inputs, [TRACE_PATTERN], "trace", prog)
     collected = collect(
         paths,
         step_name=args.step_name,
@@ -272,7 +272,7 @@ def run(args: argparse.Namespace) -> int:
     )
     result = collected.result
     if not result.steps:
-        for line in _notes(collected)[:-1]:  # what was skipped, then the error
+        for line in input_notes(collected)[:-1]:  # what was skipped, then the error
             note(prog, line)
         raise CliError(_no_steps(paths, args.step_name))
     if args.json:
@@ -283,7 +283,7 @@ def run(args: argparse.Namespace) -> int:
             note(prog, f"violation [{violation.kind}] {violation.message}")
     else:
         write_stdout(to_text(collected))
-    for line in _notes(collected):
+    for line in input_notes(collected):
         note(prog, line)
     return 1 if result.violations else 0
 
@@ -301,7 +301,12 @@ def _no_steps(paths: Sequence[Path], step_name: str | None) -> str:
     return f"no step spans found{among} in {len(paths)} file(s) ({STEP_RULE})"
 
 
-def _notes(collected: Collected) -> list[str]:
+def input_notes(collected: Collected) -> list[str]:
+    """What reading and rolling up the traces skipped or could not place, one line each.
+
+    ``goodput`` prints these on stderr; ``report`` puts them in its summary
+    and on the page.
+    """
     result = collected.result
     lines = []
     summary = collected.stats.summary()

@@ -104,6 +104,12 @@ def run(args: argparse.Namespace) -> int:
                 f"NAME arguments ({' '.join(args.names)}) and --resolve cannot be combined: "
                 "--resolve lists what its SPEC enables (see 'asynctrace groups --help')"
             )
+        if not any(part.strip() for part in args.resolve.split(",")):
+            # the rule configure() applies to a written span_groups
+            raise CliError(
+                f"--resolve: {args.resolve!r} names no group; accepted: comma-separated "
+                "presets and group names, such as 'default' or 'per_step,per_prompt'"
+            )
         try:
             enabled = asynctrace.resolve_span_groups(args.resolve)
         except ConfigurationError as exc:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..rollup import StepRow
-from ._captures import CAPTURE_NAME, find_captures, is_capture
+from ._captures import CAPTURE_NAME, Capture, find_captures, is_capture, load_capture
 from ._common import CliError, HelpFormatter, Progress, escape_surrogates, note
 from ._html import render
 from ._reader import (
@@ -35,7 +35,7 @@ from ._reader import (
     sniff_kind,
 )
 from .convert import check_output, require_regular_files
-from .goodput import Collected, add_step_options, collect, to_json
+from .goodput import Collected, add_step_options, collect, input_notes, to_json
 
 __all__ = [
     "ReportData",
@@ -153,6 +153,7 @@ class Sessions:
     bad_samples: list[str] = field(default_factory=list)
     other_fields: int = 0  # values of ``*_s`` fields past the first MAX_DURATION_FIELDS
     phase_runs_left_out: int = 0  # executions of phases past MAX_PHASES, or past MAX_PHASE_RUNS
+    bad_phase_runs: int = 0  # phase entries that are not a run with a start before its end
     no_session_id: int = 0  # records without a ``session_id``: not sessions, not counted
     no_submit: int = 0  # sessions without a submit time: counted, not on the timeline
     on_timeline: int = 0  # sessions with a submit time (the timeline samples these)
@@ -199,6 +200,14 @@ class Sessions:
                 f"phases past the first {MAX_PHASES} names, or past {MAX_PHASE_RUNS} "
                 "in one session"
             )
+        if self.bad_phase_runs:
+            n = self.bad_phase_runs
+            out.append(
+                f"left out {n} malformed phase execution{'s' if n != 1 else ''} of the "
+                "timeline: phases not a mapping of names to lists of runs, a run not an "
+                "object, a start_ts or end_ts not a number of seconds, or an end before "
+                "its start"
+            )
         return out
 
 
@@ -216,19 +225,35 @@ class ReportData:
     profiles: list[tuple[str, str, str]] = field(default_factory=list)  # (step, backend, href)
 
 
-def _profiles(captures: Sequence[Path], output: Path) -> list[tuple[str, str, str]]:
-    """The profiler captures among the inputs: (step, backend, link relative to the report)."""
+def _profiles(
+    captures: Sequence[Path], output: Path, notes: list[str]
+) -> list[tuple[str, str, str]]:
+    """The profiler captures among the inputs: (step, backend, link relative to the report).
+
+    Each is checked as ``convert`` checks it: one that is not readable as JSON
+    (a capture cut short) is not linked, and one ``convert`` would not merge
+    for another reason is linked; either way *notes* says why.
+    """
     rows = []
     base = output.resolve().parent
     for path in captures:
         match = CAPTURE_NAME.match(path.name)
         if match is None:  # pragma: no cover - find_captures matched it
             continue
+        checked = load_capture(path)
+        if not isinstance(checked, Capture):
+            if checked.startswith(f"{path.name}: {_UNREADABLE}"):
+                notes.append(f"profile capture not linked: {checked}")
+                continue
+            notes.append(f"profile capture linked, but convert cannot merge it: {checked}")
         href = Path(os.path.relpath(path.resolve(), base)).as_posix()
         role = match["role"]  # the driver's rank 0 is not worker rank 0
         who = f"r{match['rank']}" if role in (None, "worker") else f"{role} r{match['rank']}"
         rows.append((f"{who} step {match['step']}", match["backend"], href))
     return rows
+
+
+_UNREADABLE = "not readable as JSON"  # load_capture's reason for a file that is not JSON
 
 
 def _classify(paths: Sequence[Path]) -> tuple[list[Path], list[Path]]:
@@ -439,9 +464,12 @@ def _session_row(
         finalized = submit
     phases: list[tuple[str, float, float]] = []
     raw = record.get("phases")
+    if raw is not None and not isinstance(raw, dict):
+        out.bad_phase_runs += 1  # the whole field: its runs cannot be told apart
     if isinstance(raw, dict):
         for name, runs in raw.items():
             if not isinstance(runs, list):
+                out.bad_phase_runs += 1
                 continue
             if name not in phase_order:
                 if len(phase_order) >= MAX_PHASES:  # a file cannot make endless colours
@@ -450,15 +478,18 @@ def _session_row(
                 phase_order[name] = None
             for run in runs:
                 if not isinstance(run, dict):
+                    out.bad_phase_runs += 1
                     continue
                 start = _seconds(run.get("start_ts"))
-                end = _seconds(run.get("end_ts"))
-                if start is None:
+                end_ts = run.get("end_ts")
+                end = finalized if end_ts is None else _seconds(end_ts)  # None: still running
+                if start is None or end is None or end < start:
+                    out.bad_phase_runs += 1
                     continue
                 if len(phases) >= MAX_PHASE_RUNS:
                     out.phase_runs_left_out += 1
                     continue
-                phases.append((name, start, end if end is not None else finalized))
+                phases.append((name, start, end))
     return SessionRow(
         session_id=str(record.get("session_id")),
         task_id=str(record.get("task_id")),
@@ -472,7 +503,7 @@ def _session_row(
 def run(args: argparse.Namespace) -> int:
     """Run ``asynctrace report``."""
     prog = "asynctrace report"
-    named = expand_inputs(args.inputs, [TRACE_PATTERN, SESSION_PATTERN], "trace or session")
+    named = expand_inputs(args.inputs, [TRACE_PATTERN, SESSION_PATTERN], "trace or session", prog)
     captures = find_captures(args.inputs)
     to_stdout = args.output == "-"
     target = Path(args.output)
@@ -494,12 +525,13 @@ def run(args: argparse.Namespace) -> int:
         waterfall = _waterfall(collected, chosen[0], chosen[1], progress)
     session_stats = ReadStats(kind="sessions file")
     sessions = _sessions(session_paths, session_stats, progress) if session_paths else None
-    notes = [n for n in (collected.stats.summary(), session_stats.summary()) if n]
+    notes = input_notes(collected)  # what goodput says about the same traces
+    if session_stats.summary():
+        notes.append(session_stats.summary())
     if sessions is not None:
         notes.extend(sessions.left_out())
-    notes.extend(collected.result.notes)
-    if not collected.result.steps:
-        notes.append("no step spans found")
+    # links from the current directory when the page goes to stdout
+    profiles = _profiles(captures, Path("report.html") if to_stdout else target, notes)
     data = ReportData(
         title=args.title,
         goodput=to_json(collected),
@@ -508,8 +540,7 @@ def run(args: argparse.Namespace) -> int:
         notes=notes,
         trace_files=trace_paths,
         processes=sorted(collected.origins.label(i) for i in range(len(collected.origins.infos))),
-        # links from the current directory when the page goes to stdout
-        profiles=_profiles(captures, Path("report.html") if to_stdout else target),
+        profiles=profiles,
     )
     text = escape_surrogates(render(data))  # a name kept as written
     if to_stdout:

@@ -26,7 +26,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from .._errors import MissingExtraError
 from .._fast._span import NONFINITE, SPAN_TYPES, STAMP_KEYS
 from .._files import AppendFile
-from .._jsonl import encode_lines
+from .._jsonl import MAX_LINE_BYTES, encode_lines
 from .._propagation import PLAIN_CONTEXT
 from .._redact import redact_text
 from .._semconv import GROUP, RL_BUCKET
@@ -109,6 +109,8 @@ class ChromeWriter:
         self._file = AppendFile(path)  # a torn tail left by a killed writer is closed off
         self.lost = 0  # spans written to a file that was then deleted or replaced
         self._in_file = 0  # spans written to the file as it is now
+        self.shortened = 0
+        """Lines cut to :data:`MAX_LINE_BYTES` (their largest values, marked)."""
         self._resource = resource
         # Every event's args name the writer's rank (and role), as AReaL's perf_tracer
         # writes them: its converter rebuilds process and track names from these.
@@ -147,6 +149,8 @@ class ChromeWriter:
     def _encoded_metadata(self, meta: list[dict[str, Any]]) -> tuple[bytes, list[dict[str, Any]]]:
         """*meta* as lines, and the events they hold (one that cannot be encoded left out)."""
         data, skipped = _encode(meta)
+        if len(data) > MAX_LINE_BYTES:  # a task named with 64 MiB of text, say
+            data = self._fit(meta, data, skipped)
         if not skipped:
             return data, meta
         self._warn("metadata could not be serialized", ValueError("left out"))
@@ -156,6 +160,14 @@ class ChromeWriter:
     # -- Sink API ---------------------------------------------------------------
 
     def export(self, batch: list[Any]) -> tuple[int, int]:
+        """Write *batch* (queued spans and control items) as lines; ``(written, failed)``.
+
+        Spans are placed on their tracks and encoded in one call; the track
+        names not yet in the file go first, and the whole is one ``write``.
+        A span that cannot be serialized, or whose line cannot be cut to
+        :data:`MAX_LINE_BYTES`, is counted failed; one written to a file that
+        was then deleted or replaced is counted in :attr:`lost`.
+        """
         events: list[Any] = []  # _Complete structs and plain dicts
         append = events.append
         place = self._tracks.place
@@ -302,6 +314,8 @@ class ChromeWriter:
             for i in skipped:
                 events[i] = _salvaged(events[i])
             data, skipped = _encode(events, nonfinite)
+        if len(data) > MAX_LINE_BYTES:  # only then can a line be too long for the readers
+            data = self._fit(events, data, skipped)
         count = len(events) - len(skipped)  # one line per event encoded
         if skipped:
             self._warn(f"{len(skipped)} events could not be serialized", ValueError("left out"))
@@ -335,6 +349,32 @@ class ChromeWriter:
             written = done
         self._in_file += written
         return written, failed
+
+    def _fit(self, events: list[Any], data: bytes, skipped: list[int]) -> bytes:
+        """*data* (the lines of *events*) with none longer than :data:`MAX_LINE_BYTES`.
+
+        An overlong line's event is cut (:func:`_shortened`) and counted in
+        :attr:`shortened`; one that cannot be cut short enough is left out,
+        its index added to *skipped*. Runs only for a batch over the limit.
+        """
+        lines = data.split(b"\n")  # one per event encoded, and the empty rest
+        left_out = set(skipped)
+        encoded = (i for i in range(len(events)) if i not in left_out)
+        for n, index in zip(range(len(lines) - 1), encoded, strict=False):  # equal lengths
+            if len(lines[n]) < MAX_LINE_BYTES:
+                continue
+            found = _shortened(events[index], len(lines[n]) + 1)
+            if found is None:
+                skipped.append(index)
+                lines[n] = b""
+                continue
+            events[index], lines[n] = found
+            self.shortened += 1
+            self._warn(
+                f"a line over {MAX_LINE_BYTES >> 20} MiB was cut to be read back",
+                ValueError("values cut"),
+            )
+        return b"".join([line + b"\n" for line in lines[:-1] if line])
 
     def _control(self, item: Any) -> None:
         """A track opened (:class:`NewTrack`) or retired (its tid)."""
@@ -447,6 +487,76 @@ class ChromeWriter:
                 message,
                 exc_info=exc,
             )
+
+
+_NOTE = "...<truncated {} chars>"
+
+
+def _shortened(event: Any, size: int) -> tuple[Any, bytes] | None:
+    """*event* (a line of *size* bytes) cut to at most :data:`MAX_LINE_BYTES`, and its line.
+
+    Its largest values (``args`` values, its name, its category) are cut
+    first, each to what the line can hold, a string ending with
+    ``...<truncated N chars>`` (a value that is not a string: its JSON text,
+    cut). ``None`` if it cannot be made that short.
+    """
+    struct = event.__class__ is _Complete
+    if struct:
+        fields: dict[str, Any] = {"name": event.name, "cat": event.cat}
+        args = dict(event.args)
+    else:
+        fields = dict(event)
+        found = fields.pop("args", None)
+        args = dict(found) if isinstance(found, dict) else {}
+    sized = [
+        (_json_size(value), top, key)
+        for top, values in ((True, fields), (False, args))
+        for key, value in values.items()
+        if top is False or value.__class__ is str
+    ]
+    over = size - MAX_LINE_BYTES
+    for value_size, top, key in sorted(sized, key=operator.itemgetter(0), reverse=True):
+        if over <= 0:
+            break
+        holder = fields if top else args
+        value = holder[key]
+        text = value if value.__class__ is str else _json_text(value)
+        holder[key] = cut = _cut_text(text, value_size - over)
+        over -= value_size - _json_size(cut)
+    if struct:
+        event = msgspec.structs.replace(event, name=fields["name"], cat=fields["cat"], args=args)
+    else:
+        event = {**fields, "args": args} if "args" in event else fields
+    line, bad = _encode([event])
+    if bad or len(line) > MAX_LINE_BYTES:
+        return None
+    return event, line[:-1]
+
+
+def _json_size(value: Any) -> int:
+    """Bytes of *value* as JSON (0 if it cannot be encoded)."""
+    data, bad = encode_lines([value], _finite)
+    return 0 if bad else len(data) - 1
+
+
+def _json_text(value: Any) -> str:
+    data, bad = encode_lines([value], _finite)
+    return "" if bad else data[:-1].decode("utf-8", "replace")
+
+
+def _cut_text(text: str, room: int) -> str:
+    """*text* cut and marked, at most *room* bytes as JSON when that holds the note."""
+    size = _json_size(text)
+    keep = len(text)
+    for _ in range(8):  # keep shrinks by the bytes per character of what it kept
+        keep = min(keep - 1, keep * (room - 64) // max(size, 1))  # a bit less than would fit
+        if keep <= 0:
+            break
+        cut = text[:keep] + _NOTE.format(len(text) - keep)
+        size = _json_size(cut)
+        if size <= room:
+            return cut
+    return _NOTE.format(len(text))
 
 
 def _spans_in_lines(events: list[Any], skipped: list[int], lines: int) -> int:

@@ -38,7 +38,13 @@ from opentelemetry.trace import SpanContext
 from .._backend import trio_task
 from .._errors import ConfigurationError, report_internal_error
 from .._fast._provider import MAX_OPEN_SPANS, current_task_of, forget_open_spans
-from ._chrome_writer import ChromeWriter, NewTrack, context_span_id, span_fields
+from .._jsonl import MAX_LINE_BYTES
+from ._chrome_writer import (
+    ChromeWriter,
+    NewTrack,
+    context_span_id,
+    span_fields,
+)
 from ._queue import _CONTROL, QueuedSpanProcessor, check_count, check_delay_millis
 
 __all__ = ["ChromeTrace", "ChromeTraceProcessor", "read_chrome_trace"]
@@ -51,6 +57,16 @@ _NO_TRACK = 0
 
 Its track is decided when it ends (a span's recorded tid of 0 is not one), and the
 writer puts a span that still has it on a ``late spans`` track."""
+
+
+_next_track_id = itertools.count(1).__next__
+"""Track ids for every Chrome writer of the process (a C call: atomic).
+
+Process-wide, not per processor: after a reconfiguration, a new writer may
+append to the file of the one before it (the same run id and output
+directory), with the same pid; its tracks must not reuse the ids, and so the
+names, of the earlier ones. A forked child continues the count, harmlessly:
+its lines carry its own pid."""
 
 
 class _ThreadToken:
@@ -125,7 +141,7 @@ class ChromeTraceProcessor(QueuedSpanProcessor):
         if max_event_attribute_length != "same":
             _check_limit("max_event_attribute_length", max_event_attribute_length, "'same', ")
         self.path = Path(path)
-        self._next_tid = itertools.count(1).__next__
+        self._next_tid = _next_track_id
         self._writer = ChromeWriter(
             self.path,
             dict(resource_attributes or {}),
@@ -149,6 +165,11 @@ class ChromeTraceProcessor(QueuedSpanProcessor):
         )
 
     _control_types = (*_CONTROL, NewTrack, int)  # int: a retired track's id
+
+    @property
+    def shortened(self) -> int:
+        """Lines cut to 64 MiB, the longest the readers take: their largest values, marked."""
+        return self._writer.shortened
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         """Remember the track (thread and task) the span starts on."""
@@ -272,8 +293,8 @@ class ChromeTrace:
         return [e for e in self.events if e.get("ph") == "X"]
 
 
-MAX_LINE_BYTES = 64 << 20
-"""A longer line is skipped and counted, never parsed (as ``asynctrace`` commands do)."""
+# MAX_LINE_BYTES (the writers never write a longer line): a longer line is
+# skipped and counted, never parsed, as ``asynctrace`` commands do.
 _SKIP_CHUNK = 1 << 20  # bytes read at a time past the start of an overlong line
 _MAX_US = 1e18  # about 31,700 years of microseconds: any real timestamp or duration
 

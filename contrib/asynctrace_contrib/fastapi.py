@@ -45,6 +45,9 @@ from ._http_values import KNOWN_METHODS, method_attributes, request_authority
 
 try:
     from starlette.middleware.errors import ServerErrorMiddleware
+    from starlette.requests import ClientDisconnect
+    from starlette.routing import Host, Match, Mount
+    from starlette.websockets import WebSocketDisconnect
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise asynctrace.MissingExtraError("fastapi", "starlette") from exc
 
@@ -155,11 +158,67 @@ def _outer_server_span() -> bool:
     return getattr(span, "kind", None) is SpanKind.SERVER and span.is_recording()
 
 
-def _route_template(scope: Scope) -> str | None:
+def _route_template(scope: Scope, root: str, app: Any) -> str | None:
+    """The matched route's template, from the route objects alone.
+
+    *root* is the ``root_path`` the request came with (the server's prefix, or
+    the app's own ``root_path``), *app* the application it entered. A mount
+    routing passed through (``app.mount("/tenants/{tenant}", sub)``) adds the
+    matched path, as sent, to ``root_path``: its template stands in for it, so
+    no path parameter's value ever becomes part of the name. ``None`` when no
+    route matched, or the mounts cannot be told.
+    """
     route = scope.get("route")
     path = getattr(route, "path", None)
-    if isinstance(path, str):
-        return scope.get("root_path", "") + path if scope.get("root_path") else path
+    if not isinstance(path, str):
+        return None
+    routed = scope.get("root_path") or ""
+    if routed == root:  # no mount with a path of its own: the common case
+        return root + path
+    mounts = _mount_templates(scope, root, routed, app)
+    if mounts is None:
+        return None
+    # A mount answering itself (an app that routes nothing, or a 404 inside it) is the route.
+    return root + mounts if isinstance(route, Mount) else root + mounts + path
+
+
+def _mount_templates(scope: Scope, root: str, routed: Any, app: Any) -> str | None:
+    """The templates of the mounts that took the request from ``root_path`` *root* to
+    *routed*, joined, by routing the matched prefix again through *app*'s routes.
+
+    ``None`` when the routing cannot be retraced (routes that are not Starlette's
+    ``Mount`` or ``Host``, a path that no longer matches): the caller names the
+    span by its method then.
+    """
+    if not isinstance(routed, str) or not routed.startswith(root):
+        return None
+    routes = getattr(app, "routes", None)
+    if routes is None:
+        routes = getattr(scope.get("router"), "routes", None)  # the outermost router
+    probe: dict[str, Any] = {
+        "type": scope.get("type"),
+        "path": routed + "/",  # the prefix alone: a mount matches it as it matched the path
+        "root_path": root,
+        "headers": scope.get("headers") or [],
+    }
+    templates: list[str] = []
+    for _ in range(8):  # mounts inside mounts, as deep as _native_tracing looks
+        if probe["root_path"] == routed:
+            return "".join(templates)
+        for route in routes or ():
+            if isinstance(route, (Mount, Host)):
+                try:
+                    match, child = route.matches(probe)
+                except Exception:  # a convertor that refuses the prefix alone: untold
+                    return None
+                if match is Match.FULL:
+                    break
+        else:
+            return None
+        if isinstance(route, Mount):
+            templates.append(route.path)
+        probe.update(child)
+        routes = route.routes
     return None
 
 
@@ -382,9 +441,7 @@ _NORMAL_CLOSE = frozenset({1000, 1001})
 def _closed_normally(exc: BaseException) -> bool:
     """Whether *exc* is Starlette's ``WebSocketDisconnect`` for a normal close (a receive
     after the client closed the websocket as planned)."""
-    return type(exc).__name__ == "WebSocketDisconnect" and getattr(exc, "code", None) in (
-        _NORMAL_CLOSE
-    )
+    return isinstance(exc, WebSocketDisconnect) and getattr(exc, "code", None) in _NORMAL_CLOSE
 
 
 class _Exchange:
@@ -402,11 +459,13 @@ class _Exchange:
 
     __slots__ = (
         "accepted",
+        "app",
         "complete",
         "disconnected",
         "early",
         "ended",
         "error",
+        "root",
         "scope",
         "span",
         "status",
@@ -415,6 +474,10 @@ class _Exchange:
     def __init__(self, span: Span, scope: Scope) -> None:
         self.span = span
         self.scope = scope
+        # Routing rewrites both: as the request came in, for the route template.
+        root = scope.get("root_path") or ""
+        self.root: str = root if root.__class__ is str else ""
+        self.app: Any = scope.get("app")
         self.status: int | None = None
         self.complete = False
         self.disconnected = False
@@ -444,7 +507,9 @@ class _Exchange:
             kind = message.get("type")
             # A websocket refused with an HTTP response (the denial extension) has a status too.
             if kind == "http.response.start" or kind == "websocket.http.response.start":
-                status = self.status = message.get("status")
+                status = message.get("status")
+                if not self.disconnected:  # else the server drops it: never delivered
+                    self.status = status
                 self.early = type(status) is int and status < 500
                 if not self.early and not self.ended:
                     raised = self.scope.pop(_RAISED, None)  # read once: the scope lets go of it
@@ -473,9 +538,16 @@ class _Exchange:
         self.ended = True
         span = self.span
         scope = self.scope
+        error = self.error
+        cut_off = self.disconnected and not self.complete
+        if self.disconnected and isinstance(error, _DISCONNECTS):
+            # The client left and the app heard of it: Starlette's exception for that
+            # (and its 500, which nobody receives) is the disconnect, not an error.
+            error = None
+            cut_off = True
         try:
-            template = _route_template(scope)
-            if template is not None:
+            template = _route_template(scope, self.root, self.app)
+            if template:
                 method = scope.get("method")
                 if scope.get("type") == "websocket":
                     method = "WEBSOCKET"
@@ -489,22 +561,22 @@ class _Exchange:
                     span.set_attribute("error.type", str(self.status))
                     span.set_status(Status(StatusCode.ERROR))
             elif (
-                isinstance(self.error, Exception)
+                isinstance(error, Exception)
                 and scope.get("type") == "http"
+                and not self.disconnected
                 and not _custom_error_handler(scope)
             ):
                 # No response started: the server (or, where this middleware was added
                 # by hand inside Starlette's error handler, that handler) answers after
                 # us: 500, unless the app installed its own handler for 500/Exception.
                 span.set_attribute("http.response.status_code", 500)
-            if isinstance(self.error, Exception):
+            if isinstance(error, Exception):
                 # Escaped the app, before or after a response (the error handler's
                 # 500, a stream cut off): the exception names the error best.
-                span.set_attribute("error.type", type(self.error).__qualname__)
+                span.set_attribute("error.type", type(error).__qualname__)
         except Exception:  # pragma: no cover - a broken span must not break the response
             logger.debug("asynctrace: could not annotate the server span", exc_info=True)
-        error = self.error
-        if error is None and self.disconnected and not self.complete:
+        if error is None and cut_off:
             asynctrace.end_span(span, _ClientDisconnected())
             return
         if isinstance(error, Exception):
@@ -537,6 +609,11 @@ def _custom_error_handler(scope: Scope) -> bool:
 
 class _ClientDisconnected(BaseException):
     """Marks a request whose client went away: a cancellation, not an error."""
+
+
+# What Starlette raises in an app that receives the client's disconnect: reading the
+# request body (``request.body()``, ``request.stream()``), or a websocket's next message.
+_DISCONNECTS = (ClientDisconnect, WebSocketDisconnect)
 
 
 def instrument_fastapi(

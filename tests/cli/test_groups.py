@@ -158,11 +158,3 @@ def test_resolve_refuses_names(run: Run) -> None:
         "asynctrace groups: error: NAME arguments (step) and --resolve cannot be combined: "
         "--resolve lists what its SPEC enables (see 'asynctrace groups --help')"
     )
-
-
-def test_resolve_to_nothing_says_so(run: Run) -> None:
-    """A spec that enables nothing prints one line saying so, and no empty table."""
-    for spec in ("", " , "):
-        result = run("groups", "--resolve", spec)
-        assert result.code == 0
-        assert result.out == f"{spec!r} enables no groups\n"
