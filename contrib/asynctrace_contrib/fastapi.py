@@ -170,6 +170,9 @@ def _route_template(scope: Scope, root: str, app: Any) -> str | None:
     """
     route = scope.get("route")
     path = getattr(route, "path", None)
+    state = scope.get("fastapi")
+    if state.__class__ is dict:
+        path = _included_path(state, route) or path
     if not isinstance(path, str):
         return None
     routed = scope.get("root_path") or ""
@@ -180,6 +183,20 @@ def _route_template(scope: Scope, root: str, app: Any) -> str | None:
         return None
     # A mount answering itself (an app that routes nothing, or a 404 inside it) is the route.
     return root + mounts if isinstance(route, Mount) else root + mounts + path
+
+
+def _included_path(state: dict[str, Any], route: object) -> str | None:
+    """The template of *route* with the prefixes it was included under, when FastAPI
+    keeps them apart: from 0.16x a router's routes are included as they are, so the
+    route matched has its router's path only, and ``include_router(prefix=...)``'s
+    part is in the request's route context."""
+    context = state.get("effective_route_context")
+    if getattr(context, "original_route", None) is not route:
+        return None
+    path = getattr(getattr(context, "starlette_route", None), "path", None)
+    if not isinstance(path, str) or not path:
+        path = getattr(context, "path", None)
+    return path if isinstance(path, str) and path else None
 
 
 def _mount_templates(scope: Scope, root: str, routed: Any, app: Any) -> str | None:

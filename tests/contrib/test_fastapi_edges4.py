@@ -252,3 +252,46 @@ def test_a_websocket_closed_normally_ends_plainly_though_the_handler_raises(
     assert "asynctrace.cancelled" not in attrs(server)
     assert server.status.status_code is StatusCode.UNSET
     assert "error.type" not in attrs(server)
+
+
+def test_a_routers_include_prefix_is_in_the_span_name(
+    asgi_server: Any, spans: CapturedSpans
+) -> None:
+    """``include_router(router, prefix="/api")``: the route matched may keep its router's
+    path only (FastAPI from 0.16x); the name is the whole template all the same."""
+    from fastapi import APIRouter
+
+    app = FastAPI()
+    router = APIRouter(prefix="/r/{ver}")
+
+    @router.get("/x/{a}")
+    async def x(a: str, ver: str) -> int:
+        return 1
+
+    @router.websocket("/ws/{room}")
+    async def ws(websocket: WebSocket, room: str, ver: str) -> None:
+        await websocket.accept()
+        await websocket.close()
+
+    app.include_router(router, prefix="/api")
+    sub = FastAPI()
+    sub.include_router(router, prefix="/v")
+    app.mount("/tenants/{tenant}", sub)
+    instrument_fastapi(app)
+    url = asgi_server(app)
+
+    async def main() -> None:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"{url}/api/r/v1/x/5") as response:
+                assert response.status == 200
+            async with session.get(f"{url}/tenants/acme/v/r/v2/x/6") as response:
+                assert response.status == 200
+            async with session.ws_connect(url.replace("http", "ws") + "/api/r/v1/ws/9") as conn:
+                await conn.receive()
+
+    asyncio.run(main())
+    assert sorted(s.name for s in wait_for(spans, 3)) == [
+        "GET /api/r/{ver}/x/{a}",
+        "GET /tenants/{tenant}/v/r/{ver}/x/{a}",
+        "WEBSOCKET /api/r/{ver}/ws/{room}",
+    ]
