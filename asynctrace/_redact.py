@@ -65,12 +65,14 @@ from ._forksafe import reinit_at_fork
 
 __all__ = [
     "CREDENTIAL_KEYS",
+    "EXCEPTION_TEXT_CHARS",
     "REDACTED",
     "SECRET_WORDS",
     "URL_ATTRIBUTES",
     "exception_reason",
     "is_credential_header",
     "is_credential_key",
+    "redact_exception_text",
     "redact_query",
     "redact_text",
     "redact_url_attribute",
@@ -325,8 +327,46 @@ def redact_query(query: str) -> str:
         return REDACTED
 
 
+EXCEPTION_TEXT_CHARS: Final = 65_536
+"""The characters kept of an exception's text (its message, its stack trace) on a span."""
+_MARGIN = 8192  # redacted past what is kept: a secret across the cut is still found
+
+
+def redact_exception_text(text: str, secrets: Collection[str] = (), *, tail: bool = False) -> str:
+    """:func:`redact_text` for an exception's text of any size, in bounded time.
+
+    At most :data:`EXCEPTION_TEXT_CHARS` characters are kept: the start and a
+    ``...<truncated N chars>`` note, or with *tail* (a stack trace, whose
+    innermost frames and message come last) the start and the end around a
+    ``...<N chars left out>...`` note. Only the parts kept (and a margin past
+    them) are redacted: a message of megabytes (an HTML error page) costs no
+    more than one of 64 KiB on the thread that records it.
+
+    Example:
+        >>> redact_exception_text("token=abc")
+        'token=REDACTED'
+        >>> redact_exception_text("x" * 70_000)[-26:]
+        'x...<truncated 4464 chars>'
+    """
+    keep = EXCEPTION_TEXT_CHARS
+    first = keep // 2 if tail else keep  # characters kept from the start
+    last = keep - first  # and from the end
+    if len(text) <= keep + _MARGIN:  # the common case: redacted whole
+        text = redact_text(text, secrets)
+        if len(text) <= keep:
+            return text
+        head, end = text[:first], text[len(text) - last :]
+    else:
+        head = redact_text(text[: first + _MARGIN], secrets)[:first]
+        end = redact_text(text[-(last + _MARGIN) :], secrets)[-last:] if last else ""
+    if not tail:
+        return f"{head}...<truncated {len(text) - keep} chars>"
+    return f"{head}...<{len(text) - keep} chars left out>...{end}"
+
+
 def exception_reason(exc_type: type[BaseException], exc: BaseException | None) -> str:
-    """``"ValueError: <message>"``, redacted (with *exc*'s remembered secrets); never raises.
+    """``"ValueError: <message>"``, redacted (with *exc*'s remembered secrets) and bounded
+    (:func:`redact_exception_text`); never raises.
 
     Example:
         >>> exception_reason(ValueError, ValueError("GET http://h/?token=abc"))
@@ -337,7 +377,7 @@ def exception_reason(exc_type: type[BaseException], exc: BaseException | None) -
     except Exception:
         message = f"<unprintable {exc_type.__name__}>"
     secrets = secrets_of(exc) if exc is not None else frozenset()
-    return redact_text(f"{exc_type.__name__}: {message}", secrets)
+    return redact_exception_text(f"{exc_type.__name__}: {message}", secrets)
 
 
 # Exceptions cannot be weakly referenced: their secrets are kept by id, for the

@@ -21,7 +21,7 @@ from opentelemetry.trace.status import Status, StatusCode
 
 from ._errors import report_internal_error
 from ._fast._span import SPAN_TYPES
-from ._redact import redact_text, remember, secrets_of
+from ._redact import redact_exception_text, remember, secrets_of
 from ._semconv import CANCELLED
 
 __all__ = [
@@ -147,7 +147,7 @@ def mark_exit(
                 record_exception(span, exc, secrets)
             except Exception as err:  # str(exc) may raise: the status is still set
                 report_internal_error(("record_exception", exc_type.__name__), err)
-        description = redact_text(f"{exc_type.__name__}: {_text(exc)}", secrets)
+        description = redact_exception_text(f"{exc_type.__name__}: {_text(exc)}", secrets)
         span.set_status(Status(StatusCode.ERROR, description))
     else:
         span.set_attribute(CANCELLED, True)
@@ -177,8 +177,8 @@ def record_exception(span: Span, exc: BaseException, secrets: Collection[str] = 
             "exception.type": f"{module}.{cls.__qualname__}"
             if module and module != "builtins"
             else cls.__qualname__,
-            "exception.message": redact_text(_text(exc), secrets),
-            "exception.stacktrace": redact_text(stacktrace, secrets),
+            "exception.message": redact_exception_text(_text(exc), secrets),
+            "exception.stacktrace": redact_exception_text(stacktrace, secrets, tail=True),
             "exception.escaped": "True",
         },
     )

@@ -34,7 +34,7 @@ from opentelemetry.util import types
 from ._cm import otel_contextmanager
 from ._errors import report_internal_error
 from ._forksafe import reinit_at_fork
-from ._redact import exception_reason, redact_text, secrets_of
+from ._redact import exception_reason, redact_exception_text, secrets_of
 
 __all__ = ["RedactingTracer", "record_error", "redacted_block", "redacting"]
 
@@ -93,7 +93,7 @@ def _record_sdk(span: trace.Span, exc: BaseException) -> None:
     span.record_exception(
         exc,
         {
-            "exception.message": redact_text(message, secrets),
+            "exception.message": redact_exception_text(message, secrets),
             _STACKTRACE: _stack_text(exc, secrets),
         },
     )
@@ -105,7 +105,7 @@ def _stack_text(exc: BaseException, secrets: frozenset[str]) -> str:
         stack = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     except Exception as err:  # a broken __str__ in the chain, say
         return f"<stack trace unavailable: {type(err).__name__}>"
-    return redact_text(stack, secrets)
+    return redact_exception_text(stack, secrets, tail=True)
 
 
 # An SDK span class -> the subclass of it :func:`redacting` gives its spans; any
@@ -209,9 +209,9 @@ class _RedactingSdkSpan(trace.Span):
             if isinstance(status, Status):
                 text = status.description
                 if status.status_code is StatusCode.ERROR and text and isinstance(text, str):
-                    status = Status(StatusCode.ERROR, redact_text(text))
+                    status = Status(StatusCode.ERROR, redact_exception_text(text))
             elif status is StatusCode.ERROR and description and isinstance(description, str):
-                description = redact_text(description)
+                description = redact_exception_text(description)
         super().set_status(status, description)  # type: ignore[safe-super]
 
     def __exit__(

@@ -32,7 +32,7 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags, TraceSt
 from opentelemetry.trace.status import Status, StatusCode
 from opentelemetry.util import types
 
-from .._redact import redact_text, secrets_of
+from .._redact import redact_exception_text, secrets_of
 from .._semconv import (
     CANCELLED,
     GROUP,
@@ -539,7 +539,7 @@ class FastSpan(trace.Span):
 
         An ``ERROR`` description (it often quotes an exception: OpenTelemetry's
         ``use_span`` sets ``"<type>: <message>"``) is redacted
-        (:func:`asynctrace._redact.redact_text`).
+        and bounded (:func:`asynctrace._redact.redact_exception_text`).
         """
         if self._end is not None:
             return
@@ -549,11 +549,11 @@ class FastSpan(trace.Span):
         if isinstance(status, Status):
             if status.status_code is not _UNSET:
                 if status.description and status.status_code is _ERROR:
-                    status = Status(_ERROR, redact_text(status.description))
+                    status = Status(_ERROR, redact_exception_text(status.description))
                 self._status = status
         elif status.__class__ is StatusCode and status is not _UNSET:  # else ignored, as the SDK
             if description and status is _ERROR and isinstance(description, str):
-                description = redact_text(description)
+                description = redact_exception_text(description)
             self._status = Status(status, description)
 
     def record_exception(
@@ -566,7 +566,7 @@ class FastSpan(trace.Span):
         """Record *exception* as an ``exception`` event (its stack trace is formatted later).
 
         Its message now, and its stack trace when formatted, are redacted
-        (:func:`asynctrace._redact.redact_text`): no URL userinfo, secret-like
+        (:func:`asynctrace._redact.redact_exception_text`): no URL userinfo, secret-like
         query value or credential pair is recorded, nor any secret remembered
         for *exception* by a span it escaped before.
         """
@@ -658,7 +658,8 @@ class FastSpan(trace.Span):
                 self.record_exception(exc_val, escaped=True)
             if opts & 2:
                 description = f"{type(exc_val).__name__}: {_message(exc_val)}"
-                self.set_status(Status(_ERROR, redact_text(description, secrets_of(exc_val))))
+                description = redact_exception_text(description, secrets_of(exc_val))
+                self.set_status(Status(_ERROR, description))
         self.end()
 
     def __repr__(self) -> str:
@@ -759,7 +760,7 @@ def exception_attributes(
     qualname = cls.__qualname__
     return {
         "exception.type": f"{module}.{qualname}" if module and module != "builtins" else qualname,
-        "exception.message": redact_text(_message(exception), secrets),
+        "exception.message": redact_exception_text(_message(exception), secrets),
         _STACKTRACE: stacktrace,
         "exception.escaped": str(escaped),
     }

@@ -34,7 +34,7 @@ from .._errors import report_internal_error
 from .._fast import FastSpan, FastTracerProvider, SpanLimits
 from .._fast._span import exception_attributes, good_keys
 from .._forksafe import reinit_at_fork
-from .._redact import redact_text, secrets_of
+from .._redact import redact_exception_text, secrets_of
 from ._convert import Converter, uncut_stamps
 from ._queue import ExporterSink, ExportStats, QueuedSpanProcessor, unique_name
 
@@ -196,7 +196,9 @@ class StartingSpan(trace.Span, ReadableSpan):
             return
         secrets = secrets_of(exception)
         try:
-            text = redact_text("".join(traceback.format_exception(exception)), secrets)
+            text = redact_exception_text(
+                "".join(traceback.format_exception(exception)), secrets, tail=True
+            )
         except Exception as exc:
             text = f"<stack trace unavailable: {type(exc).__name__}>"
         attrs = exception_attributes(exception, text, escaped, secrets)  # as a span's own

@@ -37,7 +37,7 @@ from opentelemetry.trace.status import Status, StatusCode
 
 from .._fast import FastSpan, Scope, SpanEvent, SpanLimits
 from .._fast._span import STAMP_KEYS
-from .._redact import redact_text
+from .._redact import redact_exception_text
 
 __all__ = ["Converter", "bounded", "finish_event", "uncut_stamps"]
 
@@ -51,7 +51,7 @@ def finish_event(event: SpanEvent) -> None:
     if pending is None:
         return
     try:
-        text = redact_text("".join(pending.format()), event.secrets)
+        text = redact_exception_text("".join(pending.format()), event.secrets, tail=True)
     except Exception as exc:  # a broken __str__ in the chain, say
         text = f"<stack trace unavailable: {type(exc).__name__}>"
     if event.attributes.get(_STACKTRACE) == "":  # the placeholder only: never the caller's
