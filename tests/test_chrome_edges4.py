@@ -40,7 +40,7 @@ def test_a_span_whose_line_is_over_64_mib_is_cut_and_read_back(tmp_path: Path) -
                 pass
         assert telemetry.flush()
         stats = telemetry.stats()["chrome"]
-        assert (stats.exported, stats.failed) == (2, 0)
+        assert (stats.exported, stats.failed, stats.shortened) == (2, 0, 1)
     finally:
         telemetry.shutdown()
     (path,) = tmp_path.glob("traces*.jsonl")

@@ -453,10 +453,12 @@ def iter_file(
         raise CliError(f"{path}: {exc.strerror or exc}") from None
     try:
         lines = iter(functools.partial(stream.readline, _MAX_LINE + 1), b"")
-        head = next(lines, b"")
-        if head.startswith(_BOM):  # an editor's byte order mark: not part of the JSON
-            head = head[3:]
-            pending_bytes = 3
+        head = stream.readline(len(_BOM))
+        if head == _BOM:  # an editor's byte order mark: not part of the JSON
+            head = stream.readline(_MAX_LINE + 1)  # the line after it, as any other
+            pending_bytes = len(_BOM)
+        elif head and head[-1] != 10:
+            head += stream.readline(_MAX_LINE + 1 - len(head))
         for line in itertools.chain((head,), lines) if head else lines:
             lineno += 1
             size = len(line)

@@ -453,17 +453,32 @@ def _seconds(value: object) -> float | None:
 _MAX_S = 1e12  # about 31,700 years: any real timestamp
 
 
+def _latest(phases: object, submit: float) -> float:
+    """The latest time a pending session's phase runs name (its submit time if none):
+    where its open runs are drawn to, as no end was recorded."""
+    latest = submit
+    if isinstance(phases, dict):
+        for runs in phases.values():
+            for run in runs if isinstance(runs, list) else ():
+                if isinstance(run, dict):
+                    for key in ("start_ts", "end_ts"):
+                        seconds = _seconds(run.get(key))
+                        if seconds is not None and seconds > latest:
+                            latest = seconds
+    return latest
+
+
 def _session_row(
     record: dict[str, Any], phase_order: dict[str, None], out: Sessions
 ) -> SessionRow | None:
     submit = _seconds(record.get("submit_ts"))
     if submit is None:
         return None
-    finalized = _seconds(record.get("finalized_ts"))
-    if finalized is None:
-        finalized = submit
-    phases: list[tuple[str, float, float]] = []
     raw = record.get("phases")
+    finalized = _seconds(record.get("finalized_ts"))
+    if finalized is None:  # still pending at shutdown (AReaL's style): its latest time
+        finalized = _latest(raw, submit)
+    phases: list[tuple[str, float, float]] = []
     if raw is not None and not isinstance(raw, dict):
         out.bad_phase_runs += 1  # the whole field: its runs cannot be told apart
     if isinstance(raw, dict):

@@ -173,6 +173,8 @@ class ExportStats:
         retried: spans sent again after a failed attempt (OTLP; a span sent
             three times counts twice).
         buffered: spans held for retry right now, after a failed attempt (OTLP).
+        shortened: spans written with their largest values cut, since their line
+            would have been longer than the readers read (chrome; 64 MiB).
 
     Example:
         >>> ExportStats("chrome", exported=10, dropped=0, failed=0, queued=2).dropped
@@ -188,6 +190,7 @@ class ExportStats:
     lost: int = 0
     retried: int = 0
     buffered: int = 0
+    shortened: int = 0
 
 
 class Wakeup:
@@ -652,8 +655,11 @@ class QueuedSpanProcessor(SpanProcessor):
         elif self._stopped or (self._closing and not self._thread.is_alive()):
             dropped += queued  # ended in the instant the worker finished: never exported
             queued = 0
-        lost = getattr(self._sink, "lost", 0)
-        return ExportStats(self.name, exported, dropped, failed, queued, in_flight, lost)
+        sink = self._sink
+        lost, shortened = getattr(sink, "lost", 0), getattr(sink, "shortened", 0)
+        return ExportStats(
+            self.name, exported, dropped, failed, queued, in_flight, lost, shortened=shortened
+        )
 
     def counts(self) -> tuple[int, int, int]:
         """``(exported, dropped, failed)`` as :meth:`stats` gives them (any thread).

@@ -173,16 +173,17 @@ def _route_template(scope: Scope, root: str, app: Any) -> str | None:
     state = scope.get("fastapi")
     if state.__class__ is dict:
         path = _included_path(state, route) or path
-    if not isinstance(path, str):
-        return None
     routed = scope.get("root_path") or ""
     if routed == root:  # no mount with a path of its own: the common case
-        return root + path
+        return root + path if isinstance(path, str) else None
     mounts = _mount_templates(scope, root, routed, app)
     if mounts is None:
         return None
-    # A mount answering itself (an app that routes nothing, or a 404 inside it) is the route.
-    return root + mounts if isinstance(route, Mount) else root + mounts + path
+    # A mount answering itself (an app that routes nothing, or a 404 inside it) is the
+    # route; FastAPI's router sets no route for a mount at all.
+    if route is None or isinstance(route, Mount):
+        return root + mounts or None
+    return root + mounts + path if isinstance(path, str) else None
 
 
 def _included_path(state: dict[str, Any], route: object) -> str | None:

@@ -3,6 +3,7 @@ malformed session phases, unreadable profile captures, an empty ``--resolve``.""
 
 from __future__ import annotations
 
+import contextvars
 import gzip
 import json
 import shutil
@@ -10,6 +11,8 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from ._helpers import GOLDEN, Result, one_line, read_lines, write_lines
 
@@ -144,6 +147,40 @@ def test_malformed_phase_runs_are_counted(run: Run, golden: Path, tmp_path: Path
     assert "generate -" not in page  # no negative duration drawn
 
 
+def test_a_session_pending_at_shutdown_is_drawn_not_called_malformed(
+    run: Run, golden: Path, tmp_path: Path
+) -> None:
+    """asynctrace's own AReaL-style record of a session still pending at shutdown: no
+    end, and a phase still running (``end_ts: null``). Its open run is drawn to the
+    latest time the record names; it is no malformed run."""
+    import asynctrace as at
+    from asynctrace import _session_tracer
+    from asynctrace._session_tracer import SessionTracer
+
+    def leave_open() -> None:  # in a context of its own: nothing it enters outlives it
+        with at.task_scope(1):
+            at.session_scope().__enter__()  # never left: pending at shutdown
+            with at.trace_session_phase("reward"):
+                pass
+            at.trace_session_phase("generate").__enter__()  # still running
+
+    tracer = SessionTracer(golden / "sessions-r9.jsonl", run_id="t")
+    tracer.set_record_style("areal")
+    previous = _session_tracer.install(tracer)
+    try:
+        contextvars.copy_context().run(leave_open)
+    finally:
+        _session_tracer.install(previous)
+        assert tracer.shutdown(5)
+    (record,) = read_lines(golden / "sessions-r9.jsonl")
+    assert record.get("finalized_ts") is None
+    assert record["phases"]["generate"][0]["end_ts"] is None
+    out = tmp_path / "report.html"
+    result = run("report", golden, "-o", out, "--no-progress")
+    assert result.code == 0, result.err
+    assert "malformed" not in result.err
+
+
 # -- 4: a UTF-8 byte order mark ------------------------------------------------
 
 
@@ -158,6 +195,32 @@ def test_bom_keeps_the_first_line(run: Run, golden: Path, tmp_path: Path) -> Non
     report = run("report", golden, "-o", tmp_path / "r.html", "--no-progress")
     assert report.code == 0, report.err
     assert "malformed" not in report.err
+
+
+@pytest.mark.parametrize("gzipped", [False, True])
+def test_bom_before_an_overlong_first_line_is_one_overlong_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gzipped: bool
+) -> None:
+    """With a byte order mark first, an overlong first line is still told as one (the
+    limit shrunk to 1 KiB for the test): one line skipped, the next one read."""
+    from asynctrace.cli import _reader
+
+    monkeypatch.setattr(_reader, "_MAX_LINE", 1024)
+    event = {"ph": "X", "ts": 1, "dur": 1, "pid": 1, "tid": 1, "args": {}}
+    body = (
+        json.dumps({**event, "name": "x" * 3000}).encode()
+        + b"\n"
+        + json.dumps({**event, "name": "a"}).encode()
+        + b"\n"
+    )
+    for bom in (b"", b"\xef\xbb\xbf"):
+        path = tmp_path / ("traces-r0.jsonl.gz" if gzipped else "traces-r0.jsonl")
+        data = bom + body
+        path.write_bytes(gzip.compress(data) if gzipped else data)
+        stats = _reader.ReadStats()
+        assert [e["name"] for e, _ in _reader.iter_file(path, stats)] == ["a"], bom
+        assert stats.malformed == 1, (bom, stats.summary())  # the overlong line, once
+        assert stats.samples == [f"{path.name}:1"], (bom, stats.summary())
 
 
 # -- 5: a profile capture that is not JSON -------------------------------------

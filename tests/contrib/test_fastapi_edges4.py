@@ -295,3 +295,27 @@ def test_a_routers_include_prefix_is_in_the_span_name(
         "GET /tenants/{tenant}/v/r/{ver}/x/{a}",
         "WEBSOCKET /api/r/{ver}/ws/{room}",
     ]
+
+
+def test_a_plain_app_mounted_on_fastapi_is_named_by_its_mount(
+    asgi_server: Any, spans: CapturedSpans
+) -> None:
+    """FastAPI's router sets no ``route`` for a mount: an app mounted on it that routes
+    nothing itself (a plain ASGI app) is named by the mount's template all the same."""
+    app = FastAPI()
+    app.mount("/static", PlainTextResponse("file"))
+    app.mount("/owners/{owner}", PlainTextResponse("theirs"))
+    instrument_fastapi(app)
+    url = asgi_server(app)
+
+    async def main() -> None:
+        async with aiohttp.ClientSession() as session:
+            for path in ("/static/secret-file.txt", "/owners/secret-owner/x"):
+                async with session.get(url + path) as response:
+                    assert response.status == 200
+
+    asyncio.run(main())
+    finished = wait_for(spans, 2)
+    assert sorted(s.name for s in finished) == ["GET /owners/{owner}", "GET /static"]
+    for span in finished:
+        assert attrs(span)["http.route"] == span.name.split(" ", 1)[1]
