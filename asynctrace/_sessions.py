@@ -25,9 +25,9 @@ from typing import Any, TypeVar, cast
 from . import _session_tracer
 from ._cm import DONE, Done, SyncAndAsync
 from ._errors import ConfigurationError
-from ._payloads import check_payload, plain_payload
+from ._payloads import _count_cut, check_payload, plain_payload
 from ._phases import FINALIZED, STATUSES, _phases, check_phase, register_phase, registered_phases
-from ._redact import secrets_of
+from ._redact import EXCEPTION_TEXT_CHARS, exception_reason
 from ._scopes import SCOPES, ScopeState, leave
 from ._session_record import bounded_text, merge_payload
 from ._session_tracer import SessionTracer
@@ -415,14 +415,12 @@ def _reason_text(reason: object) -> str | None:
 
 
 def _exception_text(exc_type: type[BaseException], exc: BaseException | None) -> str:
-    """``"ValueError: <message>"``, redacted (with *exc*'s remembered secrets) and bounded
-    as a payload's string is: a huge message costs the caller bounded time."""
-    try:
-        message = str(exc)
-    except Exception:
-        message = f"<unprintable {exc_type.__name__}>"
-    secrets = secrets_of(exc) if exc is not None else frozenset()
-    return bounded_text(f"{exc_type.__name__}: {message}", secrets)
+    """``"ValueError: <message>"``, redacted and bounded as on a span (a huge message
+    costs the caller bounded time), a cut counted as a payload's is."""
+    text = exception_reason(exc_type, exc)
+    if len(text) > EXCEPTION_TEXT_CHARS:
+        _count_cut()
+    return text
 
 
 def _check_session_id(session_id: object) -> None:
