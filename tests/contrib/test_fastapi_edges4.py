@@ -35,6 +35,18 @@ def wait_for(spans: CapturedSpans, count: int) -> list[Any]:
     return list(spans.spans)
 
 
+def get_ok(url: str, *paths: str) -> None:
+    """GET each of *paths* from the server at *url*, one after another: each answers 200."""
+
+    async def main() -> None:
+        async with aiohttp.ClientSession() as session:
+            for path in paths:
+                async with session.get(url + path) as response:
+                    assert response.status == 200
+
+    asyncio.run(main())
+
+
 @pytest.fixture
 def quiet_uvicorn() -> Iterator[None]:
     """uvicorn logs the exception Starlette raises for a client that left: not ours."""
@@ -128,13 +140,7 @@ def test_the_servers_own_prefix_stays_and_a_mounted_app_is_named_by_its_mount(
 
     url = asgi_server(behind_proxy)
 
-    async def main() -> None:
-        async with aiohttp.ClientSession() as session:
-            for path in ("/t/acme/pages/9", "/files/secret-owner/a.txt"):
-                async with session.get(url + path) as response:
-                    assert response.status == 200
-
-    asyncio.run(main())
+    get_ok(url, "/t/acme/pages/9", "/files/secret-owner/a.txt")
     names = sorted(s.name for s in wait_for(spans, 2))
     assert names == ["GET /pre/files/{owner}", "GET /pre/t/{tenant}/pages/{page}"]
 
@@ -308,13 +314,7 @@ def test_a_plain_app_mounted_on_fastapi_is_named_by_its_mount(
     instrument_fastapi(app)
     url = asgi_server(app)
 
-    async def main() -> None:
-        async with aiohttp.ClientSession() as session:
-            for path in ("/static/secret-file.txt", "/owners/secret-owner/x"):
-                async with session.get(url + path) as response:
-                    assert response.status == 200
-
-    asyncio.run(main())
+    get_ok(url, "/static/secret-file.txt", "/owners/secret-owner/x")
     finished = wait_for(spans, 2)
     assert sorted(s.name for s in finished) == ["GET /owners/{owner}", "GET /static"]
     for span in finished:
