@@ -396,12 +396,24 @@ def prometheus_port(settings: GoodputSettings, local_rank: int | None) -> int:
     rank = local_rank or 0
     port = settings.prometheus_port + rank
     if port > 65535:
+        var = _local_rank_var(rank)
         raise ConfigurationError(
-            f"goodput.prometheus_port: {settings.prometheus_port} + LOCAL_RANK {rank} = {port} "
-            f"is not a port; accepted: 1 to {max(1, 65535 - rank)} with LOCAL_RANK={rank} (the "
-            "port is prometheus_port + LOCAL_RANK, at most 65535), or 0 for any free port"
+            f"goodput.prometheus_port: {settings.prometheus_port} + {var} {rank} = {port} "
+            f"is not a port; accepted: 1 to {max(1, 65535 - rank)} with {var}={rank} (the "
+            "port is prometheus_port + the local rank, at most 65535), or 0 for any free port"
         )
     return port
+
+
+def _local_rank_var(rank: int) -> str:
+    """The variable the local rank *rank* was read from (for an error message)."""
+    from ._ranks import env_local_rank_var
+
+    try:
+        found = env_local_rank_var(os.environ)
+    except ConfigurationError:  # pragma: no cover - read without error at configure()
+        found = None
+    return found[0] if found is not None and found[1] == rank else "the local rank"
 
 
 def serving(host: str, port: int) -> bool:
@@ -513,7 +525,7 @@ def _prometheus(settings: GoodputSettings, resource: Any, local_rank: int | None
     except OSError as exc:
         raise ConfigurationError(
             f"goodput.prometheus_port: cannot listen on {host}:{port} "
-            f"({exc}); accepted: a free port (the port is prometheus_port + LOCAL_RANK), or 0 "
+            f"({exc}); accepted: a free port (the port is prometheus_port + the local rank), or 0 "
             "for any free port"
         ) from None
     provider = MeterProvider(resource=resource, metric_readers=[reader], shutdown_on_exit=False)

@@ -10,10 +10,13 @@ asynctrace leaves it alone.
 
 An application that sets its own global provider *after* asynctrace took the
 slot cannot: OpenTelemetry keeps the first and only logs "Overriding of
-current TracerProvider is not allowed". That call cannot be intercepted
-cleanly, so asynctrace watches for that record on OpenTelemetry's logger and
-explains, once, on its own logger what it means (the program's provider is
-not the global, now or after asynctrace's shutdown) and what to do.
+current TracerProvider is not allowed". asynctrace notices the refused call
+at OpenTelemetry's once-guard of the global (which it replaces, once it has
+set the global, by one that refuses alike and says so), whatever the level of
+OpenTelemetry's loggers, and explains, once, on its own logger what it means
+(the program's provider is not the global, now or after asynctrace's
+shutdown) and what to do. Should that guard not be found (another
+OpenTelemetry), it watches for OpenTelemetry's record on its logger instead.
 
 A tracer's ``start_as_current_span`` picks the provider when its block is
 entered, not when it is called: ``@tracer.start_as_current_span("x")``
@@ -29,6 +32,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from opentelemetry import trace
+from opentelemetry.util._once import Once
 from opentelemetry.util.types import Attributes
 
 from ._cm import otel_contextmanager
@@ -147,35 +151,78 @@ logger = logging.getLogger("asynctrace")
 _OVERRIDE_MESSAGE = "Overriding of current TracerProvider is not allowed"
 
 
-class _LateSetterWarning(logging.Filter):
-    """Explains OpenTelemetry's refusal of a program's late ``set_tracer_provider`` (once).
+_LATE_SETTER_WARNING = (
+    "asynctrace: opentelemetry.trace.set_tracer_provider() was called after "
+    "asynctrace.configure() took OpenTelemetry's global tracer provider, which "
+    "can be set once per process: the new provider is not the global, and spans "
+    "of trace.get_tracer(...) go to asynctrace's pipeline while it runs and "
+    "nowhere after its shutdown(). Set the program's provider before the first "
+    "configure() (asynctrace then leaves the global alone), or pass its exporter "
+    "in asynctrace's exporters"
+)
+_warned = False
+_warned_lock = threading.Lock()
+reinit_at_fork(_warned_lock)
 
-    Installed on the ``opentelemetry.trace`` logger when asynctrace takes the
-    global; it lets every record through.
+
+def _warn_late_setter() -> None:
+    """Explain a refused ``set_tracer_provider`` on asynctrace's logger (once a process)."""
+    global _warned
+    if trace.get_tracer_provider() is not _SWITCH:
+        return
+    with _warned_lock:
+        if _warned:
+            return
+        _warned = True
+    logger.warning(_LATE_SETTER_WARNING)
+
+
+class _RefusingOnce(Once):
+    """OpenTelemetry's once-guard of the global provider, done, that tells of a late setter.
+
+    It refuses every ``set_tracer_provider`` as the done guard it replaces
+    would (OpenTelemetry then logs its own refusal), and has asynctrace
+    explain the refusal first, whatever the level of OpenTelemetry's loggers.
     """
 
-    warned = False
+    def __init__(self) -> None:
+        super().__init__()
+        self._done = True
+
+    def do_once(self, func: Callable[[], None]) -> bool:
+        try:
+            _warn_late_setter()
+        except Exception:  # pragma: no cover - a logging handler's failure stays there
+            pass
+        return False
+
+
+class _LateSetterWarning(logging.Filter):
+    """Explains OpenTelemetry's refusal of a late ``set_tracer_provider`` from its log record.
+
+    Installed on the ``opentelemetry.trace`` logger only when OpenTelemetry's
+    once-guard is not the one :class:`_RefusingOnce` replaces; it lets every
+    record through. It sees nothing when that logger's level drops warnings.
+    """
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if (
-            not self.warned
-            and record.msg == _OVERRIDE_MESSAGE
-            and trace.get_tracer_provider() is _SWITCH
-        ):
-            self.warned = True
-            logger.warning(
-                "asynctrace: opentelemetry.trace.set_tracer_provider() was called after "
-                "asynctrace.configure() took OpenTelemetry's global tracer provider, which "
-                "can be set once per process: the new provider is not the global, and spans "
-                "of trace.get_tracer(...) go to asynctrace's pipeline while it runs and "
-                "nowhere after its shutdown(). Set the program's provider before the first "
-                "configure() (asynctrace then leaves the global alone), or pass its exporter "
-                "in asynctrace's exporters"
-            )
+        if record.msg == _OVERRIDE_MESSAGE:
+            _warn_late_setter()
         return True
 
 
 _late_setter = _LateSetterWarning()
+
+
+def _watch_late_setters() -> None:
+    """After asynctrace set the global: notice a later ``set_tracer_provider``."""
+    guard = getattr(trace, "_TRACER_PROVIDER_SET_ONCE", None)
+    if isinstance(guard, _RefusingOnce):
+        return
+    if isinstance(guard, Once) and getattr(guard, "_done", None) is True:
+        trace._TRACER_PROVIDER_SET_ONCE = _RefusingOnce()
+    else:
+        logging.getLogger(trace.__name__).addFilter(_late_setter)
 
 
 def claim(provider: trace.TracerProvider, shutdown: Callable[[], object] | None = None) -> bool:
@@ -193,7 +240,7 @@ def claim(provider: trace.TracerProvider, shutdown: Callable[[], object] | None 
             trace.set_tracer_provider(_SWITCH)
             if trace.get_tracer_provider() is not _SWITCH:
                 return False  # lost a race with another setter
-            logging.getLogger(trace.__name__).addFilter(_late_setter)
+            _watch_late_setters()
         _SWITCH.retarget(provider, shutdown)
         return True
 

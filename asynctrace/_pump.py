@@ -6,6 +6,7 @@ import asyncio
 import inspect
 import math
 import numbers
+import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager, nullcontext
 from contextvars import Token
@@ -16,13 +17,16 @@ import anyio
 
 from ._backend import asyncio_loop
 from ._cm import DONE, Done, SyncAndAsync
-from ._efficiency import _validate_category, start_efficiency_span
+from ._efficiency import _gate_open, _lookup, _validate_category, start_efficiency_span
 from ._errors import ConfigurationError, report_internal_error
+from ._groups import EFFICIENCY as EFFICIENCY_GROUP
 from ._groups import PER_PROMPT
 from ._scopes import _INT64_MAX, _INT64_MIN, SCOPES, ScopeState, check_step, leave
+from ._semconv import RL_EFFICIENCY_CATEGORY, RL_IDLE_POLLS
+from ._span_context import finish
 from ._span_noop import NOOP_CM
-from ._span_rules import Attributes, named
-from ._spans import umbrella_span
+from ._span_rules import EFFICIENCY, Attributes, named
+from ._spans import start, umbrella_span
 from ._state import GATE
 
 __all__ = ["dispatch_scope", "wait_until"]
@@ -139,6 +143,22 @@ def _sleep_here() -> Callable[[float], Awaitable[None]]:
     return asyncio.sleep if asyncio_loop() is not None else anyio.sleep
 
 
+def _record_cut_first_check(category: str, started_ns: int, exc: BaseException) -> None:
+    """The wait of a first check that the timeout cut short: one span from that check's
+    start, with one poll, ended with ERROR (as a wait that times out later ends)."""
+    if not _gate_open():
+        return
+    try:
+        name, bucket = _lookup(category)
+        attrs: Attributes = {RL_EFFICIENCY_CATEGORY: category, RL_IDLE_POLLS: 1}
+        span = start(name, EFFICIENCY_GROUP, EFFICIENCY, attrs, bucket, started_ns)
+    except Exception as err:  # never raise on the span path
+        report_internal_error(("wait_until",), err)
+        return
+    if span is not None:
+        finish(span, type(exc), exc)
+
+
 async def wait_until(
     ready: Callable[[], bool | Awaitable[bool]],
     *,
@@ -150,8 +170,11 @@ async def wait_until(
 
     Returns at once (and records nothing) if *ready* is already true; otherwise
     every starved poll is counted on one :class:`PollWait` span of *category*
-    (``rl.idle.polls``), ended when the wait ends. Works on asyncio, uvloop and
-    trio. Returns the number of starved polls, whether telemetry is on or off.
+    (``rl.idle.polls``), ended when the wait ends. A *timeout_s* that passes
+    during the first check (an async predicate) records the wait too: one
+    span from that check's start, with one poll, ended with ERROR. Works on
+    asyncio, uvloop and trio. Returns the number of starved polls, whether
+    telemetry is on or off.
     *timeout_s* counts on the event loop's clock (trio's ``MockClock`` too).
 
     Raises:
@@ -194,9 +217,15 @@ async def wait_until(
             return 0
         timeout: AbstractContextManager[object] = nullcontext()
     else:
-        with anyio.fail_after(timeout_s) as first:
-            if await check():
-                return 0
+        started_ns = time.time_ns()  # the span's clock, should the timeout cut this check
+        try:
+            with anyio.fail_after(timeout_s) as first:
+                if await check():
+                    return 0
+        except TimeoutError as exc:
+            if first.cancelled_caught:  # the timeout's, not one the predicate raised
+                _record_cut_first_check(category, started_ns, exc)
+            raise
         timeout = anyio.fail_after(max(0.0, first.deadline - anyio.current_time()))
     sleep = _sleep_here()
     # The count is the loop's own: the span's count (0 when the wait is not

@@ -23,6 +23,7 @@ __all__ = [
     "MAX_WORLD_SIZE",
     "ExportRanks",
     "env_local_rank",
+    "env_local_rank_var",
     "env_rank",
     "parse_export_ranks",
 ]
@@ -206,12 +207,15 @@ def env_rank(
     sees the batch step's ``SLURM_PROCID=0`` too): the first whose rank
     variable is set gives the rank and the world size (its own world size
     variable; a rank above 0 without one is an error, rather than a world of
-    one rank). With none set: rank 0 of 1. A world size is at most
-    :data:`MAX_WORLD_SIZE`.
+    one rank). A *rank* given here takes the world size from the first world
+    size variable set. With no rank given or set: rank 0 of 1, and a world
+    size variable above 1 is an error (every process would be rank 0). A world
+    size is at most :data:`MAX_WORLD_SIZE`.
 
     Raises:
-        ConfigurationError: a malformed value, or a rank with no world size;
-            naming the variable.
+        ConfigurationError: a malformed value, a rank with no world size, a
+            world size above 1 with no rank, or a rank from the environment
+            not below the *world_size* given; naming the variable.
 
     Example:
         >>> env_rank({"SLURM_PROCID": "3", "SLURM_NTASKS": "4"})
@@ -220,6 +224,7 @@ def env_rank(
         (0, 1)
     """
     source: tuple[str, str] | None = None
+    rank_unknown = False  # neither given nor set: rank 0, of a world of one
     if rank is None:
         for rank_var, size_var in LAUNCHER_VARS:
             found = _env_int(environ, rank_var)
@@ -232,7 +237,19 @@ def env_rank(
                 rank, source = found, (rank_var, size_var)
                 break
         else:
-            rank = 0
+            rank, rank_unknown = 0, True
+        if (
+            source is not None
+            and isinstance(world_size, int)
+            and not isinstance(world_size, bool)
+            and 1 <= world_size <= rank
+        ):
+            raise ConfigurationError(
+                f"{source[0]}: {rank} is not accepted with init_worker(world_size="
+                f"{world_size}); accepted: a rank from 0 to {world_size - 1} in "
+                f"{source[0]}, or init_worker() without world_size (then read from "
+                f"{source[1]})"
+            )
     if world_size is None:
         size_vars = [source[1]] if source else [size for _, size in LAUNCHER_VARS]
         for size_var in size_vars:
@@ -243,6 +260,8 @@ def env_rank(
                         f"{size_var}: {world_size} is not accepted; accepted: an integer "
                         f"from 1 to {MAX_WORLD_SIZE} (as launchers set it)"
                     )
+                if rank_unknown and world_size > 1:
+                    raise _no_rank(size_var, world_size)
                 if isinstance(rank, int) and not 0 <= rank < world_size:
                     raise ConfigurationError(
                         f"{size_var}: {world_size} is not accepted with rank {rank}; "
@@ -260,6 +279,44 @@ def env_rank(
     return rank, world_size
 
 
+def _no_rank(size_var: str, world_size: int) -> ConfigurationError:
+    """The error of a world size above 1 that no rank variable goes with."""
+    rank_var = next(r for r, s in LAUNCHER_VARS if s == size_var)
+    looked_for = ", ".join(r for r, _ in LAUNCHER_VARS)
+    return ConfigurationError(
+        f"{size_var}: {world_size} is not accepted without a rank (none of {looked_for} "
+        f"is set): every process would be rank 0 of {world_size}; accepted: "
+        f"init_worker(rank=...) (a process started by multiprocessing or mp.spawn gets "
+        f"its rank from its parent), or {rank_var} set before init_worker(), or "
+        f"{size_var} unset or 1"
+    )
+
+
+def env_local_rank_var(environ: Mapping[str, str]) -> tuple[str, int] | None:
+    """The variable this process's rank within its node comes from, and its value.
+
+    ``None``: unknown. See :func:`env_local_rank`.
+
+    Raises:
+        ConfigurationError: a malformed value; naming the variable.
+
+    Example:
+        >>> env_local_rank_var({"SLURM_LOCALID": "1", "LOCAL_RANK": "-1"})
+        ('SLURM_LOCALID', 1)
+    """
+    for name in LOCAL_RANK_VARS:
+        value = _env_int(environ, name)
+        if value is None or value == -1:
+            continue
+        if not 0 <= value < MAX_WORLD_SIZE:
+            raise ConfigurationError(
+                f"{name}: {value} is not accepted; accepted: an integer from 0 to "
+                f"{MAX_WORLD_SIZE - 1} (or -1: none)"
+            )
+        return name, value
+    return None
+
+
 def env_local_rank(environ: Mapping[str, str]) -> int | None:
     """This process's rank within its node, from :data:`LOCAL_RANK_VARS` (``None``: unknown).
 
@@ -273,14 +330,5 @@ def env_local_rank(environ: Mapping[str, str]) -> int | None:
         >>> env_local_rank({"SLURM_LOCALID": "1"}), env_local_rank({"LOCAL_RANK": "-1"})
         (1, None)
     """
-    for name in LOCAL_RANK_VARS:
-        value = _env_int(environ, name)
-        if value is None or value == -1:
-            continue
-        if not 0 <= value < MAX_WORLD_SIZE:
-            raise ConfigurationError(
-                f"{name}: {value} is not accepted; accepted: an integer from 0 to "
-                f"{MAX_WORLD_SIZE - 1} (or -1: none)"
-            )
-        return value
-    return None
+    found = env_local_rank_var(environ)
+    return None if found is None else found[1]

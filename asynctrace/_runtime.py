@@ -682,12 +682,13 @@ def init_worker(
 ) -> Telemetry:
     """Configure a worker process of a multi-rank job.
 
-    *rank* and *world_size* default to the ``RANK`` and ``WORLD_SIZE``
-    environment variables (as set by torchrun and most launchers), else
-    ``SLURM_PROCID``/``SLURM_NTASKS`` (srun), ``OMPI_COMM_WORLD_RANK``/
-    ``OMPI_COMM_WORLD_SIZE`` (Open MPI), ``PMI_RANK``/``PMI_SIZE`` (MPICH),
-    else 0 and 1. The run id comes from the config, else from
-    ``ASYNCTRACE_RUN_ID``.
+    *rank* and *world_size* default to the launcher's variables, read in
+    this order (:data:`asynctrace._ranks.LAUNCHER_VARS`): ``RANK``/``WORLD_SIZE``
+    (torchrun and most launchers), ``OMPI_COMM_WORLD_RANK``/``OMPI_COMM_WORLD_SIZE``
+    (Open MPI), ``PMI_RANK``/``PMI_SIZE`` (MPICH), ``SLURM_PROCID``/``SLURM_NTASKS``
+    (srun); with none set, 0 and 1. A world size above 1 with no rank to go
+    with it raises :class:`ConfigurationError` (pass *rank*). The run id comes
+    from the config, else from ``ASYNCTRACE_RUN_ID``.
 
     Example:
         >>> init_worker({"enabled": False}, rank=3, world_size=8).settings.rank
