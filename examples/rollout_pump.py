@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from asynctrace_contrib.demo import positive_int, run_demo
+from asynctrace_contrib.demo import DemoError, positive_int, run_demo
 
 from asynctrace import ConfigurationError
 from asynctrace.cli import main as cli
@@ -35,6 +35,9 @@ def run(argv: list[str] | None = None) -> int:
     except ConfigurationError as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 2
+    except DemoError as exc:  # the run failed: its Gym server went away, say
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 1
     print(f"{len(result.rollouts)} rollouts in {result.seconds:.1f} s; files in {result.out}")
     inputs = [str(path) for path in result.trace_files]
     code = cli(["convert", *inputs, "-o", str(result.out / "trace.json"), "--no-progress"])

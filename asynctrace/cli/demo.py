@@ -79,7 +79,7 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the demo, then ``convert``, ``report`` and ``goodput`` on its files."""
     try:
-        from asynctrace_contrib.demo import run_demo
+        from asynctrace_contrib.demo import DemoError, run_demo
     except ImportError as exc:
         missing = f"module {exc.name!r} is missing" if exc.name else str(exc)
         raise CliError(
@@ -102,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
         )
     except ConfigurationError as exc:
         raise CliError(str(exc)) from None
+    except DemoError as exc:  # the run failed (its Gym server went away, say): exit 1
+        raise CliError(str(exc), code=1) from None
     out: Path = result.out
     trace_json, report_html = out / "trace.json", out / "report.html"
     traces = [str(p) for p in result.trace_files]

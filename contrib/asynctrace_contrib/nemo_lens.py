@@ -36,13 +36,16 @@ import contextlib
 import difflib
 import functools
 import hashlib
+import importlib.util
+import inspect
 import logging
 import os
 import re
+import threading
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, MutableMapping
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Final, TypeVar
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar, Final, TypeAlias, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
@@ -51,9 +54,11 @@ import asynctrace
 
 __all__ = [
     "DEFAULT_REDACT_KEYS",
+    "ExportStrategy",
     "NemoLensConfig",
     "SpanGroup",
     "TelemetryHandle",
+    "create_linked_span",
     "extract_context",
     "extract_ray_context",
     "get_meter",
@@ -64,12 +69,15 @@ __all__ = [
     "managed_span",
     "ray_dispatch_with_context",
     "redact_value",
+    "register_export_strategy",
+    "registered_strategies",
     "safe_set_span_attributes",
     "set_enabled_span_groups",
     "setup_telemetry",
     "span_cm",
     "trace_fn",
     "traced_remote_call",
+    "unregister_export_strategy",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -503,30 +511,123 @@ _initialized = False
 _started: asynctrace.Telemetry | None = None  # what setup_telemetry last configured
 
 
-def _should_export(config: NemoLensConfig, rank: int, world_size: int) -> bool:
-    """lens's four built-in export strategies."""
-    strategy = config.export_strategy
-    if strategy == "all_ranks":
-        return True
-    if strategy == "single_rank":
-        target = config.export_rank if config.export_rank >= 0 else world_size - 1
-        if target >= world_size:  # lens exports nowhere then, silently
-            _warn_once(
-                ("export_rank", str(target), str(world_size)),
-                f"setup_telemetry: export_rank {target} names no rank of this job "
-                f"(world_size={world_size}), so no rank exports; accepted: a rank below "
-                "world_size, or -1: the last rank",
+ExportStrategy: TypeAlias = Callable[[NemoLensConfig, int, int], bool]
+"""An export strategy: ``(config, rank, world_size) -> bool``, whether this rank exports."""
+
+
+def _all_ranks(config: NemoLensConfig, rank: int, world_size: int) -> bool:
+    """lens's ``all_ranks``: every rank exports."""
+    return True
+
+
+def _single_rank(config: NemoLensConfig, rank: int, world_size: int) -> bool:
+    """lens's ``single_rank``: ``export_rank`` exports (``-1``: the last rank)."""
+    target = config.export_rank if config.export_rank >= 0 else world_size - 1
+    if target >= world_size:  # lens exports nowhere then, silently
+        _warn_once(
+            ("export_rank", str(target), str(world_size)),
+            f"setup_telemetry: export_rank {target} names no rank of this job "
+            f"(world_size={world_size}), so no rank exports; accepted: a rank below "
+            "world_size, or -1: the last rank",
+        )
+    return rank == target
+
+
+def _sampled(config: NemoLensConfig, rank: int, world_size: int) -> bool:
+    """lens's deterministic hash: same rank and rate, same outcome."""
+    digest = hashlib.md5(str(rank).encode(), usedforsecurity=False).hexdigest()
+    return (int(digest, 16) % 10000) / 10000.0 < config.export_sample_rate
+
+
+def _first_rank_per_node(config: NemoLensConfig, rank: int, world_size: int) -> bool:
+    """lens's ``first_rank_per_node``: ``LOCAL_RANK`` 0 (or not known) exports."""
+    return _local_rank() in (None, 0)
+
+
+BUILTIN_STRATEGIES: Final = frozenset(
+    {"all_ranks", "single_rank", "sampled", "first_rank_per_node"}
+)
+"""lens's four built-in export strategies: never unregistered, replaced only with
+``allow_override=True``."""
+
+_STRATEGIES: dict[str, ExportStrategy] = {
+    "all_ranks": _all_ranks,
+    "single_rank": _single_rank,
+    "sampled": _sampled,
+    "first_rank_per_node": _first_rank_per_node,
+}
+_STRATEGIES_LOCK = threading.Lock()
+
+
+def register_export_strategy(
+    name: str, strategy: ExportStrategy, *, allow_override: bool = False
+) -> None:
+    """Register *strategy* under *name*, selectable as ``export_strategy=name`` (lens's).
+
+    Raises:
+        ValueError: *name* empty, or already registered without
+            ``allow_override=True``.
+
+    Example:
+        >>> register_export_strategy("even_ranks", lambda config, rank, size: rank % 2 == 0)
+        >>> "even_ranks" in registered_strategies()
+        True
+        >>> unregister_export_strategy("even_ranks")
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"register_export_strategy: name {name!r}; accepted: a non-empty string")
+    with _STRATEGIES_LOCK:
+        if name in _STRATEGIES and not allow_override:
+            raise ValueError(
+                f"Strategy {name!r} is already registered. Pass allow_override=True to replace it."
             )
-        return rank == target
-    if strategy == "sampled":  # lens's deterministic hash: same rank and rate, same outcome
-        digest = hashlib.md5(str(rank).encode(), usedforsecurity=False).hexdigest()
-        return (int(digest, 16) % 10000) / 10000.0 < config.export_sample_rate
-    if strategy == "first_rank_per_node":
-        return _local_rank() in (None, 0)
-    raise ValueError(
-        f"Unknown export strategy {strategy!r}; accepted: all_ranks, first_rank_per_node, "
-        "sampled, single_rank"
-    )
+        _STRATEGIES[name] = strategy
+
+
+def unregister_export_strategy(name: str) -> None:
+    """Remove the strategy registered under *name* (lens's).
+
+    Raises:
+        ValueError: *name* is a built-in strategy, or is not registered.
+    """
+    if name in BUILTIN_STRATEGIES:
+        raise ValueError(f"Cannot unregister built-in strategy {name!r}.")
+    with _STRATEGIES_LOCK:
+        if name not in _STRATEGIES:
+            raise ValueError(f"Strategy {name!r} is not registered.")
+        del _STRATEGIES[name]
+
+
+def registered_strategies() -> list[str]:
+    """The registered strategy names, built-ins and custom, sorted (lens's).
+
+    Example:
+        >>> registered_strategies()
+        ['all_ranks', 'first_rank_per_node', 'sampled', 'single_rank']
+    """
+    with _STRATEGIES_LOCK:
+        return sorted(_STRATEGIES)
+
+
+def _export_strategy(name: str) -> ExportStrategy:
+    """The strategy registered under *name*.
+
+    Raises:
+        ValueError: no strategy is registered under *name*; the registered ones listed.
+    """
+    with _STRATEGIES_LOCK:
+        strategy = _STRATEGIES.get(name)
+        if strategy is None:
+            raise ValueError(
+                f"Unknown export strategy {name!r}; accepted: "
+                f"{', '.join(sorted(_STRATEGIES))} (register_export_strategy adds one)"
+            )
+        return strategy
+
+
+def _should_export(config: NemoLensConfig, rank: int, world_size: int) -> bool:
+    """Whether this rank exports, by the strategy ``config.export_strategy`` names."""
+    return bool(_export_strategy(config.export_strategy)(config, rank, world_size))
 
 
 def _local_rank() -> int | None:
@@ -553,6 +654,64 @@ def _local_rank() -> int | None:
     return None if value == -1 else value
 
 
+# ASYNCTRACE_* variables the lens config decides instead (lens's own variables set them).
+_LENS_DECIDES: Final = frozenset(
+    {
+        "ASYNCTRACE_ENABLED",
+        "ASYNCTRACE_SPAN_GROUPS",
+        "ASYNCTRACE_EXPORTERS",
+        "ASYNCTRACE_SERVICE_NAME",
+        "ASYNCTRACE_RUN_ID",
+        "ASYNCTRACE_EXPORT_RANKS",
+    }
+)
+
+
+def _environment_base() -> asynctrace.TelemetryConfig:
+    """asynctrace's own settings from its ``ASYNCTRACE_*`` variables, except those the lens
+    config decides (enabled, groups, exporters, service name, run id, export ranks).
+
+    So ``ASYNCTRACE_PROPAGATE_SCOPES=1``, ``ASYNCTRACE_OTLP_PROTOCOL``,
+    ``ASYNCTRACE_RESOURCE_ATTRIBUTES`` or the queue sizes apply to a ported
+    script as they do to an asynctrace one.
+
+    Raises:
+        asynctrace.ConfigurationError: a malformed variable, naming it.
+    """
+    environ = {
+        name: value
+        for name, value in os.environ.items()
+        if name.startswith("ASYNCTRACE_") and name not in _LENS_DECIDES
+    }
+    return asynctrace.TelemetryConfig.from_env(environ)
+
+
+def _have_grpc_exporter() -> bool:
+    """Whether OpenTelemetry's OTLP/gRPC exporter is installed (lens falls back to HTTP)."""
+    try:
+        return importlib.util.find_spec("opentelemetry.exporter.otlp.proto.grpc") is not None
+    except ImportError:  # a parent package is missing
+        return False
+
+
+def _lens_resource(config: NemoLensConfig, rank: int, world_size: int) -> dict[str, Any]:
+    """The resource attributes lens sets (its ``providers.py``), from *config*."""
+    attributes: dict[str, Any] = {"dl.rank": rank, "dl.world_size": world_size}
+    if config.run_id:
+        attributes["nemo.run.id"] = config.run_id
+        attributes["service.instance.id"] = f"{config.run_id}-rank{rank}"
+    if config.user:
+        attributes["nemo.user.id"] = config.user
+    if config.wandb_entity:
+        attributes["wandb.entity"] = config.wandb_entity
+    if config.wandb_project:
+        attributes["wandb.project"] = config.wandb_project
+    environment = os.environ.get("DEPLOYMENT_ENV", os.environ.get("ENVIRONMENT", ""))
+    if environment:
+        attributes["deployment.environment"] = environment
+    return attributes
+
+
 def _application_telemetry() -> asynctrace.Telemetry | None:
     """The running asynctrace telemetry, if the application (not this module) configured it."""
     current = asynctrace.current_telemetry()
@@ -570,6 +729,8 @@ def setup_telemetry(
     metric_reader: Any = None,
     export_strategy: Callable[[NemoLensConfig, int, int], bool] | None = None,
     _allow_reinit: bool = False,
+    *,
+    propagate_scopes: bool | None = None,
 ) -> TelemetryHandle:
     """Start telemetry for this process from a :class:`NemoLensConfig`, as lens's does.
 
@@ -580,9 +741,22 @@ def setup_telemetry(
     to through ``span_group_cls`` (a subclass's own groups are registered
     with asynctrace, unbucketed), ``service_name``, ``run_id`` (lens's rule:
     ``SLURM_JOB_ID`` or a random id when empty), the exporter
-    (``span_exporter`` replaces it, as in lens) and *resource_attributes*. A
-    rank that does not export gets telemetry off. *metric_reader* is
-    accepted and not used.
+    (``span_exporter`` replaces it, as in lens) and the resource. A rank that
+    does not export gets telemetry off. *metric_reader* is accepted and not
+    used.
+
+    As in lens, OTLP goes over gRPC unless ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL``
+    or ``OTEL_EXPORTER_OTLP_PROTOCOL`` (or asynctrace's ``ASYNCTRACE_OTLP_PROTOCOL``)
+    says otherwise, or the gRPC exporter (extra ``otlp-grpc``) is not
+    installed: then over HTTP, as lens falls back. The resource has lens's
+    attributes (``nemo.run.id``,
+    ``service.instance.id`` = ``<run_id>-rank<rank>``, ``dl.rank``,
+    ``dl.world_size``, ``nemo.user.id``, ``wandb.entity``, ``wandb.project``,
+    ``deployment.environment``), then *resource_attributes*, which win.
+    asynctrace's own ``ASYNCTRACE_*`` variables apply, except those the lens
+    config decides (enabled, groups, exporters, service name, run id, export
+    ranks). *propagate_scopes* (``None``: ``ASYNCTRACE_PROPAGATE_SCOPES``,
+    else off) makes carriers send the scopes and OpenTelemetry baggage.
 
     When the application already configured asynctrace itself (an enabled
     :func:`asynctrace.configure` this function did not make), that
@@ -595,13 +769,15 @@ def setup_telemetry(
         RuntimeError: called a second time with telemetry enabled (lens's
             rule), unless ``_allow_reinit`` (which also replaces an
             application's configuration).
-        ValueError: an unknown span-group name, exporter or export strategy
-            (checked before anything changes; not checked when disabled).
+        ValueError: an unknown span-group name or exporter (checked before
+            anything changes; not checked when disabled), or an unknown
+            export strategy (checked disabled too, as in lens, unless
+            *export_strategy* is given).
         asynctrace.ConfigurationError: a field of *config* assigned a value
             of the wrong kind since it was made (checked first, disabled or
             not); with ``first_rank_per_node``, a ``LOCAL_RANK`` that is not
             an integer >= -1 (a ``ValueError``, checked before anything
-            changes).
+            changes); a malformed ``ASYNCTRACE_*`` variable it reads, naming it.
 
     With ``single_rank``, an ``export_rank`` that names no rank of the job
     (``world_size`` or more) means no rank exports, as in lens; a warning is
@@ -613,6 +789,8 @@ def setup_telemetry(
     """
     global _initialized, _started
     config._check()  # fields may have been assigned since the config was made
+    if export_strategy is None:
+        _export_strategy(config.export_strategy)  # lens looks it up, enabled or not
     if not config.enabled:  # lens: nothing to set up; the exporter is never looked at
         return TelemetryHandle(None, False, owned=False)
     application = None if _allow_reinit else _application_telemetry()
@@ -642,20 +820,26 @@ def setup_telemetry(
         return TelemetryHandle(application, application.enabled, owned=False)
     if not config.run_id:
         config.run_id = os.environ.get("SLURM_JOB_ID", "") or uuid.uuid4().hex[:12]
-    telemetry = asynctrace.configure(
-        asynctrace.TelemetryConfig(
-            enabled=exporting,
-            span_groups=(
-                config.span_groups if groups_class is SpanGroup else ",".join(sorted(groups))
-            ),
-            exporters=exporters,
-            service_name=config.service_name,
-            run_id=config.run_id,
-            resource_attributes=dict(resource_attributes or {}),
+    base = _environment_base()
+    settings: dict[str, Any] = {
+        "enabled": exporting,
+        "span_groups": (
+            config.span_groups if groups_class is SpanGroup else ",".join(sorted(groups))
         ),
-        rank=rank,
-        world_size=world_size,
-    )
+        "exporters": exporters,
+        "service_name": config.service_name,
+        "run_id": config.run_id,
+        "resource_attributes": {
+            **base.resource_attributes,
+            **_lens_resource(config, rank, world_size),
+            **(resource_attributes or {}),
+        },
+    }
+    if base.otlp_protocol is None and _have_grpc_exporter():
+        settings["otlp_protocol"] = "grpc"  # lens's default (OTEL_EXPORTER_OTLP_*PROTOCOL win)
+    if propagate_scopes is not None:
+        settings["propagate_scopes"] = _boolean("propagate_scopes", propagate_scopes)
+    telemetry = asynctrace.configure(replace(base, **settings), rank=rank, world_size=world_size)
     _started = telemetry
     _initialized = True
     return TelemetryHandle(telemetry, exporting)
@@ -680,15 +864,31 @@ _SCALARS = (bool, int, float, str)
 # Word breaks of an attribute key: any run of non-alphanumerics, and camelCase
 # ("apiKey", "HTTPToken").
 def _redacts(key: object, redact_keys: Collection[str]) -> bool:
-    # OpenTelemetry drops a key that is not a str; a listed key's rule is asynctrace's.
-    return isinstance(key, str) and asynctrace.is_credential_key(key, redact_keys)
+    # OpenTelemetry drops a key that is not a str; a listed key's rule is asynctrace's,
+    # and asynctrace's own credential names (authorization, cookie, passwd, ...) count too.
+    return isinstance(key, str) and (
+        asynctrace.is_credential_key(key, redact_keys) or asynctrace.is_credential_key(key)
+    )
+
+
+def _scrubbed(value: Any) -> Any:
+    """*value* with credentials inside its text redacted (URL userinfo, ``token=...``,
+    ``Bearer ...``), as asynctrace redacts text; a list's strings each."""
+    if isinstance(value, str):
+        return asynctrace.redact_text(value)
+    if isinstance(value, list | tuple):
+        return [asynctrace.redact_text(v) if isinstance(v, str) else v for v in value]
+    return value
 
 
 def redact_value(key: str, value: str, redact_keys: frozenset[str] = DEFAULT_REDACT_KEYS) -> str:
-    """``"[REDACTED]"`` if *key* is listed in *redact_keys*, else *value*.
+    """``"[REDACTED]"`` if *key* is listed, else *value* with its credentials redacted.
 
     Listed is :data:`DEFAULT_REDACT_KEYS`'s rule: the key or its trailing
-    words, case-insensitively.
+    words, case-insensitively, in *redact_keys* or asynctrace's credential
+    names (``authorization``, ``cookie``, ``passwd``, ``credentials``, ...).
+    Another string goes through :func:`asynctrace.redact_text` (URL
+    userinfo, ``token=...`` in a query, ``Bearer ...``).
 
     Example:
         >>> redact_value("prompt", "hello"), redact_value("OPENAI_API_KEY", "sk-1")
@@ -696,7 +896,9 @@ def redact_value(key: str, value: str, redact_keys: frozenset[str] = DEFAULT_RED
         >>> redact_value("max_tokens", "8")
         '8'
     """
-    return _REDACTED if _redacts(key, redact_keys) else value
+    if _redacts(key, redact_keys):
+        return _REDACTED
+    return asynctrace.redact_text(value) if isinstance(value, str) else value
 
 
 def _clean(
@@ -704,8 +906,10 @@ def _clean(
 ) -> dict[str, Any]:
     """lens's attribute rule: scalars and scalar lists, ``None`` skipped, keys redacted.
 
-    A value under a listed key is recorded as ``"[REDACTED]"`` whatever its
-    type: a batch of prompts or a numeric secret is as secret as one string.
+    A value under a listed key, or under one of asynctrace's credential names
+    (:func:`asynctrace.is_credential_key`), is recorded as ``"[REDACTED]"``
+    whatever its type: a batch of prompts or a numeric secret is as secret as
+    one string. Other strings go through :func:`asynctrace.redact_text`.
     """
     out: dict[str, Any] = {}
     for key, value in attributes.items():
@@ -713,10 +917,10 @@ def _clean(
             continue
         if _redacts(key, redact_keys):
             out[key] = _REDACTED
-        elif isinstance(value, _SCALARS):
-            out[key] = value
-        elif isinstance(value, list | tuple) and all(isinstance(v, _SCALARS) for v in value):
-            out[key] = list(value)
+        elif isinstance(value, _SCALARS) or (
+            isinstance(value, list | tuple) and all(isinstance(v, _SCALARS) for v in value)
+        ):
+            out[key] = _scrubbed(value)
     return out
 
 
@@ -729,8 +933,9 @@ def safe_set_span_attributes(
 
     ``None`` values are skipped, as are values that are neither a scalar
     nor a list or tuple of scalars. A non-``None`` value under a key listed
-    in *redact_keys* (:data:`DEFAULT_REDACT_KEYS`'s rule) is set as the
-    string ``"[REDACTED]"``, whatever its type.
+    in *redact_keys* (:data:`DEFAULT_REDACT_KEYS`'s rule) or under one of
+    asynctrace's credential names is set as the string ``"[REDACTED]"``,
+    whatever its type; other strings go through :func:`asynctrace.redact_text`.
 
     Example:
         >>> safe_set_span_attributes(trace.INVALID_SPAN, {"n": 1, "skip": None})
@@ -753,12 +958,47 @@ def managed_span(
     asynctrace's shared non-recording span (lens yields ``None``).
     *attributes* are filtered and redacted as by :func:`safe_set_span_attributes`.
 
+    An ``rl.bucket`` attribute (``**{"rl.bucket": "idle"}``, the only way a
+    lens signature gives one) is the span's explicit bucket: it wins over the
+    bucket scope and the group's bucket, as ``bucket=`` does for
+    :func:`asynctrace.managed_span`. On an umbrella (or inside a per-prompt
+    scope) it is dropped, as there.
+
+    Raises:
+        asynctrace.ConfigurationError: an ``rl.bucket`` that is not a bucket
+            name (``productive``, ``overhead``, ``idle``, ``wasted``).
+
     Example:
         >>> with managed_span("forward_backward", "rl.policy.forward_backward", mb=4) as span:
         ...     span.set_attribute("rl.loss", 0.5)
     """
+    bucket = None
+    if _BUCKET_KEY in attributes:
+        bucket = _bucket(attributes.pop(_BUCKET_KEY))
     return asynctrace.managed_span(
-        group, name, attributes=_clean(attributes) if attributes else None
+        group, name, attributes=_clean(attributes) if attributes else None, bucket=bucket
+    )
+
+
+_BUCKET_KEY: Final = "rl.bucket"
+
+
+def _bucket(value: object) -> asynctrace.Bucket | None:
+    """The bucket an ``rl.bucket`` attribute names (``None``: none given).
+
+    Raises:
+        asynctrace.ConfigurationError: not a bucket or a bucket's name.
+    """
+    if value is None or isinstance(value, asynctrace.Bucket):
+        return value
+    if isinstance(value, str):
+        try:
+            return asynctrace.Bucket(value.strip().lower())
+        except ValueError:
+            pass
+    raise asynctrace.ConfigurationError(
+        f"managed_span: rl.bucket={value!r} is not accepted; accepted: "
+        f"{', '.join(b.value for b in asynctrace.Bucket)} (or an asynctrace.Bucket)"
     )
 
 
@@ -880,6 +1120,13 @@ def set_enabled_span_groups(groups: frozenset[str] | set[str] | list[str]) -> No
     with asynctrace (under ``nemo_lens``, unbucketed) so its spans are
     recorded. Names are group names or asynctrace presets.
 
+    As in lens, it works before :func:`setup_telemetry` too: with no
+    telemetry running and an OpenTelemetry SDK ``TracerProvider`` set
+    globally (lens's test pattern), asynctrace is configured to record
+    through that provider, with these groups. With neither, nothing can be
+    recorded and a warning says so, once. A later :func:`setup_telemetry`
+    replaces either, with its own groups, as lens's does.
+
     Raises:
         asynctrace.ConfigurationError: a name that is not a valid group name
             (a ``ValueError``).
@@ -887,10 +1134,31 @@ def set_enabled_span_groups(groups: frozenset[str] | set[str] | list[str]) -> No
     Example:
         >>> set_enabled_span_groups(frozenset({"job"}))
     """
+    global _started
     names = {str(name).strip().lower() for name in groups}
     names.discard("")
     _register_names(names, "set_enabled_span_groups")
-    asynctrace.set_span_groups(",".join(sorted(names)))
+    spec = ",".join(sorted(names))
+    if asynctrace.current_telemetry() is not None:
+        asynctrace.set_span_groups(spec)
+        return
+    provider = trace.get_tracer_provider()
+    from opentelemetry.sdk.trace import TracerProvider  # the SDK comes with asynctrace
+
+    if isinstance(provider, TracerProvider):  # lens's test pattern: record through it
+        _started = asynctrace.configure(
+            asynctrace.TelemetryConfig(
+                enabled=True, span_groups=spec, exporters=[], provider=provider
+            )
+        )
+        return
+    _warn_once(
+        ("set_enabled_span_groups", "unconfigured"),
+        "set_enabled_span_groups: telemetry is not configured and no OpenTelemetry SDK "
+        "TracerProvider is set, so no span is recorded; call setup_telemetry (or "
+        "asynctrace.configure), or set an SDK TracerProvider first",
+    )
+    asynctrace.set_span_groups(spec)
 
 
 def get_tracer(name: str = "nemo.lens") -> trace.Tracer:
@@ -943,7 +1211,13 @@ def traced_remote_call(method: F, tracer: trace.Tracer | None = None) -> F:
 
     It is :func:`asynctrace.accepts_trace_context` (so both ``_otel_carrier=``
     and ``trace_carrier=`` work) plus, as in lens, an ungated span named
-    ``method.__qualname__``.
+    ``method.__qualname__``. On an ``async def`` the result is an ``async def``
+    too (Ray runs it as an async actor method) and the span covers the awaited
+    body, whose spans are its children.
+
+    Raises:
+        asynctrace.ConfigurationError: *method* is a generator or async
+            generator function.
 
     Example:
         >>> @traced_remote_call
@@ -953,14 +1227,61 @@ def traced_remote_call(method: F, tracer: trace.Tracer | None = None) -> F:
         4
     """
     span_name = method.__qualname__
+    if inspect.isgeneratorfunction(method) or inspect.isasyncgenfunction(method):
+        raise asynctrace.ConfigurationError(
+            f"traced_remote_call({span_name}): generator functions are not supported (the "
+            "span would end before the first item); accepted: a function or an async def"
+        )
+    spanned: Callable[..., Any]
+    if inspect.iscoroutinefunction(method):  # an async actor method: Ray checks for this
 
-    @functools.wraps(method)
-    def spanned(*args: Any, **kwargs: Any) -> Any:
-        chosen = tracer if tracer is not None else asynctrace.get_tracer()
-        with _redacting_span(chosen, span_name):
-            return method(*args, **kwargs)
+        @functools.wraps(method)
+        async def spanned_async(*args: Any, **kwargs: Any) -> Any:
+            chosen = tracer if tracer is not None else asynctrace.get_tracer()
+            with _redacting_span(chosen, span_name):
+                return await method(*args, **kwargs)
 
+        spanned = spanned_async
+    else:
+
+        @functools.wraps(method)
+        def spanned_sync(*args: Any, **kwargs: Any) -> Any:
+            chosen = tracer if tracer is not None else asynctrace.get_tracer()
+            with _redacting_span(chosen, span_name):
+                return method(*args, **kwargs)
+
+        spanned = spanned_sync
     return asynctrace.accepts_trace_context(spanned)  # type: ignore[return-value]
+
+
+def create_linked_span(
+    tracer: trace.Tracer,
+    name: str,
+    remote_context: otel_context.Context | None = None,
+    remote_carrier: Mapping[str, str] | None = None,
+    **attributes: Any,
+) -> trace.Span:
+    """A started span *linked* to a remote span, not its child (lens's); the caller ends it.
+
+    The link is to the span in *remote_context*, else in *remote_carrier*
+    (read by :func:`extract_context`). *attributes* are filtered and
+    redacted as by :func:`safe_set_span_attributes`.
+
+    Example:
+        >>> span = create_linked_span(get_tracer(), "rl.pp.stage", remote_carrier={}, stage=1)
+        >>> span.end()
+    """
+    if remote_carrier is not None and remote_context is None:
+        remote_context = extract_context(remote_carrier)
+    links = []
+    if remote_context is not None:
+        remote = trace.get_current_span(remote_context).get_span_context()
+        if remote.is_valid:
+            links.append(trace.Link(remote))
+    span = tracer.start_span(name, links=links)
+    if attributes:
+        safe_set_span_attributes(span, attributes)
+    return span
 
 
 def ray_dispatch_with_context(

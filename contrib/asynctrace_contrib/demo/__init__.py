@@ -11,6 +11,6 @@ Run it with ``asynctrace demo`` (or ``python -m asynctrace_contrib.demo``).
 
 from __future__ import annotations
 
-from .driver import DemoResult, positive_int, run_demo
+from .driver import DemoError, DemoResult, positive_int, run_demo
 
-__all__ = ["DemoResult", "positive_int", "run_demo"]
+__all__ = ["DemoError", "DemoResult", "positive_int", "run_demo"]

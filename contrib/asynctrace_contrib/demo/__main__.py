@@ -8,11 +8,12 @@ import sys
 
 from asynctrace import ConfigurationError
 
-from . import positive_int, run_demo
+from . import DemoError, positive_int, run_demo
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the demo; 2 (with one line on stderr) when an argument is not accepted."""
+    """Run the demo; 2 when an argument is not accepted, 1 when the run fails (the
+    Gym server gone, say), each with one line on stderr."""
     parser = argparse.ArgumentParser(
         prog="python -m asynctrace_contrib.demo", description=__doc__.splitlines()[0]
     )
@@ -27,6 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigurationError as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 2
+    except DemoError as exc:
+        print(f"{parser.prog}: error: {' '.join(str(exc).splitlines())}", file=sys.stderr)
+        return 1
     print(f"{len(result.rollouts)} rollouts in {result.seconds:.1f} s; files in {result.out}")
     return 0
 

@@ -15,6 +15,7 @@ import asyncio
 import hashlib
 import queue
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -28,7 +29,16 @@ from .checkpoint import AsyncCheckpointer
 from .gym import GymServer
 from .pump import Collector, Rollout, RolloutPump
 
-__all__ = ["DemoResult", "positive_int", "run_demo"]
+__all__ = ["DemoError", "DemoResult", "positive_int", "run_demo"]
+
+
+class DemoError(RuntimeError):
+    """A part of the demo failed while it ran; the message names it and the cause.
+
+    Example:
+        >>> str(DemoError("the rollout pump failed: OSError: gone"))
+        'the rollout pump failed: OSError: gone'
+    """
 
 
 @dataclass
@@ -80,6 +90,14 @@ async def _train(
     checkpointer.finalize_pending(timeout=10)
 
 
+def _failure(task: asyncio.Task[None]) -> BaseException | None:
+    """The exception *task* ended with; ``None`` while it runs, if it was cancelled
+    or if it returned."""
+    if not task.done() or task.cancelled():
+        return None
+    return task.exception()
+
+
 Train = Callable[[Collector, int, int, list[Rollout]], Awaitable[None]]
 
 
@@ -95,7 +113,14 @@ async def _drive(
 ) -> list[Rollout]:
     """The job: the collector thread, the pump task and *train*; the finished rollouts.
 
+    *train* runs in the calling task (its spans stay on that task's track). A
+    failure of either side ends the other: a pump that fails cancels *train*,
+    which would otherwise wait for a batch that never comes, and a *train* that
+    fails cancels the pump; the collector thread ends either way.
     Shared with the benchmark's runs of the same work under other tracers.
+
+    Raises:
+        DemoError: the pump failed (the pump's exception is its cause).
     """
     rollouts: list[Rollout] = []
     finished: queue.Queue[Rollout | None] = queue.Queue()
@@ -103,8 +128,33 @@ async def _drive(
     collector.start()  # a ContextThread: its spans join this trace
     pump = pump_type(gym_url, steps, prompts, finished, max_inflight=max_inflight)
     pump_task = asyncio.create_task(pump.run(), name="rollout-pump")
-    await train(collector, steps, checkpoint_every, rollouts)
-    await pump_task
+    driver = asyncio.current_task()
+    assert driver is not None  # _drive runs in a task: asyncio.run's
+
+    def pump_done(task: asyncio.Task[None]) -> None:
+        if _failure(task) is not None:
+            driver.cancel()  # train waits for batches the pump will not make
+
+    pump_task.add_done_callback(pump_done)
+    try:
+        await train(collector, steps, checkpoint_every, rollouts)
+        await asyncio.wait([pump_task])
+    except asyncio.CancelledError:
+        if _failure(pump_task) is None:
+            raise  # cancelled from outside
+        if sys.version_info >= (3, 11):
+            driver.uncancel()  # the cancellation was pump_done's
+    finally:
+        pump_task.remove_done_callback(pump_done)  # the driver is past its waits
+        if not pump_task.done():  # train failed, or the job was cancelled
+            pump_task.cancel()
+        if not pump_task.done() or pump_task.cancelled() or _failure(pump_task) is not None:
+            finished.put(None)  # the pump did not end the collector: end it here
+            await asyncio.wait([pump_task])
+    failure = _failure(pump_task)
+    if failure is not None:
+        message = f"the rollout pump failed: {type(failure).__name__}: {failure}"
+        raise DemoError(message) from failure
     await to_thread(collector.thread.join, 10)
     return rollouts
 
@@ -283,6 +333,9 @@ def run_demo(
             ``ASYNCTRACE_RUN_ID`` or ``LOCAL_RANK``, an unknown
             ``OTEL_EXPORTER_OTLP_PROTOCOL``), before anything runs; the
             earlier run's files are left as they were.
+        DemoError: the run failed (the rollout pump raised: the Gym server
+            gone, say); the training loop is stopped with it, not left waiting
+            for batches that never come.
 
     Example:
         >>> result = run_demo("/tmp/demo", steps=2)  # doctest: +SKIP

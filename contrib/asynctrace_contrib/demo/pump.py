@@ -57,7 +57,11 @@ class RolloutPump:
         return aiohttp.ClientSession(middlewares=(client_middleware(),))
 
     async def run(self) -> None:
-        """Dispatch every prompt group, bounded, then signal the end."""
+        """Dispatch every prompt group, bounded, then signal the end.
+
+        A group that raises (the Gym unreachable, say) ends the others and
+        the pump with its exception, without signalling the end.
+        """
         limit = asyncio.Semaphore(self.max_inflight)
         async with self.http_session() as http:
 
@@ -70,7 +74,15 @@ class RolloutPump:
                 for step in range(1, self.steps + 1)
                 for prompt in range((step - 1) * self.prompts, step * self.prompts)
             ]
-            await asyncio.gather(*tasks)
+            try:
+                await asyncio.gather(*tasks)
+            except BaseException:
+                # A group failed (or the pump was cancelled): the others end with it,
+                # before the session closes, and none is left with an unread error.
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                raise
         self.out.put(None)
 
     async def _group(self, http: aiohttp.ClientSession, prompt_id: int, target_step: int) -> None:
