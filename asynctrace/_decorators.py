@@ -92,24 +92,67 @@ def _check_callable(fn: object, where: str) -> None:
             f"{where}: expected a function, a method or another callable to decorate, "
             f"got a {type(fn).__name__}"
         )
+    if isinstance(fn, type):  # the wrapper, a function, would replace the class itself
+        raise ConfigurationError(
+            f"{where}: {fn.__qualname__!r} is a class; accepted: a function, a method or "
+            "another callable (decorate the class's __init__, or a factory function that "
+            "builds it)"
+        )
 
 
 def _check_group(group: object, where: str) -> str:
-    """The group's name as registered (``register_span_groups`` accepts the same names)."""
+    """The group's name, in the normal form ``register_span_groups`` requires: the span
+    helpers compare names exactly, so a decorator takes the same names they do."""
     if not isinstance(group, str) or not group.strip():
         raise ConfigurationError(f"{where}(group): expected a non-empty group name, got {group!r}")
-    return validate_name(group, f"{where}(group)")
+    name = validate_name(group, f"{where}(group)")
+    if name != group:
+        raise ConfigurationError(
+            f"{where}(group): group name {group!r} is not in normal form; use {name!r} "
+            "(lower case, no surrounding spaces), as register_span_groups requires"
+        )
+    return name
+
+
+_SCALARS = (bool, str, int, float)
+_ACCEPTED_VALUES = "a str, bool, int or float, or a list or tuple of one of those types"
+
+
+def _check_attribute(key: str, value: object, where: str) -> None:
+    """One decorator attribute, checked as OpenTelemetry would at every call."""
+    if not key:
+        raise ConfigurationError(
+            f"{where}(attributes): attribute names must be non-empty strings, got {key!r}"
+        )
+    if isinstance(value, _SCALARS):
+        return
+    if isinstance(value, (list, tuple)):
+        kinds = {type(item) for item in value if item is not None}
+        if len(kinds) <= 1 and kinds <= set(_SCALARS):
+            return
+        raise ConfigurationError(
+            f"{where}(attributes): {key!r} has a {type(value).__name__} of "
+            f"{', '.join(sorted(kind.__name__ for kind in kinds))}; accepted: {_ACCEPTED_VALUES}"
+        )
+    raise ConfigurationError(
+        f"{where}(attributes): {key!r} has a value of type {type(value).__name__}; "
+        f"accepted: {_ACCEPTED_VALUES}"
+    )
 
 
 def _check_options(attributes: object, profile: object, where: str) -> Attributes | None:
-    """*attributes* (a mapping with str keys, or None) and *profile* (a bool), checked."""
-    if attributes is not None and not (
-        isinstance(attributes, Mapping) and all(isinstance(key, str) for key in attributes)
-    ):
-        raise ConfigurationError(
-            f"{where}(attributes): expected a mapping of attribute names (str) to values, "
-            f"or None; got {attributes!r}"
-        )
+    """*attributes* (a mapping of names to attribute values, or None) and *profile* (a
+    bool), checked once at decoration rather than warned about at every call."""
+    if attributes is not None:
+        if not (
+            isinstance(attributes, Mapping) and all(isinstance(key, str) for key in attributes)
+        ):
+            raise ConfigurationError(
+                f"{where}(attributes): expected a mapping of attribute names (str) to values, "
+                f"or None; got {attributes!r}"
+            )
+        for key, value in attributes.items():
+            _check_attribute(key, value, where)
     if not isinstance(profile, bool):
         raise ConfigurationError(f"{where}(profile): expected True or False, got {profile!r}")
     return attributes
@@ -461,9 +504,12 @@ def trace_fn(
     ``profiler`` configuration.
 
     Raises:
-        ConfigurationError: *group* is not a non-empty str, *name* is neither
-            ``None`` nor a non-empty str, or (when decorating) the object is
-            not callable or, with *profile*, is a generator function.
+        ConfigurationError: *group* is not a group name in normal form
+            (lower case, no surrounding spaces), *name* is neither ``None``
+            nor a non-empty str, *attributes* has an empty key or a value
+            that is no OpenTelemetry attribute value, or (when decorating)
+            the object is not callable, is a class (decorate its ``__init__``
+            or a factory) or, with *profile*, is a generator function.
 
     Example:
         >>> @trace_fn("reward")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
 import itertools
+import operator
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Iterator
 from types import TracebackType
 from typing import Final
 
@@ -78,6 +80,12 @@ def set_efficiency_bucket(category: str, bucket: Bucket | None) -> None:
         >>> set_efficiency_bucket("idle/warmup", None)
     """
     key = _validate_category(category, "set_efficiency_bucket(category)")
+    if "*" in (key[:-2] if key.endswith("/*") else key):  # stored as an exact key: never matched
+        raise ConfigurationError(
+            f"set_efficiency_bucket(category): {category!r} is not accepted; accepted: an "
+            "exact category ('idle/refit_bubble') or a prefix pattern ending in '/*' "
+            "('stall/*'), with no other '*'"
+        )
     validated = validate_bucket(bucket, "set_efficiency_bucket(bucket)", allow_none=True)
     with _lock:
         _table[key] = validated
@@ -129,9 +137,8 @@ def _gate_open() -> bool:
 
 def _start_wait(category: str, attributes: Attributes | None) -> Span | None:
     name, bucket = _lookup(category)
-    attrs: dict[str, object] = {RL_EFFICIENCY_CATEGORY: category}
-    if attributes:
-        attrs.update(attributes)
+    attrs: dict[str, object] = dict(attributes) if attributes else {}
+    attrs[RL_EFFICIENCY_CATEGORY] = category  # the bucket's reason: no caller's copy replaces it
     return start(name, EFFICIENCY_GROUP, EFFICIENCY, attrs, bucket)  # type: ignore[arg-type]
 
 
@@ -221,6 +228,9 @@ def _zero() -> int:
     return 0
 
 
+_POLL_LIMIT: Final = 2**62  # polls one wait can count: a C long on every 64-bit platform
+
+
 class PollWait(SyncAndAsync["PollWait"]):
     """One coalesced efficiency span over the starved iterations of a poll loop.
 
@@ -229,7 +239,9 @@ class PollWait(SyncAndAsync["PollWait"]):
     it with ``rl.idle.polls``; a wait that was never polled emits nothing. The
     span is never made current, so tasks created during the wait are not its
     children. Also a context manager. After :meth:`end` the object can be
-    polled again for the next wait. Not thread-safe: one owner per wait.
+    polled again for the next wait. ``poll`` is one callable for the object's
+    whole life, so it may be saved in a local (``poll = wait.poll``) before or
+    after the first call. Not thread-safe: one owner per wait.
 
     Example:
         >>> wait = start_efficiency_span("idle/buffer_starvation")
@@ -247,27 +259,36 @@ class PollWait(SyncAndAsync["PollWait"]):
         self.category = category
         self._attributes = attributes
         self._span: Span | None = None
-        self._counter: itertools.count[int] | None = None
+        self._polls: Iterator[int] | None = None  # the current wait's counter
         self._enabled = _enabled
-        self.poll = self._first_poll if _enabled else _zero
+        self._waits: Generator[Iterator[int], None, None] | None = None
+        self.poll = self._new_poll() if _enabled else _zero
 
-    def _first_poll(self) -> int:
-        # Later polls are a C-level counter: no Python frame per iteration.
-        self._counter = itertools.count(2)
-        self.poll = self._counter.__next__
-        try:
-            self._span = _start_wait(self.category, self._attributes)
-        except Exception as exc:  # pragma: no cover - _start_wait already contains errors
-            report_internal_error(("poll",), exc)
-        return 1
+    def _new_poll(self) -> Callable[[], int]:
+        # Polls are C-level: a chain over one counter per wait, whose iterable
+        # of counters is a generator that opens the wait's span when asked for
+        # the next counter -- at the first poll of each wait. end() exhausts
+        # the counter, so the next poll (through any saved reference) starts
+        # the next wait. No Python frame runs on the other polls.
+        self._waits = waits = self._each_wait()
+        return itertools.chain.from_iterable(waits).__next__
+
+    def _each_wait(self) -> Generator[Iterator[int], None, None]:
+        while True:
+            try:
+                self._span = _start_wait(self.category, self._attributes)
+            except Exception as exc:  # pragma: no cover - _start_wait already contains errors
+                report_internal_error(("poll",), exc)
+            self._polls = polls = iter(range(1, _POLL_LIMIT))
+            yield polls
 
     @property
     def polls(self) -> int:
         """Polls counted in the current wait (0 before the first poll)."""
-        if self._counter is None:
+        polls = self._polls
+        if polls is None:
             return 0
-        # Peek without consuming: copy the counter's state.
-        return int(repr(self._counter)[6:-1]) - 1
+        return _POLL_LIMIT - 1 - operator.length_hint(polls)
 
     def end(
         self,
@@ -275,13 +296,20 @@ class PollWait(SyncAndAsync["PollWait"]):
         exc: BaseException | None = None,
     ) -> None:
         """Close the wait span (if any poll happened) with ``rl.idle.polls``."""
-        counter, self._counter = self._counter, None
-        span, self._span = self._span, None
-        if self._enabled:
-            self.poll = self._first_poll
-        if counter is None or span is None:
+        counter = self._polls
+        if counter is None:  # not polled since the last end()
+            waits = self._waits
+            # A span start that raised through the generator closed it: a new one.
+            if waits is not None and inspect.getgeneratorstate(waits) == inspect.GEN_CLOSED:
+                self.poll = self._new_poll()
             return
-        polls = next(counter) - 1
+        self._polls = None
+        polls = _POLL_LIMIT - 1 - operator.length_hint(counter)
+        # Exhausted: the next poll, through any reference, asks for the next wait.
+        counter.__setstate__(_POLL_LIMIT)  # type: ignore[attr-defined]
+        span, self._span = self._span, None
+        if span is None:
+            return
         try:
             span.set_attribute(RL_IDLE_POLLS, polls)
         except Exception as err:

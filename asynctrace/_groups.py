@@ -176,6 +176,11 @@ def _coerce_groups(
                 f"{where} group {name!r}: per_item={group.per_item!r} is not accepted; "
                 "accepted: True or False"
             )
+        if not isinstance(group.description, str):  # shown by `asynctrace groups`
+            raise ConfigurationError(
+                f"{where} group {name!r}: description={group.description!r} is not accepted; "
+                "accepted: a str (one line for `asynctrace groups`)"
+            )
         out.append(SpanGroup(name, group.bucket, group.per_item, group.description))
     return out
 

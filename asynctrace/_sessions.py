@@ -55,15 +55,24 @@ F = TypeVar("F", bound=Callable[..., Any])
 # Scopes.
 
 
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+
+
 def _check_task_id(task_id: object, where: str = "task_scope(task_id)") -> int | str:
-    """*task_id* as an int or str (numpy's integers as the int they stand for), else a
-    :class:`ConfigurationError` naming *where*."""
+    """*task_id* as a str or a plain int that a 64-bit attribute holds (numpy's integers,
+    an ``IntEnum``, as the int they stand for), else a :class:`ConfigurationError`
+    naming *where*."""
     if not isinstance(task_id, bool):
-        if isinstance(task_id, (int, str)):
+        if isinstance(task_id, str):
             return task_id
-        if isinstance(task_id, numbers.Integral):
-            return int(task_id)
-    raise ConfigurationError(f"{where}: expected an int or str, got {task_id!r}")
+        if isinstance(task_id, (int, numbers.Integral)):
+            number = int(task_id)
+            if _INT64_MIN <= number <= _INT64_MAX:
+                return number
+    raise ConfigurationError(
+        f"{where}: expected an int or str (an int from -2**63 to 2**63 - 1), got {task_id!r}"
+    )
 
 
 class task_scope(SyncAndAsync["int | str"]):
@@ -81,7 +90,13 @@ class task_scope(SyncAndAsync["int | str"]):
 
     def __init__(self, task_id: int | str) -> None:
         cls = type(task_id)
-        self._task_id = task_id if cls is int or cls is str else _check_task_id(task_id)
+        # A str, or an int within +-2**30 (one-digit ints: the cheapest compare), as is;
+        # anything else (a larger int too) is checked against the 64-bit range.
+        self._task_id = (
+            task_id
+            if (cls is int and -0x3FFFFFFF <= task_id <= 0x3FFFFFFF) or cls is str  # type: ignore[operator]
+            else _check_task_id(task_id)
+        )
         self._token: Any = None
         self._state: Any = None
 

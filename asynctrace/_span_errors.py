@@ -35,8 +35,9 @@ from ._cm import otel_contextmanager
 from ._errors import report_internal_error
 from ._forksafe import reinit_at_fork
 from ._redact import exception_reason, redact_exception_text, secrets_of
+from ._scopes import SCOPES
 
-__all__ = ["RedactingTracer", "record_error", "redacted_block", "redacting"]
+__all__ = ["RedactingTracer", "record_error", "redacted_block", "redacting", "stamp_started"]
 
 _STACKTRACE = "exception.stacktrace"
 
@@ -230,14 +231,48 @@ class _RedactingSdkSpan(trace.Span):
 
 
 class RedactingTracer(trace.Tracer):
-    """An SDK tracer whose spans record exceptions redacted (see :func:`redacting`)."""
+    """An SDK tracer whose spans record exceptions redacted (see :func:`redacting`) and
+    carry the scope stamps (``rl.iteration``, ``rl.task_id``, ``rl.session_id``) under
+    the attributes they start with, as the fast provider's tracer does."""
 
     def __init__(self, tracer: trace.Tracer) -> None:
         self.tracer = tracer
 
-    def start_span(self, *args: Any, **kwargs: Any) -> trace.Span:
-        """The SDK tracer's ``start_span``; the span records exceptions redacted."""
-        return redacting(self.tracer.start_span(*args, **kwargs))
+    def start_span(
+        self,
+        name: str,
+        context: otel_context.Context | None = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: types.Attributes = None,
+        links: Sequence[Link] | None = None,
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+    ) -> trace.Span:
+        """The SDK tracer's ``start_span``, stamped; the span records exceptions redacted."""
+        tracer = self.tracer
+        scopes = SCOPES.get()
+        stamps = scopes._stamps
+        if stamps is None:
+            stamps = scopes.stamps
+        if not stamps:
+            return redacting(tracer.start_span(
+                name, context, kind, attributes, links, start_time, record_exception,
+                set_status_on_exception,
+            ))  # fmt: skip
+        attrs: dict[str, Any] = {**stamps, **attributes} if attributes else dict(stamps)
+        limits = getattr(tracer, "_span_limits", None)
+        count = getattr(limits, "max_span_attributes", None)
+        if count is not None and len(attrs) > count:  # the SDK evicts the oldest: stamps last
+            for key in _stamp_keys().intersection(attrs):
+                attrs[key] = attrs.pop(key)
+        span = redacting(tracer.start_span(
+            name, context, kind, attrs, links, start_time, record_exception,
+            set_status_on_exception,
+        ))  # fmt: skip
+        if getattr(limits, "max_span_attribute_length", None) is not None:
+            _restore_stamps(span, attrs)
+        return span
 
     @otel_contextmanager
     def start_as_current_span(
@@ -253,8 +288,57 @@ class RedactingTracer(trace.Tracer):
         end_on_exit: bool = True,
     ) -> Iterator[trace.Span]:
         """Start a span and make it current for the block (also a decorator)."""
-        span = redacting(self.tracer.start_span(
+        span = self.start_span(
             name, context, kind, attributes, links, start_time, record_exception,
             set_status_on_exception,
-        ))  # fmt: skip
+        )  # fmt: skip
         yield from redacted_block(span, end_on_exit, record_exception, set_status_on_exception)
+
+
+def stamp_started(span: Any) -> None:
+    """Put the current scope stamps on an SDK *span* that has just started (for a span
+    processor's ``on_start``): a key the span started with keeps its value, the stamps
+    come after its attributes (the SDK evicts the oldest past its count limit) and no
+    length limit cuts them. Outside scopes, and on a span stamped already (asynctrace's
+    own), a ContextVar read and a look-up. Never raises.
+    """
+    try:
+        scopes = SCOPES.get()
+        stamps = scopes._stamps
+        if stamps is None:
+            stamps = scopes.stamps
+        if not stamps:
+            return
+        stored = span._attributes
+        missing = {key: value for key, value in stamps.items() if key not in stored}
+        if missing:
+            span.set_attributes(missing)
+            limits = getattr(span, "_limits", None)
+            if getattr(limits, "max_span_attribute_length", None) is not None:
+                _restore_stamps(span, missing)
+    except Exception as exc:
+        report_internal_error(("stamp_started", type(span).__name__), exc)
+
+
+_STAMP_KEYS: frozenset[str] | None = None
+
+
+def _stamp_keys() -> frozenset[str]:
+    """The fast provider's ``STAMP_KEYS`` (imported late: that package imports this module)."""
+    global _STAMP_KEYS
+    if _STAMP_KEYS is None:
+        from ._fast._span import STAMP_KEYS
+
+        _STAMP_KEYS = STAMP_KEYS
+    return _STAMP_KEYS
+
+
+def _restore_stamps(span: trace.Span, attrs: dict[str, Any]) -> None:
+    """Put the stamps a length limit cut on an SDK *span* back whole (as asynctrace's
+    own SDK spans have them)."""
+    stored = getattr(getattr(span, "_attributes", None), "_dict", None)
+    if isinstance(stored, dict):
+        for key in _stamp_keys().intersection(stored):
+            value = attrs.get(key)
+            if value.__class__ is str:
+                stored[key] = value

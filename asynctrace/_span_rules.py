@@ -68,11 +68,11 @@ def resolve_bucket(state: ScopeState, group: str, shape: int, explicit: object) 
         report_internal_error(
             ("bucket", site(group)), TypeError(f"bucket={explicit!r} is not a Bucket")
         )
-    scoped = state.bucket
-    if scoped is not None:
-        return scoped
     bucket = definition.bucket
-    return bucket if isinstance(bucket, Bucket) else None
+    if not isinstance(bucket, Bucket):  # the efficiency group's: a span of no category
+        return None  # has no bucket, and a bucket scope does not give it one
+    scoped = state.bucket
+    return bucket if scoped is None else scoped
 
 
 def group_stamp(state: ScopeState, group: str, shape: int) -> str | None:

@@ -3,8 +3,9 @@
 A wrapper whose parameters mirror the wrapped function's forwards them
 without packing ``*args, **kwargs`` on every call, which is most of a
 disabled decorator's cost. Where the parameters cannot be mirrored (a
-signature advertised rather than the code's own, names that would clash),
-the wrapper takes and forwards ``*args, **kwargs``.
+signature advertised rather than the code's own, a built-in's text
+signature, names that would clash), the wrapper takes and forwards
+``*args, **kwargs``.
 """
 
 from __future__ import annotations
@@ -70,6 +71,27 @@ def _advertises_signature(fn: object) -> bool:
     return True
 
 
+def _runs_python_code(fn: object) -> bool:
+    """Whether what a call of *fn* runs first is a Python function (it has ``__code__``).
+
+    Looks through partials, bound methods, ``staticmethod`` and ``classmethod``,
+    and a callable object's class's ``__call__``. A built-in (and a class)
+    describes its parameters in a text signature, whose defaults are not
+    always what omitting the argument does (``complex(real='1+2j', imag=0)``
+    refuses a string with any *imag*): it is not mirrored.
+    """
+    target = unpartial(fn)
+    if isinstance(target, (types.MethodType, staticmethod, classmethod)):
+        target = target.__func__
+    if isinstance(target, type):
+        return False
+    if not inspect.isroutine(target):  # a callable object
+        target = inspect.getattr_static(type(target), "__call__", None)
+        if isinstance(target, (staticmethod, classmethod)):
+            target = target.__func__
+    return isinstance(getattr(target, "__code__", None), types.CodeType)
+
+
 def _forwarding(fn: Callable[..., Any]) -> tuple[str, str, dict[str, Any]] | None:
     """Parameter list, forwarding call and defaults that mirror *fn*'s signature.
 
@@ -79,6 +101,8 @@ def _forwarding(fn: Callable[..., Any]) -> tuple[str, str, dict[str, Any]] | Non
     """
     if _advertises_signature(fn):
         return None  # an advertised signature may not be what the code accepts
+    if not _runs_python_code(fn):
+        return None  # a built-in's text signature: its defaults may not be its behaviour
     try:
         signature = inspect.signature(fn, follow_wrapped=False)
     except (TypeError, ValueError):

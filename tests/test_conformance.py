@@ -441,6 +441,31 @@ for _i in range(3):
         UNSET,
     )
 
+# Spans started straight from a tracer (not by asynctrace's helpers) inside the program's
+# iteration_scope(3) carry its stamp too, on either provider.
+DIRECT = (
+    "conformance.cancelled.api",
+    "conformance.client",
+    "conformance.server",
+    "conformance.decorated",
+    "conformance.manual",
+    "conformance.manual.child",
+    "conformance.api_raises",
+    "conformance.span_cm",
+    "conformance.quiet",
+    "conformance.other_root",
+    "conformance.renamed",
+    "conformance.remote_child",
+    "conformance.decorated_async",
+    "conformance.kept_open",
+    "conformance.left_open",
+    "conformance.worker.0",
+    "conformance.worker.1",
+    "conformance.worker.2",
+)
+for _name in DIRECT:
+    _parent, _kind, _scope, _attributes, _events, _status = EXPECTED[_name]
+    EXPECTED[_name] = (_parent, _kind, _scope, {**ITER, **_attributes}, _events, _status)
 EXPECTED_LINKS = [
     ("conformance.other_root", {"link.kind": "follows", "link.ids": (1, 2)}),
     (JOB, {"link.kind": "step"}),
@@ -882,6 +907,7 @@ def test_chrome_trace_is_what_the_program_makes(runs: dict[str, Run], provider: 
     assert categories["conformance.client"] == "asynctrace"  # the tracer's scope
     assert categories["conformance.server"] == LIB_NAME
     assert chrome["spans"]["conformance.server"]["args"] == {
+        **ITER,  # started inside the program's iteration_scope(3)
         "http.response.status_code": 503,
         "otel.status_code": "ERROR",
         "otel.status_description": "upstream unavailable",

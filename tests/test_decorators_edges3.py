@@ -178,17 +178,6 @@ def test_a_group_name_that_could_never_be_registered_is_refused(group: str) -> N
         umbrella_trace_fn(group)
 
 
-def test_a_group_name_is_normalised_as_registration_does(spans: CapturedSpans) -> None:
-    """Surrounding space and capitals are normalised, as ``register_span_groups`` does."""
-
-    @trace_fn(" Reward ", "scored")
-    def score() -> int:
-        return 1
-
-    assert score() == 1
-    assert spans.names() == ["scored"]
-
-
 @pytest.mark.anyio
 @pytest.mark.parametrize("category", ["  bad/", "/idle", "", ["idle/x"], None])
 async def test_wait_until_checks_its_category(category: Any) -> None:

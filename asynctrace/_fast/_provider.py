@@ -30,6 +30,7 @@ from .._cm import otel_contextmanager
 from .._errors import ConfigurationError
 from .._forksafe import reinit_at_fork
 from .._redact import redact_url_attributes
+from .._scopes import SCOPES
 from .._span_errors import redacted_block
 from ._foreign import ForeignSpan, is_own_scope
 from ._ids import IDS, IdGenerator
@@ -93,6 +94,7 @@ _SAMPLED = 0x01
 _RANDOM = 0x02  # W3C trace-context level 2: the trace id is random (as the SDK sets it)
 _LOW_64 = (1 << 64) - 1
 _new = object.__new__
+_scopes = SCOPES.get
 
 
 def _root_flags(generator: Any) -> int:
@@ -210,6 +212,11 @@ class FastTracer(trace.Tracer):
         """Start a span (not made current), child of the span in *context* (default: current).
 
         *attributes* are copied (see :meth:`FastSpan.set_attributes` for keys).
+        Inside :func:`~asynctrace.iteration_scope` and the task and session
+        scopes the span carries their stamps (``rl.iteration``,
+        ``rl.task_id``, ``rl.session_id``) under *attributes*: a key given in
+        *attributes* keeps its value, and past ``max_attributes`` the stamps
+        are kept as on asynctrace's own spans.
         """
         extra = 0
         if attributes:
@@ -227,11 +234,17 @@ class FastTracer(trace.Tracer):
         if self._foreign:
             attributes = redact_url_attributes(attributes) if attributes else attributes
             blank = _new(ForeignSpan)
+        scopes = _scopes()
+        stamps = scopes._stamps
+        if stamps is None:
+            stamps = scopes.stamps
+        if stamps:  # in a scope: its stamps first, the span's own attributes over them
+            attributes = {**stamps, **attributes} if attributes else stamps
         span = self.start_owned(
             name, context, _copy_attributes(attributes), blank, kind, links, start_time
         )
         if extra and isinstance(span, FastSpan):
-            span._dropped = extra
+            span._dropped += extra  # past the limit, the stamps may have dropped more
         if not (record_exception and set_status_on_exception) and isinstance(span, FastSpan):
             span._opts = (1 if record_exception else 0) | (2 if set_status_on_exception else 0)
         return span

@@ -167,7 +167,8 @@ def run(args: argparse.Namespace) -> int:
 def _print_table(groups: list[SpanGroup]) -> None:
     headers = ["name", "bucket", "kind", "per item", "description"]
     rows = [
-        [g.name, _bucket(g), _kind(g), "yes" if g.per_item else "", g.description] for g in groups
+        [g.name, _bucket(g), _kind(g), "yes" if g.per_item else "", str(g.description)]
+        for g in groups
     ]
     widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
     for row in [headers, *rows]:

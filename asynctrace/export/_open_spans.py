@@ -12,6 +12,7 @@ from .._errors import report_internal_error
 from .._fast._provider import MAX_OPEN_SPANS, forget_open_spans, warn_forgotten
 from .._forksafe import call_in_child
 from .._semconv import TRUNCATED
+from .._span_errors import stamp_started
 
 __all__ = ["OpenSpanTracker"]
 
@@ -65,6 +66,7 @@ class OpenSpanTracker(SpanProcessor):
                 scope = span.instrumentation_scope
                 if scope is None or scope.name != self._scope:
                     return
+            stamp_started(span)  # the scope stamps, on spans started straight from a tracer
             opened = self._open
             opened[span.context.span_id] = span
             if len(opened) > self._max_open:

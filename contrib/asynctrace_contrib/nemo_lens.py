@@ -559,6 +559,16 @@ _STRATEGIES: dict[str, ExportStrategy] = {
 _STRATEGIES_LOCK = threading.Lock()
 
 
+def _new_strategies_lock_in_child() -> None:
+    """A lock another thread held at ``fork()`` would stay held in the child: a new one."""
+    global _STRATEGIES_LOCK
+    _STRATEGIES_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_strategies_lock_in_child)
+
+
 def register_export_strategy(
     name: str, strategy: ExportStrategy, *, allow_override: bool = False
 ) -> None:
