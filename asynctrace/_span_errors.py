@@ -231,48 +231,18 @@ class _RedactingSdkSpan(trace.Span):
 
 
 class RedactingTracer(trace.Tracer):
-    """An SDK tracer whose spans record exceptions redacted (see :func:`redacting`) and
-    carry the scope stamps (``rl.iteration``, ``rl.task_id``, ``rl.session_id``) under
-    the attributes they start with, as the fast provider's tracer does."""
+    """An SDK tracer whose spans record exceptions redacted (see :func:`redacting`).
+
+    Its spans get the scope stamps from the provider's first span processor
+    (:func:`stamp_started`), as every other tracer's spans on that provider do.
+    """
 
     def __init__(self, tracer: trace.Tracer) -> None:
         self.tracer = tracer
 
-    def start_span(
-        self,
-        name: str,
-        context: otel_context.Context | None = None,
-        kind: SpanKind = SpanKind.INTERNAL,
-        attributes: types.Attributes = None,
-        links: Sequence[Link] | None = None,
-        start_time: int | None = None,
-        record_exception: bool = True,
-        set_status_on_exception: bool = True,
-    ) -> trace.Span:
-        """The SDK tracer's ``start_span``, stamped; the span records exceptions redacted."""
-        tracer = self.tracer
-        scopes = SCOPES.get()
-        stamps = scopes._stamps
-        if stamps is None:
-            stamps = scopes.stamps
-        if not stamps:
-            return redacting(tracer.start_span(
-                name, context, kind, attributes, links, start_time, record_exception,
-                set_status_on_exception,
-            ))  # fmt: skip
-        attrs: dict[str, Any] = {**stamps, **attributes} if attributes else dict(stamps)
-        limits = getattr(tracer, "_span_limits", None)
-        count = getattr(limits, "max_span_attributes", None)
-        if count is not None and len(attrs) > count:  # the SDK evicts the oldest: stamps last
-            for key in _stamp_keys().intersection(attrs):
-                attrs[key] = attrs.pop(key)
-        span = redacting(tracer.start_span(
-            name, context, kind, attrs, links, start_time, record_exception,
-            set_status_on_exception,
-        ))  # fmt: skip
-        if getattr(limits, "max_span_attribute_length", None) is not None:
-            _restore_stamps(span, attrs)
-        return span
+    def start_span(self, *args: Any, **kwargs: Any) -> trace.Span:
+        """The SDK tracer's ``start_span``; the span records exceptions redacted."""
+        return redacting(self.tracer.start_span(*args, **kwargs))
 
     @otel_contextmanager
     def start_as_current_span(
@@ -288,10 +258,10 @@ class RedactingTracer(trace.Tracer):
         end_on_exit: bool = True,
     ) -> Iterator[trace.Span]:
         """Start a span and make it current for the block (also a decorator)."""
-        span = self.start_span(
+        span = redacting(self.tracer.start_span(
             name, context, kind, attributes, links, start_time, record_exception,
             set_status_on_exception,
-        )  # fmt: skip
+        ))  # fmt: skip
         yield from redacted_block(span, end_on_exit, record_exception, set_status_on_exception)
 
 

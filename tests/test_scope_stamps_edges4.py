@@ -58,7 +58,8 @@ def test_a_direct_span_keeps_its_own_iteration(provider: str) -> None:
 
 def _limited(provider: str, limit: int, length: int | None = None) -> tuple[Any, Any, Any]:
     """A tracer of a *provider* holding at most *limit* attributes a span (as
-    ``get_tracer()`` hands it out), the provider, and its in-memory exporter."""
+    ``get_tracer()`` hands it out, the SDK provider with asynctrace's first span
+    processor), the provider, and its in-memory exporter."""
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -68,6 +69,7 @@ def _limited(provider: str, limit: int, length: int | None = None) -> tuple[Any,
     from asynctrace._span_errors import RedactingTracer
     from asynctrace.export._adapters import LazyMemoryExporter
     from asynctrace.export._convert import Converter
+    from asynctrace.export._open_spans import OpenSpanTracker
 
     limits = SpanLimits(max_attributes=limit, max_attribute_length=length)
     if provider == "fast":
@@ -78,6 +80,7 @@ def _limited(provider: str, limit: int, length: int | None = None) -> tuple[Any,
         return fast.get_tracer("direct"), fast, memory
     sdk = TracerProvider(span_limits=limits.to_sdk())
     memory = InMemorySpanExporter()
+    sdk.add_span_processor(OpenSpanTracker())  # first, as configure() puts it: it stamps
     sdk.add_span_processor(SimpleSpanProcessor(memory))
     return RedactingTracer(sdk.get_tracer("direct")), sdk, memory
 
