@@ -190,6 +190,8 @@ class _RefusingOnce(Once):
         self._done = True
 
     def do_once(self, func: Callable[[], None]) -> bool:
+        if not self._done:  # reset by the program (`_done = False`, as test fixtures do)
+            return super().do_once(func)
         try:
             _warn_late_setter()
         except Exception:  # pragma: no cover - a logging handler's failure stays there

@@ -124,6 +124,34 @@ print(json.dumps({"owns": t.owns_global_provider, "refused": refused}))
 """
 
 
+_RESET_GLOBAL = """
+import json, tempfile
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+import asynctrace as at
+
+at.configure({"enabled": True, "exporters": [], "output_dir": tempfile.mkdtemp()}).shutdown()
+# what many test fixtures do to set the global again
+trace._TRACER_PROVIDER_SET_ONCE._done = False
+trace._TRACER_PROVIDER = None
+mine = TracerProvider()
+memory = InMemorySpanExporter()
+mine.add_span_processor(SimpleSpanProcessor(memory))
+trace.set_tracer_provider(mine)
+trace.get_tracer("app").start_span("work").end()
+print(json.dumps({"mine": trace.get_tracer_provider() is mine,
+                  "spans": len(memory.get_finished_spans())}))
+"""
+
+
+def test_a_program_that_resets_opentelemetrys_guard_sets_its_provider() -> None:
+    """The reset-the-global idiom of test fixtures (``_done = False``) works after asynctrace
+    held the global, as it does with OpenTelemetry's own guard."""
+    assert _run(_RESET_GLOBAL) == {"mine": True, "spans": 1}
+
+
 def test_a_late_global_provider_is_explained_with_opentelemetry_quieted() -> None:
     """With the opentelemetry logger at ERROR, a refused set_tracer_provider still gets
     asynctrace's one warning on its own logger."""
@@ -221,3 +249,37 @@ def test_a_port_past_65535_names_the_local_rank_variable(var: str) -> None:
     assert message is not None
     assert message.startswith(f"goodput.prometheus_port: 65534 + {var} 3 = 65537"), message
     assert f"with {var}=3" in message
+
+
+# --- a world size given in code with no rank ------------------------------------------
+
+_GIVEN_WORLD_NO_RANK = """
+import json
+import asynctrace as at
+out = {}
+try:
+    at.init_worker({"enabled": False}, world_size=4)
+    out["bare"] = None
+except at.ConfigurationError as exc:
+    out["bare"] = str(exc)
+t = at.init_worker({"enabled": False}, world_size=1)
+out["one"] = [t.settings.rank, t.settings.world_size]
+t.shutdown()
+t = at.init_worker({"enabled": False}, rank=2, world_size=4)
+out["given"] = [t.settings.rank, t.settings.world_size]
+t.shutdown()
+print(json.dumps(out))
+"""
+
+
+def test_a_world_size_given_in_code_without_a_rank_is_a_configuration_error() -> None:
+    """init_worker(world_size=4) with no rank passed or set fails as WORLD_SIZE=4 does,
+    naming where the world size came from and the remedy; world_size=1 is rank 0 of 1."""
+    out = _run(_GIVEN_WORLD_NO_RANK)
+    message = out["bare"]
+    assert message is not None, "every process would be rank 0 of 4"
+    assert message.startswith("init_worker(world_size): 4 is not accepted without a rank")
+    assert "RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID" in message
+    assert "init_worker(rank=...)" in message
+    assert out["one"] == [0, 1]
+    assert out["given"] == [2, 4]

@@ -697,11 +697,14 @@ def _environment_base() -> asynctrace.TelemetryConfig:
 
 
 def _have_grpc_exporter() -> bool:
-    """Whether OpenTelemetry's OTLP/gRPC exporter is installed (lens falls back to HTTP)."""
+    """Whether OpenTelemetry's OTLP/gRPC trace exporter imports (lens tries the import and
+    falls back to HTTP when it fails: a missing package, or a ``grpcio`` that will not
+    load on this host)."""
     try:
-        return importlib.util.find_spec("opentelemetry.exporter.otlp.proto.grpc") is not None
-    except ImportError:  # a parent package is missing
+        importlib.import_module("opentelemetry.exporter.otlp.proto.grpc.trace_exporter")
+    except Exception:  # ImportError, or whatever a broken grpcio raises as it loads
         return False
+    return True
 
 
 def _lens_resource(config: NemoLensConfig, rank: int, world_size: int) -> dict[str, Any]:
@@ -881,13 +884,22 @@ def _redacts(key: object, redact_keys: Collection[str]) -> bool:
     )
 
 
+def _scrubbed_text(text: str) -> str:
+    """*text* redacted as asynctrace redacts text when it holds a URL (its userinfo, a
+    secret query value) or is an ``Authorization`` value (``Bearer ...``); any other text
+    as it is: a value such as ``"max_new_tokens=64, temperature=0.7"`` is data."""
+    if "://" in text or text[:7].lower() == "bearer " or text[:6].lower() == "basic ":
+        return asynctrace.redact_text(text)
+    return text
+
+
 def _scrubbed(value: Any) -> Any:
-    """*value* with credentials inside its text redacted (URL userinfo, ``token=...``,
-    ``Bearer ...``), as asynctrace redacts text; a list's strings each."""
+    """*value* with credentials inside its text redacted (:func:`_scrubbed_text`); a
+    list's strings each."""
     if isinstance(value, str):
-        return asynctrace.redact_text(value)
+        return _scrubbed_text(value)
     if isinstance(value, list | tuple):
-        return [asynctrace.redact_text(v) if isinstance(v, str) else v for v in value]
+        return [_scrubbed_text(v) if isinstance(v, str) else v for v in value]
     return value
 
 
@@ -897,8 +909,9 @@ def redact_value(key: str, value: str, redact_keys: frozenset[str] = DEFAULT_RED
     Listed is :data:`DEFAULT_REDACT_KEYS`'s rule: the key or its trailing
     words, case-insensitively, in *redact_keys* or asynctrace's credential
     names (``authorization``, ``cookie``, ``passwd``, ``credentials``, ...).
-    Another string goes through :func:`asynctrace.redact_text` (URL
-    userinfo, ``token=...`` in a query, ``Bearer ...``).
+    Another string holding a URL, or a ``Bearer``/``Basic`` value, goes
+    through :func:`asynctrace.redact_text` (URL userinfo, a secret query
+    value, the credential); any other text is recorded as it is.
 
     Example:
         >>> redact_value("prompt", "hello"), redact_value("OPENAI_API_KEY", "sk-1")
@@ -908,7 +921,7 @@ def redact_value(key: str, value: str, redact_keys: frozenset[str] = DEFAULT_RED
     """
     if _redacts(key, redact_keys):
         return _REDACTED
-    return asynctrace.redact_text(value) if isinstance(value, str) else value
+    return _scrubbed_text(value) if isinstance(value, str) else value
 
 
 def _clean(
@@ -972,11 +985,9 @@ def managed_span(
     lens signature gives one) is the span's explicit bucket: it wins over the
     bucket scope and the group's bucket, as ``bucket=`` does for
     :func:`asynctrace.managed_span`. On an umbrella (or inside a per-prompt
-    scope) it is dropped, as there.
-
-    Raises:
-        asynctrace.ConfigurationError: an ``rl.bucket`` that is not a bucket
-            name (``productive``, ``overhead``, ``idle``, ``wasted``).
+    scope) it is dropped, as there. An ``rl.bucket`` that names no bucket
+    (lens has none, so lens code may use the key for its own labels) is
+    logged once and left out; the span is recorded with its group's bucket.
 
     Example:
         >>> with managed_span("forward_backward", "rl.policy.forward_backward", mb=4) as span:
@@ -994,11 +1005,9 @@ _BUCKET_KEY: Final = "rl.bucket"
 
 
 def _bucket(value: object) -> asynctrace.Bucket | None:
-    """The bucket an ``rl.bucket`` attribute names (``None``: none given).
-
-    Raises:
-        asynctrace.ConfigurationError: not a bucket or a bucket's name.
-    """
+    """The bucket an ``rl.bucket`` attribute names; ``None`` for none, and for a value
+    that names no bucket (logged once: a span call never raises for it, as the span
+    helpers do not)."""
     if value is None or isinstance(value, asynctrace.Bucket):
         return value
     if isinstance(value, str):
@@ -1006,10 +1015,18 @@ def _bucket(value: object) -> asynctrace.Bucket | None:
             return asynctrace.Bucket(value.strip().lower())
         except ValueError:
             pass
-    raise asynctrace.ConfigurationError(
-        f"managed_span: rl.bucket={value!r} is not accepted; accepted: "
-        f"{', '.join(b.value for b in asynctrace.Bucket)} (or an asynctrace.Bucket)"
-    )
+    if not _unknown_bucket_told:
+        _unknown_bucket_told.append(True)
+        _LOG.warning(
+            "asynctrace: managed_span: rl.bucket=%s names no bucket (accepted: %s); it is "
+            "left out and the span keeps its group's bucket (told once)",
+            asynctrace.redact_text(repr(value))[:80],
+            ", ".join(b.value for b in asynctrace.Bucket),
+        )
+    return None
+
+
+_unknown_bucket_told: list[bool] = []
 
 
 @contextlib.contextmanager
