@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import operator
 import threading
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Final
 
@@ -53,17 +52,28 @@ _lock = threading.Lock()
 reinit_at_fork(_lock)  # a lock held at fork() is made new in the child
 
 
-def _validate_category(category: object, key: str) -> str:
+def _validate_category(category: object, key: str, *, pattern: bool = False) -> str:
+    """*category* checked; with *pattern*, a prefix pattern (a trailing ``"/*"``) too."""
+    if not isinstance(category, str):
+        body = ""
+    elif pattern and category.endswith("/*"):
+        body = category[:-2]
+    else:
+        body = category
     if (
         not isinstance(category, str)
-        or not category.strip()
-        or category.strip() != category
-        or category.startswith("/")
-        or category.endswith("/")
+        or not body.strip()
+        or body.strip() != body
+        or body.startswith("/")
+        or body.endswith("/")
+        or "*" in body  # no wildcard in a category: a key with one would match nothing
     ):
+        form = " or a prefix pattern like 'stall/*'" if pattern else ""
+        star = "no '*' but the pattern's trailing '/*'" if pattern else "no '*'"
         raise ConfigurationError(
-            f"{key}: expected a category like 'idle/buffer_starvation' (non-empty, no "
-            f"surrounding whitespace or slashes), got {category!r}"
+            f"{key}: {category!r} is not accepted; accepted: a category like "
+            f"'idle/buffer_starvation'{form} (non-empty, no surrounding whitespace or "
+            f"slashes, {star})"
         )
     return category
 
@@ -79,13 +89,8 @@ def set_efficiency_bucket(category: str, bucket: Bucket | None) -> None:
         >>> set_efficiency_bucket("stall/*", Bucket.IDLE)
         >>> set_efficiency_bucket("idle/warmup", None)
     """
-    key = _validate_category(category, "set_efficiency_bucket(category)")
-    if "*" in (key[:-2] if key.endswith("/*") else key):  # stored as an exact key: never matched
-        raise ConfigurationError(
-            f"set_efficiency_bucket(category): {category!r} is not accepted; accepted: an "
-            "exact category ('idle/refit_bubble') or a prefix pattern ending in '/*' "
-            "('stall/*'), with no other '*'"
-        )
+    # A '*' is no part of a category (spans refuse it too): only the trailing '/*'.
+    key = _validate_category(category, "set_efficiency_bucket(category)", pattern=True)
     validated = validate_bucket(bucket, "set_efficiency_bucket(bucket)", allow_none=True)
     with _lock:
         _table[key] = validated
@@ -228,6 +233,15 @@ def _zero() -> int:
     return 0
 
 
+def _reraise(exc: BaseException) -> int:
+    raise exc
+
+
+def _raising(exc: BaseException) -> Iterator[int]:
+    """A counter that raises *exc* at its first poll, then is exhausted (the chain goes on)."""
+    return map(_reraise, (exc,))
+
+
 _POLL_LIMIT: Final = 2**62  # polls one wait can count: a C long on every 64-bit platform
 
 
@@ -241,7 +255,11 @@ class PollWait(SyncAndAsync["PollWait"]):
     children. Also a context manager. After :meth:`end` the object can be
     polled again for the next wait. ``poll`` is one callable for the object's
     whole life, so it may be saved in a local (``poll = wait.poll``) before or
-    after the first call. Not thread-safe: one owner per wait.
+    after the first call. A ``KeyboardInterrupt`` raised while the first poll
+    opens the span propagates from that poll only; the next poll opens the
+    wait. Not thread-safe: one owner per wait. Polled from two threads, it
+    raises into neither: overlapping first polls share the wait (rarely, each
+    opens a span, and one is never ended nor exported).
 
     Example:
         >>> wait = start_efficiency_span("idle/buffer_starvation")
@@ -261,26 +279,32 @@ class PollWait(SyncAndAsync["PollWait"]):
         self._span: Span | None = None
         self._polls: Iterator[int] | None = None  # the current wait's counter
         self._enabled = _enabled
-        self._waits: Generator[Iterator[int], None, None] | None = None
         self.poll = self._new_poll() if _enabled else _zero
 
     def _new_poll(self) -> Callable[[], int]:
         # Polls are C-level: a chain over one counter per wait, whose iterable
-        # of counters is a generator that opens the wait's span when asked for
-        # the next counter -- at the first poll of each wait. end() exhausts
-        # the counter, so the next poll (through any saved reference) starts
-        # the next wait. No Python frame runs on the other polls.
-        self._waits = waits = self._each_wait()
-        return itertools.chain.from_iterable(waits).__next__
+        # of counters calls _open_wait when asked for the next counter -- at the
+        # first poll of each wait. end() exhausts the counter, so the next poll
+        # (through any saved reference) starts the next wait. No Python frame
+        # runs on the other polls. The iterable is a plain call, not a
+        # generator: two threads may be in it at once, and nothing is raised
+        # through it (the chain would drop it and every later poll would stop).
+        return itertools.chain.from_iterable(iter(self._open_wait, None)).__next__
 
-    def _each_wait(self) -> Generator[Iterator[int], None, None]:
-        while True:
-            try:
-                self._span = _start_wait(self.category, self._attributes)
-            except Exception as exc:  # pragma: no cover - _start_wait already contains errors
-                report_internal_error(("poll",), exc)
-            self._polls = polls = iter(range(1, _POLL_LIMIT))
-            yield polls
+    def _open_wait(self) -> Iterator[int]:
+        """The next wait's counter, its span started (the first poll of a wait)."""
+        polls = self._polls
+        if polls is not None:  # another thread's first poll opened this wait: share it
+            return polls
+        self._polls = polls = iter(range(1, _POLL_LIMIT))  # claimed before the span starts
+        try:
+            self._span = _start_wait(self.category, self._attributes)
+        except Exception as exc:  # pragma: no cover - _start_wait already contains errors
+            report_internal_error(("poll",), exc)
+        except BaseException as exc:  # Ctrl-C, SystemExit: raised by this poll alone
+            self._polls = None  # no wait opened: the next poll opens it
+            return _raising(exc)
+        return polls
 
     @property
     def polls(self) -> int:
@@ -298,10 +322,6 @@ class PollWait(SyncAndAsync["PollWait"]):
         """Close the wait span (if any poll happened) with ``rl.idle.polls``."""
         counter = self._polls
         if counter is None:  # not polled since the last end()
-            waits = self._waits
-            # A span start that raised through the generator closed it: a new one.
-            if waits is not None and inspect.getgeneratorstate(waits) == inspect.GEN_CLOSED:
-                self.poll = self._new_poll()
             return
         self._polls = None
         polls = _POLL_LIMIT - 1 - operator.length_hint(counter)

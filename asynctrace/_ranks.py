@@ -209,8 +209,8 @@ def env_rank(
     variable; a rank above 0 without one is an error, rather than a world of
     one rank). A *rank* given here takes the world size from the first world
     size variable set. With no rank given or set: rank 0 of 1, and a world
-    size variable above 1 is an error (every process would be rank 0). A world
-    size is at most :data:`MAX_WORLD_SIZE`.
+    size above 1 (given here or from a variable) is an error (every process
+    would be rank 0). A world size is at most :data:`MAX_WORLD_SIZE`.
 
     Raises:
         ConfigurationError: a malformed value, a rank with no world size, a
@@ -237,6 +237,12 @@ def env_rank(
                 rank, source = found, (rank_var, size_var)
                 break
         else:
+            if (
+                isinstance(world_size, int)
+                and not isinstance(world_size, bool)
+                and 1 < world_size <= MAX_WORLD_SIZE
+            ):
+                raise _no_rank("init_worker(world_size)", world_size)
             rank, rank_unknown = 0, True
         if (
             source is not None
@@ -280,15 +286,20 @@ def env_rank(
 
 
 def _no_rank(size_var: str, world_size: int) -> ConfigurationError:
-    """The error of a world size above 1 that no rank variable goes with."""
-    rank_var = next(r for r, s in LAUNCHER_VARS if s == size_var)
+    """The error of a world size above 1 (from *size_var*, or given in code) that no
+    rank goes with."""
     looked_for = ", ".join(r for r, _ in LAUNCHER_VARS)
+    if size_var.startswith("init_worker("):  # given in code
+        rank_var, unset = "RANK", "no world_size (or 1)"
+    else:
+        rank_var = next(r for r, s in LAUNCHER_VARS if s == size_var)
+        unset = f"{size_var} unset or 1"
     return ConfigurationError(
         f"{size_var}: {world_size} is not accepted without a rank (none of {looked_for} "
         f"is set): every process would be rank 0 of {world_size}; accepted: "
         f"init_worker(rank=...) (a process started by multiprocessing or mp.spawn gets "
         f"its rank from its parent), or {rank_var} set before init_worker(), or "
-        f"{size_var} unset or 1"
+        f"{unset}"
     )
 
 

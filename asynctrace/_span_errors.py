@@ -268,9 +268,10 @@ class RedactingTracer(trace.Tracer):
 def stamp_started(span: Any) -> None:
     """Put the current scope stamps on an SDK *span* that has just started (for a span
     processor's ``on_start``): a key the span started with keeps its value, the stamps
-    come after its attributes (the SDK evicts the oldest past its count limit) and no
-    length limit cuts them. Outside scopes, and on a span stamped already (asynctrace's
-    own), a ContextVar read and a look-up. Never raises.
+    come after its attributes (past its count limit the SDK evicts the oldest: the
+    span's own stamp keys are kept, as stamps) and no length limit cuts them. Outside
+    scopes, and on a span stamped already (asynctrace's own), a ContextVar read and a
+    look-up. Never raises.
     """
     try:
         scopes = SCOPES.get()
@@ -282,12 +283,30 @@ def stamp_started(span: Any) -> None:
         stored = span._attributes
         missing = {key: value for key, value in stamps.items() if key not in stored}
         if missing:
-            span.set_attributes(missing)
+            maxlen = getattr(stored, "maxlen", None)
+            if maxlen is not None and len(stored) + len(missing) > maxlen:
+                _stamp_past_the_limit(span, stored, missing)
+            else:
+                span.set_attributes(missing)
             limits = getattr(span, "_limits", None)
             if getattr(limits, "max_span_attribute_length", None) is not None:
                 _restore_stamps(span, missing)
     except Exception as exc:
         report_internal_error(("stamp_started", type(span).__name__), exc)
+
+
+def _stamp_past_the_limit(span: Any, stored: Any, missing: dict[str, Any]) -> None:
+    """Add the *missing* stamps to an SDK *span* whose attributes are full: the span's
+    own stamp keys (:data:`~._fast._span.STAMP_KEYS`) count as stamps, kept with their
+    own values, and the oldest other attributes are evicted first."""
+    own = {key: stored[key] for key in sorted(_stamp_keys().intersection(stored))}
+    span.set_attributes(own)  # the newest end: an existing key evicts nothing
+    span.set_attributes(missing)
+    lost = {key: value for key, value in own.items() if key not in stored}
+    if lost:  # more stamps than the limit: the span's own kept, the newest scope stamps go
+        span.set_attributes(lost)
+        if isinstance(getattr(stored, "dropped", None), int):
+            stored.dropped -= len(lost)  # each was counted once when evicted, once again now
 
 
 _STAMP_KEYS: frozenset[str] | None = None

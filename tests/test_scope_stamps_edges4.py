@@ -187,3 +187,52 @@ def test_otel_aiohttp_client_spans_carry_the_scope_stamps(provider: str) -> None
     clients = [s for s in captured if s.name.startswith("GET")]
     assert len(clients) == 1, [s.name for s in captured]
     assert _stamps(clients[0]) == {"rl.iteration": 12, "rl.task_id": "item-7"}
+
+
+def _one_limited_span(provider: str, limit: int, attributes: Any) -> tuple[Any, str]:
+    tracer, owner, memory = _limited(provider, limit)
+    with at.iteration_scope(5), at.task_scope(6), at.session_scope() as session:
+        tracer.start_span("own", attributes=attributes).end()
+    owner.force_flush()
+    (span,) = memory.get_finished_spans()
+    owner.shutdown()
+    return span, session
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_past_the_limit_a_spans_own_stamp_key_is_kept_with_its_value(provider: str) -> None:
+    """A stamp key the span was given counts as a stamp when the scope stamps overflow
+    the limit: kept with the span's own value, the oldest other attributes evicted."""
+    span, session = _one_limited_span(provider, 4, {"rl.task_id": "mine", "a": 1, "b": 2, "c": 3})
+    assert dict(span.attributes or {}) == {
+        "rl.iteration": 5,
+        "rl.task_id": "mine",
+        "rl.session_id": session,
+        "c": 3,
+    }
+    assert span.dropped_attributes == 2
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_limit_below_the_stamps_keeps_the_spans_own_stamp(provider: str) -> None:
+    """More stamps than the limit: the span's own stamp key is one of those kept."""
+    span, session = _one_limited_span(provider, 2, {"rl.task_id": "mine", "a": 1})
+    attributes = dict(span.attributes or {})
+    assert attributes == {"rl.task_id": "mine", "rl.session_id": session}
+    assert span.dropped_attributes == 2
+
+
+@pytest.mark.parametrize("many", [False, True])
+def test_a_stamp_key_given_past_the_limit_is_kept_on_the_fast_provider(many: bool) -> None:
+    """Given more attributes than the limit, the oldest of which is a stamp key: that
+    key is kept, with the span's value over the scope's (a dict, and a mapping)."""
+    from types import MappingProxyType
+
+    given = {"rl.iteration": 1, "a": 1, "b": 2, "c": 3}
+    span, session = _one_limited_span("fast", 3, MappingProxyType(given) if many else given)
+    assert dict(span.attributes or {}) == {
+        "rl.iteration": 1,
+        "rl.task_id": 6,
+        "rl.session_id": session,
+    }
+    assert span.dropped_attributes == 3  # a, b, c: 6 keys, 3 kept

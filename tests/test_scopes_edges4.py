@@ -10,6 +10,7 @@ category attribute is its own; an efficiency-bucket pattern can only end in
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
 import logging
@@ -280,3 +281,117 @@ def test_a_bucket_scope_gives_no_bucket_to_a_span_of_the_efficiency_group() -> N
         with bucket_scope(Bucket.PRODUCTIVE):
             waits()
     assert [dict(s.attributes or {}).get("rl.bucket") for s in captured.spans] == [None, None]
+
+
+# --- PollWait: a BaseException in the span start, and two threads ---------------------
+
+
+def test_a_keyboard_interrupt_in_the_first_poll_leaves_the_poller_usable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ctrl-C landing while the first poll opens the span propagates from that poll
+    alone: a saved poll and wait.poll both go on, and the waits are recorded."""
+    import asynctrace._efficiency as eff
+
+    real = eff._start_wait
+    calls: list[str] = []
+
+    def interrupted_once(category: str, attributes: Any) -> Any:
+        calls.append(category)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return real(category, attributes)
+
+    monkeypatch.setattr(eff, "_start_wait", interrupted_once)
+    with capture_spans("all") as captured:
+        wait = at.start_efficiency_span("idle/buffer_starvation")
+        poll = wait.poll
+        with pytest.raises(KeyboardInterrupt):
+            poll()
+        assert wait.polls == 0  # no wait opened
+        assert poll() == 1
+        assert wait.poll() == 2
+        wait.end()
+        assert poll() == 1  # the saved poll opens the next wait
+        wait.end()
+
+        def in_a_generator() -> Any:
+            yield poll()  # a dead poller would be a RuntimeError here
+
+        assert list(in_a_generator()) == [1]
+        wait.end()
+    assert _waits(captured) == [(2, None), (1, None), (1, None)]
+
+
+def test_two_threads_first_polls_raise_nothing_and_share_the_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A second thread polling while the first opens the span gets a count, not
+    ValueError; both count on one wait, and the poller goes on."""
+    import threading
+
+    import asynctrace._efficiency as eff
+
+    real = eff._start_wait
+    inside, second_done = threading.Event(), threading.Event()
+
+    def slow_start(category: str, attributes: Any) -> Any:
+        if not inside.is_set():
+            inside.set()
+            second_done.wait(10)  # the second thread's poll happens now
+        return real(category, attributes)
+
+    monkeypatch.setattr(eff, "_start_wait", slow_start)
+    with capture_spans("all") as captured:
+        wait = at.start_efficiency_span("idle/buffer_starvation")
+        results: dict[str, Any] = {}
+
+        def first() -> None:
+            try:
+                results["first"] = wait.poll()
+            except BaseException as exc:  # what the caller would see
+                results["first"] = exc
+
+        thread = threading.Thread(target=first)
+        thread.start()
+        assert inside.wait(10)
+        try:
+            results["second"] = wait.poll()
+        except BaseException as exc:
+            results["second"] = exc
+        second_done.set()
+        thread.join(10)
+        assert results == {"second": 1, "first": 2}
+        assert wait.poll() == 3
+        wait.end()
+        assert wait.poll() == 1
+        wait.end()
+    assert _waits(captured) == [(3, None), (1, None)]
+
+
+@pytest.mark.parametrize("category", ["gpu*wait", "idle/*", "*", "idle/gpu*"])
+def test_a_category_with_a_star_is_refused_by_spans_too(category: str) -> None:
+    """A '*' is no part of a category: the span calls refuse it (a no-op, or the
+    ConfigurationError under strict mode) as set_efficiency_bucket does, naming it."""
+    with pytest.raises(ConfigurationError, match=r"efficiency category: ") as info:
+        at.efficiency_bucket(category)
+    assert repr(category) in str(info.value)
+    assert "no '*'" in str(info.value)
+    with pytest.raises(ConfigurationError, match=r"set_efficiency_bucket\(category\)"):
+        at.set_efficiency_bucket(category.replace("/*", "/x*"), Bucket.IDLE)
+    with capture_spans("all") as captured:  # reported (raised in strict mode), no span
+        with contextlib.suppress(ConfigurationError), at.efficiency_span(category):
+            pass
+        with contextlib.suppress(ConfigurationError):
+            wait = at.start_efficiency_span(category)
+            wait.poll()
+            wait.end()
+    assert captured.spans == []
+
+
+def test_a_prefix_pattern_is_still_accepted() -> None:
+    at.set_efficiency_bucket("stall4/*", Bucket.IDLE)
+    try:
+        assert at.efficiency_bucket("stall4/disk") is Bucket.IDLE
+    finally:
+        at.set_efficiency_bucket("stall4/*", None)

@@ -36,7 +36,15 @@ from ._foreign import ForeignSpan, is_own_scope
 from ._ids import IDS, IdGenerator
 from ._limits import SpanLimits
 from ._sampling import Sampling
-from ._span import SPAN_TYPES, FastSpan, _copy_attributes, good_keys, keep_stamps, newest_good
+from ._span import (
+    SPAN_TYPES,
+    STAMP_KEYS,
+    FastSpan,
+    _copy_attributes,
+    good_keys,
+    keep_stamps,
+    newest_good,
+)
 
 logger = logging.getLogger("asynctrace")
 
@@ -185,6 +193,30 @@ def _owner() -> object:
     return _current_thread()
 
 
+_STAMP_ORDER: Final = tuple(sorted(STAMP_KEYS))
+
+
+def _newest_and_stamps(
+    attributes: Mapping[Any, Any], limit: int, bad: int = 0
+) -> tuple[dict[str, Any], int]:
+    """The newest *limit* of *attributes* and, whatever their age, the stamp keys among
+    them (:data:`~._span.STAMP_KEYS`), with how many were left out (plus *bad*, the keys
+    dropped already). The rare path: a span given more than its limit."""
+    own = {key: attributes[key] for key in _STAMP_ORDER if key in attributes}
+    if attributes.__class__ is dict:
+        # the newest `limit` with keys a span keeps, read from the end: bad keys
+        # evict nothing, and 10,000 keys cost `limit` steps
+        kept, extra = newest_good(attributes, limit)
+    else:  # keys a span keeps only (good_keys): the newest, as the SDK keeps them
+        kept = dict(islice(attributes.items(), len(attributes) - limit, None))
+        extra = len(attributes) - limit
+    extra += bad
+    if own:  # the span's own stamps count as stamps: kept with their own values
+        extra -= len(own.keys() - kept.keys())
+        kept.update(own)
+    return kept, extra
+
+
 class FastTracer(trace.Tracer):
     """A tracer of :class:`FastTracerProvider` (get one with ``provider.get_tracer``)."""
 
@@ -222,14 +254,11 @@ class FastTracer(trace.Tracer):
         if attributes:
             limit = self._limits.max_attributes
             if limit is not None and len(attributes) > limit and attributes.__class__ is dict:
-                # the newest `limit` with keys a span keeps, read from the end: bad keys
-                # evict nothing, and 10,000 keys cost `limit` steps
-                attributes, extra = newest_good(attributes, limit)
+                attributes, extra = _newest_and_stamps(attributes, limit)
             else:
                 attributes, extra = good_keys(attributes)  # before the limit: evict nothing
                 if limit is not None and len(attributes) > limit:
-                    extra += len(attributes) - limit  # the newest are kept, as the SDK does
-                    attributes = dict(islice(attributes.items(), len(attributes) - limit, None))
+                    attributes, extra = _newest_and_stamps(attributes, limit, extra)
         blank = None
         if self._foreign:
             attributes = redact_url_attributes(attributes) if attributes else attributes
