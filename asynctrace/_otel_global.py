@@ -32,11 +32,15 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.util._once import Once
 from opentelemetry.util.types import Attributes
 
 from ._cm import otel_contextmanager
 from ._forksafe import reinit_at_fork
+
+try:  # the guard of set_tracer_provider (private: another release may lack it)
+    from opentelemetry.util._once import Once
+except ImportError:  # pragma: no cover - then the log record alone tells of a late setter
+    Once = None  # type: ignore[assignment,misc]
 
 __all__ = ["SwitchingTracerProvider", "claim", "release"]
 
@@ -177,7 +181,7 @@ def _warn_late_setter() -> None:
     logger.warning(_LATE_SETTER_WARNING)
 
 
-class _RefusingOnce(Once):
+class _RefusingOnce(Once or object):  # type: ignore[misc]
     """OpenTelemetry's once-guard of the global provider, done, that tells of a late setter.
 
     It refuses every ``set_tracer_provider`` as the done guard it replaces
@@ -191,7 +195,7 @@ class _RefusingOnce(Once):
 
     def do_once(self, func: Callable[[], None]) -> bool:
         if not self._done:  # reset by the program (`_done = False`, as test fixtures do)
-            return super().do_once(func)
+            return bool(super().do_once(func))
         try:
             _warn_late_setter()
         except Exception:  # pragma: no cover - a logging handler's failure stays there
@@ -219,9 +223,9 @@ _late_setter = _LateSetterWarning()
 def _watch_late_setters() -> None:
     """After asynctrace set the global: notice a later ``set_tracer_provider``."""
     guard = getattr(trace, "_TRACER_PROVIDER_SET_ONCE", None)
-    if isinstance(guard, _RefusingOnce):
+    if guard.__class__ is _RefusingOnce:
         return
-    if isinstance(guard, Once) and getattr(guard, "_done", None) is True:
+    if Once is not None and guard.__class__ is Once and getattr(guard, "_done", None) is True:
         trace._TRACER_PROVIDER_SET_ONCE = _RefusingOnce()
     else:
         logging.getLogger(trace.__name__).addFilter(_late_setter)
