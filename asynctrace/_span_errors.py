@@ -22,7 +22,7 @@ from __future__ import annotations
 import sys
 import threading
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -37,7 +37,14 @@ from ._forksafe import reinit_at_fork
 from ._redact import exception_reason, redact_exception_text, secrets_of
 from ._scopes import SCOPES
 
-__all__ = ["RedactingTracer", "record_error", "redacted_block", "redacting", "stamp_started"]
+__all__ = [
+    "RedactingTracer",
+    "record_error",
+    "redacted_block",
+    "redacting",
+    "restore_stamps",
+    "stamp_started",
+]
 
 _STACKTRACE = "exception.stacktrace"
 
@@ -290,7 +297,7 @@ def stamp_started(span: Any) -> None:
                 span.set_attributes(missing)
             limits = getattr(span, "_limits", None)
             if getattr(limits, "max_span_attribute_length", None) is not None:
-                _restore_stamps(span, missing)
+                restore_stamps(span, missing)
     except Exception as exc:
         report_internal_error(("stamp_started", type(span).__name__), exc)
 
@@ -322,9 +329,9 @@ def _stamp_keys() -> frozenset[str]:
     return _STAMP_KEYS
 
 
-def _restore_stamps(span: trace.Span, attrs: dict[str, Any]) -> None:
-    """Put the stamps a length limit cut on an SDK *span* back whole (as asynctrace's
-    own SDK spans have them)."""
+def restore_stamps(span: trace.Span, attrs: Mapping[str, Any]) -> None:
+    """Put the stamps a length limit cut on an SDK *span* back whole, from *attrs* (the
+    values it was given)."""
     stored = getattr(getattr(span, "_attributes", None), "_dict", None)
     if isinstance(stored, dict):
         for key in _stamp_keys().intersection(stored):

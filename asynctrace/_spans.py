@@ -37,7 +37,7 @@ from ._span_context import (
     finish,
     mark_exit,
 )
-from ._span_errors import redacting
+from ._span_errors import redacting, restore_stamps
 from ._span_noop import AMBIENT_SPAN, NOOP_CM, NoopSpanCM, Reentered, mark_refused, take_refused
 from ._span_rules import (
     LEAF,
@@ -185,12 +185,7 @@ def _sdk_stamped(
         attrs.update(stamps)
     span = redacting(tracer.start_span(name, context, kind, attrs, links, start_time))
     if limits.max_span_attribute_length is not None:
-        stored = getattr(getattr(span, "_attributes", None), "_dict", None)
-        if isinstance(stored, dict):
-            for key in STAMP_KEYS.intersection(stored):
-                value = attrs.get(key)
-                if value.__class__ is str:
-                    stored[key] = value
+        restore_stamps(span, attrs)
     return span
 
 

@@ -62,6 +62,20 @@ def finished(handle: nemo_lens.TelemetryHandle, exporter: InMemorySpanExporter) 
 # --- OTLP transport ----------------------------------------------------------------------
 
 
+def one_step_to(receiver: OtlpReceiver) -> None:
+    """A lens setup exporting over OTLP (the variables set by the caller) sends one step
+    span that *receiver* gets."""
+    config = nemo_lens.NemoLensConfig(enabled=True, span_groups="all", exporter="otlp")
+    handle = nemo_lens.setup_telemetry(config)
+    with nemo_lens.managed_span("step", "rl.step"):
+        pass
+    assert handle.telemetry is not None
+    assert handle.telemetry.flush()
+    assert receiver.wait_for(1, timeout_s=20)
+    handle.shutdown()
+    assert [span.name for span in receiver.spans] == ["rl.step"]
+
+
 def test_otlp_without_a_protocol_variable_goes_over_grpc_as_lens_does(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -72,15 +86,7 @@ def test_otlp_without_a_protocol_variable_goes_over_grpc_as_lens_does(
     with OtlpReceiver("grpc") as receiver:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
-        config = nemo_lens.NemoLensConfig(enabled=True, span_groups="all", exporter="otlp")
-        handle = nemo_lens.setup_telemetry(config)
-        with nemo_lens.managed_span("step", "rl.step"):
-            pass
-        assert handle.telemetry is not None
-        assert handle.telemetry.flush()
-        assert receiver.wait_for(1, timeout_s=20)
-        handle.shutdown()
-    assert [span.name for span in receiver.spans] == ["rl.step"]
+        one_step_to(receiver)
 
 
 def test_a_protocol_variable_still_wins(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -91,15 +97,7 @@ def test_a_protocol_variable_still_wins(monkeypatch: pytest.MonkeyPatch) -> None
     with OtlpReceiver("http/protobuf") as receiver:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
-        config = nemo_lens.NemoLensConfig(enabled=True, span_groups="all", exporter="otlp")
-        handle = nemo_lens.setup_telemetry(config)
-        with nemo_lens.managed_span("step", "rl.step"):
-            pass
-        assert handle.telemetry is not None
-        assert handle.telemetry.flush()
-        assert receiver.wait_for(1, timeout_s=20)
-        handle.shutdown()
-    assert [span.name for span in receiver.spans] == ["rl.step"]
+        one_step_to(receiver)
 
 
 # --- traced_remote_call on an async def ---------------------------------------------------
