@@ -15,7 +15,8 @@ Example:
 from __future__ import annotations
 
 from ._baggage import carrier_stats, merge_baggage
-from ._config import SessionTracerConfig, TelemetryConfig
+from ._config import TelemetryConfig
+from ._credential_names import is_credential_header, is_credential_key
 from ._decorators import trace_fn, umbrella_trace_fn
 from ._efficiency import (
     PollWait,
@@ -46,7 +47,7 @@ from ._propagation import (
     span_carrier,
 )
 from ._pump import dispatch_scope, wait_until
-from ._redact import is_credential_header, is_credential_key, redact_text, register_secret_words
+from ._redact import redact_text
 from ._runtime import (
     Telemetry,
     configure,
@@ -64,6 +65,8 @@ from ._scopes import (
     iteration_scope,
     per_prompt_scope,
 )
+from ._secret_words import register_secret_words
+from ._session_config import SessionTracerConfig
 from ._sessions import (
     atrace_session_phase,
     current_session_id,

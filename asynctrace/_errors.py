@@ -25,7 +25,7 @@ class RedactingFilter(logging.Filter):
     def secrets(self, record: logging.LogRecord) -> Collection[str]:
         """Texts to replace in *record* besides what looks secret: those remembered
         for its exception."""
-        from ._redact import secrets_of
+        from ._exception_text import secrets_of
 
         error = record.exc_info[1] if record.exc_info else None
         return secrets_of(error) if error is not None else frozenset()

@@ -101,7 +101,7 @@ class GoodputSettings:
         accepted = [f.name for f in fields(cls)]
         unknown = [k for k in value if k not in accepted]
         if unknown:
-            from ._config import unknown_keys_message
+            from ._config_checks import unknown_keys_message
 
             raise ConfigurationError(unknown_keys_message(key, unknown, accepted))
         out: dict[str, Any] = {}

@@ -9,16 +9,13 @@ import threading
 from collections.abc import Mapping
 from typing import Any, Final
 
+from ._credential_names import is_credential_header, is_credential_key
 from ._errors import ConfigurationError
+from ._exception_text import secrets_of
 from ._forksafe import reinit_at_fork
-from ._redact import (
-    _URL_END,
-    REDACTED,
-    is_credential_header,
-    is_credential_key,
-    redact_text,
-    secrets_of,
-)
+from ._redact import redact_text
+from ._redact_urls import _URL_END
+from ._secret_words import REDACTED
 
 __all__ = ["MAX_NODES", "MAX_PAYLOAD_CHARS", "MAX_TEXT", "check_payload", "plain_payload"]
 

@@ -12,7 +12,7 @@ import math
 from collections.abc import Collection
 from typing import Any, Final
 
-from . import _redact
+from . import _redact, _secret_words
 from ._jsonl import MAX_LINE_BYTES, encode_lines
 from ._payloads import MAX_TEXT, _Copier, _count_cut
 
@@ -76,9 +76,9 @@ def redacted_name(name: str, *, count: bool = False) -> str:
         'https://host/item-7'
     """
     global _plain_pattern
-    if _plain_pattern is not _redact._SECRET_NAME:  # secret words were added
+    if _plain_pattern is not _secret_words._SECRET_NAME:  # secret words were added
         _plain.clear()
-        _plain_pattern = _redact._SECRET_NAME
+        _plain_pattern = _secret_words._SECRET_NAME
     if name in _plain:
         return name
     redacted = bounded_text(name, count=count)

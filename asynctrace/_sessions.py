@@ -25,9 +25,9 @@ from typing import Any, TypeVar, cast
 from . import _session_tracer
 from ._cm import DONE, Done, SyncAndAsync
 from ._errors import ConfigurationError
+from ._exception_text import EXCEPTION_TEXT_CHARS, exception_reason
 from ._payloads import _count_cut, check_payload, plain_payload
 from ._phases import FINALIZED, STATUSES, _phases, check_phase, register_phase, registered_phases
-from ._redact import EXCEPTION_TEXT_CHARS, exception_reason
 from ._scopes import SCOPES, ScopeState, leave
 from ._session_record import bounded_text, merge_payload
 from ._session_tracer import SessionTracer

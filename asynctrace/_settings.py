@@ -16,16 +16,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ._config import (
+from ._config import TelemetryConfig
+from ._config_checks import check_int
+from ._config_env import otel_sdk_disabled
+from ._config_fields import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_QUEUE_SIZE,
-    SessionTracerConfig,
     SpanExporterLike,
-    TelemetryConfig,
     check_batch_fits,
-    check_int,
     coerce_field,
-    otel_sdk_disabled,
 )
 from ._detect import detect_resource
 from ._errors import ConfigurationError
@@ -35,6 +34,7 @@ from ._groups import require_groups, split_spec
 from ._profiling import ProfilerSettings
 from ._protocol import check_protocol, otlp_protocol
 from ._ranks import MAX_WORLD_SIZE, ExportRanks, env_local_rank
+from ._session_config import SessionTracerConfig
 
 __all__ = ["Settings", "new_run_id", "resolve"]
 

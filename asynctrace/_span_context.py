@@ -20,8 +20,8 @@ from opentelemetry.trace import Span
 from opentelemetry.trace.status import Status, StatusCode
 
 from ._errors import report_internal_error
+from ._exception_text import redact_exception_text, remember, secrets_of
 from ._fast._span import SPAN_TYPES
-from ._redact import redact_exception_text, remember, secrets_of
 from ._semconv import CANCELLED
 
 __all__ = [

@@ -33,8 +33,8 @@ from opentelemetry.util import types
 
 from ._cm import otel_contextmanager
 from ._errors import report_internal_error
+from ._exception_text import exception_reason, redact_exception_text, secrets_of
 from ._forksafe import reinit_at_fork
-from ._redact import exception_reason, redact_exception_text, secrets_of
 from ._scopes import SCOPES
 
 __all__ = [

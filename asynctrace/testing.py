@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import _stalls
-from ._config import PROVIDER_NAMES
+from ._config_fields import PROVIDER_NAMES
 from ._errors import ConfigurationError, MissingExtraError
 from ._forksafe import reinit_at_fork
 from ._runtime import current_telemetry

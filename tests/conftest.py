@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from asynctrace import _errors, _redact
+from asynctrace import _errors, _secret_words
 from asynctrace._session_tracer import SessionTracer, install
 from asynctrace._state import restore, snapshot
 from asynctrace.testing import CapturedSpans, capture_spans
@@ -60,13 +60,13 @@ def _logging_kept() -> Iterator[None]:
     (asynctrace's) then reach a root nothing watches, and ``caplog`` of any
     later test in the process sees none of their records.
     """
-    words, pattern = set(_redact._EXTRA_WORDS), _redact._SECRET_NAME
+    words, pattern = set(_secret_words._EXTRA_WORDS), _secret_words._SECRET_NAME
     yield
     # Secret words an integration registered (its secret_keys) are the process's; a
     # test's must not redact what later tests in the same worker record.
-    _redact._EXTRA_WORDS.clear()
-    _redact._EXTRA_WORDS.update(words)
-    _redact._SECRET_NAME = pattern
+    _secret_words._EXTRA_WORDS.clear()
+    _secret_words._EXTRA_WORDS.update(words)
+    _secret_words._SECRET_NAME = pattern
     root, manager = _LOGGING
     if logging.Logger.manager is not manager or logging.Logger.root is not root:
         logging.root = logging.Logger.root = root

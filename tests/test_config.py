@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from asynctrace import ConfigurationError
-from asynctrace._config import ENV_VARS, SessionTracerConfig, TelemetryConfig
+from asynctrace._config import SessionTracerConfig, TelemetryConfig
+from asynctrace._config_env import ENV_VARS
 from asynctrace._goodput_settings import GoodputSettings
 from asynctrace._ranks import parse_export_ranks
 from asynctrace._settings import new_run_id, resolve

@@ -407,7 +407,7 @@ def test_a_typo_warning_is_never_an_error(caplog: pytest.LogCaptureFixture) -> N
 def test_every_asynctrace_variable_the_package_reads_is_known() -> None:
     import re
 
-    from asynctrace._config import KNOWN_VARS
+    from asynctrace._config_env import KNOWN_VARS
 
     root = Path(at.__file__).parent
     read: set[str] = set()

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import asynctrace as at
-from asynctrace._redact import EXCEPTION_TEXT_CHARS, redact_exception_text
+from asynctrace._exception_text import EXCEPTION_TEXT_CHARS, redact_exception_text
 from asynctrace.testing import capture_spans
 
 PROVIDERS = ["fast", "sdk"]

@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 from opentelemetry.trace import StatusCode
 
 import asynctrace as at
-from asynctrace._redact import REDACTED, exception_reason, redact_text
+from asynctrace._exception_text import exception_reason
+from asynctrace._redact import redact_text
+from asynctrace._secret_words import REDACTED
 from asynctrace._session_tracer import SessionTracer, install
 from asynctrace.testing import CapturedSpans
 
@@ -189,13 +191,13 @@ def test_a_child_forked_while_another_thread_holds_the_secrets_lock_can_redact()
     import os
     import threading
 
-    from asynctrace import _redact
+    from asynctrace import _exception_text
 
     holding = threading.Event()
     release = threading.Event()
 
     def hold() -> None:
-        with _redact._KNOWN_LOCK:
+        with _exception_text._KNOWN_LOCK:
             holding.set()
             release.wait(10)
 
@@ -208,8 +210,8 @@ def test_a_child_forked_while_another_thread_holds_the_secrets_lock_can_redact()
             code = 1
             try:
                 exc = ValueError("token=abc123")
-                _redact.remember(exc, {"abc123"})
-                code = 0 if _redact.secrets_of(exc) == {"abc123"} else 2
+                _exception_text.remember(exc, {"abc123"})
+                code = 0 if _exception_text.secrets_of(exc) == {"abc123"} else 2
             finally:
                 os._exit(code)
         assert exit_code(pid, 10, "the forked child, on the secrets lock") == 0

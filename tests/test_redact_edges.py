@@ -18,9 +18,12 @@ import pytest
 from opentelemetry.trace import StatusCode
 
 import asynctrace as at
-from asynctrace import _redact
+from asynctrace import _secret_words
+from asynctrace._exception_text import remember, secrets_of
 from asynctrace._payloads import plain_payload
-from asynctrace._redact import REDACTED, redact_query, redact_text, remember, secrets_of
+from asynctrace._redact import redact_text
+from asynctrace._redact_urls import redact_query
+from asynctrace._secret_words import REDACTED
 from asynctrace.testing import capture_spans
 
 # -- URLs -------------------------------------------------------------------------
@@ -358,7 +361,7 @@ def test_an_exception_whose_attributes_raise_is_still_recorded() -> None:
 def test_registered_secret_words_make_names_secret_like_everywhere() -> None:
     """An integration's own secret keys (``rolloutcode``): ``rolloutcode=...`` is a credential."""
     before = redact_text("http://h/?edgerolloutcode=v-SECRET-1&n=1")
-    _redact.register_secret_words(["edgerolloutcode"])
+    _secret_words.register_secret_words(["edgerolloutcode"])
     after = redact_text("http://h/?edgerolloutcode=v-SECRET-1&n=1")
     assert "v-SECRET-1" in before
     assert after == "http://h/?edgerolloutcode=REDACTED&n=1"

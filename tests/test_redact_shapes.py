@@ -15,13 +15,10 @@ import pytest
 from opentelemetry.trace import StatusCode
 
 import asynctrace as at
-from asynctrace._redact import (
-    REDACTED,
-    SECRET_WORDS,
-    exception_reason,
-    is_credential_key,
-    redact_text,
-)
+from asynctrace._credential_names import is_credential_key
+from asynctrace._exception_text import exception_reason
+from asynctrace._redact import redact_text
+from asynctrace._secret_words import REDACTED, SECRET_WORDS
 from asynctrace.testing import capture_spans
 
 # -- quoted header values ---------------------------------------------------------

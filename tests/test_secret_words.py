@@ -16,7 +16,7 @@ from asynctrace_contrib._http import SecretKeys, redact_url
 from asynctrace_contrib.aiohttp_client import client_middleware, trace_config
 
 import asynctrace as at
-from asynctrace import _redact
+from asynctrace import _secret_words
 from asynctrace.testing import capture_spans
 
 LIVE = "live_abc123"
@@ -100,20 +100,20 @@ def test_bad_words_raise_naming_the_argument_type_and_what_is_accepted(
 ) -> None:
     """A bare string was read as its characters (each too short: nothing registered), and
     other items were dropped without a word."""
-    before = set(_redact._EXTRA_WORDS)
+    before = set(_secret_words._EXTRA_WORDS)
     with pytest.raises(at.ConfigurationError) as raised:
         at.register_secret_words(words)  # type: ignore[arg-type]
     message = str(raised.value)
     assert message.startswith("register_secret_words: words: expected an iterable of words")
     assert "(non-empty str)" in message
     assert named in message
-    assert before == set(_redact._EXTRA_WORDS)  # none of them, "sess" included
+    assert before == set(_secret_words._EXTRA_WORDS)  # none of them, "sess" included
     assert at.redact_text("sess=abc123") == "sess=abc123"
 
 
 def test_a_word_past_the_limit_raises_and_adds_none() -> None:
     """The 65th word was dropped without a word: its values stayed in exception text."""
-    free = _redact.MAX_SECRET_WORDS - len(_redact._EXTRA_WORDS)
+    free = _secret_words.MAX_SECRET_WORDS - len(_secret_words._EXTRA_WORDS)
     at.register_secret_words([f"filler{i:02d}" for i in range(free)])
     at.register_secret_words(["filler00", "mytoken", "filler01x"])  # already secret-like: fine
     with pytest.raises(at.ConfigurationError) as raised:

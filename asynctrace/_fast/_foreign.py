@@ -5,7 +5,7 @@ OpenTelemetry instrumentation in the process, and some record more of a URL
 than asynctrace would: FastAPI's built-in telemetry keeps ``url.query`` as
 sent, tokens and all. A tracer asked for by anyone but asynctrace itself
 makes :class:`ForeignSpan` objects, whose URL attributes
-(:data:`asynctrace._redact.URL_ATTRIBUTES`; on the span, its events, its
+(:data:`asynctrace._url_attributes.URL_ATTRIBUTES`; on the span, its events, its
 links and its recorded exceptions) go through the same redaction as
 exception text when they are set (an ``ERROR`` status description does on
 every :class:`FastSpan`): nothing secret is held, queued or exported.
@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from opentelemetry.trace import SpanContext
 from opentelemetry.util import types
 
-from .._redact import URL_ATTRIBUTES, redact_url_attributes, redact_url_value
+from .._url_attributes import URL_ATTRIBUTES, redact_url_attributes, redact_url_value
 from ._span import SPAN_TYPES, FastSpan
 
 __all__ = ["ForeignSpan", "is_own_scope"]
@@ -35,7 +35,7 @@ class ForeignSpan(FastSpan):
     """A :class:`FastSpan` of another instrumentation's tracer (see the module).
 
     Its tracer passes its starting attributes through
-    :func:`~asynctrace._redact.redact_url_attributes` too.
+    :func:`~asynctrace._url_attributes.redact_url_attributes` too.
     """
 
     __slots__ = ()

@@ -29,9 +29,9 @@ from opentelemetry.util import types
 from .._cm import otel_contextmanager
 from .._errors import ConfigurationError
 from .._forksafe import reinit_at_fork
-from .._redact import redact_url_attributes
 from .._scopes import SCOPES
 from .._span_errors import redacted_block
+from .._url_attributes import redact_url_attributes
 from ._foreign import ForeignSpan, is_own_scope
 from ._ids import IDS, IdGenerator
 from ._limits import SpanLimits

@@ -32,7 +32,7 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags, TraceSt
 from opentelemetry.trace.status import Status, StatusCode
 from opentelemetry.util import types
 
-from .._redact import redact_exception_text, secrets_of
+from .._exception_text import redact_exception_text, secrets_of
 from .._semconv import (
     CANCELLED,
     GROUP,
@@ -539,7 +539,7 @@ class FastSpan(trace.Span):
 
         An ``ERROR`` description (it often quotes an exception: OpenTelemetry's
         ``use_span`` sets ``"<type>: <message>"``) is redacted
-        and bounded (:func:`asynctrace._redact.redact_exception_text`).
+        and bounded (:func:`asynctrace._exception_text.redact_exception_text`).
         """
         if self._end is not None:
             return
@@ -566,7 +566,7 @@ class FastSpan(trace.Span):
         """Record *exception* as an ``exception`` event (its stack trace is formatted later).
 
         Its message now, and its stack trace when formatted, are redacted
-        (:func:`asynctrace._redact.redact_exception_text`): no URL userinfo, secret-like
+        (:func:`asynctrace._exception_text.redact_exception_text`): no URL userinfo, secret-like
         query value or credential pair is recorded, nor any secret remembered
         for *exception* by a span it escaped before.
         """

@@ -31,10 +31,10 @@ from opentelemetry.trace.status import Status, StatusCode
 from opentelemetry.util import types
 
 from .._errors import report_internal_error
+from .._exception_text import redact_exception_text, secrets_of
 from .._fast import FastSpan, FastTracerProvider, SpanLimits
 from .._fast._span import exception_attributes, good_keys
 from .._forksafe import reinit_at_fork
-from .._redact import redact_exception_text, secrets_of
 from ._convert import Converter, uncut_stamps
 from ._queue import ExporterSink, ExportStats, QueuedSpanProcessor, unique_name
 

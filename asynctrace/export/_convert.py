@@ -35,9 +35,9 @@ from opentelemetry.trace import (
 )
 from opentelemetry.trace.status import Status, StatusCode
 
+from .._exception_text import redact_exception_text
 from .._fast import FastSpan, Scope, SpanEvent, SpanLimits
 from .._fast._span import STAMP_KEYS
-from .._redact import redact_exception_text
 
 __all__ = ["Converter", "bounded", "finish_event", "uncut_stamps"]
 

@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 
 from .._errors import ConfigurationError, MissingExtraError, RedactingFilter
 from .._forksafe import reinit_at_fork
-from .._redact import REDACTED
+from .._secret_words import REDACTED
 from ._otlp_env import check_environment, configured_headers
 
 __all__ = ["build_exporter", "otlp_exporter", "sends_encoded"]

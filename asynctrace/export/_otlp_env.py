@@ -28,7 +28,8 @@ from urllib.parse import unquote, urlsplit
 
 from .._errors import ConfigurationError
 from .._forksafe import reinit_at_fork
-from .._redact import REDACTED, redact_text
+from .._redact import redact_text
+from .._secret_words import REDACTED
 
 __all__ = ["SIGNALS", "check_environment", "configured_headers"]
 

@@ -40,7 +40,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from .._redact import REDACTED, redact_text
+from .._redact import redact_text
+from .._secret_words import REDACTED
 from ._otlp_wire import EncodedSpan, request_bytes
 
 __all__ = ["GrpcSpanExporter"]

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
-from .._config import MAX_WAIT_S, MIN_SCHEDULE_DELAY_MS, is_finite
+from .._config_checks import MAX_WAIT_S, MIN_SCHEDULE_DELAY_MS, is_finite
 from .._errors import ConfigurationError, report_internal_error
 from .._forksafe import call_in_child, reinit_at_fork
 from .._handoff import Handoff

@@ -23,7 +23,7 @@ from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.trace import StatusCode
 
 import asynctrace as at
-from asynctrace._redact import CREDENTIAL_KEYS
+from asynctrace._credential_names import CREDENTIAL_KEYS
 from asynctrace.testing import CapturedSpans, capture_spans
 
 

@@ -1,0 +1,105 @@
+"""Which header names and which keys hold credentials.
+
+:func:`is_credential_header` judges a header's name by its ``-``/``_``
+separated words; :func:`is_credential_key` judges a key (of a session
+payload, say) by its trailing words, so ``access_token`` is a credential and
+``token_count`` is data. Both are cached: names repeat.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Collection
+from typing import Final
+
+from ._secret_words import _WORD_SPLIT
+
+__all__ = ["CREDENTIAL_KEYS", "is_credential_header", "is_credential_key"]
+
+# Header names whose "Name: value" form is a credential: one of these words among
+# the "-"/"_"-separated words of the name (not "KeyError: ...", "AuthError: ...").
+_HEADER_WORDS: Final = frozenset(
+    {
+        "authorization",
+        "auth",
+        "cookie",
+        "token",
+        "key",
+        "apikey",
+        "secret",
+        "password",
+        "passwd",
+        "pwd",
+        "passphrase",
+        "jwt",
+        "credential",
+        "credentials",
+        "signature",
+        "session",
+    }
+)
+
+
+def is_credential_header(name: str) -> bool:
+    """Whether the header *name*'s values are credentials (``Private-Token``, ``DD-API-KEY``).
+
+    The rule asynctrace applies to ``Name: value`` text it records and to the
+    headers an HTTP integration is asked to record.
+
+    Example:
+        >>> is_credential_header("X-Api-Key"), is_credential_header("Content-Type")
+        (True, False)
+    """
+    words = _WORD_SPLIT.split(name.lower())
+    if any(word in _HEADER_WORDS for word in words):
+        return True
+    # "AccessToken: ...", but not a dotted exception name ("fernet.InvalidToken: ...")
+    return "." not in name and words[-1].endswith(("token", "apikey", "password", "secret"))
+
+
+_credential_header = functools.lru_cache(maxsize=1024)(is_credential_header)  # names repeat
+CREDENTIAL_KEYS: Final = frozenset(
+    ("password", "passwd", "pwd", "passphrase", "secret", "token", "cookie", "auth",
+     "authorization", "credential", "credentials", "apikey", "jwt", "signature",
+     "api_key", "private_key", "access_key", "secret_key", "set_cookie")
+)  # fmt: skip
+"""The keys :func:`is_credential_key` treats as credentials by default."""
+# Word breaks of a key: anything but a letter or digit, and case changes (apiKey, APIKey).
+_KEY_BREAK = re.compile(r"[^0-9A-Za-z]+|(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_LONGEST_KEY = 128  # a longer key is judged by its end
+
+
+def is_credential_key(key: str, names: Collection[str] = CREDENTIAL_KEYS) -> bool:
+    """Whether *key*, or its trailing words, is one of *names* (without case).
+
+    Words break at anything but a letter or digit and at case changes, so
+    ``access_token``, ``refreshToken``, ``OPENAI_API_KEY`` and ``X-Api-Key``
+    end with credential names; a credential word elsewhere does not count:
+    ``session_id``, ``token_count`` and ``prompt_token_ids`` are data. The
+    rule of the values asynctrace records under a key (session payloads).
+
+    Example:
+        >>> is_credential_key("OPENAI_API_KEY"), is_credential_key("token_count")
+        (True, False)
+        >>> is_credential_key("gen_ai.prompt", {"prompt"})
+        True
+    """
+    if not isinstance(names, frozenset):  # a set or a list: cached by its frozen form
+        names = frozenset(names)
+    return _is_listed(key[-_LONGEST_KEY:], names)
+
+
+@functools.lru_cache(maxsize=4096)  # keys repeat: after the first, a dict lookup
+def _is_listed(key: str, names: frozenset[str]) -> bool:
+    forms = _forms(names)
+    words = [word.lower() for word in _KEY_BREAK.split(key) if word]
+    return any("_".join(words[i:]) in forms for i in range(len(words)))
+
+
+@functools.lru_cache(maxsize=64)
+def _forms(names: frozenset[str]) -> frozenset[str]:
+    """*names* as lower-case words joined by ``_``, as :func:`_is_listed` compares them."""
+    return frozenset(
+        "_".join(word.lower() for word in _KEY_BREAK.split(name) if word) for name in names
+    )

@@ -1,0 +1,155 @@
+"""Secret values beside their names in text: pairs, header lines, reprs and flags.
+
+``token=abc``, ``'Authorization': 'Basic abc'``, ``Cookie: a=b``,
+``(b'x-api-key', b'abc')``, ``--password abc``: the name stays, its whole
+value (through its closing quote or bracket, or to the end of its line)
+becomes ``REDACTED``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from ._credential_names import _credential_header
+from ._redact_urls import _LINE_END
+from ._secret_words import REDACTED, _flag, _registered_header, _secret_name
+
+# A name (starting where no name character precedes it) and its separator; the
+# value is matched apart, so a name that is not secret-like consumes nothing more.
+# "user[password]=" counts: a "]" may close the name.
+_NAME_SEP = re.compile(
+    r"(?<![\w.\-%\[])(?P<name>[\w.\-%\[]{1,128})\]?"
+    r"(?P<sep>[ \t]*=[ \t]*|(?P<quote>['\"])[ \t]*:[ \t]*|:[ \t]*)"
+)
+# A value: quoted (a bytes repr's b'...' too; backslash escapes kept inside; an
+# unterminated one to the end of its line), or unquoted up to white space, a quote
+# or an "&" or ";" that starts the next "name=" (so "Tr0ub4dor&3xyz" goes whole,
+# and "token=abc&n=1" keeps its "n=1").
+_VALUE = re.compile(
+    r"b?'(?:[^'\\\n]|\\.)*'?|b?\"(?:[^\"\\\n]|\\.)*\"?|"
+    r"(?:(?:basic|bearer|digest|token|negotiate)[ \t]+)?"
+    r"(?:[^\s'\"&;]|[&;](?![\w.\-%\[\]]{1,128}=))+",
+    re.IGNORECASE,
+)
+# A credential header's value: quoted (b'...' too), through its closing quote or to
+# the end of its line; or the rest of its line up to a quote or an angle bracket,
+# with a quoted string after an "=" inside it (Cookie: sid="abc", Digest
+# response="...") taken whole.
+_HEADER_VALUE = re.compile(
+    r"b?'(?:[^'\\\r\n]|\\.)*'?|b?\"(?:[^\"\\\r\n]|\\.)*\"?|"
+    r"(?:[^\r\n'\"<>=]|=(?:'(?:[^'\\\r\n]|\\.)*'?|\"(?:[^\"\\\r\n]|\\.)*\"?)?)+"
+)
+# What a bracketed value ("auth=('bob', 'pw')", "credentials={...}") is scanned by:
+# quoted strings whole (a bracket inside one does not count), brackets, line ends.
+_BRACKET_TOKEN = re.compile(r"'(?:[^'\\\n]|\\.)*'?|\"(?:[^\"\\\n]|\\.)*\"?|[()\[\]{}\r\n]")
+_CLOSERS: Final = {"(": ")", "[": "]", "{": "}"}
+_MAX_BRACKETS = 64  # nested deeper: the value runs to the end of its line
+# A header as a (name, value) pair repr: ('x-api-key', 'abc'), (b'cookie', b'a=b').
+_PAIR_REPR = re.compile(
+    r"\(\s*b?(?P<q1>['\"])(?P<name>[\w.\-]{1,128})(?P=q1)\s*,\s*"
+    r"(?P<pre>b?(?P<q2>['\"]))(?:[^'\"\\\n]|\\.)*(?P=q2)"
+)
+_USER_FLAGS: Final = frozenset({"-u", "--user"})  # their value is secret when it is user:pass
+
+
+def _redact_pairs(text: str) -> str:
+    out: list[str] = []
+    pos = 0
+    for match in _NAME_SEP.finditer(text):
+        if match.start() < pos:
+            continue  # inside a value already replaced
+        name = match.group("name")
+        value_pattern: re.Pattern[str] | None = None
+        if match.group("quote") or "=" in match.group("sep"):
+            if _secret_name(name):  # token=..., 'api_key': ..., "password": ...
+                value_pattern = _VALUE
+        elif _credential_header(name) or _registered_header(name):  # not KeyError: ...
+            value_pattern = _HEADER_VALUE
+        if value_pattern is None:
+            continue
+        start = match.end()
+        if text[start : start + 1] in _CLOSERS:  # auth=('bob', 'pw'): the whole tuple
+            out.append(text[pos:start])
+            out.append(REDACTED)
+            pos = _bracketed_end(text, start)
+            continue
+        value = value_pattern.match(text, start)
+        if value is None or value.group().startswith(REDACTED):  # (by the URL pass)
+            continue
+        out.append(text[pos:start])
+        out.append(_replacement(value.group()))
+        pos = value.end()
+    if not out:
+        return text
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _redact_flags(text: str) -> str:
+    """The value after each secret-like command-line flag replaced.
+
+    ``--password x``, ``--api-key=x``, an argv list's ``'--token', 'x'``, and the
+    value of ``-u``/``--user`` when it is ``user:pass`` (curl's form).
+    """
+    out: list[str] = []
+    pos = 0
+    for match in _flag().finditer(text):
+        if match.start() < pos:
+            continue  # inside a value already replaced
+        flag = match.group("flag")
+        start = match.end()
+        value = _VALUE.match(text, start)
+        if value is None or value.group().startswith(REDACTED):
+            continue
+        if flag.lower() in _USER_FLAGS and ":" not in value.group():
+            continue
+        out.append(text[pos:start])
+        out.append(_replacement(value.group()))
+        pos = value.end()
+    if not out:
+        return text
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _bracketed_end(text: str, start: int) -> int:
+    """Where the value opening with the bracket at *start* ends: after its closing bracket.
+
+    One pass over the brackets and quoted strings that follow (linear); a closer
+    of another kind (``(]``) does not close. Unbalanced, or nested deeper than
+    _MAX_BRACKETS: the end of its line (on the safe side).
+    """
+    expected: list[str] = []
+    for token in _BRACKET_TOKEN.finditer(text, start):
+        char = token.group()[0]
+        if char in _CLOSERS:
+            if len(expected) == _MAX_BRACKETS:
+                break
+            expected.append(_CLOSERS[char])
+        elif char in "\r\n":
+            return token.start()
+        elif expected and char == expected[-1]:
+            expected.pop()
+            if not expected:
+                return token.end()
+    line_end = _LINE_END.search(text, start)
+    return len(text) if line_end is None else line_end.start()
+
+
+def _replacement(value: str) -> str:
+    """``REDACTED`` in *value*'s quotes (``'...'``, ``b"..."``), if it has any."""
+    prefix = "b" if value[:1] in ("b", "B") and value[1:2] in ("'", '"') else ""
+    quote_ = value[len(prefix) : len(prefix) + 1]
+    if quote_ in ("'", '"'):
+        return f"{prefix}{quote_}{REDACTED}{quote_}"
+    return REDACTED
+
+
+def _redact_pair_repr(match: re.Match[str]) -> str:
+    """``('x-api-key', 'abc')`` -> ``('x-api-key', 'REDACTED')`` for a secret-like name."""
+    if not _secret_name(match.group("name")):
+        return match.group()
+    head = match.group()[: match.start("pre") - match.start()]
+    quote_ = match.group("q2")
+    return f"{head}{match.group('pre')}{REDACTED}{quote_}"
