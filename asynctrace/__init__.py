@@ -15,6 +15,8 @@ Example:
 from __future__ import annotations
 
 from ._baggage import carrier_stats, merge_baggage
+from ._carrier_calls import accepts_trace_context, dispatch_with_trace_context
+from ._carriers import current_trace_carrier, span_carrier
 from ._config import TelemetryConfig
 from ._credential_names import is_credential_header, is_credential_key
 from ._decorators import trace_fn, umbrella_trace_fn
@@ -25,6 +27,7 @@ from ._efficiency import (
     set_efficiency_bucket,
     start_efficiency_span,
 )
+from ._env_carrier import extract_env, inject_env
 from ._errors import ConfigurationError, MissingExtraError
 from ._fast import FastTracerProvider, Sampling, SpanLimits
 from ._goodput import GoodputStats, StepGoodput, on_step_goodput, remove_step_goodput
@@ -37,17 +40,9 @@ from ._groups import (
     registered_span_groups,
     resolve_span_groups,
 )
-from ._propagation import (
-    accepts_trace_context,
-    current_trace_carrier,
-    dispatch_with_trace_context,
-    extract_env,
-    inject_env,
-    remote_trace_context,
-    span_carrier,
-)
 from ._pump import dispatch_scope, wait_until
 from ._redact import redact_text
+from ._remote_context import remote_trace_context
 from ._runtime import (
     Telemetry,
     configure,

@@ -27,9 +27,10 @@ from opentelemetry import baggage
 from opentelemetry import context as otel_context
 
 from ._backend import asyncio_loop
+from ._carriers import BAGGAGE, current_trace_carrier
+from ._carriers import _with_baggage as with_baggage
 from ._groups import Bucket
-from ._propagation import BAGGAGE, current_trace_carrier, remote_trace_context
-from ._propagation import _with_baggage as with_baggage
+from ._remote_context import remote_trace_context
 from ._scopes import BUCKET, ITERATION, PER_PROMPT, SCOPES, SESSION_ID, TASK_ID, ScopeState
 
 __all__ = ["ContextThread", "bind_context", "context_executor", "to_thread"]

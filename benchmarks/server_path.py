@@ -37,7 +37,7 @@ from typing import Any
 from asynctrace_contrib.fastapi import AsyncTraceMiddleware
 
 import asynctrace as at
-from asynctrace._propagation import parse_traceparent
+from asynctrace._carrier_read import parse_traceparent
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _http_server import fast_provider

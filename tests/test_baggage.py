@@ -136,17 +136,17 @@ def test_received_entries_join_the_baggage_as_set_baggage_would_add_them(
     """In one step with OpenTelemetry's baggage key, else one ``set_baggage`` per entry."""
     from opentelemetry import baggage
 
-    from asynctrace import _propagation
+    from asynctrace import _carriers
 
-    assert _propagation._BAGGAGE is not None  # this OpenTelemetry has the key where it reads it
+    assert _carriers._BAGGAGE is not None  # this OpenTelemetry has the key where it reads it
     if key == "not found":
-        monkeypatch.setattr(_propagation, "_BAGGAGE", None)
+        monkeypatch.setattr(_carriers, "_BAGGAGE", None)
     base = baggage.set_baggage("kept", "1", baggage.set_baggage("k1", "old"))
     entries = {f"k{i}": str(i) for i in range(300)}
     one_by_one = base
     for name, value in entries.items():
         one_by_one = baggage.set_baggage(name, value, one_by_one)
-    joined = _propagation._with_baggage(entries, base)
+    joined = _carriers._with_baggage(entries, base)
     assert dict(baggage.get_all(joined)) == dict(baggage.get_all(one_by_one))
     assert dict(baggage.get_all(base)) == {"k1": "old", "kept": "1"}  # the caller's is unchanged
 

@@ -447,7 +447,7 @@ def test_the_common_traceparent_reads_as_opentelemetry_reads_it(
     (Level 2's random flag kept, reserved bits not passed on); invalid is None."""
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-    from asynctrace._propagation import parse_traceparent
+    from asynctrace._carrier_read import parse_traceparent
 
     value = f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"
     if case == "upper":
@@ -835,11 +835,11 @@ def test_a_traceparent_with_a_long_run_of_blanks_is_read_in_linear_time(
     could split them two ways takes a minute here), valid or not as W3C says."""
     import time
 
-    from asynctrace import _propagation
+    from asynctrace import _carrier_read
 
-    monkeypatch.setattr(_propagation, "_MAX_TRACEPARENT", 10**7)
+    monkeypatch.setattr(_carrier_read, "_MAX_TRACEPARENT", 10**7)
     start = time.thread_time()
-    parsed = _propagation.parse_traceparent(value)
+    parsed = _carrier_read.parse_traceparent(value)
     assert time.thread_time() - start < 5.0  # a hang, not a speed: linear is milliseconds
     assert (parsed is not None) == valid
     if parsed is not None:
@@ -853,7 +853,7 @@ def test_a_traceparent_with_a_long_run_of_blanks_is_read_in_linear_time(
 @pytest.mark.parametrize("tail", [" ", "\t", " \t"])
 def test_a_traceparent_at_its_length_limit_reads_as_before(tail: str) -> None:
     """At the 512-character limit: blanks at the end are allowed, a CR after them is not."""
-    from asynctrace._propagation import parse_traceparent
+    from asynctrace._carrier_read import parse_traceparent
 
     pad = (511 - len(_TP_FUTURE) - 2) // len(tail)
     assert parse_traceparent(_TP_FUTURE + "-" + tail * pad + "\r") is None

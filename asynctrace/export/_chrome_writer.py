@@ -23,11 +23,11 @@ from typing import Any, Literal
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
+from .._carriers import PLAIN_CONTEXT
 from .._errors import MissingExtraError
 from .._fast._span import NONFINITE, SPAN_TYPES, STAMP_KEYS
 from .._files import AppendFile
 from .._jsonl import MAX_LINE_BYTES, encode_lines
-from .._propagation import PLAIN_CONTEXT
 from .._redact import redact_text
 from .._semconv import GROUP, RL_BUCKET
 from ._convert import finish_event
@@ -44,7 +44,7 @@ logger = logging.getLogger("asynctrace")
 
 
 # SpanContext's trace_id/span_id properties cost a Python call each; when it is
-# the plain tuple _propagation checks for at import, indexing is a C call.
+# the plain tuple _carriers checks for at import, indexing is a C call.
 context_trace_id: Callable[[Any], int] = (
     operator.itemgetter(0) if PLAIN_CONTEXT else operator.attrgetter("trace_id")
 )
