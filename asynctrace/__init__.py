@@ -40,6 +40,7 @@ from ._groups import (
     registered_span_groups,
     resolve_span_groups,
 )
+from ._managed_span import managed_span
 from ._pump import dispatch_scope, wait_until
 from ._redact import redact_text
 from ._remote_context import remote_trace_context
@@ -77,14 +78,7 @@ from ._sessions import (
     trace_session_phase,
 )
 from ._span_errors import record_error
-from ._spans import (
-    detached_span,
-    end_span,
-    instant,
-    managed_span,
-    start_span,
-    umbrella_span,
-)
+from ._spans import detached_span, end_span, instant, start_span, umbrella_span
 from ._state import (
     disable_telemetry,
     enable_telemetry,

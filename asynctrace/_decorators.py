@@ -13,9 +13,11 @@ from . import _scopes
 from ._errors import ConfigurationError
 from ._groups import PER_PROMPT as PER_PROMPT_GROUP
 from ._groups import validate_name
+from ._managed_span import managed_span
 from ._span_context import attach, attach_context, current_context, detach, finish
 from ._span_rules import LEAF, UMBRELLA, Attributes
-from ._spans import managed_span, start, umbrella_span
+from ._span_start import start
+from ._spans import umbrella_span
 from ._state import GATE
 from ._wrappers import PREFIX, compile_wrapper, default_name, unpartial
 

@@ -22,7 +22,7 @@ from ._semconv import RL_EFFICIENCY_CATEGORY, RL_IDLE_POLLS
 from ._span_context import finish
 from ._span_noop import AMBIENT_SPAN, NOOP_CM, NoopSpanCM, mark_refused, take_refused
 from ._span_rules import EFFICIENCY, Attributes
-from ._spans import start
+from ._span_start import start
 from ._state import GATE
 
 __all__ = [

@@ -26,7 +26,8 @@ from ._semconv import RL_EFFICIENCY_CATEGORY, RL_IDLE_POLLS
 from ._span_context import finish
 from ._span_noop import NOOP_CM
 from ._span_rules import EFFICIENCY, Attributes, named
-from ._spans import start, umbrella_span
+from ._span_start import start
+from ._spans import umbrella_span
 from ._state import GATE
 
 __all__ = ["dispatch_scope", "wait_until"]

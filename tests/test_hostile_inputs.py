@@ -270,7 +270,7 @@ def test_group_names_made_up_per_span_keep_the_bucket_rules_bounded(provider: st
     """In a per-prompt scope any group name passes the gate (per_prompt decides): 5,000
     names made up per span are all recorded and leave the rules lookup and the
     scope state's own cache bounded."""
-    from asynctrace import _scopes, _spans
+    from asynctrace import _scopes, _span_start
 
     with capture_spans("per_prompt", provider=provider) as captured:
         with at.per_prompt_scope():
@@ -279,5 +279,5 @@ def test_group_names_made_up_per_span_keep_the_bucket_rules_bounded(provider: st
                     pass
             state_cache = len(_scopes.SCOPES.get().cache)
     assert len(captured.by_name("leaf")) == 5_000
-    assert len(_spans._RULES) <= _spans._MAX_RULES
-    assert 0 < state_cache <= _spans._MAX_SHAPES
+    assert len(_span_start._RULES) <= _span_start._MAX_RULES
+    assert 0 < state_cache <= _span_start._MAX_SHAPES
