@@ -37,6 +37,7 @@ from types import TracebackType
 from typing import Any
 
 from ._cm import SyncAndAsync
+from ._config_checks import check_bool
 from ._errors import ConfigurationError
 from ._forksafe import reinit_at_fork
 from ._profiler_backends import (
@@ -145,13 +146,8 @@ class ProfilerSettings:
                 "(the trace's directory)"
             )
         flags = {}
-        for name in ("record_shapes", "with_stack"):
-            flag = value.get(name, False)
-            if not isinstance(flag, bool):
-                raise ConfigurationError(
-                    f"{key}.{name}: {flag!r} is not accepted; accepted: true or false"
-                )
-            flags[name] = flag
+        for name in ("record_shapes", "with_stack"):  # "true" too, as every boolean key
+            flags[name] = check_bool(f"{key}.{name}", value.get(name, False))
         entries = value.get("entries", 1_000_000)
         low, high = _ENTRIES
         if isinstance(entries, bool) or not isinstance(entries, int) or not low <= entries <= high:

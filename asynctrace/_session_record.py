@@ -199,11 +199,18 @@ def record_dict(
     if not unfinished:
         out["finalized_ts"] = finalized / _NS
         out["total_s"] = (finalized - submit) / _NS
-    _add_phases(out, record, submit, None if unfinished else finalized)
+    _add_phases(out, record, submit, None if unfinished else finalized, open_null=style == "areal")
     return out
 
 
-def _add_phases(out: dict[str, Any], record: Record, submit: int, finalized: int | None) -> None:
+def _add_phases(
+    out: dict[str, Any],
+    record: Record,
+    submit: int,
+    finalized: int | None,
+    *,
+    open_null: bool = False,
+) -> None:
     """The phases, ``<phase>_s``, counters and payload of *record* into *out*.
 
     Each execution is clamped into the session (from *submit* to *finalized*);
@@ -220,13 +227,16 @@ def _add_phases(out: dict[str, Any], record: Record, submit: int, finalized: int
         start = max(start_raw, submit)
         if finalized is not None:
             start = min(start, finalized)
-            end: int | None = finalized if end_raw is None else min(max(end_raw, start), finalized)
+            if end_raw is not None:
+                end: int | None = min(max(end_raw, start), finalized)
+            else:  # AReaL's style: an execution open at finalization never ended
+                end = None if open_null else finalized
         else:
             end = None if end_raw is None else max(end_raw, start)
         execution: dict[str, Any] = {
             "start_ts": start / _NS,
             "end_ts": None if end is None else end / _NS,
-            "truncated": finalized is not None and end_raw is None,
+            "truncated": finalized is not None and end_raw is None and not open_null,
         }
         if end is not None:
             intervals.setdefault(name, []).append((start, end))

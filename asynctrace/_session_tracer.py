@@ -109,8 +109,15 @@ class SessionTracer:
         self._max_pending = max(1, int(max_pending))
         self.evicted = 0  # sessions written as pending, reason EVICTED
         self._closed = False  # shut down: a session registered now is never written
+        # What waits for the writer is bounded too: a write that never returns (a
+        # hung mount) would otherwise keep every finished session (see the writer).
         self._writer = SessionWriter(
-            path, rank=rank, role=role, run_id=run_id, flush_threshold=flush_threshold
+            path,
+            rank=rank,
+            role=role,
+            run_id=run_id,
+            flush_threshold=flush_threshold,
+            max_queued=self._max_pending,
         )
         reinit_at_fork(self._lock)
         call_in_child(self._after_fork_in_child)
@@ -344,7 +351,9 @@ class SessionTracer:
             if payload:
                 for record in finished:
                     merge_payload(record, -1, payload)
-            self._writer.add(finished, status, reason, now)
+            refused = self._writer.add(finished, status, reason, now)
+        if refused:  # outside the lock: the writer warns once
+            self._writer.behind()
         return len(finished)
 
     def _finalize_later(
@@ -414,8 +423,8 @@ class SessionTracer:
             self._tasks.clear()
             if self._later and outside:
                 self._hand_over_later()
-            if records:
-                self._writer.add(records, "pending", reason, now)
+            if records:  # at most max_pending: all are queued, for the shutdown to write
+                self._writer.add(records, "pending", reason, now, bounded=False)
         return len(records)
 
     # -- lifecycle --------------------------------------------------------------
@@ -428,9 +437,9 @@ class SessionTracer:
         writes, closer to AReaL's own records: a numeric session id
         (``session_tracer.ids: sequential``) is a JSON integer, and a session
         written as ``pending`` (at shutdown, or evicted past ``max_pending``)
-        has no ``finalized_ts`` and no ``total_s``, as it never ended: an
-        execution still open has ``end_ts`` ``null``, and ``<phase>_s`` counts
-        only the executions that ended.
+        has no ``finalized_ts`` and no ``total_s``, as it never ended; in any
+        record, an execution still open when it is written has ``end_ts``
+        ``null``, and ``<phase>_s`` counts only the executions that ended.
 
         Raises:
             ConfigurationError: *style* is neither ``"asynctrace"`` nor ``"areal"``.
@@ -472,7 +481,8 @@ class SessionTracer:
 
         ``failed`` counts records that could not be written (a full disk, an
         unencodable value, a writer that did not finish within the shutdown
-        timeout); ``evicted`` sessions written as ``pending`` past
+        timeout, one finished while ``max_pending`` records were already
+        waiting for a writer that fell behind); ``evicted`` sessions written as ``pending`` past
         ``max_pending`` pending ones; ``lost`` those written to a file that was then
         deleted or replaced (found at the next write, which reopens the file).
         ``truncated_payloads`` counts payloads cut to their bounds since this

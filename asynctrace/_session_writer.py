@@ -8,6 +8,15 @@ long (at shutdown it writes in large chunks without pausing: then speed is
 what counts), and each chunk is one ``write`` of whole lines, so a killed
 process leaves at most one torn last line. The file itself (torn tails,
 failed writes, a deleted directory) is :class:`asynctrace._files.AppendFile`.
+
+What waits to be written is bounded: a write that never returns (a hung NFS
+or Lustre mount) or a writer slower than sessions finish would otherwise keep
+every finished record in memory. The bound is the largest of ``max_queued``
+(the tracer's ``max_pending``: a task may finalize that many at once),
+:data:`MIN_QUEUED` (a lowered ``max_pending`` catches leaks sooner, it does
+not make the writer's queue smaller) and two flush thresholds (the writer
+wakes at one). Past it a record is refused, counted in ``failed`` and warned
+about once; records are kept again as soon as the writer catches up.
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ from ._handoff import Handoff
 from ._jsonl import MAX_LINE_BYTES
 from ._session_record import Record, encode_records
 
-__all__ = ["SessionWriter"]
+__all__ = ["MIN_QUEUED", "SessionWriter"]
 
 logger = logging.getLogger("asynctrace")
 
@@ -35,6 +44,9 @@ _STARVED_CHUNK: Final = 128  # starved by a busy loop (see _handoff): no pauses
 _PAUSE_S: Final = 0.0001
 _MAX_WAIT_S: Final = threading.TIMEOUT_MAX / 2
 
+MIN_QUEUED: Final = 100_000
+"""Records waiting to be written that a writer keeps at least (some 50 MB at most)."""
+
 
 class SessionWriter:
     """Appends finished sessions to a JSONL file from a daemon thread.
@@ -43,7 +55,7 @@ class SessionWriter:
     did not (a failed write, a value that cannot be encoded, a record too
     long for a line the readers read even without its payloads, a record handed
     over after the writer stopped or left when its shutdown timed out, one
-    with no room), ``lost`` those written to a file that was
+    with no room: as many as the bound already waiting), ``lost`` those written to a file that was
     later deleted or replaced.
     """
 
@@ -55,6 +67,7 @@ class SessionWriter:
         role: str | None,
         run_id: str,
         flush_threshold: int,
+        max_queued: int = MIN_QUEUED,
     ) -> None:
         self.path = Path(path)
         self._meta: dict[str, Any] = {"rank": rank, "role": role, "run_id": run_id}
@@ -66,6 +79,13 @@ class SessionWriter:
         self._cond = threading.Condition(self._lock)
         self._pending: list[Record] = []
         self._batch: list[Record] = []  # taken from _pending, being written chunk by chunk
+        self._max_queued = max(int(max_queued), MIN_QUEUED, 2 * self._threshold)
+        # Room for _pending: max_queued less the batch as it was taken (it only shrinks),
+        # back to max_queued once the batch is written. add_one compares the queue with
+        # _limit, min(flush threshold, room): no more than it did for the threshold alone.
+        self._room = self._max_queued
+        self._limit = min(self._threshold, self._room)
+        self._full_warning = 0  # 1: a record was refused for want of room, 2: warned
         self._added = 0
         self.written = 0
         self.failed = 0
@@ -95,8 +115,10 @@ class SessionWriter:
         """Queue one finished session: :meth:`add` without the list.
 
         Returns whether a whole flush threshold more now waits (or, once the
-        writer is found starved, whether a threshold waits at all): the caller
-        then calls :meth:`behind` once it holds no lock of its own.
+        writer is found starved, whether a threshold waits at all), or whether
+        the record was refused (as many as the bound wait already; counted in
+        ``failed``): the caller then calls :meth:`behind` once it holds no lock
+        of its own.
         """
         record.status, record.reason, record.finalized_ns = status, reason, finalized_ns
         with self._lock:  # the condition's own lock, without its Python-level wrapper
@@ -107,8 +129,15 @@ class SessionWriter:
             pending = self._pending
             pending.append(record)
             queued = len(pending)
-            if queued >= self._threshold:
-                self._cond.notify()
+            if queued >= self._limit:
+                if queued > self._room:  # the writer is that far behind (a hung mount)
+                    pending.pop()
+                    self.failed += 1
+                    if not self._full_warning:
+                        self._full_warning = 1
+                    return True  # behind() warns, outside the lock
+                if queued >= self._threshold:
+                    self._cond.notify()
         # Once starved, offered at every record (the hand-off keeps to one sleep a
         # millisecond): once a threshold, it would get the lock a few times a second.
         return not queued % self._threshold or (
@@ -119,9 +148,29 @@ class SessionWriter:
         """Records wait: a writer starved by a busy loop gets the interpreter lock.
 
         It may sleep 0.2 ms (see :mod:`asynctrace._handoff`): call it holding
-        no lock, so that no other thread waits through that sleep.
+        no lock, so that no other thread waits through that sleep. It also
+        logs, once, that records were refused for want of room (a logging
+        handler may block: on the same hung mount, say).
         """
+        if self._full_warning == 1:
+            self._warn_full()
         self._handoff.offer(self._thread)
+
+    def _warn_full(self) -> None:
+        """Records refused: as many as the bound were waiting to be written. Warned once."""
+        with self._lock:
+            if self._full_warning != 1:
+                return
+            self._full_warning = 2
+        logger.warning(
+            "asynctrace: %d session records are waiting to be written to %s, and further "
+            "finished sessions are not kept until the writer catches up (counted in "
+            "stats()['failed']; further ones are not logged): a write does not return "
+            "(a hung file system?) or is slower than sessions finish; check the file "
+            "system of output_dir, or raise session_tracer.max_pending",
+            self._max_queued,
+            self.path,
+        )
 
     def add(
         self,
@@ -130,12 +179,16 @@ class SessionWriter:
         reason: str | None,
         finalized_ns: int,
         room: int | None = None,
+        *,
+        bounded: bool = True,
     ) -> int:
         """Queue finished sessions (never blocks on I/O); returns how many were not queued.
 
-        With *room*, only as many as leave at most *room* records waiting to
-        be written are queued: the rest are counted in ``failed`` (records
-        that nobody finalized, when the writer falls that far behind).
+        Only as many as leave at most the bound's records (or *room*, if
+        given) waiting to be written are queued: the rest are counted in
+        ``failed``, as :meth:`add_one` counts them (call :meth:`behind` after
+        a refusal, holding no lock). Not *bounded*: all are queued (the
+        pending sessions at shutdown, bounded by ``max_pending`` already).
         """
         for record in records:
             record.status, record.reason, record.finalized_ns = status, reason, finalized_ns
@@ -146,11 +199,16 @@ class SessionWriter:
                 return len(records)
             pending = self._pending
             refused = 0
-            if room is not None:
-                waiting = len(pending) + len(self._batch)
-                refused = min(len(records), max(0, waiting + len(records) - room))
+            if bounded:
+                if room is None:
+                    free = self._room - len(pending)
+                else:
+                    free = room - len(pending) - len(self._batch)
+                refused = max(0, min(len(records), len(records) - free))
                 if refused:
                     self.failed += refused
+                    if not self._full_warning:
+                        self._full_warning = 1
                     records = records[: len(records) - refused]
             pending += records
             if len(pending) >= self._threshold:
@@ -253,6 +311,8 @@ class SessionWriter:
                     )
                     self._handoff.ran()
                     self._batch, self._pending = self._pending, []
+                    self._room = self._max_queued - len(self._batch)
+                    self._limit = min(self._threshold, self._room)
                     durable = self._flush_requested or self._closing
                     self._flush_requested = False
                     closing = self._closing
@@ -318,6 +378,8 @@ class SessionWriter:
                 paused = not closing and not starved
                 chunk, starved = self._next_chunk(closing)
                 if not chunk:  # wake flush() waiters once per batch, not per chunk
+                    self._room = self._max_queued  # written: room for as many again
+                    self._limit = min(self._threshold, self._room)
                     self._cond.notify_all()
             if chunk and paused:
                 # A real pause, not sleep(0): a thread that releases the GIL and takes it

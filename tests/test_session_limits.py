@@ -156,8 +156,8 @@ def test_past_max_pending_the_oldest_sessions_are_written_as_pending_evicted(
 
 
 def test_records_with_no_room_in_the_writer_queue_are_counted_not_kept(tmp_path: Path) -> None:
-    """The writer's queue bound refuses only what goes past it, counted in ``failed``;
-    records queued without a bound (finalized ones) are never refused."""
+    """A room given with records refuses only what goes past it, counted in ``failed``,
+    as the writer's own bound does."""
     path = tmp_path / "sessions-r0.jsonl"
     writer = SessionWriter(path, rank=0, role=None, run_id="t", flush_threshold=10**9)
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import os
 import threading
 import weakref
@@ -75,6 +76,11 @@ class PerfTracer:
         telemetry: Mapping[str, Any] | None = None,
         category_map: Mapping[str, asynctrace.Bucket | str | None] | None = None,
     ) -> None:
+        given: Any = rank  # numpy's integers too, as AReaL takes them
+        if not isinstance(given, bool) and isinstance(given, numbers.Integral):
+            rank = int(given)
+        if role == "":  # AReaL's "no role": no subdirectory, the plain file name
+            role = None
         if rank < 0:
             raise ValueError("rank must be a non-negative integer")
         self.rank = rank
@@ -154,6 +160,17 @@ class PerfTracer:
         no span pipeline, OpenTelemetry's global provider left as it is.
         """
         global _last_started
+        running = asynctrace.current_telemetry()
+        if running is not None and not any(p.telemetry is running for p in list(_perf_tracers)):
+            _warn_once(  # not a PerfTracer's: the application configured asynctrace itself
+                "replaced-application",
+                "perf_tracer: the PerfTracer writing to %s replaces the asynctrace "
+                "configuration the application started itself: asynctrace runs one "
+                "configuration per process, so the application's spans and sessions are "
+                "recorded in this tracer's files from now on (the sessions it left open are "
+                "written as pending), and perf_tracer.reset() leaves none running",
+                self.trace_path.parent,
+            )
         previous = _last_started() if _last_started is not None else None
         if (
             previous is not None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
@@ -31,6 +32,17 @@ class _NullContext:
 
 
 _NULL: Final = _NullContext()
+
+
+def _integral(step: Any) -> int | None:
+    """*step* as the int it stands for (numpy's integers), or ``None`` (a bool, a float,
+    text: no ``rl.iteration``)."""
+    if isinstance(step, bool) or not isinstance(step, numbers.Integral):
+        return None
+    try:
+        return int(step)
+    except Exception:  # an Integral whose int() raises: no iteration, never into the host
+        return None
 
 
 class _Scope:
@@ -75,9 +87,12 @@ class _Scope:
     def __enter__(self) -> _Scope:
         args = self._args
         step = args.get("global_step") if args else None
-        if step.__class__ is int:
-            self._scope = scope = asynctrace.iteration_scope(step)
-            scope.__enter__()
+        if step is not None:
+            if step.__class__ is not int:  # numpy's integers too, as AReaL profiles them
+                step = _integral(step)
+            if step is not None:
+                self._scope = scope = asynctrace.iteration_scope(step)
+                scope.__enter__()
         category = self._category
         group, bucket = self._tracer.bucket_of(_category(category))
         attributes = _attributes(args, _areal_category(category))

@@ -146,9 +146,15 @@ class SessionTracer:
         return stats
 
     def register_task(self, task_id: int) -> None:
-        """Declare a task (AReaL's ``register_task``)."""
-        with self._lock:
-            self._tasks.setdefault(task_id, set())
+        """Declare a task (AReaL's ``register_task``).
+
+        Nothing is stored for it: a task without sessions has none in
+        :meth:`get_session_ids`, declared or not, so the map holds only tasks
+        with pending sessions (a task per submitted sample, never a session of
+        its own, would otherwise stay there for good). An unhashable task id
+        raises ``TypeError``, as in AReaL.
+        """
+        hash(task_id)
 
     def _track(self, task_id: Any, session_id: str) -> int | None:
         number = int(session_id) if session_id.isdigit() else None
@@ -223,7 +229,8 @@ class SessionTracer:
 
         ``finalized`` takes ``status`` and ``reason`` (a status asynctrace has
         no name for is recorded as ``dropped``, with the status as the reason,
-        warned once; no status leaves the session pending, as in AReaL);
+        warned once; no status, or ``"pending"``, leaves the session pending,
+        as in AReaL);
         ``<phase>_start``/``_end`` time a phase. Other payload is not
         recorded, as AReaL does not record it. Nothing here raises.
         """
@@ -245,8 +252,10 @@ class SessionTracer:
         status = payload.get("status")
         if status is None:  # AReaL stamps finalized_ts and keeps the session pending
             return
-        reason = payload.get("reason")
         text = status.value if isinstance(status, enum.Enum) else str(status)
+        if text == "pending":  # AReaL's status before any: the session stays pending
+            return
+        reason = payload.get("reason")
         if text not in _STATUSES:
             _warn_once(  # one key: status texts may be made per call
                 "status",
