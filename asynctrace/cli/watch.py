@@ -5,19 +5,27 @@ by the runtime with ``goodput`` on) and the ``sessions-*.jsonl`` files under
 DIR, across ranks, by polling: no inotify, so a shared filesystem works. A
 line is read once it is complete, a file in chunks of at most 1 MiB. A file
 that is no longer the one read so far (replaced, deleted and written anew,
-truncated) is read again from its start, and what it gave before is dropped:
-the view shows what the files hold now.
+truncated) is read again from its start, and what it gave before is dropped;
+a file gone from DIR no longer counts at all: the view shows what the files
+hold now. Steps are shown in the order of their ``time``, whichever file they
+came from. On a terminal the view is redrawn in place; otherwise (``watch DIR
+> log``) it is printed again after each poll that changed it. SIGTERM ends it
+like Ctrl-C.
 """
 
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 import math
 import os
+import signal
+import threading
 import time
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +42,9 @@ examples:
   asynctrace watch run/ --once                       # print the view once and exit
 
 The job writes goodput-r{rank}.jsonl with the goodput configuration key on
-(goodput: true). Ctrl-C leaves the view.
+(goodput: true). Ctrl-C or SIGTERM leaves the view (status 0). When the output
+is not a terminal (watch DIR > log), the view is printed after each poll that
+changed it.
 """
 
 BUCKET_STYLES = (
@@ -313,21 +323,53 @@ class Rank:
     skipped: int = 0  # its lines of a shape the view cannot show
 
 
+def _label(path: Path, directory: Path | None = None) -> str:
+    """A rank's label: its file's name without ``goodput-`` and what follows a dot;
+    with *directory*, the path relative to it without ``goodput-`` and ``.jsonl``
+    (distinct for distinct files)."""
+    name = path.name.removeprefix("goodput-")
+    if directory is None:
+        return name.split(".")[0]
+    try:
+        parent = path.parent.relative_to(directory)
+    except ValueError:
+        parent = path.parent
+    return (parent / name.removesuffix(".jsonl")).as_posix()
+
+
 @dataclass
 class State:
     """Everything the view shows, updated from new lines, kept per file.
 
     A file read again from its start (:attr:`Follower.restarted`) is first
-    :meth:`forget`-ten, so that its lines never count twice.
+    :meth:`forget`-ten, so that its lines never count twice; a file gone is
+    :meth:`drop`-ped.
     """
 
-    steps: deque[tuple[Path, str, dict[str, Any]]] = field(
+    steps: deque[tuple[Path, tuple[float, int], dict[str, Any]]] = field(
         default_factory=lambda: deque(maxlen=_KEEP_STEPS)
-    )  # (file, rank label, step line), the latest
+    )  # (file, (time, arrival), step line), the latest, in time order
     ranks: dict[Path, Rank] = field(default_factory=dict)
     sessions: dict[Path, Counter[str]] = field(default_factory=dict)  # statuses, per file
     phases: dict[str, deque[tuple[Path, float]]] = field(default_factory=dict)
     unreadable: int = 0  # lines that are not a JSON object, in every file followed
+    changes: int = 0  # counts what changed the counts (a new view to print)
+    _arrivals: int = 0  # steps read, the order of steps of one time
+
+    def label(self, path: Path) -> str:
+        """The label of the rank whose file is at *path*."""
+        rank = self.ranks.get(path)
+        return rank.label if rank is not None else _label(path)
+
+    def relabel(self, directory: Path) -> None:
+        """Label each rank by its file's name, or, where two files followed under
+        *directory* give one label, by their paths relative to it."""
+        short = Counter(_label(path) for path in self.ranks)
+        for path, rank in self.ranks.items():
+            label = _label(path, directory if short[_label(path)] > 1 else None)
+            if rank.label != label:
+                rank.label = label
+                self.changes += 1
 
     @property
     def total_steps(self) -> int:
@@ -357,8 +399,15 @@ class State:
             total.update(counts)
         return total
 
+    def drop(self, path: Path) -> None:
+        """Drop the file at *path* and what it gave: it is gone."""
+        self.forget(path)
+        if self.ranks.pop(path, None) is not None:
+            self.changes += 1
+
     def forget(self, path: Path) -> None:
         """Drop what the file at *path* gave: it is read again from its start."""
+        self.changes += 1
         rank = self.ranks.get(path)
         if rank is not None:
             self.ranks[path] = Rank(rank.label)  # (keeps its place in the view)
@@ -378,9 +427,12 @@ class State:
         """Count the goodput lines *lines*, new in the file at *path* (mtime *modified*)."""
         rank = self.ranks.get(path)
         if rank is None:
-            rank = self.ranks[path] = Rank(path.name.removeprefix("goodput-").split(".")[0])
+            rank = self.ranks[path] = Rank(_label(path))
+            self.changes += 1
         rank.last_line = max(rank.last_line, modified)
+        new: list[tuple[Path, tuple[float, int], dict[str, Any]]] = []
         for line in lines:
+            self.changes += 1
             kind = line.get("kind")
             if (kind == "step" and not (_step_ok(line) and _buckets_ok(line))) or not _time_ok(
                 line
@@ -400,20 +452,32 @@ class State:
             elif kind == "step":
                 rank.steps += 1
                 rank.ended = False
-                self.steps.append((path, rank.label, line))
+                when = line.get("time")
+                self._arrivals += 1
+                new.append((path, (modified if when is None else when, self._arrivals), line))
                 if isinstance(line.get("wall_s"), (int, float)):
                     rank.wall += line["wall_s"]
                     rank.productive += float(line.get("productive_s") or 0.0)
+        if new:
+            # merged by time: a rank behind the others never hides their latest steps
+            new.sort(key=_when)
+            merged = list(heapq.merge(self.steps, new, key=_when))[-_KEEP_STEPS:]
+            self.steps = deque(merged, maxlen=_KEEP_STEPS)
 
     def add_sessions(self, path: Path, lines: Iterable[dict[str, Any]]) -> None:
         """Count the session lines *lines*, new in the file at *path*."""
         statuses = self.sessions.setdefault(path, Counter())
         for line in lines:
+            self.changes += 1
             statuses[str(line.get("status"))] += 1
             for key, value in line.items():
                 if key.endswith("_s") and real_number(value):
                     phase = self.phases.setdefault(key, deque(maxlen=_KEEP_PHASE))
                     phase.append((path, float(value)))
+
+
+def _when(step: tuple[Path, tuple[float, int], dict[str, Any]]) -> tuple[float, int]:
+    return step[1]
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -481,10 +545,10 @@ def render(state: State, directory: Path, stale: float, show: int, now: float) -
         steps.add_column(
             column, justify="left" if column in ("rank", "step", "buckets") else "right"
         )
-    for _, label, step in list(state.steps)[-show:]:
+    for path, _, step in list(state.steps)[-show:]:
         value = step.get("goodput")
         steps.add_row(
-            _text(label),
+            _text(state.label(path)),
             _text("-" if step.get("iteration") is None else step["iteration"]),
             _text(step.get("name")),
             f"{float(step.get('wall_s') or 0.0):.3f}",
@@ -493,15 +557,16 @@ def render(state: State, directory: Path, stale: float, show: int, now: float) -
         )
     parts.append(steps)
     if state.steps:
-        _, label, last = state.steps[-1]
+        path, _, last = state.steps[-1]
+        label = state.label(path)
         spans = sorted((last.get("spans") or {}).items(), key=lambda kv: -kv[1])[:5]
-        slow = Table(
-            title=_text(
+        # a line of its own, not the table's title: the title wraps at the table's width
+        parts.append(
+            _text(
                 f"slowest leaf spans of the last step ({label}, iteration {last.get('iteration')})"
-            ),
-            box=None,
-            title_justify="left",
+            )
         )
+        slow = Table(box=None)
         slow.add_column("span")
         slow.add_column("seconds", justify="right")
         for name, seconds in spans:
@@ -574,7 +639,9 @@ def _poll(
     for gone: on the *final* poll (``--once``), or when its file has not
     changed for *stale* seconds; until then its newline may still come.
     """
+    found = set()
     for path in sorted(directory.rglob("goodput-*.jsonl")):
+        found.add(path)
         follower = followers.get(path)
         if follower is None:
             follower = followers[path] = Follower(path)
@@ -583,6 +650,7 @@ def _poll(
             state.forget(path)
         state.add_goodput(path, lines, follower.modified)
     for path in sorted(directory.rglob("sessions-*.jsonl")):
+        found.add(path)
         follower = followers.get(path)
         if follower is None:
             follower = followers[path] = Follower(path)
@@ -590,11 +658,49 @@ def _poll(
         if follower.restarted:
             state.forget(path)
         state.add_sessions(path, lines)
+    for path in [path for path in followers if path not in found]:
+        del followers[path]  # deleted (or moved away): what it gave no longer counts
+        state.drop(path)
+    state.relabel(directory)
     now = time.time() if now is None else now
-    state.unreadable = sum(
+    unreadable = sum(
         follower.skipped + (follower.torn and (final or now - follower.modified > stale))
         for follower in followers.values()
     )
+    if unreadable != state.unreadable:
+        state.unreadable = unreadable
+        state.changes += 1
+
+
+def _shown(state: State, stale: float, now: float) -> tuple[int, tuple[bool, ...]]:
+    """What a printed view depends on, but for the seconds it counts: the counts,
+    and which ranks are shown as stopped."""
+    return state.changes, tuple(
+        not rank.ended and now - rank.last_line > stale for rank in state.ranks.values()
+    )
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, taken like Ctrl-C."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise _Terminated
+
+
+@contextmanager
+def _sigterm_leaves() -> Iterator[None]:
+    """SIGTERM (``timeout``, a batch scheduler, ``kill``) raises :class:`_Terminated`
+    while the view runs, so it ends with its last view as Ctrl-C does. Only the
+    main thread can set a handler; elsewhere SIGTERM keeps its own."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -614,16 +720,49 @@ def run(args: argparse.Namespace) -> int:
     followers: dict[Path, Follower] = {}
     state = State()
     console = Console()
-    _poll(directory, followers, state, final=args.once, stale=args.stale)
     if args.once:
+        _poll(directory, followers, state, final=True, stale=args.stale)
         console.print(render(state, directory, args.stale, args.steps, time.time()))
         return 0
+    if not console.is_terminal:
+        return _print_views(console, directory, followers, state, args)
     try:
-        with Live(console=console, auto_refresh=False, transient=False) as live:
+        with _sigterm_leaves(), Live(console=console, auto_refresh=False) as live:
             while True:
                 _poll(directory, followers, state, stale=args.stale)
                 view = render(state, directory, args.stale, args.steps, time.time())
                 live.update(view, refresh=True)
                 time.sleep(args.interval)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM: Live leaves the last view drawn
+        return 0
+
+
+def _print_views(
+    console: Any,
+    directory: Path,
+    followers: dict[Path, Follower],
+    state: State,
+    args: argparse.Namespace,
+) -> int:
+    """The view for a file or a pipe (a batch job's log): printed once after each poll
+    that changed it, never redrawn; once more at the end if it changed since."""
+    printed: tuple[int, tuple[bool, ...]] | None = None
+
+    def show() -> None:
+        nonlocal printed
+        now = time.time()
+        shown = _shown(state, args.stale, now)
+        if shown != printed:
+            console.print(render(state, directory, args.stale, args.steps, now))
+            console.file.flush()
+            printed = shown
+
+    try:
+        with _sigterm_leaves():
+            while True:
+                _poll(directory, followers, state, stale=args.stale)
+                show()
+                time.sleep(args.interval)
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM
+        show()
         return 0
