@@ -49,8 +49,9 @@ same numbers for the same spans): a step is *confirmed* when its span has
 arrived and is known to be a step (a span of group ``step`` at once; a
 stamped candidate when its parent arrives, or at :meth:`Rollup.finish` if it
 never does, unless a recent step of its trace with its ``rl.iteration``
-contains its start: a detached finalize span whose staging parent left the
-window). It is *finished* once a span arrives that ended more than
+contains its start, other than a sibling (a step of the same parent): a
+detached finalize span whose staging parent left the window; a remote
+parent's candidate is never ruled out). It is *finished* once a span arrives that ended more than
 ``grace_us`` after the step's end, or at :meth:`Rollup.finish`. Until then,
 late children (a detached span ending after its step, a loop-stall span
 recorded just after the step ended) still count in it; after, nothing
@@ -128,9 +129,10 @@ class Rollup:
             violations are counted, not kept).
         max_pending: most waits (one per parent that has not arrived yet)
             plus the bucketed spans they hold, at once (``None``: no limit);
-            past it, the oldest waits are given up (their candidate steps
-            confirmed with their parent missing, their leaves counted nowhere)
-            and counted in ``evicted`` (their leaves in ``evicted_leaves``).
+            past it, the oldest waits are given up: their bucketed spans (and
+            their candidate steps') count nowhere, counted in ``evicted`` (the
+            spans in ``evicted_leaves``); the candidate steps themselves wait on,
+            outside the limit, for their parent (or :meth:`finish`).
             Waits still open at :meth:`finish` are counted in ``abandoned``
             (their leaves in ``abandoned_leaves``).
         on_violation: called with each violation found outside a step's row
@@ -174,8 +176,12 @@ class Rollup:
         # How many of _remote_keys have a group in _pending: awaited() reads it from any
         # thread, where iterating _remote (changed by the export thread) could raise.
         self._remote_open = 0
-        # Recent steps per (trace, rl.iteration): [(start, end, key)], oldest key first.
-        self._stepped: dict[tuple[int, int], list[tuple[float, float, int]]] = {}
+        # Recent steps per (trace, rl.iteration): [(start, end, key, parent key)], oldest
+        # key first.
+        self._stepped: dict[tuple[int, int], list[tuple[float, float, int, int | None]]] = {}
+        # The candidates of evicted waits, by the parent they wait for: they count nothing
+        # toward max_pending and are settled when it arrives, or as missing (finish).
+        self._stubs: dict[int, list[_Step]] = {}
         # Groups waiting plus the bucketed leaves they hold, bounded by max_pending.
         self._load = 0
         self._limit = max_pending if max_pending is not None else sys.maxsize
@@ -332,7 +338,13 @@ class Rollup:
             # still open and whose own children, if any, have not arrived.
             index = _BUCKET_INDEX.get(bucket, -1) if isinstance(bucket, str) else -1
             pending, home = self._pending, self._home
-            if index >= 0 and key not in pending and pkey not in home:
+            stubs = self._stubs  # evicted waits' candidates: their parent takes _span
+            if (
+                index >= 0
+                and key not in pending
+                and pkey not in home
+                and (not stubs or key not in stubs)
+            ):
                 target = pending.get(pkey)
                 if target is None:
                     target = self._wait(pkey)
@@ -366,6 +378,8 @@ class Rollup:
     def _stall(self, name: str, key: int, pkey: int | None, start: float, end: float) -> None:
         """A loop-stall span: never a step, in no bucket; its seconds go to its step apart."""
         payload = self._take(key) or _Group()
+        if self._stubs:
+            payload = self._unstub(key, payload) or payload
         if payload.cands:  # stamped spans under a stall span (not expected): steps
             for cand in payload.cands:
                 self._confirm(cand)
@@ -426,6 +440,8 @@ class Rollup:
             self._load -= 1 + len(children.leaves)
             if self._remote_keys and key in self._remote_keys:
                 self._remote_open -= 1
+        if self._stubs:
+            children = self._unstub(key, children)
         flags = (_HAS_ITERATION if iteration is not None else 0) | (_STEP if group_step else 0)
         bucket_index = -1
         if bucket is not None:
@@ -463,13 +479,13 @@ class Rollup:
                         if children is None:
                             children = _Group()
                         children.leaves.append((start, end, bucket_index, name, key))
-                step = self._make_step(name, key, origin, iteration, start, end, children)
+                step = self._make_step(name, key, pkey, origin, iteration, start, end, children)
                 self._remember(key, (pkey, step, flags | _STEP, name))
                 self._confirm(step)
                 return
         elif candidate and pkey is not None:
             # Its parent has not arrived: a step unless the parent carries an iteration.
-            step = self._make_step(name, key, origin, iteration, start, end, children, True)
+            step = self._make_step(name, key, pkey, origin, iteration, start, end, children, True)
             target = self._pending.get(pkey)
             if target is None:
                 target = self._wait(pkey)
@@ -477,6 +493,8 @@ class Rollup:
                 target.cands = []
             target.cands.append(step)
             self._remember(key, (pkey, step, flags, name))
+            if self._load > self._limit:
+                self._evict()
             return
         if children is None and parent is None and pkey is not None:
             # The common case, inlined: a childless span whose parent is still open.
@@ -487,8 +505,8 @@ class Rollup:
             if bucket is not None:
                 target.leaves.append((start, end, bucket_index, name, key))
                 self._load += 1
-                if self._load > self._limit:
-                    self._evict()
+            if self._load > self._limit:
+                self._evict()
             return
         payload = children if children is not None else _Group()
         if bucket is not None:
@@ -565,6 +583,7 @@ class Rollup:
         self,
         name: str,
         key: int,
+        pkey: int | None,
         origin: int,
         iteration: int | None,
         start: float,
@@ -578,7 +597,7 @@ class Rollup:
         into its parent's subtree instead, they are clipped to the step they
         end up in, as if the candidate had never been taken for one.
         """
-        step = _Step(name, key, origin, iteration, start, end)
+        step = _Step(name, key, origin, iteration, start, end, pkey)
         if candidate:
             step.raw = []
         if children is None:
@@ -647,7 +666,7 @@ class Rollup:
                 seen = stepped[where] = []
             elif len(seen) >= _STEPS_PER_KEY:
                 del seen[0]
-            seen.append((step.start, step.end, step.key))
+            seen.append((step.start, step.end, step.key, step.parent))
         self._seq += 1
         due = step.end + self._grace
         heapq.heappush(self._held, (due, self._seq, step))
@@ -708,7 +727,8 @@ class Rollup:
             self._on_step(row, found)
 
     def _wait(self, pkey: int) -> _Group:
-        """A new group of spans waiting for *pkey* (the oldest given up past max_pending)."""
+        """A new group of spans waiting for *pkey*; the caller gives the oldest up past
+        max_pending (:meth:`_evict`) once it has put its span in the group."""
         group = self._pending[pkey] = _Group()
         self._load += 1
         if self._remote_keys and pkey in self._remote_keys:
@@ -717,9 +737,7 @@ class Rollup:
         if limit is not None:
             waits = self._waits
             waits.append(pkey)
-            if self._load > limit:
-                self._evict()
-            elif len(waits) > 2 * limit + 64:  # forget keys no longer waiting
+            if len(waits) > 2 * limit + 64:  # forget keys no longer waiting
                 pending = self._pending
                 self._waits = deque(k for k in waits if k in pending)
         return group
@@ -745,7 +763,51 @@ class Rollup:
             if self._remote_keys and key in self._remote_keys:
                 self._remote_open -= 1
             self.evicted += 1
-            self.evicted_leaves += self._missing(group)
+            self.evicted_leaves += self._give_up(key, group)
+
+    def _give_up(self, key: int, group: _Group) -> int:
+        """Drop evicted *group*'s bucketed spans (and its candidates'); keep the candidates
+        (per-prompt spans waiting to be ruled out by the step) as a stub for *key*.
+        Returns the bucketed spans dropped."""
+        dropped = len(group.leaves) + group.nb
+        if group.cands:
+            for cand in group.cands:
+                if cand.raw:
+                    dropped += len(cand.raw)
+                    self._load -= len(cand.raw)
+                    cand.raw = []
+            stub = self._stubs.get(key)
+            if stub is None:
+                self._stubs[key] = group.cands
+            else:
+                stub.extend(group.cands)
+            group.cands = None
+        group.leaves.clear()
+        group.nb = 0
+        group.pre = group.phases = group.stalls = None
+        group.fwd = _OUTSIDE
+        return dropped
+
+    def _unstub(self, key: int, children: _Group | None) -> _Group | None:
+        """*children* with the candidates of *key*'s evicted waits, *key* having arrived."""
+        cands = self._stubs.pop(key, None)
+        if cands is None:
+            return children
+        if children is None:
+            children = _Group()
+        if children.cands is None:
+            children.cands = cands
+        else:
+            children.cands.extend(cands)
+        return children
+
+    def _settle_stub(self, key: int, rule_out: bool) -> None:
+        """The candidates of *key*'s evicted waits: its parent is missing."""
+        cands = self._stubs.pop(key, None)
+        if cands is not None:
+            group = _Group()
+            group.cands = cands
+            self.evicted_leaves += self._missing(group, rule_out)
 
     def awaited(self) -> int:
         """Parents spans wait for now, those of other processes (remote) left out.
@@ -773,40 +835,46 @@ class Rollup:
             _, pkey = remote.popleft()
             group = self._take(pkey)
             keys.discard(pkey)
-            if group is not None:
-                self._missing(group)
+            if group is not None:  # its leaves: outside any step of this process
+                self._missing(group, rule_out=False)
+            if self._stubs:
+                self._settle_stub(pkey, rule_out=False)
 
-    def _missing(self, group: _Group) -> int:
+    def _missing(self, group: _Group, rule_out: bool = True) -> int:
         """*group*'s parent never arrives: its candidates are steps, its leaves outside.
 
         A candidate inside a step of its trace with its ``rl.iteration`` is no
         step (a detached finalize span whose bucketed parent left the window):
-        its leaves go with the group's. Returns the bucketed leaves counted
-        nowhere.
+        its leaves go with the group's. Not when *rule_out* is false: the
+        parent is another process's, so no finalize span of this one.
+        Returns the bucketed leaves counted nowhere.
         """
         if group.cands:
             for cand in group.cands:
-                if self._ruled_out(cand):
+                if rule_out and self._ruled_out(cand):
                     self._fold_step(cand, group)
                 else:
                     cand.orphan = True
                     self._confirm(cand)
             group.cands = None
-        dropped = len(group.leaves)
+        dropped = len(group.leaves) + group.nb
+        group.nb = 0
         group.leaves.clear()
         group.pre = group.phases = group.stalls = None
         group.fwd = _OUTSIDE
         return dropped
 
     def _ruled_out(self, cand: _Step) -> bool:
-        """Whether a step of *cand*'s trace and ``rl.iteration`` contains its start."""
+        """Whether a step of *cand*'s trace and ``rl.iteration`` contains its start, other
+        than a sibling (a step of the same parent: another rank's step of the iteration
+        under the one job span, missing from the inputs)."""
         if cand.iteration is None:
             return False
         seen = self._stepped.get((cand.key >> 64, cand.iteration))
         if seen:
-            start = cand.start
-            for first, last, key in seen:
-                if first <= start < last and key != cand.key:
+            start, parent = cand.start, cand.parent
+            for first, last, key, pkey in seen:
+                if first <= start < last and key != cand.key and pkey != parent:
                     return True
         return False
 
@@ -880,7 +948,9 @@ class Rollup:
         for _, pkey in self._remote:  # another process's parents: missing, as expected
             group = self._take(pkey)
             if group is not None:
-                self._missing(group)
+                self._missing(group, rule_out=False)
+            if self._stubs:
+                self._settle_stub(pkey, rule_out=False)
         self._remote.clear()
         self._remote_keys.clear()
         self._remote_open = 0
@@ -888,6 +958,8 @@ class Rollup:
         for group in self._pending.values():
             self.abandoned_leaves += self._missing(group)
         self.abandoned += missing
+        for key in list(self._stubs):
+            self._settle_stub(key, rule_out=True)
         self._pending.clear()
         self._waits.clear()
         self._load = 0

@@ -77,6 +77,7 @@ class _Step:
         "origin",
         "orphan",
         "overlaps",
+        "parent",
         "phases",
         "raw",
         "sealed",
@@ -91,10 +92,18 @@ class _Step:
     )
 
     def __init__(
-        self, name: str, key: int, origin: int, iteration: int | None, start: float, end: float
+        self,
+        name: str,
+        key: int,
+        origin: int,
+        iteration: int | None,
+        start: float,
+        end: float,
+        parent: int | None = None,
     ) -> None:
         self.name = name
         self.key = key
+        self.parent = parent  # its parent's key: steps sharing it are siblings
         self.origin = origin
         self.iteration = iteration
         self.start = start

@@ -1,0 +1,60 @@
+"""``asynctrace goodput`` when the driver's job span is missing: every rank's step kept."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ._helpers import Result
+
+Run = Callable[..., Result]
+TRACE = "0" * 31 + "7"
+JOB = "00000000000000aa"  # the driver's job span: its file is not among the inputs
+
+
+def _event(name: str, sid: str, parent: str, ts: int, dur: int, rank: int, **args: Any) -> str:
+    fields = {"trace_id": TRACE, "span_id": sid, "parent_span_id": parent, **args}
+    event = {"ph": "X", "name": name, "ts": ts, "dur": dur, "pid": rank, "tid": 1, "args": fields}
+    return json.dumps(event) + "\n"
+
+
+def test_steps_of_one_iteration_under_a_missing_job_span_are_each_reported(
+    tmp_path: Path, run: Run
+) -> None:
+    """Two ranks' overlapping steps of iteration 1 under the job span: two steps, each
+    with its productive leaf (neither folded away as if it were a detached span)."""
+    for rank, offset in ((1, 0), (2, 200_000)):
+        step = f"{rank}00000000000000"
+        lines = [
+            _event(
+                "rl.generate",
+                f"{rank}00000000000001",
+                step,
+                1_000_000 + offset,
+                700_000,
+                rank,
+                **{"rl.iteration": 1, "rl.bucket": "productive"},
+            ),
+            _event(
+                "worker.step",
+                step,
+                JOB,
+                1_000_000 + offset,
+                1_000_000,
+                rank,
+                **{"rl.iteration": 1},
+            ),
+        ]
+        (tmp_path / f"traces-r{rank}.jsonl").write_text("".join(lines))
+    result = run("goodput", tmp_path, "--json")
+    assert result.code == 0, result.err
+    document = result.json()
+    steps = document["steps"]
+    assert [(s["name"], s["productive_s"], s["parent_missing"]) for s in steps] == [
+        ("worker.step", 0.7, True),
+        ("worker.step", 0.7, True),
+    ]
+    assert document["inputs"]["abandoned"] == 1
+    assert document["inputs"]["abandoned_leaves"] == 0

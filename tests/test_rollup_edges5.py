@@ -1,0 +1,201 @@
+"""The rollup when parents go missing: evicted waits and steps that share an iteration."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import asynctrace as at
+from asynctrace._rollup import Rollup, StepRow
+
+TRACE = "0" * 31 + "1"
+PROMPT = {"rl.iteration": 1}
+LEAF = {"rl.iteration": 1, "rl.bucket": "productive"}
+STEP = {"rl.iteration": 1, "asynctrace.group": "step"}
+
+
+def _event(name: str, sid: int, parent: int | None, ts: int, dur: int, **args: Any) -> Any:
+    fields: dict[str, Any] = {"trace_id": TRACE, "span_id": f"{sid:016x}", **args}
+    if parent:
+        fields["parent_span_id"] = f"{parent:016x}"
+    return {"ph": "X", "name": name, "ts": ts, "dur": dur, "args": fields}
+
+
+@pytest.fixture(autouse=True)
+def _no_callbacks() -> Any:
+    yield
+    for fn in at._goodput.callbacks():
+        at.remove_step_goodput(fn)
+
+
+def test_an_evicted_step_wait_makes_no_step_of_its_per_prompt_spans() -> None:
+    """max_pending passed inside a step: the step's wait is given up (its leaves counted in
+    ``evicted_leaves``), but its per-prompt spans wait on for the step and are not steps."""
+    rows: list[StepRow] = []
+    rollup = Rollup(max_pending=10, on_step=lambda row, _: rows.append(row), keep=False)
+    for i in range(3):
+        rollup.add(_event("rl.rollout.prompt", 100 + i, 2, 1000 * i, 50_000, **PROMPT))
+    for i in range(12):
+        rollup.add(_event("rl.generate", 200 + i, 2, 100_000 + 10_000 * i, 5_000, **LEAF))
+    rollup.add(_event("rl.step", 2, 1, 0, 1_000_000, **STEP))
+    rollup.add(_event("rl.job", 1, None, 0, 1_100_000, **{"asynctrace.group": "job"}))
+    result = rollup.finish()
+    assert (result.evicted, result.evicted_leaves) == (1, 10)
+    assert [(row.name, row.parent_missing) for row in rows] == [("rl.step", False)]
+    assert rows[0].sums[0] == 10_000  # the two leaves that came after the eviction
+
+
+def test_evicted_candidates_under_a_bucketed_parent_are_not_steps() -> None:
+    """A stamped span waiting for a bucketed parent, its wait evicted: when the parent
+    arrives (a leaf, the rollup's shortest path) it is ruled out, as without a limit."""
+    rows: list[StepRow] = []
+    rollup = Rollup(max_pending=4, on_step=lambda row, _: rows.append(row), keep=False)
+    rollup.add(_event("rl.finalize", 10, 5, 1_000, 5_000, **PROMPT))  # waits for 5
+    for i in range(3):  # waiting for 6: past 4 at the third, 5's wait is given up
+        rollup.add(_event("rl.generate", 20 + i, 6, 1_000 * i, 1_000, **LEAF))
+    rollup.add(_event("setup", 6, None, 0, 3_000))  # outside any step
+    rollup.add(_event("rl.checkpointing", 5, 3, 0, 2_000, **LEAF))  # bucketed: 10 no step
+    rollup.add(_event("teardown", 3, None, 0, 10_000))  # no step at all
+    result = rollup.finish()
+    assert (result.evicted, result.evicted_leaves) == (1, 0)
+    assert rows == []
+
+
+def test_evicted_candidates_whose_parent_never_arrives_are_steps_at_the_end() -> None:
+    """Rule 3 holds for an evicted wait: its stamped spans are steps with their parent
+    missing, once it is known the parent never arrives (finish), not when evicted."""
+    rows: list[StepRow] = []
+    rollup = Rollup(max_pending=2, on_step=lambda row, _: rows.append(row), keep=False)
+    rollup.add(_event("worker.step", 10, 99, 0, 1_000_000, **PROMPT))  # its job is missing
+    for i in range(3):
+        rollup.add(_event("rl.generate", 20 + i, 7, 1_100_000 + i, 1, **LEAF))
+    rollup.add(_event("later", 30, None, 9_000_000, 1))  # far past the grace
+    assert rows == []
+    result = rollup.finish()
+    assert result.evicted >= 1
+    assert [(row.name, row.parent_missing) for row in rows] == [("worker.step", True)]
+
+
+def test_live_max_pending_inside_a_step_makes_one_step_per_iteration(tmp_path: Path) -> None:
+    """The live rollup with a small goodput.max_pending: a step's busy phase evicts its
+    wait, and no per-prompt span becomes a step (records, file lines, counts)."""
+    records: list[Any] = []
+    at.on_step_goodput(records.append)
+    telemetry = at.configure(
+        {
+            "enabled": True,
+            "span_groups": "all",
+            "exporters": ["chrome"],
+            "output_dir": str(tmp_path),
+            "goodput": {"metrics": "none", "max_pending": 50},
+        }
+    )
+
+    async def prompt(i: int) -> None:
+        with at.per_prompt_scope(), at.umbrella_span("rollout", "rl.rollout.prompt"):
+            await asyncio.sleep(0.005 * i)
+
+    async def main() -> None:
+        for iteration in (1, 2):
+            with at.iteration_scope(iteration), at.umbrella_span("step", "rl.step"):
+                tasks = [asyncio.create_task(prompt(i)) for i in range(4)]
+                for _ in range(60):
+                    with at.managed_span("policy_update", "rl.policy_update"):
+                        await asyncio.sleep(0)
+                await asyncio.gather(*tasks)
+
+    try:
+        asyncio.run(main())
+    finally:
+        assert telemetry.shutdown()
+    stats = telemetry.goodput
+    assert stats is not None
+    assert stats.evicted > 0
+    assert stats.steps == 2
+    assert [(r.name, r.iteration, r.parent_missing) for r in records] == [
+        ("rl.step", 1, False),
+        ("rl.step", 2, False),
+    ]
+    (path,) = tmp_path.glob("goodput-*.jsonl")
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [x["name"] for x in lines if x["kind"] == "step"] == ["rl.step", "rl.step"]
+
+
+def test_sibling_steps_under_a_missing_parent_are_each_kept() -> None:
+    """Two ranks' steps of one iteration under a job span not in the inputs: both steps.
+    A detached finalize span whose staging parent was forgotten is still no step."""
+    rollup = Rollup(window=3)
+    for rank, offset in ((1, 0), (2, 200_000)):
+        step, leaf = rank << 8, (rank << 8) + 1
+        rollup.add(_event("rl.generate", leaf, step, 1_000_000 + offset, 700_000, **LEAF))
+        rollup.add(_event("worker.step", step, 0xAA, 1_000_000 + offset, 1_000_000, **PROMPT))
+    # rank 1's staging span, then a finalize span arriving past the window
+    rollup.add(_event("rl.checkpointing", 0x150, 1 << 8, 1_500_000, 10, **LEAF))
+    for i in range(4):
+        rollup.add(_event("other", 0x160 + i, None, 1_600_000, 10))
+    rollup.add(_event("rl.finalize", 0x170, 0x150, 1_500_010, 2_000_000, **PROMPT))
+    result = rollup.finish()
+    assert [(row.name, row.origin, row.sums[0]) for row in result.steps] == [
+        ("worker.step", 0, 700_010),  # with its staging span
+        ("worker.step", 0, 700_000),
+    ]
+    assert all(row.parent_missing for row in result.steps)
+
+
+@pytest.mark.parametrize("provider", ["fast", "sdk"])
+def test_concurrent_requests_under_remote_parents_are_each_a_step(
+    tmp_path: Path, provider: str
+) -> None:
+    """A server's two overlapping requests of one trace and iteration, each under its
+    client's (remote) span: each is a step with its parent missing, live."""
+    from opentelemetry import trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    telemetry = at.configure(
+        {
+            "enabled": True,
+            "span_groups": "all",
+            "exporters": ["chrome"],
+            "output_dir": str(tmp_path),
+            "provider": provider,
+            "goodput": {"metrics": "none"},
+            "schedule_delay_millis": 20,
+        }
+    )
+    assert telemetry.provider is not None
+    tracer = telemetry.provider.get_tracer("server")
+    t0 = time.time_ns()
+    try:
+        for i, (start, end) in enumerate(((0, 2_000), (500, 3_000))):
+            remote = NonRecordingSpan(
+                SpanContext(0xABC, 0x1000 + i, is_remote=True, trace_flags=TraceFlags(1))
+            )
+            ctx = trace.set_span_in_context(remote)
+            base = t0 + start * 1_000_000
+            request = tracer.start_span(
+                "POST /step", context=ctx, start_time=base, attributes={"rl.iteration": 7}
+            )
+            leaf = tracer.start_span(
+                "rl.env.step",
+                context=trace.set_span_in_context(request),
+                start_time=base + 100_000_000,
+                attributes={"rl.iteration": 7, "rl.bucket": "productive"},
+            )
+            leaf.end(t0 + end * 1_000_000 - 100_000_000)
+            request.end(t0 + end * 1_000_000)
+        later = tracer.start_span("later", start_time=t0 + 9_000_000_000)
+        later.end(t0 + 9_000_000_000)
+    finally:
+        assert telemetry.shutdown()
+    (path,) = tmp_path.glob("goodput-*.jsonl")
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    steps = sorted((x for x in lines if x["kind"] == "step"), key=lambda x: x["start_us"])
+    assert [(s["name"], s["wall_s"], s["productive_s"], s["parent_missing"]) for s in steps] == [
+        ("POST /step", 2.0, 1.8, True),
+        ("POST /step", 2.5, 2.3, True),
+    ]
