@@ -14,8 +14,9 @@ Example:
 
 from __future__ import annotations
 
-from ._baggage import carrier_stats, merge_baggage
+from ._baggage_out import merge_baggage
 from ._carrier_calls import accepts_trace_context, dispatch_with_trace_context
+from ._carrier_stats import carrier_stats
 from ._carriers import current_trace_carrier, span_carrier
 from ._config import TelemetryConfig
 from ._credential_names import is_credential_header, is_credential_key

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from opentelemetry import trace
 
-from ._baggage import _count as count_refusal
+from ._carrier_stats import _count as count_refusal
 from ._carriers import BAGGAGE, PLAIN_CONTEXT, TRACEPARENT, TRACESTATE
 
 __all__ = ["parse_traceparent", "parse_tracestate", "read_carrier"]

@@ -13,7 +13,7 @@ from typing import Any, Final
 from opentelemetry import baggage, trace
 from opentelemetry import context as otel_context
 
-from ._baggage import encode
+from ._baggage_out import encode
 from ._errors import report_internal_error
 from ._fast._span import SPAN_TYPES
 from ._scopes import SCOPES

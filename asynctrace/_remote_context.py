@@ -13,10 +13,10 @@ from types import TracebackType
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from ._baggage import ScopeValues
-from ._baggage import _count as count_refusal
-from ._baggage import decode as decode_baggage
+from ._baggage_in import ScopeValues
+from ._baggage_in import decode as decode_baggage
 from ._carrier_read import parse_traceparent, parse_tracestate, read_carrier
+from ._carrier_stats import _count as count_refusal
 from ._carriers import _with_baggage
 from ._cm import SyncAndAsync
 from ._errors import report_internal_error

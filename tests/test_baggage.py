@@ -17,8 +17,9 @@ from _budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asynctrace import _baggage, carrier_stats
-from asynctrace._baggage import ScopeValues, _property, decode, encode, parse
+from asynctrace import _baggage_in, _baggage_out, carrier_stats
+from asynctrace._baggage_in import ScopeValues, _property, decode, parse
+from asynctrace._baggage_out import encode
 from asynctrace._scopes import SCOPES, ScopeState
 
 _INTS = st.integers(-(2**70), 2**70).map(str) | st.sampled_from(["", "0", "-0", "+1", "1e3", "07"])
@@ -189,8 +190,8 @@ def test_a_property_with_a_long_run_of_blanks_is_read_in_linear_time(
     the run two ways takes minutes here) and the member is skipped or read as W3C says."""
     import time
 
-    monkeypatch.setattr(_baggage, "MAX_HEADER", 10**7)
-    monkeypatch.setattr(_baggage, "MAX_MEMBER", 10**7)
+    monkeypatch.setattr(_baggage_in, "MAX_HEADER", 10**7)
+    monkeypatch.setattr(_baggage_in, "MAX_MEMBER", 10**7)
     start = time.thread_time()
     user, _, counted = _parsed(member)
     assert time.thread_time() - start < 5.0  # a hang, not a speed: linear is milliseconds
@@ -260,7 +261,7 @@ def test_entries_left_out_of_sent_baggage_are_counted_and_logged_once(
     (a scope entry once per scope state), and logged once per process, without a value."""
     import logging
 
-    monkeypatch.setattr(_baggage, "_not_sent_logged", False)
+    monkeypatch.setattr(_baggage_out, "_not_sent_logged", False)
     secret = "S3CRET"
     user: dict[str, object] = {f"k{i}": "v" for i in range(200)}
     user["big"] = secret * 1000  # over 4,096 bytes
@@ -288,7 +289,7 @@ def test_the_scope_entries_sent_keep_to_the_header_limit() -> None:
     state = ScopeState(None, True, -(2**63), "t" * 4060, "s" * 4074)
     before = carrier_stats()["baggage_entries_not_sent"]
     header = _encoded(state, {})
-    assert len(header) <= _baggage.MAX_HEADER
+    assert len(header) <= _baggage_out.MAX_HEADER
     assert carrier_stats()["baggage_entries_not_sent"] == before + 1
     user, values, counted = _parsed(header, lambda h: decode([h]))
     assert user == {}

@@ -15,7 +15,7 @@ from opentelemetry import baggage
 from opentelemetry import context as otel_context
 
 import asynctrace as at
-from asynctrace import _baggage
+from asynctrace import _baggage_out
 from asynctrace.testing import capture_spans
 
 
@@ -53,7 +53,7 @@ def test_an_entry_that_cannot_be_encoded_is_left_out_alone(
     """The carrier keeps its ``traceparent``, the scopes and the other entries; the one
     left out is counted in ``baggage_entries_not_sent`` and logged once, without its value;
     the far side reads what was sent."""
-    monkeypatch.setattr(_baggage, "_not_sent_logged", False)
+    monkeypatch.setattr(_baggage_out, "_not_sent_logged", False)
     before = at.carrier_stats()["baggage_entries_not_sent"]
     with capture_spans("all", propagate_scopes=True):
         with at.iteration_scope(7), _entries({"first": "1", **bad, "last": "a b"}):

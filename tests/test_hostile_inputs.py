@@ -22,7 +22,7 @@ from opentelemetry import trace
 
 import asynctrace as at
 from asynctrace import ConfigurationError, TelemetryConfig
-from asynctrace._baggage import decode
+from asynctrace._baggage_in import decode
 from asynctrace._config_env import ENV_VARS
 from asynctrace._settings import resolve
 from asynctrace.testing import capture_spans
