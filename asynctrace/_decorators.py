@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import functools
 import inspect
-import sys
 import types
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator
 from typing import Any, TypeVar, cast
 
 from . import _scopes
+from ._decorator_checks import check_callable, check_group, check_name, check_options
 from ._errors import ConfigurationError
+from ._generator_wrappers import asyncgen_wrapper, generator_wrapper
 from ._groups import PER_PROMPT as PER_PROMPT_GROUP
-from ._groups import validate_name
 from ._managed_span import managed_span
 from ._span_context import attach, attach_context, current_context, detach, finish
 from ._span_rules import LEAF, UMBRELLA, Attributes
@@ -88,87 +88,6 @@ def _classified(fn: Callable[..., Any]) -> Any:
     return type(target).__call__  # callable: checked before
 
 
-def _check_callable(fn: object, where: str) -> None:
-    if not callable(fn):
-        raise ConfigurationError(
-            f"{where}: expected a function, a method or another callable to decorate, "
-            f"got a {type(fn).__name__}"
-        )
-    if isinstance(fn, type):  # the wrapper, a function, would replace the class itself
-        raise ConfigurationError(
-            f"{where}: {fn.__qualname__!r} is a class; accepted: a function, a method or "
-            "another callable (decorate the class's __init__, or a factory function that "
-            "builds it)"
-        )
-
-
-def _check_group(group: object, where: str) -> str:
-    """The group's name, in the normal form ``register_span_groups`` requires: the span
-    helpers compare names exactly, so a decorator takes the same names they do."""
-    if not isinstance(group, str) or not group.strip():
-        raise ConfigurationError(f"{where}(group): expected a non-empty group name, got {group!r}")
-    name = validate_name(group, f"{where}(group)")
-    if name != group:
-        raise ConfigurationError(
-            f"{where}(group): group name {group!r} is not in normal form; use {name!r} "
-            "(lower case, no surrounding spaces), as register_span_groups requires"
-        )
-    return name
-
-
-_SCALARS = (bool, str, int, float)
-_ACCEPTED_VALUES = "a str, bool, int or float, or a list or tuple of one of those types"
-
-
-def _check_attribute(key: str, value: object, where: str) -> None:
-    """One decorator attribute, checked as OpenTelemetry would at every call."""
-    if not key:
-        raise ConfigurationError(
-            f"{where}(attributes): attribute names must be non-empty strings, got {key!r}"
-        )
-    if isinstance(value, _SCALARS):
-        return
-    if isinstance(value, (list, tuple)):
-        kinds = {type(item) for item in value if item is not None}
-        if len(kinds) <= 1 and kinds <= set(_SCALARS):
-            return
-        raise ConfigurationError(
-            f"{where}(attributes): {key!r} has a {type(value).__name__} of "
-            f"{', '.join(sorted(kind.__name__ for kind in kinds))}; accepted: {_ACCEPTED_VALUES}"
-        )
-    raise ConfigurationError(
-        f"{where}(attributes): {key!r} has a value of type {type(value).__name__}; "
-        f"accepted: {_ACCEPTED_VALUES}"
-    )
-
-
-def _check_options(attributes: object, profile: object, where: str) -> Attributes | None:
-    """*attributes* (a mapping of names to attribute values, or None) and *profile* (a
-    bool), checked once at decoration rather than warned about at every call."""
-    if attributes is not None:
-        if not (
-            isinstance(attributes, Mapping) and all(isinstance(key, str) for key in attributes)
-        ):
-            raise ConfigurationError(
-                f"{where}(attributes): expected a mapping of attribute names (str) to values, "
-                f"or None; got {attributes!r}"
-            )
-        for key, value in attributes.items():
-            _check_attribute(key, value, where)
-    if not isinstance(profile, bool):
-        raise ConfigurationError(f"{where}(profile): expected True or False, got {profile!r}")
-    return attributes
-
-
-def _check_name(name: object, where: str) -> str | None:
-    if name is None or (isinstance(name, str) and name.strip()):
-        return name
-    raise ConfigurationError(
-        f"{where}(name): expected a non-empty span name (a str), or None for the "
-        f"function's qualified name; got {name!r}"
-    )
-
-
 def _decorate(fn: F, group: str, name: str | None, shape: int, attributes: Attributes | None) -> F:
     span_name = name or default_name(fn)
     attrs = dict(attributes) if attributes else None
@@ -194,7 +113,7 @@ def _decorate(fn: F, group: str, name: str | None, shape: int, attributes: Attri
         return _gated_wrapper(fn, group, traced_coroutine, is_async=True)
 
     if inspect.isasyncgenfunction(kind):
-        return _asyncgen_wrapper(fn, group, span_name, shape, attrs)
+        return asyncgen_wrapper(fn, group, span_name, shape, attrs)
 
     if inspect.isgeneratorfunction(kind):
 
@@ -213,7 +132,7 @@ def _decorate(fn: F, group: str, name: str | None, shape: int, attributes: Attri
                 return (yield from gen)
             return (yield from _traced_sync(gen, span))
 
-        wrapper = _generator_wrapper(fn, run_generator)
+        wrapper = generator_wrapper(fn, run_generator)
         code = getattr(inspect.unwrap(unpartial(kind)), "__code__", None)
         if code is not None and code.co_flags & inspect.CO_ITERABLE_COROUTINE:
             return cast("F", types.coroutine(wrapper))  # @types.coroutine: awaited
@@ -258,134 +177,6 @@ def _gated_wrapper(fn: F, group: str, traced: Callable[..., Any], *, is_async: b
 
     names = {"gate": GATE, "ppg": PER_PROMPT_GROUP, "scopes": _scopes, "group": group}
     return compile_wrapper(fn, source, {**names, "fn": fn, "traced": traced})
-
-
-def _generator_wrapper(
-    fn: F, run: Callable[[Generator[Any, Any, Any]], Generator[Any, Any, Any]]
-) -> F:
-    """Build the generator function ``wrapper(<fn's parameters>)``: ``yield from run(fn(...))``.
-
-    With *fn*'s own parameters, a call with bad arguments raises at the call,
-    as calling *fn* would, not at the first ``next()``; and the wrapper is
-    still a generator function (frameworks such as FastAPI and pytest look).
-    The gate is read, and the span started, when iteration starts.
-    """
-    p = PREFIX
-
-    def source(params: str, call: str) -> str:
-        return f"def {p}wrapper({params}):\n    return (yield from {p}run({p}fn({call})))\n"
-
-    return compile_wrapper(fn, source, {"fn": fn, "run": run})
-
-
-# The body of a traced async generator. Async generators cannot ``yield from``,
-# so the driving loop is the wrapper's own body. Every name it uses, locals and
-# builtins alike, carries the prefix that _forwarding refuses in parameter
-# names, so a parameter (``type``, say) can shadow none of them.
-_ASYNCGEN_BODY = """\
-    _at_agen = _at_fn({call})
-    # The first asend made with the event loop's hooks off: the loop then knows
-    # only this wrapper, whose closing closes *fn*'s generator, and never closes
-    # that generator itself, concurrently (as it would at shutdown_asyncgens).
-    _at_hooks = _at_get_hooks()
-    _at_set_hooks(None, None)
-    try:
-        _at_next = _at_agen.asend(None)
-    finally:
-        _at_set_hooks(*_at_hooks)
-    _at_on = _at_gate.enabled
-    _at_span = None
-    if _at_on:
-        _at_checked = _at_ppg if _at_scopes.SCOPES.get().per_prompt else _at_group
-        if _at_checked in _at_on:
-            _at_span = _at_start(_at_name, _at_group, _at_shape, _at_attrs, None)
-        elif _at_gate.audit is not None:
-            _at_gate.audit(_at_checked)
-    _at_body = None
-    _at_send = None
-    _at_throw = None
-    try:
-        while True:
-            # The span is current only while the body runs; no token is held
-            # across the yield below. The body's own context (a span it opened
-            # across a yield) is kept from one resume to the next.
-            _at_token = None
-            if _at_span is not None:
-                _at_token = _at_attach(_at_span) if _at_body is None else _at_resume(_at_body)
-            try:
-                if _at_throw is not None:
-                    _at_exc, _at_throw = _at_throw, None
-                    _at_item = await _at_agen.athrow(_at_exc)
-                elif _at_next is not None:
-                    _at_item = await _at_next
-                    _at_next = None
-                else:
-                    _at_item = await _at_agen.asend(_at_send)
-            except _at_StopAsyncIteration:
-                break
-            finally:
-                if _at_token is not None:
-                    _at_body = _at_current()
-                    _at_detach(_at_token)
-            try:
-                _at_send = yield _at_item
-            except _at_GeneratorExit:
-                _at_token = None
-                if _at_span is not None:
-                    _at_token = _at_attach(_at_span) if _at_body is None else _at_resume(_at_body)
-                try:
-                    await _at_agen.aclose()
-                finally:
-                    _at_detach(_at_token)
-                raise
-            except _at_BaseException as _at_raised:  # athrow(): forward into the body
-                _at_throw = _at_raised
-    except _at_BaseException as _at_raised:
-        if _at_span is not None:
-            _at_finish(_at_span, _at_type(_at_raised), _at_raised)
-        raise
-    if _at_span is not None:
-        _at_finish(_at_span, None, None)
-"""
-
-
-def _asyncgen_wrapper(
-    fn: F, group: str, span_name: str, shape: int, attrs: dict[str, Any] | None
-) -> F:
-    """Build the async generator function ``wrapper(<fn's parameters>)`` around *fn*.
-
-    With *fn*'s own parameters, a call with bad arguments raises at the call,
-    as calling *fn* would, before any span starts; the wrapper is still an
-    async generator function. The gate is read, and the span started, when
-    iteration starts; ``asend``, ``athrow`` and ``aclose`` reach *fn*'s body.
-    """
-
-    def source(params: str, call: str) -> str:
-        return f"async def {PREFIX}wrapper({params}):\n" + _ASYNCGEN_BODY.format(call=call)
-
-    names = {
-        "fn": fn,
-        "gate": GATE,
-        "ppg": PER_PROMPT_GROUP,
-        "scopes": _scopes,
-        "group": group,
-        "name": span_name,
-        "shape": shape,
-        "attrs": attrs,
-        "start": start,
-        "attach": attach,
-        "resume": attach_context,
-        "current": current_context,
-        "detach": detach,
-        "finish": finish,
-        "get_hooks": sys.get_asyncgen_hooks,
-        "set_hooks": sys.set_asyncgen_hooks,
-        "type": type,
-        "BaseException": BaseException,
-        "GeneratorExit": GeneratorExit,
-        "StopAsyncIteration": StopAsyncIteration,
-    }
-    return compile_wrapper(fn, source, names)
 
 
 def _traced_sync(gen: Generator[Any, Any, Any], span: Any) -> Generator[Any, Any, Any]:
@@ -517,14 +308,14 @@ def trace_fn(
         >>> @trace_fn("reward")
         ... async def score(sample): ...
     """
-    checked = _check_group(group, "trace_fn")
-    name = _check_name(name, "trace_fn")
-    attributes = _check_options(attributes, profile, "trace_fn")
+    checked = check_group(group, "trace_fn")
+    name = check_name(name, "trace_fn")
+    attributes = check_options(attributes, profile, "trace_fn")
 
     def decorator(fn: F) -> F:
         if isinstance(fn, (staticmethod, classmethod)):  # the function inside, wrapped again
             return cast("F", type(fn)(decorator(fn.__func__)))
-        _check_callable(fn, "trace_fn")
+        check_callable(fn, "trace_fn")
         return _traced(fn, checked, name, attributes, profile, LEAF)
 
     return decorator
@@ -546,14 +337,14 @@ def umbrella_trace_fn(
         >>> @umbrella_trace_fn("job", "rl.job")
         ... def main(): ...
     """
-    checked = _check_group(group, "umbrella_trace_fn")
-    name = _check_name(name, "umbrella_trace_fn")
-    attributes = _check_options(attributes, profile, "umbrella_trace_fn")
+    checked = check_group(group, "umbrella_trace_fn")
+    name = check_name(name, "umbrella_trace_fn")
+    attributes = check_options(attributes, profile, "umbrella_trace_fn")
 
     def decorator(fn: F) -> F:
         if isinstance(fn, (staticmethod, classmethod)):  # the function inside, wrapped again
             return cast("F", type(fn)(decorator(fn.__func__)))
-        _check_callable(fn, "umbrella_trace_fn")
+        check_callable(fn, "umbrella_trace_fn")
         return _traced(fn, checked, name, attributes, profile, UMBRELLA)
 
     return decorator
