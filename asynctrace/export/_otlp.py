@@ -37,7 +37,13 @@ from .._forksafe import reinit_at_fork
 from .._secret_words import REDACTED
 from ._otlp_env import check_environment, configured_headers
 
-__all__ = ["build_exporter", "otlp_exporter", "sends_encoded"]
+__all__ = [
+    "build_exporter",
+    "configured_header_secrets",
+    "header_secrets",
+    "otlp_exporter",
+    "sends_encoded",
+]
 
 _T = TypeVar("_T")
 
@@ -115,7 +121,7 @@ def build_exporter(protocol: str, signal: str, make: Callable[[], _T], what: str
     """
     _redact_header_warnings()
     hidden = check_environment(protocol, signal)
-    _redact_exporter_logs(signal, [value for _, value in configured_headers(signal) if value])
+    _redact_exporter_logs(signal, header_secrets(value for _, value in configured_headers(signal)))
     try:
         with _empty_variables_unset(hidden):
             return make()
@@ -215,6 +221,34 @@ class _RedactingFilter(RedactingFilter):
 _EXPORTER_LOG_FILTER = _RedactingFilter()
 _FILTER_LOCK = threading.Lock()
 reinit_at_fork(_FILTER_LOCK)  # held at fork(): new in the child
+
+
+def header_secrets(values: Iterable[str]) -> list[str]:
+    """The configured header *values*, each with its credential after a scheme word too.
+
+    A backend's message may quote the token of ``Authorization: Bearer <token>``
+    without the ``Bearer``: both are replaced.
+
+    Example:
+        >>> header_secrets(["Bearer tok123456", "org-42"])
+        ['Bearer tok123456', 'tok123456', 'org-42']
+    """
+    secrets = []
+    for value in values:
+        value = value.strip()
+        if not value:
+            continue
+        secrets.append(value)
+        words = value.split(None, 1)
+        if len(words) == 2:  # a scheme and its credential
+            secrets.append(words[1])
+    return secrets
+
+
+def configured_header_secrets() -> frozenset[str]:
+    """Every configured OTLP header value (:func:`header_secrets`), every signal's made so far:
+    what a backend's own message (a partial success) must not show."""
+    return _EXPORTER_LOG_FILTER.header_values
 
 
 def _redact_exporter_logs(signal: str, secrets: Iterable[str]) -> None:

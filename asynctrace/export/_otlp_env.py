@@ -4,7 +4,7 @@ Per signal: the trace exporter reads ``OTEL_EXPORTER_OTLP_TRACES_*``, the
 goodput metric exporter ``OTEL_EXPORTER_OTLP_METRICS_*``, each before the
 general ``OTEL_EXPORTER_OTLP_*``. A value that would fail every request (a
 header with a line break, an endpoint without ``http://`` or ``https://``, a
-negative timeout, a certificate file that is not there) or that one
+negative timeout or one under a millisecond, a certificate file that is not there) or that one
 transport would ignore with a warning (compression ``zstd``) is a
 :class:`~asynctrace.ConfigurationError` naming the variable, the value (a
 header's value as ``REDACTED``) and what is accepted. Headers are parsed as
@@ -40,6 +40,9 @@ SIGNALS = ("TRACES", "METRICS", "LOGS")
 """The signals of the per-signal variables (``OTEL_EXPORTER_OTLP_<SIGNAL>_*``)."""
 _PATHS = {"TRACES": "/v1/traces", "METRICS": "/v1/metrics", "LOGS": "/v1/logs"}
 _DEFAULT_TIMEOUT_S = 10  # OpenTelemetry's Python exporters, both transports
+# A shorter timeout is used up before the request is made (OpenTelemetry's client then
+# hands ``requests`` 0, which it refuses) or leaves no time to connect: every request fails.
+_MIN_TIMEOUT_S = 0.001
 _told: set[tuple[str, str]] = set()  # (variable, value) already logged about
 _told_lock = threading.Lock()
 reinit_at_fork(_told_lock)  # held at fork(): new in the child
@@ -121,13 +124,14 @@ def check_environment(protocol: str, signal: str = "TRACES") -> list[str]:
             seconds = float(value)
         except ValueError:
             seconds = math.nan
-        if not (math.isfinite(seconds) and seconds >= 0):
+        if not (math.isfinite(seconds) and (seconds == 0 or seconds >= _MIN_TIMEOUT_S)):
             raise _refuse(
                 key,
                 value,
-                "is not a timeout",
-                "a number of seconds, such as 10 or 2.5 (OpenTelemetry's Python exporters "
-                "read seconds, not milliseconds), or 0 for no limit",
+                "is not a timeout" if not seconds > 0 else "is too short for any request",
+                f"a number of seconds >= {_MIN_TIMEOUT_S:g}, such as 10 or 2.5 "
+                "(OpenTelemetry's Python exporters read seconds, not milliseconds), "
+                "or 0 for no limit",
             )
         if seconds == 0:  # the specification's "no limit"; requests and gRPC cannot wait so
             hidden += [f"{own}TIMEOUT", f"{_PREFIX}TIMEOUT"]

@@ -416,6 +416,7 @@ class QueuedSpanProcessor(SpanProcessor):
         self._restart_lock = threading.Lock()  # only tried, never waited for
         reinit_at_fork(self._marker_lock, self._drop_lock, self._restart_lock)
         self._warned_failure = False
+        self._warned_shutdown = False
         self._handoff = Handoff(self._delay / 2)  # half the durability bound
         self._thread = self._start_worker()
         call_in_child(self._after_fork_in_child)  # weakly held: gone with the processor
@@ -694,7 +695,7 @@ class QueuedSpanProcessor(SpanProcessor):
         try:
             self._sink.shutdown()
         except BaseException as exc:
-            self._report(exc, "shutdown")
+            self._shutdown_failed(exc)
 
     def _drain(self) -> None:
         """Export what is queued, batch by batch, honouring flush markers in order.
@@ -797,6 +798,22 @@ class QueuedSpanProcessor(SpanProcessor):
                 "counted (further errors are not logged)",
                 self.name,
                 what,
+                exc_info=exc,
+            )
+
+    def _shutdown_failed(self, exc: BaseException) -> None:
+        """The sink's (exporter's) shutdown raised: what it had not written may be lost.
+
+        Counted as a failed flush, so the shutdown returns ``False``; logged
+        once, apart from export errors (one of those may have been logged).
+        """
+        self._flush_failures += 1
+        if not self._warned_shutdown:
+            self._warned_shutdown = True
+            logger.warning(
+                "asynctrace: exporter %r raised in shutdown; what it had not written out "
+                "may be lost, and the shutdown reports a failure",
+                self.name,
                 exc_info=exc,
             )
 

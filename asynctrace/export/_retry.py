@@ -35,14 +35,16 @@ import dataclasses
 import logging
 import operator
 import random
+import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._forksafe import reinit_at_fork
 from .._redact import redact_text
+from ._otlp import configured_header_secrets
 from ._otlp_wire import EncodedSpan
 from ._queue import ExporterSink, ExportStats, QueuedSpanProcessor, _Marker
 
@@ -60,12 +62,46 @@ MAX_RETRY_AFTER_S = 60.0
 _MESSAGE_CHARS = 200  # of a backend's partial-success message, in the log
 
 
-def _value_bytes(value: Any) -> int:
+_SCALARS = frozenset({int, float, bool, type(None)})  # encoded in at most about 10 bytes
+_MAX_DEPTH = 8  # nested arrays and maps counted item by item down to here, then as a whole
+
+
+def _value_bytes(value: Any, depth: int = 0) -> int:
+    """About the encoded bytes of an attribute value: every byte of a large one counted.
+
+    Strings, bytes, arrays and maps (``kvlist``) by their contents, to
+    :data:`_MAX_DEPTH` levels; deeper, and anything else, by its size in
+    memory, so that the retry buffer's byte bound holds whatever the value.
+    """
+    kind = value.__class__
+    if kind is str:
+        return len(value) + 4
+    if kind in _SCALARS:
+        return 10
+    if (kind is tuple or kind is list) and depth < _MAX_DEPTH:
+        return 4 + sum(_value_bytes(item, depth + 1) for item in value)
+    return _other_bytes(value, depth)
+
+
+def _other_bytes(value: Any, depth: int) -> int:
     if isinstance(value, str):
         return len(value) + 4
-    if isinstance(value, (tuple, list)):
-        return 4 + sum(_value_bytes(item) for item in value)
-    return 10
+    if isinstance(value, (bytes, bytearray)):
+        return len(value) + 4
+    if isinstance(value, memoryview):
+        return value.nbytes + 4
+    if depth < _MAX_DEPTH:
+        if isinstance(value, (tuple, list)):
+            return 4 + sum(_value_bytes(item, depth + 1) for item in value)
+        if isinstance(value, Mapping):
+            return 4 + sum(
+                _value_bytes(key, depth + 1) + _value_bytes(item, depth + 1) + 4
+                for key, item in value.items()
+            )
+    try:
+        return max(10, sys.getsizeof(value))  # deep: its own size in memory, at least
+    except Exception:  # a __sizeof__ that raises
+        return 10
 
 
 def estimate_bytes(span: Any) -> int:
@@ -319,7 +355,9 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
     def _warn_rejection(self, rejected: int, count: int, message: Any) -> None:
         if not self._warned_rejection:
             self._warned_rejection = True
-            reason = redact_text(message)[:_MESSAGE_CHARS] if isinstance(message, str) else ""
+            reason = ""
+            if isinstance(message, str):  # the configured header values may be quoted in it
+                reason = redact_text(message, configured_header_secrets())[:_MESSAGE_CHARS]
             logger.warning(
                 "asynctrace: the backend of exporter %r rejected %d of the %d spans of a batch "
                 "(%s); rejected spans are counted as failed, not retried (further rejections "
@@ -480,7 +518,7 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
         try:
             self._exporter.shutdown()
         except BaseException as exc:
-            self._report(exc, "shutdown")
+            self._shutdown_failed(exc)
 
     # -- control side --------------------------------------------------------
 
