@@ -38,6 +38,7 @@ _FALSE = frozenset({"0", "false", "no", "off"})
 
 
 def check_keys(mapping: Mapping[str, Any], cls: type, where: str) -> None:
+    """Refuse keys of *mapping* that are not fields of the dataclass *cls*, naming them."""
     accepted = [f.name for f in dataclasses.fields(cls)]
     unknown = [k for k in mapping if k not in accepted]
     if unknown:
@@ -78,6 +79,8 @@ def did_you_mean(unknown: Sequence[Any], accepted: Sequence[str]) -> str:
 
 
 def check_bool(key: str, value: Any) -> bool:
+    """*value* as a bool: a bool, or a string ``true``/``false``, ``1``/``0``, ``yes``/``no``
+    or ``on``/``off``, in any case."""
     if isinstance(value, bool):
         return value
     if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
@@ -89,6 +92,7 @@ def check_bool(key: str, value: Any) -> bool:
 
 
 def check_int(key: str, value: Any, minimum: int) -> int:
+    """*value* (an int, or a string of one; not a bool) as an int of at least *minimum*."""
     if isinstance(value, str):
         try:
             value = int(value.strip())
@@ -140,6 +144,7 @@ def check_number(key: str, value: Any, minimum: float, *, strict: bool) -> float
 
 
 def check_path(key: str, value: Any) -> str:
+    """*value* (a string or ``os.PathLike``) as a non-empty directory path with no NUL."""
     if isinstance(value, os.PathLike):
         value = os.fspath(value)
     if not isinstance(value, str) or not value.strip():

@@ -136,6 +136,7 @@ def otel_sdk_disabled(environ: Mapping[str, str] | None = None) -> bool:
 
 
 def env_value(env: Mapping[str, str], var: str) -> str | None:
+    """The stripped value of the variable *var*, or ``None`` when it is unset or blank."""
     raw = env.get(var)
     if raw is not None and not isinstance(raw, str):
         raise ConfigurationError(
@@ -149,6 +150,8 @@ def env_value(env: Mapping[str, str], var: str) -> str | None:
 def session_from_env(
     env: Mapping[str, str], current: SessionTracerConfig | Mapping[str, Any]
 ) -> SessionTracerConfig | None:
+    """The session tracer block with its ``ASYNCTRACE_SESSION_TRACER_*`` variables applied, or
+    ``None`` when none of them is set."""
     enabled = env_value(env, "ASYNCTRACE_SESSION_TRACER_ENABLED")
     threshold = env_value(env, "ASYNCTRACE_SESSION_TRACER_FLUSH_THRESHOLD")
     max_pending = env_value(env, "ASYNCTRACE_SESSION_TRACER_MAX_PENDING")
@@ -167,6 +170,7 @@ def session_from_env(
 
 
 def parse_env(var: str, key: str, raw: str) -> Any:
+    """The raw value of the variable *var* as the field *key* takes it."""
     if key == "exporters":
         return [] if raw.lower() == "none" else exporter_list(var, raw)
     if key == "resource_attributes":

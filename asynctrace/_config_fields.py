@@ -43,8 +43,6 @@ DEFAULT_QUEUE_SIZE: Final[int] = 8192
 """Spans buffered per exporter by default (``max_queue_size``)."""
 DEFAULT_BATCH_SIZE: Final[int] = 512
 """Spans per export call by default (``max_export_batch_size``)."""
-EXPORTER_NAMES = ("chrome", "otlp", "console", "memory")
-PROVIDER_NAMES = ("fast", "sdk")
 
 
 @runtime_checkable
@@ -188,6 +186,7 @@ def _origin(value: int, source: str | None, default: int) -> str:
 
 
 def exporter_list(key: str, value: Any) -> list[str | SpanExporterLike]:
+    """*value* (a list, or a comma-separated string) as exporter names and exporter objects."""
     items: list[Any]
     if isinstance(value, str):
         items = [part for part in value.split(",") if part.strip()]

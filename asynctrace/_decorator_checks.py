@@ -24,6 +24,7 @@ __all__ = [
 
 
 def check_callable(fn: object, where: str) -> None:
+    """Refuse what a decorator cannot wrap: a class, or anything not callable."""
     if not callable(fn):
         raise ConfigurationError(
             f"{where}: expected a function, a method or another callable to decorate, "
@@ -96,6 +97,7 @@ def check_options(attributes: object, profile: object, where: str) -> Attributes
 
 
 def check_name(name: object, where: str) -> str | None:
+    """*name* if it is ``None`` (the function's name) or a non-empty string; else refused."""
     if name is None or (isinstance(name, str) and name.strip()):
         return name
     raise ConfigurationError(

@@ -30,7 +30,8 @@ __all__ = ["LiveSpan"]
 class LiveSpan(SyncAndAsync[Span]):
     """Context manager of an enabled span: starts, attaches, detaches, ends.
 
-    Used on any provider but the fast one (which has :class:`ManagedSpan`).
+    Used on any provider but the fast one (which has
+    :class:`~asynctrace._managed_span.ManagedSpan`).
     Like the spans it stands for, it is entered once; entering it again
     (nested on itself, or after its block) yields the shared disabled span.
     """

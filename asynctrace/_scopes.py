@@ -38,7 +38,7 @@ class ScopeState:
     """The scopes in effect: immutable; a scope entry installs a modified copy.
 
     ``stamps`` holds the ``rl.iteration`` / ``rl.task_id`` / ``rl.session_id``
-    attributes in that order; ``cache`` is for :mod:`asynctrace._spans` (the
+    attributes in that order; ``cache`` is for :mod:`asynctrace._span_start` (the
     finished attributes of a span shape, per group).
     """
 

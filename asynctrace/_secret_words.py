@@ -52,7 +52,7 @@ def _flag_pattern(words: str) -> re.Pattern[str]:
     ``--password x``, ``--token=x``, an argv list's ``'--password', 'x'`` (a
     ``CalledProcessError``'s command): a ``--flag`` holding one of *words* (a
     regex alternation). ``-u``/``--user`` only before a ``user:`` (curl's
-    ``-u bob:pw``). The value is matched apart (with ``_VALUE``). Other flags
+    ``-u bob:pw``). The value is matched apart (``_redact_pairs._VALUE``). Other flags
     do not match at all: a command line of ordinary flags costs no Python call.
     """
     return re.compile(

@@ -84,6 +84,8 @@ def _field(key: str, name: str, value: Any) -> Any:
 
 
 def session_config(value: Any, key: str) -> SessionTracerConfig:
+    """*value* (a :class:`SessionTracerConfig` or a mapping of its fields), checked, as a
+    new object."""
     if isinstance(value, SessionTracerConfig):
         return SessionTracerConfig(
             enabled=check_bool(f"{key}.enabled", value.enabled),

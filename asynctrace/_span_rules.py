@@ -3,8 +3,8 @@
 A span's *shape* (leaf, umbrella, efficiency, marker) and the scope state it
 starts in decide its bucket (:func:`resolve_bucket`) and whether it names its
 group (:func:`group_stamp`); :func:`build_attributes` puts the scope stamps
-first and the caller's attributes over them. :mod:`asynctrace._spans` caches the
-result per scope state for the hot path.
+first and the caller's attributes over them. :mod:`asynctrace._span_start`
+caches the result per scope state for the hot path.
 """
 
 from __future__ import annotations

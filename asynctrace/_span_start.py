@@ -69,7 +69,11 @@ _groups.add_registry_listener(_registry_changed)
 def span_attributes(
     group: str, shape: int, user: Attributes | None, explicit: object
 ) -> dict[str, AttributeValue]:
-    """:func:`resolve_bucket`, :func:`group_stamp` and :func:`build_attributes` at once.
+    """The bucket, group stamp and attributes of a span by the rules, at once.
+
+    What :func:`~asynctrace._span_rules.resolve_bucket`,
+    :func:`~asynctrace._span_rules.group_stamp` and
+    :func:`~asynctrace._span_rules.build_attributes` give together.
 
     The same rules and key order, for the hot path: the stamps of a (group,
     shape) are computed once per scope state and cached on it; the result is
