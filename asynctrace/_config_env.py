@@ -151,8 +151,7 @@ def session_from_env(
     env: Mapping[str, str], current: SessionTracerConfig | Mapping[str, Any]
 ) -> SessionTracerConfig | None:
     """The session tracer block with its own variables applied (enabled, flush threshold,
-    max pending), or
-    ``None`` when none of them is set."""
+    max pending), or ``None`` when none of them is set."""
     enabled = env_value(env, "ASYNCTRACE_SESSION_TRACER_ENABLED")
     threshold = env_value(env, "ASYNCTRACE_SESSION_TRACER_FLUSH_THRESHOLD")
     max_pending = env_value(env, "ASYNCTRACE_SESSION_TRACER_MAX_PENDING")
