@@ -322,9 +322,9 @@ def test_a_mapping_past_the_limit_leaves_what_setting_it_key_by_key_leaves(
     for span in (bulk, one_by_one):
         span.end()
     assert list(bulk.attributes.items()) == list(one_by_one.attributes.items())
-    # Dropped: every older key the mapping does not set again, and the mapping's oldest
-    # (key by key, a key evicted and then set again would count twice).
-    assert getattr(bulk, "_dropped", 0) == len(set(existing) - set(mapping)) + size - 8
+    # Dropped: as key by key (a key evicted and then set again counts twice), as the SDK.
+    assert getattr(bulk, "_dropped", 0) == getattr(one_by_one, "_dropped", 0)
+    assert getattr(bulk, "_dropped", 0) >= len(set(existing) - set(mapping)) + size - 8
 
 
 def test_the_span_length_limit_leaves_event_and_link_values_to_the_general_one(

@@ -16,12 +16,15 @@ happens on the export threads. What the hot path does bound is memory: a
 span keeps at most ``max_attributes`` attributes, ``max_events`` events and
 ``max_links`` links, evicting the oldest as the SDK does (but never
 asynctrace's stamps, :data:`STAMP_KEYS`), and counts what it dropped.
+Those counts are exact when threads share a span: the over-limit path that
+changes them takes one process-wide lock; the path below the limit takes none.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Container, Mapping, Sequence
 from itertools import islice
 from traceback import TracebackException
 from types import TracebackType
@@ -33,6 +36,7 @@ from opentelemetry.trace.status import Status, StatusCode
 from opentelemetry.util import types
 
 from .._exception_text import redact_exception_text, secrets_of
+from .._forksafe import reinit_at_fork
 from .._semconv import (
     CANCELLED,
     GROUP,
@@ -57,6 +61,9 @@ _ERROR = StatusCode.ERROR
 _LIST = list
 _STACKTRACE = "exception.stacktrace"
 _TRACE_FLAGS = tuple(TraceFlags(flags) for flags in range(256))  # made once, not per context
+_MISSING: Any = object()
+_COUNTS = threading.Lock()  # taken to change a drop counter (the over-limit paths only)
+reinit_at_fork(_COUNTS)
 
 STAMP_KEYS: frozenset[str] = frozenset(
     {GROUP, RL_BUCKET, RL_ITERATION, RL_TASK_ID, RL_SESSION_ID, RL_EFFICIENCY_CATEGORY}
@@ -241,12 +248,85 @@ def _evict_past(span: FastSpan, attributes: dict[str, Any], keep: int) -> None:
     Another thread may change *attributes* meanwhile: what it removed first is
     simply gone.
     """
+    evicted = 0
     while len(attributes) > keep:
         try:
-            attributes.pop(_oldest_evictable(attributes), None)
+            if attributes.pop(_oldest_evictable(attributes), _MISSING) is _MISSING:
+                continue  # another thread evicted it first, and counted it
         except (RuntimeError, StopIteration):  # changed while read: look again
             continue
-        span._dropped = getattr(span, "_dropped", 0) + 1
+        evicted += 1
+    if evicted:
+        with _COUNTS:
+            span._dropped = getattr(span, "_dropped", 0) + evicted
+
+
+def _evicted_early(
+    own: list[str], attributes: Mapping[Any, Any], keys: Container[str], limit: int
+) -> int:
+    """How many of *own* (a span's keys, oldest first) that *attributes* sets again
+    set_attribute would evict before reaching them, setting *attributes* one by one.
+
+    *keys* holds the keys *attributes* sets (as the span keeps them).
+
+    Such a key is dropped twice that way: its old value, then (when not among
+    the newest) its new one. Runs only until every such key is reached or
+    evicted: some ``limit`` steps, whatever the size of *attributes*.
+    """
+    protected = limit > len(STAMP_KEYS)  # then a stamp is never evicted
+    pending = {key for key in own if key in keys}
+    if protected:
+        pending -= STAMP_KEYS
+    if not pending or limit <= 0:
+        return 0
+    live = dict.fromkeys(own)
+    early = 0
+    for key in attributes:
+        key = key if key.__class__ is str else _kept_key(key)
+        if not key:
+            continue
+        if key in live:
+            del live[key]
+            pending.discard(key)
+        elif len(live) >= limit:
+            oldest = _oldest_evictable(live)
+            del live[oldest]
+            if oldest in pending:
+                early += 1
+                pending.discard(oldest)
+        live[key] = None
+        if not pending:
+            break
+    return early
+
+
+def _install(
+    span: FastSpan,
+    live: dict[str, Any],
+    kept: dict[str, Any],
+    keys: Container[str],
+    lost: int,
+    limit: int,
+) -> None:
+    """Make *live* (the span's own dict, changed in place) hold *kept*, in its order.
+
+    *keys* holds the keys being set. A key of *live* that is neither kept nor
+    among them is counted as dropped when this call removes it (one another
+    thread set meanwhile too); *lost* counts the rest (values set but not
+    kept, old values evicted before being set again).
+    """
+    for key in list(live):  # one C call
+        if key not in kept and live.pop(key, _MISSING) is not _MISSING and key not in keys:
+            lost += 1
+    for key, value in _copy_attributes(kept).items():  # moved to the end, in *kept*'s order
+        if live.pop(key, _MISSING) is _MISSING and key not in keys:
+            continue  # an old one another thread evicted meanwhile (and counted)
+        live[key] = value
+    if lost:
+        with _COUNTS:
+            span._dropped = getattr(span, "_dropped", 0) + lost
+    if len(live) > limit:  # another thread wrote meanwhile
+        _evict_past(span, live, limit)
 
 
 def _oldest_evictable(attributes: dict[str, Any]) -> str:
@@ -413,7 +493,8 @@ class FastSpan(trace.Span):
         if self._end is not None:
             return
         if (key.__class__ is not str and not isinstance(key, str)) or not key:
-            self._dropped = getattr(self, "_dropped", 0) + 1
+            with _COUNTS:
+                self._dropped = getattr(self, "_dropped", 0) + 1
             return
         attributes = self._attributes
         limit = self._tracer._limits.max_attributes
@@ -421,7 +502,8 @@ class FastSpan(trace.Span):
             attributes.pop(key, None)  # as the SDK does: a key set again moves to the end
         elif limit is not None and len(attributes) >= limit:
             if not limit:
-                self._dropped = getattr(self, "_dropped", 0) + 1
+                with _COUNTS:
+                    self._dropped = getattr(self, "_dropped", 0) + 1
                 return
             _evict_past(self, attributes, limit - 1)
         cls = value.__class__
@@ -448,20 +530,26 @@ class FastSpan(trace.Span):
         if limit is not None and len(attributes) >= limit and attributes.__class__ is dict:
             # Only the newest `limit` can stay, every one of them from *attributes*: read
             # just those, from its end (10,000 keys otherwise cost a millisecond).
-            newest, left_out = newest_good(attributes, limit)
+            newest, _ = newest_good(attributes, limit)
             if len(newest) == limit:
-                own = own.copy()  # one C call: another thread may be setting attributes
-                older = [key for key in own if key not in attributes]
-                if not STAMP_KEYS.isdisjoint(older):  # the stamps stay, as many new ones go
-                    stamped = {key: own[key] for key in older if key in STAMP_KEYS}
+                snapshot = own.copy()  # one C call: another thread may be setting attributes
+                stamps = [key for key in snapshot if key in STAMP_KEYS and key not in attributes]
+                if stamps:  # the stamps stay, as many new ones go
+                    stamped = {key: snapshot[key] for key in stamps}
                     stamped.update(newest)
                     newest, _ = keep_stamps(stamped, limit)
-                self._dropped = getattr(self, "_dropped", 0) + len(older) + left_out
-                self._attributes = _copy_attributes(newest)
+                from_own = sum(1 for key in stamps if key in newest)
+                lost = len(attributes) - (len(newest) - from_own)  # bad keys included
+                keys: Container[str] = attributes
+                if not _STR_KEYS.issuperset(map(type, attributes)):
+                    keys = set(good_keys(attributes)[0])
+                lost += _evicted_early(list(snapshot), attributes, keys, limit)
+                _install(self, own, newest, keys, lost, limit)
                 return
         attributes, bad = good_keys(attributes)
         if bad:
-            self._dropped = getattr(self, "_dropped", 0) + bad
+            with _COUNTS:
+                self._dropped = getattr(self, "_dropped", 0) + bad
             if not attributes:
                 return
         if limit is None or len(own) + len(attributes) <= limit:
@@ -471,14 +559,15 @@ class FastSpan(trace.Span):
             own.update(_copy_attributes(attributes))
             return
         # Past the limit: what setting them one by one would leave (the newest
-        # `limit` and the stamps, the rest counted as dropped). *own* is read from a
+        # `limit` and the stamps), and its count of drops. *own* is read from a
         # copy (one C call): another thread may be setting attributes meanwhile.
-        merged = {key: value for key, value in own.copy().items() if key not in attributes}
+        snapshot = own.copy()
+        merged = {key: value for key, value in snapshot.items() if key not in attributes}
         merged.update(attributes)
-        merged, excess = keep_stamps(merged, limit)
-        if excess:
-            self._dropped = getattr(self, "_dropped", 0) + excess
-        self._attributes = _copy_attributes(merged)
+        merged, _ = keep_stamps(merged, limit)
+        lost = sum(1 for key in attributes if key not in merged)
+        lost += _evicted_early(list(snapshot), attributes, attributes, limit)
+        _install(self, own, merged, attributes, lost, limit)
 
     def add_event(
         self,
@@ -501,13 +590,16 @@ class FastSpan(trace.Span):
             events = self._events = []
         limit = self._tracer._limits.max_events
         if limit is not None and len(events) >= limit:
-            self._dropped_events = getattr(self, "_dropped_events", 0) + 1  # set only when used
+            with _COUNTS:  # (the counter is set only when used)
+                self._dropped_events = getattr(self, "_dropped_events", 0) + 1
             if not limit:
                 return
             del events[0]
         events.append(event)
         if limit is not None and len(events) > limit:  # another thread added meanwhile
-            self._dropped_events = getattr(self, "_dropped_events", 0) + _trim(events, limit)
+            evicted = _trim(events, limit)
+            with _COUNTS:
+                self._dropped_events = getattr(self, "_dropped_events", 0) + evicted
 
     def add_link(self, context: SpanContext, attributes: types.Attributes = None) -> None:
         """Link to another span's context (ignored when invalid and without attributes)."""
@@ -521,13 +613,16 @@ class FastSpan(trace.Span):
             self._links = links
         limit = self._tracer._limits.max_links
         if limit is not None and len(links) >= limit:
-            self._dropped_links = getattr(self, "_dropped_links", 0) + 1
+            with _COUNTS:
+                self._dropped_links = getattr(self, "_dropped_links", 0) + 1
             if not limit:
                 return
             del links[0]
         links.append(Link(context, _copy_attributes(attributes)))
         if limit is not None and len(links) > limit:  # another thread added meanwhile
-            self._dropped_links = getattr(self, "_dropped_links", 0) + _trim(links, limit)
+            evicted = _trim(links, limit)
+            with _COUNTS:
+                self._dropped_links = getattr(self, "_dropped_links", 0) + evicted
 
     def update_name(self, name: str) -> None:
         """Rename the span."""

@@ -6,6 +6,10 @@ which encodes an attribute mapping with the SDK's rules (``BoundedAttributes``:
 count limit keeping the newest, string length limit, value cleaning) and
 OpenTelemetry's encoder's handling of what it cannot encode (the attribute
 is left out).
+
+A value nested deeper than protobuf parsers read (:data:`MAX_DEPTH` message
+levels in the request) is left out too, and counted as dropped: written, it
+would make the whole request unreadable to the collector.
 """
 
 from __future__ import annotations
@@ -15,11 +19,23 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from opentelemetry.attributes import BoundedAttributes
-
 from .._fast._span import STAMP_KEYS
+from ._convert import bounded, uncut_stamps
 
-__all__ = ["SMALL", "AttributeEncoder", "any_value", "key_value", "length_delimited", "varint"]
+__all__ = [
+    "EVENT_ATTRIBUTE",
+    "MAX_DEPTH",
+    "RESOURCE_ATTRIBUTE",
+    "SCOPE_ATTRIBUTE",
+    "SMALL",
+    "SPAN_ATTRIBUTE",
+    "AttributeEncoder",
+    "TooDeep",
+    "any_value",
+    "key_value",
+    "length_delimited",
+    "varint",
+]
 
 logger = logging.getLogger("asynctrace")
 
@@ -30,6 +46,26 @@ _DOUBLE = struct.Struct("<Bd")
 _PLAIN = frozenset({str, bool, int, float})
 _CACHED_LENGTH = 128  # string values up to this long have their KeyValue bytes kept
 _CACHE_ENTRIES = 4096  # per cache; past it, new entries are not kept
+
+MAX_DEPTH = 101
+"""The deepest message level a request may hold, the request itself being level 1.
+
+Protobuf parsers refuse more than 100 levels of nesting below the message they
+parse (protobuf's default recursion limit; the Python runtime's, C++'s and
+Java's): one value past it makes the whole ``ExportTraceServiceRequest``
+unreadable. Each mapping in a value adds three levels (``KeyValueList``,
+``KeyValue``, ``AnyValue``), each sequence two (``ArrayValue``, ``AnyValue``).
+"""
+
+# The level of an attribute's ``KeyValue`` in an ``ExportTraceServiceRequest`` (1).
+RESOURCE_ATTRIBUTE = 4  # ResourceSpans (2), Resource (3)
+SCOPE_ATTRIBUTE = 5  # ResourceSpans (2), ScopeSpans (3), InstrumentationScope (4)
+SPAN_ATTRIBUTE = 5  # ResourceSpans (2), ScopeSpans (3), Span (4)
+EVENT_ATTRIBUTE = 6  # ... Span (4), Event or Link (5)
+
+
+class TooDeep(ValueError):
+    """A value nested deeper than :data:`MAX_DEPTH` allows where it is written."""
 
 
 def varint(n: int) -> bytes:
@@ -86,10 +122,14 @@ def _plain(value: Any, limit: int | None) -> bytes:
     return _DOUBLE.pack(0x21, value)
 
 
-def any_value(value: Any) -> bytes:
+def any_value(value: Any, depth: int = SPAN_ATTRIBUTE + 1) -> bytes:
     """The ``AnyValue`` body of a cleaned value, as OpenTelemetry's ``_encode_value`` makes it.
 
+    *depth* is the level of the ``AnyValue`` message in the request.
+
     Raises:
+        TooDeep: a message of the value would be deeper than :data:`MAX_DEPTH`
+            (a self-referential list included).
         ValueError: a string with a lone surrogate, an integer outside int64.
         TypeError: a type OpenTelemetry's encoder refuses too.
 
@@ -97,6 +137,8 @@ def any_value(value: Any) -> bytes:
         >>> any_value(True), any_value(None)
         (b'\\x10\\x01', b'')
     """
+    if depth > MAX_DEPTH:
+        raise TooDeep(f"nested deeper than {MAX_DEPTH - 1} protobuf levels")
     if value is None:
         return b""
     if isinstance(value, bool):
@@ -109,23 +151,29 @@ def any_value(value: Any) -> bytes:
         return _DOUBLE.pack(0x21, value)
     if isinstance(value, bytes):
         return _ld(b"\x3a", value)
+    if isinstance(value, (Sequence, Mapping)) and depth >= MAX_DEPTH:  # its container too deep
+        raise TooDeep(f"nested deeper than {MAX_DEPTH - 1} protobuf levels")
     if isinstance(value, Sequence):
-        return _ld(b"\x2a", b"".join(_ld(b"\x0a", any_value(item)) for item in value))
+        depth += 2  # ArrayValue, then each item's AnyValue
+        return _ld(b"\x2a", b"".join(_ld(b"\x0a", any_value(item, depth)) for item in value))
     if isinstance(value, Mapping):
-        pairs = (_ld(b"\x0a", key_value(str(k), v)) for k, v in value.items())
+        depth += 2  # KeyValueList, then each KeyValue
+        pairs = (_ld(b"\x0a", key_value(str(k), v, depth)) for k, v in value.items())
         return _ld(b"\x32", b"".join(pairs))
     raise TypeError(f"Invalid type {type(value)} of value {value}")
 
 
-def key_value(key: str, value: Any) -> bytes:
-    """A ``KeyValue`` message body.
+def key_value(key: str, value: Any, depth: int = SPAN_ATTRIBUTE) -> bytes:
+    """A ``KeyValue`` message body; *depth* is its level in the request (see :func:`any_value`).
 
     Example:
         >>> key_value("n", 1)
         b'\\n\\x01n\\x12\\x02\\x18\\x01'
     """
+    if depth > MAX_DEPTH:
+        raise TooDeep(f"nested deeper than {MAX_DEPTH - 1} protobuf levels")
     head = _ld(b"\x0a", key.encode()) if key else b""  # an empty string is not written
-    return head + _ld(b"\x12", any_value(value))
+    return head + _ld(b"\x12", any_value(value, depth + 1))
 
 
 class _Unusual(Exception):
@@ -137,8 +185,11 @@ class AttributeEncoder:
 
     Plain values (str, bool, int, float, and tuples of one of them) are
     encoded directly; a mapping holding anything else, or more than its count
-    limit, is cleaned by ``BoundedAttributes`` first. A value that cannot be
-    encoded is left out, counted in :attr:`skipped` and logged once.
+    limit, is cleaned by ``BoundedAttributes`` first (a value it cannot clean,
+    such as one whose ``str()`` raises, is left out alone and counted as
+    dropped). A value that cannot be encoded is left out, counted in
+    :attr:`skipped` and logged once; one nested too deeply (:class:`TooDeep`)
+    is counted as dropped too.
 
     Example:
         >>> parts = []
@@ -161,16 +212,18 @@ class AttributeEncoder:
         tag: bytes,
         parts: list[bytes],
         limit: int | None,
+        depth: int = SPAN_ATTRIBUTE,
     ) -> int:
-        """Append the fields (*tag*) of *attributes* to *parts*; how many the limits dropped.
+        """Append the fields (*tag*) of *attributes* to *parts*; how many were dropped.
 
         *maxlen* is the count limit and *limit* the string length limit
-        (``None``: none).
+        (``None``: none); *depth* is the level of each ``KeyValue`` in the
+        request (:data:`SPAN_ATTRIBUTE`, :data:`EVENT_ATTRIBUTE`).
         """
         if not attributes:
             return 0
         if maxlen is not None and len(attributes) > maxlen:
-            return self._cleaned(attributes, maxlen, tag, parts, limit)
+            return self._cleaned(attributes, maxlen, tag, parts, limit, depth)
         keys, strings = self._keys, self._strings
         start, skipped = len(parts), self.skipped
         for key, value in attributes.items():
@@ -191,22 +244,35 @@ class AttributeEncoder:
             except _Unusual:
                 del parts[start:]
                 self.skipped = skipped
-                return self._cleaned(attributes, maxlen, tag, parts, limit)
+                return self._cleaned(attributes, maxlen, tag, parts, limit, depth)
             except ValueError as exc:  # a lone surrogate, an int outside int64
                 self._skip(key, exc)
                 continue
             parts.append(tag + pair)
         return 0
 
-    def encode_mapping(self, attributes: Mapping[str, Any], tag: bytes) -> bytes:
-        """The fields (*tag*) of cleaned *attributes*, as OpenTelemetry's encoder writes them."""
+    def encode_mapping(
+        self, attributes: Mapping[str, Any], tag: bytes, depth: int = SPAN_ATTRIBUTE
+    ) -> bytes:
+        """The fields (*tag*) of cleaned *attributes*, as OpenTelemetry's encoder writes them.
+
+        *depth* is the level of each ``KeyValue`` in the request.
+        """
+        return self._encoded(attributes, tag, depth)[0]
+
+    def _encoded(self, attributes: Mapping[str, Any], tag: bytes, depth: int) -> tuple[bytes, int]:
+        """:meth:`encode_mapping` and how many values it left out as too deep."""
         out = []
+        deep = 0
         for key, value in attributes.items():
             try:
-                out.append(_ld(tag, key_value(key, value)))
+                out.append(_ld(tag, key_value(key, value, depth)))
+            except TooDeep as exc:  # written, it would make the request unreadable
+                deep += 1
+                self._skip(key, exc)
             except Exception as exc:  # what OpenTelemetry's encoder leaves out
                 self._skip(key, exc)
-        return b"".join(out)
+        return b"".join(out), deep
 
     def _pair(self, key: str, value: Any, limit: int | None, keys: dict[str, bytes]) -> bytes:
         """A ``KeyValue``'s length and bytes; *value* is plain or a tuple of one plain class."""
@@ -235,17 +301,19 @@ class AttributeEncoder:
         tag: bytes,
         parts: list[bytes],
         limit: int | None,
+        depth: int,
     ) -> int:
-        """Clean with ``BoundedAttributes`` (the SDK's rules), then encode what it keeps."""
-        cleaned = BoundedAttributes(maxlen, attributes, True, limit)
+        """Clean with ``BoundedAttributes`` (the SDK's rules), then encode what it keeps.
+
+        A value it cannot clean (a ``str()`` that raises, a list that holds
+        itself) is left out alone and counted, as on the way to SDK spans.
+        """
+        cleaned = bounded(maxlen, attributes, limit)
         if limit is not None:  # the stamps whole again (BoundedAttributes cut them too)
-            stored = cleaned._dict
-            for key in STAMP_KEYS.intersection(stored):
-                value = attributes.get(key)
-                if value.__class__ is str:
-                    stored[key] = value
-        parts.append(self.encode_mapping(cleaned, tag))
-        return cleaned.dropped
+            uncut_stamps(cleaned, attributes)
+        data, deep = self._encoded(cleaned, tag, depth)
+        parts.append(data)
+        return cleaned.dropped + deep
 
     def _skip(self, key: str, exc: Exception) -> None:
         self.skipped += 1

@@ -13,7 +13,9 @@ are constants, the resource's and each scope's bytes are made once, and the
 A span name that is not a string is written as its ``str()`` (``None`` as
 the empty name). Values OpenTelemetry's encoder cannot encode (a string with a lone surrogate,
 an integer outside int64) leave their attribute out, as that encoder does;
-they are counted (:attr:`WireEncoder.skipped`) and logged once. Anything
+they are counted (:attr:`WireEncoder.skipped`) and logged once. A value
+nested deeper than protobuf parsers read is left out as well, and counted as
+dropped. Anything
 unusual (other types, nested or mixed sequences, bad keys) is cleaned by
 ``BoundedAttributes`` itself first, so the result is what the SDK path sends.
 """
@@ -28,7 +30,14 @@ from opentelemetry.attributes import BoundedAttributes
 
 from .._fast import FastSpan, Scope, SpanLimits
 from ._convert import finish_event
-from ._otlp_values import SMALL, AttributeEncoder, varint
+from ._otlp_values import (
+    EVENT_ATTRIBUTE,
+    RESOURCE_ATTRIBUTE,
+    SCOPE_ATTRIBUTE,
+    SMALL,
+    AttributeEncoder,
+    varint,
+)
 from ._otlp_values import length_delimited as _ld
 
 __all__ = ["EncodedSpan", "WireEncoder", "request_bytes"]
@@ -114,7 +123,7 @@ class WireEncoder(AttributeEncoder):
         super().__init__()
         self.limits = limits
         attributes = getattr(resource, "attributes", None) or {}
-        encoded = self.encode_mapping(attributes, b"\x0a")
+        encoded = self.encode_mapping(attributes, b"\x0a", RESOURCE_ATTRIBUTE)
         schema_url = getattr(resource, "schema_url", "") or ""
         tail = _ld(b"\x1a", schema_url.encode()) if schema_url else b""
         self.resource = (_ld(b"\x0a", encoded), tail)
@@ -128,7 +137,7 @@ class WireEncoder(AttributeEncoder):
             if scope.version:
                 body += _ld(b"\x12", scope.version.encode())
             cleaned = BoundedAttributes(attributes=scope.attributes, immutable=True)
-            body += self.encode_mapping(cleaned, b"\x1a")
+            body += self.encode_mapping(cleaned, b"\x1a", SCOPE_ATTRIBUTE)
             tail = _ld(b"\x1a", scope.schema_url.encode()) if scope.schema_url else b""
             found = scope.otlp = (_ld(b"\x0a", body), tail)
         return found
@@ -202,7 +211,12 @@ class WireEncoder(AttributeEncoder):
             if event_name:
                 body.append(_ld(b"\x12", event_name.encode()))
             lost = self.append_attributes(
-                event.attributes.copy(), limits.max_event_attributes, b"\x1a", body, length
+                event.attributes.copy(),
+                limits.max_event_attributes,
+                b"\x1a",
+                body,
+                length,
+                EVENT_ATTRIBUTE,
             )
             if lost:
                 body.append(b"\x20" + varint(lost))
@@ -218,7 +232,7 @@ class WireEncoder(AttributeEncoder):
                 b"\x12\x08" + context.span_id.to_bytes(8, "big"),
             ]
             lost = self.append_attributes(
-                link.attributes, limits.max_link_attributes, b"\x22", body, length
+                link.attributes, limits.max_link_attributes, b"\x22", body, length, EVENT_ATTRIBUTE
             )
             if lost:
                 body.append(b"\x28" + varint(lost))
