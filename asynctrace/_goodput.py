@@ -211,7 +211,10 @@ class GoodputStats:
         violations: accounting violations found (over-wall, nested-bucket,
             late-bucket, unknown-bucket).
         delivered: records handed to the callbacks.
-        dropped: records the callbacks never saw (their queue was full).
+        dropped: records the callbacks did not finish: their queue was full,
+            or, at shutdown, still queued or in a callback still running
+            past the 2 s the shutdown waits (that one counts as delivered
+            once the callback returns).
         callback_errors: calls of a callback that raised.
         evicted: waits for a parent span given up (``goodput.max_pending``).
         awaited_parents: parent spans that arrived spans wait for right now
@@ -348,6 +351,13 @@ class Dispatcher:
         self._warned: set[int] = set()
         self._warned_full = False
         self.released = False  # a callback waits for this close: do not wait for it
+        # The record the callbacks are handling. Once a close has given up waiting, it
+        # counts as dropped (counts()) until its callbacks return, then as delivered:
+        # the lock makes each reading count it once.
+        self._current: Any = None
+        self._gave_up = False
+        self._count_lock = threading.Lock()
+        reinit_at_fork(self._count_lock)
 
     def put(self, record: StepGoodput) -> None:
         """Queue *record* for the callbacks (export thread; never waits)."""
@@ -386,9 +396,12 @@ class Dispatcher:
                 record = queue.popleft()
                 if record is _STOP:
                     return
+                self._current = record
                 for fn in _callbacks:
                     self._call(fn, record)
-                self.delivered += 1
+                with self._count_lock:
+                    self.delivered += 1
+                    self._current = None
 
     def _call(self, fn: Callable[[StepGoodput], Any], record: StepGoodput) -> None:
         try:
@@ -403,6 +416,18 @@ class Dispatcher:
                     fn,
                     exc_info=exc,
                 )
+
+    def counts(self) -> tuple[int, int]:
+        """``(delivered, dropped)``, read together; once a close has given up waiting, the
+        record a callback is still handling counts as dropped (as delivered when it returns).
+
+        Example:
+            >>> Dispatcher(4).counts()
+            (0, 0)
+        """
+        with self._count_lock:
+            late = 1 if self._gave_up and self._current is not None else 0
+            return self.delivered, self.dropped + late
 
     def close(self, timeout_s: float) -> bool:
         """Deliver what is queued, waiting at most *timeout_s*; ``False`` if it took longer."""
@@ -419,7 +444,8 @@ class Dispatcher:
         if thread.is_alive():
             # The records still queued are taken out (pop is atomic: each record is
             # either delivered by the thread or counted here, never both); the stop
-            # marker goes back so the thread ends after its current callback.
+            # marker goes back so the thread ends after its current callback. The
+            # record in that callback is counted here too, unless it has just finished.
             left = 0
             while True:
                 try:
@@ -430,10 +456,15 @@ class Dispatcher:
                     left += 1
             queue.append(_STOP)
             self._wake.set()
-            self.dropped += left
+            with self._count_lock:
+                self._gave_up = True
+                self.dropped += left
+                if self._current is not None:
+                    left += 1  # for the warning: counts() counts it while it runs
             logger.warning(
                 "asynctrace: a goodput callback was still running %.1f s into shutdown; "
-                "%d queued record%s not delivered (counted in Telemetry.goodput.dropped)",
+                "%d record%s not delivered, queued or in that callback (counted in "
+                "Telemetry.goodput.dropped)",
                 timeout_s,
                 left,
                 " was" if left == 1 else "s were",

@@ -31,10 +31,13 @@ cumulative sums of the same additions, and the last step's goodput.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
+import socket
 import sys
+import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,6 +52,7 @@ __all__ = [
     "MAX_SPAN_INSTRUMENTS",
     "GoodputMetrics",
     "MeterSetup",
+    "listen_error",
     "meter_provider_for",
     "metric_key",
     "prometheus_port",
@@ -86,6 +90,7 @@ RESERVED_PREFIX: Final = "span."
 # The built-in instruments' names, as metric_key() gives them.
 _BUILT_IN: Final = frozenset({"rl_goodput", "rl_bucket_duration", "rl_step_duration"})
 _NAME_CACHE: Final = 4096  # leaf names remembered with their histogram
+SCRAPE_IDLE_S: Final = 5.0  # a scrape connection idle this long is closed (it holds a thread)
 
 
 def span_metric_name(name: str) -> str:
@@ -151,6 +156,48 @@ class _Shared:
 _SHARED: weakref.WeakKeyDictionary[Any, _Shared] = weakref.WeakKeyDictionary()
 
 
+def _proxy() -> Any:
+    """The OpenTelemetry API's global proxy provider (``None`` if this API has none)."""
+    try:
+        from opentelemetry.metrics import _internal
+
+        return _internal._PROXY_METER_PROVIDER
+    except (ImportError, AttributeError):  # pragma: no cover - another API layout
+        return None
+
+
+def _shared_of(meter_provider: Any) -> _Shared | None:
+    """The instruments already made on *meter_provider*, else ``None``.
+
+    Instruments made on the API's global proxy before the program set its
+    provider live on that provider once it is set (the proxy hands their
+    callbacks over): the provider itself, given later (``global`` read
+    again), finds them.
+    """
+    try:
+        shared = _SHARED.get(meter_provider)
+        if shared is not None:
+            return shared
+        proxy = _proxy()
+        if proxy is None or proxy is meter_provider:
+            return None
+        if getattr(proxy, "_real_meter_provider", None) is not meter_provider:
+            return None
+        shared = _SHARED.get(proxy)
+    except TypeError:  # a provider that cannot be weakly referenced
+        return None
+    if shared is not None:
+        _keep(meter_provider, shared)
+    return shared
+
+
+def _keep(meter_provider: Any, shared: _Shared) -> None:
+    try:
+        _SHARED[meter_provider] = shared
+    except TypeError:  # a provider that cannot be weakly referenced
+        pass
+
+
 class GoodputMetrics:
     """The instruments, made once; :meth:`record` adds one step (export thread)."""
 
@@ -167,10 +214,7 @@ class GoodputMetrics:
         # (a configure() again on the program's provider), it would read the first
         # telemetry's numbers for ever. So the instruments are made once per provider
         # and read the latest GoodputMetrics on it, whose totals go on from the last.
-        try:
-            shared = _SHARED.get(meter_provider)
-        except TypeError:  # a provider that cannot be weakly referenced
-            shared = None
+        shared = _shared_of(meter_provider)
         if shared is None:
             shared = _Shared(self)
             shared.gauge = meter.create_observable_gauge(
@@ -185,10 +229,7 @@ class GoodputMetrics:
                 unit="s",
                 description="seconds of finished steps by goodput bucket (rl.bucket)",
             )
-            try:
-                _SHARED[meter_provider] = shared
-            except TypeError:
-                pass
+            _keep(meter_provider, shared)
         else:
             self._totals = shared.metrics._totals  # a counter never goes back
             self._goodput = shared.metrics._goodput
@@ -340,7 +381,7 @@ def meter_provider_for(
 
     Raises:
         MissingExtraError: the exporter's extra is missing.
-        ConfigurationError: the Prometheus port cannot be listened on.
+        ConfigurationError: the Prometheus host or port cannot be listened on.
     """
     choice = settings.metrics
     if choice == "none":
@@ -397,10 +438,16 @@ def prometheus_port(settings: GoodputSettings, local_rank: int | None) -> int:
     port = settings.prometheus_port + rank
     if port > 65535:
         var = _local_rank_var(rank)
+        ports = (
+            f"1 to {65535 - rank} with {var}={rank} (the port is prometheus_port + the local "
+            "rank, at most 65535), or 0 for any free port"
+            if rank < 65535
+            else f"only 0 (any free port) with {var}={rank}: prometheus_port + the local rank "
+            "is past 65535 for every other port"
+        )
         raise ConfigurationError(
             f"goodput.prometheus_port: {settings.prometheus_port} + {var} {rank} = {port} "
-            f"is not a port; accepted: 1 to {max(1, 65535 - rank)} with {var}={rank} (the "
-            "port is prometheus_port + the local rank, at most 65535), or 0 for any free port"
+            f"is not a port; accepted: {ports}"
         )
     return port
 
@@ -416,13 +463,33 @@ def _local_rank_var(rank: int) -> str:
     return found[0] if found is not None and found[1] == rank else "the local rank"
 
 
-def serving(host: str, port: int) -> bool:
-    """Whether this process's own goodput endpoint listens on *host*:*port* (as configured).
+def serving(port: int) -> bool:
+    """Whether this process's own goodput endpoint listens on *port* (whatever its host).
 
-    A ``configure()`` with the same settings shuts the running telemetry down
-    before its endpoint starts, so that port is free by then.
+    A ``configure()`` shuts the running telemetry down before its endpoint
+    starts, so that port is free by then, whichever spelling of the host
+    (``localhost``, ``127.0.0.1``, ``0.0.0.0``) either one names.
     """
-    return (host, port) in _serving
+    return any(where[1] == port for where in _serving)
+
+
+def listen_error(host: str, port: int, exc: OSError, rank_words: str) -> ConfigurationError:
+    """The configuration error of an endpoint that cannot listen on *host*:*port*.
+
+    A host that does not resolve, or is no address of this machine, is
+    ``goodput.prometheus_host``'s error; a port in use or refused is
+    ``goodput.prometheus_port``'s.
+    """
+    if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
+        return ConfigurationError(
+            f"goodput.prometheus_host: {host!r} cannot be listened on ({exc}); accepted: a "
+            "host name or address of this machine, such as localhost, 127.0.0.1, or 0.0.0.0 "
+            "for every interface"
+        )
+    return ConfigurationError(
+        f"goodput.prometheus_port: cannot listen on {host}:{port} ({exc}); accepted: a free "
+        f"port (the port is prometheus_port + {rank_words}), or 0 for any free port"
+    )
 
 
 def _close_in_child() -> None:
@@ -511,7 +578,7 @@ def _otlp_metric_exporter(protocol: str) -> Any:
 def _prometheus(settings: GoodputSettings, resource: Any, local_rank: int | None) -> MeterSetup:
     try:
         from opentelemetry.exporter.prometheus import PrometheusMetricReader
-        from prometheus_client import CollectorRegistry, start_http_server
+        from prometheus_client import CollectorRegistry
     except ImportError as exc:
         raise MissingExtraError("prometheus", "opentelemetry.exporter.prometheus") from exc
     from opentelemetry.sdk.metrics import MeterProvider
@@ -521,13 +588,9 @@ def _prometheus(settings: GoodputSettings, resource: Any, local_rank: int | None
     port = prometheus_port(settings, local_rank)
     host = settings.prometheus_host
     try:
-        server, thread = start_http_server(port, addr=host, registry=registry)
+        server, thread = _start_server(host, port, registry)
     except OSError as exc:
-        raise ConfigurationError(
-            f"goodput.prometheus_port: cannot listen on {host}:{port} "
-            f"({exc}); accepted: a free port (the port is prometheus_port + the local rank), or 0 "
-            "for any free port"
-        ) from None
+        raise listen_error(host, port, exc, "the local rank") from None
     provider = MeterProvider(resource=resource, metric_readers=[reader], shutdown_on_exit=False)
     where = (host, port)
     if port:
@@ -543,7 +606,76 @@ def _prometheus(settings: GoodputSettings, resource: Any, local_rank: int | None
             if os.getpid() == pid:  # a forked child has no serving thread to stop
                 server.shutdown()
                 thread.join(max(0.0, timeout_s))
+                server.close_connections()
             server.server_close()
 
     bound_host, bound = server.server_address[:2]
     return MeterSetup(provider, shutdown, (str(bound_host), int(bound)))
+
+
+def _start_server(host: str, port: int, registry: Any) -> tuple[Any, threading.Thread]:
+    """The Prometheus endpoint's server, serving on a daemon thread.
+
+    As ``prometheus_client.start_http_server`` makes it (a thread per
+    connection, the registry's ``/metrics``), except that a connection
+    idle for :data:`SCRAPE_IDLE_S` is closed, and the connections still
+    open when the endpoint shuts down are closed with it: each holds a
+    thread, which an idle client would keep for as long as it liked.
+
+    Raises:
+        OSError: the host does not resolve, or *host*:*port* cannot be listened on.
+    """
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+    from prometheus_client import make_wsgi_app
+    from prometheus_client.exposition import ThreadingWSGIServer
+
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, address = infos[0][0], str(infos[0][4][0])
+
+    class Server(ThreadingWSGIServer):
+        address_family = family
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self._open: set[Any] = set()
+            self._open_lock = threading.Lock()
+            super().__init__(*args, **kwargs)
+
+        def process_request(self, request: Any, client_address: Any) -> None:
+            with self._open_lock:
+                self._open.add(request)
+            super().process_request(request, client_address)
+
+        def shutdown_request(self, request: Any) -> None:
+            with self._open_lock:
+                self._open.discard(request)
+            super().shutdown_request(request)
+
+        def close_connections(self) -> None:
+            """End every open connection: its thread reads the end and returns."""
+            with self._open_lock:
+                connections = list(self._open)
+            for connection in connections:
+                try:
+                    connection.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    class Handler(WSGIRequestHandler):
+        timeout = SCRAPE_IDLE_S  # each read and write of the connection
+
+        def handle(self) -> None:
+            try:
+                super().handle()
+            except OSError:  # idle past the timeout, reset, or closed at shutdown
+                pass
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Log nothing (as prometheus_client's handler)."""
+
+    server = make_server(address, port, make_wsgi_app(registry), Server, handler_class=Handler)
+    thread = threading.Thread(
+        target=server.serve_forever, name="asynctrace-goodput-prometheus", daemon=True
+    )
+    thread.start()
+    return server, thread

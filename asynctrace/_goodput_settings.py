@@ -141,6 +141,12 @@ def _bool(key: str, value: Any) -> bool:
 def _metrics(key: str, value: Any) -> Any:
     if isinstance(value, str) and value.strip().lower() in METRICS_NAMES:
         return value.strip().lower()
+    if isinstance(value, type):  # the class, not a provider: get_meter() would need one
+        raise ConfigurationError(
+            f"{key}: {value!r} is a class, not accepted; accepted: "
+            f"{', '.join(METRICS_NAMES)}, or an OpenTelemetry MeterProvider object (an "
+            f"instance: {value.__name__}(...))"
+        )
     if callable(getattr(value, "get_meter", None)):
         return value  # a MeterProvider of the program's
     raise ConfigurationError(

@@ -40,6 +40,10 @@ NEEDS_NOTHING: dict[tuple[str, str], str] = {
         "held from the start on purpose: the loop's heartbeat releases it to wake its "
         "watchdog; the child's fork hook stops every monitor, and releasing wakes no one"
     ),
+    ("asynctrace/_goodput_metrics.py", "_open_lock"): (
+        "the Prometheus endpoint's open connections, taken by its serving threads and at "
+        "its shutdown in the parent only; a child has no serving thread and closes none"
+    ),
     ("contrib/asynctrace_contrib/demo/gym.py", "started"): "the demo's server start flag",
     ("contrib/asynctrace_contrib/demo/pump.py", "refit_done"): "the demo's own event",
 }

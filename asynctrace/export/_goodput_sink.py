@@ -98,7 +98,9 @@ def prepare_goodput(settings: Settings) -> GoodputPlan | None:
     if goodput is None:
         return None
     metrics = goodput.metrics
-    if metrics in ("otlp", "console", "prometheus"):
+    if not isinstance(metrics, str):
+        _check_meter_provider(metrics)
+    elif metrics in ("otlp", "console", "prometheus"):
         from .._errors import MissingExtraError
 
         try:
@@ -124,14 +126,34 @@ def prepare_goodput(settings: Settings) -> GoodputPlan | None:
     return plan
 
 
+def _check_meter_provider(provider: Any) -> None:
+    """The program's provider must give the meter, before anything is swapped."""
+    from .. import __version__
+    from .._errors import ConfigurationError
+
+    try:
+        provider.get_meter("asynctrace", __version__)
+    except Exception as exc:
+        raise ConfigurationError(
+            f"goodput.metrics: {provider!r} could not give a meter ({type(exc).__name__}: "
+            f"{exc}); accepted: global, none, otlp, console, prometheus, or an OpenTelemetry "
+            "MeterProvider object"
+        ) from None
+
+
 def _check_port(goodput: GoodputSettings, local_rank: int | None) -> None:
-    from .._goodput_metrics import prometheus_port, serving
+    """The endpoint's host must resolve to an address of this machine, its port be free.
+
+    With port 0 (any free port), or this process's own endpoint's port (it is
+    stopped before the new one starts), only the host is tried.
+    """
+    from .._goodput_metrics import listen_error, prometheus_port, serving
 
     port = prometheus_port(goodput, local_rank)  # ConfigurationError past 65535
-    if not port or serving(goodput.prometheus_host, port):
-        return  # any free port; or this process's own endpoint, stopped before it starts again
+    host = goodput.prometheus_host
+    tried = 0 if not port or serving(port) else port
     try:
-        infos = socket.getaddrinfo(goodput.prometheus_host, port, type=socket.SOCK_STREAM)
+        infos = socket.getaddrinfo(host, tried, type=socket.SOCK_STREAM)
         family, kind, proto, _, address = infos[0]
         with socket.socket(family, kind, proto) as probe:
             # As the endpoint's server does: a port whose last connections linger
@@ -139,13 +161,7 @@ def _check_port(goodput: GoodputSettings, local_rank: int | None) -> None:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind(address)
     except OSError as exc:
-        from .._errors import ConfigurationError
-
-        raise ConfigurationError(
-            f"goodput.prometheus_port: cannot listen on {goodput.prometheus_host}:{port} "
-            f"({exc}); accepted: a free port (the port is prometheus_port + LOCAL_RANK), or 0 "
-            "for any free port"
-        ) from None
+        raise listen_error(host, port, exc, "LOCAL_RANK") from None
 
 
 class AlongChrome:
@@ -241,9 +257,12 @@ class GoodputSink:
         )
         self._violation_kinds: set[str] = set()  # kinds logged once already
         self._meters = meters if meters is not None else MeterSetup(None)
-        self.metrics = (
-            GoodputMetrics(self._meters.provider) if self._meters.provider is not None else None
-        )
+        self.metrics: GoodputMetrics | None = None
+        if self._meters.provider is not None:
+            try:
+                self.metrics = GoodputMetrics(self._meters.provider)
+            except Exception as exc:  # after the swap: run without metrics, not without telemetry
+                logger.warning("asynctrace: goodput metrics are off: %r", exc)
         self.dispatcher = Dispatcher(settings.callback_queue)
         self._file = AppendFile(path) if path is not None else None
         self.path = path
@@ -462,11 +481,12 @@ class GoodputSink:
         """The counters (any thread)."""
         dispatcher = self.dispatcher
         rollup = self.rollup
+        delivered, dropped = dispatcher.counts()
         return GoodputStats(
             steps=self.steps,
             violations=rollup.violation_count,
-            delivered=dispatcher.delivered,
-            dropped=dispatcher.dropped,
+            delivered=delivered,
+            dropped=dropped,
             callback_errors=dispatcher.errors,
             evicted=rollup.evicted,
             awaited_parents=(

@@ -4,6 +4,7 @@ Per signal: the trace exporter reads ``OTEL_EXPORTER_OTLP_TRACES_*``, the
 goodput metric exporter ``OTEL_EXPORTER_OTLP_METRICS_*``, each before the
 general ``OTEL_EXPORTER_OTLP_*``. A value that would fail every request (a
 header with a line break, an endpoint without ``http://`` or ``https://``, a
+gRPC endpoint with a user name, password, query string or fragment, a
 negative timeout or one under a millisecond, a certificate file that is not there) or that one
 transport would ignore with a warning (compression ``zstd``) is a
 :class:`~asynctrace.ConfigurationError` naming the variable, the value (a
@@ -273,6 +274,8 @@ def _check_grpc_target(signal: str) -> bool:
             value,
         )
     endpoint = _variable("ENDPOINT", signal)
+    if endpoint is not None:
+        _check_grpc_endpoint(signal, *endpoint)
     try:
         scheme = urlsplit(endpoint[1]).scheme.lower() if endpoint is not None else "http"
     except ValueError:  # an unclosed '[': OpenTelemetry's exporter refuses it when made
@@ -282,6 +285,37 @@ def _check_grpc_target(signal: str) -> bool:
     if insecure is not None:
         return insecure[1].lower() != "true"
     return scheme != "http"
+
+
+def _check_grpc_endpoint(signal: str, key: str, value: str) -> None:
+    """A gRPC endpoint must not carry a user name, password, query string or fragment.
+
+    gRPC cannot send them (the channel fails to resolve such a target, or
+    OpenTelemetry's exporter drops the query), and OpenTelemetry's exporter
+    logs its endpoint with every failed export: every signal's exporter is
+    refused here, before it is made, with the secret shown as ``REDACTED``.
+    """
+    accepted = (
+        "host:port or http(s)://host:port, with credentials in "
+        f"{_per_signal(signal)}HEADERS or {_PREFIX}HEADERS"
+    )
+    if "?" in value or "#" in value:
+        cut = min(i for i in (value.find("?"), value.find("#")) if i >= 0)
+        shown = f"{redact_text(value[:cut])}{value[cut]}{REDACTED}"
+        raise ConfigurationError(
+            f"{key}: the endpoint {shown!r} has a query string or fragment, which OTLP/gRPC "
+            f"cannot send; accepted: {accepted}"
+        )
+    try:
+        netloc = urlsplit(value).netloc
+    except ValueError:  # an unclosed '[': OpenTelemetry's exporter refuses it when made
+        netloc = ""
+    target = netloc or value  # the channel's target, as OpenTelemetry's exporter takes it
+    if "@" in target:
+        raise ConfigurationError(
+            f"{key}: the endpoint '{REDACTED}@{target.rpartition('@')[2]}' has a user name or "
+            f"password, which OTLP/gRPC cannot send; accepted: {accepted}"
+        )
 
 
 def _check_certificates(grpc: bool, signal: str) -> None:

@@ -16,7 +16,9 @@ status OTLP says not to retry (``UNAUTHENTICATED``, ``PERMISSION_DENIED``,
 trailers says how long to wait before the next attempt.
 
 An endpoint with a user name or password, or with a query string or
-fragment, is refused when the exporter is made: gRPC cannot send them (the
+fragment, is refused when the exporter is made (one from the environment
+already by :func:`~._otlp_env.check_environment`, for every signal's
+exporter, the goodput metric exporter's too): gRPC cannot send them (the
 channel fails to resolve such a target, or OpenTelemetry's exporter drops
 the query) and OpenTelemetry's exporter would log them with every failure.
 
