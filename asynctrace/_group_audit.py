@@ -14,9 +14,16 @@ raises (through :func:`report_internal_error`), so a test suite catches it at
 the call. Otherwise the audit runs for :data:`AUDIT_SECONDS` or
 :data:`AUDIT_CHECKS` misses after the groups were last set, whichever comes
 first, so late registration (an import side effect that comes after the first
-calls) has time to happen; then each name still unregistered is warned about
-once (``UserWarning`` and the ``asynctrace`` logger), and the gate drops the
-audit. The window is the process's, counted from its first configuration:
+calls) has time to happen; then the gate drops the audit, and the names still
+unregistered are told in one summary (``UserWarning`` and the ``asynctrace``
+logger): on an asyncio loop as a callback of the loop, after the span call
+that closed the window, elsewhere as that call returns. A name is told once.
+
+Group names built from data by mistake (a prompt, an id) are many and may be
+long: the audit keeps the first :data:`KEPT_NAMES` names, each cut to
+:data:`NAME_CHARS` characters, and only counts the others (up to
+:data:`COUNTED_NAMES`, by hash), so what it holds and what it writes are
+bounded whatever the names. The window is the process's, counted from its first configuration:
 setting the groups again (a reconfiguration) carries the remaining budget
 over rather than starting a new window, so a program that reconfigures often
 does not stay audited.
@@ -24,6 +31,7 @@ does not stay audited.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -35,16 +43,34 @@ from . import _groups
 from ._errors import ConfigurationError, is_strict, report_internal_error
 from ._forksafe import reinit_at_fork
 
-__all__ = ["AUDIT_CHECKS", "AUDIT_SECONDS", "Audit", "audited", "unregistered_requests"]
+__all__ = [
+    "AUDIT_CHECKS",
+    "AUDIT_SECONDS",
+    "COUNTED_NAMES",
+    "KEPT_NAMES",
+    "NAME_CHARS",
+    "Audit",
+    "audited",
+    "report_later",
+    "report_unregistered",
+    "unregistered_requests",
+]
 
 AUDIT_SECONDS: Final = 60.0
 AUDIT_CHECKS: Final = 100_000
+KEPT_NAMES: Final = 32  # names kept whole (cut to NAME_CHARS) for the report, per report
+NAME_CHARS: Final = 200  # a kept name is cut to this many characters
+COUNTED_NAMES: Final = 1024  # further names counted (by hash), per report; then "more than"
+_TOLD_NAMES: Final = 4096  # names told already, remembered (by hash) so as not to tell again
 _LOG = logging.getLogger("asynctrace")
 _lock = threading.Lock()
 reinit_at_fork(_lock)  # held by another thread at fork(): new in the child
-# name -> where it was first asked for (a short description), per process
-_requested: dict[str, str] = {}
-_warned: set[str] = set()
+# Names asked for while not registered, not told yet: the first KEPT_NAMES, by name
+# (insertion order: the first asked for), then the next COUNTED_NAMES by hash only.
+_requested: dict[str, None] = {}
+_others: set[int] = set()
+_more: list[bool] = [False]  # more names than could be counted since the last report
+_told: set[int] = set()  # hashes of the names told already (at most _TOLD_NAMES)
 # The process's audit window: [deadline, gate checks left], set at the first audit.
 _window: list[float] = []
 
@@ -67,8 +93,10 @@ class Audit:
         self._retire = retire
 
     def __call__(self, name: object) -> None:
+        # A name kept already is one dict look-up (no lock, no call).
         if (
             isinstance(name, str)
+            and name not in _requested
             and name not in _groups._REGISTRY.groups
             and name not in self._pending
         ):
@@ -77,7 +105,7 @@ class Audit:
         if (checks <= 0 or (checks & 255 == 0 and time.monotonic() >= self._deadline)) and (
             not is_strict()
         ):
-            _window[1:] = [0.0]  # the process's window is over: report, with this name
+            _window[1:] = [0.0]  # the process's window is over: off the gate, and the report
             self._retire(self)
 
 
@@ -122,42 +150,100 @@ def reset_window() -> None:
 
 
 def _note(name: str) -> None:
+    key = name if len(name) <= NAME_CHARS else name[:NAME_CHARS] + "\u2026"
+    digest = hash(key)
+    # Reads without the lock: a name kept, counted or told already (the common case).
+    if key in _requested or digest in _others or digest in _told:
+        return
     with _lock:
-        if name in _requested:
+        if key in _requested or digest in _others or digest in _told:
             return
-        _requested[name] = "first asked for while not registered"
+        if len(_requested) < KEPT_NAMES:
+            _requested[key] = None
+        elif len(_others) < COUNTED_NAMES:
+            _others.add(digest)
+        else:
+            _more[0] = True
     if is_strict():
         report_internal_error(
-            ("unregistered group", name),
+            ("unregistered group", key),
             ConfigurationError(
-                f"a span was requested for span group {name!r}, which no library registered; "
+                f"a span was requested for span group {key!r}, which no library registered; "
                 f"it can never be enabled. {_groups.known_names_message()}"
             ),
         )
 
 
 def report_unregistered() -> list[str]:
-    """Warn once per name asked for but still not registered; return those names."""
+    """Warn once about the names asked for and still not registered; return those kept.
+
+    One summary (``UserWarning`` and the ``asynctrace`` logger), however many
+    names: the kept ones by name (cut to :data:`NAME_CHARS` characters), the
+    others as a count. A name told is not told again.
+    """
     with _lock:
-        names = sorted(
-            n for n in _requested if n not in _groups._REGISTRY.groups and n not in _warned
+        registered = _groups._REGISTRY.groups
+        names = sorted(n for n in _requested if n not in registered)
+        others = _others - {hash(g) for g in registered}
+        more = _more[0]
+        if len(_told) < _TOLD_NAMES:
+            _told.update(hash(n) for n in _requested)
+            _told.update(_others)
+        _requested.clear()
+        _others.clear()
+        _more[0] = False
+    count = len(names) + len(others)
+    if not count and not more:
+        return names
+    if count == 1 and names and not more:
+        what = (
+            f"span group {names[0]!r}, which no library registered, so they are never "
+            f"recorded (a typo, or a module that registers it was not imported)"
         )
-        _warned.update(names)
-    for name in names:
-        message = (
-            f"asynctrace: spans were requested for span group {name!r}, which no library "
-            f"registered, so they are never recorded (a typo, or a module that registers it "
-            f"was not imported). {_groups.known_names_message()}"
+    else:
+        listed = ", ".join(repr(n) for n in names)
+        rest = f"{len(others)}{' or more' if more else ''} other names"
+        example = f"{listed} and {rest}" if names and (others or more) else (listed or rest)
+        what = (
+            f"{'more than ' if more else ''}{count} span groups, which no library registered, "
+            f"so they are never recorded (a typo, a name built from data, or a module that "
+            f"registers them was not imported): {example}"
         )
-        _LOG.warning(message)
-        try:  # called from the hot path: a warnings filter set to "error" must not raise there
-            warnings.warn(message, stacklevel=2)
-        except Exception:
-            pass
+    message = f"asynctrace: spans were requested for {what}. {_groups.known_names_message()}"
+    _LOG.warning(message)
+    try:  # may run on the hot path: a warnings filter set to "error" must not raise there
+        warnings.warn(message, stacklevel=2)
+    except Exception:
+        pass
     return names
 
 
+def _report_quietly() -> None:
+    try:
+        report_unregistered()
+    except Exception as exc:  # a broken handler: told once, never raised into a loop
+        report_internal_error(("unregistered group report",), exc)
+
+
+def report_later() -> None:
+    """Run :func:`report_unregistered` off the span call that closed the audit window.
+
+    On an asyncio (or uvloop) loop the report is a callback of the loop, run
+    after the step that made the call; a loop that stops before running it
+    leaves the names to the report at shutdown. Elsewhere (a plain thread, a
+    trio task) it runs now, as the call returns: one summary, bounded.
+    """
+    loop = asyncio._get_running_loop()
+    if loop is not None:
+        try:
+            loop.call_soon(_report_quietly)
+            return
+        except Exception:  # a loop that is closed: now, then
+            pass
+    _report_quietly()
+
+
 def unregistered_requests() -> frozenset[str]:
-    """Group names spans were requested for that are not registered now."""
+    """Group names (as kept) spans were requested for, not registered now and not told yet."""
     with _lock:
         return frozenset(n for n in _requested if n not in _groups._REGISTRY.groups)

@@ -44,7 +44,8 @@ class dispatch_scope(SyncAndAsync[Any]):
     carrying ``rl.rollout.attempt`` (0 for a first try, > 0 for a retry whose
     earlier tokens were discarded) and, when given, ``rl.target_step`` (the
     training step the rollout is generated for; pumps run on their own clock,
-    so they carry this instead of ``rl.iteration``). ``with`` and ``async with``;
+    so they carry this instead of ``rl.iteration``: an enclosing
+    :class:`iteration_scope` does not reach inside). ``with`` and ``async with``;
     yields the span.
 
     Example:
@@ -53,7 +54,16 @@ class dispatch_scope(SyncAndAsync[Any]):
         ...         ...  # generate, score, push
     """
 
-    __slots__ = ("_attempt", "_attributes", "_name", "_span", "_state", "_target", "_token")
+    __slots__ = (
+        "_attempt",
+        "_attributes",
+        "_cleared",
+        "_name",
+        "_span",
+        "_state",
+        "_target",
+        "_token",
+    )
 
     def __init__(
         self,
@@ -76,6 +86,8 @@ class dispatch_scope(SyncAndAsync[Any]):
         self._attributes = attributes
         self._token: Token[ScopeState] | None = None
         self._state: ScopeState | None = None
+        # The entry that cleared an enclosing iteration (token, state), if there was one.
+        self._cleared: tuple[Token[ScopeState], ScopeState] | None = None
         # The umbrella is made at each entry: the gate is read then, and an exited
         # scope can be entered again.
         self._span: AbstractContextManager[Any] = NOOP_CM
@@ -85,9 +97,17 @@ class dispatch_scope(SyncAndAsync[Any]):
         if self._token is not None:
             raise RuntimeError("dispatch_scope is already entered")
         under = SCOPES.get()
-        self._state = state = ScopeState(
-            under.bucket, True, under.iteration, under.task_id, under.session_id
-        )
+        if under.iteration is not None:
+            # No iteration inside: a pump runs on its own clock, and the dispatch carries
+            # the target step instead. Cleared as an entry of its own, so that scopes
+            # exited out of order (see _scopes.leave) put back None, not the step.
+            cleared = ScopeState(
+                under.bucket, under.per_prompt, None, under.task_id, under.session_id
+            )
+            cleared._under_iteration = under
+            self._cleared = (SCOPES.set(cleared), cleared)
+            under = cleared
+        self._state = state = ScopeState(under.bucket, True, None, under.task_id, under.session_id)
         state._under_per_prompt = under  # see _scopes.leave: an exit out of order
         self._token = SCOPES.set(state)
         try:
@@ -126,8 +146,13 @@ class dispatch_scope(SyncAndAsync[Any]):
 
     def _leave(self) -> None:
         token, self._token = self._token, None
-        if token is not None and self._state is not None:
-            leave("per_prompt", token, self._state)
+        cleared, self._cleared = self._cleared, None
+        try:
+            if token is not None and self._state is not None:
+                leave("per_prompt", token, self._state)
+        finally:
+            if cleared is not None:
+                leave("iteration", *cleared)
 
 
 def _is_real(value: object) -> bool:

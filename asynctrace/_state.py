@@ -129,11 +129,12 @@ def _recompute() -> None:
 
 
 def _end_audit(audit: _group_audit.Audit) -> None:
-    """The time of *audit* is over: off the gate, and the report."""
+    """The time of *audit* is over: off the gate, and the report (off the span call
+    that closed the window when it runs on an asyncio loop; see ``report_later``)."""
     with _lock:
         if GATE.audit is audit:
             GATE.audit = None
-    _group_audit.report_unregistered()
+    _group_audit.report_later()
 
 
 _groups.add_registry_listener(_recompute)

@@ -226,8 +226,8 @@ def test_context_thread_subclasses_of_every_shape() -> None:
     assert seen == [
         ("mixin", 6),
         ("target", 9),  # the scope the mixin entered reaches the target
-        ("no-init", None, 0),  # no captured context: runs as it is
-        ("no-init", None, 3),
+        ("no-init", 6, 0),  # captured in __new__, though ContextThread.__init__ never ran
+        ("no-init", 6, 3),
         ("static",),
     ]
 
