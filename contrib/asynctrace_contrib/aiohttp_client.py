@@ -56,6 +56,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise asynctrace.MissingExtraError("aiohttp", "aiohttp") from exc
 
 __all__ = [
+    "DEFAULT_SECRET_KEYS",
     "client_middleware",
     "instrument_aiohttp_client",
     "trace_config",
