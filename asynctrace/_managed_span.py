@@ -250,8 +250,12 @@ def managed_span(
     enabled = GATE.enabled
     if not enabled:
         return NOOP_CM
-    state = SCOPES.get()
     try:  # free unless it raises (a group no set can hold: a list)
+        if group not in enabled and PER_PROMPT_GROUP not in enabled:
+            if GATE.audit is not None:  # off whatever the scopes: they are not read
+                GATE.audit(group)
+            return NOOP_CM
+        state = SCOPES.get()
         if (checked := PER_PROMPT_GROUP if state.per_prompt else group) not in enabled:
             if GATE.audit is not None:
                 GATE.audit(checked)

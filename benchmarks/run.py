@@ -110,6 +110,30 @@ def bench_disabled_managed_span(n: int, r: int) -> Figure:
     )
 
 
+def bench_group_off_managed_span(n: int, r: int) -> Figure:
+    """Telemetry on, the span's group off (``generation`` under ``default``), in a scope."""
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(DiscardingExporter()))
+    at.enable_telemetry(provider, span_groups="default")
+    with at.iteration_scope(3):
+        ours_ns, base_ns = paired_ns(
+            "with managed_span('generation', 'x'): pass",
+            "with nullcontext(): pass",
+            n // 5,
+            2 * r + 1,
+            managed_span=at.managed_span,
+            nullcontext=contextlib.nullcontext,
+        )
+    at.disable_telemetry()
+    return Figure(
+        "group off, telemetry on: `with managed_span` vs `with nullcontext()`",
+        ours_ns,
+        base_ns,
+        "<= 0.75x",
+        ours_ns <= 0.75 * base_ns,
+    )
+
+
 def _plain(a: int, b: int = 1) -> int:
     return a
 
@@ -352,6 +376,7 @@ def bench_carrier_round_trip_with_scopes(n: int, r: int) -> Figure:
 
 BENCHES = [
     bench_disabled_managed_span,
+    bench_group_off_managed_span,
     bench_disabled_trace_fn,
     bench_disabled_trace_fn_positional,
     bench_enabled_leaf,
