@@ -225,6 +225,7 @@ def env_rank(
     """
     source: tuple[str, str] | None = None
     rank_unknown = False  # neither given nor set: rank 0, of a world of one
+    given = isinstance(rank, int) and not isinstance(rank, bool)  # passed in code
     if rank is None:
         for rank_var, size_var in LAUNCHER_VARS:
             found = _env_int(environ, rank_var)
@@ -268,6 +269,8 @@ def env_rank(
                     )
                 if rank_unknown and world_size > 1:
                     raise _no_rank(size_var, world_size)
+                if given and not 0 <= rank < world_size:
+                    raise _size_var_contradicts(size_var, world_size, rank)
                 if isinstance(rank, int) and not 0 <= rank < world_size:
                     raise ConfigurationError(
                         f"{size_var}: {world_size} is not accepted with rank {rank}; "
@@ -281,8 +284,28 @@ def env_rank(
                     f"world size in {source[1]} (as launchers set it), or init_worker("
                     "world_size=...)"
                 )
+            if given and rank > 0:
+                looked_for = ", ".join(s for _, s in LAUNCHER_VARS)
+                raise ConfigurationError(
+                    f"world_size: missing with init_worker(rank={rank}) (none of "
+                    f"{looked_for} is set), so rank {rank} would be of a world of one; "
+                    f"accepted: init_worker(config, rank={rank}, world_size=N), N the "
+                    "number of processes (as multiprocessing's or mp.spawn's nprocs)"
+                )
             world_size = 1
     return rank, world_size
+
+
+def _size_var_contradicts(size_var: str, world_size: int, rank: int) -> ConfigurationError:
+    """The error of a world size variable too small for the rank passed in code: the
+    variable describes the launcher that started the job (a one-task ``sbatch`` has
+    ``SLURM_NTASKS=1``), not the processes this one was started among."""
+    return ConfigurationError(
+        f"{size_var}: {world_size} (set by the launcher that started this job) is not "
+        f"accepted with init_worker(rank={rank}): it counts no rank {rank}; accepted: "
+        f"init_worker(config, rank={rank}, world_size=N), N the number of processes this "
+        f"one was started among (as multiprocessing's or mp.spawn's nprocs)"
+    )
 
 
 def _no_rank(size_var: str, world_size: int) -> ConfigurationError:

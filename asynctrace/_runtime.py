@@ -687,8 +687,11 @@ def init_worker(
     (torchrun and most launchers), ``OMPI_COMM_WORLD_RANK``/``OMPI_COMM_WORLD_SIZE``
     (Open MPI), ``PMI_RANK``/``PMI_SIZE`` (MPICH), ``SLURM_PROCID``/``SLURM_NTASKS``
     (srun); with none set, 0 and 1. A world size above 1 with no rank to go
-    with it raises :class:`ConfigurationError` (pass *rank*). The run id comes
-    from the config, else from ``ASYNCTRACE_RUN_ID``.
+    with it raises :class:`ConfigurationError` (pass *rank*), and so does a
+    *rank* above 0 with no world size given or set, or one a world size
+    variable does not hold (pass *world_size* too, as an ``mp.spawn`` worker
+    does: ``init_worker(config, rank=rank, world_size=nprocs)``). The run id
+    comes from the config, else from ``ASYNCTRACE_RUN_ID``.
 
     Example:
         >>> init_worker({"enabled": False}, rank=3, world_size=8).settings.rank

@@ -434,11 +434,12 @@ class SessionWriter:
     def _append(
         self, encoded: bytes, error: BaseException | None, lines: int
     ) -> tuple[int, BaseException | None]:
-        """Write *encoded*, *lines* lines (reopening a deleted file first); the lines written."""
+        """Write *encoded*, *lines* lines (reopening a moved file first); the lines written."""
         out = self._file
         if out.moved():
-            with self._cond:
-                self.lost += self._in_file
+            if not out.rotated:  # renamed away intact (logrotate): its records are not lost
+                with self._cond:
+                    self.lost += self._in_file
             self._in_file = 0
             try:
                 out.reopen()

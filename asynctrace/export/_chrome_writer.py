@@ -324,8 +324,9 @@ class ChromeWriter:
             failed += lost
         out = self._file
         meta = self._pending
-        if out.moved():  # deleted (rm -rf of the output directory), replaced or truncated
-            self.lost += self._in_file
+        if out.moved():  # deleted (rm -rf of the output directory), replaced, truncated, rotated
+            if not out.rotated:  # renamed away intact (logrotate): its spans are not lost
+                self.lost += self._in_file
             self._in_file = 0
             try:
                 out.reopen()
