@@ -19,7 +19,6 @@ from ._config_checks import (
     check_path,
     check_schedule_delay,
     check_stall_threshold,
-    did_you_mean,
     unknown_keys_message,
 )
 from ._errors import ConfigurationError
@@ -132,15 +131,6 @@ def coerce_field(key: str, name: str, value: Any) -> Any:
     if name == "profiler":
         from ._profiling import ProfilerSettings
 
-        if isinstance(value, Mapping):
-            from ._profiling import _KEYS
-
-            unknown = sorted(str(k) for k in value if k not in _KEYS)
-            if unknown:
-                raise ConfigurationError(
-                    f"{key}.{unknown[0]}: unknown key; accepted: {', '.join(_KEYS)}"
-                    f"{did_you_mean(unknown[:1], _KEYS)}"
-                )
         return None if value is None else ProfilerSettings.parse(key, value)
     if name in ("service_name", "run_id"):
         if not isinstance(value, str):

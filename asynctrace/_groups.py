@@ -99,13 +99,30 @@ def validate_name(value: object, key: str) -> str:
     return name
 
 
+def as_bucket(value: object) -> Bucket | None:
+    """*value* as a :class:`Bucket` if ``Bucket(value)`` takes it (``"idle"``), else ``None``.
+
+    Example:
+        >>> as_bucket("idle") is Bucket.IDLE, as_bucket("IDLE")
+        (True, None)
+    """
+    try:
+        return Bucket(value)
+    except Exception:  # a ValueError; a TypeError, or what an odd __eq__ raises
+        return None
+
+
 def validate_bucket(value: object, key: str, *, allow_none: bool = False) -> Bucket | None:
-    """Return *value* if it is a :class:`Bucket` (or None when allowed)."""
+    """Return *value* as a :class:`Bucket` (a member or its value), or None when allowed."""
     if isinstance(value, Bucket):
         return value
     if value is None and allow_none:
         return None
+    bucket = as_bucket(value)
+    if bucket is not None:
+        return bucket
     accepted = ", ".join(f"Bucket.{b.name}" for b in Bucket)
+    accepted += " or their values " + ", ".join(repr(b._value_) for b in Bucket)
     if allow_none:
         accepted += ", None"
     raise ConfigurationError(f"{key}: {value!r} is not a Bucket; accepted: {accepted}")
@@ -165,8 +182,9 @@ def _coerce_groups(
                 f"{where}: group name {group.name!r} is not in normal form; register {name!r} "
                 "(lower case, no surrounding spaces) and open its spans with that name"
             )
-        if group.bucket is not None and group.bucket != BY_CATEGORY:
-            validate_bucket(group.bucket, f"register_span_groups({namespace!r}) group {name!r}")
+        given: GroupBucket = group.bucket  # a bucket's value ("idle") is that bucket
+        if given is not None and given != BY_CATEGORY:
+            given = validate_bucket(given, f"register_span_groups({namespace!r}) group {name!r}")
         elif group.bucket is not None and not isinstance(group.bucket, str):
             raise ConfigurationError(
                 f"register_span_groups({namespace!r}) group {name!r}: bad bucket {group.bucket!r}"
@@ -181,7 +199,7 @@ def _coerce_groups(
                 f"{where} group {name!r}: description={group.description!r} is not accepted; "
                 "accepted: a str (one line for `asynctrace groups`)"
             )
-        out.append(SpanGroup(name, group.bucket, group.per_item, group.description))
+        out.append(SpanGroup(name, given, group.per_item, group.description))
     return out
 
 

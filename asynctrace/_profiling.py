@@ -37,7 +37,7 @@ from types import TracebackType
 from typing import Any
 
 from ._cm import SyncAndAsync
-from ._config_checks import check_bool
+from ._config_checks import check_bool, unknown_keys_message
 from ._errors import ConfigurationError
 from ._forksafe import reinit_at_fork
 from ._profiler_backends import (
@@ -115,11 +115,9 @@ class ProfilerSettings:
             raise ConfigurationError(
                 f"{key}: expected a mapping with keys {', '.join(_KEYS)}, got {value!r}"
             )
-        unknown = sorted(str(k) for k in value if k not in _KEYS)
+        unknown = [k for k in value if k not in _KEYS]
         if unknown:
-            raise ConfigurationError(
-                f"{key}.{unknown[0]}: unknown key; accepted: {', '.join(_KEYS)}"
-            )
+            raise ConfigurationError(unknown_keys_message(key, unknown, _KEYS))
         steps = value.get("steps", ())
         accepted = f"accepted: a list of at most {_MAX_STEPS} integers >= 0"
         if isinstance(steps, (str, bytes, Mapping)) or not hasattr(steps, "__iter__"):

@@ -14,10 +14,10 @@ from typing import Final
 
 from opentelemetry.util.types import AttributeValue
 
-from . import _groups
-from ._errors import report_internal_error
+from . import _errors, _groups
+from ._errors import is_strict, logger, report_internal_error
 from ._fast._span import private_value
-from ._groups import Bucket
+from ._groups import Bucket, as_bucket
 from ._redact import redact_text
 from ._scopes import SCOPES, ScopeState
 from ._semconv import GROUP, RL_BUCKET
@@ -65,14 +65,55 @@ def resolve_bucket(state: ScopeState, group: str, shape: int, explicit: object) 
     if explicit is not None:
         if isinstance(explicit, Bucket):
             return explicit
-        report_internal_error(
-            ("bucket", site(group)), TypeError(f"bucket={explicit!r} is not a Bucket")
-        )
+        taken = as_bucket(explicit)  # a bucket's value ("idle") is that bucket
+        if taken is not None:
+            return taken
+        _bad_bucket(group, explicit)  # the span keeps the bucket it has without it
     bucket = definition.bucket
     if not isinstance(bucket, Bucket):  # the efficiency group's: a span of no category
         return None  # has no bucket, and a bucket scope does not give it one
     scoped = state.bucket
     return bucket if scoped is None else scoped
+
+
+def _bad_bucket(group: str, explicit: object) -> None:
+    """``bucket=`` names no bucket: said once per group (raised in strict mode).
+
+    The span is still recorded, with the bucket it has without the argument
+    (the innermost bucket scope's, else its group's), and the message says so.
+    """
+    accepted = ", ".join(f"Bucket.{b.name}" for b in Bucket)
+    values = ", ".join(repr(b._value_) for b in Bucket)
+    error = TypeError(
+        f"bucket={_shown(explicit)} is not a Bucket; accepted: {accepted} or their values {values}"
+    )
+    if is_strict():
+        raise error
+    key = site(group)
+    # The hot path's log-once record: forgotten with the others (reset_reported).
+    with _errors._reported_lock:
+        if ("bucket", key) in _errors._reported:
+            return
+        _errors._reported.add(("bucket", key))
+    try:
+        logger.warning(
+            "asynctrace: managed_span(%r, ...): %s; the span is recorded with the bucket "
+            "it has without it (its bucket scope's, else its group's) "
+            "(further refused buckets in this group are not logged)",
+            key,
+            error,
+        )
+    except Exception:  # pragma: no cover - logging itself broken
+        pass
+
+
+def _shown(value: object) -> str:
+    """*value*'s repr for a message, at most 80 characters; its type if repr raises."""
+    try:
+        text = repr(value)
+    except Exception:
+        return f"<{type(value).__name__}>"
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def group_stamp(state: ScopeState, group: str, shape: int) -> str | None:

@@ -44,9 +44,9 @@ def test_bad_categories(bad: object) -> None:
 
 
 def test_override_requires_a_bucket() -> None:
-    """set_efficiency_bucket rejects a bucket that is not a Bucket."""
+    """set_efficiency_bucket rejects a bucket that is not a Bucket nor a member's value."""
     with pytest.raises(ConfigurationError, match="Bucket.IDLE"):
-        set_efficiency_bucket("idle/x", "idle")  # type: ignore[arg-type]
+        set_efficiency_bucket("idle/x", "IDLE")  # type: ignore[arg-type]
 
 
 def test_efficiency_span_name_and_attributes(spans: CapturedSpans) -> None:

@@ -139,9 +139,9 @@ def test_bad_group_names(bad: object) -> None:
     assert "accepted" in str(info.value) or "non-empty" in str(info.value)
 
 
-@pytest.mark.parametrize("bad", ["productive", 1, object()])
+@pytest.mark.parametrize("bad", ["PRODUCTIVE", "busy", 1, object()])
 def test_bucket_must_be_a_bucket(bad: object) -> None:
-    """A bucket that is not a Bucket lists the accepted buckets."""
+    """A bucket that is not a Bucket nor a member's value lists the accepted buckets."""
     with pytest.raises(ConfigurationError) as info:
         register_span_groups("lib", {unique("b"): bad})  # type: ignore[dict-item]
     assert "Bucket.PRODUCTIVE" in str(info.value)

@@ -213,7 +213,8 @@ def test_configuration_errors_name_the_key(tmp_path: Path) -> None:
         "profiler.steps: 'all' is not accepted": {"steps": "all"},
         "profiler.steps: -1 is not accepted": {"steps": [-1]},
         "profiler.backend: 'perf' is not accepted; accepted: python, torch": {"backend": "perf"},
-        "profiler.cpu: unknown key": {"cpu": True},
+        "profiler: unknown key 'cpu'; accepted keys: steps, backend,": {"cpu": True},
+        "profiler: unknown key 'stepz'; .*; did you mean 'steps'[?]": {"stepz": [1]},
         "profiler.with_stack: 'maybe' is not a boolean": {"with_stack": "maybe"},
     }
     for message, block in cases.items():

@@ -60,9 +60,9 @@ def test_iteration_scope_rejects_non_ints(bad: object) -> None:
         iteration_scope(bad)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("bad", ["idle", None, 1])
+@pytest.mark.parametrize("bad", ["IDLE", None, 1])
 def test_bucket_scope_rejects_non_buckets(bad: object) -> None:
-    """bucket_scope accepts only Bucket members and lists them."""
+    """bucket_scope accepts only Bucket members (or their values) and lists them."""
     with pytest.raises(ConfigurationError, match="Bucket.IDLE"):
         bucket_scope(bad)  # type: ignore[arg-type]
 

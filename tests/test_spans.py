@@ -266,11 +266,11 @@ def test_raising_processor_never_reaches_user_code(caplog: pytest.LogCaptureFixt
 
 
 def test_bad_explicit_bucket_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
-    """bucket='productive' (a str) is dropped with one log line, never raised."""
+    """bucket='WASTED' (no member's value) is dropped with one log line, never raised."""
     previous = _errors.set_strict(False)
     try:
         with capture_spans() as captured, caplog.at_level(logging.WARNING, "asynctrace"):
-            with managed_span("generation", "g", bucket="wasted"):  # type: ignore[arg-type]
+            with managed_span("generation", "g", bucket="WASTED"):  # type: ignore[arg-type]
                 pass
         assert dict(captured.spans[0].attributes or {})["rl.bucket"] == "productive"
         assert len(caplog.records) == 1

@@ -40,6 +40,12 @@ _ENV = {
 class SpanLimits:
     """Per-span limits (``None``: unlimited).
 
+    ``other_attribute_length`` is the length event and link attribute values
+    are cut to: ``"same"`` (the default) is ``max_attribute_length``, an int or
+    ``None`` (uncut) sets it apart; :func:`limits_from` does so from the
+    environment only (``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``), as the SDK does.
+    It is not a ``span_limits`` key.
+
     Example:
         >>> SpanLimits().max_attributes, SpanLimits().max_attribute_length
         (128, None)
