@@ -103,10 +103,10 @@ def _decorate(fn: F, group: str, name: str | None, shape: int, attributes: Attri
             try:
                 result = await fn(*args, **kwargs)
             except BaseException as exc:
-                detach(token)
+                detach(token, group)
                 finish(span, type(exc), exc)
                 raise
-            detach(token)
+            detach(token, group)
             finish(span, None, None)
             return result
 
@@ -121,11 +121,9 @@ def _decorate(fn: F, group: str, name: str | None, shape: int, attributes: Attri
             enabled = GATE.enabled
             if not enabled:
                 return (yield from gen)
-            if (checked := PER_PROMPT_GROUP if _scopes.SCOPES.get().per_prompt else group) not in (
-                enabled
-            ):
+            if (PER_PROMPT_GROUP if _scopes.SCOPES.get().per_prompt else group) not in enabled:
                 if GATE.audit is not None:
-                    GATE.audit(checked)
+                    GATE.audit(group)
                 return (yield from gen)
             span = start(span_name, group, shape, attrs, None)
             if span is None:
@@ -146,10 +144,10 @@ def _decorate(fn: F, group: str, name: str | None, shape: int, attributes: Attri
         try:
             result = fn(*args, **kwargs)
         except BaseException as exc:
-            detach(token)
+            detach(token, group)
             finish(span, type(exc), exc)
             raise
-        detach(token)
+        detach(token, group)
         finish(span, None, None)
         return result
 
@@ -170,7 +168,7 @@ def _gated_wrapper(fn: F, group: str, traced: Callable[..., Any], *, is_async: b
             f"    {p}checked = {p}ppg if {p}scopes.SCOPES.get().per_prompt else {p}group\n"
             f"    if {p}checked not in {p}on:\n"
             f"        if {p}gate.audit is not None:\n"
-            f"            {p}gate.audit({p}checked)\n"
+            f"            {p}gate.audit({p}group)\n"
             f"        return {awaiting}{p}fn({call})\n"
             f"    return {awaiting}{p}traced({call})\n"
         )

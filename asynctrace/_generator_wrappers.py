@@ -68,7 +68,7 @@ _ASYNCGEN_BODY = """\
         if _at_checked in _at_on:
             _at_span = _at_start(_at_name, _at_group, _at_shape, _at_attrs, None)
         elif _at_gate.audit is not None:
-            _at_gate.audit(_at_checked)
+            _at_gate.audit(_at_group)
     _at_body = None
     _at_send = None
     _at_throw = None
@@ -94,7 +94,7 @@ _ASYNCGEN_BODY = """\
             finally:
                 if _at_token is not None:
                     _at_body = _at_current()
-                    _at_detach(_at_token)
+                    _at_detach(_at_token, _at_group)
             try:
                 _at_send = yield _at_item
             except _at_GeneratorExit:
@@ -104,7 +104,7 @@ _ASYNCGEN_BODY = """\
                 try:
                     await _at_agen.aclose()
                 finally:
-                    _at_detach(_at_token)
+                    _at_detach(_at_token, _at_group)
                 raise
             except _at_BaseException as _at_raised:  # athrow(): forward into the body
                 _at_throw = _at_raised

@@ -32,6 +32,7 @@ cumulative sums of the same additions, and the last step's goodput.
 from __future__ import annotations
 
 import errno
+import ipaddress
 import logging
 import os
 import re
@@ -463,14 +464,60 @@ def _local_rank_var(rank: int) -> str:
     return found[0] if found is not None and found[1] == rank else "the local rank"
 
 
-def serving(port: int) -> bool:
-    """Whether this process's own goodput endpoint listens on *port* (whatever its host).
+def serving(address: str, port: int) -> tuple[bool, str | None]:
+    """How *address*:*port* meets this process's own goodput endpoint on *port*.
 
-    A ``configure()`` shuts the running telemetry down before its endpoint
-    starts, so that port is free by then, whichever spelling of the host
-    (``localhost``, ``127.0.0.1``, ``0.0.0.0``) either one names.
+    Returns ``(same, overlapped)``: *same* when the endpoint listens on that
+    very address (``localhost`` resolved to ``127.0.0.1`` is ``127.0.0.1``):
+    ``configure()`` stops it before the new one starts, so the port is free
+    by then. *overlapped* is the address of an endpoint on *port* that
+    *address* is not but may share the port with (either one a wildcard
+    such as ``0.0.0.0``, or an address that cannot be compared): this
+    process's own socket answers for it, so no trial bind can tell whether
+    the port is free. Two distinct specific addresses (``127.0.0.1`` and
+    ``127.0.0.2``) are neither: each takes the port on its own.
+
+    Example:
+        >>> serving("127.0.0.1", 9464)  # nothing served by this process
+        (False, None)
     """
-    return any(where[1] == port for where in _serving)
+    same, overlapped = False, None
+    for (_, on), server in list(_serving.items()):
+        if on != port:
+            continue
+        running = str(server.server_address[0])
+        found = _ip(address), _ip(running)
+        if found[0] is None or found[1] is None:
+            if address == running:
+                same = True
+            else:
+                overlapped = running
+        elif found[0] == found[1]:
+            same = True
+        elif found[0].is_unspecified or found[1].is_unspecified:
+            overlapped = running
+    return same, overlapped
+
+
+def _ip(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """*address* as an IP address (an IPv4-mapped IPv6 one as its IPv4), or ``None``."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
+
+
+def endpoint(address: str, port: int) -> str:
+    """``address:port``, an IPv6 address in brackets.
+
+    Example:
+        >>> endpoint("::1", 9464)
+        '[::1]:9464'
+    """
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
 def listen_error(host: str, port: int, exc: OSError, rank_words: str) -> ConfigurationError:

@@ -52,6 +52,7 @@ __all__ = [
     "Audit",
     "audited",
     "report_later",
+    "report_quietly",
     "report_unregistered",
     "unregistered_requests",
 ]
@@ -218,7 +219,8 @@ def report_unregistered() -> list[str]:
     return names
 
 
-def _report_quietly() -> None:
+def report_quietly() -> None:
+    """:func:`report_unregistered`, never raising (a broken logging handler is told once)."""
     try:
         report_unregistered()
     except Exception as exc:  # a broken handler: told once, never raised into a loop
@@ -236,11 +238,11 @@ def report_later() -> None:
     loop = asyncio._get_running_loop()
     if loop is not None:
         try:
-            loop.call_soon(_report_quietly)
+            loop.call_soon(report_quietly)
             return
         except Exception:  # a loop that is closed: now, then
             pass
-    _report_quietly()
+    report_quietly()
 
 
 def unregistered_requests() -> frozenset[str]:

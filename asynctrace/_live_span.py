@@ -104,7 +104,7 @@ class LiveSpan(SyncAndAsync[Span]):
         else:
             self._token = None
         self._span = _DONE
-        detach(token)
+        detach(token, self._group)
         finish(span, exc_type, exc)
 
 

@@ -11,8 +11,10 @@ from typing import Any
 
 from opentelemetry.trace import (
     INVALID_SPAN_CONTEXT,
+    NonRecordingSpan,
     Span,
     SpanContext,
+    TraceFlags,
 )
 
 from . import _span_start
@@ -140,12 +142,15 @@ class ManagedSpan(FastSpan, SyncAndAsync[Span]):
                 other.__exit__(exc_type, exc, tb)
                 return
         if token is None or token is _DONE:
+            if token is _DONE:  # already exited: by another thread that entered it too?
+                self._unstick()
             return  # never entered (entering failed), or already exited
         self._token = _DONE
         try:
             _CONTEXT_VAR.reset(token)  # type: ignore[union-attr]
         except Exception as err:  # a token of another context
-            report_internal_error(("detach",), err)
+            self._unstick()
+            report_internal_error(("detach", site(self._group)), err)
         if other is not None:
             return  # the non-recording span: nothing to end
         if exc_type is not None:
@@ -161,6 +166,37 @@ class ManagedSpan(FastSpan, SyncAndAsync[Span]):
                 self.finish(_time_ns())
         except Exception as err:
             report_internal_error(("end", "FastSpan"), err)
+
+    def _unstick(self) -> None:
+        """Take this span, ending, out of the current context if it is still current there.
+
+        Only an object entered from two threads at once (which is not supported)
+        gets here with work to do: the other thread's exit took the token. Its
+        parent stands in for it, rebuilt from the ids the span recorded.
+        """
+        try:
+            var = _CONTEXT_VAR
+            if var is None:
+                return
+            current = var.get()
+            if current.get(_SPAN_KEY) is not self:
+                return
+            values = dict(current)
+            if self._parent_id:
+                values[_SPAN_KEY] = NonRecordingSpan(
+                    SpanContext(
+                        self._trace_id,
+                        self._parent_id,
+                        self._parent_remote,
+                        TraceFlags(self._flags),
+                        self._state,
+                    )
+                )
+            else:
+                del values[_SPAN_KEY]
+            var.set(_Context(values))
+        except Exception as err:
+            report_internal_error(("unstick", site(self._group)), err)
 
     # Before __enter__, or not sampled (or reconfigured since), the object is no span
     # of its own: these answer for it without raising.
@@ -256,9 +292,9 @@ def managed_span(
                 GATE.audit(group)
             return NOOP_CM
         state = SCOPES.get()
-        if (checked := PER_PROMPT_GROUP if state.per_prompt else group) not in enabled:
+        if (PER_PROMPT_GROUP if state.per_prompt else group) not in enabled:
             if GATE.audit is not None:
-                GATE.audit(checked)
+                GATE.audit(group)
             return NOOP_CM
     except Exception as exc:
         bad_group(group, exc)

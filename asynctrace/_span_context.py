@@ -23,6 +23,7 @@ from ._errors import report_internal_error
 from ._exception_text import redact_exception_text, remember, secrets_of
 from ._fast._span import SPAN_TYPES
 from ._semconv import CANCELLED
+from ._span_rules import site
 
 __all__ = [
     "attach",
@@ -93,8 +94,12 @@ def attach_context(context: otel_context.Context) -> object | None:
         return None
 
 
-def detach(token: object | None) -> None:
-    """Undo :func:`attach`."""
+def detach(token: object | None, group: object = None) -> None:
+    """Undo :func:`attach`.
+
+    A failure is logged once per span *group* (the groups are few), so that a
+    leak in one group does not hide a later one in another.
+    """
     if token is None:
         return
     try:
@@ -104,7 +109,7 @@ def detach(token: object | None) -> None:
         else:
             var.reset(token)  # type: ignore[arg-type]
     except Exception as exc:  # a token of another context (a generator resumed elsewhere)
-        report_internal_error(("detach",), exc)
+        report_internal_error(("detach", site(group)), exc)
 
 
 def finish(

@@ -65,9 +65,9 @@ def umbrella_span(
         return NOOP_CM
     state = SCOPES.get()
     try:  # free unless it raises (a group no set can hold: a list)
-        if (checked := PER_PROMPT_GROUP if state.per_prompt else group) not in enabled:
+        if (PER_PROMPT_GROUP if state.per_prompt else group) not in enabled:
             if GATE.audit is not None:
-                GATE.audit(checked)
+                GATE.audit(group)  # the name asked for, whatever decided the miss
             return NOOP_CM
     except Exception as exc:
         bad_group(group, exc)
@@ -90,9 +90,9 @@ def instant(group: str, name: str, *, attributes: Attributes | None = None) -> N
     if not enabled:
         return
     try:  # free unless it raises (a group no set can hold: a list)
-        if (checked := PER_PROMPT_GROUP if SCOPES.get().per_prompt else group) not in enabled:
+        if (PER_PROMPT_GROUP if SCOPES.get().per_prompt else group) not in enabled:
             if GATE.audit is not None:
-                GATE.audit(checked)
+                GATE.audit(group)  # the name asked for, whatever decided the miss
             return
     except Exception as exc:
         bad_group(group, exc)
@@ -162,9 +162,9 @@ def start_span(
         return AMBIENT_SPAN
     state = SCOPES.get()
     try:  # free unless it raises (a group no set can hold: a list)
-        if (checked := PER_PROMPT_GROUP if state.per_prompt else group) not in enabled:
+        if (PER_PROMPT_GROUP if state.per_prompt else group) not in enabled:
             if GATE.audit is not None:
-                GATE.audit(checked)
+                GATE.audit(group)  # the name asked for, whatever decided the miss
             return AMBIENT_SPAN
     except Exception as exc:
         bad_group(group, exc)
@@ -203,7 +203,9 @@ def end_span(
     description) is redacted as every exception asynctrace records is: URLs
     lose userinfo and secret-like query values, credential pairs lose their
     values; each string of *secrets* (what the caller knows to be secret,
-    such as the request's header values) is replaced too.
+    such as the request's header values) is replaced too. Anything that is
+    not a started span (a ``managed_span()`` object never entered, say) is
+    left alone.
 
     Example:
         >>> span = start_span("per_prompt", "work")
@@ -215,14 +217,15 @@ def end_span(
         try:
             if span.__class__ in SPAN_TYPES:  # FastSpan.end, inline: the claim, then hand over
                 fast: Any = span
-                open_spans = fast._tracer._provider._open
-                if fast._end is None and (
-                    open_spans.pop(fast._span_id, None) is not None or fast._reclaim()
+                if fast._end is None and (  # not started (_end 0) or ended: nothing to end
+                    fast._tracer._provider._open.pop(fast._span_id, None) is not None
+                    or fast._reclaim()
                 ):
                     fast.finish(_time_ns())
-            else:
+            elif isinstance(span, Span):  # not a span (a managed_span() not entered): no-op
                 span.end()
         except Exception as err:
             report_internal_error(("end", type(span).__name__), err)
         return
-    finish(span, type(exc), exc, None, secrets)
+    if span.__class__ in SPAN_TYPES or isinstance(span, Span):
+        finish(span, type(exc), exc, None, secrets)

@@ -200,6 +200,9 @@ def disable_telemetry() -> None:
         GATE.provider = None
         GATE.tokens = ()
         GATE.propagate_scopes = False
+    # Names asked for and not registered, and not told yet (a report left to a loop that
+    # stopped before running it, a window still open): told now, as a shutdown tells them.
+    _group_audit.report_quietly()
 
 
 def set_span_groups(spec: str) -> frozenset[str]:

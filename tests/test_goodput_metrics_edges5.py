@@ -228,12 +228,15 @@ def test_a_local_rank_past_every_port_says_only_0_works(monkeypatch: pytest.Monk
     assert "1 to 1" not in message, message
 
 
-@pytest.mark.parametrize(("first", "then"), [("localhost", "127.0.0.1"), ("0.0.0.0", "127.0.0.1")])
+@pytest.mark.parametrize(
+    ("first", "then"), [("localhost", "127.0.0.1"), ("127.0.0.1", "localhost")]
+)
 def test_configuring_again_on_the_running_port_under_another_host_spelling(
     first: str, then: str
 ) -> None:
     """The running endpoint is stopped before the new one starts: its port is free then,
-    whichever spelling of the host either configure() names."""
+    whichever spelling of its address either configure() names (a wildcard over a specific
+    address is refused: tests/test_goodput_port_edges5.py)."""
     port = free_port()
     running = _configure(metrics="prometheus", prometheus_host=first, prometheus_port=port)
     try:

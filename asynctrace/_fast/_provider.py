@@ -304,7 +304,13 @@ class FastTracer(trace.Tracer):
             state = None
             sampled: int | bool = trace_id & _LOW_64 < provider._bound
         elif parent.__class__ in SPAN_TYPES:
-            trace_id = parent._trace_id  # type: ignore[attr-defined]
+            try:
+                trace_id = parent._trace_id  # type: ignore[attr-defined]
+            except AttributeError:  # not started (a managed_span not entered): what it stands for
+                stands_for = NonRecordingSpan(parent.get_span_context())  # type: ignore[attr-defined]
+                return self.start_owned(
+                    name, {_SPAN_KEY: stands_for}, attributes, span, kind, links, start_time
+                )
             parent_id = parent._span_id  # type: ignore[attr-defined]
             remote = False
             flags = parent._flags  # type: ignore[attr-defined]

@@ -144,22 +144,42 @@ def _check_meter_provider(provider: Any) -> None:
 def _check_port(goodput: GoodputSettings, local_rank: int | None) -> None:
     """The endpoint's host must resolve to an address of this machine, its port be free.
 
-    With port 0 (any free port), or this process's own endpoint's port (it is
-    stopped before the new one starts), only the host is tried.
+    The host resolves as the endpoint's server resolves it. With port 0 (any
+    free port), or the very address and port of this process's own endpoint
+    (it is stopped before the new one starts), only the host is tried. An
+    address that shares the port with this process's own endpoint without
+    being its address (a wildcard on either side) is refused: that endpoint
+    would be stopped before the new one found out whether it can listen.
+
+    Raises:
+        ConfigurationError: naming ``goodput.prometheus_host`` or ``goodput.prometheus_port``.
     """
-    from .._goodput_metrics import listen_error, prometheus_port, serving
+    from .._errors import ConfigurationError
+    from .._goodput_metrics import endpoint, listen_error, prometheus_port, serving
 
     port = prometheus_port(goodput, local_rank)  # ConfigurationError past 65535
     host = goodput.prometheus_host
-    tried = 0 if not port or serving(port) else port
     try:
-        infos = socket.getaddrinfo(host, tried, type=socket.SOCK_STREAM)
-        family, kind, proto, _, address = infos[0]
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as exc:
+        raise listen_error(host, port, exc, "LOCAL_RANK") from None
+    family, kind, proto, _, address = infos[0]
+    same, overlapped = serving(str(address[0]), port) if port else (False, None)
+    if overlapped is not None:
+        raise ConfigurationError(
+            f"goodput.prometheus_host: {host!r} ({endpoint(str(address[0]), port)}) shares "
+            f"the port with this process's running endpoint: this process already serves "
+            f"goodput metrics on {endpoint(overlapped, port)}; accepted: that host "
+            f"({overlapped}) to take the endpoint over, another port, or an address that "
+            "does not overlap it"
+        )
+    tried = 0 if not port or same else port
+    try:
         with socket.socket(family, kind, proto) as probe:
             # As the endpoint's server does: a port whose last connections linger
             # (TIME_WAIT) can be listened on; one that is listened on cannot.
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            probe.bind(address)
+            probe.bind((address[0], tried, *address[2:]))
     except OSError as exc:
         raise listen_error(host, port, exc, "LOCAL_RANK") from None
 
