@@ -229,8 +229,8 @@ class AppendFile:
                 logger.warning(
                     "asynctrace: %s is being written by another process too (it holds the "
                     "file's lock): their lines are interleaved in one file under one rank; "
-                    "give each process its own rank (init_worker(config, rank=...)) or role "
-                    "(configure(config, role=...))",
+                    "give each process its own rank (init_worker(config, rank=..., "
+                    "world_size=...)) or role (configure(config, role=...))",
                     self.path,
                 )
             return

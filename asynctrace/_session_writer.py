@@ -15,8 +15,11 @@ every finished record in memory. The bound is the largest of ``max_queued``
 (the tracer's ``max_pending``: a task may finalize that many at once),
 :data:`MIN_QUEUED` (a lowered ``max_pending`` catches leaks sooner, it does
 not make the writer's queue smaller) and two flush thresholds (the writer
-wakes at one). Past it a record is refused, counted in ``failed`` and warned
-about once; records are kept again as soon as the writer catches up.
+wakes at one). It bounds the records held: those waiting and what is left of
+the batch being written, so room comes back as each chunk is written. Past it
+a record is refused and counted in ``failed``; the first refusal is warned
+about, and so is the first one after the writer has caught up (at most once
+every :data:`_WARN_FULL_EVERY_S`).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ _CLOSING_CHUNK: Final = 1024  # at shutdown: no pauses, few writes
 _STARVED_CHUNK: Final = 128  # starved by a busy loop (see _handoff): no pauses
 _PAUSE_S: Final = 0.0001
 _MAX_WAIT_S: Final = threading.TIMEOUT_MAX / 2
+_WARN_FULL_EVERY_S: Final = 60.0  # refusals warned about again at most this often
 
 MIN_QUEUED: Final = 100_000
 """Records waiting to be written that a writer keeps at least (some 50 MB at most)."""
@@ -55,7 +59,7 @@ class SessionWriter:
     did not (a failed write, a value that cannot be encoded, a record too
     long for a line the readers read even without its payloads, a record handed
     over after the writer stopped or left when its shutdown timed out, one
-    with no room: as many as the bound already waiting), ``lost`` those written to a file that was
+    with no room: as many as the bound already held), ``lost`` those written to a file that was
     later deleted or replaced.
     """
 
@@ -80,12 +84,19 @@ class SessionWriter:
         self._pending: list[Record] = []
         self._batch: list[Record] = []  # taken from _pending, being written chunk by chunk
         self._max_queued = max(int(max_queued), MIN_QUEUED, 2 * self._threshold)
-        # Room for _pending: max_queued less the batch as it was taken (it only shrinks),
-        # back to max_queued once the batch is written. add_one compares the queue with
-        # _limit, min(flush threshold, room): no more than it did for the threshold alone.
+        # Room for _pending: max_queued less what is left of the batch (the chunk being
+        # written included), updated as each chunk is taken (see _next_chunk). add_one
+        # compares the queue with _limit, min(flush threshold, room): no more than it did
+        # for the threshold alone.
         self._room = self._max_queued
         self._limit = min(self._threshold, self._room)
-        self._full_warning = 0  # 1: a record was refused for want of room, 2: warned
+        # 0: no refusal to tell of, 1: records refused, not warned about yet, 2: warned.
+        # Back to 0 once the writer has written all it held (a later refusal warns again),
+        # after the first warning: refusals the interval kept from being warned about
+        # are then counted, not logged.
+        self._full_warning = 0
+        self._refused = 0  # records refused for want of room, in all
+        self._full_warned_at: float | None = None  # time.monotonic() of that warning
         self._added = 0
         self.written = 0
         self.failed = 0
@@ -133,6 +144,7 @@ class SessionWriter:
                 if queued > self._room:  # the writer is that far behind (a hung mount)
                     pending.pop()
                     self.failed += 1
+                    self._refused += 1
                     if not self._full_warning:
                         self._full_warning = 1
                     return True  # behind() warns, outside the lock
@@ -149,27 +161,43 @@ class SessionWriter:
 
         It may sleep 0.2 ms (see :mod:`asynctrace._handoff`): call it holding
         no lock, so that no other thread waits through that sleep. It also
-        logs, once, that records were refused for want of room (a logging
-        handler may block: on the same hung mount, say).
+        logs that records were refused for want of room (see :meth:`_warn_full`;
+        a logging handler may block: on the same hung mount, say).
         """
         if self._full_warning == 1:
             self._warn_full()
         self._handoff.offer(self._thread)
 
     def _warn_full(self) -> None:
-        """Records refused: as many as the bound were waiting to be written. Warned once."""
+        """Records refused: as many as the bound were held for the writer.
+
+        Warned at the first refusal, then again at the first refusal after the
+        writer has written all it held (a new episode), but at most once every
+        :data:`_WARN_FULL_EVERY_S`: a refusal sooner than that is warned about
+        at the first refusal past it. Each warning gives the records refused in all.
+        """
+        now = time.monotonic()
         with self._lock:
             if self._full_warning != 1:
                 return
+            last = self._full_warned_at
+            if last is not None and now - last < _WARN_FULL_EVERY_S:
+                return  # stays 1: a refusal past the interval warns
             self._full_warning = 2
+            self._full_warned_at = now
+            refused = self._refused
+        again = "" if last is None else "again "
         logger.warning(
-            "asynctrace: %d session records are waiting to be written to %s, and further "
-            "finished sessions are not kept until the writer catches up (counted in "
-            "stats()['failed']; further ones are not logged): a write does not return "
-            "(a hung file system?) or is slower than sessions finish; check the file "
-            "system of output_dir, or raise session_tracer.max_pending",
+            "asynctrace: %d session records are %sheld for the writer of %s, and further "
+            "finished sessions are not kept until it catches up (%d refused so far, "
+            "counted in stats()['failed']; logged again, at most once a minute, only "
+            "if it happens after the writer caught up): a write does not return (a hung "
+            "file system?) or is slower than sessions finish; check the file system of "
+            "output_dir, or raise session_tracer.max_pending",
             self._max_queued,
+            again,
             self.path,
+            refused,
         )
 
     def add(
@@ -207,6 +235,7 @@ class SessionWriter:
                 refused = max(0, min(len(records), len(records) - free))
                 if refused:
                     self.failed += refused
+                    self._refused += refused
                     if not self._full_warning:
                         self._full_warning = 1
                     records = records[: len(records) - refused]
@@ -311,7 +340,7 @@ class SessionWriter:
                     )
                     self._handoff.ran()
                     self._batch, self._pending = self._pending, []
-                    self._room = self._max_queued - len(self._batch)
+                    self._room = self._max_queued - len(self._batch)  # until _next_chunk
                     self._limit = min(self._threshold, self._room)
                     durable = self._flush_requested or self._closing
                     self._flush_requested = False
@@ -378,8 +407,8 @@ class SessionWriter:
                 paused = not closing and not starved
                 chunk, starved = self._next_chunk(closing)
                 if not chunk:  # wake flush() waiters once per batch, not per chunk
-                    self._room = self._max_queued  # written: room for as many again
-                    self._limit = min(self._threshold, self._room)
+                    if self._full_warned_at is not None:  # caught up: a new episode
+                        self._full_warning = 0  # (the first warning is never skipped)
                     self._cond.notify_all()
             if chunk and paused:
                 # A real pause, not sleep(0): a thread that releases the GIL and takes it
@@ -403,7 +432,14 @@ class SessionWriter:
 
     def _next_chunk(self, closing: bool) -> tuple[list[Record], bool]:
         """The next chunk of the batch (none once abandoned), and whether the writer is
-        starved (call holding the lock)."""
+        starved (call holding the lock).
+
+        The chunks written are released: ``_pending`` has room for what they held,
+        the bound less what is left of the batch, this chunk included.
+        """
+        held = len(self._batch)
+        self._room = self._max_queued - held
+        self._limit = min(self._threshold, self._room)
         if self._abandoned:
             return [], False
         # Starved by a busy loop, each pause would wait for another hand-off:

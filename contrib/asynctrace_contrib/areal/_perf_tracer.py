@@ -77,12 +77,15 @@ class PerfTracer:
         category_map: Mapping[str, asynctrace.Bucket | str | None] | None = None,
     ) -> None:
         given: Any = rank  # numpy's integers too, as AReaL takes them
-        if not isinstance(given, bool) and isinstance(given, numbers.Integral):
-            rank = int(given)
+        # Checked before comparing: AReaL's own `rank < 0` raises TypeError for a string.
+        if isinstance(given, bool) or not isinstance(given, numbers.Integral) or given < 0:
+            raise asynctrace.ConfigurationError(
+                f"rank: {given!r} is not accepted; accepted: an integer >= 0 (an int or a "
+                "numpy integer; not a bool, a float or a string)"
+            )
+        rank = int(given)
         if role == "":  # AReaL's "no role": no subdirectory, the plain file name
             role = None
-        if rank < 0:
-            raise ValueError("rank must be a non-negative integer")
         self.rank = rank
         self.role = role
         _check_keys(config)
