@@ -49,9 +49,11 @@ same numbers for the same spans): a step is *confirmed* when its span has
 arrived and is known to be a step (a span of group ``step`` at once; a
 stamped candidate when its parent arrives, or at :meth:`Rollup.finish` if it
 never does, unless a recent step of its trace with its ``rl.iteration``
-contains its start, other than a sibling (a step of the same parent): a
-detached finalize span whose staging parent left the window; a remote
-parent's candidate is never ruled out). It is *finished* once a span arrives that ended more than
+contains its start, other than a sibling of another origin (a step of the
+same parent from another rank's file): a detached finalize span whose
+staging parent left the window, or the per-prompt spans of a step span never
+written; a remote parent's candidate is never ruled out). It is *finished*
+once a span arrives that ended more than
 ``grace_us`` after the step's end, or at :meth:`Rollup.finish`. Until then,
 late children (a detached span ending after its step, a loop-stall span
 recorded just after the step ended) still count in it; after, nothing
@@ -132,7 +134,11 @@ class Rollup:
             past it, the oldest waits are given up: their bucketed spans (and
             their candidate steps') count nowhere, counted in ``evicted`` (the
             spans in ``evicted_leaves``); the candidate steps themselves wait on,
-            outside the limit, for their parent (or :meth:`finish`).
+            outside the limit, for their parent (or :meth:`finish`), at most
+            *max_pending* of them: past it, the oldest are dropped, no steps
+            (``dropped_stubs``, and a note at :meth:`finish`). Bucketed spans
+            arriving under such a waiting candidate count nowhere
+            (``evicted_leaves``).
             Waits still open at :meth:`finish` are counted in ``abandoned``
             (their leaves in ``abandoned_leaves``).
         on_violation: called with each violation found outside a step's row
@@ -176,17 +182,20 @@ class Rollup:
         # How many of _remote_keys have a group in _pending: awaited() reads it from any
         # thread, where iterating _remote (changed by the export thread) could raise.
         self._remote_open = 0
-        # Recent steps per (trace, rl.iteration): [(start, end, key, parent key)], oldest
-        # key first.
-        self._stepped: dict[tuple[int, int], list[tuple[float, float, int, int | None]]] = {}
-        # The candidates of evicted waits, by the parent they wait for: they count nothing
-        # toward max_pending and are settled when it arrives, or as missing (finish).
+        # Recent steps per (trace, rl.iteration): [(start, end, key, parent key, origin)],
+        # oldest key first.
+        self._stepped: dict[tuple[int, int], list[tuple[float, float, int, int | None, int]]] = {}
+        # The candidates of evicted waits, by the parent they wait for, oldest first: they
+        # count nothing toward max_pending and are settled when it arrives, or as missing
+        # (finish, or past max_pending candidates of their own: _trim_stubs).
         self._stubs: dict[int, list[_Step]] = {}
+        self._stubbed = 0  # the candidates in _stubs
         # Groups waiting plus the bucketed leaves they hold, bounded by max_pending.
         self._load = 0
         self._limit = max_pending if max_pending is not None else sys.maxsize
         self.evicted = 0  # waits given up (max_pending)
         self.evicted_leaves = 0  # ...and the bucketed spans they held, counted nowhere
+        self.dropped_stubs = 0  # ...and their stamped spans given up past max_pending more
         self.abandoned = 0  # waits still open at finish (their parent never arrived)
         self.abandoned_leaves = 0  # ...and the bucketed spans they held, counted nowhere
         self.void_steps = 0  # spans that would be steps but have no duration (not steps)
@@ -566,9 +575,14 @@ class Rollup:
                 if container.raw is not None:  # a candidate: clipped once confirmed
                     container.raw.extend(payload.leaves)
                     self._load += len(payload.leaves)
+                    _add_sums(container, payload)
+                elif container.stub:  # its wait given up: its bucketed spans count nowhere
+                    self.evicted_leaves += len(payload.leaves) + payload.nb
+                    payload.pre = payload.phases = None
+                    payload.nb = 0
                 else:
                     container.add_leaves(payload.leaves)
-                _add_sums(container, payload)
+                    _add_sums(container, payload)
                 container.add_stalls(payload)
                 payload.leaves.clear()
             payload.fwd = container
@@ -649,6 +663,7 @@ class Rollup:
 
     def _confirm(self, step: _Step) -> None:
         """*step* is a step: it finishes once the spans arriving end past its grace."""
+        step.stub = False
         raw = step.raw
         if raw is not None:  # a candidate: its leaves are clipped to it now
             step.raw = None
@@ -666,7 +681,7 @@ class Rollup:
                 seen = stepped[where] = []
             elif len(seen) >= _STEPS_PER_KEY:
                 del seen[0]
-            seen.append((step.start, step.end, step.key, step.parent))
+            seen.append((step.start, step.end, step.key, step.parent, step.origin))
         self._seq += 1
         due = step.end + self._grace
         heapq.heappush(self._held, (due, self._seq, step))
@@ -770,29 +785,52 @@ class Rollup:
         (per-prompt spans waiting to be ruled out by the step) as a stub for *key*.
         Returns the bucketed spans dropped."""
         dropped = len(group.leaves) + group.nb
-        if group.cands:
-            for cand in group.cands:
-                if cand.raw:
-                    dropped += len(cand.raw)
-                    self._load -= len(cand.raw)
-                    cand.raw = []
+        cands = group.cands
+        if cands:
+            for cand in cands:
+                raw = cand.raw
+                if raw is not None:
+                    dropped += len(raw)
+                    self._load -= len(raw)
+                    cand.raw = None  # bucketed spans arriving under it: see _attach
+                cand.stub = True
             stub = self._stubs.get(key)
             if stub is None:
-                self._stubs[key] = group.cands
+                self._stubs[key] = cands
             else:
-                stub.extend(group.cands)
+                stub.extend(cands)
             group.cands = None
+            self._stubbed += len(cands)
         group.leaves.clear()
         group.nb = 0
         group.pre = group.phases = group.stalls = None
         group.fwd = _OUTSIDE
+        if self._stubbed > self._limit:
+            self._trim_stubs()
         return dropped
+
+    def _trim_stubs(self) -> None:
+        """Give the oldest stubs up until at most max_pending candidates wait in them.
+
+        Their candidates are no steps (``dropped_stubs``): their bucketed spans
+        are gone (``evicted_leaves``), so as steps they would report a wall with
+        no bucket in it, and most are per-prompt spans that their step, still
+        open, would rule out. Bucketed spans arriving under one later still
+        count in ``evicted_leaves`` (``stub`` stays set)."""
+        stubs = self._stubs
+        while stubs and self._stubbed > self._limit:
+            cands = stubs.pop(next(iter(stubs)))
+            self._stubbed -= len(cands)
+            self.dropped_stubs += len(cands)
 
     def _unstub(self, key: int, children: _Group | None) -> _Group | None:
         """*children* with the candidates of *key*'s evicted waits, *key* having arrived."""
         cands = self._stubs.pop(key, None)
         if cands is None:
             return children
+        self._stubbed -= len(cands)
+        for cand in cands:
+            cand.stub = False
         if children is None:
             children = _Group()
         if children.cands is None:
@@ -801,13 +839,18 @@ class Rollup:
             children.cands.extend(cands)
         return children
 
-    def _settle_stub(self, key: int, rule_out: bool) -> None:
-        """The candidates of *key*'s evicted waits: its parent is missing."""
+    def _settle_stub(self, key: int, rule_out: bool) -> int:
+        """The candidates of *key*'s evicted waits: its parent is missing. Returns the
+        bucketed spans dropped (counted in ``evicted_leaves`` by the caller)."""
         cands = self._stubs.pop(key, None)
-        if cands is not None:
-            group = _Group()
-            group.cands = cands
-            self.evicted_leaves += self._missing(group, rule_out)
+        if cands is None:
+            return 0
+        self._stubbed -= len(cands)
+        for cand in cands:
+            cand.stub = False
+        group = _Group()
+        group.cands = cands
+        return self._missing(group, rule_out)
 
     def awaited(self) -> int:
         """Parents spans wait for now, those of other processes (remote) left out.
@@ -838,7 +881,7 @@ class Rollup:
             if group is not None:  # its leaves: outside any step of this process
                 self._missing(group, rule_out=False)
             if self._stubs:
-                self._settle_stub(pkey, rule_out=False)
+                self.evicted_leaves += self._settle_stub(pkey, rule_out=False)
 
     def _missing(self, group: _Group, rule_out: bool = True) -> int:
         """*group*'s parent never arrives: its candidates are steps, its leaves outside.
@@ -866,15 +909,21 @@ class Rollup:
 
     def _ruled_out(self, cand: _Step) -> bool:
         """Whether a step of *cand*'s trace and ``rl.iteration`` contains its start, other
-        than a sibling (a step of the same parent: another rank's step of the iteration
-        under the one job span, missing from the inputs)."""
+        than a sibling of another origin (a step of the same parent from another process
+        or file: another rank's step of the iteration under the one job span, missing
+        from the inputs). A sibling of its own origin rules it out: the per-prompt spans
+        of a step span never written (a killed run) are one step, not one each."""
         if cand.iteration is None:
             return False
         seen = self._stepped.get((cand.key >> 64, cand.iteration))
         if seen:
-            start, parent = cand.start, cand.parent
-            for first, last, key, pkey in seen:
-                if first <= start < last and key != cand.key and pkey != parent:
+            start, parent, origin = cand.start, cand.parent, cand.origin
+            for first, last, key, pkey, source in seen:
+                if (
+                    first <= start < last
+                    and key != cand.key
+                    and (pkey != parent or source == origin)
+                ):
                     return True
         return False
 
@@ -950,7 +999,7 @@ class Rollup:
             if group is not None:
                 self._missing(group, rule_out=False)
             if self._stubs:
-                self._settle_stub(pkey, rule_out=False)
+                self.evicted_leaves += self._settle_stub(pkey, rule_out=False)
         self._remote.clear()
         self._remote_keys.clear()
         self._remote_open = 0
@@ -959,7 +1008,8 @@ class Rollup:
             self.abandoned_leaves += self._missing(group)
         self.abandoned += missing
         for key in list(self._stubs):
-            self._settle_stub(key, rule_out=True)
+            self.evicted_leaves += self._settle_stub(key, rule_out=True)
+        self._stubbed = 0
         self._pending.clear()
         self._waits.clear()
         self._load = 0
@@ -980,6 +1030,13 @@ class Rollup:
             notes.append(self.void_note())
         if self.bad_iterations:
             notes.append(self.bad_iteration_note())
+        if self.dropped_stubs:
+            count = self.dropped_stubs
+            notes.append(
+                f"{count} stamped span{'s' if count != 1 else ''} of given-up waits "
+                f"{'were' if count != 1 else 'was'} dropped, past max_pending of them "
+                "waiting for their parent: no step among them is reported"
+            )
         if missing:
             plural = "s" if missing != 1 else ""
             leaves = self.abandoned_leaves

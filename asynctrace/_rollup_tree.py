@@ -83,6 +83,7 @@ class _Step:
         "sealed",
         "stalled",
         "start",
+        "stub",
         "sums",
         "top_end",
         "top_key",
@@ -119,6 +120,9 @@ class _Step:
         self.child: _Group | None = None  # the group of its children, forwarding here
         self.orphan = False  # confirmed because its parent never arrived
         self.raw: list[Leaf] | None = None  # a candidate's leaves, clipped once confirmed
+        # A candidate whose wait was given up (max_pending), waiting outside the limit:
+        # bucketed spans arriving under it count nowhere (``evicted_leaves``).
+        self.stub = False
         self.fwd: _Container | None = None  # set when folded into its parent
         # The counted leaf that ends last (clipped), to find leaves counted over one another
         # in one test each: arriving in end order, a leaf overlaps an earlier one exactly

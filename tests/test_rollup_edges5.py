@@ -132,17 +132,19 @@ def test_sibling_steps_under_a_missing_parent_are_each_kept() -> None:
     rollup = Rollup(window=3)
     for rank, offset in ((1, 0), (2, 200_000)):
         step, leaf = rank << 8, (rank << 8) + 1
-        rollup.add(_event("rl.generate", leaf, step, 1_000_000 + offset, 700_000, **LEAF))
-        rollup.add(_event("worker.step", step, 0xAA, 1_000_000 + offset, 1_000_000, **PROMPT))
+        rollup.add(_event("rl.generate", leaf, step, 1_000_000 + offset, 700_000, **LEAF), rank)
+        rollup.add(
+            _event("worker.step", step, 0xAA, 1_000_000 + offset, 1_000_000, **PROMPT), rank
+        )
     # rank 1's staging span, then a finalize span arriving past the window
-    rollup.add(_event("rl.checkpointing", 0x150, 1 << 8, 1_500_000, 10, **LEAF))
+    rollup.add(_event("rl.checkpointing", 0x150, 1 << 8, 1_500_000, 10, **LEAF), 1)
     for i in range(4):
-        rollup.add(_event("other", 0x160 + i, None, 1_600_000, 10))
-    rollup.add(_event("rl.finalize", 0x170, 0x150, 1_500_010, 2_000_000, **PROMPT))
+        rollup.add(_event("other", 0x160 + i, None, 1_600_000, 10), 1)
+    rollup.add(_event("rl.finalize", 0x170, 0x150, 1_500_010, 2_000_000, **PROMPT), 1)
     result = rollup.finish()
     assert [(row.name, row.origin, row.sums[0]) for row in result.steps] == [
-        ("worker.step", 0, 700_010),  # with its staging span
-        ("worker.step", 0, 700_000),
+        ("worker.step", 1, 700_010),  # with its staging span
+        ("worker.step", 2, 700_000),
     ]
     assert all(row.parent_missing for row in result.steps)
 
@@ -199,3 +201,115 @@ def test_concurrent_requests_under_remote_parents_are_each_a_step(
         ("POST /step", 2.0, 1.8, True),
         ("POST /step", 2.5, 2.3, True),
     ]
+
+
+def test_late_children_of_a_given_up_candidate_do_not_hold_the_limit() -> None:
+    """Bucketed spans arriving under a candidate whose wait was given up count nowhere
+    (``evicted_leaves``) and take no room under max_pending: later steps count in full."""
+    rows: list[StepRow] = []
+    rollup = Rollup(max_pending=4, on_step=lambda row, _: rows.append(row), keep=False)
+    rollup.add(_event("rl.finalize", 10, 5, 1_000, 5_000, **PROMPT))  # waits for 5
+    for i in range(3):  # waiting for 6: 5's wait is given up, 10 waits on outside it
+        rollup.add(_event("rl.generate", 20 + i, 6, 1_000 * i, 1_000, **LEAF))
+    for i in range(5):  # detached bucketed children of 10, ending after it
+        rollup.add(_event("rl.upload", 30 + i, 10, 7_000 + i, 100, **LEAF))
+    rollup.add(_event("setup", 6, None, 0, 3_000))
+    for it in (2, 3):
+        base = it * 1_000_000
+        for i in range(3):
+            leaf = {"rl.iteration": it, "rl.bucket": "productive"}
+            sid, ts = it * 1000 + i, base + 1000 * i
+            rollup.add(_event("rl.generate", sid, it * 100, ts, 1000, **leaf))
+        step = {"rl.iteration": it, "asynctrace.group": "step"}
+        rollup.add(_event("rl.step", it * 100, 1, base, 10_000, **step))
+    rollup.add(_event("rl.job", 1, None, 0, 9_000_000, **{"asynctrace.group": "job"}))
+    rollup.add(_event("rl.checkpointing", 5, 1, 0, 2_000, **LEAF))
+    result = rollup.finish()
+    assert [(row.iteration, row.sums[0], row.leaves) for row in rows] == [
+        (2, 3000.0, 3),
+        (3, 3000.0, 3),
+    ]
+    assert (result.evicted, result.evicted_leaves) == (1, 5)
+
+
+def test_per_prompt_spans_of_a_step_never_written_are_one_step() -> None:
+    """A killed run: the step span of the last iteration never written, its per-prompt
+    spans (one process) overlap under that missing parent: one step, not one each."""
+    rollup = Rollup()
+    for i in range(8):
+        rollup.add(_event("rl.rollout.prompt", 100 + i, 2, 1000 * i, 500_000, **PROMPT))
+        rollup.add(_event("rl.generate", 200 + i, 100 + i, 1000 * i + 10, 400_000, **LEAF))
+    result = rollup.finish()
+    assert [(row.name, row.wall, row.parent_missing) for row in result.steps] == [
+        ("rl.rollout.prompt", 500_000, True)
+    ]
+
+
+@pytest.mark.parametrize("provider", ["fast", "sdk"])
+def test_live_per_prompt_spans_of_a_step_never_exported_are_one_step(
+    tmp_path: Path, provider: str
+) -> None:
+    """Live, per-prompt spans under a step span of this process that is never exported
+    (a local parent that is not recorded): one step with its parent missing at shutdown,
+    not one step each."""
+    from opentelemetry import trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    telemetry = at.configure(
+        {
+            "enabled": True,
+            "span_groups": "all",
+            "exporters": ["chrome"],
+            "output_dir": str(tmp_path),
+            "provider": provider,
+            "goodput": {"metrics": "none"},
+        }
+    )
+    assert telemetry.provider is not None
+    tracer = telemetry.provider.get_tracer("trainer")
+    t0 = time.time_ns()
+    step = NonRecordingSpan(SpanContext(0xABD, 0x2, is_remote=False, trace_flags=TraceFlags(1)))
+    try:
+        for i in range(6):
+            base = t0 + i * 1_000_000
+            prompt = tracer.start_span(
+                "rl.rollout.prompt",
+                context=trace.set_span_in_context(step),
+                start_time=base,
+                attributes={"rl.iteration": 1},
+            )
+            leaf = tracer.start_span(
+                "rl.generate",
+                context=trace.set_span_in_context(prompt),
+                start_time=base + 10_000,
+                attributes={"rl.iteration": 1, "rl.bucket": "productive"},
+            )
+            leaf.end(base + 400_000_000)
+            prompt.end(base + 500_000_000)
+    finally:
+        assert telemetry.shutdown()
+    (path,) = tmp_path.glob("goodput-*.jsonl")
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    steps = [x for x in lines if x["kind"] == "step"]
+    assert [(s["name"], s["wall_s"], s["parent_missing"]) for s in steps] == [
+        ("rl.rollout.prompt", 0.5, True)
+    ]
+
+
+def test_given_up_candidates_are_bounded_by_max_pending() -> None:
+    """Stamped spans whose parents never arrive, past max_pending waits: at most
+    max_pending of them wait on; the oldest are dropped, counted and noted, no steps."""
+    rows: list[StepRow] = []
+    rollup = Rollup(max_pending=10, on_step=lambda row, _: rows.append(row), keep=False)
+    most = 0
+    for i in range(200):
+        span = _event("rl.rollout.prompt", 10_000 + i, 1_000 + i, i * 1000, 500, **PROMPT)
+        rollup.add(span)
+        most = max(most, sum(len(cands) for cands in rollup._stubs.values()))
+    assert most <= 10
+    result = rollup.finish()
+    assert result.evicted == 190
+    assert rollup.dropped_stubs == 180
+    assert len(rows) == 20  # the 10 waits open at the end, the 10 candidates kept
+    assert all(row.parent_missing for row in rows)
+    assert any("180 stamped spans of given-up waits were dropped" in n for n in result.notes)

@@ -58,3 +58,42 @@ def test_steps_of_one_iteration_under_a_missing_job_span_are_each_reported(
     ]
     assert document["inputs"]["abandoned"] == 1
     assert document["inputs"]["abandoned_leaves"] == 0
+
+
+def test_per_prompt_spans_of_a_step_never_written_are_one_step(tmp_path: Path, run: Run) -> None:
+    """A killed run: the last iteration's step span was never written, its per-prompt
+    spans (one rank's file) overlap under it: one step with its parent missing, not one
+    per prompt."""
+    lines = []
+    for i in range(8):
+        prompt = f"10000000000001{i:02x}"
+        lines.append(
+            _event(
+                "rl.generate",
+                f"10000000000002{i:02x}",
+                prompt,
+                1000 * i + 10,
+                400_000,
+                1,
+                **{"rl.iteration": 1, "rl.bucket": "productive"},
+            )
+        )
+        lines.append(
+            _event(
+                "rl.rollout.prompt",
+                prompt,
+                "1000000000000000",  # rank 1's step span: not in its file
+                1000 * i,
+                500_000,
+                1,
+                **{"rl.iteration": 1},
+            )
+        )
+    lines.sort(key=lambda line: json.loads(line)["ts"] + json.loads(line)["dur"])
+    (tmp_path / "traces-r1.jsonl").write_text("".join(lines))
+    result = run("goodput", tmp_path, "--json")
+    assert result.code == 0, result.err
+    steps = result.json()["steps"]
+    assert [(s["name"], s["wall_s"], s["productive_s"], s["parent_missing"]) for s in steps] == [
+        ("rl.rollout.prompt", 0.5, 0.4, True)
+    ]
