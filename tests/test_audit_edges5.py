@@ -59,9 +59,10 @@ def test_a_report_left_to_a_stopped_loop_is_told_when_telemetry_is_disabled(
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            loop.create_task(step())
+            task = loop.create_task(step())
             loop.run_forever()
             loop.close()
+            assert task.done()
             assert _state.GATE.audit is None  # the window closed
             assert _reports(caplog) == []  # its report was the loop's, never run
             at.disable_telemetry()
