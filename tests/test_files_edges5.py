@@ -10,11 +10,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _shared_file import OTHER_PROCESS
 
 import asynctrace
 from asynctrace import ConfigurationError, configure, managed_span
@@ -77,25 +77,12 @@ def test_init_worker_with_the_rank_and_world_size_an_mp_spawn_worker_knows(
 # 2. two processes of one rank: one file, one warning
 
 
-_OTHER_PROCESS = textwrap.dedent(
-    """
-    import logging, sys
-    from pathlib import Path
-    logging.basicConfig(level=logging.WARNING, format="LOG %(message)s")
-    from asynctrace._files import AppendFile
-    out = AppendFile(Path(sys.argv[1]))
-    out.write(b'{"who":"other"}\\n', 1)
-    out.close()
-    """
-)
-
-
 def test_a_second_process_on_the_same_file_is_warned_once(tmp_path: Path) -> None:
     path = tmp_path / "traces-r0.jsonl"
     mine = AppendFile(path)
     try:
         run = subprocess.run(
-            [sys.executable, "-c", _OTHER_PROCESS, str(path)],
+            [sys.executable, "-c", OTHER_PROCESS, str(path)],
             capture_output=True,
             text=True,
             timeout=60,
@@ -108,7 +95,7 @@ def test_a_second_process_on_the_same_file_is_warned_once(tmp_path: Path) -> Non
         mine.close()
     # the first process gone, the file is free: no warning
     again = subprocess.run(
-        [sys.executable, "-c", _OTHER_PROCESS, str(path)],
+        [sys.executable, "-c", OTHER_PROCESS, str(path)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -11,12 +11,12 @@ import logging
 import os
 import subprocess
 import sys
-import textwrap
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _shared_file import OTHER_PROCESS
 
 import asynctrace
 from asynctrace import _session_writer
@@ -202,19 +202,6 @@ def test_a_perf_tracer_rank_that_is_no_integer_is_a_configuration_error(
 # Two processes of one rank: the warning's advice works as written
 
 
-_OTHER_PROCESS = textwrap.dedent(
-    """
-    import logging, sys
-    from pathlib import Path
-    logging.basicConfig(level=logging.WARNING, format="LOG %(message)s")
-    from asynctrace._files import AppendFile
-    out = AppendFile(Path(sys.argv[1]))
-    out.write(b'{"who":"other"}\\n', 1)
-    out.close()
-    """
-)
-
-
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs flock")
 def test_the_shared_file_warning_shows_an_init_worker_call_that_works(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -223,7 +210,7 @@ def test_the_shared_file_warning_shows_an_init_worker_call_that_works(
     mine = AppendFile(path)
     try:
         run = subprocess.run(
-            [sys.executable, "-c", _OTHER_PROCESS, str(path)],
+            [sys.executable, "-c", OTHER_PROCESS, str(path)],
             capture_output=True,
             text=True,
             timeout=60,
