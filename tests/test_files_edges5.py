@@ -164,12 +164,17 @@ def test_no_warning_for_this_process_again_with_forked_children_alive(
     configured again on the same files, while the child lives, is not warned."""
     first = configure(_config(tmp_path))
     read, write = os.pipe()
+    ready_read, ready_write = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child: waits until the parent says so
         os.close(write)
+        os.write(ready_write, b"r")  # past the fork hooks, which closed what it inherited
         os.read(read, 1)
         os._exit(0)
     os.close(read)
+    os.close(ready_write)
+    os.read(ready_read, 1)  # (a parent configured again within microseconds may be warned)
+    os.close(ready_read)
     try:
         first.shutdown(5)
         with caplog.at_level(logging.WARNING, logger="asynctrace"):
