@@ -223,6 +223,9 @@ class GoodputStats:
         evicted_leaves: bucketed spans of the evicted waits (counted in no step).
         abandoned: waits still open at shutdown: their parent never arrived.
         abandoned_leaves: bucketed spans of those waits (counted in no step).
+        dropped_stubs: stamped spans (``rl.iteration``, perhaps steps) of given-up
+            waits dropped: past ``goodput.max_pending`` of them waited for their
+            parent, so no step among them is reported (logged once at shutdown).
         failed: spans that could not be rolled up (skipped; the first is logged).
         lost_records: lines of ``goodput-r{rank}.jsonl`` that could not be written.
         no_duration_steps: spans that would be steps but have no positive
@@ -250,6 +253,7 @@ class GoodputStats:
     evicted_leaves: int = 0
     abandoned: int = 0
     abandoned_leaves: int = 0
+    dropped_stubs: int = 0
     failed: int = 0
     lost_records: int = 0
     no_duration_steps: int = 0

@@ -113,6 +113,10 @@ DEFAULT_GRACE_US: Final = 1_000_000.0
 """How long after its end (µs, in span end time) a step still takes late children."""
 
 
+def _start_of(step: _Step) -> float:
+    return step.start
+
+
 class Rollup:
     """Feed complete (``"X"``) events with :meth:`add`, then call :meth:`finish`.
 
@@ -891,9 +895,17 @@ class Rollup:
         its leaves go with the group's. Not when *rule_out* is false: the
         parent is another process's, so no finalize span of this one.
         Returns the bucketed leaves counted nowhere.
+
+        With *rule_out*, the candidates are decided earliest start first (they
+        arrive in end order): a short per-prompt span ending before a longer one
+        that started earlier must not become a step the longer one then
+        overlaps; the earliest rules out the later siblings it contains.
         """
-        if group.cands:
-            for cand in group.cands:
+        cands = group.cands
+        if cands:
+            if rule_out and len(cands) > 1:
+                cands = sorted(cands, key=_start_of)
+            for cand in cands:
                 if rule_out and self._ruled_out(cand):
                     self._fold_step(cand, group)
                 else:
@@ -1065,6 +1077,7 @@ class Rollup:
             void_steps=self.void_steps,
             void_leaves=self.void_leaves,
             bad_iterations=self.bad_iterations,
+            dropped_stubs=self.dropped_stubs,
         )
 
     @property

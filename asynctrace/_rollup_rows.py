@@ -65,3 +65,4 @@ class RollupResult:
     void_steps: int = 0  # spans that would be steps but have no positive duration
     void_leaves: int = 0  # ...the bucketed spans of their subtrees, counted in no step
     bad_iterations: int = 0  # spans whose rl.iteration is not a 64-bit integer (ignored)
+    dropped_stubs: int = 0  # stamped spans of given-up waits dropped past max_pending

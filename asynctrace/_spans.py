@@ -24,9 +24,10 @@ from ._profiling import ProfiledSpan
 from ._scopes import SCOPES
 from ._semconv import RL_BUCKET
 from ._span_context import (
+    _CONTEXT_VAR,
     finish,
 )
-from ._span_noop import AMBIENT_SPAN, NOOP_CM, NoopSpanCM
+from ._span_noop import AMBIENT_SPAN, NOOP_CM, NoopSpanCM, Reentered
 from ._span_rules import (
     LEAF,
     MARKER,
@@ -203,9 +204,11 @@ def end_span(
     description) is redacted as every exception asynctrace records is: URLs
     lose userinfo and secret-like query values, credential pairs lose their
     values; each string of *secrets* (what the caller knows to be secret,
-    such as the request's header values) is replaced too. Anything that is
-    not a started span (a ``managed_span()`` object never entered, say) is
-    left alone.
+    such as the request's header values) is replaced too. A
+    ``managed_span()`` object entered by hand (``__enter__`` without a
+    ``with``) is ended as its exit would end it, on every provider; one never
+    entered, or already exited, is left alone. Anything else that is not a
+    span is a mistake, logged once per type (raised in strict mode).
 
     Example:
         >>> span = start_span("per_prompt", "work")
@@ -222,10 +225,53 @@ def end_span(
                     or fast._reclaim()
                 ):
                     fast.finish(_time_ns())
-            elif isinstance(span, Span):  # not a span (a managed_span() not entered): no-op
-                span.end()
+            else:
+                target: object = span  # typed a Span, may be a managed_span() object
+                if isinstance(target, Span):
+                    target.end()
+                else:
+                    _end_other(target, None, ())
         except Exception as err:
             report_internal_error(("end", type(span).__name__), err)
         return
-    if span.__class__ in SPAN_TYPES or isinstance(span, Span):
+    other: object = span
+    if span.__class__ in SPAN_TYPES or isinstance(other, Span):
         finish(span, type(exc), exc, None, secrets)
+        return
+    try:
+        _end_other(other, exc, secrets)
+    except Exception as err:
+        report_internal_error(("end", type(span).__name__), err)
+
+
+def _end_other(span: object, exc: BaseException | None, secrets: Collection[str]) -> None:
+    """:func:`end_span` of what is not a span: a ``managed_span()`` object on a provider
+    other than the fast one (a :class:`LiveSpan`) entered by hand is ended as its exit
+    ends it; one not entered (or already exited), or a disabled or profiled
+    ``managed_span()`` object, is left alone; anything else raises ``TypeError``."""
+    if span.__class__ is not LiveSpan:
+        if span.__class__ is NoopSpanCM or span.__class__ is ProfiledSpan:
+            return
+        raise TypeError(f"end_span() takes a span, not a {type(span).__name__}")
+    live: Any = span
+    inner = live._span
+    if inner is None or inner is _span_start._DONE:  # never entered, or exited already
+        return
+    token = live._token  # LiveSpan.__exit__, the first entry's exit
+    if token.__class__ is Reentered:  # refused entries still open keep the marker
+        reentered, token = token, token.previous
+        live._token = reentered if reentered.count else None
+        reentered.previous = None
+    else:
+        live._token = None
+    live._span = _span_start._DONE
+    if token is not None:
+        var = _CONTEXT_VAR
+        try:  # ended from another context (a task, a thread): its own context stays as is
+            if var is not None:
+                var.reset(token)
+            elif trace.get_current_span() is inner:
+                otel_context.detach(token)
+        except ValueError:  # a token of another context
+            pass
+    finish(inner, None if exc is None else type(exc), exc, None, secrets)

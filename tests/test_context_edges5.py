@@ -149,7 +149,6 @@ def test_end_span_on_an_unentered_object_does_nothing(
         unentered = at.managed_span("generation", "later")
         at.end_span(unentered)  # type: ignore[arg-type]
         at.end_span(unentered, ValueError("boom"))  # type: ignore[arg-type]
-        at.end_span(object())  # type: ignore[arg-type]
         with unentered:
             pass
     assert not caplog.records
@@ -177,3 +176,71 @@ def test_failed_detach_logged_per_group(lenient: None, caplog: pytest.LogCapture
     assert len(detaches) == 2
     assert any("'generation'" in r.getMessage() for r in detaches)
     assert any("'reward'" in r.getMessage() for r in detaches)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_end_span_ends_an_object_entered_by_hand(
+    provider: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A managed_span() object entered without a ``with`` is ended by end_span on every
+    provider (the exception recorded), not left open until shutdown truncates it; its
+    own exit afterwards ends nothing more."""
+    caplog.set_level(logging.WARNING, logger="asynctrace")
+    ended_in_block: list[str] = []
+
+    def by_hand() -> None:  # in a copy of the context: nothing left current after it
+        before = trace.get_current_span()
+        plain = at.managed_span("generation", "by_hand")
+        plain.__enter__()
+        at.end_span(plain)  # type: ignore[arg-type]
+        failed = at.managed_span("generation", "by_hand_failed")
+        failed.__enter__()
+        at.end_span(failed, ValueError("boom"))  # type: ignore[arg-type]
+        ended_in_block.extend(sorted(s.name for s in captured.spans))
+        if provider == "sdk":  # its context detached as its exit detaches it
+            assert trace.get_current_span() is before
+        failed.__exit__(None, None, None)
+        at.end_span(failed)  # type: ignore[arg-type]
+
+    with capture_spans("all", provider=provider) as captured:
+        contextvars.copy_context().run(by_hand)
+    assert ended_in_block == ["by_hand", "by_hand_failed"]
+    spans = {s.name: s for s in captured.spans}
+    assert len(captured.spans) == 2
+    assert not any(s.attributes.get("asynctrace.truncated") for s in captured.spans)
+    assert spans["by_hand"].status.status_code.name == "UNSET"
+    assert spans["by_hand_failed"].status.status_code.name == "ERROR"
+    assert not caplog.records
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_end_span_ends_an_object_entered_by_hand_from_another_thread(provider: str) -> None:
+    """Ended in another thread (another context): the span ends, nothing raised (strict
+    mode), the entering context keeps what it had."""
+
+    def elsewhere() -> None:  # in a copy of the context: the span stays current there only
+        opened = at.managed_span("generation", "ended_elsewhere")
+        opened.__enter__()
+        _in_threads(1, lambda _: at.end_span(opened), contextvars.copy_context())  # type: ignore[arg-type]
+        ended_in_block.extend(s.name for s in captured.spans)
+
+    ended_in_block: list[str] = []
+    with capture_spans("all", provider=provider) as captured:
+        contextvars.copy_context().run(elsewhere)
+    assert ended_in_block == ["ended_elsewhere"]
+    assert not captured.spans[0].attributes.get("asynctrace.truncated")
+
+
+def test_end_span_on_what_is_no_span_is_logged_once(
+    lenient: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Anything that is neither a span nor a managed_span() object is a mistake: logged
+    once for its type, whether an exception is given or not."""
+    caplog.set_level(logging.WARNING, logger="asynctrace")
+    with capture_spans("all", provider="sdk"):
+        for _ in range(3):
+            at.end_span(object())  # type: ignore[arg-type]
+            at.end_span(object(), ValueError("boom"))  # type: ignore[arg-type]
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 1
+    assert "'end', 'object'" in messages[0]

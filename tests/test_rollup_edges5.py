@@ -245,6 +245,21 @@ def test_per_prompt_spans_of_a_step_never_written_are_one_step() -> None:
     ]
 
 
+def test_per_prompt_spans_of_different_lengths_under_a_missing_step_are_one_step() -> None:
+    """Per-prompt spans of a step never written, of different lengths, arriving in end
+    order (a short prompt ends before a longer one that started earlier): still one
+    step, the earliest prompt's, not one step each for the prompts ending first."""
+    prompts = [(0, 900_000), (1000, 100_000), (2000, 300_000), (3000, 950_000)]
+    rollup = Rollup()
+    for i, (start, dur) in sorted(enumerate(prompts), key=lambda p: p[1][0] + p[1][1]):
+        rollup.add(_event("rl.generate", 200 + i, 100 + i, start + 10, dur - 20, **LEAF))
+        rollup.add(_event("rl.rollout.prompt", 100 + i, 2, start, dur, **PROMPT))
+    result = rollup.finish()
+    assert [(row.name, row.start, row.wall, row.parent_missing) for row in result.steps] == [
+        ("rl.rollout.prompt", 0, 900_000, True)
+    ]
+
+
 @pytest.mark.parametrize("provider", ["fast", "sdk"])
 def test_live_per_prompt_spans_of_a_step_never_exported_are_one_step(
     tmp_path: Path, provider: str
@@ -313,3 +328,52 @@ def test_given_up_candidates_are_bounded_by_max_pending() -> None:
     assert len(rows) == 20  # the 10 waits open at the end, the 10 candidates kept
     assert all(row.parent_missing for row in rows)
     assert any("180 stamped spans of given-up waits were dropped" in n for n in result.notes)
+
+
+def test_live_given_up_candidates_dropped_are_counted_and_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Live, stamped spans dropped past max_pending given-up waits: counted in
+    Telemetry.goodput.dropped_stubs and the end line, and logged once at shutdown."""
+    from opentelemetry import trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    telemetry = at.configure(
+        {
+            "enabled": True,
+            "span_groups": "all",
+            "exporters": ["chrome"],
+            "output_dir": str(tmp_path),
+            "provider": "fast",
+            "goodput": {"metrics": "none", "max_pending": 10},
+        }
+    )
+    assert telemetry.provider is not None
+    tracer = telemetry.provider.get_tracer("trainer")
+    t0 = time.time_ns()
+    try:
+        for i in range(200):  # per-prompt spans, each under a parent never recorded
+            parent = NonRecordingSpan(
+                SpanContext(0xABD, 0x1000 + i, is_remote=False, trace_flags=TraceFlags(1))
+            )
+            span = tracer.start_span(
+                "rl.rollout.prompt",
+                context=trace.set_span_in_context(parent),
+                start_time=t0 + i * 1_000_000,
+                attributes={"rl.iteration": i},
+            )
+            span.end(t0 + i * 1_000_000 + 500_000)
+    finally:
+        with caplog.at_level("WARNING", logger="asynctrace"):
+            assert telemetry.shutdown()
+    stats = telemetry.goodput
+    assert stats is not None
+    assert (stats.evicted, stats.dropped_stubs) == (190, 180)
+    (path,) = tmp_path.glob("goodput-*.jsonl")
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    (end,) = [x for x in lines if x["kind"] == "end"]
+    assert end["goodput"]["dropped_stubs"] == 180
+    notes = [r.getMessage() for r in caplog.records if "given-up waits" in r.getMessage()]
+    assert len(notes) == 1
+    assert "180 stamped spans" in notes[0]
+    assert "Telemetry.goodput.dropped_stubs" in notes[0]

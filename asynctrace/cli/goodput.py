@@ -411,6 +411,7 @@ def to_json(collected: Collected) -> dict[str, Any]:
             "no_duration_steps": result.void_steps,
             "no_duration_leaves": result.void_leaves,
             "bad_iterations": result.bad_iterations,
+            "dropped_stubs": result.dropped_stubs,
         },
     }
 

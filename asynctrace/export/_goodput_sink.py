@@ -375,6 +375,16 @@ class GoodputSink:
             self._warn("the rollup could not finish", exc)
         self._awaited_at_finish = awaited
         self._note()
+        dropped = self.rollup.dropped_stubs
+        if dropped:  # counted as they go, told once: only the rollup's end knows the total
+            logger.warning(
+                "asynctrace: goodput: %d stamped span%s of given-up waits %s dropped, past "
+                "goodput.max_pending of them waiting for their parent: no step among them "
+                "is reported (counted in Telemetry.goodput.dropped_stubs)",
+                dropped,
+                "s" if dropped != 1 else "",
+                "were" if dropped != 1 else "was",
+            )
         self._emit()
         self.dispatcher.close(_CALLBACK_DRAIN_S)
         stats = self.stats()
@@ -515,6 +525,7 @@ class GoodputSink:
             evicted_leaves=rollup.evicted_leaves,
             abandoned=rollup.abandoned,
             abandoned_leaves=rollup.abandoned_leaves,
+            dropped_stubs=rollup.dropped_stubs,
             failed=self.failed,
             lost_records=self.lost_records,
             no_duration_steps=rollup.void_steps,

@@ -97,3 +97,57 @@ def test_per_prompt_spans_of_a_step_never_written_are_one_step(tmp_path: Path, r
     assert [(s["name"], s["wall_s"], s["productive_s"], s["parent_missing"]) for s in steps] == [
         ("rl.rollout.prompt", 0.5, 0.4, True)
     ]
+
+
+def test_per_prompt_spans_of_different_lengths_are_one_step(tmp_path: Path, run: Run) -> None:
+    """The per-prompt spans of a step never written end in another order than they
+    start (generations of different lengths): one step still, the earliest prompt's."""
+    lines = []
+    for i, (start, dur) in enumerate([(0, 900_000), (1000, 100_000), (2000, 300_000)]):
+        prompt = f"10000000000001{i:02x}"
+        leaf = {"rl.iteration": 1, "rl.bucket": "productive"}
+        lines.append(
+            _event(
+                "rl.generate", f"10000000000002{i:02x}", prompt, start + 10, dur - 20, 1, **leaf
+            ),
+        )
+        lines.append(
+            _event(
+                "rl.rollout.prompt",
+                prompt,
+                "1000000000000000",  # rank 1's step span: not in its file
+                start,
+                dur,
+                1,
+                **{"rl.iteration": 1},
+            )
+        )
+    lines.sort(key=lambda line: json.loads(line)["ts"] + json.loads(line)["dur"])
+    (tmp_path / "traces-r1.jsonl").write_text("".join(lines))
+    result = run("goodput", tmp_path, "--json")
+    assert result.code == 0, result.err
+    steps = result.json()["steps"]
+    assert [(s["name"], s["wall_s"], s["parent_missing"]) for s in steps] == [
+        ("rl.rollout.prompt", 0.9, True)
+    ]
+
+
+def test_json_inputs_count_the_stamped_spans_dropped(tmp_path: Path, run: Run) -> None:
+    """Stamped spans of given-up waits dropped past --max-pending: counted in --json."""
+    lines = [
+        _event(
+            "rl.rollout.prompt",
+            f"20000000000{i:05x}",
+            f"30000000000{i:05x}",  # never in the inputs
+            i * 1000,
+            500,
+            1,
+            **{"rl.iteration": i},
+        )
+        for i in range(50)
+    ]
+    (tmp_path / "traces-r1.jsonl").write_text("".join(lines))
+    result = run("goodput", tmp_path, "--json", "--max-pending", "10")
+    assert result.code == 0, result.err
+    inputs = result.json()["inputs"]
+    assert (inputs["evicted"], inputs["dropped_stubs"]) == (40, 30)
