@@ -126,3 +126,32 @@ def traced(request: pytest.FixtureRequest) -> Any:
         return {"trace_configs": [trace_config(**options)]}
 
     return make
+
+
+@pytest.fixture(scope="module")
+def areal() -> Any:
+    """AReaL 1.0.4's own ``perf_tracer``, loaded without its training stack (else skip)."""
+    from _areal_loader import AnchorMissing, load_perf_tracer
+
+    try:
+        return load_perf_tracer()
+    except AnchorMissing as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture
+def areal_reset(areal: Any) -> Iterator[None]:
+    """After the test, AReaL's tracer and the drop-in reset and asynctrace shut down; each
+    test sees its own warnings (the drop-in logs each once)."""
+    from asynctrace_contrib import areal as ours
+    from asynctrace_contrib.areal import _values as ours_values
+
+    import asynctrace as at
+
+    ours_values._warned.clear()
+    yield
+    for mod in (areal, ours):
+        mod.reset()
+        mod.set_task_id(None)
+        mod.set_session_id(None)
+    at.shutdown()

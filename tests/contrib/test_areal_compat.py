@@ -11,34 +11,18 @@ import asyncio
 import getpass
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _areal_loader import AnchorMissing, PerfTracerConfig, SessionTracerConfig, load_perf_tracer
+from _areal_loader import PerfTracerConfig, SessionTracerConfig
 from asynctrace_contrib import areal as ours
 from asynctrace_contrib.areal import _values as ours_values
 
 import asynctrace as at
 
-
-@pytest.fixture(scope="module")
-def areal() -> Any:
-    try:
-        return load_perf_tracer()
-    except AnchorMissing as exc:
-        pytest.skip(str(exc))
-
-
-@pytest.fixture(autouse=True)
-def _clean(areal: Any) -> Iterator[None]:
-    ours_values._warned.clear()  # each test sees its own warnings (they are logged once each)
-    yield
-    for mod in (areal, ours):
-        mod.reset()
-        mod.set_task_id(None)
-        mod.set_session_id(None)
+pytestmark = pytest.mark.usefixtures("areal_reset")
 
 
 def config(root: Path, *, enabled: bool = True, sessions: bool = True) -> PerfTracerConfig:

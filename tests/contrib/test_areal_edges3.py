@@ -8,7 +8,6 @@ from __future__ import annotations
 import getpass
 import json
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,33 +16,14 @@ from _areal_loader import (
     AnchorMissing,
     PerfTracerConfig,
     SessionTracerConfig,
-    load_perf_tracer,
     load_tool,
 )
 from asynctrace_contrib import areal as ours
-from asynctrace_contrib.areal import _values as ours_values
 
 import asynctrace as at
 from asynctrace.cli import main
 
-
-@pytest.fixture(scope="module")
-def areal() -> Any:
-    try:
-        return load_perf_tracer()
-    except AnchorMissing as exc:
-        pytest.skip(str(exc))
-
-
-@pytest.fixture(autouse=True)
-def _clean(areal: Any) -> Iterator[None]:
-    ours_values._warned.clear()  # each test sees its own warnings (they are logged once each)
-    yield
-    for mod in (areal, ours):
-        mod.reset()
-        mod.set_task_id(None)
-        mod.set_session_id(None)
-    at.shutdown()
+pytestmark = pytest.mark.usefixtures("areal_reset")
 
 
 def config(root: Path, *, enabled: bool = True) -> PerfTracerConfig:
