@@ -125,37 +125,29 @@ def test_another_address_whose_port_is_taken_is_refused_before_anything_changes(
         telemetry.shutdown()
 
 
-def test_another_address_whose_port_is_free_takes_the_endpoint_there() -> None:
-    """127.0.0.2 free on the running endpoint's port: the new endpoint listens there."""
+@pytest.mark.parametrize(
+    "host",
+    [
+        pytest.param("127.0.0.2", id="another-address-whose-port-is-free"),
+        pytest.param("localhost", id="the-same-address-spelled-otherwise"),
+    ],
+)
+def test_configuring_again_on_the_running_port_takes_the_endpoint(host: str) -> None:
+    """127.0.0.2 free on the running endpoint's port: the new endpoint listens there and the
+    running one stops; localhost is 127.0.0.1: the new endpoint takes the running one over."""
     port = _port_free_on_both()
     running = _configure("127.0.0.1", port)
     try:
-        telemetry = _configure("127.0.0.2", port)
+        telemetry = _configure(host, port)
     except BaseException:
         running.shutdown()
         raise
     try:
         asyncio.run(_steps(2))
         assert telemetry.flush()
-        assert "rl_goodput" in _scrape("127.0.0.2", port)
-        with pytest.raises(OSError):  # the running endpoint was stopped
-            _scrape("127.0.0.1", port)
-    finally:
-        telemetry.shutdown()
-
-
-def test_the_same_address_spelled_otherwise_takes_the_endpoint_over() -> None:
-    """localhost is 127.0.0.1: the running endpoint stops and the new one has its port."""
-    port = _port_free_on_both()
-    running = _configure("127.0.0.1", port)
-    try:
-        telemetry = _configure("localhost", port)
-    except BaseException:
-        running.shutdown()
-        raise
-    try:
-        asyncio.run(_steps(2))
-        assert telemetry.flush()
-        assert "rl_goodput" in _scrape("localhost", port)
+        assert "rl_goodput" in _scrape(host, port)
+        if host == "127.0.0.2":
+            with pytest.raises(OSError):  # the running endpoint was stopped
+                _scrape("127.0.0.1", port)
     finally:
         telemetry.shutdown()
