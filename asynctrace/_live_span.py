@@ -91,21 +91,28 @@ class LiveSpan(SyncAndAsync[Span]):
             if token.__class__ is Reentered and token.count and take_refused(self):
                 token.count -= 1  # a refused entry exiting after the first entry did
             return
+        token = self._token  # a `with` on this object while it was open, exiting first:
+        if token.__class__ is Reentered and token.count and take_refused(self):
+            token.count -= 1
+            return  # the exit of that refused entry: the span goes on
+        detach(self.release(), self._group)
+        finish(span, exc_type, exc)
+
+    def release(self) -> object:
+        """Mark the span exited and return the token its first entry attached.
+
+        Refused entries still open (in other tasks) keep the :class:`Reentered`
+        marker, with nothing left under it to exit again.
+        """
         token = self._token
-        if token.__class__ is Reentered:  # a `with` on this object while it was open
-            if token.count and take_refused(self):
-                token.count -= 1
-                return  # the exit of that refused entry: the span goes on
-            # The first entry's exit: refused entries still open (in other tasks) keep
-            # the marker, with nothing left under it to exit again.
+        if token.__class__ is Reentered:
             reentered, token = token, token.previous
             self._token = reentered if reentered.count else None
             reentered.previous = None
         else:
             self._token = None
         self._span = _DONE
-        detach(token, self._group)
-        finish(span, exc_type, exc)
+        return token
 
 
 def _live(

@@ -27,7 +27,7 @@ from ._span_context import (
     _CONTEXT_VAR,
     finish,
 )
-from ._span_noop import AMBIENT_SPAN, NOOP_CM, NoopSpanCM, Reentered
+from ._span_noop import AMBIENT_SPAN, NOOP_CM, NoopSpanCM
 from ._span_rules import (
     LEAF,
     MARKER,
@@ -257,14 +257,7 @@ def _end_other(span: object, exc: BaseException | None, secrets: Collection[str]
     inner = live._span
     if inner is None or inner is _span_start._DONE:  # never entered, or exited already
         return
-    token = live._token  # LiveSpan.__exit__, the first entry's exit
-    if token.__class__ is Reentered:  # refused entries still open keep the marker
-        reentered, token = token, token.previous
-        live._token = reentered if reentered.count else None
-        reentered.previous = None
-    else:
-        live._token = None
-    live._span = _span_start._DONE
+    token = live.release()  # as the first entry's exit
     if token is not None:
         var = _CONTEXT_VAR
         try:  # ended from another context (a task, a thread): its own context stays as is
