@@ -9,7 +9,13 @@ from collections.abc import Collection, Hashable
 
 from ._forksafe import reinit_at_fork
 
-__all__ = ["ConfigurationError", "MissingExtraError", "RedactingFilter", "report_internal_error"]
+__all__ = [
+    "ConfigurationError",
+    "MissingExtraError",
+    "RedactingFilter",
+    "first_report",
+    "report_internal_error",
+]
 
 logger = logging.getLogger("asynctrace")
 
@@ -136,10 +142,8 @@ def report_internal_error(site: Hashable, exc: BaseException, detail: str = "") 
     """
     if _strict:
         raise exc
-    with _reported_lock:
-        if site in _reported:
-            return
-        _reported.add(site)
+    if not first_report(site):
+        return
     try:
         logger.warning(
             "asynctrace: instrumentation failed at %s%s; continuing untraced "
@@ -150,6 +154,15 @@ def report_internal_error(site: Hashable, exc: BaseException, detail: str = "") 
         )
     except Exception:  # pragma: no cover - logging itself broken
         pass
+
+
+def first_report(site: Hashable) -> bool:
+    """Whether *site* is reported for the first time (it is noted as reported then)."""
+    with _reported_lock:
+        if site in _reported:
+            return False
+        _reported.add(site)
+        return True
 
 
 def reset_reported() -> None:

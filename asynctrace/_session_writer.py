@@ -143,10 +143,7 @@ class SessionWriter:
             if queued >= self._limit:
                 if queued > self._room:  # the writer is that far behind (a hung mount)
                     pending.pop()
-                    self.failed += 1
-                    self._refused += 1
-                    if not self._full_warning:
-                        self._full_warning = 1
+                    self._count_refused(1)
                     return True  # behind() warns, outside the lock
                 if queued >= self._threshold:
                     self._cond.notify()
@@ -167,6 +164,18 @@ class SessionWriter:
         if self._full_warning == 1:
             self._warn_full()
         self._handoff.offer(self._thread)
+
+    def _count_refused(self, count: int) -> None:
+        """*count* records refused for want of room (the lock held): failed, and warned."""
+        self.failed += count
+        self._refused += count
+        if not self._full_warning:
+            self._full_warning = 1
+
+    def _set_room(self, held: int) -> None:
+        """The room left with *held* records taken to be written (the lock held)."""
+        self._room = self._max_queued - held
+        self._limit = min(self._threshold, self._room)
 
     def _warn_full(self) -> None:
         """Records refused: as many as the bound were held for the writer.
@@ -234,10 +243,7 @@ class SessionWriter:
                     free = room - len(pending) - len(self._batch)
                 refused = max(0, min(len(records), len(records) - free))
                 if refused:
-                    self.failed += refused
-                    self._refused += refused
-                    if not self._full_warning:
-                        self._full_warning = 1
+                    self._count_refused(refused)
                     records = records[: len(records) - refused]
             pending += records
             if len(pending) >= self._threshold:
@@ -340,8 +346,7 @@ class SessionWriter:
                     )
                     self._handoff.ran()
                     self._batch, self._pending = self._pending, []
-                    self._room = self._max_queued - len(self._batch)  # until _next_chunk
-                    self._limit = min(self._threshold, self._room)
+                    self._set_room(len(self._batch))  # until _next_chunk
                     durable = self._flush_requested or self._closing
                     self._flush_requested = False
                     closing = self._closing
@@ -438,8 +443,7 @@ class SessionWriter:
         the bound less what is left of the batch, this chunk included.
         """
         held = len(self._batch)
-        self._room = self._max_queued - held
-        self._limit = min(self._threshold, self._room)
+        self._set_room(held)
         if self._abandoned:
             return [], False
         # Starved by a busy loop, each pause would wait for another hand-off:

@@ -14,8 +14,8 @@ from typing import Final
 
 from opentelemetry.util.types import AttributeValue
 
-from . import _errors, _groups
-from ._errors import is_strict, logger, report_internal_error
+from . import _groups
+from ._errors import first_report, is_strict, logger, report_internal_error
 from ._fast._span import private_value
 from ._groups import Bucket, as_bucket
 from ._redact import redact_text
@@ -90,11 +90,8 @@ def _bad_bucket(group: str, explicit: object) -> None:
     if is_strict():
         raise error
     key = site(group)
-    # The hot path's log-once record: forgotten with the others (reset_reported).
-    with _errors._reported_lock:
-        if ("bucket", key) in _errors._reported:
-            return
-        _errors._reported.add(("bucket", key))
+    if not first_report(("bucket", key)):  # forgotten with the others (reset_reported)
+        return
     try:
         logger.warning(
             "asynctrace: managed_span(%r, ...): %s; the span is recorded with the bucket "

@@ -34,6 +34,7 @@ def _in_threads(count: int, work: Callable[[int], None], context: contextvars.Co
         thread.start()
     for thread in threads:
         thread.join(10)
+        assert not thread.is_alive()
     assert not errors, errors
 
 

@@ -191,8 +191,8 @@ def test_a_perf_tracer_rank_that_is_no_integer_is_a_configuration_error(
             ours.configure(config, rank=rank)
         message = str(refused.value)
         assert message.startswith(f"rank: {rank!r} is not accepted; accepted: an integer >= 0")
-        with pytest.raises(ValueError):  # what AReaL raises for a negative rank
-            ours.PerfTracer(config, rank=rank)
+        with pytest.raises(asynctrace.ConfigurationError, match=r"^rank: "):
+            ours.PerfTracer(config, rank=rank)  # the tracer alone too (AReaL: a ValueError)
         tracer = ours.configure(config, rank=1)  # an integer is as before
         assert tracer.rank == 1
     finally:

@@ -540,9 +540,7 @@ class FastSpan(trace.Span):
                     newest, _ = keep_stamps(stamped, limit)
                 from_own = sum(1 for key in stamps if key in newest)
                 lost = len(attributes) - (len(newest) - from_own)  # bad keys included
-                keys: Container[str] = attributes
-                if not _STR_KEYS.issuperset(map(type, attributes)):
-                    keys = set(good_keys(attributes)[0])
+                keys: Container[str] = good_keys(attributes)[0]
                 lost += _evicted_early(list(snapshot), attributes, keys, limit)
                 _install(self, own, newest, keys, lost, limit)
                 return
