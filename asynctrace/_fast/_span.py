@@ -492,11 +492,23 @@ class FastSpan(trace.Span):
         """
         if self._end is not None:
             return
+        attributes = self._attributes
+        if key.__class__ is str and key and key not in attributes:  # the common case, first
+            most = self._tracer._max_attributes  # (no limit: sys.maxsize)
+            if len(attributes) < most:
+                if value.__class__ not in _SIMPLE:  # (kept as given: no call)
+                    try:
+                        value = private_value(value)
+                    except Exception:  # as below
+                        pass
+                attributes[key] = value
+                if len(attributes) > most:  # another thread wrote meanwhile
+                    _evict_past(self, attributes, most)
+                return
         if (key.__class__ is not str and not isinstance(key, str)) or not key:
             with _COUNTS:
                 self._dropped = getattr(self, "_dropped", 0) + 1
             return
-        attributes = self._attributes
         limit = self._tracer._limits.max_attributes
         if key in attributes:
             attributes.pop(key, None)  # as the SDK does: a key set again moves to the end

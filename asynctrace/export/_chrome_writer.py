@@ -54,6 +54,10 @@ context_span_id: Callable[[Any], int] = (
 _INTERNAL = SpanKind.INTERNAL
 _ERROR = StatusCode.ERROR
 _NO_OWNER = object()
+# Bounds for a track's last end in the writer's loop: before any start (an empty track)
+# and after every start (no primary track at hand: place() decides).
+_BEFORE_ALL = -(1 << 80)
+_AFTER_ALL = 1 << 80
 
 
 class _Complete(msgspec.Struct, gc=False):
@@ -182,6 +186,7 @@ class ChromeWriter:
         line: Any = None  # the primary track of the owner of the last fast-provider span
         ends: list[int] = []  # its top-level intervals' ends, and its two lists' appends
         add_start = add_end = ends.append
+        last_end = _AFTER_ALL  # the end of its last interval (none: every span to place())
         span_types = SPAN_TYPES
         last_trace, last_trace_hex = self._last_trace_id, self._last_trace_hex
         last_parent, last_parent_hex = 0, ""
@@ -203,24 +208,33 @@ class ChromeWriter:
                     last_cls = cls  # the batch's spans are mostly of one class
                     owner = item._owner
                     if owner is not last_owner:
+                        if line is not None:  # the last owner's intervals, bounded
+                            while len(ends) > most:
+                                line.compact()
                         last_tid = owners.get(id(owner)) or self._owner_track(owner)
                         last_owner = owner
                         line = primary.get(last_tid)  # a primary track lives as long as its owner
                         if line is not None:  # its lists change in place only: kept at hand
                             ends = line.ends
                             add_start, add_end = line.starts.append, ends.append
+                            last_end = ends[-1] if ends else _BEFORE_ALL
+                        else:
+                            last_end = _AFTER_ALL
                     start = item._start // 1000
                     end = item._end // 1000
                     if end < start:
                         end = start
-                    if line is not None and (not ends or ends[-1] <= start):
-                        add_start(start)  # TrackAssigner.place's common case, inline
+                    if last_end <= start:
+                        # TrackAssigner.place's common case, inline; the bound on the
+                        # track's intervals is kept once per owner and batch (below)
+                        add_start(start)
                         add_end(end)
-                        if len(ends) > most:
-                            line.compact()
+                        last_end = end
                         track = last_tid
                     else:
                         track = place(last_tid, start, end)
+                        if line is not None:  # place() may have changed its intervals
+                            last_end = ends[-1] if ends else _BEFORE_ALL
                     trace_id = item._trace_id
                     if trace_id is not last_trace:  # a trace's spans share its id object
                         last_trace = trace_id
@@ -239,8 +253,7 @@ class ChromeWriter:
                         args["parent_span_id"] = last_parent_hex
                     elif "parent_span_id" in args:  # a root: an attribute is not its parent
                         del args["parent_span_id"]
-                    if "rank" not in args:  # an attribute of that name stays as it is
-                        args["rank"] = rank
+                    args.setdefault("rank", rank)  # an attribute of that name stays as it is
                     if role:
                         _add_missing(args, role)
                     status = item._status
@@ -252,8 +265,9 @@ class ChromeWriter:
                         cat = str(cat)
                     # f"{}": a str as it is, in one instruction; any other name (the span
                     # helpers do not check theirs) as its text
-                    name = f"{item._name}"
-                    append(_Complete("X", name, cat, start, end - start, pid, track, args))
+                    append(
+                        _Complete("X", f"{item._name}", cat, start, end - start, pid, track, args)
+                    )
                     span_events = item._events
                     if span_events:
                         nonfinite = True  # event attributes are not watched: search
@@ -307,6 +321,9 @@ class ChromeWriter:
             except Exception as exc:
                 failed += 1
                 self._warn("a span could not be serialized; it is skipped", exc)
+        if line is not None:  # the last owner's intervals, bounded
+            while len(ends) > most:
+                line.compact()
         written = len(batch) - controls - failed
         self._last_trace_id, self._last_trace_hex = last_trace, last_trace_hex
         data, skipped = _encode(events, nonfinite)

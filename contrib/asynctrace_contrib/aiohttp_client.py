@@ -180,7 +180,23 @@ def _add_scope_baggage(headers: Any, value: str) -> None:
         logger.debug("asynctrace: could not add the scopes to baggage", exc_info=True)
 
 
-_get_current = otel_context.get_current
+def _context_reader() -> Callable[[], Any]:
+    """The current OpenTelemetry context's reader: its ContextVar's ``get`` when that is
+    the runtime (as it is unless ``OTEL_PYTHON_CONTEXT`` names another), two frames less
+    per request than ``get_current()``."""
+    runtime = getattr(otel_context, "_RUNTIME_CONTEXT", None)
+    get = getattr(getattr(runtime, "_current_context", None), "get", None)
+    return get if callable(get) else otel_context.get_current
+
+
+_get_current = _context_reader()
+# The public names each request calls, looked up once.
+_is_enabled = asynctrace.is_span_group_enabled
+_start_span = asynctrace.start_span
+_span_carrier = asynctrace.span_carrier
+_current_carrier = asynctrace.current_trace_carrier
+_end_span = asynctrace.end_span
+_CLIENT = SpanKind.CLIENT
 
 
 class _Handled:
@@ -239,12 +255,12 @@ class _Requests:
         http = current.get(_SUPPRESS_HTTP)
         if (http and http is not _HANDLED) or current.get(_SUPPRESS):
             return None
-        if not asynctrace.is_span_group_enabled(GATE_GROUP):
-            _inject(headers, asynctrace.current_trace_carrier())
+        if not _is_enabled(GATE_GROUP):
+            _inject(headers, _current_carrier())
             return None
         if "traceparent" in headers:
             if injected is None or headers.get("traceparent") != injected:
-                _inject(headers, asynctrace.current_trace_carrier())
+                _inject(headers, _current_carrier())
                 return None
             del headers["traceparent"]  # an earlier attempt's, ours: this one gets its own
         options = self.options
@@ -259,11 +275,15 @@ class _Requests:
             self._last = (url, method, attrs.copy())
         if options.record_request_headers:
             _record_request_headers(attrs, headers, options.record_request_headers)
-        span = asynctrace.start_span(GATE_GROUP, name, kind=SpanKind.CLIENT, attributes=attrs)
+        span = _start_span(GATE_GROUP, name, kind=_CLIENT, attributes=attrs)
         if not span.is_recording():
-            _inject(headers, asynctrace.current_trace_carrier())
+            _inject(headers, _current_carrier())
             return None
-        _inject(headers, asynctrace.span_carrier(span))
+        carrier = _span_carrier(span)
+        if len(carrier) == 1:  # its traceparent alone, where none is set now (see above)
+            headers["traceparent"] = carrier["traceparent"]
+        else:
+            _inject(headers, carrier)
         if options.request_hook is not None:
             _run_hook(options, "request_hook", options.request_hook, span, params)
         return span
@@ -294,7 +314,7 @@ class _Requests:
             _run_hook(options, "response_hook", options.response_hook, span, params)
         connection = response.connection
         if connection is None:
-            asynctrace.end_span(span)
+            _end_span(span)
             return
         try:
             # The body's stream, not the response: the response holds the connection,
