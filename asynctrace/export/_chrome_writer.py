@@ -239,10 +239,13 @@ class ChromeWriter:
                     if trace_id is not last_trace:  # a trace's spans share its id object
                         last_trace = trace_id
                         last_trace_hex = trace_id.to_bytes(16, "big").hex()
-                    raw = item._attributes
                     # A copy and stores: cheaper than {**raw, ...}, and (measured) than an
                     # args struct per attribute key set, its keys encoded once by msgspec.
-                    args = raw.copy() if max_len is None else _truncated(raw, max_len)
+                    args = (
+                        item._attributes.copy()
+                        if max_len is None
+                        else _truncated(item._attributes, max_len)
+                    )
                     args["trace_id"] = last_trace_hex
                     args["span_id"] = item._span_id.to_bytes(8, "big").hex()
                     parent_id = item._parent_id
@@ -256,10 +259,8 @@ class ChromeWriter:
                     args.setdefault("rank", rank)  # an attribute of that name stays as it is
                     if role:
                         _add_missing(args, role)
-                    status = item._status
-                    kind = item._kind
-                    if status is not None or kind is not _INTERNAL:
-                        _fast_status_and_kind(args, status, kind)
+                    if item._status is not None or item._kind is not _INTERNAL:
+                        _fast_status_and_kind(args, item._status, item._kind)
                     cat = args.get(GROUP) or args.get(RL_BUCKET) or item._tracer.scope.name
                     if cat.__class__ is not str:
                         cat = str(cat)
@@ -268,10 +269,9 @@ class ChromeWriter:
                     append(
                         _Complete("X", f"{item._name}", cat, start, end - start, pid, track, args)
                     )
-                    span_events = item._events
-                    if span_events:
+                    if item._events:
                         nonfinite = True  # event attributes are not watched: search
-                        _instant_events(span_events, cat, pid, track, events, event_limits, ident)
+                        _instant_events(item._events, cat, pid, track, events, event_limits, ident)
                     continue
                 if cls is tuple:
                     nonfinite = True  # an SDK span: its attributes are not watched here
