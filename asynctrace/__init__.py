@@ -86,6 +86,7 @@ from ._state import (
     enabled_span_groups,
     get_tracer,
     is_span_group_enabled,
+    is_telemetry_enabled,
     set_span_groups,
 )
 from ._threads import ContextExecutor, ContextThread, bind_context, context_executor, to_thread
@@ -144,6 +145,7 @@ __all__ = [
     "is_credential_header",
     "is_credential_key",
     "is_span_group_enabled",
+    "is_telemetry_enabled",
     "iteration_scope",
     "managed_span",
     "merge_baggage",

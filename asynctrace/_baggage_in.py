@@ -29,6 +29,7 @@ from ._baggage_out import (
 )
 from ._carrier_stats import _count
 from ._scopes import ScopeState
+from ._session_record import redacted_name
 
 __all__ = ["ScopeValues", "decode", "parse"]
 
@@ -38,13 +39,16 @@ __all__ = ["ScopeValues", "decode", "parse"]
 _KEY: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _VALUE: Final = re.compile(r"[\x21\x23-\x2b\x2d-\x3a\x3c-\x5b\x5d-\x7e]*")
 _INT: Final = re.compile(r"-?[0-9]{1,19}")
+# Text redaction leaves alone (it acts on blanks, "=", ":", "://" and the like).
+_UNRESERVED: Final = re.compile(r"[-.0-9A-Z_a-z~]+")
 # A member that is just key=value (no blanks, no properties), in one match.
 _SIMPLE: Final = re.compile(
     r"([!#$%&'*+\-.^_`|~0-9A-Za-z]+)=([\x21\x23-\x2b\x2d-\x3a\x3c-\x5b\x5d-\x7e]*)"
 )
 # What encode() sends when the scopes are all there is, matched against "," + header:
 # the members in encode()'s order, each optional, integer task ids, and session ids of
-# unreserved characters (nothing to unquote). Each value is one the full parser accepts
+# unreserved characters (nothing to unquote, and nothing redaction changes: it acts on
+# blanks, "=", ":", "://" and the like). Each value is one the full parser accepts
 # and reads the same way; any other header takes the full parser. Integers of up to 18
 # digits are within int64 by their length alone; a 19-digit one is range-checked there.
 _OWN: Final = re.compile(
@@ -212,7 +216,9 @@ def _scope_value(scopes: ScopeValues, name: str, raw: str) -> None:
                 scopes.task_id, ok = task, True
         elif name == SESSION_KEY:
             session = unquote(raw, errors="strict")
-            if session:
+            if session:  # redacted as a text task id is: it is stamped and sent on
+                if _UNRESERVED.fullmatch(session) is None:  # else nothing to redact
+                    session = redacted_name(session)
                 scopes.session_id, ok = session, True
     except (ValueError, UnicodeDecodeError):
         ok = False

@@ -250,6 +250,23 @@ def is_span_group_enabled(group: str) -> bool:
     return False
 
 
+def is_telemetry_enabled() -> bool:
+    """Whether asynctrace's telemetry is on in this process, whichever way it was turned on.
+
+    True from :func:`~asynctrace.configure`, :func:`enable_telemetry` (even with
+    every group off) or :func:`asynctrace.testing.capture_spans` until
+    :func:`disable_telemetry` or the telemetry's shutdown; unlike
+    :func:`~asynctrace.current_telemetry`, which answers only for
+    :func:`~asynctrace.configure`. A layer that would otherwise configure
+    telemetry of its own asks this first.
+
+    Example:
+        >>> is_telemetry_enabled()
+        False
+    """
+    return GATE.provider is not None
+
+
 def enabled_span_groups() -> frozenset[str]:
     """The set of enabled group names (empty when telemetry is off).
 

@@ -56,6 +56,13 @@ __all__ = ["SERVER_GROUP", "AsyncTraceMiddleware", "instrument_fastapi", "uninst
 logger = logging.getLogger("asynctrace")
 
 SERVER_GROUP = "http_server"
+"""The span group of the SERVER spans: ``"http_server"``, one span per request or websocket.
+
+Registered (under ``asynctrace_contrib``, no bucket, per item) when this module
+is imported. ``all`` includes it; ``default`` and ``per_step`` do not: the
+server names it in its own ``span_groups`` (``"default,http_server"``). Off, the
+middleware records no SERVER span and still continues the incoming context.
+"""
 asynctrace.register_span_groups(
     "asynctrace_contrib",
     [
@@ -536,6 +543,14 @@ class _Exchange:
                         # the client hears of it, as when the exception escaped us.
                         self.error = raised
                         self.finish()
+            elif (
+                kind == "websocket.close"
+                and not self.accepted
+                and self.status is None
+                and not self.disconnected
+            ):
+                # Closed before it was accepted: the server refuses the handshake with 403.
+                self.status = 403
             await send(message)
             if kind == "http.response.body":
                 if not message.get("more_body", False):

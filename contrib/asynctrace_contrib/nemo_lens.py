@@ -159,7 +159,18 @@ class SpanGroup:
             else:
                 rest.append(token)
         if rest:
-            names |= asynctrace.resolve_span_groups(",".join(rest))
+            joined = ",".join(rest)
+            try:
+                names |= asynctrace.resolve_span_groups(joined)
+            except asynctrace.ConfigurationError as exc:
+                # asynctrace saw only the names left over: quote the spec as written.
+                text = str(exc)
+                quoted = f" in {joined!r}; "
+                if quoted not in text:
+                    raise
+                raise asynctrace.ConfigurationError(
+                    text.replace(quoted, f" in {spec!r}; ", 1)
+                ) from None
         return frozenset(names)
 
 
@@ -1155,18 +1166,25 @@ def set_enabled_span_groups(groups: frozenset[str] | set[str] | list[str]) -> No
     replaces either, with its own groups, as lens's does.
 
     Raises:
-        asynctrace.ConfigurationError: a name that is not a valid group name
-            (a ``ValueError``).
+        asynctrace.ConfigurationError: a name that is not a valid group name,
+            or *groups* is a string (a ``ValueError``): pass a set of names,
+            ``frozenset({"step"})``, not ``"step"``.
 
     Example:
         >>> set_enabled_span_groups(frozenset({"job"}))
     """
     global _started
+    given: object = groups  # annotated a collection; lens code passes a str too
+    if isinstance(given, (str, bytes, bytearray)):  # iterated, it would be its characters
+        raise asynctrace.ConfigurationError(
+            f"set_enabled_span_groups: groups={groups!r} is not accepted; accepted: a set, "
+            'frozenset or list of group names, e.g. frozenset({"step"})'
+        )
     names = {str(name).strip().lower() for name in groups}
     names.discard("")
     _register_names(names, "set_enabled_span_groups")
     spec = ",".join(sorted(names))
-    if asynctrace.current_telemetry() is not None:
+    if asynctrace.is_telemetry_enabled():  # configured, or a capture_spans() running
         asynctrace.set_span_groups(spec)
         return
     provider = trace.get_tracer_provider()
