@@ -12,6 +12,7 @@ and waits for SIGTERM (handle_sigterm on).
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import sys
 import time
 
@@ -45,6 +46,9 @@ def main() -> None:
         print("flushed", telemetry.flush(10.0), flush=True)
         time.sleep(60)
     elif mode == "sigterm":
+        # Dies of SIGTERM at once; alive 25 s on, it is stuck: every thread's stack to
+        # stderr (shown with the failed test), then exit.
+        faulthandler.dump_traceback_later(25, exit=True)
         print("ready", flush=True)
         time.sleep(60)
 
