@@ -21,7 +21,9 @@ from typing import Any, Final, cast
 __all__ = ["MAX_FRAMES", "Frame", "current_frames", "stack", "task_context"]
 
 MAX_FRAMES: Final = 8  # frames kept per sample, innermost first
-_MAX_WALK: Final = 256  # frames walked per sample
+# Frames walked per sample before the walk only looks for where the program's code starts
+# (cheaply, by kind) and stops at the first frame of the program or of the loop's machinery.
+_MAX_WALK: Final = 256
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
 # With the separator: a sibling such as ``asynctrace_contrib`` or ``asynctrace_x`` is not ours.
 _OWN_PREFIX: Final = os.path.join(_OWN_DIR, "")
@@ -147,7 +149,38 @@ def stack(frame: Any) -> tuple[tuple[Frame, ...], bool]:
             in_loop = True
         frame = frame.f_back
         walked += 1
+    if frame is not None and not out and not in_loop:
+        # Deep in a library (a copy.deepcopy of a nested structure): where the program's
+        # code begins, if it does before the loop's machinery, is further out still.
+        kinds = _kinds
+        while frame is not None:
+            code = frame.f_code
+            found = kinds.get(code.co_filename)
+            kind = _kind(code) if found is None else found
+            if kind == _PROGRAM:
+                return _program_frames(frame), True
+            if kind == _LOOP:
+                break
+            frame = frame.f_back
     return tuple(out), in_program
+
+
+def _program_frames(frame: Any) -> tuple[Frame, ...]:
+    """The program's frames from *frame* (one of them) outwards, up to :data:`MAX_FRAMES`.
+
+    Walked at most :data:`_MAX_WALK` frames, as the start of :func:`stack` is.
+    """
+    out: list[Frame] = []
+    walked = 0
+    while frame is not None and walked < _MAX_WALK and len(out) < MAX_FRAMES:
+        code = frame.f_code
+        if _kind(code) == _PROGRAM:
+            out.append(
+                (code.co_filename, frame.f_lineno or 0, getattr(code, "co_qualname", code.co_name))
+            )
+        frame = frame.f_back
+        walked += 1
+    return tuple(out)
 
 
 def task_context(task: object) -> contextvars.Context | None:

@@ -39,7 +39,7 @@ from ._fast import FastTracer
 from ._groups import LOOP_STALL
 from ._redact import redact_text
 from ._scopes import SCOPES
-from ._semconv import GROUP
+from ._semconv import GROUP, TRUNCATED
 from ._stall_frames import Frame, current_frames, stack, task_context
 from ._state import GATE
 
@@ -54,6 +54,10 @@ _MAX_KEYS: Final = 256  # distinct stacks counted per stall
 # The longest a watchdog sleeps before it looks whether its loop still runs: one whose loop
 # closed ends within it (an asyncio.run() per request leaves no thread behind for long).
 _POLL_S: Final = 0.1
+# The longest stop_all() waits, per monitor, for the lock its heartbeat and watchdog share
+# to take a stall still in progress (held for a few bytecodes at a time, unless the loop
+# thread was interrupted inside them: by the signal whose handler shuts down, say).
+_TAKE_S: Final = 0.05
 
 _get_running_loop = asyncio._get_running_loop
 _current_task = asyncio.current_task
@@ -113,10 +117,26 @@ def _notice(loop: asyncio.AbstractEventLoop | None) -> None:
                 _say_once(type(loop), f"a {type(loop).__name__} loop cannot be watched for stalls")
                 _last = loop
                 return
-            _monitors[id(loop)] = _Monitor(loop, _threshold_s)
+            heir = _closed_loops_monitor()
+            if heir is not None:  # its watchdog thread watches this loop from now on
+                heir.adopt(loop, _threshold_s)
+            else:
+                _monitors[id(loop)] = _Monitor(loop, _threshold_s)
         else:  # the loop may have moved to this thread since it was last seen
             monitor.loop_thread = threading.get_ident()
         _last = loop
+
+
+def _closed_loops_monitor() -> _Monitor | None:
+    """A monitor (under ``_lock``) of a loop closed or collected in this thread, still
+    watching: a program calling ``asyncio.run()`` per request keeps one watchdog thread."""
+    me = threading.get_ident()
+    for monitor in _monitors.values():
+        if monitor.loop_thread == me and not monitor.stopped and not monitor.failed:
+            old = monitor.loop
+            if old is None or old.is_closed():
+                return monitor
+    return None
 
 
 def _waiting_codes(loop: asyncio.AbstractEventLoop) -> tuple[CodeType, CodeType] | None:
@@ -216,11 +236,24 @@ class _Stall:
     current in it when the loop was last seen blocked.
     """
 
-    __slots__ = ("context", "counts", "otel", "posted", "samples", "scopes", "since", "task")
+    __slots__ = (
+        "context",
+        "counts",
+        "otel",
+        "posted",
+        "samples",
+        "scopes",
+        "since",
+        "task",
+        "tracer",
+    )
 
     def __init__(self, posted: float, since: float, task: object | None, samples: int = 0) -> None:
         self.posted = posted
         self.since = since  # the last time the loop was seen running
+        # The tracer when the stall was first seen: one still in progress at shutdown is
+        # recorded with it, after the gate has let go of it.
+        self.tracer: Any = GATE.tracer
         self.task: object | None = None
         self.context: contextvars.Context | None = None
         self.otel: Any = None
@@ -319,9 +352,34 @@ class _Monitor:
         """The watched loop (``None`` once collected)."""
         return self._loop()
 
+    def adopt(self, loop: asyncio.AbstractEventLoop, threshold_s: float) -> None:
+        """Watch *loop* (running in this thread) instead of the closed one (under ``_lock``).
+
+        The watchdog sees it at its next look (within ``_POLL_S``), as it would
+        have seen that its loop closed.
+        """
+        del _monitors[self.loop_id]
+        with self.lock:
+            self._loop = _loop_ref(loop)
+            self.loop_id = id(loop)
+            self.loop_thread = threading.get_ident()
+            self.threshold = threshold_s
+            self.half = threshold_s / 2
+            self.period = min(max(threshold_s / 5, 0.001), 0.01)
+            self.stall = None
+            self.unclaimed, self.unclaimed_posted = 0, 0.0
+            self.seen = self.since = self.posted = _monotonic()
+            self.waiting = _waiting_codes(loop)
+        _monitors[self.loop_id] = self
+
     def stop(self) -> None:
+        """Stop watching; a stall in progress is recorded as it stands (truncated)."""
         self.stopped = True
         self._wake_up()
+        try:
+            self._record_open()
+        except Exception as exc:  # never raise into the shutdown
+            report_internal_error(("loop_stall", "stop"), exc)
         global _last
         if _last is self.loop:
             _last = _UNSET
@@ -346,17 +404,31 @@ class _Monitor:
         except Exception as exc:  # never raise into the loop
             report_internal_error(("loop_stall", "heartbeat"), exc)
 
-    def _record(self, stall: _Stall, now: float) -> None:
-        tracer = GATE.tracer
-        loop = self.loop  # running this heartbeat: alive
+    def _record_open(self) -> None:
+        """Record the stall still in progress, if the watchdog sampled one, as ending now,
+        tagged truncated (from the thread stopping the monitor: a shutdown's)."""
+        if not self.lock.acquire(True, _TAKE_S):
+            _say_once("open", "a loop stall in progress at shutdown could not be recorded")
+            return
+        try:
+            stall, self.stall = self.stall, None
+        finally:
+            self.lock.release()
+        if stall is not None:
+            self._record(stall, _monotonic(), truncated=True)
+
+    def _record(self, stall: _Stall, now: float, truncated: bool = False) -> None:
+        # Cut short by a shutdown: the gate has let go of the tracer, still running.
+        tracer = stall.tracer if truncated else GATE.tracer
+        loop = self.loop  # running this heartbeat (or blocked): alive
         if tracer is None or not stall.samples or loop is None:
             return
         wall, mono = time.time_ns(), time.monotonic_ns()
         # The loop ran the heartbeat at `since` and not the one posted at `posted`: the
         # block began in between; the middle is within half that interval of it.
         began = (stall.since + stall.posted) / 2
-        if now - began <= self.threshold:
-            return  # not longer than the threshold
+        if now - began <= self.threshold and not truncated:
+            return  # not longer than the threshold (one cut short by a shutdown: seen so far)
         start = wall - (mono - int(began * 1e9))
         end = wall - (mono - int(now * 1e9))
         context = _parent_context(stall, start)
@@ -368,11 +440,19 @@ class _Monitor:
         if isinstance(parent_end, int) and end > parent_end:
             end = max(parent_end, start)
         attributes = self._attributes(stall)
+        if truncated:
+            attributes[TRUNCATED] = True
         if context is None:
             context = otel_context.Context()
         task = stall.task
         entered = False
-        if task is not None and _enter_task is not None and _current_task(loop) is None:
+        on_loop = _get_ident() == self.loop_thread
+        if (
+            task is not None
+            and on_loop
+            and _enter_task is not None
+            and _current_task(loop) is None
+        ):
             try:  # start the span as the blocked task: its track, for every processor
                 _enter_task(loop, task)
                 entered = True
@@ -381,6 +461,9 @@ class _Monitor:
         try:
             if tracer.__class__ is FastTracer:
                 span = tracer.start_owned(SPAN_NAME, context, attributes, None, start_time=start)
+                owned: Any = span
+                if task is not None and not on_loop and getattr(owned, "_owner", None) is not None:
+                    owned._owner = task  # the blocked task's track, not this thread's
             else:
                 span = tracer.start_span(
                     SPAN_NAME, context, SpanKind.INTERNAL, attributes, start_time=start
@@ -430,9 +513,17 @@ class _Monitor:
                 # closing it is collected (it is garbage in a cycle), and the watchdog ends.
                 loop = self._loop()
                 if loop is None or LOOP_STALL not in GATE.enabled or loop.is_closed():
-                    break
+                    with _lock:  # a loop started since in its thread may adopt this monitor
+                        if self._loop() is loop and not self.stopped:
+                            self.stopped = True  # no longer to adopt: ends
+                    if self.stopped:
+                        break
+                    continue  # adopted: watch the new loop
                 done = self._round(loop) if loop.is_running() else None
                 if done is None:
+                    # A loop that is not running is not blocked: a block of its next run
+                    # began no earlier than now, not when a heartbeat last ran in this one.
+                    self.seen = _monotonic()
                     self._let_go(loop)
                 del loop
                 if done is None:  # not running: look again in a while
@@ -469,6 +560,7 @@ class _Monitor:
         while self.seen < posted and not self.stopped:  # blocked past half the threshold
             if not loop.is_running():  # it stopped, the heartbeat still queued: what
                 self._forget(posted)  # its thread runs now is not the loop's
+                self.seen = _monotonic()  # and it is not blocked (it may run again at once)
                 return False
             self._sample(loop, posted)
             if wake(True, self.period):
