@@ -40,6 +40,7 @@ from ._groups import LOOP_STALL
 from ._redact import redact_text
 from ._scopes import SCOPES
 from ._semconv import GROUP, TRUNCATED
+from ._span_context import _CONTEXT_VAR
 from ._stall_frames import Frame, current_frames, stack, task_context
 from ._state import GATE
 
@@ -66,9 +67,7 @@ _leave_task = getattr(asyncio.tasks, "_leave_task", None)
 _monotonic = time.monotonic
 _get_ident = threading.get_ident
 _UNSET: Final = object()
-_OTEL_VAR = getattr(getattr(otel_context, "_RUNTIME_CONTEXT", None), "_current_context", None)
-if not isinstance(_OTEL_VAR, contextvars.ContextVar):  # pragma: no cover - another runtime
-    _OTEL_VAR = None
+_OTEL_VAR = _CONTEXT_VAR  # None when another runtime context holds OpenTelemetry's
 
 _lock = threading.Lock()
 _monitors: dict[int, _Monitor] = {}  # id(loop) -> its monitor
@@ -157,6 +156,18 @@ def _say_once(key: object, message: str) -> None:
     if key not in _said:
         _said.add(key)
         logger.warning("asynctrace: %s", message)
+
+
+def record_open(tracer: object) -> None:
+    """Record, truncated, every stall in progress sampled under *tracer*: the telemetry
+    that tracer records for ends (a ``capture_spans`` block), the loops go on."""
+    with _lock:
+        monitors = list(_monitors.values())
+    for monitor in monitors:
+        try:
+            monitor._record_open(tracer)
+        except Exception as exc:  # never raise into the caller's exit
+            report_internal_error(("loop_stall", "record_open"), exc)
 
 
 def stop_all(timeout_s: float = 0.1) -> None:
@@ -404,14 +415,19 @@ class _Monitor:
         except Exception as exc:  # never raise into the loop
             report_internal_error(("loop_stall", "heartbeat"), exc)
 
-    def _record_open(self) -> None:
+    def _record_open(self, tracer: object = None) -> None:
         """Record the stall still in progress, if the watchdog sampled one, as ending now,
-        tagged truncated (from the thread stopping the monitor: a shutdown's)."""
+        tagged truncated (from the thread stopping the monitor: a shutdown's); with
+        *tracer*, only one sampled under that tracer (a capture that ends)."""
         if not self.lock.acquire(True, _TAKE_S):
             _say_once("open", "a loop stall in progress at shutdown could not be recorded")
             return
         try:
-            stall, self.stall = self.stall, None
+            stall = self.stall
+            if stall is not None and (tracer is None or stall.tracer is tracer):
+                self.stall = None
+            else:
+                stall = None
         finally:
             self.lock.release()
         if stall is not None:
@@ -554,7 +570,9 @@ class _Monitor:
         try:
             loop.call_soon_threadsafe(self._beat, posted, context=self.context)
         except RuntimeError:  # the loop closed since is_closed() was asked
-            return True
+            # Not an end yet when it did: _watch decides, under the lock, whether a loop
+            # started since in this thread took the monitor over.
+            return not loop.is_closed()
         if self._nap(loop):
             return True
         while self.seen < posted and not self.stopped:  # blocked past half the threshold

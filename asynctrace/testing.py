@@ -226,6 +226,8 @@ def capture_spans(
         yield CapturedSpans(exporter, tracer_provider)
     finally:
         with _lock:
+            if GATE.provider is tracer_provider:  # a stall in progress ends with the capture
+                _stalls.record_open(GATE.tracer)
             _leave(tracer_provider)
         try:  # as a shutdown of configure()'s does: into the capture, tagged truncated
             end_open_spans()

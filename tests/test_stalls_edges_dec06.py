@@ -306,3 +306,68 @@ def test_asyncio_run_per_request_keeps_one_watchdog_that_watches_each_new_loop()
         assert len(captured.by_name(STALL)) == 1
 
     _within_tries(attempt)
+
+
+def test_a_stall_in_progress_when_a_capture_ends_is_captured_truncated() -> None:
+    """A coroutine blocks inside a step and leaves ``capture_spans`` before the loop runs
+    again: the stall the watchdog is sampling is recorded into the capture, truncated."""
+
+    async def main() -> tuple[list[int], Any]:
+        with capture_spans("per_step") as captured:
+            _stalls.set_threshold(20.0)
+            async with at.umbrella_span("step", "train.step"):
+                await asyncio.sleep(0.02)
+                _spin(0.3)  # a block the watchdog samples
+                sampled = [m.stall.samples for m in list(_stalls._monitors.values()) if m.stall]
+        await asyncio.sleep(0.05)
+        return sampled, captured
+
+    def attempt(_: int) -> None:
+        sampled, captured = asyncio.run(main())
+        assert sampled, sampled  # (else the watchdog never ran: again)
+        assert sampled[0] > 0, sampled
+        (stall,) = captured.by_name(STALL)
+        assert stall.attributes["asynctrace.truncated"] is True
+
+    _within_tries(attempt)
+
+
+def test_a_loop_adopted_while_its_old_watchdog_posts_to_the_closed_loop_is_watched(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The old loop's watchdog loses the CPU between seeing its loop running and posting the
+    heartbeat (held here in the one call between the two); meanwhile the loop closes and the
+    next ``asyncio.run()`` takes the monitor over. The post fails on the closed loop: the
+    watchdog goes on watching the new loop, whose stall is recorded."""
+    hold = threading.Event()
+    in_selector = _stalls._Monitor._in_selector
+
+    def held_once(self: Any) -> bool:
+        if hold.is_set():
+            hold.clear()
+            time.sleep(0.2)  # the watchdog thread off the CPU
+            return False
+        return bool(in_selector(self))
+
+    monkeypatch.setattr(_stalls._Monitor, "_in_selector", held_once)
+
+    async def first() -> None:
+        async with at.umbrella_span("step", "first"):
+            await asyncio.sleep(0.03)
+            hold.set()  # the watchdog's next round is held
+            await asyncio.sleep(0.03)
+
+    async def second() -> None:
+        async with at.umbrella_span("step", "second"):
+            await asyncio.sleep(0.4)  # the held watchdog wakes and posts to the closed loop
+            _spin(0.3)
+            await asyncio.sleep(0.05)
+
+    def attempt(_: int) -> None:
+        with capture_spans("per_step") as captured:
+            _stalls.set_threshold(20.0)
+            asyncio.run(first())
+            asyncio.run(second())
+        assert len(captured.by_name(STALL)) == 1
+
+    _within_tries(attempt)

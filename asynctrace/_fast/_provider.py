@@ -142,11 +142,19 @@ _current_task = current_task_of
 
 
 def _context_getter() -> Callable[[], Mapping[str, object]]:
-    """The current OTel context, read straight from its ContextVar when that is the runtime."""
+    """The current OTel context, read straight from its ContextVar when that is the runtime.
+
+    Only OpenTelemetry's own ContextVar runtime, not a subclass: one named by
+    ``OTEL_PYTHON_CONTEXT`` may keep its context elsewhere.
+    """
+    from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
+
     runtime = getattr(otel_context, "_RUNTIME_CONTEXT", None)
     var = getattr(runtime, "_current_context", None)
     get = getattr(var, "get", None)
-    return get if callable(get) else otel_context.get_current
+    if type(runtime) is ContextVarsRuntimeContext and callable(get):
+        return get  # type: ignore[no-any-return]
+    return otel_context.get_current
 
 
 _current_context = _context_getter()

@@ -181,12 +181,16 @@ def _add_scope_baggage(headers: Any, value: str) -> None:
 
 
 def _context_reader() -> Callable[[], Any]:
-    """The current OpenTelemetry context's reader: its ContextVar's ``get`` when that is
-    the runtime (as it is unless ``OTEL_PYTHON_CONTEXT`` names another), two frames less
-    per request than ``get_current()``."""
+    """The current OpenTelemetry context's reader: its ContextVar's ``get`` when the runtime
+    is OpenTelemetry's ContextVar one (not a subclass: one ``OTEL_PYTHON_CONTEXT`` names
+    may keep its context elsewhere), two frames less per request than ``get_current()``."""
+    from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
+
     runtime = getattr(otel_context, "_RUNTIME_CONTEXT", None)
     get = getattr(getattr(runtime, "_current_context", None), "get", None)
-    return get if callable(get) else otel_context.get_current
+    if type(runtime) is ContextVarsRuntimeContext and callable(get):
+        return get  # type: ignore[no-any-return]
+    return otel_context.get_current
 
 
 _get_current = _context_reader()
