@@ -86,6 +86,7 @@ EXPECTED = {
     "in_per_prompt_scope",
     "instant",
     "is_span_group_enabled",
+    "is_telemetry_enabled",
     "iteration_scope",
     "managed_span",
     "per_prompt_scope",
