@@ -87,6 +87,16 @@ def redacted_name(name: str, *, count: bool = False) -> str:
     return redacted
 
 
+def _task_id_field(task_id: int | str | None) -> int | str | None:
+    """A record's ``task_id``: a str (a subclass as the plain str it holds) redacted
+    and bounded as :func:`redacted_name` makes it, as ``rl.task_id`` is on spans."""
+    if type(task_id) is str:
+        return redacted_name(task_id, count=True)
+    if isinstance(task_id, str):
+        return redacted_name(str.__str__(task_id), count=True)
+    return task_id
+
+
 class Record:
     """One live session.
 
@@ -188,7 +198,7 @@ def record_dict(
     finalized = max(finalized_ns, submit)
     out: dict[str, Any] = {
         "run_id": run_id,
-        "task_id": redacted_name(task_id, count=True) if type(task_id) is str else task_id,
+        "task_id": _task_id_field(task_id),
         "session_id": session_id,
         "rank": rank,
         "role": role,

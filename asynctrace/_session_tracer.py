@@ -119,6 +119,11 @@ class SessionTracer:
             flush_threshold=flush_threshold,
             max_queued=self._max_pending,
         )
+        # Evicted records held for the writer at most: max_pending, and never less than
+        # two flush thresholds (the writer wakes at one, and is given the lock while
+        # it is behind). A thread that registers nothing but leaked sessions outruns
+        # the writer; past this, what it evicts is refused, not kept.
+        self._evict_room = max(self._max_pending, 2 * self._writer.threshold)
         reinit_at_fork(self._lock)
         call_in_child(self._after_fork_in_child)
 
@@ -144,6 +149,9 @@ class SessionTracer:
         the session is not kept: the registration is counted as a dropped
         event, and so is each of its later events.
         """
+        kind = type(task_id)
+        if kind is not int and kind is not str and isinstance(task_id, str):  # numpy.str_
+            task_id = str.__str__(task_id)  # hashed and redacted as the plain str it holds
         session_id = self._prefix + str(self._next())
         record = Record(session_id, task_id, time.time_ns())
         if self._later and not self._owned():
@@ -191,22 +199,21 @@ class SessionTracer:
             count += self._max_pending // _EVICT_SHARE
             oldest = list(itertools.islice(self._live, count))
             records = [record for sid in oldest if (record := self._take(sid)) is not None]
-            # The writer's queue is bounded too: a thread that registers nothing but
-            # leaked sessions may outrun it.
-            self._writer.add(records, "pending", EVICTED, time.time_ns(), self._max_pending)
+            self._writer.add(records, "pending", EVICTED, time.time_ns(), self._evict_room)
             first = not self.evicted
             self.evicted += len(records)
-        self._writer.behind()  # outside the lock: a writer starved by this thread catches up
+        # Outside the lock: a writer starved by this thread catches up.
+        self._writer.behind(self._evict_room)
         if first:
             logger.warning(
                 "asynctrace: more than %d sessions are pending (session_tracer.max_pending); "
                 "the oldest are written as pending with reason %r and counted in "
-                "stats()['evicted'] (those the writer has no room for, %d waiting to be "
-                "written, in stats()['failed']; further evictions are not logged): finalize "
-                "every session, or raise session_tracer.max_pending",
+                "stats()['evicted'] (those evicted while %d records wait to be written are "
+                "not kept, and are counted in stats()['failed']; further evictions are "
+                "not logged): finalize every session, or raise session_tracer.max_pending",
                 self._max_pending,
                 EVICTED,
-                self._max_pending,
+                self._evict_room,
             )
 
     def phase_start(

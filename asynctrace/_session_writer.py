@@ -96,6 +96,9 @@ class SessionWriter:
         # are then counted, not logged.
         self._full_warning = 0
         self._refused = 0  # records refused for want of room, in all
+        # At the last refusal: the records held for the writer, and the bound they met.
+        self._held_at_refusal = 0
+        self._bound_at_refusal = self._max_queued
         self._full_warned_at: float | None = None  # time.monotonic() of that warning
         self._added = 0
         self.written = 0
@@ -117,6 +120,16 @@ class SessionWriter:
         self._handoff = Handoff(0.5)  # see asynctrace._handoff: a busy loop starves the writer
         self._thread = threading.Thread(target=self._run, name="asynctrace-sessions", daemon=True)
         self._thread.start()
+
+    @property
+    def max_queued(self) -> int:
+        """The records this writer holds at most (waiting, or being written)."""
+        return self._max_queued
+
+    @property
+    def threshold(self) -> int:
+        """The records waiting that wake the writer (``flush_threshold``)."""
+        return self._threshold
 
     def set_style(self, style: str) -> None:
         """Write the records not written yet in *style* (see ``record_dict``)."""
@@ -153,22 +166,36 @@ class SessionWriter:
             self._handoff._starved and queued >= self._threshold
         )
 
-    def behind(self) -> None:
+    def behind(self, room: int | None = None) -> None:
         """Records wait: a writer starved by a busy loop gets the interpreter lock.
 
         It may sleep 0.2 ms (see :mod:`asynctrace._handoff`): call it holding
-        no lock, so that no other thread waits through that sleep. It also
-        logs that records were refused for want of room (see :meth:`_warn_full`;
-        a logging handler may block: on the same hung mount, say).
+        no lock, so that no other thread waits through that sleep. With the
+        *room* given to :meth:`add`, half of it held is urgent: the writer is
+        given the lock at once, not only once found starved. It also logs
+        that records were refused for want of room (see :meth:`_warn_full`; a
+        logging handler may block: on the same hung mount, say).
         """
         if self._full_warning == 1:
             self._warn_full()
-        self._handoff.offer(self._thread)
+        # Read without the lock: a hint, as the hand-off's own are.
+        urgent = room is not None and 2 * self.held() >= room
+        self._handoff.offer(self._thread, urgent)
 
-    def _count_refused(self, count: int) -> None:
-        """*count* records refused for want of room (the lock held): failed, and warned."""
+    def held(self) -> int:
+        """The records held for the writer: waiting, and what is left of its batch."""
+        return self._max_queued - self._room + len(self._pending)
+
+    def _count_refused(self, count: int, bound: int | None = None) -> None:
+        """*count* records refused for want of room (the lock held): failed, and warned.
+
+        *bound*: the room they were refused past, if not the writer's own.
+        """
         self.failed += count
         self._refused += count
+        # Held: waiting, and what is left of the batch (see _set_room).
+        self._held_at_refusal = self.held()
+        self._bound_at_refusal = self._max_queued if bound is None else bound
         if not self._full_warning:
             self._full_warning = 1
 
@@ -195,17 +222,19 @@ class SessionWriter:
             self._full_warning = 2
             self._full_warned_at = now
             refused = self._refused
+            held, bound = self._held_at_refusal, self._bound_at_refusal
         again = "" if last is None else "again "
         logger.warning(
-            "asynctrace: %d session records are %sheld for the writer of %s, and further "
-            "finished sessions are not kept until it catches up (%d refused so far, "
-            "counted in stats()['failed']; logged again, at most once a minute, only "
-            "if it happens after the writer caught up): a write does not return (a hung "
-            "file system?) or is slower than sessions finish; check the file system of "
-            "output_dir, or raise session_tracer.max_pending",
-            self._max_queued,
+            "asynctrace: %d session records are %sheld for the writer of %s (%d at most), "
+            "and further finished sessions are not kept until it catches up (%d "
+            "refused so far, counted in stats()['failed']; logged again, at most once a "
+            "minute, only if it happens after the writer caught up): a write does not "
+            "return (a hung file system?) or is slower than sessions finish; check the "
+            "file system of output_dir, or raise session_tracer.max_pending",
+            held,
             again,
             self.path,
+            bound,
             refused,
         )
 
@@ -243,10 +272,13 @@ class SessionWriter:
                     free = room - len(pending) - len(self._batch)
                 refused = max(0, min(len(records), len(records) - free))
                 if refused:
-                    self._count_refused(refused)
                     records = records[: len(records) - refused]
             pending += records
-            if len(pending) >= self._threshold:
+            if refused:
+                self._count_refused(refused, room)
+            # Woken at the threshold, or sooner at a room below it: records refused
+            # while a writer that could take them sleeps would be lost for nothing.
+            if len(pending) >= self._threshold or (refused and room is not None):
                 self._cond.notify()
             return refused
 
@@ -490,8 +522,15 @@ class SessionWriter:
         return done, write_error or error
 
     def _after_fork_in_child(self) -> None:
-        """A forked child has no writer thread: this writer goes inert (counts, never writes)."""
+        """A forked child has no writer thread: this writer goes inert (counts, never writes).
+
+        What the parent had queued, and its failures, are the parent's to report: a
+        child's flush() answers for what the child hands over.
+        """
         self._pending = []
         self._batch = []
         self._stopped = True
         self._closing = True
+        self._added = self.written + self.failed
+        self._failed_seen = self.failed
+        self._sync_errors_seen = self._sync_errors

@@ -24,6 +24,8 @@ from typing import Any, TypeVar, cast
 
 from . import _session_tracer
 from ._cm import DONE, Done, SyncAndAsync
+from ._decorator_checks import check_callable
+from ._decorators import _classified
 from ._errors import ConfigurationError
 from ._exception_text import EXCEPTION_TEXT_CHARS, exception_reason
 from ._payloads import _count_cut, check_payload, plain_payload
@@ -60,12 +62,17 @@ _INT64_MAX = 2**63 - 1
 
 
 def _check_task_id(task_id: object, where: str = "task_scope(task_id)") -> int | str:
-    """*task_id* as a str or a plain int that a 64-bit attribute holds (numpy's integers,
-    an ``IntEnum``, as the int they stand for), else a :class:`ConfigurationError`
-    naming *where*."""
+    """*task_id* as a plain str or a plain int that a 64-bit attribute holds, else a
+    :class:`ConfigurationError` naming *where*.
+
+    A str subclass (``numpy.str_``) becomes the plain str it holds (str's own
+    ``__str__``, not an override): the record and the spans redact and bound
+    the same plain value, and it hashes as a str does (the task map keys on
+    it). numpy's integers and an ``IntEnum`` become the int they stand for.
+    """
     if not isinstance(task_id, bool):
         if isinstance(task_id, str):
-            return task_id
+            return str.__str__(task_id)
         if isinstance(task_id, (int, numbers.Integral)):
             number = int(task_id)
             if _INT64_MIN <= number <= _INT64_MAX:
@@ -173,14 +180,22 @@ class session_scope(SyncAndAsync[str]):
     __aexit__ = __exit__  # type: ignore[assignment]  # DONE: awaited, it finishes at once
 
 
-def _refuse_generator(fn: Callable[..., Any], where: str, instead: str) -> None:
-    """A :class:`ConfigurationError` for a (async) generator function: a wrapper would
-    cover the making of the generator, not its body."""
-    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+def _is_coroutine(fn: Callable[..., Any], where: str, instead: str) -> bool:
+    """Whether calls of *fn* are to be awaited, as the span decorators decide it (a
+    callable object by its class's ``__call__``, a partial by what it wraps).
+
+    A :class:`ConfigurationError` for what a wrapper cannot time: a class or a
+    non-callable, and a (async) generator function, whose wrapper would cover
+    the making of the generator, not its body.
+    """
+    check_callable(fn, where)
+    kind = _classified(fn)
+    if inspect.isgeneratorfunction(kind) or inspect.isasyncgenfunction(kind):
         raise ConfigurationError(
             f"{where}: {default_name(fn)!r} is a generator function; accepted: a function "
             f"or a coroutine function (for a generator, {instead})"
         )
+    return inspect.iscoroutinefunction(kind)
 
 
 _untracked = itertools.count(1).__next__
@@ -203,11 +218,13 @@ if hasattr(os, "register_at_fork"):
 def session_context() -> Callable[[F], F]:
     """Decorator: each call of the function runs in a new :class:`session_scope`.
 
-    Works on plain and coroutine functions.
+    Works on plain and coroutine functions, and on callable objects (as their
+    class's ``__call__`` is: an ``async def __call__`` is awaited inside).
 
     Raises:
         ConfigurationError: the function is a generator or async generator
-            function (the wrapper would cover only the making of the generator).
+            function (the wrapper would cover only the making of the generator),
+            or a class, or not callable.
 
     Example:
         >>> @session_context()
@@ -215,8 +232,7 @@ def session_context() -> Callable[[F], F]:
     """
 
     def decorator(fn: F) -> F:
-        _refuse_generator(fn, "session_context()", "open session_scope() inside its body")
-        if inspect.iscoroutinefunction(fn):
+        if _is_coroutine(fn, "session_context()", "open session_scope() inside its body"):
 
             @functools.wraps(fn)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -278,15 +294,15 @@ class trace_session_phase(SyncAndAsync[None]):
             mapping with string keys (checked even when the session tracer is
             off).
         RuntimeError: the object is entered while an entry of it is open
-            (nested on itself, or shared by concurrent tasks), tracer on or
-            off: that entry would take over the open one's execution.
+            (nested on itself, or shared by concurrent tasks or threads), tracer
+            on or off: that entry would take over the open one's execution.
 
     Example:
         >>> with trace_session_phase("reward", end_payload={"accepted": True}):
         ...     pass
     """
 
-    __slots__ = ("_end", "_handle", "_open", "_phase", "_session_id", "_start", "_tracer")
+    __slots__ = ("_end", "_free", "_handle", "_phase", "_session_id", "_start", "_tracer")
 
     def __init__(
         self,
@@ -298,7 +314,10 @@ class trace_session_phase(SyncAndAsync[None]):
         self._tracer: SessionTracer | None = None
         self._session_id: str | None = None
         self._handle = -1
-        self._open = False  # an entry is open (tracer or not: the same rule everywhere)
+        # One token while no entry is open (tracer or not: the same rule everywhere). An
+        # entry takes it with list.pop, one call that two threads cannot both make good:
+        # a flag tested, then set, could let both in.
+        self._free = [True]
         # The checks cost a call each: only made when a payload is given.
         self._start = None
         self._end = None
@@ -309,12 +328,13 @@ class trace_session_phase(SyncAndAsync[None]):
 
     # phase_start/phase_end inlined: a session runs several phases, this is the hot path.
     def __enter__(self) -> None:
-        if self._open:
+        try:
+            self._free.pop()
+        except IndexError:
             raise RuntimeError(
                 f"trace_session_phase({self._phase!r}) is already entered; "
                 "make one object per execution"
-            )
-        self._open = True
+            ) from None
         tracer = _session_tracer._tracer
         if tracer is None:
             return
@@ -341,19 +361,24 @@ class trace_session_phase(SyncAndAsync[None]):
             tracer.dropped_events += 1
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> Done:
-        self._open = False
+        # This entry's state is read before the token is put back: from then on,
+        # another thread's entry may set it.
         tracer, self._tracer = self._tracer, None
+        session_id, handle = self._session_id, self._handle
+        free = self._free
+        if not free:  # an exit with no entry open gives back no second token
+            free.append(True)
         if tracer is None:
             return DONE
         now = time.time_ns()
         with tracer._lock:
-            record = tracer._live.get(self._session_id)  # type: ignore[arg-type]
-            if record is None or self._handle < 0:
+            record = tracer._live.get(session_id)  # type: ignore[arg-type]
+            if record is None or handle < 0:
                 tracer.dropped_events += 1
             else:
-                record.runs[self._handle + 2] = now
+                record.runs[handle + 2] = now
                 if self._end is not None:
-                    merge_payload(record, self._handle, self._end)
+                    merge_payload(record, handle, self._end)
         return DONE
 
     __aexit__ = __exit__  # type: ignore[assignment]  # DONE: awaited, it finishes at once
@@ -378,13 +403,13 @@ class atrace_session_phase(trace_session_phase):
 def trace_session(phase: str) -> Callable[[F], F]:
     """Decorator: every call of the function is one execution of *phase*.
 
-    Works on plain and coroutine functions; the phase is validated when
-    decorating.
+    Works on plain and coroutine functions, and on callable objects (as their
+    class's ``__call__`` is); the phase is validated when decorating.
 
     Raises:
         ConfigurationError: *phase* is not registered, or the function is a
             generator or async generator function (the wrapper would time only
-            the making of the generator).
+            the making of the generator), or a class, or not callable.
 
     Example:
         >>> @trace_session("reward")
@@ -393,10 +418,9 @@ def trace_session(phase: str) -> Callable[[F], F]:
     check_phase(phase)
 
     def decorator(fn: F) -> F:
-        _refuse_generator(
+        if _is_coroutine(
             fn, f"trace_session({phase!r})", "open trace_session_phase() inside its body"
-        )
-        if inspect.iscoroutinefunction(fn):
+        ):
 
             @functools.wraps(fn)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:

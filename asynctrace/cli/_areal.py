@@ -18,7 +18,6 @@ import itertools
 import json
 import math
 import re
-import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -145,6 +144,7 @@ class ArealEvents:
         self.count = 0
         self.outside_steps = 0
         self.outside_steps_s = 0.0
+        self.without_ts = 0  # complete events without a timestamp: not intervals, left out
         self._held: dict[int, list[dict[str, Any]]] = {}
         self._ids = itertools.count(1)
 
@@ -165,12 +165,14 @@ class ArealEvents:
         thread id when there is one), so a long event that crosses a step
         (starts inside, ends after it) is not taken for the parent of what
         runs in the step. Bucketed events under no step are counted in
-        :attr:`outside_steps` (and ``outside_steps_s``).
+        :attr:`outside_steps` (and ``outside_steps_s``), events without a
+        timestamp (left out) in :attr:`without_ts`; :meth:`notes` says the former.
         """
         for origin, events in self._held.items():
             out: list[tuple[float, float, int, dict[str, Any]]] = []
             for index, parented in enumerate(self._parented(origin, events)):
                 if parented is None:  # no timestamp: not an interval
+                    self.without_ts += 1
                     continue
                 args, start, end, in_step = parented
                 if args.get("rl.bucket") is not None and not in_step:
@@ -184,12 +186,26 @@ class ArealEvents:
                     event["dur"] = end + minus_start
                 yield event, origin
         self._held.clear()
+
+    def notes(self) -> list[str]:
+        """What :meth:`drain` left out of every step's figures, one sentence each (none:
+        ``[]``). Events without a timestamp are not among them: the caller counts those
+        with the other events without a time.
+
+        Example:
+            >>> events = ArealEvents()
+            >>> events.outside_steps, events.outside_steps_s = 2, 1.5
+            >>> events.notes()[0][:54]
+            '2 bucketed AReaL event(s) (1.500s) lie under no step ('
+        """
+        out = []
         if self.outside_steps:
-            sys.stderr.write(
-                f"note: {self.outside_steps} bucketed AReaL event(s) "
+            out.append(
+                f"{self.outside_steps} bucketed AReaL event(s) "
                 f"({self.outside_steps_s:.3f}s) lie under no step (no unbucketed scope "
-                "with args.global_step contains them); they are in no step's figures\n"
+                "with args.global_step contains them); they are in no step's figures"
             )
+        return out
 
     def _parented(
         self, origin: int, events: list[dict[str, Any]]

@@ -5,13 +5,18 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import re
+import stat
 import sys
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import IO, Any, NoReturn
 
 __all__ = [
     "CliError",
+    "Output",
     "Parser",
     "Progress",
     "dumps",
@@ -90,8 +95,103 @@ def escape_controls(text: str) -> str:
 
 
 def write_stdout(text: str) -> None:
-    """Write *text* to standard output, lone surrogates escaped (see :func:`escape_surrogates`)."""
-    sys.stdout.write(escape_surrogates(text))
+    """Write *text* to standard output as UTF-8 whatever the locale, lone surrogates
+    escaped (see :func:`escape_surrogates`).
+
+    The bytes go to ``sys.stdout.buffer`` (a name read from a trace may be any
+    character, which an ASCII locale could not encode); a stream without one
+    (a ``StringIO`` put in its place) gets the text.
+    """
+    text = escape_surrogates(text)
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is None:
+        sys.stdout.write(text)
+        return
+    sys.stdout.flush()  # what was written as text first stays first
+    buffer.write(text.encode("utf-8"))
+    buffer.flush()
+
+
+class Output:
+    """The file ``-o`` names, written so that a reader never sees it half written.
+
+    A regular file (or a new name) is written to a temporary file beside it
+    that replaces it once complete; through a symbolic link, the file the
+    link resolves to is replaced, the link kept. Anything else that exists (a
+    FIFO, a character device such as ``/dev/null``, a terminal) is written
+    into directly, as a shell redirection would: it is never replaced by a
+    regular file.
+
+    Example:
+        >>> out = Output("/dev/null")  # doctest: +SKIP
+        >>> out.open().write(b"x"); out.commit()  # doctest: +SKIP
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        target = Path(name)
+        try:
+            mode: int | None = os.stat(target).st_mode  # follows links
+        except OSError:
+            mode = None
+        self.direct = mode is not None and not stat.S_ISREG(mode)
+        # through a link: the file it resolves to is replaced, not the link
+        self.final = Path(os.path.realpath(target)) if target.is_symlink() else target
+        self._temporary: Path | None = None
+        self._stream: IO[bytes] | None = None
+
+    def open(self) -> IO[bytes]:
+        """The stream to write to.
+
+        Raises:
+            CliError: it cannot be opened (the message names the output).
+        """
+        try:
+            if self.direct:
+                self._stream = open(self.final, "wb")  # noqa: SIM115 (closed by commit/abort)
+                return self._stream
+            fd, temporary = tempfile.mkstemp(prefix=".at-", suffix=".tmp", dir=self.final.parent)
+        except OSError as exc:
+            raise CliError(f"{self.name}: {exc.strerror or exc}") from None
+        self._temporary = Path(temporary)
+        umask = os.umask(0)
+        os.umask(umask)
+        try:
+            os.fchmod(fd, 0o666 & ~umask)  # as open() would make it, not mkstemp's 0600
+        except OSError:
+            pass
+        self._stream = os.fdopen(fd, "wb")
+        return self._stream
+
+    def commit(self) -> None:
+        """Close the stream and put the file in place.
+
+        Raises:
+            CliError: it cannot be written or put in place.
+        """
+        try:
+            if self._stream is not None:
+                self._stream.close()
+            if self._temporary is not None:
+                os.replace(self._temporary, self.final)
+                self._temporary = None
+        except OSError as exc:
+            self.abort()
+            raise CliError(f"{self.name}: {exc.strerror or exc}") from None
+
+    def abort(self) -> None:
+        """Close the stream and remove the temporary file, if any (never raises)."""
+        if self._stream is not None:
+            try:
+                self._stream.close()
+            except OSError:
+                pass
+        if self._temporary is not None:
+            try:
+                self._temporary.unlink(missing_ok=True)
+            except OSError:
+                pass
+            self._temporary = None
 
 
 def _reject_constant(name: str) -> Any:

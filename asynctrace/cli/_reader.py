@@ -40,6 +40,7 @@ import re
 import stat
 import sys
 import zlib
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -423,6 +424,23 @@ def _skip_rest(stream: IO[bytes]) -> int:
             return skipped
 
 
+def _rest_of_line(stream: IO[bytes], line: bytes) -> tuple[bytes, bool]:
+    """*line*, read without its newline, joined with what follows it, and whether the
+    file ended first.
+
+    A live writer may have flushed half a line: reading on gets the rest if
+    it is there by now. At the file's end the line is the last one (torn, or
+    just without a final newline), and nothing after it is read.
+    """
+    while True:
+        more = stream.readline(_MAX_LINE + 1 - len(line))
+        if not more:
+            return line, True
+        line += more
+        if line[-1] == 10 or len(line) > _MAX_LINE:
+            return line, False
+
+
 def iter_file(
     path: Path, stats: ReadStats, progress: Progress | None = None
 ) -> Iterator[tuple[dict[str, Any], bytes]]:
@@ -459,7 +477,12 @@ def iter_file(
             pending_bytes = len(_BOM)
         elif head and head[-1] != 10:
             head += stream.readline(_MAX_LINE + 1 - len(head))
+        at_end = False  # the last line had no newline: the file's end as first reached
         for line in itertools.chain((head,), lines) if head else lines:
+            if at_end:  # the file grew after its end was reached (a live run): not read
+                break
+            if line[-1] != 10 and len(line) <= _MAX_LINE:  # the writer's frontier, or the end
+                line, at_end = _rest_of_line(stream, line)
             lineno += 1
             size = len(line)
             pending_bytes += size
@@ -747,6 +770,47 @@ def _opt_str(value: object) -> str | None:
     return None if value is None else str(value)
 
 
+_SPARE_FILES = 32  # descriptors besides the inputs: stdio, the output, captures, imports
+
+
+def allow_open_files(count: int, prog: str) -> None:
+    """Make sure *count* input files can be open at once, as a merge of them keeps them.
+
+    The soft ``RLIMIT_NOFILE`` (``ulimit -n``, often 1024) is raised towards the
+    hard limit when it is too low; past the hard limit the command is refused
+    with a message that says how to raise it. Where the platform has no such
+    limit (no :mod:`resource` module) nothing is checked.
+
+    Raises:
+        CliError: the hard limit is too low for *count* inputs.
+    """
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on POSIX
+        return
+    needed = count + _SPARE_FILES
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (OSError, ValueError):  # pragma: no cover - the limit cannot be read
+        return
+    infinity = resource.RLIM_INFINITY
+    if soft == infinity or soft >= needed:
+        return
+    wanted = needed if hard == infinity else min(needed, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        soft = wanted
+    except (OSError, ValueError):
+        pass
+    if soft < needed:
+        raise CliError(
+            f"{count} input files are read at once (merged by time), but this process may "
+            f"open only {soft} files (RLIMIT_NOFILE, hard limit {hard}); raise the limit "
+            f"with ulimit -n {needed} before running {prog} (the hard limit is raised in "
+            "/etc/security/limits.conf, or with docker run --ulimit nofile=...)"
+        )
+
+
 def file_size(paths: Sequence[Path]) -> int:
     """Total size of *paths* in bytes (for the progress bar)."""
     total = 0
@@ -773,6 +837,7 @@ class Origins:
         self._meta: dict[tuple[int, object], ProcessInfo] = {}
         self.infos: list[ProcessInfo] = []
         self.keys: list[tuple[int, object]] = []
+        self._labels: list[str] = []  # per origin, made on first use of label()
 
     def set_metadata(self, file_index: int, pid: object, args: object) -> None:
         """Record a ``process_name`` metadata event's ``args`` for *pid* in this file."""
@@ -792,12 +857,23 @@ class Origins:
         return found
 
     def label(self, origin: int) -> str:
-        """``"r0"``, ``"driver r0"``; the pid is added when two processes share a label."""
-        info = self.infos[origin]
-        label = info.label
-        if label == "?":
-            label = self.paths[self.keys[origin][0]].name
-        same = sum(1 for other in self.infos if other.label == info.label)
-        if same > 1:
-            label += f" pid {self.keys[origin][1]}"
-        return label
+        """``"r0"``, ``"driver r0"``; the pid is added when two processes share a label.
+
+        The labels of all origins are made at once, on the first call after an
+        origin was added (one pass, not one per call).
+        """
+        labels = self._labels
+        if len(labels) != len(self.infos):
+            labels[:] = self._make_labels()
+        return labels[origin]
+
+    def _make_labels(self) -> list[str]:
+        bases = [info.label for info in self.infos]
+        counts = Counter(bases)
+        labels = []
+        for origin, base in enumerate(bases):
+            label = self.paths[self.keys[origin][0]].name if base == "?" else base
+            if counts[base] > 1:
+                label += f" pid {self.keys[origin][1]}"
+            labels.append(label)
+        return labels

@@ -31,8 +31,16 @@ from ._captures import (
     load_capture,
     tid_counter,
 )
-from ._common import CliError, HelpFormatter, Progress, dumps, note
-from ._reader import TRACE_PATTERN, ProcessInfo, ReadStats, expand_inputs, file_size, iter_file
+from ._common import CliError, HelpFormatter, Output, Progress, dumps, note
+from ._reader import (
+    TRACE_PATTERN,
+    ProcessInfo,
+    ReadStats,
+    allow_open_files,
+    expand_inputs,
+    file_size,
+    iter_file,
+)
 
 __all__ = ["add_parser", "check_output", "require_regular_files", "run"]
 
@@ -361,6 +369,8 @@ def _in_end_order(
     reads trace files: files one after the other would end one rank's steps
     before the next file's spans for them arrive.
     """
+    if len(paths) > 1:
+        allow_open_files(len(paths), "asynctrace convert")
     streams = [
         _keyed(index, path, stats, bar, shifts.get(index, 0.0)) for index, path in enumerate(paths)
     ]
@@ -491,11 +501,8 @@ def run(args: argparse.Namespace) -> int:
     # Captures are checked first: the spans they profiled are looked for while merging.
     captures = [load_capture(path) for path in capture_paths]
     merger.want_spans(c.span_id for c in captures if isinstance(c, Capture) and c.span_id)
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        stream: IO[bytes] = sys.stdout.buffer if to_stdout else open(temporary, "wb")  # noqa: SIM115
-    except OSError as exc:
-        raise CliError(f"{args.output}: {exc.strerror or exc}") from None
+    output = None if to_stdout else Output(args.output)
+    stream: IO[bytes] = sys.stdout.buffer if output is None else output.open()
     events = 0
     bar = Progress(file_size(paths), prog, enabled=not args.no_progress)
     try:
@@ -552,16 +559,17 @@ def run(args: argparse.Namespace) -> int:
             raise CliError(_nothing(paths, stats, others))
         other = {"asynctrace": {"inputs": [str(p) for p in paths], "malformed": stats.malformed}}
         out.end(b'\n],"displayTimeUnit":"ms","otherData":' + dumps(other) + b"}\n")
-        if not to_stdout:
-            stream.close()
-            try:
-                os.replace(temporary, target)
-            except OSError as exc:
-                raise CliError(f"{args.output}: {exc.strerror or exc}") from None
+        if output is not None:
+            output.commit()
+    except OSError as exc:  # writing failed (a full disk, a device that refuses): said so
+        if output is not None:
+            output.abort()
+        if isinstance(exc, BrokenPipeError):
+            raise  # the reader went away (| head): the command's caller handles it
+        raise CliError(f"{args.output}: {exc.strerror or exc}") from None
     except BaseException:
-        if not to_stdout:
-            stream.close()
-            temporary.unlink(missing_ok=True)
+        if output is not None:
+            output.abort()
         raise
     finally:
         bar.close()
@@ -647,8 +655,10 @@ def check_output(name: str, target: Path, inputs: Iterable[Path], example: str) 
         raise CliError(f"{name}: the output is also an input")
     if target.is_dir():
         raise CliError(f"{name}: is a directory; name the output file, e.g. -o {target / example}")
-    if not target.parent.is_dir():
-        raise CliError(f"{name}: no such directory: {target.parent}")
+    # through a symbolic link, the file it resolves to is the one written
+    place = Path(os.path.realpath(target)) if target.is_symlink() else target
+    if not place.parent.is_dir():
+        raise CliError(f"{name}: no such directory: {place.parent}")
 
 
 def _is_one_of(target: Path, inputs: Iterable[Path]) -> bool:

@@ -14,7 +14,7 @@ import heapq
 import io
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from ._reader import (
     TRACE_PATTERN,
     Origins,
     ReadStats,
+    allow_open_files,
     expand_inputs,
     file_size,
     iter_file,
@@ -160,6 +161,11 @@ class Collected:
     origins: Origins
     stats: ReadStats
     max_pending: int | None = None
+    without_ph: int = 0  # JSON objects that are not trace events (no "ph"): skipped
+    areal_outside_steps: int = 0  # AReaL's bucketed events under no step
+    areal_outside_steps_s: float = 0.0
+    areal_notes: list[str] = field(default_factory=list)  # what ArealEvents left out
+    areal_without_ts: int = 0  # AReaL's complete events without a ts (in without_ids too)
 
 
 def _step_pattern(text: str | None) -> re.Pattern[str] | None:
@@ -203,9 +209,14 @@ def collect(
     rollup = Rollup(
         step_name=pattern, grace_us=grace_s * 1e6, window=window, max_pending=max_pending
     )
+    if len(paths) > 1:
+        allow_open_files(len(paths), prog)
     bar = Progress(file_size(paths), prog, enabled=progress)
     try:
-        streams = [_complete_events(i, p, stats, bar, origins) for i, p in enumerate(paths)]
+        others = [0]  # JSON objects without "ph", over every file
+        streams = [
+            _complete_events(i, p, stats, bar, origins, others) for i, p in enumerate(paths)
+        ]
         merged = streams[0] if len(streams) == 1 else heapq.merge(*streams)
         add = rollup.add
         origin = origins.origin
@@ -220,7 +231,20 @@ def collect(
         bar.close()
     if not stats.records:
         raise CliError(_nothing_read(paths, stats))
-    return Collected(list(paths), rollup.finish(), origins, stats, max_pending)
+    result = rollup.finish()
+    result.without_ids += areal.without_ts  # no time, as asynctrace's own events without one
+    return Collected(
+        list(paths),
+        result,
+        origins,
+        stats,
+        max_pending,
+        without_ph=others[0],
+        areal_outside_steps=areal.outside_steps,
+        areal_outside_steps_s=areal.outside_steps_s,
+        areal_notes=areal.notes(),
+        areal_without_ts=areal.without_ts,
+    )
 
 
 def _nothing_read(paths: Sequence[Path], stats: ReadStats) -> str:
@@ -233,12 +257,18 @@ def _nothing_read(paths: Sequence[Path], stats: ReadStats) -> str:
 
 
 def _complete_events(
-    index: int, path: Path, stats: ReadStats, bar: Progress, origins: Origins
+    index: int,
+    path: Path,
+    stats: ReadStats,
+    bar: Progress,
+    origins: Origins,
+    others: list[int],
 ) -> Iterator[tuple[float, int, int, object, dict[str, Any]]]:
     """``(end, file index, sequence, pid, event)`` for the complete events of one file.
 
     The file's ``process_name`` metadata is recorded as it passes; it precedes
-    the spans in files asynctrace writes.
+    the spans in files asynctrace writes. JSON objects without ``ph`` (not
+    trace events: a session record, say) are counted in ``others[0]``.
     """
     seq = 0
     for event, _ in iter_file(path, stats, bar):
@@ -254,6 +284,8 @@ def _complete_events(
             yield end, index, seq, event.get("pid"), event
         elif ph == "M" and event.get("name") == "process_name":
             origins.set_metadata(index, event.get("pid"), event.get("args"))
+        elif ph is None and "ph" not in event:
+            others[0] += 1
 
 
 def run(args: argparse.Namespace) -> int:
@@ -272,9 +304,12 @@ def run(args: argparse.Namespace) -> int:
     )
     result = collected.result
     if not result.steps:
+        why = _no_steps(paths, args.step_name)
+        if why.endswith(_SESSIONS_ONLY):  # the error says what the skipped objects are
+            collected.without_ph = 0
         for line in input_notes(collected)[:-1]:  # what was skipped, then the error
             note(prog, line)
-        raise CliError(_no_steps(paths, args.step_name))
+        raise CliError(why)
     if args.json:
         write_stdout(_json_text(to_json(collected)))
     elif args.csv:
@@ -288,15 +323,15 @@ def run(args: argparse.Namespace) -> int:
     return 1 if result.violations else 0
 
 
+_SESSIONS_ONLY = "goodput reads traces-*.jsonl ('asynctrace report' reads both)"
+
+
 def _no_steps(paths: Sequence[Path], step_name: str | None) -> str:
     """Why there is no table: no step in the input, said so that it can be fixed."""
     kinds = {sniff_kind(path) for path in paths}
     if kinds == {"sessions"}:
         which = paths[0] if len(paths) == 1 else f"all {len(paths)} inputs"
-        return (
-            f"{which}: session records, not a trace; goodput reads traces-*.jsonl "
-            "('asynctrace report' reads both)"
-        )
+        return f"{which}: session records, not a trace; {_SESSIONS_ONLY}"
     among = f" among spans named like {step_name!r}" if step_name else ""
     return f"no step spans found{among} in {len(paths)} file(s) ({STEP_RULE})"
 
@@ -312,9 +347,16 @@ def input_notes(collected: Collected) -> list[str]:
     summary = collected.stats.summary()
     if summary:
         lines.append(summary)
+    if collected.without_ph:
+        n = collected.without_ph
+        lines.append(
+            f"skipped {n} JSON object{'s' if n != 1 else ''} without 'ph' (not trace events)"
+        )
     if result.without_ids:
         what = "complete events without trace/span ids or finite times were ignored"
-        lines.append(f"{result.without_ids} {what}")
+        areal = collected.areal_without_ts
+        of_them = f" ({areal} of them AReaL events without a ts)" if areal else ""
+        lines.append(f"{result.without_ids} {what}{of_them}")
     if result.bad_ids:
         lines.append(
             f"{result.bad_ids} complete events whose span id is not a 64-bit hex number "
@@ -331,6 +373,7 @@ def input_notes(collected: Collected) -> list[str]:
     if result.duplicates:
         lines.append(f"{result.duplicates} duplicate spans were ignored")
     lines.extend(result.notes)
+    lines.extend(collected.areal_notes)
     if not result.steps:
         lines.append(f"no step spans found ({STEP_RULE})")
     return lines
@@ -412,6 +455,9 @@ def to_json(collected: Collected) -> dict[str, Any]:
             "no_duration_leaves": result.void_leaves,
             "bad_iterations": result.bad_iterations,
             "dropped_stubs": result.dropped_stubs,
+            "without_ph": collected.without_ph,
+            "areal_outside_steps": collected.areal_outside_steps,
+            "areal_outside_steps_s": round(collected.areal_outside_steps_s, 6),
         },
     }
 

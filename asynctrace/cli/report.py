@@ -21,7 +21,7 @@ from typing import Any
 
 from ..rollup import StepRow
 from ._captures import CAPTURE_NAME, Capture, find_captures, is_capture, load_capture
-from ._common import CliError, HelpFormatter, Progress, escape_surrogates, note
+from ._common import CliError, HelpFormatter, Output, Progress, escape_surrogates, note
 from ._html import render
 from ._reader import (
     SESSION_PATTERN,
@@ -561,7 +561,7 @@ def run(args: argparse.Namespace) -> int:
     if to_stdout:
         _write_stdout(text, args.output)
     else:
-        _write_file(text, target, args.output)
+        _write_file(text, args.output)
     violations = len(collected.result.violations)
     summary = [
         f"wrote {'stdout' if to_stdout else args.output}: {len(collected.result.steps)} steps",
@@ -574,15 +574,20 @@ def run(args: argparse.Namespace) -> int:
     return 1 if violations else 0
 
 
-def _write_file(text: str, target: Path, name: str) -> None:
-    """Write the page to a temporary file that replaces *target* once complete."""
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+def _write_file(text: str, name: str) -> None:
+    """Write the page to a temporary file that replaces the output *name* once complete
+    (into it directly when it is not a regular file: a FIFO, a device; see :class:`Output`)."""
+    output = Output(name)
+    stream = output.open()
     try:
-        temporary.write_text(text, encoding="utf-8")
-        os.replace(temporary, target)
+        stream.write(text.encode("utf-8"))
+        output.commit()
     except OSError as exc:
-        temporary.unlink(missing_ok=True)
+        output.abort()
         raise CliError(f"{name}: {exc.strerror or exc}") from None
+    except BaseException:
+        output.abort()
+        raise
 
 
 def _write_stdout(text: str, name: str) -> None:
