@@ -15,45 +15,17 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 import pytest
+from _stall_helpers import no_watchdog_left, watchdogs, within_tries  # noqa: F401 (autouse)
 
 import asynctrace as at
 from asynctrace import _stall_frames, _stalls
 from asynctrace.testing import capture_spans
 
 STALL = _stalls.SPAN_NAME
-T = TypeVar("T")
-
-
-@pytest.fixture(autouse=True)
-def _no_watchdog_left() -> Iterator[None]:
-    """Each test starts and ends with every watchdog stopped and its thread gone."""
-    _no_watchdog_now()
-    yield
-    _stalls.stop_all()
-
-
-def _watchdogs() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "asynctrace-loop-watchdog"]
-
-
-def _no_watchdog_now() -> None:
-    _stalls.stop_all(timeout_s=10.0)
-    for thread in _watchdogs():
-        thread.join(10.0)
-
-
-def _within_tries(attempt: Callable[[int], T], tries: int = 3) -> T:
-    """``attempt(0)``, then again (up to *tries* in all) while a check fails."""
-    for n in range(tries - 1):
-        try:
-            return attempt(n)
-        except (AssertionError, ValueError):
-            _no_watchdog_now()
-    return attempt(tries - 1)
 
 
 def _stalls_in(spans: Any) -> list[Any]:
@@ -142,7 +114,7 @@ def test_a_loop_moved_to_another_thread_is_sampled_in_that_thread(main_thread: s
         assert stall.parent is not None
         assert stall.parent.span_id == step.context.span_id
 
-    _within_tries(attempt)
+    within_tries(attempt)
 
 
 # ---------------------------------------------------------------------------
@@ -197,7 +169,7 @@ def test_a_block_crossing_into_the_next_span_is_recorded_whole_under_the_span_ho
             # runs the heartbeat late, which only lengthens the stall.
             assert length >= took - 0.06, (length, took)
 
-    _within_tries(attempt)
+    within_tries(attempt)
 
 
 def test_a_block_inside_one_leaf_stays_under_that_leaf_though_it_ended() -> None:
@@ -219,7 +191,7 @@ def test_a_block_inside_one_leaf_stays_under_that_leaf_though_it_ended() -> None
         assert stall.parent.span_id == leaf.context.span_id
         assert leaf.start_time <= stall.start_time < stall.end_time <= leaf.end_time
 
-    _within_tries(attempt)
+    within_tries(attempt)
 
 
 # ---------------------------------------------------------------------------
@@ -268,7 +240,7 @@ def test_a_callback_outside_any_task_blocking_in_the_standard_library_is_a_stall
         assert all(callback.__name__ in stack for stack in attrs["asynctrace.stall.stacks"])
         assert (stall.end_time - stall.start_time) / 1e9 >= 0.45
 
-    _within_tries(attempt)
+    within_tries(attempt)
 
 
 # ---------------------------------------------------------------------------
@@ -292,9 +264,9 @@ def test_watchdogs_of_closed_loops_end_promptly_at_a_large_threshold() -> None:
         for i in range(40):
             asyncio.run(handle(i))
         deadline = time.monotonic() + 3.0
-        while _watchdogs() and time.monotonic() < deadline:
+        while watchdogs() and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert _watchdogs() == []
+        assert watchdogs() == []
     finally:
         telemetry.shutdown()
 
@@ -312,13 +284,13 @@ def test_watchdogs_of_loops_closed_while_not_running_end_promptly() -> None:
         for loop in loops:
             loop.run_until_complete(handle())
         time.sleep(0.5)  # each watchdog sees its loop not running and waits
-        assert len(_watchdogs()) == 3
+        assert len(watchdogs()) == 3
         for loop in loops:
             loop.close()
         deadline = time.monotonic() + 3.0
-        while _watchdogs() and time.monotonic() < deadline:
+        while watchdogs() and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert _watchdogs() == []
+        assert watchdogs() == []
     finally:
         telemetry.shutdown()
 
@@ -352,7 +324,7 @@ def test_a_directory_named_like_the_package_is_the_program_s() -> None:
         assert attrs["code.function.name"] == "crunch"
         assert attrs["code.file.path"] == path
 
-    _within_tries(attempt)
+    within_tries(attempt)
 
 
 def test_asynctrace_and_its_contrib_are_not_the_program_s_and_a_same_code_elsewhere_is() -> None:
@@ -402,4 +374,4 @@ def test_the_samples_count_every_sample_of_the_stall_not_only_those_in_the_progr
         assert attrs["asynctrace.stall.samples"] >= counted + 10
         assert (stall.end_time - stall.start_time) / 1e9 >= 0.45
 
-    _within_tries(attempt)
+    within_tries(attempt)

@@ -18,43 +18,17 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
+from _stall_helpers import no_watchdog_left, within_tries  # noqa: F401 (autouse)
 
 import asynctrace as at
 from asynctrace import _stalls
 from asynctrace.testing import capture_spans
 
 STALL = _stalls.SPAN_NAME
-T = TypeVar("T")
-
-
-@pytest.fixture(autouse=True)
-def _no_watchdog_left() -> Iterator[None]:
-    """Each test starts and ends with every watchdog stopped and its thread gone."""
-    _no_watchdog_now()
-    yield
-    _stalls.stop_all()
-
-
-def _no_watchdog_now() -> None:
-    _stalls.stop_all(timeout_s=10.0)
-    for thread in threading.enumerate():
-        if thread.name == "asynctrace-loop-watchdog":
-            thread.join(10.0)
-
-
-def _within_tries(attempt: Callable[[int], T], tries: int = 3) -> T:
-    """``attempt(0)``, then again (up to *tries* in all) while a check fails."""
-    for n in range(tries - 1):
-        try:
-            return attempt(n)
-        except (AssertionError, ValueError):
-            _no_watchdog_now()
-    return attempt(tries - 1)
 
 
 def _spin(seconds: float) -> None:
@@ -101,7 +75,7 @@ def test_a_loop_run_again_after_a_pause_dates_its_stall_from_the_block() -> None
         # A 40 ms block: at most a quarter threshold more; the pause would add ~150 ms.
         assert max(_seconds(span) for span in stalls) < 0.12, [_seconds(s) for s in stalls]
 
-    _within_tries(attempt)
+    within_tries(attempt)
 
 
 # ---------------------------------------------------------------------------
@@ -158,7 +132,7 @@ def test_a_stall_in_progress_at_shutdown_is_recorded_truncated_under_its_step() 
         assert stall.parent.span_id == step.context.span_id
         assert step.start_time <= stall.start_time < stall.end_time
 
-    _within_tries(attempt)
+    within_tries(attempt)
 
 
 _SIGTERM_IN_A_STALL = """
@@ -270,7 +244,7 @@ def test_a_block_hundreds_of_frames_deep_in_a_library_is_a_stall_with_its_caller
         in_stacks = sum(int(s.rsplit(" ", 1)[1]) for s in attributes["asynctrace.stall.stacks"])
         assert in_stacks >= 0.8 * attributes["asynctrace.stall.samples"], attributes
 
-    _within_tries(attempt)
+    within_tries(attempt)
 
 
 # ---------------------------------------------------------------------------
@@ -305,7 +279,7 @@ def test_asyncio_run_per_request_keeps_one_watchdog_that_watches_each_new_loop()
         assert len(seen) <= 3, len(seen)
         assert len(captured.by_name(STALL)) == 1
 
-    _within_tries(attempt)
+    within_tries(attempt)
 
 
 def test_a_stall_in_progress_when_a_capture_ends_is_captured_truncated() -> None:
@@ -329,7 +303,7 @@ def test_a_stall_in_progress_when_a_capture_ends_is_captured_truncated() -> None
         (stall,) = captured.by_name(STALL)
         assert stall.attributes["asynctrace.truncated"] is True
 
-    _within_tries(attempt)
+    within_tries(attempt)
 
 
 def test_a_loop_adopted_while_its_old_watchdog_posts_to_the_closed_loop_is_watched(
@@ -370,4 +344,4 @@ def test_a_loop_adopted_while_its_old_watchdog_posts_to_the_closed_loop_is_watch
             asyncio.run(second())
         assert len(captured.by_name(STALL)) == 1
 
-    _within_tries(attempt)
+    within_tries(attempt)
