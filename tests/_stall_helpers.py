@@ -27,7 +27,15 @@ def no_watchdog_now() -> None:
 
 
 def within_tries(attempt: Callable[[int], T], tries: int = 3) -> T:
-    """``attempt(0)``, then again (up to *tries* in all) while a check fails."""
+    """``attempt(0)``, then again (up to *tries* in all) while it fails a check.
+
+    CI runs four test workers on two cores: any thread, the watchdog or the
+    loop, can be kept off the CPU for a few hundred milliseconds, and a stall
+    is then missed or measured late. A check that fails is an assertion, or
+    the unpacking of the one stall expected (``ValueError``); a defect that
+    shows in every try fails the test. What must never happen even once (a
+    forked child that hangs, say) fails at once, with ``pytest.fail``.
+    """
     for n in range(tries - 1):
         try:
             return attempt(n)
@@ -38,7 +46,11 @@ def within_tries(attempt: Callable[[int], T], tries: int = 3) -> T:
 
 @pytest.fixture(autouse=True)
 def no_watchdog_left() -> Iterator[None]:
-    """Each test starts and ends with every watchdog stopped and its thread gone."""
+    """Each test starts and ends with every watchdog stopped and its thread gone.
+
+    A watchdog of an earlier test (of any file) leaves a while after its loop
+    closed; the tests count watchdog threads by name.
+    """
     no_watchdog_now()
     yield
     _stalls.stop_all()

@@ -15,12 +15,13 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from _forks import exit_code
+from _stall_helpers import no_watchdog_left, no_watchdog_now, watchdogs, within_tries  # noqa: F401 (autouse)
 
 import asynctrace as at
 from asynctrace import _errors, _stalls
@@ -39,50 +40,6 @@ def _uvloop_run(main: Awaitable[Any]) -> Any:
 RUNNERS = [pytest.param(asyncio.run, id="asyncio"), pytest.param(_uvloop_run, id="uvloop")]
 
 
-@pytest.fixture(autouse=True)
-def _no_watchdog_left() -> Iterator[None]:
-    """Each test starts and ends with every watchdog stopped and its thread gone.
-
-    A watchdog of an earlier test (of any file) leaves a while after its loop
-    closed; the tests here count watchdog threads by name.
-    """
-    _no_watchdog_now()
-    yield
-    _stalls.stop_all()
-
-
-def _no_watchdog_now() -> None:
-    """Stop every watchdog and wait (up to 10 s each) for every watchdog thread to end."""
-    _stalls.stop_all(timeout_s=10.0)
-    for thread in _watchdogs():
-        thread.join(10.0)
-
-
-T = TypeVar("T")
-
-
-def _within_tries(attempt: Callable[[int], T], tries: int = 3) -> T:
-    """``attempt(0)``, then again (up to *tries* in all) while it fails a check.
-
-    CI runs four test workers on two cores: any thread, the watchdog or the
-    loop, can be kept off the CPU for a few hundred milliseconds, and a stall
-    is then missed or measured late. A check that fails is an assertion, or
-    the unpacking of the one stall expected (``ValueError``); a defect that
-    shows in every try fails the test. What must never happen even once (a
-    forked child that hangs, say) fails at once, with ``pytest.fail``.
-    """
-    for n in range(tries - 1):
-        try:
-            return attempt(n)
-        except (AssertionError, ValueError):
-            _no_watchdog_now()
-    return attempt(tries - 1)
-
-
-def _watchdogs() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "asynctrace-loop-watchdog"]
-
-
 def _stalls_in(spans: Any) -> list[Any]:
     return [span for span in spans if span.name == STALL]
 
@@ -98,7 +55,7 @@ def _one_stall_under(name: str, run: Callable[[], object]) -> None:
         assert stall.parent is not None
         assert stall.parent.span_id == parent.context.span_id
 
-    _within_tries(attempt)
+    within_tries(attempt)
 
 
 def _line_after() -> int:
@@ -132,7 +89,7 @@ def test_a_blocking_call_in_a_step_is_one_stall_span_on_the_task_track(
     The span is compared with how long the sleep really blocked: on a loaded
     machine ``time.sleep(0.2)`` wakes up late (0.221 s seen).
     """
-    _within_tries(lambda n: _one_blocking_call(tmp_path / f"try-{n}", provider, runner))
+    within_tries(lambda n: _one_blocking_call(tmp_path / f"try-{n}", provider, runner))
 
 
 def _one_blocking_call(out: Path, provider: str, runner: Callable[[Awaitable[Any]], Any]) -> None:
@@ -303,7 +260,7 @@ def test_the_stall_span_follows_the_span_current_in_the_blocked_task() -> None:
         assert stall.end_time is not None
         assert score.start_time <= stall.start_time < stall.end_time <= score.end_time
 
-    _within_tries(attempt)
+    within_tries(attempt)
 
 
 def test_the_group_is_in_per_step_and_all_but_not_default() -> None:
@@ -326,7 +283,7 @@ def test_default_groups_start_no_watchdog() -> None:
 
     with capture_spans("default") as captured:
         asyncio.run(main())
-        assert _watchdogs() == []
+        assert watchdogs() == []
     assert _stalls_in(captured.spans) == []
 
 
@@ -341,7 +298,7 @@ def test_turning_the_group_on_and_off_arms_the_monitor_or_not() -> None:
     async def watchdogs_after_a_step() -> int:
         async with at.umbrella_span("job", "job"):
             await asyncio.sleep(0)
-        return len(_watchdogs())
+        return len(watchdogs())
 
     with capture_spans("job"):
         assert asyncio.run(watchdogs_after_a_step()) == 0
@@ -387,11 +344,11 @@ def test_a_loop_dropped_without_closing_it_is_collected_and_its_watchdog_ends(
                 warnings.simplefilter("ignore", ResourceWarning)  # the unclosed loops'
                 while time.monotonic() < deadline:
                     gc.collect()
-                    if all(ref() is None for ref in dropped) and len(_watchdogs()) == 1:
+                    if all(ref() is None for ref in dropped) and len(watchdogs()) == 1:
                         break
                     time.sleep(0.05)
             assert [ref() for ref in dropped] == [None, None, None]
-            assert len(_watchdogs()) == 1  # the kept loop's
+            assert len(watchdogs()) == 1  # the kept loop's
         finally:
             kept.close()
     finally:
@@ -426,11 +383,11 @@ def test_the_last_loop_watched_dropped_unclosed_is_collected_and_its_watchdog_en
             warnings.simplefilter("ignore", ResourceWarning)
             while time.monotonic() < deadline:
                 gc.collect()
-                if dropped() is None and not _watchdogs():
+                if dropped() is None and not watchdogs():
                     break
                 time.sleep(0.05)
         assert dropped() is None
-        assert _watchdogs() == []
+        assert watchdogs() == []
     finally:
         telemetry.shutdown()
 
@@ -477,7 +434,7 @@ def test_the_threshold_is_a_configuration_key(monkeypatch: pytest.MonkeyPatch) -
         assert stall.start_time is not None
         assert (stall.end_time - stall.start_time) / 1e9 > 0.010  # the start is known to a sample
 
-    _within_tries(attempt)
+    within_tries(attempt)
 
 
 @pytest.mark.parametrize("value", ["abc", 0, 0.05, -5, 60_001, float("nan"), True, None])
@@ -514,7 +471,7 @@ def test_shutdown_stops_the_watchdog_within_100_ms(threshold_ms: float) -> None:
         async def main() -> None:
             async with at.umbrella_span("step", "train.step"):
                 await asyncio.sleep(0.02)
-            (watchdog,) = _watchdogs()
+            (watchdog,) = watchdogs()
             (monitor,) = _stalls._monitors.values()
             start = time.monotonic()
             telemetry.shutdown()
@@ -531,10 +488,10 @@ def test_shutdown_stops_the_watchdog_within_100_ms(threshold_ms: float) -> None:
             asyncio.run(main())
         finally:
             telemetry.shutdown()  # a try that failed: the next one starts from nothing
-            _no_watchdog_now()
+            no_watchdog_now()
         assert timing["stopped"] < 0.1
 
-    _within_tries(attempt)
+    within_tries(attempt)
 
 
 def test_leaving_capture_spans_stops_the_watchdog() -> None:
@@ -549,7 +506,7 @@ def test_leaving_capture_spans_stops_the_watchdog() -> None:
         with capture_spans("per_step"):
             async with at.umbrella_span("step", "train.step"):
                 await asyncio.sleep(0)
-            (watchdog,) = _watchdogs()
+            (watchdog,) = watchdogs()
         for _ in range(500):
             if not watchdog.is_alive():
                 break
@@ -605,7 +562,7 @@ def test_the_watchdog_never_raises_into_the_program(caplog: pytest.LogCaptureFix
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_the_monitor_survives_fork_and_is_rearmed_in_the_child(tmp_path: Path) -> None:
     """After os.fork() inside a watched loop, both parent and child record their own stalls."""
-    _within_tries(lambda n: _fork_in_a_watched_loop(tmp_path / f"child-{n}.json"))
+    within_tries(lambda n: _fork_in_a_watched_loop(tmp_path / f"child-{n}.json"))
 
 
 def _fork_in_a_watched_loop(out: Path) -> None:
@@ -668,7 +625,7 @@ def test_trio_says_so_once_and_stays_off(caplog: pytest.LogCaptureFixture) -> No
 
     with caplog.at_level(logging.WARNING, "asynctrace"), capture_spans("per_step") as captured:
         trio.run(main)
-        assert _watchdogs() == []
+        assert watchdogs() == []
     said = [r for r in caplog.records if "trio is not watched" in r.getMessage()]
     assert len(said) == 1
     assert len(captured.by_name("train.step")) == 3
@@ -788,7 +745,7 @@ def test_an_idle_loop_is_not_woken_by_heartbeats(
         else:
             assert idle >= 6, beats  # about 12 in 0.3 s
 
-    _within_tries(attempt)
+    within_tries(attempt)
 
 
 def test_a_loop_blocked_in_a_selector_of_its_own_kind_is_not_taken_for_waiting() -> None:
@@ -842,7 +799,7 @@ def test_a_loop_blocked_in_a_selector_of_its_own_kind_is_not_taken_for_waiting()
             inside = [(s, e) for s, e in stalls if s < end and e > start and e - s > 200e6]
             assert len(inside) == 1, (what, start, end, stalls)
 
-    _within_tries(attempt)
+    within_tries(attempt)
 
 
 def test_a_first_sample_taken_as_the_heartbeat_runs_is_not_lost(
