@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import aiohttp
+from _ws import handshake_status
 from asynctrace_contrib.fastapi import SERVER_GROUP, instrument_fastapi
 from fastapi import FastAPI, WebSocket
 from opentelemetry.trace import StatusCode
@@ -39,15 +40,7 @@ def test_a_websocket_closed_before_accept_records_403(
     instrument_fastapi(app)
     url = asgi_server(app).replace("http://", "ws://") + "/ws"
 
-    async def main() -> int:
-        async with aiohttp.ClientSession() as session:
-            try:
-                async with session.ws_connect(url):
-                    return 101
-            except aiohttp.WSServerHandshakeError as exc:
-                return exc.status
-
-    assert asyncio.run(main()) == 403
+    assert handshake_status(url) == 403
     (server,) = wait_for(spans, "WEBSOCKET /ws")
     attrs = dict(server.attributes or {})
     assert attrs["http.response.status_code"] == 403

@@ -11,6 +11,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from _ws import handshake_status
 from aiohttp import web
 from asynctrace_contrib._http import DEFAULT_SECRET_KEYS, redact_url
 from asynctrace_contrib.aiohttp_client import client_middleware, trace_config
@@ -254,15 +255,7 @@ def test_a_refused_websocket_records_its_status(asgi_server: Any, spans: Capture
     instrument_fastapi(app)
     url = asgi_server(app).replace("http://", "ws://") + "/ws"
 
-    async def main() -> int:
-        async with aiohttp.ClientSession() as session:
-            try:
-                async with session.ws_connect(url):
-                    return 101
-            except aiohttp.WSServerHandshakeError as exc:
-                return exc.status
-
-    assert asyncio.run(main()) == 403
+    assert handshake_status(url) == 403
     server = wait_for(spans, "WEBSOCKET /ws")
     assert dict(server.attributes)["http.response.status_code"] == 403
     assert server.status.status_code is StatusCode.UNSET
