@@ -488,9 +488,12 @@ class SessionTracer:
 
         ``failed`` counts records that could not be written (a full disk, an
         unencodable value, a writer that did not finish within the shutdown
-        timeout, one finished while ``max_pending`` records were already
-        waiting for a writer that fell behind); ``evicted`` sessions written as ``pending`` past
-        ``max_pending`` pending ones; ``lost`` those written to a file that was then
+        timeout) or were not kept for a writer that fell behind: a session
+        finished while the writer held the largest of ``max_pending``, 100,000
+        and twice ``flush_threshold`` records, or one evicted while it held
+        the larger of ``max_pending`` and twice ``flush_threshold``;
+        ``evicted`` sessions written as ``pending`` past ``max_pending``
+        pending ones; ``lost`` those written to a file that was then
         deleted or replaced (found at the next write, which reopens the file).
         ``truncated_payloads`` counts payloads cut to their bounds since this
         tracer started (see :func:`asynctrace._payloads.plain_payload`).

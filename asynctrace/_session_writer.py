@@ -266,10 +266,8 @@ class SessionWriter:
             pending = self._pending
             refused = 0
             if bounded:
-                if room is None:
-                    free = self._room - len(pending)
-                else:
-                    free = room - len(pending) - len(self._batch)
+                # The bound counts what held() does: the chunk being written too.
+                free = (self._max_queued if room is None else room) - self.held()
                 refused = max(0, min(len(records), len(records) - free))
                 if refused:
                     records = records[: len(records) - refused]

@@ -12,6 +12,7 @@ lifecycle events and counters. The tracer they report to lives in
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import itertools
@@ -52,6 +53,7 @@ __all__ = [
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
+P = TypeVar("P", bound="trace_session_phase")
 
 # ---------------------------------------------------------------------------
 # Scopes.
@@ -218,8 +220,10 @@ if hasattr(os, "register_at_fork"):
 def session_context() -> Callable[[F], F]:
     """Decorator: each call of the function runs in a new :class:`session_scope`.
 
-    Works on plain and coroutine functions, and on callable objects (as their
-    class's ``__call__`` is: an ``async def __call__`` is awaited inside).
+    Works on plain and coroutine functions, on callable objects (as their
+    class's ``__call__`` is: an ``async def __call__`` is awaited inside), and
+    above ``@staticmethod`` or ``@classmethod`` (the function inside is
+    wrapped, and the method kind kept).
 
     Raises:
         ConfigurationError: the function is a generator or async generator
@@ -232,6 +236,8 @@ def session_context() -> Callable[[F], F]:
     """
 
     def decorator(fn: F) -> F:
+        if isinstance(fn, (staticmethod, classmethod)):  # the function inside, wrapped again
+            return cast("F", type(fn)(decorator(fn.__func__)))
         if _is_coroutine(fn, "session_context()", "open session_scope() inside its body"):
 
             @functools.wraps(fn)
@@ -283,7 +289,9 @@ class trace_session_phase(SyncAndAsync[None]):
     end wins.
 
     One object times one execution at a time: it may be entered again once
-    exited (each entry is a new execution), not while it is entered.
+    exited (each entry is a new execution), not while it is entered. A copy
+    (``copy.copy``, ``copy.deepcopy``, or pickled and loaded) is a new object
+    for the same phase and payloads, not entered whatever the original is.
 
     Entered outside any session while the session tracer runs (a thread the
     session's context did not reach), it records nothing and counts one
@@ -325,6 +333,35 @@ class trace_session_phase(SyncAndAsync[None]):
             self._start = check_payload(start_payload, "trace_session_phase(start_payload)")
         if end_payload is not None:
             self._end = check_payload(end_payload, "trace_session_phase(end_payload)")
+
+    def __copy__(self: P) -> P:
+        """A new object for the same phase and payloads, with its own entry token: a
+        copy made while the original is entered is not entered, nor locked out."""
+        new = _fresh_phase(type(self), self._phase, self._start, self._end)
+        extra = getattr(self, "__dict__", None)  # a subclass's own attributes
+        if extra:
+            new.__dict__.update(extra)
+        return new
+
+    def __deepcopy__(self: P, memo: dict[int, Any]) -> P:
+        new = _fresh_phase(
+            type(self),
+            self._phase,
+            copy.deepcopy(self._start, memo),
+            copy.deepcopy(self._end, memo),
+        )
+        extra = getattr(self, "__dict__", None)
+        if extra:
+            new.__dict__.update(copy.deepcopy(extra, memo))
+        return new
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Unpickled, it is a new object as a copy is: never entered, with its own token.
+        return (
+            _fresh_phase,
+            (type(self), self._phase, self._start, self._end),
+            getattr(self, "__dict__", None) or None,
+        )
 
     # phase_start/phase_end inlined: a session runs several phases, this is the hot path.
     def __enter__(self) -> None:
@@ -388,6 +425,22 @@ class trace_session_phase(SyncAndAsync[None]):
         return DONE
 
 
+def _fresh_phase(
+    cls: type[P], phase: str, start: dict[str, Any] | None, end: dict[str, Any] | None
+) -> P:
+    """An object of *cls* for *phase*, not entered, its payloads taken as checked already
+    (see :meth:`trace_session_phase.__copy__`)."""
+    new = object.__new__(cls)
+    new._phase = phase
+    new._tracer = None
+    new._session_id = None
+    new._handle = -1
+    new._free = [True]
+    new._start = start
+    new._end = end
+    return new
+
+
 class atrace_session_phase(trace_session_phase):
     """The ``async with`` form of :class:`trace_session_phase`.
 
@@ -403,8 +456,10 @@ class atrace_session_phase(trace_session_phase):
 def trace_session(phase: str) -> Callable[[F], F]:
     """Decorator: every call of the function is one execution of *phase*.
 
-    Works on plain and coroutine functions, and on callable objects (as their
-    class's ``__call__`` is); the phase is validated when decorating.
+    Works on plain and coroutine functions, on callable objects (as their
+    class's ``__call__`` is), and above ``@staticmethod`` or ``@classmethod``
+    (the function inside is wrapped, and the method kind kept); the phase is
+    validated when decorating.
 
     Raises:
         ConfigurationError: *phase* is not registered, or the function is a
@@ -418,6 +473,8 @@ def trace_session(phase: str) -> Callable[[F], F]:
     check_phase(phase)
 
     def decorator(fn: F) -> F:
+        if isinstance(fn, (staticmethod, classmethod)):  # the function inside, wrapped again
+            return cast("F", type(fn)(decorator(fn.__func__)))
         if _is_coroutine(
             fn, f"trace_session({phase!r})", "open trace_session_phase() inside its body"
         ):

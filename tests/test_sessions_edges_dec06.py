@@ -1,12 +1,15 @@
 """Sessions at their edges: str-subclass task ids, evictions below the flush threshold,
-decorated callable objects, a phase object shared by two threads."""
+decorated callable objects and static or class methods, a phase object shared by two
+threads or copied, the evicted-record room with a chunk being written."""
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
 import os
+import pickle
 import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -396,3 +399,196 @@ def test_a_forked_child_that_hands_over_nothing_flushes_true(tmp_path: Path) -> 
     assert out.read_text() == "True"
     assert tracer.shutdown(5.0)
     assert tracer.stats()["written"] == 3
+
+
+# -- above @staticmethod and @classmethod -------------------------------------------------
+
+
+def _env_classes() -> tuple[Any, Any]:
+    """A class with every static and class method form, decorated, and a subclass."""
+
+    class _Env:
+        @at.trace_session("reward")
+        @staticmethod
+        async def static_async(x: int) -> int:
+            await asyncio.sleep(0.05)
+            return x
+
+        @at.trace_session("reward")
+        @staticmethod
+        def static_sync(x: int) -> int:
+            return x
+
+        @at.trace_session("reward")
+        @classmethod
+        async def class_async(cls, x: int) -> tuple[type, int]:
+            await asyncio.sleep(0.05)
+            return cls, x
+
+        @at.trace_session("reward")
+        @classmethod
+        def class_sync(cls, x: int) -> tuple[type, int]:
+            return cls, x
+
+        @at.session_context()
+        @staticmethod
+        async def open_static_async() -> str | None:
+            await asyncio.sleep(0)
+            return at.current_session_id()
+
+        @at.session_context()
+        @staticmethod
+        def open_static_sync() -> str | None:
+            return at.current_session_id()
+
+        @at.session_context()
+        @classmethod
+        async def open_class_async(cls) -> tuple[type, str | None]:
+            await asyncio.sleep(0)
+            return cls, at.current_session_id()
+
+        @at.session_context()
+        @classmethod
+        def open_class_sync(cls) -> tuple[type, str | None]:
+            return cls, at.current_session_id()
+
+    class _SubEnv(_Env):
+        pass
+
+    return _Env, _SubEnv
+
+
+def test_session_decorators_above_staticmethod_and_classmethod_keep_the_method_kind(
+    tmp_path: Path,
+) -> None:
+    """As ``trace_fn`` does: the function inside is wrapped and the method kind kept, so
+    an instance or class call binds as the undecorated method would, and an async one
+    times its awaited body (not the making of a coroutine)."""
+    _Env, _SubEnv = _env_classes()
+    for name, kind in (
+        ("static_async", staticmethod),
+        ("static_sync", staticmethod),
+        ("class_async", classmethod),
+        ("class_sync", classmethod),
+        ("open_static_async", staticmethod),
+        ("open_class_sync", classmethod),
+    ):
+        assert type(_Env.__dict__[name]) is kind, name
+    assert asyncio.iscoroutinefunction(_Env.static_async)
+    assert asyncio.iscoroutinefunction(_Env().class_async)
+    telemetry = at.configure({"output_dir": str(tmp_path), "session_tracer": {"enabled": True}})
+
+    async def main() -> tuple[str, list[Any]]:
+        env = _SubEnv()
+        async with at.task_scope(1), at.session_scope() as session_id:
+            got = [
+                await env.static_async(1),
+                await _SubEnv.static_async(2),
+                env.static_sync(3),
+                await env.class_async(4),
+                _SubEnv.class_sync(5),
+            ]
+            at.trace_session_event("finalized", status="accepted")
+        async with at.task_scope(2):
+            opened = [
+                await env.open_static_async(),
+                _Env.open_static_sync(),
+                await env.open_class_async(),
+                env.open_class_sync(),
+            ]
+        return session_id, got + opened
+
+    session_id, got = asyncio.run(main())
+    path = _sessions(telemetry).path
+    telemetry.shutdown()
+    assert got[:5] == [1, 2, 3, (_SubEnv, 4), (_SubEnv, 5)]
+    opened = [got[5], got[6], got[7][1], got[8][1]]
+    assert (got[7][0], got[8][0]) == (_SubEnv, _SubEnv)
+    assert all(isinstance(s, str) for s in opened)
+    assert len(set(opened)) == 4
+    by_id = {r["session_id"]: r for r in _records(path)}
+    assert set(opened) <= set(by_id)
+    record = by_id[session_id]
+    assert len(record["phases"]["reward"]) == 5
+    assert record["reward_s"] >= 0.15  # three awaited 50 ms sleeps, not coroutine creation
+
+
+# -- the evicted-record room counts the chunk being written --------------------------------
+
+
+def _hang_writes(writer: SessionWriter) -> tuple[threading.Event, threading.Event]:
+    """Make the writer's file writes wait for a gate (a disk that does not answer)."""
+    gate, inside = threading.Event(), threading.Event()
+    out = writer._file
+    write = out.write
+
+    def hung(data: bytes, lines: int | None = None) -> tuple[int, OSError | None]:
+        inside.set()
+        gate.wait()
+        return write(data, lines)
+
+    out.write = hung  # type: ignore[method-assign]
+    return gate, inside
+
+
+@pytest.mark.parametrize(("room", "refused"), [(100, 50), (120, 30)])
+def test_evicted_records_past_the_room_are_refused_counting_the_chunk_being_written(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, room: int, refused: int
+) -> None:
+    """With a batch of 100 in a write that hangs, the room given for evicted records is
+    what held() and the warning count: never more held than the room."""
+    caplog.set_level(logging.WARNING, logger="asynctrace")
+    writer = SessionWriter(
+        tmp_path / "sessions-r0.jsonl", rank=0, role=None, run_id="t", flush_threshold=100
+    )
+    gate, inside = _hang_writes(writer)
+    try:
+        assert writer.add([Record(f"f{i}", i, 1) for i in range(100)], "accepted", None, 2) == 0
+        assert inside.wait(30.0)  # the writer took the batch and hangs in its first chunk
+        assert writer.held() == 100
+        evicted = [Record(f"e{i}", i, 1) for i in range(50)]
+        assert writer.add(evicted, "pending", EVICTED, 2, room) == refused
+        assert writer.held() == room
+        writer.behind(room)
+    finally:
+        gate.set()
+        writer.shutdown(30.0)
+    (warning,) = _warnings(caplog, "not kept")
+    assert f"{room} session records are held for the writer of" in warning
+    assert f"({room} at most)" in warning
+    assert writer.failed == refused
+    assert writer.written == 150 - refused
+
+
+# -- a copy of a phase object is a new object -----------------------------------------------
+
+
+def test_a_copy_of_a_phase_object_has_its_own_entry(tmp_path: Path) -> None:
+    """copy.copy, copy.deepcopy and pickling give an object for the same phase and
+    payloads, never entered: a template entered does not lock its copies out, and a
+    copy of an entered one is not entered."""
+    template = at.trace_session_phase("generate", end_payload={"k": 1})
+    with template:  # tracer off: every copy made of an entered object
+        copies = [copy.copy(template), copy.deepcopy(template)]
+        copies.append(pickle.loads(pickle.dumps(template)))
+        for made in copies:
+            with made:
+                pass
+    telemetry = at.configure({"output_dir": str(tmp_path), "session_tracer": {"enabled": True}})
+    with at.task_scope(1), at.session_scope() as session_id:
+        with template:  # tracer on: a copy of the object entered in a session
+            more = [copy.copy(template), copy.deepcopy(template)]
+            for made in more:
+                with made:
+                    pass
+        at.trace_session_event("finalized", status="accepted")
+    path = _sessions(telemetry).path
+    telemetry.shutdown()
+    for made in copies + more:
+        assert type(made) is at.trace_session_phase
+        assert made._end == {"k": 1}
+    assert copies[1]._end is not template._end
+    (record,) = [r for r in _records(path) if r["session_id"] == session_id]
+    executions = record["phases"]["generate"]
+    assert len(executions) == 3
+    assert all(e["payload"] == {"k": 1} and not e["truncated"] for e in executions)

@@ -13,6 +13,7 @@ read: an event that needs no change is copied byte for byte.
 from __future__ import annotations
 
 import argparse
+import errno
 import heapq
 import os
 import sys
@@ -649,9 +650,15 @@ def check_output(name: str, target: Path, inputs: Iterable[Path], example: str) 
 
     Raises:
         CliError: the output is an input (same path, symbolic or hard link), a
-            directory, or in a directory that does not exist.
+            symbolic link loop, a directory, or in a directory that does not exist.
     """
-    if _is_one_of(target, inputs):
+    try:
+        one_of = _is_one_of(target, inputs)
+    except (RuntimeError, OSError) as exc:  # Path.resolve on a loop (RuntimeError until 3.13)
+        if isinstance(exc, OSError) and exc.errno != errno.ELOOP:
+            raise CliError(f"{name}: {exc.strerror or exc}") from None
+        raise CliError(f"-o: {name}: symbolic link loop") from None
+    if one_of:
         raise CliError(f"{name}: the output is also an input")
     if target.is_dir():
         raise CliError(f"{name}: is a directory; name the output file, e.g. -o {target / example}")

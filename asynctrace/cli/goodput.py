@@ -209,8 +209,8 @@ def collect(
     rollup = Rollup(
         step_name=pattern, grace_us=grace_s * 1e6, window=window, max_pending=max_pending
     )
-    if len(paths) > 1:
-        allow_open_files(len(paths), prog)
+    # the soft limit raised for the read only: a library caller's is put back
+    restore_limit = allow_open_files(len(paths), prog) if len(paths) > 1 else None
     bar = Progress(file_size(paths), prog, enabled=progress)
     try:
         others = [0]  # JSON objects without "ph", over every file
@@ -229,6 +229,8 @@ def collect(
             add(event, source)
     finally:
         bar.close()
+        if restore_limit is not None:
+            restore_limit()
     if not stats.records:
         raise CliError(_nothing_read(paths, stats))
     result = rollup.finish()

@@ -360,3 +360,290 @@ def test_goodput_writes_utf8_whatever_the_locale(tmp_path: Path, form: str) -> N
     done = subprocess.run(argv, capture_output=True, timeout=60, env=env)
     assert done.returncode == 0, done.stderr.decode()
     assert "步骤" in done.stdout.decode("utf-8")
+
+
+# -- -o naming a descriptor, permissions, ACLs, loops, read-only directories --------
+
+_CLI = [sys.executable, "-m", "asynctrace"]
+
+
+def _cli(*argv: object) -> list[str]:
+    return [*_CLI, *(str(a) for a in argv)]
+
+
+@pytest.mark.parametrize("link", ["/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"])
+@pytest.mark.parametrize("how", ["append", "shared offset"])
+def test_a_descriptor_output_is_written_into_the_descriptor(
+    tmp_path: Path, link: str, how: str
+) -> None:
+    """``-o /dev/stdout`` with stdout a file (``>> log``, ``{ ...; } > out``): the bytes go
+    where the descriptor is, after what was there; the file is never replaced by name."""
+    if not os.path.exists(link):
+        pytest.skip(f"no {link} here")
+    out = tmp_path / "out.link"
+    out.symlink_to(link)  # the named descriptor, through a name under tmp_path
+    log = tmp_path / "log"
+    log.write_bytes(b"BEFORE\n")
+    with open(log, "ab" if how == "append" else "r+b") as stream:
+        stream.seek(0, os.SEEK_END)
+        done = subprocess.run(
+            _cli("convert", GOLDEN, "-o", out, "--no-progress", "-q"),
+            stdout=stream,
+            stderr=subprocess.PIPE,
+            timeout=60,
+        )
+        os.write(stream.fileno(), b"AFTER\n")  # at its offset, as a group's next command
+    assert done.returncode == 0, done.stderr
+    data = log.read_bytes()
+    assert data.startswith(b"BEFORE\n")
+    assert data.endswith((b"}\nAFTER\n", b"}AFTER\n"))
+    assert json.loads(data[len(b"BEFORE\n") : -len(b"AFTER\n")])["traceEvents"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log", "out.link"]
+
+
+@pytest.mark.parametrize("command", ["convert", "report"])
+def test_a_descriptor_output_reaches_a_pipe(tmp_path: Path, command: str) -> None:
+    """``-o /dev/stdout`` into ``| wc -c`` and ``-o /dev/fd/N`` from a process substitution:
+    the bytes arrive through the pipe."""
+    if not os.path.exists("/dev/fd/1"):
+        pytest.skip("no /dev/fd here")
+    stdout = tmp_path / "stdout.link"
+    stdout.symlink_to("/dev/stdout")
+    done = subprocess.run(
+        _cli(command, GOLDEN, "-o", stdout, "--no-progress"), capture_output=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert b"</html>" in done.stdout if command == "report" else json.loads(done.stdout)
+    read_end, write_end = os.pipe()
+    substituted = tmp_path / "fd.link"
+    substituted.symlink_to(f"/dev/fd/{write_end}")  # what <(...) or >(...) names
+    got: list[bytes] = []
+
+    def reader() -> None:
+        with open(read_end, "rb") as stream:
+            got.append(stream.read())
+
+    thread = threading.Thread(target=reader, daemon=True)
+    thread.start()
+    try:
+        done = subprocess.run(
+            _cli(command, GOLDEN, "-o", substituted, "--no-progress"),
+            capture_output=True,
+            timeout=60,
+            pass_fds=(write_end,),
+        )
+    finally:
+        os.close(write_end)
+        thread.join(30)
+    assert done.returncode == 0, done.stderr
+    assert got
+    assert b"</html>" in got[0] if command == "report" else json.loads(got[0])
+
+
+def test_the_temporary_file_is_named_after_the_output(tmp_path: Path) -> None:
+    """A file left by a killed command says whose it is; a long name still fits."""
+    from asynctrace.cli._common import Output
+
+    for name in ("trace.json", "é" * 60 + "a" * 130 + ".json"):
+        output = Output(str(tmp_path / name))
+        stream = output.open()
+        try:
+            (temporary,) = [p.name for p in tmp_path.iterdir() if p.name != name]
+            assert temporary.startswith("." + name[:40])
+            assert temporary.endswith(".tmp")
+            assert len(os.fsencode(temporary)) <= 255
+        finally:
+            stream.close()
+            output.abort()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_writing_an_output_never_sets_the_umask(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The umask is the process's: set for a moment, a file another thread creates then
+    would be world-writable. The kernel applies it (and a default ACL) as open() does."""
+    from asynctrace.cli._common import Output
+
+    calls: list[int] = []
+    real_umask = os.umask
+
+    def seen(mask: int) -> int:
+        calls.append(mask)
+        return real_umask(mask)
+
+    monkeypatch.setattr(os, "umask", seen)
+    for _ in range(2):  # a new file, then one replaced
+        output = Output(str(tmp_path / "out.json"))
+        output.open().write(b"{}")
+        output.commit()
+    assert calls == []
+
+
+def test_a_new_output_gets_the_mode_the_umask_gives(tmp_path: Path) -> None:
+    out = tmp_path / "new.json"
+    done = subprocess.run(
+        _cli("convert", GOLDEN, "-o", out, "--no-progress", "-q"),
+        capture_output=True,
+        timeout=60,
+        preexec_fn=lambda: os.umask(0o027),
+    )
+    assert done.returncode == 0, done.stderr
+    assert stat.S_IMODE(out.stat().st_mode) == 0o640
+
+
+def _acl(entries: list[tuple[int, int, int]]) -> bytes:
+    import struct
+
+    return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *entry) for entry in entries)
+
+
+@pytest.mark.parametrize("command", ["convert", "report"])
+def test_an_output_in_a_directory_with_a_default_acl_gets_it(
+    run: Run, tmp_path: Path, command: str
+) -> None:
+    """As a file open() creates there: the ACL's mode (group write, a named user's write),
+    not the umask's."""
+    directory = tmp_path / "shared"
+    directory.mkdir()
+    anyone = 0xFFFFFFFF
+    # user::rw- user:65534:rw- group::rw- mask::rw- other::r--
+    entries = [(0x01, 6, anyone), (0x02, 6, 65534), (0x04, 6, anyone), (0x10, 6, anyone)]
+    try:
+        os.setxattr(directory, "system.posix_acl_default", _acl([*entries, (0x20, 4, anyone)]))
+    except (OSError, AttributeError) as exc:
+        pytest.skip(f"no POSIX ACLs here: {exc}")
+    reference = directory / "by_open"
+    old_umask = os.umask(0o022)  # what open() ignores under a default ACL
+    try:
+        with open(reference, "wb"):
+            pass
+        out = directory / "out"
+        result = run(command, GOLDEN, "-o", out, "--no-progress")
+    finally:
+        os.umask(old_umask)
+    assert result.code == 0, result.err
+    assert stat.S_IMODE(out.stat().st_mode) == stat.S_IMODE(reference.stat().st_mode) == 0o664
+    access = "system.posix_acl_access"
+    assert os.getxattr(out, access) == os.getxattr(reference, access)
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o640, 0o604])
+@pytest.mark.parametrize("command", ["convert", "report"])
+def test_a_replaced_output_keeps_its_permissions(
+    run: Run, tmp_path: Path, command: str, mode: int
+) -> None:
+    out = tmp_path / "out"
+    out.write_text("private")
+    out.chmod(mode)
+    result = run(command, GOLDEN, "-o", out, "--no-progress")
+    assert result.code == 0, result.err
+    assert out.read_text() != "private"
+    assert stat.S_IMODE(out.stat().st_mode) == mode
+
+
+@pytest.mark.parametrize("command", ["convert", "report"])
+def test_an_output_symlink_loop_is_one_line(run: Run, tmp_path: Path, command: str) -> None:
+    (tmp_path / "a").symlink_to("b")
+    (tmp_path / "b").symlink_to("a")
+    result = run(command, GOLDEN, "-o", tmp_path / "a", "--no-progress")
+    assert result.code == 2
+    line = one_line(result.err)
+    assert "symbolic link loop" in line
+    assert str(tmp_path / "a") in line
+    assert "internal error" not in line
+    assert os.readlink(tmp_path / "a") == "b"
+    assert os.readlink(tmp_path / "b") == "a"
+
+
+def _unprivileged() -> list[str]:
+    """A command prefix under which permissions apply (root's capabilities dropped)."""
+    if os.geteuid() != 0:
+        return []
+    import shutil
+
+    setpriv = shutil.which("setpriv")
+    prefix = [setpriv or "setpriv", "--bounding-set=-all", "--inh-caps=-all"]
+    if setpriv is None or subprocess.run([*prefix, "true"], capture_output=True).returncode:
+        pytest.skip("root, and no way to drop its capabilities here")
+    return prefix
+
+
+@pytest.mark.parametrize("command", ["convert", "report"])
+def test_an_output_in_a_read_only_directory_is_written_in_place(
+    tmp_path: Path, command: str
+) -> None:
+    """A link in a writable directory to a writable file in a read-only one: written in
+    place, as a shell's ``>`` would; a new file there: refused, naming the directory."""
+    prefix = _unprivileged()
+    locked = tmp_path / "ro"
+    locked.mkdir()
+    (locked / "out").write_text("old")
+    link = tmp_path / "link"
+    link.symlink_to(locked / "out")
+    locked.chmod(0o555)
+    try:
+        done = subprocess.run(
+            [*prefix, *_cli(command, GOLDEN, "-o", link, "--no-progress")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        assert link.is_symlink()
+        text = (locked / "out").read_text()
+        assert "</html>" in text if command == "report" else json.loads(text)
+        assert sorted(p.name for p in locked.iterdir()) == ["out"]
+        done = subprocess.run(
+            [*prefix, *_cli(command, GOLDEN, "-o", locked / "new", "--no-progress")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 2
+        line = one_line(done.stderr)
+        assert f"cannot write in {locked}" in line
+        assert "ermission denied" in line
+    finally:
+        locked.chmod(0o755)
+
+
+@pytest.mark.parametrize("form", ["--text", "--json", "--csv"])
+def test_goodput_on_a_full_stdout_is_one_line(form: str) -> None:
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    argv = _cli("goodput", GOLDEN, "--no-progress")
+    if form != "--text":
+        argv.append(form)
+    with open("/dev/full", "wb") as full:
+        done = subprocess.run(argv, stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert done.returncode == 2
+    line = one_line(done.stderr)
+    assert line == "asynctrace goodput: error: stdout: No space left on device"
+
+
+_LIBRARY_LIMIT = """
+import resource, sys
+from pathlib import Path
+from asynctrace.cli.goodput import collect
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
+paths = sorted(Path(sys.argv[1]).iterdir())
+collect(paths, step_name=None, progress=False, prog="lib")
+print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+"""
+
+
+def test_goodput_as_a_library_puts_the_open_file_limit_back(tmp_path: Path) -> None:
+    """The soft limit is raised for the read of 50 files under ``ulimit -Sn 64``, then put
+    back: the caller's process is left as it was."""
+    pytest.importorskip("resource")
+    inputs = _many_ranks(tmp_path / "many", 50)
+    done = subprocess.run(
+        [sys.executable, "-c", _LIBRARY_LIMIT, str(inputs)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "64"

@@ -139,13 +139,57 @@ class _Activation:
             self._scopes.pop().__exit__(None, None, None)
 
 
+def _awaited(fn: object, where: str) -> bool:
+    """Whether calls of *fn* are awaited, by asynctrace's own decorators' rule.
+
+    A callable object is classified by its class's ``__call__``, a partial
+    by what it wraps. An :class:`asynctrace.ConfigurationError` for what a
+    wrapper cannot time: a generator or async generator function (its
+    wrapper would cover the making of the generator, not its body), a
+    class, or something not callable.
+    """
+    if not callable(fn):
+        raise asynctrace.ConfigurationError(
+            f"{where}: expected a function, a method or another callable to decorate, "
+            f"got a {type(fn).__name__}"
+        )
+    if isinstance(fn, type):
+        raise asynctrace.ConfigurationError(
+            f"{where}: {fn.__qualname__!r} is a class; accepted: a function, a method or "
+            "another callable (decorate the class's __init__, or a factory function)"
+        )
+    kind: object = fn
+    if not (inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)):
+        target: object = fn
+        while isinstance(target, functools.partial):
+            target = target.func
+        if not (inspect.isroutine(target) or isinstance(target, type)):
+            kind = type(target).__call__
+    if inspect.isgeneratorfunction(kind) or inspect.isasyncgenfunction(kind):
+        name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+        raise asynctrace.ConfigurationError(
+            f"{where}: {name!r} is a generator function; accepted: a function or a "
+            "coroutine function, or an object whose __call__ is one (for a generator, "
+            "open the session or phase inside its body)"
+        )
+    return inspect.iscoroutinefunction(kind)
+
+
 def session_context() -> Callable[[F], F]:
     """Each call registers a session for the current task and makes it current.
 
     As in AReaL: with no task in the context the session is ``None``, and
     the session is not finalized when the call returns or raises (the
     orchestrator finalizes it with ``trace_session_event("mark_finalized", ...)``).
-    Spans started inside carry ``rl.task_id`` and ``rl.session_id``.
+    Spans started inside carry ``rl.task_id`` and ``rl.session_id``. A
+    callable object is wrapped as its class's ``__call__`` is (an ``async def
+    __call__`` is awaited inside); above ``@staticmethod`` or ``@classmethod``
+    the function inside is wrapped.
+
+    Raises:
+        asynctrace.ConfigurationError: when decorating a generator or async
+            generator function (or an object whose ``__call__`` is one), a
+            class, or something not callable.
 
     Example:
         >>> @session_context()
@@ -153,7 +197,9 @@ def session_context() -> Callable[[F], F]:
     """
 
     def decorator(fn: F) -> F:
-        if inspect.iscoroutinefunction(fn):
+        if isinstance(fn, (staticmethod, classmethod)):  # the function inside, wrapped again
+            return type(fn)(decorator(fn.__func__))
+        if _awaited(fn, "session_context()"):
 
             @functools.wraps(fn)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -282,13 +328,20 @@ def atrace_session_phase(
 def trace_session(phase: str) -> Callable[[F], F]:
     """Each call of the decorated function (sync or async) is one execution of *phase*.
 
+    Callables are taken as :func:`session_context` takes them.
+
+    Raises:
+        asynctrace.ConfigurationError: as :func:`session_context` does.
+
     Example:
         >>> @trace_session("reward")
         ... async def compute_rewards(response): ...
     """
 
     def decorator(fn: F) -> F:
-        if inspect.iscoroutinefunction(fn):
+        if isinstance(fn, (staticmethod, classmethod)):  # the function inside, wrapped again
+            return type(fn)(decorator(fn.__func__))
+        if _awaited(fn, f"trace_session({phase!r})"):
 
             @functools.wraps(fn)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
