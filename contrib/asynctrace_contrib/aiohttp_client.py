@@ -74,6 +74,7 @@ class _Options:
     """What one trace config records."""
 
     __slots__ = (
+        "plain",
         "record_request_headers",
         "record_response_headers",
         "request_hook",
@@ -114,6 +115,8 @@ class _Options:
         self.request_hook = request_hook
         self.response_hook = response_hook
         self.warned: set[str] = set()
+        # Nothing per request before the span starts: no custom name, no headers recorded.
+        self.plain = span_name is None and not self.record_request_headers
 
 
 def _run_hook(options: _Options, name: str, hook: RequestHook, span: Span, params: Any) -> None:
@@ -235,11 +238,11 @@ class _Requests:
 
     def __init__(self, options: _Options) -> None:
         self.options = options
-        # The last recorded request's URL object, method and attributes: yarl
-        # hands back the same (immutable) URL object for the same URL string,
-        # so a pump that calls one endpoint again and again skips str(url),
+        # The last recorded request's URL object, method, attributes and default
+        # name: yarl hands back the same (immutable) URL object for the same URL
+        # string, so a pump that calls one endpoint again and again skips str(url),
         # the redaction check and the dict's construction.
-        self._last: tuple[Any, str, dict[str, Any]] = (None, "", {})
+        self._last: tuple[Any, str, dict[str, Any], str] = (None, "", {}, "")
 
     def begin(
         self, method: str, url: Any, headers: Any, params: Any, injected: str | None = None
@@ -259,27 +262,34 @@ class _Requests:
         http = current.get(_SUPPRESS_HTTP)
         if (http and http is not _HANDLED) or current.get(_SUPPRESS):
             return None
-        if not _is_enabled(GATE_GROUP):
-            _inject(headers, _current_carrier())
-            return None
         if "traceparent" in headers:
             if injected is None or headers.get("traceparent") != injected:
                 _inject(headers, _current_carrier())
                 return None
             del headers["traceparent"]  # an earlier attempt's, ours: this one gets its own
         options = self.options
-        name = method if method in KNOWN_METHODS else "HTTP"
-        if options.span_name is not None:
-            name = _custom_name(options, options.span_name, name, method, params)
         last = self._last
-        if last[0] is url and last[1] == method:
-            attrs = last[2].copy()
+        if last[0] is url and last[1] == method and options.plain:
+            # The common case: the URL's attributes and the name as last time (start_span
+            # keeps a merged copy, never the dict given), and start_span's own gate (a
+            # disabled group gives a span that is not recording).
+            span = _start_span(GATE_GROUP, last[3], kind=_CLIENT, attributes=last[2])
         else:
-            attrs = _url_attributes(method, url, options.secret_keys)
-            self._last = (url, method, attrs.copy())
-        if options.record_request_headers:
-            _record_request_headers(attrs, headers, options.record_request_headers)
-        span = _start_span(GATE_GROUP, name, kind=_CLIENT, attributes=attrs)
+            if not _is_enabled(GATE_GROUP):  # before any work for the URL, or a hook
+                _inject(headers, _current_carrier())
+                return None
+            name = method if method in KNOWN_METHODS else "HTTP"
+            if last[0] is url and last[1] == method:
+                attrs = last[2]
+            else:
+                attrs = _url_attributes(method, url, options.secret_keys)
+                self._last = (url, method, attrs, name)
+            if options.span_name is not None:
+                name = _custom_name(options, options.span_name, name, method, params)
+            if options.record_request_headers:
+                attrs = attrs.copy()  # the URL's are kept for the next request
+                _record_request_headers(attrs, headers, options.record_request_headers)
+            span = _start_span(GATE_GROUP, name, kind=_CLIENT, attributes=attrs)
         if not span.is_recording():
             _inject(headers, _current_carrier())
             return None
