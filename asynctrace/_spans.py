@@ -150,9 +150,9 @@ def start_span(
     bucket rules are those of :func:`~asynctrace.managed_span` (a span of an umbrella
     group is an umbrella). *attributes* is read, never kept: the span holds
     its own copy, so one mapping may be given again and again. *context* sets
-    the parent (default: the current context). When the group is disabled, or the span cannot start, the
-    shared disabled span is returned: ``end()`` and every setter on it are
-    no-ops, and ``is_recording()`` is false.
+    the parent (default: the current context). When the group is disabled, or
+    the span cannot start, the shared disabled span is returned: ``end()`` and
+    every setter on it are no-ops, and ``is_recording()`` is false.
 
     Example:
         >>> from opentelemetry.trace import SpanKind

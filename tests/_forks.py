@@ -59,6 +59,20 @@ def held_by_another_thread(lock: Any) -> Iterator[None]:
         holder.join()
 
 
+def flush_in_a_fork(tracer: Any, out: Path) -> str:
+    """What ``tracer.flush(1.0)`` answers in a forked child, as text (written to *out*)."""
+    pid = os.fork()
+    if pid == 0:  # the child: never return into pytest
+        code = 1
+        try:
+            out.write_text(str(tracer.flush(1.0)))
+            code = 0
+        finally:
+            os._exit(code)
+    assert exit_code(pid) == 0
+    return out.read_text()
+
+
 def fork_quietly() -> int:
     """``os.fork()``, without 3.12's warning about forking a process with threads."""
     with warnings.catch_warnings():

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import tracemalloc
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _hung_writes import hang_writes
 
 from asynctrace._session_tracer import SessionTracer
 from asynctrace._session_writer import MIN_QUEUED
@@ -32,24 +32,6 @@ def _warnings(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
     ]
 
 
-def _hang_writes(tracer: SessionTracer) -> tuple[threading.Event, threading.Event]:
-    """Make the tracer's file writes wait for a gate (the disk does not answer).
-
-    Returns the gate and an event set once the writer thread is inside a write.
-    """
-    gate, inside = threading.Event(), threading.Event()
-    out = tracer._writer._file
-    write = out.write
-
-    def hung(data: bytes, lines: int | None = None) -> tuple[int, OSError | None]:
-        inside.set()
-        gate.wait()
-        return write(data, lines)
-
-    out.write = hung  # type: ignore[method-assign]
-    return gate, inside
-
-
 def _queued(tracer: SessionTracer) -> int:
     writer = tracer._writer
     with writer._lock:
@@ -65,7 +47,7 @@ def test_a_hung_write_bounds_the_queue_counts_the_loss_and_recovers(
     written."""
     path = tmp_path / "sessions-r0.jsonl"
     tracer = SessionTracer(path, run_id="t", flush_threshold=10)
-    gate, inside = _hang_writes(tracer)
+    gate, inside = hang_writes(tracer._writer._file)
     past = 20_000  # finalized once the queue is full
     finished = _BOUND + 1_000 + past
     try:
@@ -123,7 +105,7 @@ def test_sessions_pending_at_shutdown_are_queued_past_the_bound(tmp_path: Path) 
     timeout writes them."""
     path = tmp_path / "sessions-r0.jsonl"
     tracer = SessionTracer(path, run_id="t", flush_threshold=10)
-    gate, inside = _hang_writes(tracer)
+    gate, inside = hang_writes(tracer._writer._file)
     try:
         for i in range(_BOUND + 500):  # fills the queue, and refuses the rest
             tracer.finalize(tracer.register(i), None, "accepted", None)

@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 import pytest
+from _forks import flush_in_a_fork
 
 import asynctrace as at
 from asynctrace import ConfigurationError
@@ -929,18 +930,7 @@ def test_a_forked_childs_flush_of_the_inherited_writer_says_what_the_parent_wrot
         if tracer.stats()["written"] == 1:
             break
         time.sleep(0.005)
-    out = tmp_path / "child"
-    pid = os.fork()
-    if pid == 0:  # the child: never return into pytest
-        code = 1
-        try:
-            out.write_text(str(tracer.flush(1.0)))
-            code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    assert out.read_text() == "True"
+    assert flush_in_a_fork(tracer, tmp_path / "child") == "True"
     assert tracer.shutdown(5.0)
 
 

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _forks import flush_in_a_fork
+from _hung_writes import hang_writes
 
 import asynctrace as at
 from asynctrace._errors import ConfigurationError
@@ -385,18 +387,7 @@ def test_a_forked_child_that_hands_over_nothing_flushes_true(tmp_path: Path) -> 
     tracer = SessionTracer(tmp_path / "sessions-r0.jsonl", flush_threshold=10**6)
     for task in range(3):
         tracer.finalize(tracer.register(task), None, "accepted", None)  # queued, not written
-    out = tmp_path / "child"
-    pid = os.fork()
-    if pid == 0:  # the child: never return into pytest
-        code = 1
-        try:
-            out.write_text(str(tracer.flush(1.0)))
-            code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    assert out.read_text() == "True"
+    assert flush_in_a_fork(tracer, tmp_path / "child") == "True"
     assert tracer.shutdown(5.0)
     assert tracer.stats()["written"] == 3
 
@@ -516,21 +507,6 @@ def test_session_decorators_above_staticmethod_and_classmethod_keep_the_method_k
 # -- the evicted-record room counts the chunk being written --------------------------------
 
 
-def _hang_writes(writer: SessionWriter) -> tuple[threading.Event, threading.Event]:
-    """Make the writer's file writes wait for a gate (a disk that does not answer)."""
-    gate, inside = threading.Event(), threading.Event()
-    out = writer._file
-    write = out.write
-
-    def hung(data: bytes, lines: int | None = None) -> tuple[int, OSError | None]:
-        inside.set()
-        gate.wait()
-        return write(data, lines)
-
-    out.write = hung  # type: ignore[method-assign]
-    return gate, inside
-
-
 @pytest.mark.parametrize(("room", "refused"), [(100, 50), (120, 30)])
 def test_evicted_records_past_the_room_are_refused_counting_the_chunk_being_written(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, room: int, refused: int
@@ -541,7 +517,7 @@ def test_evicted_records_past_the_room_are_refused_counting_the_chunk_being_writ
     writer = SessionWriter(
         tmp_path / "sessions-r0.jsonl", rank=0, role=None, run_id="t", flush_threshold=100
     )
-    gate, inside = _hang_writes(writer)
+    gate, inside = hang_writes(writer._file)
     try:
         assert writer.add([Record(f"f{i}", i, 1) for i in range(100)], "accepted", None, 2) == 0
         assert inside.wait(30.0)  # the writer took the batch and hangs in its first chunk

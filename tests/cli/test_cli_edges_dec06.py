@@ -149,30 +149,30 @@ def _limited(soft: int, hard: int) -> Callable[[], None]:
     return limit
 
 
-@pytest.mark.parametrize("command", ["convert", "goodput", "report"])
-def test_more_inputs_than_the_soft_open_file_limit_are_read(tmp_path: Path, command: str) -> None:
-    """The soft limit is raised towards the hard one: 150 files under ``ulimit -Sn 64``."""
+def _over_many_files(
+    tmp_path: Path, command: str, *, soft: int, hard: int
+) -> subprocess.CompletedProcess[str]:
+    """*command* over 150 rank files in a child whose open-file limits are *soft*, *hard*."""
     pytest.importorskip("resource")
     inputs = _many_ranks(tmp_path / "many", 150)
     argv = [sys.executable, "-m", "asynctrace", command, str(inputs), "--no-progress"]
     if command != "goodput":
         argv += ["-o", str(tmp_path / "out")]
-    done = subprocess.run(
-        argv, capture_output=True, text=True, timeout=120, preexec_fn=_limited(64, 4096)
+    return subprocess.run(
+        argv, capture_output=True, text=True, timeout=120, preexec_fn=_limited(soft, hard)
     )
+
+
+@pytest.mark.parametrize("command", ["convert", "goodput", "report"])
+def test_more_inputs_than_the_soft_open_file_limit_are_read(tmp_path: Path, command: str) -> None:
+    """The soft limit is raised towards the hard one: 150 files under ``ulimit -Sn 64``."""
+    done = _over_many_files(tmp_path, command, soft=64, hard=4096)
     assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.parametrize("command", ["convert", "goodput"])
 def test_more_inputs_than_the_hard_open_file_limit_say_so(tmp_path: Path, command: str) -> None:
-    pytest.importorskip("resource")
-    inputs = _many_ranks(tmp_path / "many", 150)
-    argv = [sys.executable, "-m", "asynctrace", command, str(inputs), "--no-progress"]
-    if command != "goodput":
-        argv += ["-o", str(tmp_path / "out")]
-    done = subprocess.run(
-        argv, capture_output=True, text=True, timeout=120, preexec_fn=_limited(64, 64)
-    )
+    done = _over_many_files(tmp_path, command, soft=64, hard=64)
     assert done.returncode == 2, done.stderr
     line = one_line(done.stderr)
     assert "150 input files" in line
