@@ -23,7 +23,7 @@ def test_set_attribute_keeps_what_the_sdk_keeps_and_counts_what_it_drops(
     """Random keys (new, set again, empty) and values (floats and NaN, lists,
     mappings, None) set one by one: the fast span ends with the SDK span's attributes,
     in its order, and the same dropped count, under every attribute count limit."""
-    rng = random.Random(limit)
+    rng = random.Random(f"limit {limit}")  # (None too: a replayable seed)
     sdk = SdkProvider(span_limits=SdkLimits(max_attributes=limit)).get_tracer("sdk")
     fast = FastTracerProvider(limits=SpanLimits(max_attributes=limit)).get_tracer("asynctrace")
     for _ in range(200):

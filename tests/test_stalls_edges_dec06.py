@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _stall_helpers import no_watchdog_left, within_tries  # noqa: F401 (autouse)
+from _stall_helpers import no_watchdog_left, watchdogs, within_tries  # noqa: F401 (autouse)
 
 import asynctrace as at
 from asynctrace import _stalls
@@ -110,7 +110,8 @@ def test_a_stall_in_progress_at_shutdown_is_recorded_truncated_under_its_step() 
         try:
             deadline = time.monotonic() + 10.0
             while time.monotonic() < deadline:  # until the watchdog has sampled the block
-                sampled = [m.stall.samples for m in list(_stalls._monitors.values()) if m.stall]
+                stalls = [m.stall for m in list(_stalls._monitors.values())]
+                sampled = [stall.samples for stall in stalls if stall is not None]
                 if sampled and sampled[0] >= 3:
                     break
                 time.sleep(0.005)
@@ -261,20 +262,17 @@ def test_asyncio_run_per_request_keeps_one_watchdog_that_watches_each_new_loop()
             _spin(block_s)
             await asyncio.sleep(0)
 
-    def watchdogs() -> set[threading.Thread]:
-        return {t for t in threading.enumerate() if t.name == "asynctrace-loop-watchdog"}
-
     def attempt(_: int) -> None:
         with capture_spans("per_step") as captured:
             seen: set[threading.Thread] = set()
             peak = 0
             for _i in range(200):
                 asyncio.run(request(0.0))
-                alive = watchdogs()
+                alive = set(watchdogs())
                 seen |= alive
                 peak = max(peak, len(alive))
             asyncio.run(request(0.2))
-            seen |= watchdogs()
+            seen |= set(watchdogs())
         assert peak <= 2, peak
         assert len(seen) <= 3, len(seen)
         assert len(captured.by_name(STALL)) == 1
@@ -292,7 +290,8 @@ def test_a_stall_in_progress_when_a_capture_ends_is_captured_truncated() -> None
             async with at.umbrella_span("step", "train.step"):
                 await asyncio.sleep(0.02)
                 _spin(0.3)  # a block the watchdog samples
-                sampled = [m.stall.samples for m in list(_stalls._monitors.values()) if m.stall]
+                stalls = [m.stall for m in list(_stalls._monitors.values())]
+                sampled = [stall.samples for stall in stalls if stall is not None]
         await asyncio.sleep(0.05)
         return sampled, captured
 

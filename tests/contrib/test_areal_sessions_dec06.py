@@ -93,3 +93,6 @@ def test_static_and_class_methods_keep_their_kind() -> None:
     assert env.static_sync(2) == 2
     assert asyncio.run(env.class_async(3)) == (_Env, 3)
     assert _Env.class_sync(4) == (_Env, 4)
+    for name in ("static_async", "static_sync", "class_async", "class_sync"):
+        inner = _Env.__dict__[name].__func__
+        assert hasattr(inner, "__wrapped__"), name  # the function inside was wrapped

@@ -4,11 +4,10 @@ baggage is redacted on the spans and in the baggage sent on."""
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import aiohttp
-from _ws import handshake_status
+from _server import handshake_status, wait_for
 from asynctrace_contrib.fastapi import SERVER_GROUP, instrument_fastapi
 from fastapi import FastAPI, WebSocket
 from opentelemetry.trace import StatusCode
@@ -17,14 +16,6 @@ import asynctrace as at
 from asynctrace.testing import CapturedSpans, capture_spans
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-
-
-def wait_for(captured: CapturedSpans, name: str, count: int = 1) -> list[Any]:
-    """The spans called *name* once *count* have ended (the server ends its span late)."""
-    deadline = time.monotonic() + 10
-    while len(captured.by_name(name)) < count and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return captured.by_name(name)
 
 
 def test_a_websocket_closed_before_accept_records_403(

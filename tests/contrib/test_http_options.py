@@ -11,7 +11,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from _ws import handshake_status
+from _server import handshake_status
 from aiohttp import web
 from asynctrace_contrib._http import DEFAULT_SECRET_KEYS, redact_url
 from asynctrace_contrib.aiohttp_client import client_middleware, trace_config

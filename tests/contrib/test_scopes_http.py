@@ -9,6 +9,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from _server import wait_for
 from asynctrace_contrib.aiohttp_client import (
     client_middleware,
     instrument_aiohttp_client,
@@ -40,14 +41,6 @@ def gym_app(**options: Any) -> FastAPI:
 
     instrument_fastapi(app, **options)
     return app
-
-
-def wait_for(captured: CapturedSpans, name: str, count: int = 1) -> list[Any]:
-    """The spans called *name* once *count* have ended (the server ends its span late)."""
-    deadline = time.monotonic() + 10
-    while len(captured.by_name(name)) < count and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return captured.by_name(name)
 
 
 async def call(url: str, *, per_prompt: bool, **session: Any) -> Any:
