@@ -122,11 +122,6 @@ class SessionWriter:
         self._thread.start()
 
     @property
-    def max_queued(self) -> int:
-        """The records this writer holds at most (waiting, or being written)."""
-        return self._max_queued
-
-    @property
     def threshold(self) -> int:
         """The records waiting that wake the writer (``flush_threshold``)."""
         return self._threshold

@@ -30,6 +30,7 @@ from .._cm import otel_contextmanager
 from .._errors import ConfigurationError
 from .._forksafe import reinit_at_fork
 from .._scopes import SCOPES
+from .._span_context import _CONTEXT_VAR
 from .._span_errors import redacted_block
 from .._url_attributes import redact_url_attributes
 from ._foreign import ForeignSpan, is_own_scope
@@ -141,23 +142,10 @@ current_task_of: Final = _task_getter()
 _current_task = current_task_of
 
 
-def _context_getter() -> Callable[[], Mapping[str, object]]:
-    """The current OTel context, read straight from its ContextVar when that is the runtime.
-
-    Only OpenTelemetry's own ContextVar runtime, not a subclass: one named by
-    ``OTEL_PYTHON_CONTEXT`` may keep its context elsewhere.
-    """
-    from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
-
-    runtime = getattr(otel_context, "_RUNTIME_CONTEXT", None)
-    var = getattr(runtime, "_current_context", None)
-    get = getattr(var, "get", None)
-    if type(runtime) is ContextVarsRuntimeContext and callable(get):
-        return get  # type: ignore[no-any-return]
-    return otel_context.get_current
-
-
-_current_context = _context_getter()
+# The current OTel context: read straight from its ContextVar when that is the runtime.
+_current_context: Callable[[], Mapping[str, object]] = (
+    otel_context.get_current if _CONTEXT_VAR is None else _CONTEXT_VAR.get
+)
 
 
 class Scope:

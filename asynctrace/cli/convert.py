@@ -32,7 +32,8 @@ from ._captures import (
     load_capture,
     tid_counter,
 )
-from ._common import CliError, HelpFormatter, Output, Progress, dumps, note
+from ._common import CliError, HelpFormatter, Progress, dumps, note
+from ._output import Output
 from ._reader import (
     TRACE_PATTERN,
     ProcessInfo,

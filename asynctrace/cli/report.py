@@ -21,8 +21,9 @@ from typing import Any
 
 from ..rollup import StepRow
 from ._captures import CAPTURE_NAME, Capture, find_captures, is_capture, load_capture
-from ._common import CliError, HelpFormatter, Output, Progress, escape_surrogates, note
+from ._common import CliError, HelpFormatter, Progress, escape_surrogates, note
 from ._html import render
+from ._output import Output
 from ._reader import (
     SESSION_PATTERN,
     TRACE_PATTERN,

@@ -5,6 +5,7 @@ function inside; what they cannot time is refused. No AReaL needed."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -96,3 +97,9 @@ def test_static_and_class_methods_keep_their_kind() -> None:
     for name in ("static_async", "static_sync", "class_async", "class_sync"):
         inner = _Env.__dict__[name].__func__
         assert hasattr(inner, "__wrapped__"), name  # the function inside was wrapped
+
+
+def test_a_refused_partial_is_named_by_what_it_wraps() -> None:
+    for decorator in _decorators():
+        with pytest.raises(at.ConfigurationError, match="'_generates' is a generator"):
+            decorator(functools.partial(_generates))

@@ -158,15 +158,19 @@ def _awaited(fn: object, where: str) -> bool:
             f"{where}: {fn.__qualname__!r} is a class; accepted: a function, a method or "
             "another callable (decorate the class's __init__, or a factory function)"
         )
+    target: object = fn
+    while isinstance(target, functools.partial):  # named and classified by what it wraps
+        target = target.func
     kind: object = fn
-    if not (inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)):
-        target: object = fn
-        while isinstance(target, functools.partial):
-            target = target.func
-        if not (inspect.isroutine(target) or isinstance(target, type)):
-            kind = type(target).__call__
+    if not (
+        inspect.iscoroutinefunction(fn)
+        or inspect.isasyncgenfunction(fn)
+        or inspect.isroutine(target)
+        or isinstance(target, type)
+    ):
+        kind = type(target).__call__
     if inspect.isgeneratorfunction(kind) or inspect.isasyncgenfunction(kind):
-        name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+        name = getattr(target, "__qualname__", None) or type(target).__qualname__
         raise asynctrace.ConfigurationError(
             f"{where}: {name!r} is a generator function; accepted: a function or a "
             "coroutine function, or an object whose __call__ is one (for a generator, "

@@ -1,0 +1,209 @@
+"""The file ``-o`` names: written so that a reader never sees it half written, and never
+a device, a FIFO or a descriptor replaced by a regular file."""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import stat
+import sys
+from pathlib import Path
+from typing import IO
+
+from ._common import CliError
+
+__all__ = ["Output"]
+
+
+# A directory of descriptor links: /proc/<pid>/fd (self, thread-self, or a thread's).
+_FD_DIRECTORY = re.compile(r"/proc/(self|thread-self|\d+)(?:/task/\d+)?/fd")
+_MAX_LINKS = 40  # as the kernel's ELOOP limit
+_SHORT_NAME = 40  # characters of the output's name kept in its temporary file's name
+
+
+def _descriptor_link(name: str) -> tuple[bool, int | None]:
+    """Whether *name* is, or passes through, a descriptor link (``/dev/stdout``,
+    ``/dev/fd/N``, ``/proc/<pid>/fd/N``), and the descriptor it names when it is
+    one of this process's.
+
+    The links are followed one at a time, as the kernel would, so that a chain
+    (``/dev/stdout`` to ``/proc/self/fd/1`` to the file the shell opened) is
+    seen for what it is: an open descriptor, not the file it leads to.
+    """
+    try:
+        here = "" if name.startswith("/") else os.getcwd()
+    except OSError:  # the working directory was removed: the open says so
+        return False, None
+    pending = here.split("/") + name.split("/")
+    resolved = "/"
+    links = 0
+    while pending:
+        part = pending.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            resolved = os.path.dirname(resolved)
+            continue
+        directory = _FD_DIRECTORY.fullmatch(resolved)
+        if directory is not None or resolved == "/dev/fd":
+            owner = "self" if directory is None else directory.group(1)
+            own = owner in ("self", "thread-self") or owner == str(os.getpid())
+            return True, int(part) if own and part.isdigit() and not pending else None
+        candidate = os.path.join(resolved, part)
+        try:
+            target = os.readlink(candidate)
+        except OSError:  # not a link, or not there
+            resolved = candidate
+            continue
+        links += 1
+        if links > _MAX_LINKS:  # a loop: the open says so
+            return False, None
+        if target.startswith("/"):
+            resolved = "/"
+        pending[:0] = target.split("/")
+    return False, None
+
+
+def _create_beside(final: Path) -> tuple[int, Path]:
+    """A new file beside *final*, created as ``open()`` would create it (the umask
+    and a default ACL applied by the kernel), under a name not in use.
+
+    The name starts with the output's own (cut short, to stay within the
+    255-byte limit), so a file left by a killed command says whose it is.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    short = final.name[:_SHORT_NAME]
+    for _ in range(100):
+        path = final.parent / f".{short}.at-{os.urandom(4).hex()}.tmp"
+        try:
+            return os.open(path, flags, 0o666), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no unused temporary file name", str(final.parent))
+
+
+class Output:
+    """The file ``-o`` names, written so that a reader never sees it half written.
+
+    A regular file (or a new name) is written to a temporary file beside it
+    that replaces it once complete, with the replaced file's permissions;
+    through a symbolic link, the file the link resolves to is replaced, the
+    link kept. A descriptor link (``/dev/stdout``, ``/dev/fd/N``,
+    ``/proc/self/fd/N``) is written into the descriptor, as a shell
+    redirection would, whatever it leads to (a pipe, a file opened with
+    ``>>``). Anything else that exists and is not a regular file (a FIFO, a
+    character device such as ``/dev/null``, a terminal) is written into
+    directly: it is never replaced by a regular file. When no file can be
+    created beside an existing output that can be written (a link in a
+    writable directory to a file in a read-only one), the output is written
+    in place.
+
+    Example:
+        >>> out = Output("/dev/null")  # doctest: +SKIP
+        >>> out.open().write(b"x"); out.commit()  # doctest: +SKIP
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        target = Path(name)
+        through, self._descriptor = _descriptor_link(name)
+        self._loop = False
+        try:
+            status: os.stat_result | None = os.stat(target)  # follows links
+        except OSError as exc:
+            status = None
+            self._loop = exc.errno == errno.ELOOP
+        regular = status is not None and stat.S_ISREG(status.st_mode)
+        self.direct = through or (status is not None and not regular)
+        # the permissions of the file replaced, given to the one that replaces it
+        self._mode = status.st_mode & 0o777 if status is not None and regular else None
+        # through a link: the file it resolves to is replaced, not the link
+        self.final = Path(os.path.realpath(target)) if target.is_symlink() else target
+        self._temporary: Path | None = None
+        self._stream: IO[bytes] | None = None
+
+    def open(self) -> IO[bytes]:
+        """The stream to write to.
+
+        Raises:
+            CliError: it cannot be opened (the message names the output, and
+                the directory when that is what refused).
+        """
+        if self._loop:
+            raise CliError(f"-o: {self.name}: symbolic link loop")
+        if self.direct:
+            try:
+                self._stream = self._open_direct()
+            except OSError as exc:
+                raise CliError(f"{self.name}: {exc.strerror or exc}") from None
+            return self._stream
+        try:
+            fd, self._temporary = _create_beside(self.final)
+        except OSError as exc:
+            self._stream = self._in_place(exc)
+            return self._stream
+        if self._mode is not None:
+            try:
+                os.fchmod(fd, self._mode)
+            except OSError:
+                pass
+        self._stream = os.fdopen(fd, "wb")
+        return self._stream
+
+    def _open_direct(self) -> IO[bytes]:
+        if self._descriptor is not None:
+            try:
+                fd = os.dup(self._descriptor)  # its offset and O_APPEND shared, as a shell's
+            except OSError:
+                pass
+            else:
+                try:
+                    if self._descriptor == sys.stdout.fileno():
+                        sys.stdout.flush()  # what was printed first stays first
+                except (AttributeError, OSError, ValueError):
+                    pass
+                return os.fdopen(fd, "wb")
+        return open(self.name, "wb")
+
+    def _in_place(self, refused: OSError) -> IO[bytes]:
+        """The output opened by its name and truncated, as a shell's ``>`` would: when no
+        temporary file can be created beside it (*refused*) but it can be written."""
+        directory = self.final.parent
+        why = f"cannot write in {directory}: {refused.strerror or refused}"
+        if self._mode is None or refused.errno not in (errno.EACCES, errno.EPERM):
+            raise CliError(f"{self.name}: {why}") from None
+        try:
+            return open(self.name, "wb")
+        except OSError as exc:
+            raise CliError(f"{self.name}: {exc.strerror or exc}; {why}") from None
+
+    def commit(self) -> None:
+        """Close the stream and put the file in place.
+
+        Raises:
+            CliError: it cannot be written or put in place.
+        """
+        try:
+            if self._stream is not None:
+                self._stream.close()
+            if self._temporary is not None:
+                os.replace(self._temporary, self.final)
+                self._temporary = None
+        except OSError as exc:
+            self.abort()
+            raise CliError(f"{self.name}: {exc.strerror or exc}") from None
+
+    def abort(self) -> None:
+        """Close the stream and remove the temporary file, if any (never raises)."""
+        if self._stream is not None:
+            try:
+                self._stream.close()
+            except OSError:
+                pass
+        if self._temporary is not None:
+            try:
+                self._temporary.unlink(missing_ok=True)
+            except OSError:
+                pass
+            self._temporary = None
