@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
 from ._forksafe import reinit_at_fork
+from ._own_threads import leaving_signals
 from ._rollup import BUCKETS, StepRow
 
 __all__ = [
@@ -386,7 +387,9 @@ class Dispatcher:
         with self._start_lock:
             if self._thread is None:
                 self._thread = threading.Thread(
-                    target=self._run, name="asynctrace-goodput-callbacks", daemon=True
+                    target=leaving_signals(self._run),
+                    name="asynctrace-goodput-callbacks",
+                    daemon=True,
                 )
                 self._thread.start()
 

@@ -47,6 +47,7 @@ from typing import Any, Final
 from ._errors import ConfigurationError, MissingExtraError, report_internal_error
 from ._goodput import StepGoodput
 from ._goodput_settings import GoodputSettings
+from ._own_threads import leaving_signals
 from ._rollup import BUCKETS
 
 __all__ = [
@@ -722,7 +723,9 @@ def _start_server(host: str, port: int, registry: Any) -> tuple[Any, threading.T
 
     server = make_server(address, port, make_wsgi_app(registry), Server, handler_class=Handler)
     thread = threading.Thread(
-        target=server.serve_forever, name="asynctrace-goodput-prometheus", daemon=True
+        target=leaving_signals(server.serve_forever),
+        name="asynctrace-goodput-prometheus",
+        daemon=True,
     )
     thread.start()
     return server, thread

@@ -40,6 +40,7 @@ from ._cm import SyncAndAsync
 from ._config_checks import check_bool, unknown_keys_message
 from ._errors import ConfigurationError
 from ._forksafe import reinit_at_fork
+from ._own_threads import leaving_signals
 from ._profiler_backends import (
     BACKENDS,
     THREAD_HOOK,
@@ -290,7 +291,9 @@ class Profiler:
             if self._closed.is_set():  # shut down meanwhile: reused by a later profiler
                 self._discard_spare()
 
-        thread = threading.Thread(target=build, name="asynctrace-profile-prepare", daemon=True)
+        thread = threading.Thread(
+            target=leaving_signals(build), name="asynctrace-profile-prepare", daemon=True
+        )
         self._preparing = thread
         try:
             thread.start()
@@ -430,7 +433,7 @@ class Profiler:
             backend.path.unlink(missing_ok=True)  # its claimed name: no capture to come
             return False
         saver = threading.Thread(
-            target=self._save,
+            target=leaving_signals(self._save),
             args=(backend, {**backend.about, **extra}),
             name="asynctrace-profile-save",
         )
@@ -489,7 +492,9 @@ class Profiler:
         self._lock = threading.Lock()  # a forked child must not inherit a held lock
         self._active = None
         self._saving = []
-        thread = threading.Thread(target=self._poll, name="asynctrace-profile-requests")
+        thread = threading.Thread(
+            target=leaving_signals(self._poll), name="asynctrace-profile-requests"
+        )
         thread.daemon = True
         thread.start()
 

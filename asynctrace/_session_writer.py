@@ -35,6 +35,7 @@ from ._files import AppendFile
 from ._forksafe import call_in_child, reinit_at_fork
 from ._handoff import Handoff
 from ._jsonl import MAX_LINE_BYTES
+from ._own_threads import leaving_signals
 from ._session_record import Record, encode_records
 
 __all__ = ["MIN_QUEUED", "SessionWriter"]
@@ -118,7 +119,9 @@ class SessionWriter:
         reinit_at_fork(self._cond, self._lock)
         call_in_child(self._after_fork_in_child)
         self._handoff = Handoff(0.5)  # see asynctrace._handoff: a busy loop starves the writer
-        self._thread = threading.Thread(target=self._run, name="asynctrace-sessions", daemon=True)
+        self._thread = threading.Thread(
+            target=leaving_signals(self._run), name="asynctrace-sessions", daemon=True
+        )
         self._thread.start()
 
     @property

@@ -39,6 +39,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any, Final, Union
 
+from ._own_threads import leaving_signals
+
 __all__ = ["WAIT_S", "SigtermHandler", "release_closed"]
 
 logger = logging.getLogger("asynctrace")
@@ -83,7 +85,9 @@ class SigtermHandler:
         # signal hands a deferred signal on, so that the previous handler runs once.
         self._claim = threading.Lock()
         self._resent = False  # the helper claimed and sent the signal again
-        self._thread = threading.Thread(target=self._run, name="asynctrace-sigterm", daemon=True)
+        self._thread = threading.Thread(
+            target=leaving_signals(self._run), name="asynctrace-sigterm", daemon=True
+        )
         try:
             self._thread.start()
         except BaseException:

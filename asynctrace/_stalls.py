@@ -37,6 +37,7 @@ from ._backend import asyncio_loop, in_trio_task
 from ._errors import report_internal_error
 from ._fast import FastTracer
 from ._groups import LOOP_STALL
+from ._own_threads import leaving_signals
 from ._redact import redact_text
 from ._scopes import SCOPES
 from ._semconv import GROUP, TRUNCATED
@@ -354,7 +355,7 @@ class _Monitor:
         self.seen = self.since = self.posted = _monotonic()  # the loop runs: it is arming us
         self.waiting = _waiting_codes(loop)
         self.thread = threading.Thread(
-            target=self._watch, name="asynctrace-loop-watchdog", daemon=True
+            target=leaving_signals(self._watch), name="asynctrace-loop-watchdog", daemon=True
         )
         self.thread.start()
 

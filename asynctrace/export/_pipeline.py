@@ -32,6 +32,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from .._errors import report_internal_error
 from .._fast import IDS, FastTracerProvider
 from .._files import writable_dir, writable_file
+from .._own_threads import leaving_signals
 from .._semconv import TRUNCATED
 from .._settings import Settings
 from .._state import INSTRUMENTATION_NAME
@@ -291,7 +292,7 @@ def _run_within(run: Callable[[], None], name: str, timeout_s: float) -> None:
     hook, where shutdown runs), *run* runs here, unbounded: better late than
     never run.
     """
-    helper = threading.Thread(target=run, name=name, daemon=True)
+    helper = threading.Thread(target=leaving_signals(run), name=name, daemon=True)
     try:
         helper.start()
     except RuntimeError:

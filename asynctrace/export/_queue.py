@@ -31,6 +31,7 @@ from .._config_checks import MAX_WAIT_S, MIN_SCHEDULE_DELAY_MS, is_finite
 from .._errors import ConfigurationError, report_internal_error
 from .._forksafe import call_in_child, reinit_at_fork
 from .._handoff import Handoff
+from .._own_threads import leaving_signals
 
 __all__ = [
     "Done",
@@ -486,7 +487,7 @@ class QueuedSpanProcessor(SpanProcessor):
 
     def _start_worker(self) -> threading.Thread:
         thread = threading.Thread(
-            target=self._run, name=f"asynctrace-export-{self.name}", daemon=True
+            target=leaving_signals(self._run), name=f"asynctrace-export-{self.name}", daemon=True
         )
         thread.start()
         return thread
