@@ -91,9 +91,9 @@ class Figure:
         return self.measured_ns / self.baseline_ns
 
 
-def bench_disabled_managed_span(n: int, r: int) -> Figure:
-    at.disable_telemetry()
-    ours_ns, base_ns = paired_ns(
+def _managed_span_against_nullcontext(n: int, r: int) -> tuple[float, float]:
+    """``with managed_span(...)`` and ``with nullcontext()`` per call, paired, in ns."""
+    return paired_ns(
         "with managed_span('generation', 'x'): pass",
         "with nullcontext(): pass",
         n // 5,
@@ -101,6 +101,11 @@ def bench_disabled_managed_span(n: int, r: int) -> Figure:
         managed_span=at.managed_span,
         nullcontext=contextlib.nullcontext,
     )
+
+
+def bench_disabled_managed_span(n: int, r: int) -> Figure:
+    at.disable_telemetry()
+    ours_ns, base_ns = _managed_span_against_nullcontext(n, r)
     return Figure(
         "disabled `with managed_span` vs `with nullcontext()`",
         ours_ns,
@@ -116,14 +121,7 @@ def bench_group_off_managed_span(n: int, r: int) -> Figure:
     provider.add_span_processor(SimpleSpanProcessor(DiscardingExporter()))
     at.enable_telemetry(provider, span_groups="default")
     with at.iteration_scope(3):
-        ours_ns, base_ns = paired_ns(
-            "with managed_span('generation', 'x'): pass",
-            "with nullcontext(): pass",
-            n // 5,
-            2 * r + 1,
-            managed_span=at.managed_span,
-            nullcontext=contextlib.nullcontext,
-        )
+        ours_ns, base_ns = _managed_span_against_nullcontext(n, r)
     at.disable_telemetry()
     return Figure(
         "group off, telemetry on: `with managed_span` vs `with nullcontext()`",
