@@ -12,7 +12,6 @@ lifecycle events and counters. The tracer they report to lives in
 
 from __future__ import annotations
 
-import copy
 import functools
 import inspect
 import itertools
@@ -334,29 +333,9 @@ class trace_session_phase(SyncAndAsync[None]):
         if end_payload is not None:
             self._end = check_payload(end_payload, "trace_session_phase(end_payload)")
 
-    def __copy__(self: P) -> P:
-        """A new object for the same phase and payloads, with its own entry token: a
-        copy made while the original is entered is not entered, nor locked out."""
-        new = _fresh_phase(type(self), self._phase, self._start, self._end)
-        extra = getattr(self, "__dict__", None)  # a subclass's own attributes
-        if extra:
-            new.__dict__.update(extra)
-        return new
-
-    def __deepcopy__(self: P, memo: dict[int, Any]) -> P:
-        new = _fresh_phase(
-            type(self),
-            self._phase,
-            copy.deepcopy(self._start, memo),
-            copy.deepcopy(self._end, memo),
-        )
-        extra = getattr(self, "__dict__", None)
-        if extra:
-            new.__dict__.update(copy.deepcopy(extra, memo))
-        return new
-
     def __reduce__(self) -> tuple[Any, ...]:
-        # Unpickled, it is a new object as a copy is: never entered, with its own token.
+        # Unpickled or copied (copy and deepcopy go through here too), it is a new object:
+        # never entered, with its own token.
         return (
             _fresh_phase,
             (type(self), self._phase, self._start, self._end),
@@ -429,7 +408,7 @@ def _fresh_phase(
     cls: type[P], phase: str, start: dict[str, Any] | None, end: dict[str, Any] | None
 ) -> P:
     """An object of *cls* for *phase*, not entered, its payloads taken as checked already
-    (see :meth:`trace_session_phase.__copy__`)."""
+    (copies and pickles: see :meth:`trace_session_phase.__reduce__`)."""
     new = object.__new__(cls)
     new._phase = phase
     new._tracer = None
