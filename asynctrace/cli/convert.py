@@ -371,8 +371,6 @@ def _in_end_order(
     reads trace files: files one after the other would end one rank's steps
     before the next file's spans for them arrive.
     """
-    if len(paths) > 1:
-        allow_open_files(len(paths), "asynctrace convert")
     streams = [
         _keyed(index, path, stats, bar, shifts.get(index, 0.0)) for index, path in enumerate(paths)
     ]
@@ -507,7 +505,10 @@ def run(args: argparse.Namespace) -> int:
     stream: IO[bytes] = sys.stdout.buffer if output is None else output.open()
     events = 0
     bar = Progress(file_size(paths), prog, enabled=not args.no_progress)
+    restore = None
     try:
+        if len(paths) > 1:  # the merge keeps every input open: the limit raised for it
+            restore = allow_open_files(len(paths), prog)  # and put back once read
         out = _Lines(stream)
         repeated = _Repeats()
         for _, index, _, event, raw in _in_end_order(paths, stats, bar, shifts):
@@ -575,6 +576,8 @@ def run(args: argparse.Namespace) -> int:
         raise
     finally:
         bar.close()
+        if restore is not None:
+            restore()
     if not args.quiet:
         parts = [
             f"wrote {'stdout' if to_stdout else args.output}: {events} events, "
