@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import sys
 from array import array
 from collections import Counter
 from collections.abc import Sequence
@@ -21,7 +20,7 @@ from typing import Any
 
 from ..rollup import StepRow
 from ._captures import CAPTURE_NAME, Capture, find_captures, is_capture, load_capture
-from ._common import CliError, HelpFormatter, Progress, escape_surrogates, note
+from ._common import CliError, HelpFormatter, Progress, escape_surrogates, note, write_stdout
 from ._html import render
 from ._output import Output
 from ._reader import (
@@ -560,7 +559,7 @@ def run(args: argparse.Namespace) -> int:
     )
     text = escape_surrogates(render(data))  # a name kept as written
     if to_stdout:
-        _write_stdout(text, args.output)
+        write_stdout(text)
     else:
         _write_file(text, args.output)
     violations = len(collected.result.violations)
@@ -589,14 +588,3 @@ def _write_file(text: str, name: str) -> None:
     except BaseException:
         output.abort()
         raise
-
-
-def _write_stdout(text: str, name: str) -> None:
-    """Write the page to stdout (``-o -``), as UTF-8 whatever the locale."""
-    try:
-        sys.stdout.buffer.write(text.encode("utf-8"))
-        sys.stdout.buffer.flush()
-    except BrokenPipeError:
-        raise  # the reader went away (| head): the command's caller handles it
-    except OSError as exc:
-        raise CliError(f"{name}: {exc.strerror or exc}") from None

@@ -170,9 +170,8 @@ def key_value(key: str, value: Any, depth: int = SPAN_ATTRIBUTE) -> bytes:
         >>> key_value("n", 1)
         b'\\n\\x01n\\x12\\x02\\x18\\x01'
     """
-    if depth > MAX_DEPTH:
-        raise TooDeep(f"nested deeper than {MAX_DEPTH - 1} protobuf levels")
-    head = _ld(b"\x0a", key.encode()) if key else b""  # an empty string is not written
+    # Too deep: any_value raises TooDeep. An empty key is not written.
+    head = _ld(b"\x0a", key.encode()) if key else b""
     return head + _ld(b"\x12", any_value(value, depth + 1))
 
 
