@@ -209,8 +209,7 @@ class ChromeWriter:
                     owner = item._owner
                     if owner is not last_owner:
                         if line is not None:  # the last owner's intervals, bounded
-                            while len(ends) > most:
-                                line.compact()
+                            line.bound(most)
                         last_tid = owners.get(id(owner)) or self._owner_track(owner)
                         last_owner = owner
                         line = primary.get(last_tid)  # a primary track lives as long as its owner
@@ -322,8 +321,7 @@ class ChromeWriter:
                 failed += 1
                 self._warn("a span could not be serialized; it is skipped", exc)
         if line is not None:  # the last owner's intervals, bounded
-            while len(ends) > most:
-                line.compact()
+            line.bound(most)
         written = len(batch) - controls - failed
         self._last_trace_id, self._last_trace_hex = last_trace, last_trace_hex
         data, skipped = _encode(events, nonfinite)

@@ -58,6 +58,12 @@ class _Track:
             self.compact()
         return True
 
+    def bound(self, max_intervals: int) -> None:
+        """Compact until at most *max_intervals* are remembered (for a writer that appends
+        a batch's intervals first); a compaction of three or fewer changes nothing."""
+        while len(self.starts) > max(max_intervals, 3):
+            self.compact()
+
     def compact(self) -> None:
         """Merge the oldest half of the intervals into one block."""
         half = len(self.starts) // 2

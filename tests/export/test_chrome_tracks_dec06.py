@@ -73,3 +73,16 @@ def test_the_writer_places_every_span_on_a_nesting_track_across_batches(
     events = read_chrome_trace(tmp_path / "t.jsonl").complete_events()
     assert len(events) == written
     assert_tracks_nest(events)
+
+
+@pytest.mark.parametrize("most", [1, 2, 3, 512])
+def test_a_track_bounded_below_four_intervals_stops(most: int) -> None:
+    """A bound a compaction cannot reach (three intervals stay three) ends; the rest hold."""
+    from asynctrace.export._tracks import _Track
+
+    track = _Track(1, "t")
+    for i in range(1000):
+        track.starts.append(2 * i)
+        track.ends.append(2 * i + 1)
+    track.bound(most)
+    assert len(track.starts) == len(track.ends) <= max(most, 3)
