@@ -29,28 +29,34 @@ telemetry = at.configure({
 })
 
 
+def masks():
+    found = {}
+    for thread in threading.enumerate():
+        with open(f"/proc/self/task/{thread.native_id}/status") as status:
+            blocked = next(l for l in status if l.startswith("SigBlk:")).split()[1]
+        found[thread.name] = int(blocked, 16)
+    return found
+
+
 async def main():
     async with at.umbrella_span("step", "rl.step"):
         with at.session_scope():
             at.trace_session_event("finalized", status="accepted")
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)  # the loop's watchdog is up
+        return masks()
 
 
-asyncio.run(main())
+found = asyncio.run(main())
 telemetry.flush(5.0)
-masks = {}
-for thread in threading.enumerate():
-    with open(f"/proc/self/task/{thread.native_id}/status") as status:
-        blocked = next(l for l in status if l.startswith("SigBlk:")).split()[1]
-    masks[thread.name] = int(blocked, 16)
-print(json.dumps(masks))
+found.update(masks())
+print(json.dumps(found))
 telemetry.shutdown()
 """
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs /proc")
 def test_asynctrace_threads_leave_process_signals_to_the_application(tmp_path: Path) -> None:
-    """The writer, session, SIGTERM-helper and watchdog threads block SIGTERM, SIGINT and
+    """The export, session, SIGTERM-helper and loop-watchdog threads block SIGTERM, SIGINT and
     the other process signals; the main thread blocks none of them."""
     done = subprocess.run(
         [sys.executable, "-c", _CHILD, str(tmp_path)],
@@ -61,7 +67,9 @@ def test_asynctrace_threads_leave_process_signals_to_the_application(tmp_path: P
     assert done.returncode == 0, done.stderr
     masks: dict[str, int] = json.loads(done.stdout.strip().splitlines()[-1])
     ours = {name: mask for name, mask in masks.items() if name.startswith("asynctrace-")}
-    assert {"asynctrace-sessions", "asynctrace-sigterm"} <= set(ours), masks
+    assert {"asynctrace-sessions", "asynctrace-sigterm", "asynctrace-loop-watchdog"} <= set(
+        ours
+    ), masks
     assert any(name.startswith("asynctrace-export-") for name in ours), masks
     wanted = sum(1 << (int(s) - 1) for s in APPLICATION_SIGNALS)
     for name, mask in ours.items():
