@@ -24,7 +24,6 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 import asynctrace as at
-from asynctrace import ConfigurationError
 from asynctrace.export import _retry
 from asynctrace.export._otlp_http import HttpSpanExporter
 from asynctrace.export._queue import QueuedSpanProcessor
@@ -238,38 +237,3 @@ def test_an_otlp_exporter_whose_shutdown_raises_fails_the_retrying_shutdown(
             assert processor.shutdown_within(5.0) is False
         assert processor.stats().exported == 1
         assert "raised in shutdown" in caplog.text
-
-
-# -- a timeout too short for any request ----------------------------------------------------
-
-
-@pytest.mark.parametrize("value", ["1e-9", "0.0005"])
-def test_a_timeout_under_a_millisecond_is_refused(
-    value: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Every request would fail (``requests`` refuses a timeout of 0 left): a
-    ConfigurationError naming the variable, the value and what is accepted."""
-    with OtlpReceiver("http/protobuf") as receiver:
-        for key, item in receiver.env().items():
-            monkeypatch.setenv(key, item)
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", value)
-        with pytest.raises(ConfigurationError) as raised:
-            at.configure({"enabled": True, "exporters": ["otlp"]})
-        message = str(raised.value)
-        assert "OTEL_EXPORTER_OTLP_TIMEOUT" in message
-        assert repr(value) in message
-        assert ">= 0.001" in message
-        assert "0 for no limit" in message
-        assert receiver.requests == 0
-
-
-@pytest.mark.parametrize("value", ["0", "0.001", "2.5"])
-def test_no_limit_and_a_millisecond_and_more_are_taken(
-    value: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    with OtlpReceiver("http/protobuf") as receiver:
-        for key, item in receiver.env().items():
-            monkeypatch.setenv(key, item)
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", value)
-        telemetry = at.configure({"enabled": True, "exporters": ["otlp"]})
-        telemetry.shutdown(1.0)

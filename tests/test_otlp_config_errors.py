@@ -108,6 +108,8 @@ REFUSED = [
     ("http/protobuf", "OTEL_EXPORTER_OTLP_TIMEOUT", "10000ms", "seconds"),
     ("grpc", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "nan", "0 for no limit"),
     ("grpc", "OTEL_EXPORTER_OTLP_TIMEOUT", "-0.5", "0 for no limit"),
+    ("http/protobuf", "OTEL_EXPORTER_OTLP_TIMEOUT", "1e-9", ">= 0.001"),  # every request fails
+    ("grpc", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "0.0005", "0 for no limit"),
     ("http/protobuf", "OTEL_EXPORTER_OTLP_COMPRESSION", "zstd", "none, gzip, deflate"),
     ("grpc", "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "deflate", "none, gzip"),
 ]
@@ -183,6 +185,13 @@ def test_a_grpc_endpoint_with_a_query_string_fails_configure(
             assert "?REDACTED" in message, message
         assert receiver.requests == 0
     assert "PWSECRET" not in caplog.text
+
+
+def test_a_timeout_of_a_millisecond_is_the_least_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The boundary of the refused rows above: 0.001 s configures (under it, refused)."""
+    with OtlpReceiver("http/protobuf") as receiver:
+        _point_at(receiver, monkeypatch, OTEL_EXPORTER_OTLP_TIMEOUT="0.001")
+        at.configure(CONFIG).shutdown(1.0)
 
 
 @pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
