@@ -341,6 +341,7 @@ def test_a_loop_adopted_while_its_old_watchdog_posts_to_the_closed_loop_is_watch
             _stalls.set_threshold(20.0)
             asyncio.run(first())
             asyncio.run(second())
+        assert not hold.is_set()  # the held round happened
         assert len(captured.by_name(STALL)) == 1
 
     within_tries(attempt)

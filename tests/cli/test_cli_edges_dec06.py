@@ -444,7 +444,6 @@ def test_a_descriptor_output_reaches_a_pipe(tmp_path: Path, command: str) -> Non
 
 def test_the_temporary_file_is_named_after_the_output(tmp_path: Path) -> None:
     """A file left by a killed command says whose it is; a long name still fits."""
-    from asynctrace.cli._output import Output
 
     for name in ("trace.json", "é" * 60 + "a" * 130 + ".json"):
         output = Output(str(tmp_path / name))
@@ -465,7 +464,6 @@ def test_writing_an_output_never_sets_the_umask(
 ) -> None:
     """The umask is the process's: set for a moment, a file another thread creates then
     would be world-writable. The kernel applies it (and a default ACL) as open() does."""
-    from asynctrace.cli._output import Output
 
     calls: list[int] = []
     real_umask = os.umask

@@ -11,7 +11,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from _server import handshake_status
+from _server import handshake_status, wait_for
 from aiohttp import web
 from asynctrace_contrib._http import DEFAULT_SECRET_KEYS, redact_url
 from asynctrace_contrib.aiohttp_client import client_middleware, trace_config
@@ -235,15 +235,6 @@ def test_a_request_a_middleware_makes_in_the_trace_config_window_is_traced(
     assert captured.names().count("GET") == 2
 
 
-def wait_for(captured: CapturedSpans, name: str) -> Any:
-    """The one span called *name*, once the server has ended it."""
-    deadline = time.monotonic() + 10
-    while not captured.by_name(name) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    (span,) = captured.by_name(name)
-    return span
-
-
 def test_a_refused_websocket_records_its_status(asgi_server: Any, spans: CapturedSpans) -> None:
     """A websocket refused with an HTTP response (denial extension) records that status."""
     app = FastAPI()
@@ -256,7 +247,7 @@ def test_a_refused_websocket_records_its_status(asgi_server: Any, spans: Capture
     url = asgi_server(app).replace("http://", "ws://") + "/ws"
 
     assert handshake_status(url) == 403
-    server = wait_for(spans, "WEBSOCKET /ws")
+    (server,) = wait_for(spans, "WEBSOCKET /ws")
     assert dict(server.attributes)["http.response.status_code"] == 403
     assert server.status.status_code is StatusCode.UNSET
 
@@ -302,7 +293,7 @@ def test_a_disconnect_the_app_receives_is_a_cancellation(
     """A handler that asks ``is_disconnected()`` after its client left: span cancelled."""
     started = threading.Event()
     asyncio.run(give_up(asgi_server(disconnect_app(True, started)) + "/slow", started))
-    server = wait_for(spans, "GET /slow")
+    (server,) = wait_for(spans, "GET /slow")
     assert dict(server.attributes)["asynctrace.cancelled"] is True
     assert server.status.status_code is StatusCode.UNSET
 
@@ -313,6 +304,6 @@ def test_a_plain_response_after_an_unseen_disconnect_is_recorded_as_sent(
     """Nothing received after the client left: the span records the response (documented)."""
     started = threading.Event()
     asyncio.run(give_up(asgi_server(disconnect_app(False, started)) + "/slow", started))
-    server = wait_for(spans, "GET /slow")
+    (server,) = wait_for(spans, "GET /slow")
     assert dict(server.attributes)["http.response.status_code"] == 200
     assert "asynctrace.cancelled" not in dict(server.attributes)
