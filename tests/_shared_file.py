@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 OTHER_PROCESS = textwrap.dedent(
     """
@@ -16,3 +19,13 @@ OTHER_PROCESS = textwrap.dedent(
     """
 )
 """A script (``python -c OTHER_PROCESS PATH``) that appends one line to PATH and logs."""
+
+
+def append_from_another_process(path: Path) -> subprocess.CompletedProcess[str]:
+    """Run :data:`OTHER_PROCESS` on *path* in a child; its output and status."""
+    return subprocess.run(
+        [sys.executable, "-c", OTHER_PROCESS, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )

@@ -7,14 +7,12 @@ import json
 import logging
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _shared_file import OTHER_PROCESS
+from _shared_file import append_from_another_process
 
 import asynctrace
 from asynctrace import ConfigurationError, configure, managed_span
@@ -81,12 +79,7 @@ def test_a_second_process_on_the_same_file_is_warned_once(tmp_path: Path) -> Non
     path = tmp_path / "traces-r0.jsonl"
     mine = AppendFile(path)
     try:
-        run = subprocess.run(
-            [sys.executable, "-c", OTHER_PROCESS, str(path)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        run = append_from_another_process(path)
         assert run.returncode == 0, run.stderr
         assert run.stderr.count("is being written by another process too") == 1
         assert str(path) in run.stderr
@@ -94,12 +87,7 @@ def test_a_second_process_on_the_same_file_is_warned_once(tmp_path: Path) -> Non
     finally:
         mine.close()
     # the first process gone, the file is free: no warning
-    again = subprocess.run(
-        [sys.executable, "-c", OTHER_PROCESS, str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    again = append_from_another_process(path)
     assert again.returncode == 0
     assert "another process" not in again.stderr
     assert path.read_bytes().count(b'"other"') == 2  # written all the same

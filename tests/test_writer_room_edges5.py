@@ -9,14 +9,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _shared_file import OTHER_PROCESS
+from _shared_file import append_from_another_process
 
 import asynctrace
 from asynctrace import _session_writer
@@ -209,12 +207,7 @@ def test_the_shared_file_warning_shows_an_init_worker_call_that_works(
     path = tmp_path / "traces-r0.jsonl"
     mine = AppendFile(path)
     try:
-        run = subprocess.run(
-            [sys.executable, "-c", OTHER_PROCESS, str(path)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        run = append_from_another_process(path)
     finally:
         mine.close()
     assert run.returncode == 0, run.stderr
