@@ -334,26 +334,16 @@ class _Monitor:
     def __init__(
         self, loop: asyncio.AbstractEventLoop, threshold_s: float, loop_thread: int | None = None
     ) -> None:
-        self._loop = _loop_ref(loop)
-        self.loop_id = id(loop)
-        self.loop_thread = threading.get_ident() if loop_thread is None else loop_thread
-        self.threshold = threshold_s
-        self.half = threshold_s / 2
-        self.period = min(max(threshold_s / 5, 0.001), 0.01)  # samples while blocked
         self.lock = threading.Lock()
         self.stopped = False
         self.failed = False  # the watchdog failed: this loop stays unwatched
-        self.stall: _Stall | None = None
-        self.unclaimed = 0  # samples outside the program while the heartbeat posted at
-        self.unclaimed_posted = 0.0  # this time is late, before any made its stall
+        self._arm(loop, threshold_s, loop_thread)
         self.context = contextvars.Context()  # the heartbeat runs with no span and no scope
         # Held until the monitor stops: the watchdog sleeps in a timed acquire of it,
         # which costs a wake-up less CPU than Event.wait (no Condition, no waiter
         # lock made per wait; 176-186 against 208-212 us a wake-up on the 2-core VM).
         self.wake = threading.Lock()
         self.wake.acquire()
-        self.seen = self.since = self.posted = _monotonic()  # the loop runs: it is arming us
-        self.waiting = _waiting_codes(loop)
         self.thread = threading.Thread(
             target=leaving_signals(self._watch), name="asynctrace-loop-watchdog", daemon=True
         )
@@ -372,17 +362,24 @@ class _Monitor:
         """
         del _monitors[self.loop_id]
         with self.lock:
-            self._loop = _loop_ref(loop)
-            self.loop_id = id(loop)
-            self.loop_thread = threading.get_ident()
-            self.threshold = threshold_s
-            self.half = threshold_s / 2
-            self.period = min(max(threshold_s / 5, 0.001), 0.01)
-            self.stall = None
-            self.unclaimed, self.unclaimed_posted = 0, 0.0
-            self.seen = self.since = self.posted = _monotonic()
-            self.waiting = _waiting_codes(loop)
+            self._arm(loop, threshold_s, None)
         _monitors[self.loop_id] = self
+
+    def _arm(
+        self, loop: asyncio.AbstractEventLoop, threshold_s: float, loop_thread: int | None
+    ) -> None:
+        """Watch *loop*, running in *loop_thread* (default: this one), from now on."""
+        self._loop = _loop_ref(loop)
+        self.loop_id = id(loop)
+        self.loop_thread = threading.get_ident() if loop_thread is None else loop_thread
+        self.threshold = threshold_s
+        self.half = threshold_s / 2
+        self.period = min(max(threshold_s / 5, 0.001), 0.01)  # samples while blocked
+        self.stall: _Stall | None = None
+        self.unclaimed = 0  # samples outside the program while the heartbeat posted at
+        self.unclaimed_posted = 0.0  # this time is late, before any made its stall
+        self.seen = self.since = self.posted = _monotonic()  # the loop runs: it is arming us
+        self.waiting = _waiting_codes(loop)
 
     def stop(self) -> None:
         """Stop watching; a stall in progress is recorded as it stands (truncated)."""
