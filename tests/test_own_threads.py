@@ -32,8 +32,11 @@ telemetry = at.configure({
 def masks():
     found = {}
     for thread in threading.enumerate():
-        with open(f"/proc/self/task/{thread.native_id}/status") as status:
-            blocked = next(l for l in status if l.startswith("SigBlk:")).split()[1]
+        try:
+            with open(f"/proc/self/task/{thread.native_id}/status") as status:
+                blocked = next(l for l in status if l.startswith("SigBlk:")).split()[1]
+        except FileNotFoundError:  # a thread that ended meanwhile
+            continue
         found[thread.name] = int(blocked, 16)
     return found
 

@@ -211,7 +211,9 @@ def test_a_child_forked_while_another_thread_holds_the_secrets_lock_can_redact()
             try:
                 exc = ValueError("token=abc123")
                 _exception_text.remember(exc, {"abc123"})
-                code = 0 if _exception_text.secrets_of(exc) == {"abc123"} else 2
+                # (an id the parent used for a dead exception may add its secrets: more
+                # redaction, as _exception_text says; the one remembered here must be there)
+                code = 0 if "abc123" in _exception_text.secrets_of(exc) else 2
             finally:
                 os._exit(code)
         assert exit_code(pid, 10, "the forked child, on the secrets lock") == 0
