@@ -113,6 +113,6 @@ def test_a_reconfiguration_appending_to_the_same_file_names_each_track_once(
 def test_the_commands_read_every_line_the_writers_write() -> None:
     """The command line's reader keeps its own limit (it imports no private module):
     it must be the one the writers keep to."""
-    from asynctrace.cli import _reader
+    from asynctrace.cli import _records
 
-    assert _reader._MAX_LINE == MAX_LINE_BYTES
+    assert _records._MAX_LINE == MAX_LINE_BYTES

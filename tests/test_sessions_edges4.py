@@ -14,7 +14,8 @@ import pytest
 import asynctrace as at
 from asynctrace._errors import ConfigurationError
 from asynctrace._jsonl import MAX_LINE_BYTES
-from asynctrace.cli._reader import ReadStats, iter_records
+from asynctrace.cli._read_stats import ReadStats
+from asynctrace.cli._records import iter_records
 
 
 def _configure(tmp_path: Path) -> Any:

@@ -33,16 +33,12 @@ from ._captures import (
     tid_counter,
 )
 from ._common import CliError, HelpFormatter, Progress, dumps, note
+from ._inputs import TRACE_PATTERN, expand_inputs, file_size
+from ._open_files import allow_open_files
+from ._origins import ProcessInfo
 from ._output import Output
-from ._reader import (
-    TRACE_PATTERN,
-    ProcessInfo,
-    ReadStats,
-    allow_open_files,
-    expand_inputs,
-    file_size,
-    iter_file,
-)
+from ._read_stats import ReadStats
+from ._records import iter_file
 
 __all__ = ["add_parser", "check_output", "require_regular_files", "run"]
 

@@ -29,16 +29,12 @@ from ._common import (
     positive_int,
     write_stdout,
 )
-from ._reader import (
-    TRACE_PATTERN,
-    Origins,
-    ReadStats,
-    allow_open_files,
-    expand_inputs,
-    file_size,
-    iter_file,
-    sniff_kind,
-)
+from ._inputs import TRACE_PATTERN, expand_inputs, file_size
+from ._open_files import allow_open_files
+from ._origins import Origins
+from ._read_stats import ReadStats
+from ._records import iter_file
+from ._sniff import sniff_kind
 
 __all__ = ["Collected", "add_parser", "collect", "input_notes", "run", "to_json"]
 

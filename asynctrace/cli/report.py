@@ -21,19 +21,14 @@ from typing import Any
 from ..rollup import StepRow
 from ._captures import CAPTURE_NAME, Capture, find_captures, is_capture, load_capture
 from ._common import CliError, HelpFormatter, Progress, escape_surrogates, note, write_stdout
+from ._events import real_number
 from ._html import render
+from ._inputs import SESSION_PATTERN, TRACE_PATTERN, expand_inputs, file_size
+from ._origins import Origins
 from ._output import Output
-from ._reader import (
-    SESSION_PATTERN,
-    TRACE_PATTERN,
-    Origins,
-    ReadStats,
-    expand_inputs,
-    file_size,
-    iter_file,
-    real_number,
-    sniff_kind,
-)
+from ._read_stats import ReadStats
+from ._records import iter_file
+from ._sniff import sniff_kind
 from .convert import check_output, require_regular_files
 from .goodput import Collected, add_step_options, collect, input_notes, to_json
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ._common import CliError, HelpFormatter, escape_controls, positive_int
-from ._reader import real_number
+from ._events import real_number
 
 __all__ = ["Follower", "State", "add_parser", "run"]
 

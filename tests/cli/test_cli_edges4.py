@@ -203,9 +203,9 @@ def test_bom_before_an_overlong_first_line_is_one_overlong_line(
 ) -> None:
     """With a byte order mark first, an overlong first line is still told as one (the
     limit shrunk to 1 KiB for the test): one line skipped, the next one read."""
-    from asynctrace.cli import _reader
+    from asynctrace.cli import _read_stats, _records
 
-    monkeypatch.setattr(_reader, "_MAX_LINE", 1024)
+    monkeypatch.setattr(_records, "_MAX_LINE", 1024)
     event = {"ph": "X", "ts": 1, "dur": 1, "pid": 1, "tid": 1, "args": {}}
     body = (
         json.dumps({**event, "name": "x" * 3000}).encode()
@@ -217,8 +217,8 @@ def test_bom_before_an_overlong_first_line_is_one_overlong_line(
         path = tmp_path / ("traces-r0.jsonl.gz" if gzipped else "traces-r0.jsonl")
         data = bom + body
         path.write_bytes(gzip.compress(data) if gzipped else data)
-        stats = _reader.ReadStats()
-        assert [e["name"] for e, _ in _reader.iter_file(path, stats)] == ["a"], bom
+        stats = _read_stats.ReadStats()
+        assert [e["name"] for e, _ in _records.iter_file(path, stats)] == ["a"], bom
         assert stats.malformed == 1, (bom, stats.summary())  # the overlong line, once
         assert stats.samples == [f"{path.name}:1"], (bom, stats.summary())
 

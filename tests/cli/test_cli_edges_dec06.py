@@ -17,8 +17,10 @@ from typing import Any
 
 import pytest
 
+from asynctrace.cli._origins import Origins, ProcessInfo
 from asynctrace.cli._output import Output
-from asynctrace.cli._reader import Origins, ProcessInfo, ReadStats, iter_file
+from asynctrace.cli._read_stats import ReadStats
+from asynctrace.cli._records import iter_file
 
 from ._helpers import GOLDEN, Result, one_line, write_lines
 

@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
-from asynctrace.cli._reader import ReadStats, iter_file, single_pass
+from asynctrace.cli._inputs import single_pass
+from asynctrace.cli._read_stats import ReadStats
+from asynctrace.cli._records import iter_file
 from asynctrace.rollup import Rollup
 
 from ._helpers import GOLDEN, Result, one_line, read_lines, write_lines
@@ -229,7 +231,7 @@ def test_single_pass_tells_a_pipe_from_a_file(tmp_path: Path) -> None:
     probe = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from asynctrace.cli._reader import single_pass\n"
+        "from asynctrace.cli._inputs import single_pass\n"
         "print(single_pass(Path(sys.argv[1])))\n"
     )
     shutil.copy(trace, tmp_path / "copy.jsonl")

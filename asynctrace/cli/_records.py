@@ -1,0 +1,287 @@
+"""Streaming readers for asynctrace's JSON-lines files: traces and session records.
+
+Files are read line by line, so memory does not grow with their size. A line that
+is not a JSON object (the torn last line of a killed process, say), or a trace
+event whose fields have the wrong types (a ``pid`` that is a list, a ``ts``
+that is a string), is skipped and counted. A file none of whose lines is
+usable (one torn line, say) is skipped: its lines are counted as malformed and
+the file is named in the summary; the commands refuse the input only when
+nothing at all could be read. Damaged gzip data (a CRC error, a corrupt
+deflate block) ends its file there: the lines read before the damage are kept,
+the rest of that file is skipped and the file is named in the summary. A UTF-8
+byte order mark at the start of a file is ignored. Lines ending in a comma are
+read too, which covers a Chrome JSON document written one event per line, such
+as the output of ``asynctrace convert``, and a line that is a whole
+``{"traceEvents": [...]}`` document (``json.dump``'s output) gives its events;
+any other whole-document JSON file of up to 64 MiB is loaded at once as a
+fallback. A line longer than 64 MiB is skipped and counted without being parsed
+or held whole, so memory stays bounded whatever a file holds.
+
+An input that is not a regular file (a pipe) is read once, from its start:
+:func:`iter_file` reads it line by line as it does a file, but cannot load it
+again as one JSON document.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import itertools
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from ._common import CliError, Progress, dumps, loads
+from ._documents import MAX_DOCUMENT, whole_document
+from ._events import event_ok, negative_dur, usable_events
+from ._inputs import BOM, open_input, skip_rest
+from ._read_stats import DAMAGED, SAMPLES, ReadStats, count_malformed
+
+__all__ = ["iter_file", "iter_records"]
+
+_STRUCTURAL = (b'{"traceEvents":', b"],", b"]}")
+_PROGRESS_EVERY = 0x3FFF  # lines between two progress updates
+_MAX_LINE = MAX_DOCUMENT  # bytes: a longer line is skipped (and counted), never parsed
+
+
+def iter_records(
+    paths: Sequence[Path], stats: ReadStats, progress: Progress | None = None
+) -> Iterator[tuple[int, dict[str, Any], bytes]]:
+    """Yield ``(file index, object, raw JSON bytes)`` for every JSON object line.
+
+    Raises:
+        CliError: a file cannot be read, or no line of it is a JSON object.
+    """
+    for index, path in enumerate(paths):
+        for obj, raw in iter_file(path, stats, progress):
+            yield index, obj, raw
+
+
+@dataclass
+class _Skipped:
+    """One file's lines that were skipped, by reason, and where the first few are."""
+
+    not_json: int = 0
+    not_object: int = 0
+    wrong_types: int = 0
+    negative: int = 0
+    overlong: int = 0
+    documents: int = 0  # one-line traceEvents documents none of whose items is usable
+    items: int = 0  # ...and their items (counted as malformed, as a loaded document's)
+    samples: list[str] = field(default_factory=list)
+
+    def at(self, where: str) -> None:
+        """Name *where* among the samples, if there is room."""
+        if len(self.samples) < SAMPLES:
+            self.samples.append(where)
+
+    @property
+    def lines(self) -> int:
+        """Lines skipped."""
+        return (
+            self.not_json
+            + self.not_object
+            + self.wrong_types
+            + self.negative
+            + self.overlong
+            + self.documents
+        )
+
+    def reasons(self) -> list[str]:
+        """Why, one phrase per reason: ``["1 not JSON", "2 with a negative dur"]``."""
+        items = f"{self.items} item{'s' if self.items != 1 else ''}"
+        return [
+            f"{count} {what}"
+            for count, what in (
+                (self.not_json, "not JSON"),
+                (self.not_object, "JSON but not an object"),
+                (self.wrong_types, "with event fields of the wrong type"),
+                (self.negative, "with a negative dur"),
+                (self.overlong, f"longer than {_MAX_LINE >> 20} MiB (not read)"),
+                (self.documents, f"traceEvents document of {items}, none usable"),
+            )
+            if count
+        ]
+
+
+def _rest_of_line(stream: IO[bytes], line: bytes) -> tuple[bytes, bool]:
+    """*line*, read without its newline, joined with what follows it, and whether the
+    file ended first.
+
+    A live writer may have flushed half a line: reading on gets the rest if
+    it is there by now. At the file's end the line is the last one (torn, or
+    just without a final newline), and nothing after it is read.
+    """
+    while True:
+        more = stream.readline(_MAX_LINE + 1 - len(line))
+        if not more:
+            return line, True
+        line += more
+        if line[-1] == 10 or len(line) > _MAX_LINE:
+            return line, False
+
+
+def iter_file(
+    path: Path, stats: ReadStats, progress: Progress | None = None
+) -> Iterator[tuple[dict[str, Any], bytes]]:
+    """Yield ``(object, raw JSON bytes)`` for every JSON object line of one file.
+
+    A line that is a ``{"traceEvents": [...]}`` document (with no ``ph``)
+    gives its events instead, each with its JSON bytes. A line longer than
+    64 MiB is skipped and counted, neither parsed nor held whole. A file with
+    lines but none usable is skipped: its lines are counted as malformed and
+    the file is listed in ``stats.unusable`` (the caller refuses the input when
+    nothing at all could be read). Damaged compressed data ends the file: the
+    lines before it are kept and the file is listed in ``stats.damaged`` (in
+    ``stats.unusable`` when no line came before it). A UTF-8 byte order mark
+    starting the file is ignored.
+
+    Raises:
+        CliError: the file cannot be read.
+    """
+    stats.files += 1
+    valid = lineno = pending_bytes = 0
+    skipped = _Skipped()
+    first = b""
+    cut_short = False
+    damage = ""
+    try:
+        stream = open_input(path)  # closed below, also on early exit
+    except OSError as exc:
+        raise CliError(f"{path}: {exc.strerror or exc}") from None
+    try:
+        lines = iter(functools.partial(stream.readline, _MAX_LINE + 1), b"")
+        head = stream.readline(len(BOM))
+        if head == BOM:  # an editor's byte order mark: not part of the JSON
+            head = stream.readline(_MAX_LINE + 1)  # the line after it, as any other
+            pending_bytes = len(BOM)
+        elif head and head[-1] != 10:
+            head += stream.readline(_MAX_LINE + 1 - len(head))
+        at_end = False  # the last line had no newline: the file's end as first reached
+        for line in itertools.chain((head,), lines) if head else lines:
+            if at_end:  # the file grew after its end was reached (a live run): not read
+                break
+            if line[-1] != 10 and len(line) <= _MAX_LINE:  # the writer's frontier, or the end
+                line, at_end = _rest_of_line(stream, line)
+            lineno += 1
+            size = len(line)
+            pending_bytes += size
+            if not lineno & _PROGRESS_EVERY and progress is not None:
+                progress.advance(pending_bytes)
+                pending_bytes = 0
+            if size > _MAX_LINE and line[-1] != 10:  # the start of an overlong line
+                pending_bytes += skip_rest(stream)
+                if not first:
+                    first = line[:64].lstrip()[:1]
+                skipped.overlong += 1
+                skipped.at(f"{path.name}:{lineno}")
+                continue
+            raw = line.strip()
+            if not raw:
+                continue
+            if not first:
+                first = raw[:1]
+            if raw[-1] == 44:  # ",": one event per line of a JSON document
+                raw = raw[:-1].rstrip()
+            try:
+                obj = loads(raw)
+            except ValueError:
+                if raw in (b"[", b"]") or raw.startswith(_STRUCTURAL):
+                    continue
+                skipped.not_json += 1
+                skipped.at(f"{path.name}:{lineno}")
+                continue
+            if obj.__class__ is not dict:
+                skipped.not_object += 1
+                skipped.at(f"{path.name}:{lineno}")
+                continue
+            if "ph" in obj:
+                if not event_ok(obj):
+                    if negative_dur(obj):
+                        skipped.negative += 1
+                    else:
+                        skipped.wrong_types += 1
+                    skipped.at(f"{path.name}:{lineno}")
+                    continue
+            elif obj.get("traceEvents").__class__ is list:  # a whole document on one line
+                kept, left_out = usable_events(obj["traceEvents"])
+                del obj
+                if left_out:
+                    skipped.items += left_out
+                    skipped.at(f"{path.name}:{lineno} ({left_out} unusable events)")
+                    if not kept:
+                        skipped.documents += 1
+                valid += len(kept)
+                for event in kept:
+                    yield event, dumps(event)
+                continue
+            valid += 1
+            yield obj, raw
+    except EOFError:  # a gzip stream cut short (a killed writer): keep what was read
+        cut_short = True
+        skipped.at(f"{path.name}:{lineno + 1} (compressed data cut short)")
+    except (zlib.error, gzip.BadGzipFile) as exc:  # nothing after the damage can be trusted
+        where = f"after line {lineno}" if lineno else "before its first line"
+        damage = f"{where} ({exc})"
+    except OSError as exc:
+        raise CliError(f"{path}: {exc.strerror or exc}") from None
+    finally:
+        stream.close()
+        if progress is not None:
+            progress.advance(pending_bytes)
+    # Malformed: the lines skipped (an unusable document's items rather than its line).
+    bad = skipped.lines - skipped.documents + skipped.items + int(cut_short)
+    if valid:
+        stats.records += valid
+        count_malformed(stats, bad, skipped.samples)
+        if damage:
+            stats.damaged.append((path, damage))
+        return
+    if damage:  # nothing usable before the damage: the file is not read at all
+        count_malformed(stats, bad, skipped.samples)
+        stats.unusable.append((path, f"{DAMAGED} {damage}"))
+        return
+    if not first and not cut_short:
+        stats.empty.append(path.name)
+        return
+    yield from _fallback(path, stats, skipped, first, bad, cut_short)
+
+
+def _fallback(
+    path: Path, stats: ReadStats, skipped: _Skipped, first: bytes, bad: int, cut_short: bool
+) -> Iterator[tuple[dict[str, Any], bytes]]:
+    """A file with no usable line: read as one JSON document, else counted as unusable."""
+    document = whole_document(path) if first in (b"{", b"[") else None
+    if isinstance(document, tuple):
+        kept, left_out = document
+        if left_out:
+            count_malformed(stats, left_out, [f"{path.name}: {left_out} unusable events"])
+        if kept:
+            for obj in kept:
+                stats.records += 1
+                yield obj, dumps(obj)
+        elif left_out:
+            plural = "s" if left_out != 1 else ""
+            stats.unusable.append(
+                (path, f"a JSON document of {left_out} item{plural}, none usable")
+            )
+        else:
+            stats.empty.append(path.name)  # an empty document: ``[]``, ``{"traceEvents": []}``
+        return
+    if not bad:  # structural lines only (``[`` and ``]``): an empty document
+        stats.empty.append(path.name)
+        return
+    count_malformed(stats, bad, skipped.samples)
+    why = skipped.reasons()
+    if isinstance(document, str):
+        why.append(document)
+    lines = skipped.lines
+    if not lines:
+        stats.unusable.append((path, "compressed data cut short before its first line"))
+        return
+    if cut_short:
+        why.append("then compressed data cut short")
+    plural = "s" if lines != 1 else ""
+    stats.unusable.append((path, f"{lines} line{plural}, none usable: {', '.join(why)}"))
