@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from _lens_state import forget_setup, forget_warnings
 from asynctrace_contrib import nemo_lens
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -19,9 +20,8 @@ LOGGER = "asynctrace_contrib.nemo_lens"
 @pytest.fixture(autouse=True)
 def fresh_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A process that never called setup_telemetry, warned about nothing, with no NEMO_LENS_*."""
-    monkeypatch.setattr(nemo_lens, "_initialized", False)
-    monkeypatch.setattr(nemo_lens, "_started", None)
-    monkeypatch.setattr(nemo_lens, "_warned", set(), raising=False)
+    forget_setup(monkeypatch)
+    forget_warnings(monkeypatch)
     for name in list(os.environ):
         if name.startswith(("NEMO_LENS_", "MEGATRON_OTEL_")):
             monkeypatch.delenv(name)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _lens_state import forget_setup, forget_unknown_bucket_told
 from asynctrace_contrib import nemo_lens
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -38,8 +39,7 @@ PROTOCOL_VARIABLES = (
 @pytest.fixture(autouse=True)
 def fresh_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Each test starts as a process that never called setup_telemetry."""
-    monkeypatch.setattr(nemo_lens, "_initialized", False)
-    monkeypatch.setattr(nemo_lens, "_started", None)
+    forget_setup(monkeypatch)
     for name in list(os.environ):
         if name.startswith("NEMO_LENS_") or name == "ASYNCTRACE_PROPAGATE_SCOPES":
             monkeypatch.delenv(name)
@@ -179,7 +179,7 @@ def test_an_unknown_rl_bucket_is_told_once_and_the_span_recorded(
     recorded with its group's bucket, the value left out, told once; never a raise."""
     exporter = InMemorySpanExporter()
     handle = start(exporter)
-    nemo_lens._unknown_bucket_told.clear()
+    forget_unknown_bucket_told()
     with caplog.at_level(logging.WARNING):
         for _ in range(3):
             with nemo_lens.managed_span("reward", "rl.x", **bucket("compute")):

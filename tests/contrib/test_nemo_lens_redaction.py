@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from _lens_state import forget_setup
 from asynctrace_contrib import nemo_lens
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -108,8 +109,7 @@ def test_caller_redact_keys_set_or_list_and_case_insensitive() -> None:
 @pytest.fixture
 def fresh_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A process that never called setup_telemetry."""
-    monkeypatch.setattr(nemo_lens, "_initialized", False)
-    monkeypatch.setattr(nemo_lens, "_started", None)
+    forget_setup(monkeypatch)
     yield
     at.shutdown()
 

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import ClassVar
 
 import pytest
+from _lens_state import forget_setup
 from asynctrace_contrib import nemo_lens
 from opentelemetry import baggage, trace
 from opentelemetry import context as otel_context
@@ -28,8 +29,7 @@ LENS_VARIABLES = (
 @pytest.fixture(autouse=True)
 def fresh_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Each test starts as a process that never called setup_telemetry, with no NEMO_LENS_*."""
-    monkeypatch.setattr(nemo_lens, "_initialized", False)
-    monkeypatch.setattr(nemo_lens, "_started", None)
+    forget_setup(monkeypatch)
     for name in LENS_VARIABLES:
         monkeypatch.delenv(f"NEMO_LENS_{name}", raising=False)
     yield
