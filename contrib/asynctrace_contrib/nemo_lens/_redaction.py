@@ -83,7 +83,9 @@ def _clean(
     A value under a listed key, or under one of asynctrace's credential names
     (:func:`asynctrace.is_credential_key`), is recorded as ``"[REDACTED]"``
     whatever its type: a batch of prompts or a numeric secret is as secret as
-    one string. Other strings go through :func:`asynctrace.redact_text`.
+    one string. Another string holding a URL, or a ``Bearer``/``Basic`` value,
+    goes through :func:`asynctrace.redact_text` (:func:`_scrubbed_text`); any
+    other text is recorded as it is.
     """
     out: dict[str, Any] = {}
     for key, value in attributes.items():
@@ -109,7 +111,9 @@ def safe_set_span_attributes(
     nor a list or tuple of scalars. A non-``None`` value under a key listed
     in *redact_keys* (:data:`DEFAULT_REDACT_KEYS`'s rule) or under one of
     asynctrace's credential names is set as the string ``"[REDACTED]"``,
-    whatever its type; other strings go through :func:`asynctrace.redact_text`.
+    whatever its type. Another string holding a URL, or a ``Bearer``/``Basic``
+    value, goes through :func:`asynctrace.redact_text`; any other text (a
+    ``"password=..."`` note under an ordinary key included) is recorded as it is.
 
     Example:
         >>> safe_set_span_attributes(trace.INVALID_SPAN, {"n": 1, "skip": None})
