@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from ._profiling import ProfilerSettings
     from ._settings import Settings
     from .export._pipeline import Pipeline
-    from .export._queue import ExportStats
+    from .export._stats import ExportStats
 
 __all__ = [
     "Telemetry",
@@ -552,7 +552,8 @@ def _summarize(pipeline: Pipeline) -> None:
     import dataclasses
 
     from ._fast import FastTracerProvider
-    from .export._queue import QueuedSpanProcessor, summarize
+    from .export._queue import QueuedSpanProcessor
+    from .export._stats import summarize
 
     stats = pipeline.stats()  # first: the in-flight spans read below are among its dropped
     queues = list(pipeline.queued)

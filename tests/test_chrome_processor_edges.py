@@ -16,7 +16,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from asynctrace import ConfigurationError
 from asynctrace._fast._provider import MAX_OPEN_SPANS
 from asynctrace.export import ChromeTraceProcessor, read_chrome_trace
-from asynctrace.export._queue import ExporterSink, QueuedSpanProcessor
+from asynctrace.export._queue import QueuedSpanProcessor
+from asynctrace.export._sinks import ExporterSink
 
 GOOD = b'{"ph":"X","name":"ok","ts":1,"dur":2,"pid":1,"tid":1}\n'
 

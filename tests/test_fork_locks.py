@@ -33,7 +33,7 @@ NEEDS_NOTHING: dict[tuple[str, str], str] = {
     ("asynctrace/_sigterm.py", "_claim"): (
         "a one-shot claim, never released; in a child the handler only hands the signal on"
     ),
-    ("asynctrace/export/_queue.py", "done"): (
+    ("asynctrace/export/_sync.py", "done"): (
         "a flush marker's event: the child's processor is inert and queues no marker"
     ),
     ("asynctrace/_stalls.py", "wake"): (

@@ -580,7 +580,8 @@ def test_a_starved_worker_is_offered_the_lock_at_every_span(tmp_path: Path, queu
     """
     from opentelemetry.sdk.trace import TracerProvider
 
-    from asynctrace.export._queue import ExporterSink, QueuedSpanProcessor
+    from asynctrace.export._queue import QueuedSpanProcessor
+    from asynctrace.export._sinks import ExporterSink
     from asynctrace.export.chrome import ChromeTraceProcessor
 
     blocking = _Blocking()

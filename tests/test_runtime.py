@@ -1536,7 +1536,7 @@ def test_a_batch_counts_its_spans_not_its_notices(tmp_path: Path) -> None:
     """The worker counts a batch's spans in flight in one C pass when it holds none of
     the queue's notices (flush markers, chrome track notices), item by item otherwise."""
     from asynctrace.export._chrome_writer import NewTrack
-    from asynctrace.export._queue import _Marker
+    from asynctrace.export._sync import _Marker
     from asynctrace.export.chrome import ChromeTraceProcessor
 
     processor = ChromeTraceProcessor(tmp_path / "t.jsonl")

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._queue import ExporterSink, ExportStats, QueuedSpanProcessor
+from ._queue import QueuedSpanProcessor
+from ._sinks import ExporterSink
+from ._stats import ExportStats
 
 if TYPE_CHECKING:
     from .chrome import ChromeTrace, ChromeTraceProcessor, read_chrome_trace

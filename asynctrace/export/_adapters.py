@@ -35,8 +35,11 @@ from .._exception_text import redact_exception_text, secrets_of
 from .._fast import FastSpan, FastTracerProvider, SpanLimits
 from .._fast._span import exception_attributes, good_keys
 from .._forksafe import reinit_at_fork
+from ._checks import unique_name
 from ._convert import Converter, uncut_stamps
-from ._queue import ExporterSink, ExportStats, QueuedSpanProcessor, unique_name
+from ._queue import QueuedSpanProcessor
+from ._sinks import ExporterSink
+from ._stats import ExportStats
 
 __all__ = [
     "ConvertingSink",

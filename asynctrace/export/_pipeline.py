@@ -37,12 +37,15 @@ from .._semconv import TRUNCATED
 from .._settings import Settings
 from .._state import INSTRUMENTATION_NAME
 from ._adapters import ConvertingSink, LazyMemoryExporter, set_processor_limits
+from ._checks import unique_name
 from ._convert import Converter
 from ._open_spans import OpenSpanTracker
 from ._otlp import otlp_exporter, sends_encoded
 from ._otlp_wire import WireEncoder
-from ._queue import ExporterSink, ExportStats, QueuedSpanProcessor, unique_name
+from ._queue import QueuedSpanProcessor
 from ._retry import RetryingSpanProcessor
+from ._sinks import ExporterSink
+from ._stats import ExportStats
 
 __all__ = ["Pipeline", "Plan", "build", "prepare"]
 

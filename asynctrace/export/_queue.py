@@ -9,343 +9,43 @@ exporter that raises (anything, ``SystemExit`` included) or returns
 restarted by the next flush and reported. Every span is accounted for:
 exported, failed, dropped, queued or in flight, and ``flush``/``shutdown``
 report a loss since the previous one by returning ``False``.
+
+What it hands batches to is a :class:`~._sinks.Sink`; its counters are an
+:class:`~._stats.ExportStats`; the primitives its threads signal each other
+with are in :mod:`._sync`, the checks of its limits in :mod:`._checks`.
 """
 
 from __future__ import annotations
 
 import logging
 import operator
-import queue as _queue_module
 import threading
 import time
 from collections import deque
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass
-from itertools import repeat
-from typing import Any, Protocol
+from typing import Any
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
-from .._config_checks import MAX_WAIT_S, MIN_SCHEDULE_DELAY_MS, is_finite
-from .._errors import ConfigurationError, report_internal_error
+from .._errors import report_internal_error
 from .._forksafe import call_in_child, reinit_at_fork
 from .._handoff import Handoff
 from .._own_threads import leaving_signals
+from ._checks import check_count, check_delay_millis
+from ._sinks import Sink
+from ._stats import ExportStats
+from ._sync import Done, Moves, Wakeup, _Marker, take
 
-__all__ = [
-    "Done",
-    "ExportStats",
-    "ExporterSink",
-    "QueuedSpanProcessor",
-    "Sink",
-    "Wakeup",
-    "check_count",
-    "unique_name",
-]
+__all__ = ["QueuedSpanProcessor"]
 
 logger = logging.getLogger("asynctrace")
 
 _MAX_WAIT_S = threading.TIMEOUT_MAX / 2  # a longer wait raises OverflowError
 
-
-def unique_name(base: str, taken: Collection[object]) -> str:
-    """*base*, or ``base-2``, ``base-3`` ... when taken: a queue's name, its key in
-    ``Telemetry.stats()`` (two exporters or processors of one class keep counters apart)."""
-    name, number = base, 1
-    while name in taken:
-        number += 1
-        name = f"{base}-{number}"
-    return name
-
-
-def check_count(name: str, value: object, minimum: int) -> int:
-    """*value* if it is an int (not a bool) ``>= minimum``.
-
-    Raises:
-        ConfigurationError: naming the argument, the value and what is accepted.
-
-    Example:
-        >>> check_count("max_queue_size", 10, 1)
-        10
-    """
-    if value.__class__ is bool or not isinstance(value, int) or value < minimum:
-        raise ConfigurationError(
-            f"{name}: {value!r} is not accepted; accepted: an integer >= {minimum}"
-        )
-    return value
-
-
-def check_delay_millis(name: str, value: object) -> float:
-    """*value* as milliseconds, in the range the ``schedule_delay_millis`` key takes.
-
-    Raises:
-        ConfigurationError: naming the argument, the value and what is accepted.
-    """
-    most = MAX_WAIT_S * 1000.0
-    if (
-        isinstance(value, (int, float))
-        and is_finite(value)
-        and MIN_SCHEDULE_DELAY_MS <= value <= most
-    ):
-        return float(value)
-    raise ConfigurationError(
-        f"{name}: {value!r} is not accepted; accepted: a finite number of milliseconds "
-        f">= {MIN_SCHEDULE_DELAY_MS:g} (a shorter delay keeps an idle export thread "
-        f"polling) and <= {most:.6g}"
-    )
-
-
-class Sink(Protocol):
-    """What the worker thread hands batches to.
-
-    A sink that sets ``any_batch_size = True`` (it writes what it is
-    given, in one piece or many) is handed two batches at once while the
-    queue holds two or more, so its thread catches up (see
-    :class:`QueuedSpanProcessor`).
-    """
-
-    def export(self, batch: list[Any]) -> tuple[int, int]:
-        """Export *batch*; return ``(spans exported, spans failed)``."""
-
-    def flush(self) -> bool | None:
-        """Make everything exported so far durable (called on the worker thread).
-
-        ``False``: it could not (the flush that asked returns ``False``).
-        """
-
-    def shutdown(self) -> None:
-        """Release resources (called once, on the worker thread)."""
-
-
-class ExporterSink:
-    """Adapts an OpenTelemetry ``SpanExporter`` to :class:`Sink`.
-
-    Example:
-        >>> from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
-        ...     InMemorySpanExporter)
-        >>> ExporterSink(InMemorySpanExporter()).export([])
-        (0, 0)
-    """
-
-    def __init__(self, exporter: Any) -> None:
-        self.exporter = exporter
-
-    def export(self, batch: list[Any]) -> tuple[int, int]:
-        """Hand *batch* to the exporter; ``(exported, failed)``: all or none.
-
-        Counted before the call: an exporter may empty the list it is given.
-        """
-        count = len(batch)
-        result = self.exporter.export(batch)
-        if getattr(result, "name", "SUCCESS") == "FAILURE":  # SpanExportResult.FAILURE
-            return 0, count
-        return count, 0
-
-    def flush(self) -> bool:
-        """Call the exporter's ``force_flush`` when it has one; ``False`` if it says so."""
-        force_flush = getattr(self.exporter, "force_flush", None)
-        if callable(force_flush):
-            return force_flush() is not False
-        return True
-
-    def shutdown(self) -> None:
-        """Shut the exporter down."""
-        self.exporter.shutdown()
-
-
-@dataclass(frozen=True)
-class ExportStats:
-    """Counters of one exporter's queue.
-
-    Attributes:
-        name: the exporter (``"chrome"``, ``"otlp"``, or a class name).
-        exported: spans handed to the exporter without error.
-        dropped: spans never handed to it (queue full, or ended after shutdown).
-        failed: spans the exporter raised on or reported ``FAILURE`` for, or
-            that could not be written (a full disk).
-        queued: spans waiting right now.
-        in_flight: spans handed to the exporter that it has not returned from
-            yet (a stuck exporter holds them). Abandoned at shutdown, these and
-            the queued ones are counted as dropped, not here; in-flight spans
-            whose stuck export returns after all move to exported or failed.
-        lost: spans written to a file that was then deleted or replaced (the
-            chrome exporter opens it again at its next write).
-        retried: spans sent again after a failed attempt (OTLP; a span sent
-            three times counts twice).
-        buffered: spans held for retry right now, after a failed attempt (OTLP).
-        shortened: spans written with their largest values cut, since their line
-            would have been longer than the readers read (chrome; 64 MiB).
-
-    Example:
-        >>> ExportStats("chrome", exported=10, dropped=0, failed=0, queued=2).dropped
-        0
-    """
-
-    name: str
-    exported: int
-    dropped: int
-    failed: int
-    queued: int
-    in_flight: int = 0
-    lost: int = 0
-    retried: int = 0
-    buffered: int = 0
-    shortened: int = 0
-
-
-class Wakeup:
-    """Wakes the worker thread: ``threading.Event``'s methods, and no lock taken to set it.
-
-    A Python signal handler runs on the main thread between two bytecodes of
-    whatever it interrupted; an ``Event`` interrupted inside ``set()`` holds
-    its lock, and a handler that sets it again (a flush on a preemption
-    warning) would wait for that lock forever. :meth:`set` puts a token in a
-    ``queue.SimpleQueue`` instead, whose ``put`` may be called re-entrantly.
-    The worker may wake with no span queued (a token left by a set that raced
-    a clear): it finds nothing and waits again.
-
-    Example:
-        >>> wake = Wakeup()
-        >>> wake.set(); wake.wait(0.0)
-        True
-        >>> wake.clear(); wake.wait(0.0)
-        False
-    """
-
-    __slots__ = ("_flag", "_tokens")
-
-    def __init__(self) -> None:
-        self._flag = False
-        self._tokens: _queue_module.SimpleQueue[None] = _queue_module.SimpleQueue()
-
-    def is_set(self) -> bool:
-        """Whether it was set since the last :meth:`clear`."""
-        return self._flag
-
-    def set(self) -> None:
-        """Wake the waiting thread (from any thread or signal handler)."""
-        if not self._flag:
-            self._flag = True
-            self._tokens.put(None)
-
-    def clear(self) -> None:
-        """Forget the wake-ups so far (the waiting thread, before it looks for work)."""
-        self._flag = False
-        tokens = self._tokens
-        while not tokens.empty():
-            try:
-                tokens.get_nowait()
-            except _queue_module.Empty:  # pragma: no cover - only the worker takes tokens
-                break
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Wait until set, at most *timeout* seconds; whether it was set."""
-        if self._flag:
-            return True
-        try:
-            self._tokens.get(timeout=timeout)
-        except _queue_module.Empty:
-            return self._flag
-        return True
-
-
-class Done:
-    """A flush marker's completion: ``wait`` and ``set`` as on a ``threading.Event``.
-
-    Each :meth:`wait` waits on a lock of its own, made for that call: a flush
-    called from a signal handler, while the code it interrupted waits for the
-    same marker (or is inside ``set``), shares no lock with it.
-
-    Example:
-        >>> done = Done()
-        >>> done.wait(0.0)
-        False
-        >>> done.set(); done.wait(0.0), done.is_set()
-        (True, True)
-    """
-
-    __slots__ = ("_flag", "_waiters")
-
-    def __init__(self) -> None:
-        self._flag = False
-        self._waiters: list[threading.Lock] = []
-
-    def is_set(self) -> bool:
-        """Whether the marker was honoured."""
-        return self._flag
-
-    def set(self) -> None:
-        """The marker was honoured: release every waiter (the worker calls this once)."""
-        self._flag = True  # before the waiters are read: one added after sees it
-        waiters = self._waiters
-        while waiters:
-            try:
-                waiters.pop().release()
-            except (IndexError, RuntimeError):  # pragma: no cover - taken by a timed-out waiter
-                pass
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Wait until the marker is honoured, at most *timeout* seconds; whether it was."""
-        if self._flag:
-            return True
-        done = threading.Lock()
-        done.acquire()
-        waiters = self._waiters
-        waiters.append(done)
-        if self.is_set():  # set before this waiter was added: it may never be released
-            return True
-        if done.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
-            return True
-        try:
-            waiters.remove(done)  # timed out: against a stuck exporter, waiters do not pile up
-        except ValueError:  # released just now
-            pass
-        return self._flag
-
-
-class _Marker:
-    """A flush request travelling through the queue behind the spans before it."""
-
-    __slots__ = ("done",)
-
-    def __init__(self) -> None:
-        self.done = Done()
-
-
 _CONTROL: tuple[type, ...] = (_Marker,)
-_popleft = deque.popleft
-
-
-def take(queue: deque[Any], count: int) -> list[Any]:
-    """The first *count* items of *queue* (it holds that many), taken in one C loop."""
-    return list(map(_popleft, repeat(queue, count)))
-
 
 _READ_TRIES = 50  # stats(): consistent reads attempted, the later ones after a short wait
 _READ_WAIT_S = 0.0001
-
-
-class Moves:
-    """A count that is odd while the worker moves spans from one counter to another.
-
-    The worker thread wraps each move (queue to in flight, in flight to
-    exported) in ``with moves:``; a reader on another thread reads the
-    counters between two equal even values of :attr:`value`, so a batch is
-    never missed or counted twice (a seqlock: the worker never waits for a
-    reader). Moves do not nest.
-    """
-
-    __slots__ = ("value",)
-
-    def __init__(self) -> None:
-        self.value = 0
-
-    def __enter__(self) -> None:
-        self.value += 1
-
-    def __exit__(self, *exc: object) -> None:
-        self.value += 1
 
 
 class QueuedSpanProcessor(SpanProcessor):
@@ -372,6 +72,7 @@ class QueuedSpanProcessor(SpanProcessor):
 
     Example:
         >>> from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+        >>> from asynctrace.export import ExporterSink
         >>> processor = QueuedSpanProcessor(ExporterSink(ConsoleSpanExporter()), name="console")
         >>> processor.shutdown_within(1.0)
         True
@@ -828,16 +529,3 @@ class QueuedSpanProcessor(SpanProcessor):
         self._in_flight = 0
         self._moves = Moves()  # a fork in the middle of a move leaves it odd
         self._stopped = True
-
-
-def summarize(stats: Sequence[ExportStats]) -> None:
-    """Log one line per exporter that dropped or failed spans."""
-    for item in stats:
-        if item.dropped or item.failed:
-            logger.warning(
-                "asynctrace: exporter %r dropped %d spans and failed to export %d (%d exported)",
-                item.name,
-                item.dropped,
-                item.failed,
-                item.exported,
-            )

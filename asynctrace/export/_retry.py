@@ -46,7 +46,10 @@ from .._forksafe import reinit_at_fork
 from .._redact import redact_text
 from ._otlp import configured_header_secrets
 from ._otlp_wire import EncodedSpan
-from ._queue import ExporterSink, ExportStats, QueuedSpanProcessor, _Marker
+from ._queue import QueuedSpanProcessor
+from ._sinks import ExporterSink
+from ._stats import ExportStats
+from ._sync import _Marker
 
 __all__ = ["RetryingSpanProcessor", "estimate_bytes"]
 
@@ -154,7 +157,7 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
 
     Args:
         exporter: an SDK ``SpanExporter`` (OpenTelemetry's OTLP exporter).
-        name: shown in logs, thread names and :class:`~._queue.ExportStats`.
+        name: shown in logs, thread names and :class:`~._stats.ExportStats`.
         convert: turns a queued span into what *exporter* takes (a fast
             provider's span into its OTLP bytes, an ``EncodedSpan``, or into a
             ``ReadableSpan``); ``None``: as they are.

@@ -39,13 +39,14 @@ from .._backend import trio_task
 from .._errors import ConfigurationError, report_internal_error
 from .._fast._provider import MAX_OPEN_SPANS, current_task_of, forget_open_spans
 from .._jsonl import MAX_LINE_BYTES
+from ._checks import check_count, check_delay_millis
 from ._chrome_writer import (
     ChromeWriter,
     NewTrack,
     context_span_id,
     span_fields,
 )
-from ._queue import _CONTROL, QueuedSpanProcessor, check_count, check_delay_millis
+from ._queue import _CONTROL, QueuedSpanProcessor
 
 __all__ = ["ChromeTrace", "ChromeTraceProcessor", "read_chrome_trace"]
 

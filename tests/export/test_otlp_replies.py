@@ -37,8 +37,10 @@ from asynctrace.export._convert import Converter
 from asynctrace.export._otlp import otlp_exporter
 from asynctrace.export._otlp_http import HttpSpanExporter
 from asynctrace.export._otlp_wire import WireEncoder, request_bytes
-from asynctrace.export._queue import ExporterSink, QueuedSpanProcessor, _Marker
+from asynctrace.export._queue import QueuedSpanProcessor
 from asynctrace.export._retry import RetryingSpanProcessor, estimate_bytes
+from asynctrace.export._sinks import ExporterSink
+from asynctrace.export._sync import _Marker
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 from _otlp_receiver import OtlpReceiver
