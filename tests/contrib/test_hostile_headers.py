@@ -113,7 +113,7 @@ def test_fuzz_raw_headers_never_change_the_response(trust_incoming: bool, groups
 def test_trace_headers_are_read_whatever_their_case_or_buffer_type() -> None:
     """Lower-case bytes (what servers give), capitals, bytearray and memoryview names
     and values: each trace header is read, repeated ones combined in order."""
-    from asynctrace_contrib.fastapi import _headers as read
+    from asynctrace_contrib.fastapi._request import _headers as read
 
     parent = f"00-{TRACE}-00f067aa0ba902b7-01"
     headers: list[tuple[Any, Any]] = [
