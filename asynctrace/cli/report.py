@@ -26,10 +26,10 @@ from ._html import render
 from ._inputs import SESSION_PATTERN, TRACE_PATTERN, expand_inputs, file_size
 from ._origins import Origins
 from ._output import Output
+from ._path_checks import check_output, require_regular_files
 from ._read_stats import ReadStats
 from ._records import iter_file
 from ._sniff import sniff_kind
-from .convert import check_output, require_regular_files
 from .goodput import Collected, add_step_options, collect, input_notes, to_json
 
 __all__ = [

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from asynctrace.cli.watch import Follower, State, _poll
+from asynctrace.cli._follower import Follower
+from asynctrace.cli._watch_state import State
+from asynctrace.cli.watch import _poll
 
 from ._helpers import Result
 

@@ -15,7 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from asynctrace.cli.watch import Follower, State, _poll, render
+from asynctrace.cli._follower import Follower
+from asynctrace.cli._watch_state import State
+from asynctrace.cli._watch_view import render
+from asynctrace.cli.watch import _poll
 
 pytest.importorskip("rich")
 
