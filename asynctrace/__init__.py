@@ -15,10 +15,13 @@ Example:
 from __future__ import annotations
 
 from ._baggage_out import merge_baggage
+from ._bind_context import bind_context
 from ._carrier_calls import accepts_trace_context, dispatch_with_trace_context
 from ._carrier_stats import carrier_stats
 from ._carriers import current_trace_carrier, span_carrier
 from ._config import TelemetryConfig
+from ._context_executor import ContextExecutor, context_executor
+from ._context_thread import ContextThread
 from ._credential_names import is_credential_header, is_credential_key
 from ._decorators import trace_fn, umbrella_trace_fn
 from ._efficiency import (
@@ -42,6 +45,7 @@ from ._groups import (
     resolve_span_groups,
 )
 from ._managed_span import managed_span
+from ._phases import register_phase, registered_phases
 from ._pump import dispatch_scope, wait_until
 from ._redact import redact_text
 from ._remote_context import remote_trace_context
@@ -64,20 +68,11 @@ from ._scopes import (
 )
 from ._secret_words import register_secret_words
 from ._session_config import SessionTracerConfig
-from ._sessions import (
-    atrace_session_phase,
-    current_session_id,
-    current_task_id,
-    increment_counter,
-    register_phase,
-    registered_phases,
-    session_context,
-    session_scope,
-    task_scope,
-    trace_session,
-    trace_session_event,
-    trace_session_phase,
-)
+from ._session_counters import increment_counter
+from ._session_decorators import session_context, trace_session
+from ._session_events import trace_session_event
+from ._session_phase import atrace_session_phase, trace_session_phase
+from ._sessions import current_session_id, current_task_id, session_scope, task_scope
 from ._span_errors import record_error
 from ._spans import detached_span, end_span, instant, start_span, umbrella_span
 from ._state import (
@@ -89,7 +84,7 @@ from ._state import (
     is_telemetry_enabled,
     set_span_groups,
 )
-from ._threads import ContextExecutor, ContextThread, bind_context, context_executor, to_thread
+from ._threads import to_thread
 
 __version__ = "0.1.0"
 

@@ -1,6 +1,6 @@
 """Which frames of a blocked loop thread are the program's, and the blocked task's context.
 
-Read by the loop-stall watchdog (:mod:`asynctrace._stalls`) from its own
+Read by the loop-stall watchdog (:mod:`asynctrace._stall_watchdog`) from its own
 thread while the loop thread is blocked.
 """
 

@@ -140,7 +140,7 @@ PASS_THROUGH: dict[tuple[str, str], str] = {
     ("aiohttp_client.py", "_make_middleware.<locals>.asynctrace_middleware"): "handler(",
     ("fastapi.py", "AsyncTraceMiddleware.__call__"): "self.app(",  # the Gym's thread here
     ("_pump.py", "wait_until.<locals>.check"): "ready(",
-    ("_threads.py", "bind_context.<locals>.bound"): ".run(fn",
+    ("_bind_context.py", "bind_context.<locals>.bound"): ".run(fn",
     ("aiohttp_client.py", "_run_hook"): "hook(",
     ("<asynctrace wrapper", ""): "_at_fn(",
 }

@@ -36,7 +36,7 @@ NEEDS_NOTHING: dict[tuple[str, str], str] = {
     ("asynctrace/export/_sync.py", "done"): (
         "a flush marker's event: the child's processor is inert and queues no marker"
     ),
-    ("asynctrace/_stalls.py", "wake"): (
+    ("asynctrace/_stall_watchdog.py", "wake"): (
         "held from the start on purpose: the loop's heartbeat releases it to wake its "
         "watchdog; the child's fork hook stops every monitor, and releasing wakes no one"
     ),

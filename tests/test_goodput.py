@@ -17,7 +17,8 @@ from _goodput_trace import plan, record
 
 import asynctrace as at
 from asynctrace._rollup import Rollup
-from asynctrace.cli.goodput import collect, to_json
+from asynctrace.cli._collect import collect
+from asynctrace.cli._goodput_document import to_json
 
 KEYS = [
     "name",

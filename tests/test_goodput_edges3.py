@@ -15,7 +15,8 @@ import pytest
 from opentelemetry import trace
 
 import asynctrace as at
-from asynctrace.cli.goodput import collect, to_json
+from asynctrace.cli._collect import collect
+from asynctrace.cli._goodput_document import to_json
 from asynctrace.rollup import Rollup
 
 MS = 1_000_000

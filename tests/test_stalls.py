@@ -24,7 +24,7 @@ from _forks import exit_code
 from _stall_helpers import no_watchdog_left, no_watchdog_now, watchdogs, within_tries  # noqa: F401 (autouse)
 
 import asynctrace as at
-from asynctrace import _errors, _stalls
+from asynctrace import _errors, _stall_samples, _stalls
 from asynctrace._config import TelemetryConfig
 from asynctrace.testing import capture_spans
 
@@ -814,14 +814,14 @@ def test_a_first_sample_taken_as_the_heartbeat_runs_is_not_lost(
     """
     recorded: list[Any] = []
     making, go_on = threading.Event(), threading.Event()
-    init = _stalls._Stall.__init__
+    init = _stall_samples.Stall.__init__
 
     def held(self: Any, *args: Any) -> None:
         init(self, *args)
         making.set()
         go_on.wait(10)
 
-    monkeypatch.setattr(_stalls._Stall, "__init__", held)
+    monkeypatch.setattr(_stall_samples.Stall, "__init__", held)
     monkeypatch.setattr(_stalls._Monitor, "_record", lambda _, stall, now: recorded.append(stall))
     stop: list[bool] = []
 

@@ -627,7 +627,7 @@ def test_goodput_on_a_full_stdout_is_one_line(form: str) -> None:
 _LIBRARY_LIMIT = """
 import resource, sys
 from pathlib import Path
-from asynctrace.cli.goodput import collect
+from asynctrace.cli._collect import collect
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
 paths = sorted(Path(sys.argv[1]).iterdir())

@@ -268,7 +268,7 @@ def test_session_durations_that_are_not_seconds_are_left_out_and_counted(
 def test_histogram_of_any_finite_range() -> None:
     """The histogram bins any finite values, however far apart (their difference is no
     float), and draws nothing for no finite value."""
-    from asynctrace.cli._html import _histogram
+    from asynctrace.cli._sessions_html import _histogram
 
     svg = _histogram("queue_s", [1e308, -1e308, 0.0, -1.7e308, 1.7e308])
     assert "n=5" in svg
@@ -281,7 +281,7 @@ def test_histogram_of_any_finite_range() -> None:
 def test_duration_fields_and_phase_names_are_bounded(run: Run, tmp_path: Path) -> None:
     """A record with hundreds of ``*_s`` fields and phases makes at most 32 histograms and
     32 phase colours; what is left out is counted, on the page and in the summary."""
-    from asynctrace.cli.report import MAX_DURATION_FIELDS, MAX_PHASES
+    from asynctrace.cli._sessions import MAX_DURATION_FIELDS, MAX_PHASES
 
     fields = {f"f{i}_s": 0.1 for i in range(300)}
     phases = {f"p{i}": [{"start_ts": 1.2, "end_ts": 1.3}] for i in range(300)}
@@ -316,7 +316,7 @@ def _span(name: str, span_id: str, parent: str | None, ts: int, dur: int) -> str
 def test_waterfall_counts_every_span_it_does_not_draw(run: Run, tmp_path: Path) -> None:
     """Spans of the step's trace that start inside it but are not rows are all counted:
     past the row limit, past the collect limit, and those whose parent is not collected."""
-    from asynctrace.cli.report import MAX_WATERFALL_COLLECT, MAX_WATERFALL_ROWS
+    from asynctrace.cli._waterfall import MAX_WATERFALL_COLLECT, MAX_WATERFALL_ROWS
 
     step = f"{1:016x}"
     lines = [_span("orphan", f"{0xF0 + i:016x}", f"{0xE0:016x}", 1000 + i, 1) for i in range(3)]
