@@ -38,7 +38,9 @@ from ._config_fields import (
 from ._errors import ConfigurationError
 from ._session_config import SessionTracerConfig
 
-__all__ = ["SessionTracerConfig", "TelemetryConfig"]
+__all__ = ["SessionTracerConfig", "TelemetryConfig", "env_source"]
+
+_SOURCES = "_env_sources"  # on a config from_env made: field -> (variable, the value it set)
 
 
 @dataclass
@@ -243,6 +245,7 @@ class TelemetryConfig:
         if session is not None:
             updates["session_tracer"] = session
         config = dataclasses.replace(config, **updates)
+        _mark_sources(config, base, set(updates), {k: (v, updates[k]) for k, v in sources.items()})
         if "max_queue_size" in sources or "max_export_batch_size" in sources:
             check_batch_fits(
                 config.max_export_batch_size,
@@ -262,6 +265,39 @@ class TelemetryConfig:
             except UserWarning:  # warnings are errors here: a variable for other tools
                 logging.getLogger("asynctrace").warning("asynctrace: %s", message)
         return config
+
+
+def env_source(config: TelemetryConfig, name: str) -> str | None:
+    """The variable :meth:`TelemetryConfig.from_env` set the field *name* of *config* from,
+    while the field still holds that variable's value; else ``None`` (set in code or YAML).
+
+    Example:
+        >>> config = TelemetryConfig.from_env({"ASYNCTRACE_SAMPLE_RATE": "0.5"})
+        >>> env_source(config, "sample_rate"), env_source(config, "sampling_ratio")
+        ('ASYNCTRACE_SAMPLE_RATE', None)
+    """
+    found = getattr(config, _SOURCES, {}).get(name)
+    if found is None or getattr(config, name, None) is not found[1]:
+        return None
+    return str(found[0])
+
+
+def _mark_sources(
+    config: TelemetryConfig,
+    base: TelemetryConfig | None,
+    changed: set[str],
+    sources: dict[str, tuple[str, Any]],
+) -> None:
+    """Record on *config* which fields variables set: *sources*, and those of *base* that
+    *config* copied (*changed* are the fields the environment changed)."""
+    marked: dict[str, tuple[str, Any]] = {}
+    if base is not None:
+        for name in getattr(base, _SOURCES, {}):
+            var = env_source(base, name)
+            if var is not None and name not in changed:
+                marked[name] = (var, getattr(config, name))
+    marked.update(sources)
+    object.__setattr__(config, _SOURCES, marked)
 
 
 def _copy_of(config: TelemetryConfig) -> TelemetryConfig:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -29,6 +30,8 @@ __all__ = [
     "check_schedule_delay",
     "check_stall_threshold",
     "did_you_mean",
+    "float_text",
+    "int_text",
     "is_finite",
     "unknown_keys_message",
 ]
@@ -91,18 +94,59 @@ def check_bool(key: str, value: Any) -> bool:
     )
 
 
+# The one rule for a number written as text (a variable, a YAML string): ASCII digits, an
+# optional sign, and for a float a decimal point and an exponent. Not "1_000" or digits of
+# other scripts (which int() and float() take), nor "nan" or "inf"; surrounding whitespace
+# is allowed.
+_INT_TEXT = re.compile(r"[+-]?[0-9]+")
+_FLOAT_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def _number_text(text: str, pattern: re.Pattern[str]) -> str | None:
+    """*text* stripped, if it is a number as *pattern* writes one; else ``None``."""
+    stripped = text.strip()
+    return stripped if pattern.fullmatch(stripped) else None
+
+
+def int_text(text: str) -> int | None:
+    """The integer *text* writes, else ``None``: the rule of every integer read from text.
+
+    Example:
+        >>> int_text(" +12 "), int_text("1_000"), int_text("\\uff11\\uff12"), int_text("1.0")
+        (12, None, None, None)
+    """
+    digits = _number_text(text, _INT_TEXT)
+    if digits is None:
+        return None
+    try:
+        return int(digits)
+    except ValueError:  # past int()'s limit of digits: no setting is that large
+        return None
+
+
+def float_text(text: str) -> float | None:
+    """The number *text* writes, as a float, else ``None``: the rule of every number read
+    from text (``inf`` when it is past a float's range).
+
+    Example:
+        >>> float_text("2.5e-1"), float_text("-3"), float_text("nan"), float_text("1_0")
+        (0.25, -3.0, None, None)
+    """
+    number = _number_text(text, _FLOAT_TEXT)
+    return None if number is None else float(number)
+
+
 def check_int(key: str, value: Any, minimum: int) -> int:
-    """*value* (an int, or a string of one; not a bool) as an int of at least *minimum*."""
-    if isinstance(value, str):
-        try:
-            value = int(value.strip())
-        except ValueError:
-            pass
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    """*value* (an int, or a string of one; not a bool) as an int of at least *minimum*.
+
+    The message quotes the value as given (the text, for a string).
+    """
+    number = int_text(value) if isinstance(value, str) else value
+    if isinstance(number, bool) or not isinstance(number, int) or number < minimum:
         raise ConfigurationError(
             f"{key}: {value!r} is not accepted; accepted: an integer >= {minimum}"
         )
-    return value
+    return number
 
 
 def is_finite(value: Any) -> bool:
@@ -130,13 +174,9 @@ def check_number(key: str, value: Any, minimum: float, *, strict: bool) -> float
         ConfigurationError: naming *key*, the value and what is accepted (never
             ``OverflowError``, whatever the value).
     """
-    if isinstance(value, str):
-        try:
-            value = float(value.strip())
-        except ValueError:
-            pass
-    if is_finite(value) and (value > minimum if strict else value >= minimum):
-        return float(value)
+    number: Any = float_text(value) if isinstance(value, str) else value
+    if is_finite(number) and (number > minimum if strict else number >= minimum):
+        return float(number)
     bound = f"> {minimum:g}" if strict else f">= {minimum:g}"
     raise ConfigurationError(
         f"{key}: {value!r} is not accepted; accepted: a finite number {bound}"

@@ -58,11 +58,15 @@ ENV_VARS: dict[str, str] = {
     "ASYNCTRACE_GOODPUT": "goodput",
 }
 """Environment variable → field (``session_tracer.*`` are nested fields)."""
+_USER_VARS: Final = (
+    *ENV_VARS,
+    "ASYNCTRACE_STRICT",  # hot-path failures raise (asynctrace._errors)
+    "ASYNCTRACE_DEBUG",  # the CLI prints tracebacks
+)
+"""The variables a typo may have meant (the test sessions' own are never suggested)."""
 KNOWN_VARS: Final = frozenset(
     {
-        *ENV_VARS,
-        "ASYNCTRACE_STRICT",  # hot-path failures raise (asynctrace._errors)
-        "ASYNCTRACE_DEBUG",  # the CLI prints tracebacks
+        *_USER_VARS,
         # asynctrace's own test and build sessions
         "ASYNCTRACE_FUZZ",
         "ASYNCTRACE_FUZZ_EXAMPLES",
@@ -87,13 +91,16 @@ def warn_unknown_vars(env: Mapping[str, Any]) -> None:
     import logging
 
     for var in list(env):
-        if not isinstance(var, str) or not var.startswith("ASYNCTRACE_"):
+        if not isinstance(var, str) or not var.upper().startswith("ASYNCTRACE_"):
             continue
         if var in KNOWN_VARS or var in _warned_vars:
             continue
         _warned_vars.add(var)
-        close = difflib.get_close_matches(var, sorted(KNOWN_VARS), n=1)
+        # In upper case: a name in the wrong case is the name it spells.
+        close = difflib.get_close_matches(var.upper(), _USER_VARS, n=1)
         hint = f"; did you mean {close[0]}?" if close else ""
+        if close and close[0] == var.upper():
+            hint += " (variable names are case-sensitive)"
         message = f"asynctrace: ignoring unknown environment variable {var}{hint}"
         logging.getLogger("asynctrace").warning(message)
         try:

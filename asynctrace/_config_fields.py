@@ -22,7 +22,7 @@ from ._config_checks import (
     unknown_keys_message,
 )
 from ._errors import ConfigurationError
-from ._groups import split_spec
+from ._groups import require_groups, split_spec
 from ._session_config import session_config
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "check_batch_fits",
     "coerce_field",
     "exporter_list",
+    "span_group_tokens",
 ]
 
 EXPORTER_NAMES = ("chrome", "otlp", "console", "memory")
@@ -79,7 +80,7 @@ def coerce_field(key: str, name: str, value: Any) -> Any:
     if name == "resource_attributes":
         return _attributes(key, value)
     if name == "span_groups":
-        split_spec(value, key)
+        span_group_tokens(key, value)
         return value if isinstance(value, str) else ",".join(value)
     if name == "output_dir":
         return check_path(key, value)
@@ -137,6 +138,28 @@ def coerce_field(key: str, name: str, value: Any) -> Any:
             raise ConfigurationError(f"{key}: expected a string, got {value!r}")
         return value.strip()
     raise ConfigurationError(f"{key}: unknown key")  # pragma: no cover - guarded by check_keys
+
+
+def span_group_tokens(key: str, spec: Any, *, empty_means_off: bool = False) -> list[str]:
+    """The tokens of the span-group *spec*: the syntax :func:`asynctrace.configure` and
+    :func:`asynctrace.enable_telemetry` both take.
+
+    A spec that names no group (``" , "``) is refused. With *empty_means_off*
+    (``enable_telemetry``, whose spec a program may build from an empty list)
+    a spec with nothing in it, ``""`` or ``[]``, is every group off.
+
+    Raises:
+        ConfigurationError: a malformed spec, or one that names no group.
+    """
+    tokens = split_spec(spec, key)
+    if tokens or not empty_means_off:
+        return require_groups(tokens, spec, key)
+    if not spec:
+        return tokens
+    raise ConfigurationError(
+        f"{key}: {spec!r} names no group; accepted: comma-separated presets and group names, "
+        "such as 'default' or 'per_step,per_prompt', or '' for every group off"
+    )
 
 
 def check_batch_fits(
@@ -220,6 +243,7 @@ def exporter_list(key: str, value: Any) -> list[str | SpanExporterLike]:
 
 
 _SCALARS = (str, bool, int, float)
+_INT64 = (-(2**63), 2**63 - 1)  # the integers an OTLP attribute value holds
 
 
 def _scalar_kind(value: Any) -> type | None:
@@ -241,6 +265,7 @@ def _attributes(key: str, value: Any) -> dict[str, Any]:
         if not isinstance(name, str) or not name:
             raise ConfigurationError(f"{key}: attribute names must be non-empty strings: {name!r}")
         if isinstance(item, _SCALARS):
+            _check_int64(f"{key}.{name}", item)
             out[name] = item
         elif (
             isinstance(item, Sequence)
@@ -248,6 +273,8 @@ def _attributes(key: str, value: Any) -> dict[str, Any]:
             and len({_scalar_kind(v) for v in item} | {None}) <= 2
             and None not in {_scalar_kind(v) for v in item}
         ):
+            for index, element in enumerate(item):
+                _check_int64(f"{key}.{name}[{index}]", element)
             out[name] = tuple(item)
         else:
             raise ConfigurationError(
@@ -255,6 +282,17 @@ def _attributes(key: str, value: Any) -> dict[str, Any]:
                 "or a list of values of one of these types (bytes are not: decode them)"
             )
     return out
+
+
+def _check_int64(key: str, value: Any) -> None:
+    """An int attribute value must fit OTLP's int64: the exporter would leave it out."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        low, high = _INT64
+        if not low <= value <= high:
+            raise ConfigurationError(
+                f"{key}: {value!r} is not accepted (OTLP carries 64-bit integers); accepted: "
+                f"an integer from {low} to {high}, or the number as a string"
+            )
 
 
 def _provider(key: str, value: Any) -> Any:

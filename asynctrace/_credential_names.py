@@ -3,7 +3,10 @@
 :func:`is_credential_header` judges a header's name by its ``-``/``_``
 separated words; :func:`is_credential_key` judges a key (of a session
 payload, say) by its trailing words, so ``access_token`` is a credential and
-``token_count`` is data. Both are cached: names repeat.
+``token_count`` is data. Both are cached: names repeat. :func:`is_data_name`
+is the one rule by which a name holding a credential word is data anyway
+(``max_tokens``, ``token_ids``), for the places that otherwise match the words
+anywhere in a name (a ``name=value`` pair of text, a command-line flag).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Final
 
 from ._secret_words import _WORD_SPLIT
 
-__all__ = ["CREDENTIAL_KEYS", "is_credential_header", "is_credential_key"]
+__all__ = ["CREDENTIAL_KEYS", "is_credential_header", "is_credential_key", "is_data_name"]
 
 # Header names whose "Name: value" form is a credential: one of these words among
 # the "-"/"_"-separated words of the name (not "KeyError: ...", "AuthError: ...").
@@ -103,3 +106,41 @@ def _forms(names: frozenset[str]) -> frozenset[str]:
     return frozenset(
         "_".join(word.lower() for word in _KEY_BREAK.split(name) if word) for name in names
     )
+
+
+# The last words that make a name data whatever it holds before them (a count, an
+# index, a size: token_count, prompt_token_ids), and the words before a credential
+# word made plural that make it a count (max_tokens, num_keys, cache_keys).
+_DATA_LAST: Final = frozenset(
+    ("count", "counts", "ids", "idx", "index", "indices", "len", "length", "lengths",
+     "size", "sizes", "num", "number", "limit", "limits", "total", "budget", "usage",
+     "shape", "dim", "dims")
+)  # fmt: skip
+_COUNT_WORDS: Final = frozenset(
+    ("max", "min", "num", "n", "total", "prompt", "completion", "input", "output", "new",
+     "cache", "cached", "generated", "reasoning", "remaining", "context", "special")
+)  # fmt: skip
+_PLURALS: Final = frozenset(("tokens", "keys", "secrets", "cookies", "signatures", "passwords"))
+
+
+@functools.lru_cache(maxsize=4096)  # names repeat
+def is_data_name(name: str) -> bool:
+    """Whether *name*, though it holds a credential word, names data (a count, ids).
+
+    Never a name :func:`is_credential_key` calls a credential. Data is a name
+    whose last word (words break as for :func:`is_credential_key`) says what
+    kind of data it is (``token_count``, ``prompt_token_ids``, ``key_len``), or a
+    credential word made plural after a word that makes it a count
+    (``max_tokens``, ``max_new_tokens``, ``num_keys``, ``cache_keys``). The rule
+    by which a ``name=value`` pair of text and a command-line flag keep their
+    value, as a session payload's key and a nemo-lens attribute key do.
+
+    Example:
+        >>> is_data_name("max_tokens"), is_data_name("token_ids"), is_data_name("api_token")
+        (True, True, False)
+    """
+    words = [word.lower() for word in _KEY_BREAK.split(name[-_LONGEST_KEY:]) if word]
+    if len(words) < 2 or is_credential_key(name):
+        return False
+    last = words[-1]
+    return last in _DATA_LAST or (last in _PLURALS and words[-2] in _COUNT_WORDS)

@@ -5,16 +5,17 @@ from __future__ import annotations
 import functools
 import inspect
 import types
-from collections.abc import Callable, Generator
-from typing import Any, TypeVar, cast
+from collections.abc import Callable
+from typing import Any, Final, TypeVar, cast
 
 from . import _scopes
+from ._carrier_calls import accepts_trace_context
 from ._decorator_checks import check_callable, check_group, check_name, check_options
 from ._errors import ConfigurationError
 from ._generator_wrappers import asyncgen_wrapper, generator_wrapper
 from ._groups import PER_PROMPT as PER_PROMPT_GROUP
 from ._managed_span import managed_span
-from ._span_context import attach, attach_context, current_context, detach, finish
+from ._span_context import attach, detach, finish
 from ._span_rules import LEAF, UMBRELLA, Attributes
 from ._span_start import start
 from ._spans import umbrella_span
@@ -55,10 +56,18 @@ def _profiled(
     p = PREFIX
 
     def source(params: str, call: str) -> str:
-        return (
+        return (  # the end of an iteration leaves the block as a return does
             f"{'async ' if is_async else ''}def {p}wrapper({params}):\n"
+            f"    {p}ended = None\n"
             f"    with {p}open({p}group, {p}name, attributes={p}attrs, profile=True):\n"
-            f"        return {'await ' if is_async else ''}{p}fn({call})\n"
+            f"        try:\n"
+            f"            return {'await ' if is_async else ''}{p}fn({call})\n"
+            f"        except {p}Stop as {p}stop:\n"
+            f"            {p}ended = {p}stop\n"
+            f"    try:\n"
+            f"        raise {p}ended\n"
+            f"    finally:\n"
+            f"        {p}ended = None\n"
         )
 
     names = {
@@ -67,6 +76,7 @@ def _profiled(
         "group": group,
         "name": name or default_name(fn),
         "attrs": dict(attributes) if attributes else None,
+        "Stop": _STOP,
     }
     return compile_wrapper(fn, source, names)
 
@@ -88,136 +98,83 @@ def _classified(fn: Callable[..., Any]) -> Any:
     return type(target).__call__  # callable: checked before
 
 
+# The body of a traced function or coroutine function, inlined in the wrapper
+# (one frame between the caller and *fn*, untraced or traced): the gate check,
+# then *fn* alone or *fn* with the span current. The end of an iteration
+# (StopIteration, StopAsyncIteration from a ``__next__`` or ``__anext__``) ends
+# the span as a return does. Every name carries the prefix that _forwarding
+# refuses in parameter names, so a parameter can shadow none of them.
+_CALL_BODY = """\
+    _at_on = _at_gate.enabled
+    if not _at_on:
+        return {aw}_at_fn({call})
+    _at_checked = _at_ppg if _at_scopes.SCOPES.get().per_prompt else _at_group
+    if _at_checked not in _at_on:
+        if _at_gate.audit is not None:
+            _at_gate.audit(_at_group)
+        return {aw}_at_fn({call})
+    _at_span = _at_start(_at_name, _at_group, _at_shape, _at_attrs, None)
+    if _at_span is None:
+        return {aw}_at_fn({call})
+    _at_token = _at_attach(_at_span)
+    try:
+        _at_result = {aw}_at_fn({call})
+    except _at_Stop:
+        _at_detach(_at_token, _at_group)
+        _at_finish(_at_span, None, None)
+        raise
+    except _at_BaseException as _at_raised:
+        _at_detach(_at_token, _at_group)
+        _at_finish(_at_span, _at_type(_at_raised), _at_raised)
+        raise
+    _at_detach(_at_token, _at_group)
+    _at_finish(_at_span, None, None)
+    return _at_result
+"""
+
+# The end of an iteration, which ends a traced call's span as a return does.
+_STOP = (StopIteration, StopAsyncIteration)
+
+
 def _decorate(fn: F, group: str, name: str | None, shape: int, attributes: Attributes | None) -> F:
     span_name = name or default_name(fn)
     attrs = dict(attributes) if attributes else None
     kind = _classified(fn)
 
-    if inspect.iscoroutinefunction(kind):
-
-        async def traced_coroutine(*args: Any, **kwargs: Any) -> Any:
-            span = start(span_name, group, shape, attrs, None)
-            if span is None:
-                return await fn(*args, **kwargs)
-            token = attach(span)
-            try:
-                result = await fn(*args, **kwargs)
-            except BaseException as exc:
-                detach(token, group)
-                finish(span, type(exc), exc)
-                raise
-            detach(token, group)
-            finish(span, None, None)
-            return result
-
-        return _gated_wrapper(fn, group, traced_coroutine, is_async=True)
-
     if inspect.isasyncgenfunction(kind):
         return asyncgen_wrapper(fn, group, span_name, shape, attrs)
 
     if inspect.isgeneratorfunction(kind):
-
-        def run_generator(gen: Generator[Any, Any, Any]) -> Generator[Any, Any, Any]:
-            enabled = GATE.enabled
-            if not enabled:
-                return (yield from gen)
-            if (PER_PROMPT_GROUP if _scopes.SCOPES.get().per_prompt else group) not in enabled:
-                if GATE.audit is not None:
-                    GATE.audit(group)
-                return (yield from gen)
-            span = start(span_name, group, shape, attrs, None)
-            if span is None:
-                return (yield from gen)
-            return (yield from _traced_sync(gen, span))
-
-        wrapper = generator_wrapper(fn, run_generator)
+        wrapper = generator_wrapper(fn, group, span_name, shape, attrs)
         code = getattr(inspect.unwrap(unpartial(kind)), "__code__", None)
         if code is not None and code.co_flags & inspect.CO_ITERABLE_COROUTINE:
             return cast("F", types.coroutine(wrapper))  # @types.coroutine: awaited
         return wrapper
 
-    def traced_call(*args: Any, **kwargs: Any) -> Any:
-        span = start(span_name, group, shape, attrs, None)
-        if span is None:
-            return fn(*args, **kwargs)
-        token = attach(span)
-        try:
-            result = fn(*args, **kwargs)
-        except BaseException as exc:
-            detach(token, group)
-            finish(span, type(exc), exc)
-            raise
-        detach(token, group)
-        finish(span, None, None)
-        return result
-
-    return _gated_wrapper(fn, group, traced_call, is_async=False)
-
-
-def _gated_wrapper(fn: F, group: str, traced: Callable[..., Any], *, is_async: bool) -> F:
-    """Build ``wrapper(<fn's parameters>)``: the gate check, then *fn* or *traced*."""
-    awaiting = "await " if is_async else ""
-    p = PREFIX
+    is_async = inspect.iscoroutinefunction(kind)
 
     def source(params: str, call: str) -> str:
-        return (
-            f"{'async ' if is_async else ''}def {p}wrapper({params}):\n"
-            f"    {p}on = {p}gate.enabled\n"
-            f"    if not {p}on:\n"
-            f"        return {awaiting}{p}fn({call})\n"
-            f"    {p}checked = {p}ppg if {p}scopes.SCOPES.get().per_prompt else {p}group\n"
-            f"    if {p}checked not in {p}on:\n"
-            f"        if {p}gate.audit is not None:\n"
-            f"            {p}gate.audit({p}group)\n"
-            f"        return {awaiting}{p}fn({call})\n"
-            f"    return {awaiting}{p}traced({call})\n"
-        )
+        head = f"{'async ' if is_async else ''}def {PREFIX}wrapper({params}):\n"
+        return head + _CALL_BODY.format(aw="await " if is_async else "", call=call)
 
-    names = {"gate": GATE, "ppg": PER_PROMPT_GROUP, "scopes": _scopes, "group": group}
-    return compile_wrapper(fn, source, {**names, "fn": fn, "traced": traced})
-
-
-def _traced_sync(gen: Generator[Any, Any, Any], span: Any) -> Generator[Any, Any, Any]:
-    """Drive *gen* with *span* current only while *gen* runs.
-
-    The context is attached around each resume and detached before the value
-    is handed to the consumer, so no token is ever held across a ``yield``.
-    What the body made current itself (a span it opened across a ``yield``)
-    is current again when it resumes, as in a generator without the decorator.
-    """
-    send_value: Any = None
-    throw: BaseException | None = None
-    body: Any = None  # the body's context when it last yielded
-    try:
-        while True:
-            token = attach(span) if body is None else attach_context(body)
-            try:
-                if throw is not None:
-                    exc, throw = throw, None
-                    item = gen.throw(exc)
-                else:
-                    item = gen.send(send_value)
-            finally:
-                if token is not None:
-                    body = current_context()
-                detach(token)
-            try:
-                send_value = yield item
-            except GeneratorExit:
-                token = attach(span) if body is None else attach_context(body)
-                try:
-                    gen.close()
-                finally:
-                    detach(token)
-                raise
-            except BaseException as exc:  # forwarded into the traced generator
-                throw = exc
-    except StopIteration as stop:
-        finish(span, None, None)
-        return stop.value
-    except BaseException as exc:
-        finish(span, type(exc), exc)
-        raise
+    names = {
+        "fn": fn,
+        "gate": GATE,
+        "ppg": PER_PROMPT_GROUP,
+        "scopes": _scopes,
+        "group": group,
+        "name": span_name,
+        "shape": shape,
+        "attrs": attrs,
+        "start": start,
+        "attach": attach,
+        "detach": detach,
+        "finish": finish,
+        "type": type,
+        "BaseException": BaseException,
+        "Stop": _STOP,
+    }
+    return compile_wrapper(fn, source, names)
 
 
 class _Traced(functools.partial):  # type: ignore[type-arg]
@@ -254,10 +211,38 @@ def _retrace(
     return decorator(group, name, attributes=attributes, profile=profile)(fn)
 
 
+# The code of the wrappers accepts_trace_context makes (its nested functions).
+_CARRIER_CODES: Final = frozenset(
+    c for c in accepts_trace_context.__code__.co_consts if isinstance(c, types.CodeType)
+)
+
+
+def _under_carrier(fn: Callable[..., Any]) -> Callable[..., Any] | None:
+    """The function an :func:`accepts_trace_context` wrapper *fn* wraps, or ``None``.
+
+    Only a plain function is one (a bound method shares its function's code
+    but is bound to an object).
+    """
+    if not isinstance(fn, types.FunctionType) or fn.__code__ not in _CARRIER_CODES:
+        return None
+    inner = getattr(fn, "__asynctrace_wrapped__", None) or getattr(fn, "__wrapped__", None)
+    return inner if callable(inner) else None
+
+
 def _traced(
     fn: F, group: str, name: str | None, attributes: Attributes | None, profile: bool, shape: int
 ) -> F:
-    """*fn* traced: a function, or for a partial or callable object a :class:`_Traced`."""
+    """*fn* traced: a function, or for a partial or callable object a :class:`_Traced`.
+
+    On an :func:`accepts_trace_context` wrapper, the result is the function
+    inside traced, with the carrier wrapper put back around it: the carrier is
+    attached before the span starts, in whichever order the two are stacked.
+    """
+    inner = _under_carrier(fn)
+    if inner is not None:
+        return cast(
+            "F", accepts_trace_context(_traced(inner, group, name, attributes, profile, shape))
+        )
     if profile:
         opener = managed_span if shape == LEAF else _umbrella
         where = "trace_fn" if shape == LEAF else "umbrella_trace_fn"

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Final
 
+from ._config_checks import float_text, int_text
 from ._errors import ConfigurationError
 
 __all__ = ["METRICS_NAMES", "GoodputSettings"]
@@ -156,27 +157,19 @@ def _metrics(key: str, value: Any) -> Any:
 
 
 def _int(key: str, value: Any, low: int, high: int) -> int:
-    if isinstance(value, str):
-        try:
-            value = int(value.strip())
-        except ValueError:
-            pass
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+    number = int_text(value) if isinstance(value, str) else value
+    if isinstance(number, bool) or not isinstance(number, int) or not low <= number <= high:
         raise ConfigurationError(
             f"{key}: {value!r} is not accepted; accepted: an integer from {low} to {high}"
         )
-    return value
+    return number
 
 
 def _seconds(key: str, value: Any, *, low: float) -> float:
-    if isinstance(value, str):
-        try:
-            value = float(value.strip())
-        except ValueError:
-            pass
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if ok and abs(value) < 1e9 and math.isfinite(value) and value >= low:
-        return float(value)
+    number: Any = float_text(value) if isinstance(value, str) else value
+    ok = isinstance(number, (int, float)) and not isinstance(number, bool)
+    if ok and abs(number) < 1e9 and math.isfinite(number) and number >= low:
+        return float(number)
     raise ConfigurationError(
         f"{key}: {value!r} is not accepted; accepted: a number of seconds of at least "
         f"{low:g} and below 1e9"

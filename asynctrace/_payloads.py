@@ -11,10 +11,9 @@ from typing import Any, Final
 
 from ._credential_names import is_credential_header, is_credential_key
 from ._errors import ConfigurationError
-from ._exception_text import secrets_of
+from ._exception_text import redact_start, secrets_of
 from ._forksafe import reinit_at_fork
 from ._redact import redact_text
-from ._redact_urls import _URL_END
 from ._secret_words import REDACTED
 
 __all__ = ["MAX_NODES", "MAX_PAYLOAD_CHARS", "MAX_TEXT", "check_payload", "plain_payload"]
@@ -62,10 +61,10 @@ MAX_PAYLOAD_CHARS: Final = 1 << 20
 _CUT_VALUES: Final = f"<truncated: more than {MAX_NODES} values>"
 _CUT_KEY: Final = "<truncated>"
 _CUT_TEXT: Final = f"<truncated: more than {MAX_PAYLOAD_CHARS} characters>"
-# Redacting a huge string costs time linear in it: only a prefix is examined,
-# long enough that a credential cut in half at its end lies past what is kept.
+# Redacting a huge string costs time linear in it: only a prefix is examined
+# (_exception_text.redact_start's rule), long enough that a credential cut in half
+# at its end lies past what is kept.
 _SCAN: Final = 4 * MAX_TEXT
-_SCAN_MARGIN: Final = 8192
 
 _cut_lock = threading.Lock()
 reinit_at_fork(_cut_lock)  # a lock held at fork() is made new in the child
@@ -172,30 +171,20 @@ class _Copier:
         if self.chars <= 0:
             self.cut = True
             return _CUT_TEXT
-        unscanned = 0
-        rest_redacted = False  # the string's rest, from a URL's userinfo on, is left out
         if len(value) > _SCAN:
-            # Redact a prefix only; a credential its end cuts in half is in its
-            # last _SCAN_MARGIN characters, past what is kept. Should redaction
-            # have shrunk it that far, the whole string is redacted.
-            head = value[:_SCAN]
-            url = _open_url(head)
-            if url >= 0:  # a URL whose userinfo may end past the prefix: kept to its "://"
-                text = redact_text(head[:url], secrets)
-                unscanned, rest_redacted = len(value) - url, True
-            else:
-                text = redact_text(head, secrets)
-                unscanned = len(value) - _SCAN
-                if len(text) < MAX_TEXT + _SCAN_MARGIN:
-                    text, unscanned = redact_text(value, secrets), 0
+            # A prefix only; should redaction shrink it to near what is kept, the whole.
+            text, dropped = redact_start(value, MAX_TEXT, secrets, scan=_SCAN, rescan=len(value))
         else:
             text = redact_text(value, secrets)
+            dropped = max(0, len(text) - MAX_TEXT)
+            text = text[:MAX_TEXT]
         keep = min(MAX_TEXT, self.chars)
-        if len(text) > keep or unscanned:
+        if len(text) > keep:
+            dropped += len(text) - keep
+            text = text[:keep]
+        if dropped:
             self.cut = True
-            dropped = max(0, len(text) - keep) + unscanned
-            shown = text[:keep] + REDACTED if rest_redacted and len(text) < keep else text[:keep]
-            text = f"{shown}...<truncated {dropped} chars>"
+            text = f"{text}...<truncated {dropped} chars>"
         self.chars -= min(len(text), keep)
         return text
 
@@ -277,30 +266,6 @@ def _flag_name(item: str) -> bool:
     credential: ``-`` or ``--`` then a credential key (``--password``, ``--api-key``),
     without ``=`` (``--password=x`` is redacted as text is)."""
     return len(item) <= _KEY_CACHED and "=" not in item and is_credential_key(item)
-
-
-def _open_url(head: str) -> int:
-    """Where a URL *head* ends inside has its rest (after ``scheme://``), when its userinfo
-    could end past *head*; ``-1`` if none could.
-
-    A URL could when its host runs to the end of *head*, or holds a ``:`` or ``@``:
-    an ``@`` later makes what precedes it a password, as
-    :func:`~asynctrace._redact.redact_text` reads URLs. A URL in the path or query
-    of the one running to the end runs there too, and is checked alike.
-    """
-    at = head.rfind("://")
-    if at == -1 or _URL_END.search(head, at) is not None:
-        return -1
-    # The outer URL begins after the last end of a URL before that "://": search the
-    # text before it, reversed.
-    before = _URL_END.search(head[at - 1 :: -1]) if at else None
-    risky = _RISKY_HOST.search(head, at - before.start() if before is not None else 0)
-    return risky.start() + 3 if risky is not None else -1
-
-
-# A "://" whose host (up to "/", "?" or "#") holds ":" or "@", or runs to the end.
-# Each try stops at the first of those: linear, in one search.
-_RISKY_HOST: Final = re.compile(r"://[^/?#:@]*(?:[:@]|\Z)")
 
 
 def _key(raw: str) -> tuple[str, bool]:

@@ -10,11 +10,11 @@ environment) decides the same way.
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ._config_checks import float_text, int_text
 from ._errors import ConfigurationError
 
 __all__ = [
@@ -55,6 +55,15 @@ _ACCEPTED = (
     "all, first, last, local_first, a list of ranks (e.g. [0, 8] or '0,8'), "
     "sampled:<rate in (0, 1]>"
 )
+# A variable holds text: its list of ranks is written with commas alone.
+_ACCEPTED_TEXT = (
+    "all, first, last, local_first, ranks separated by commas (e.g. 0,8), sampled:<rate in (0, 1]>"
+)
+
+
+def _accepted(key: str) -> str:
+    """What *key* accepts: a variable (``ASYNCTRACE_EXPORT_RANKS``) takes text only."""
+    return _ACCEPTED_TEXT if key.isupper() else _ACCEPTED
 
 
 @dataclass(frozen=True)
@@ -146,26 +155,23 @@ def parse_export_ranks(key: str, value: Any) -> ExportRanks:
         if text in _NAMES:
             return ExportRanks(text)
         if text.startswith("sampled:"):
-            try:
-                rate = float(text.removeprefix("sampled:"))
-            except ValueError:
-                rate = -1.0
-            if 0.0 < rate <= 1.0:
+            rate = float_text(text.removeprefix("sampled:"))
+            if rate is not None and 0.0 < rate <= 1.0:
                 return ExportRanks("sampled", rate=rate)
             raise ConfigurationError(
                 f"{key}: {value!r} is not accepted (the rate must be a number in (0, 1]); "
-                f"accepted: {_ACCEPTED}"
+                f"accepted: {_accepted(key)}"
             )
-        parts = [part.strip() for part in text.split(",") if part.strip()]
-        if parts and all(part.isascii() and part.isdigit() for part in parts):
-            return ExportRanks("list", frozenset(int(part) for part in parts))
+        ranks = [int_text(part) for part in text.split(",") if part.strip()]
+        if ranks and all(rank is not None and rank >= 0 for rank in ranks):
+            return ExportRanks("list", frozenset(rank for rank in ranks if rank is not None))
     elif (
         isinstance(value, Sequence)
         and value
         and all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in value)
     ):
         return ExportRanks("list", frozenset(value))
-    raise ConfigurationError(f"{key}: {value!r} is not accepted; accepted: {_ACCEPTED}")
+    raise ConfigurationError(f"{key}: {value!r} is not accepted; accepted: {_accepted(key)}")
 
 
 _DIGITS = 18
@@ -182,8 +188,9 @@ def _env_int(environ: Mapping[str, str], name: str) -> int | None:
     raw = environ.get(name, "").strip()
     if not raw:
         return None
-    if re.fullmatch(rf"[+-]?[0-9]{{1,{_DIGITS}}}", raw):
-        return int(raw)
+    number = int_text(raw)
+    if number is not None and len(raw.lstrip("+-")) <= _DIGITS:
+        return number
     raise ConfigurationError(
         f"{name}: {_shorten(raw)} is not accepted; accepted: an integer of at most "
         f"{_DIGITS} digits (as launchers set it)"

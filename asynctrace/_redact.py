@@ -15,7 +15,11 @@ Whatever asynctrace records of an exception (``exception.message``,
   URL's last ``@``: a password may hold an unencoded ``@``, ``/``, ``?`` or
   ``#``, so an ``@`` later in the URL costs its host and path, not a secret;
   a URL cut inside its userinfo by a quote or a space (``postgres://u:p'ss@h``)
-  runs to the next ``@`` of its line;
+  runs to the next ``@`` of its line. A query value percent-encoded whole
+  (``next=%2Fcb%3Ftoken%3D...``) is decoded and redacted inside as a query; a
+  URL written with JSON's escaped slashes (``postgres:\\/\\/u:p@h``) or
+  percent-encoded whole in the text (``http%3A%2F%2Fu%3Ap%40h``) is redacted
+  as one written plainly;
 - a secret-like name followed by ``=`` (``token=abc``, ``user[password]=``),
   a quoted one followed by ``:`` (``'Authorization': 'Basic abc'``, JSON,
   ``{b'password': b'abc'}``), a credential header line (``Authorization:
@@ -24,10 +28,15 @@ Whatever asynctrace records of an exception (``exception.message``,
   a value in brackets (``auth=('bob', 'pw')``, ``credentials={...}``) up to
   its matching bracket, or to the end of its line; a quoted one
   (``password: "abc"``, ``Authorization: 'Basic abc'``) through its closing
-  quote, or to the end of its line;
+  quote, or to the end of its line; an unquoted one up to a space, without
+  the ``)``, ``,``, ``]`` or ``}`` trailing it. A name that is data
+  (:func:`~asynctrace._credential_names.is_data_name`: ``max_tokens``,
+  ``token_ids``) keeps its value;
 - the value after a secret-like command-line flag (``--password abc``,
-  ``--api-key=abc``, an argv list's ``'--token', 'abc'``) and a ``user:pass``
-  after ``-u`` or ``--user`` (curl's form);
+  ``--api-key=abc``, an argv list's ``'--token', 'abc'``; not a data flag,
+  ``--max-tokens``), a ``user:pass`` after ``-u`` or ``--user`` (curl's
+  form), and the password after ``-p`` on the line of a tool that takes one
+  there (``mysql -pabc``, ``sshpass -p abc``, ``docker login -p abc``);
 - a PEM private key (``-----BEGIN RSA PRIVATE KEY-----`` to its END line, or
   to the end of the text) is replaced whole;
 - ``Bearer <credential>`` loses the credential;
@@ -46,7 +55,10 @@ A name is secret-like when it contains, case-insensitively, one of
 shorter than 3 characters, ``sk``, counts anywhere in a URL's query key, as
 ``url.full`` redaction counts it, but elsewhere only where no letter or digit
 is glued to it: ``sk=`` and ``x_sk=``, not ``task=``).
-Matching errs on the safe side: ``monkey=1`` loses its ``1``. Every pattern
+Outside a URL's query key, ``sig`` followed by a letter (``sigma``) and
+``auth`` in ``author``/``authority`` do not count. Matching errs on the safe
+side: ``monkey=1`` loses its ``1``. Not found: a secret with nothing
+secret-like beside it (a literal passed positionally, ``login("bob", "pw")``). Every pattern
 runs in time linear in the text (no nested quantifier can backtrack over a
 long run; URLs are found with ``str.find``, secrets too), and nothing here
 raises.
@@ -57,8 +69,19 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 
-from ._redact_pairs import _PAIR_REPR, _redact_flags, _redact_pair_repr, _redact_pairs
-from ._redact_urls import _redact_urls
+from ._redact_pairs import (
+    _PAIR_REPR,
+    _redact_flags,
+    _redact_pair_repr,
+    _redact_pairs,
+    _redact_tool_passwords,
+)
+from ._redact_urls import (
+    _ESCAPED_SLASHES,
+    _redact_encoded_urls,
+    _redact_escaped_urls,
+    _redact_urls,
+)
 from ._secret_words import REDACTED
 
 __all__ = ["redact_text"]
@@ -90,12 +113,18 @@ def redact_text(text: str, secrets: Collection[str] = ()) -> str:
             text = _redact_private_keys(text)
         if "://" in text:
             text = _redact_urls(text, 0)
+        if _ESCAPED_SLASHES in text:
+            text = _redact_escaped_urls(text)
+        if "%3" in text:
+            text = _redact_encoded_urls(text)
         if "=" in text or ":" in text:
             text = _redact_pairs(text)
         if "(" in text and "," in text:
             text = _PAIR_REPR.sub(_redact_pair_repr, text)
         if "--" in text or "-u" in text or "-U" in text:  # after the pairs: a flag's value
             text = _redact_flags(text)  # may be a header name (--user Authorization: ...)
+        if "-p" in text:
+            text = _redact_tool_passwords(text)
         return _BEARER.sub(r"\1" + REDACTED, text)
     except Exception:  # a pattern cannot fail on a str; a caller's odd "secrets" might
         return REDACTED

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from ._credential_names import _credential_header
+from ._credential_names import _credential_header, is_data_name
 from ._redact_urls import _LINE_END
 from ._secret_words import REDACTED, _flag, _registered_header, _secret_name
 
@@ -25,7 +25,8 @@ _NAME_SEP = re.compile(
 # A value: quoted (a bytes repr's b'...' too; backslash escapes kept inside; an
 # unterminated one to the end of its line), or unquoted up to white space, a quote
 # or an "&" or ";" that starts the next "name=" (so "Tr0ub4dor&3xyz" goes whole,
-# and "token=abc&n=1" keeps its "n=1").
+# and "token=abc&n=1" keeps its "n=1"); an unquoted one's trailing ")", ",", "]"
+# and "}" are left out of it (_value_end): "(token=abc)", "{'key': 1, ...}".
 _VALUE = re.compile(
     r"b?'(?:[^'\\\n]|\\.)*'?|b?\"(?:[^\"\\\n]|\\.)*\"?|"
     r"(?:(?:basic|bearer|digest|token|negotiate)[ \t]+)?"
@@ -51,6 +52,18 @@ _PAIR_REPR = re.compile(
     r"(?P<pre>b?(?P<q2>['\"]))(?:[^'\"\\\n]|\\.)*(?P=q2)"
 )
 _USER_FLAGS: Final = frozenset({"-u", "--user"})  # their value is secret when it is user:pass
+_CLOSING: Final = "),]}"  # what ends an unquoted value, trailing it
+# The tools whose "-p" takes a password: glued to it for mysql and its kin
+# ("-phunter2"), as the next argument for sshpass and docker login ("-p hunter2").
+# A tool counts as a command's word: a path before it ("/usr/bin/mysql"), an argv
+# list's quote; its "-p" only later on the same line.
+_PASSWORD_TOOL = re.compile(
+    r"(?<![\w.\-])(?:(?P<glued>mysql[a-z]{0,8}|mariadb(?:-?[a-z]{1,8})?)"
+    r"|(?P<spaced>sshpass|docker(?:['\"][ \t]*,[ \t]*['\"]|[ \t]+)login))(?![\w\-])",
+    re.IGNORECASE,
+)
+_GLUED_P = re.compile(r"(?<![\w.\-])-p(?=[^\s'\"])")
+_SPACED_P = re.compile(r"(?<![\w.\-])(?:(?P<quote>['\"])-p(?P=quote)[ \t]*,[ \t]*|-p[ \t]+)")
 
 
 def _redact_pairs(text: str) -> str:
@@ -62,8 +75,11 @@ def _redact_pairs(text: str) -> str:
         name = match.group("name")
         value_pattern: re.Pattern[str] | None = None
         if match.group("quote") or "=" in match.group("sep"):
-            if _secret_name(name):  # token=..., 'api_key': ..., "password": ...
+            # token=..., 'api_key': ..., "password": ...; not max_tokens=... (data)
+            if _secret_name(name) and not is_data_name(name):
                 value_pattern = _VALUE
+        elif text[max(0, match.start() - 3) : match.start()] == "://":
+            continue  # a URL's host and port ("http://auth:8080/"): its userinfo is gone
         elif _credential_header(name) or _registered_header(name):  # not KeyError: ...
             value_pattern = _HEADER_VALUE
         if value_pattern is None:
@@ -77,9 +93,56 @@ def _redact_pairs(text: str) -> str:
         value = value_pattern.match(text, start)
         if value is None or value.group().startswith(REDACTED):  # (by the URL pass)
             continue
+        end = _value_end(value) if value_pattern is _VALUE else value.end()
         out.append(text[pos:start])
-        out.append(_replacement(value.group()))
-        pos = value.end()
+        out.append(_replacement(text[start:end]))
+        pos = end
+    if not out:
+        return text
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _value_end(value: re.Match[str]) -> int:
+    """Where a :data:`_VALUE` ends: an unquoted one before its trailing ``)``, ``,``,
+    ``]`` and ``}`` (all of it if it is nothing else)."""
+    found = value.group()
+    if found[-1:] not in _CLOSING or found[:1] in ("'", '"') or found[1:2] in ("'", '"'):
+        return value.end()
+    kept = found.rstrip(_CLOSING)
+    return value.start() + len(kept) if kept else value.end()
+
+
+def _redact_tool_passwords(text: str) -> str:
+    """The password after ``-p`` on the command line of a tool that takes one there.
+
+    ``mysql -phunter2`` (mysql, mysqldump, mariadb...: glued to the flag; a bare
+    ``-p`` asks for one), ``sshpass -p hunter2`` and ``docker login -p hunter2``
+    (the next argument), an argv list's ``'-phunter2'`` and ``'-p', 'hunter2'``
+    too: each ``-p`` after the tool's name on its line. Nowhere else is ``-p``
+    read as a password: ``grep -pattern``, ``python -p...`` keep theirs. Each
+    line is read once: linear.
+    """
+    out: list[str] = []
+    pos = read = 0  # where the text is copied from; where the lines read end
+    for tool in _PASSWORD_TOOL.finditer(text):
+        if tool.start() < read:
+            continue  # on a line read already
+        line = _LINE_END.search(text, tool.end())
+        line_end = len(text) if line is None else line.start()
+        flag = _GLUED_P if tool.group("glued") else _SPACED_P
+        for match in flag.finditer(text, tool.end(), line_end):
+            start = match.end()
+            if start < pos:
+                continue
+            value = _VALUE.match(text, start, line_end)
+            if value is None or value.group().startswith(REDACTED):
+                continue
+            end = _value_end(value)
+            out.append(text[pos:start])
+            out.append(_replacement(text[start:end]))
+            pos = end
+        read = line_end
     if not out:
         return text
     out.append(text[pos:])
@@ -104,9 +167,12 @@ def _redact_flags(text: str) -> str:
             continue
         if flag.lower() in _USER_FLAGS and ":" not in value.group():
             continue
+        if is_data_name(flag):  # --max-tokens 4096
+            continue
+        end = _value_end(value)
         out.append(text[pos:start])
-        out.append(_replacement(value.group()))
-        pos = value.end()
+        out.append(_replacement(text[start:end]))
+        pos = end
     if not out:
         return text
     out.append(text[pos:])

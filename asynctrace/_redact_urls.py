@@ -9,7 +9,7 @@ are found with ``str.find``: linear in the text.
 from __future__ import annotations
 
 import re
-from urllib.parse import quote, unquote_plus
+from urllib.parse import quote, unquote, unquote_plus
 
 from ._secret_words import REDACTED, _key_pattern, _secret_name
 
@@ -20,6 +20,11 @@ __all__ = ["redact_query"]
 # scheme of any length are URLs too, and no pattern can backtrack over a long run.
 _URL_END = re.compile(r"[\s'\"<>`]")
 _LINE_END = re.compile(r"[\r\n]")
+# A URL written JSON's way ("https:\/\/h\/x"), and one percent-encoded whole in text
+# ("http%3A%2F%2Fu%3Ap%40h"): what follows its "://" as written, up to what ends a
+# URL (the characters of a percent-encoded one).
+_ESCAPED_SLASHES = ":\\/\\/"
+_ENCODED_URL = re.compile(r"%3A%2F%2F([\w%.~+\-]+)", re.IGNORECASE)
 _NEST_DEPTH = 3  # URLs inside query values inside URLs...: deeper ones are replaced whole
 
 
@@ -75,6 +80,44 @@ def _redact_urls(text: str, depth: int) -> str:
         return text
     out.append(text[pos:])
     return "".join(out)
+
+
+def _redact_escaped_urls(text: str) -> str:
+    """Every URL written with JSON's escaped slashes (``postgres:\\/\\/u:p@h\\/x``)
+    redacted as :func:`_redact_urls` redacts one, its slashes escaped again."""
+    out: list[str] = []
+    pos = 0
+    size = len(_ESCAPED_SLASHES)
+    at = text.find(_ESCAPED_SLASHES)
+    while at != -1:
+        start = at + size
+        stop = _URL_END.search(text, start)
+        end = stop.start() if stop is not None else len(text)
+        rest = text[start:end].replace("\\/", "/")
+        redacted = _redact_url_rest(rest, 0)
+        if redacted != rest:
+            out.append(text[pos:start])
+            out.append(redacted.replace("/", "\\/"))
+            pos = end
+        at = text.find(_ESCAPED_SLASHES, max(end, start))
+    if not out:
+        return text
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _redact_encoded_urls(text: str) -> str:
+    """Every URL percent-encoded whole in *text* (``http%3A%2F%2Fu%3Ap%40h%2F``) redacted
+    as :func:`_redact_urls` redacts one, encoded again (only if something changed)."""
+
+    def redact(match: re.Match[str]) -> str:
+        rest = unquote(match.group(1))
+        redacted = _redact_url_rest(rest, 1)
+        if redacted == rest:
+            return match.group()
+        return match.group()[: match.start(1) - match.start()] + quote(redacted, safe="")
+
+    return _ENCODED_URL.sub(redact, text)
 
 
 def _cut_in_userinfo(url: str) -> bool:
@@ -177,9 +220,15 @@ def _redact_nested(value: str, depth: int) -> str:
         decoded = unquote_plus(value)
     except Exception:  # cannot be decoded: on the safe side
         return REDACTED
-    if "://" not in decoded:
+    if "://" in decoded:
+        if depth >= _NEST_DEPTH:
+            return REDACTED
+        redacted = _redact_urls(decoded, depth + 1)
+    elif "=" in decoded:  # a query, or a path and its query ("/cb?access_token=...")
+        if depth >= _NEST_DEPTH:
+            return REDACTED
+        path, question, query = decoded.rpartition("?")
+        redacted = f"{path}{question}{_redact_query(query, depth + 1)}"
+    else:
         return value
-    if depth >= _NEST_DEPTH:
-        return REDACTED
-    redacted = _redact_urls(decoded, depth + 1)
     return value if redacted == decoded else quote(redacted, safe="/:")

@@ -5,8 +5,10 @@ A name is secret-like when it contains, case-insensitively, one of
 of 3 characters or more counts anywhere; a shorter one (``sk``) anywhere in a
 URL's query key, as ``url.full`` redaction counts it, but elsewhere only
 where no letter or digit is glued to it (``sk=`` and ``x_sk=``, not
-``task=``). The compiled patterns of each set of words are kept, so a reader
-never sees a half-registered set.
+``task=``). Outside a URL's query key, ``sig`` does not count followed by a
+letter (``sigma``, ``design``) nor ``auth`` in ``author`` or ``authority``.
+The compiled patterns of each set of words are kept, so a reader never sees a
+half-registered set.
 """
 
 from __future__ import annotations
@@ -43,7 +45,14 @@ SECRET_WORDS: Final = (
     "jsessionid",
     "sessid",
 )
-_SECRET_NAME = re.compile("|".join(SECRET_WORDS), re.IGNORECASE)
+# In free text, two words count only where they are no start of an ordinary word:
+# "sig" not in "sigma", "signal" or "design" ("signature" is a word of its own), "auth"
+# not in "author" or "authority" (but in "authorization"). A URL's query key counts
+# them anywhere, as url.full redaction does.
+_NAME_FORMS: Final = {"sig": r"sig(?![a-z])", "auth": r"auth(?!or(?!i[sz]))"}
+_SECRET_NAME = re.compile(
+    "|".join(_NAME_FORMS.get(word, word) for word in SECRET_WORDS), re.IGNORECASE
+)
 
 
 def _flag_pattern(words: str) -> re.Pattern[str]:
@@ -91,8 +100,15 @@ def register_secret_words(words: Iterable[str]) -> None:
     checked = _checked_words(words)
     with _WORDS_LOCK:
         # A word holding one already matched anywhere (``mytoken``) adds nothing.
-        anywhere = [*SECRET_WORDS, *(w for w in _EXTRA_WORDS if len(w) >= _MIN_WORD)]
-        added = {w for w in checked - _EXTRA_WORDS if not any(a in w for a in anywhere)}
+        anywhere = [
+            *(w for w in SECRET_WORDS if w not in _NAME_FORMS),  # "author" adds a word
+            *(w for w in _EXTRA_WORDS if len(w) >= _MIN_WORD),
+        ]
+        added = {
+            w
+            for w in checked - _EXTRA_WORDS
+            if w not in SECRET_WORDS and not any(a in w for a in anywhere)
+        }
         if not added:
             return
         total = len(_EXTRA_WORDS) + len(added)
@@ -120,7 +136,10 @@ reinit_at_fork(_WORDS_LOCK)  # held by another thread at fork(): new in the chil
 # The patterns of each set of words registered so far, by its name pattern (the
 # _SECRET_NAME they go with): URL keys, flags. At most MAX_SECRET_WORDS + 1 entries.
 _PATTERNS: dict[re.Pattern[str], tuple[re.Pattern[str], re.Pattern[str]]] = {
-    _SECRET_NAME: (_SECRET_NAME, _flag_pattern(_SECRET_NAME.pattern))
+    _SECRET_NAME: (
+        re.compile("|".join(SECRET_WORDS), re.IGNORECASE),
+        _flag_pattern(_SECRET_NAME.pattern),
+    )
 }
 
 
@@ -151,13 +170,15 @@ def _word_patterns(extra: Collection[str]) -> tuple[re.Pattern[str], ...]:
     shorter one with no letter or digit glued to it. URL keys: every word
     anywhere, as the HTTP integrations' ``url.full`` redaction matches them.
     """
-    long = [*SECRET_WORDS, *map(re.escape, sorted(w for w in extra if len(w) >= _MIN_WORD))]
+    added = list(map(re.escape, sorted(w for w in extra if len(w) >= _MIN_WORD)))
+    long = [*SECRET_WORDS, *added]
     short = sorted(w for w in extra if len(w) < _MIN_WORD)
     # A short word, then (a lookbehind of its length) no letter or digit before it: a
     # literal first keeps the pattern's quick scan for its first characters.
     names = "|".join(
         [
-            *long,
+            *(_NAME_FORMS.get(word, word) for word in SECRET_WORDS),
+            *added,
             *(
                 rf"(?:{'|'.join(map(re.escape, words))})(?<![^\W_][\s\S]{{{size}}})(?![^\W_])"
                 for size in range(1, _MIN_WORD)

@@ -7,16 +7,18 @@ directory afterwards, then installs.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 import secrets
 import socket
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ._config import TelemetryConfig
+from ._config import TelemetryConfig, env_source
 from ._config_checks import check_int
 from ._config_env import otel_sdk_disabled
 from ._config_fields import (
@@ -25,12 +27,12 @@ from ._config_fields import (
     SpanExporterLike,
     check_batch_fits,
     coerce_field,
+    span_group_tokens,
 )
 from ._detect import detect_resource
 from ._errors import ConfigurationError
 from ._fast import Sampling, SpanLimits, limits_from, sampling_from
 from ._goodput_settings import GoodputSettings
-from ._groups import require_groups, split_spec
 from ._profiling import ProfilerSettings
 from ._protocol import check_protocol, otlp_protocol
 from ._ranks import MAX_WORLD_SIZE, ExportRanks, env_local_rank
@@ -136,7 +138,11 @@ def resolve(
             f"config: expected a TelemetryConfig or a mapping, got {type(config).__name__}"
         )
     values = {f.name: coerce_field(f.name, f.name, getattr(config, f.name)) for f in _FIELDS}
-    tokens = require_groups(split_spec(values["span_groups"]), values["span_groups"])
+    tokens = span_group_tokens(
+        env_source(config, "span_groups") or "span_groups", values["span_groups"]
+    )
+    provider = _provider(values["provider"], env)
+    _own_provider_keys(config, values, provider)
     batch, queue = values["max_export_batch_size"], values["max_queue_size"]
     only_queue = batch == DEFAULT_BATCH_SIZE and queue != DEFAULT_QUEUE_SIZE
     check_batch_fits(  # a batch size left at its default: the queue size is the one to blame
@@ -206,6 +212,11 @@ def resolve(
     run_dir = os.path.expanduser(values["output_dir"].replace("{run_id}", run_id))
     output_dir = run_dir if writes_files else None
     service_name = values["service_name"] or _env_service_name(env) or DEFAULT_SERVICE_NAME
+    own_resource: Mapping[str, Any] = {}
+    if not isinstance(provider, str):  # its resource is the spans': the files say the same
+        own_resource = provider.resource.attributes
+        named = own_resource.get("service.name")
+        service_name = named if isinstance(named, str) and named else service_name
     resource: dict[str, Any] = _detected(env)
     resource.update(
         {
@@ -221,7 +232,9 @@ def resolve(
         resource[LOCAL_RANK_KEY] = local_rank
     if role is not None:
         resource[ROLE_KEY] = role
-    resource.update(values["resource_attributes"])
+    if isinstance(provider, str):
+        resource.update(values["resource_attributes"])
+    resource.update(own_resource)
     return Settings(
         enabled=values["enabled"] and exporting and not otel_sdk_disabled(env),
         span_groups=",".join(tokens),
@@ -240,8 +253,8 @@ def resolve(
         world_size=world_size,
         local_rank=local_rank,
         role=role,
-        provider=_provider(values["provider"], env),
-        sampling=_sampling(values["sample_rate"], values["sampling_ratio"], env),
+        provider=provider,
+        sampling=_sampling(config, values["sample_rate"], values["sampling_ratio"], env),
         span_limits=limits_from(values["span_limits"], env),
         propagate_scopes=values["propagate_scopes"],
         loop_stall_threshold_ms=values["loop_stall_threshold_ms"],
@@ -298,17 +311,78 @@ def _provider(value: Any, env: Mapping[str, str]) -> Any:
 
 
 def _sampling(
-    sample_rate: float | None, sampling_ratio: float | None, env: Mapping[str, str]
+    config: TelemetryConfig,
+    sample_rate: float | None,
+    sampling_ratio: float | None,
+    env: Mapping[str, str],
 ) -> Sampling:
     """``sample_rate`` (parent based, whatever ``OTEL_TRACES_SAMPLER`` says), else as before."""
     if sample_rate is None:
         return sampling_from(sampling_ratio, env)
     if sampling_ratio is not None and sampling_ratio != sample_rate:
+        rate_key = env_source(config, "sample_rate") or "sample_rate"
+        ratio_key = env_source(config, "sampling_ratio") or "sampling_ratio"
         raise ConfigurationError(
-            f"sample_rate: {sample_rate!r} is not accepted with "
-            f"sampling_ratio={sampling_ratio!r}; accepted: one of the two, or the same value"
+            f"{rate_key}: {sample_rate!r} is not accepted with "
+            f"{ratio_key}={sampling_ratio!r}; accepted: one of the two, or the same value"
         )
     return Sampling(sample_rate, parent_based=True)
+
+
+# The keys whose work a TracerProvider handed in does itself, and what of it does it.
+_PROVIDER_OWNS = {
+    "sampling_ratio": "sampler",
+    "sample_rate": "sampler",
+    "span_limits": "span limits",
+    "resource_attributes": "resource",
+    "service_name": "resource",
+}
+_told_ignored: set[tuple[str, str]] = set()
+
+
+def _own_provider_keys(config: TelemetryConfig, values: Mapping[str, Any], provider: Any) -> None:
+    """Refuse the keys a TracerProvider handed in would ignore; warn of such variables.
+
+    asynctrace records through that provider as it is: its own sampler, span
+    limits and resource apply. A key set in code or YAML is a
+    :class:`ConfigurationError`; a value only a variable set (``from_env``) is
+    named in one warning and ignored, so an environment shared by several
+    programs never stops one. Keys left at their defaults say nothing.
+    """
+    if isinstance(provider, str):
+        return
+    given = []
+    for name in _PROVIDER_OWNS:
+        value = values[name]
+        if value is None or (isinstance(value, (str, Mapping)) and not value):
+            continue
+        given.append((name, env_source(config, name), value))
+    explicit = [(name, value) for name, var, value in given if var is None]
+    if explicit:
+        owns = sorted({_PROVIDER_OWNS[name] for name, _ in explicit})
+        raise ConfigurationError(
+            f"{', '.join(f'{name}={value!r}' for name, value in explicit)}: not accepted with "
+            f"provider={provider!r}: asynctrace records through that TracerProvider as it is, "
+            f"and it uses its own {' and '.join(owns)}; accepted: leave "
+            f"{', '.join(name for name, _ in explicit)} unset and configure the provider "
+            "(TracerProvider(sampler=..., span_limits=..., resource=Resource.create({...})))"
+        )
+    for name, var, value in given:
+        if var is None:  # pragma: no cover - the explicit ones raised above
+            continue
+        told = (var, repr(value))
+        if told in _told_ignored:  # once a value (two threads at once may both say it)
+            continue
+        _told_ignored.add(told)
+        message = (
+            f"asynctrace: {var}={value!r} is ignored: the TracerProvider handed in as provider "
+            f"records with its own {_PROVIDER_OWNS[name]} (configure it on the provider)"
+        )
+        logging.getLogger("asynctrace").warning(message)
+        try:
+            warnings.warn(message, UserWarning, stacklevel=4)
+        except UserWarning:
+            pass  # warnings are errors here: the log line says it
 
 
 def _detected(env: Mapping[str, str]) -> dict[str, Any]:

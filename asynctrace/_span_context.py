@@ -9,6 +9,8 @@ the span. None of them raises.
 
 from __future__ import annotations
 
+import builtins
+import sys
 import traceback
 from collections.abc import Collection
 from contextvars import ContextVar
@@ -139,11 +141,14 @@ def mark_exit(
 ) -> None:
     """Exceptions are errors; cancellation and other BaseExceptions are not.
 
+    A ``BaseExceptionGroup`` (a task group's, say) that holds an ``Exception``
+    anywhere inside is an error too: only a group of nothing but
+    BaseExceptions (cancellations, a ``KeyboardInterrupt``) is not.
     What is recorded of the exception (message, stack trace, status
     description) is redacted first (:func:`~asynctrace._redact.redact_text`),
     with *secrets* replaced too, and any secrets remembered for *exc*.
     """
-    if issubclass(exc_type, Exception):
+    if issubclass(exc_type, Exception) or _holds_error(exc):
         if exc is not None:
             if secrets:
                 remember(exc, secrets)  # the spans around this one record it too
@@ -156,6 +161,34 @@ def mark_exit(
         span.set_status(Status(StatusCode.ERROR, description))
     else:
         span.set_attribute(CANCELLED, True)
+
+
+_GROUP: Final = getattr(builtins, "BaseExceptionGroup", None)  # 3.11+
+
+
+def _is_group(exc: BaseException) -> bool:
+    """Whether *exc* is a ``BaseExceptionGroup``: the built-in one (3.11+, which
+    the ``exceptiongroup`` backport re-exports there), or the backport's when
+    that is imported (3.10)."""
+    if _GROUP is not None:
+        return isinstance(exc, _GROUP)
+    module = sys.modules.get("exceptiongroup")
+    backport = getattr(module, "BaseExceptionGroup", None) if module is not None else None
+    return isinstance(backport, type) and isinstance(exc, backport)
+
+
+def _holds_error(exc: BaseException | None, depth: int = 0) -> bool:
+    """Whether *exc* is an exception group holding an ``Exception`` at any depth.
+
+    Reads the groups' ``exceptions`` only (no ``split``, which calls a
+    subclass's ``derive``); nesting past 64 levels counts as no error.
+    """
+    if exc is None or depth > 64 or not _is_group(exc):
+        return False
+    for inner in getattr(exc, "exceptions", ()):
+        if isinstance(inner, Exception) or _holds_error(inner, depth + 1):
+            return True
+    return False
 
 
 def record_exception(span: Span, exc: BaseException, secrets: Collection[str] = ()) -> None:

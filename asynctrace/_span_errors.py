@@ -14,7 +14,9 @@ asynctrace hands out is made to do the same by :func:`redacting`: its class
 becomes a subclass of the SDK's whose ``record_exception``, ``set_status``
 and ``__exit__`` redact (the same object, so processors, the current context
 and the caller all hold it), so ``with span:``, ``use_span(span)`` and a
-``span.record_exception(exc)`` by hand record what the fast provider records.
+``span.record_exception(exc)`` by hand record what the fast provider records;
+its URL attributes (on the span, its events and its links) are redacted as
+the fast provider's spans redact them too.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from __future__ import annotations
 import sys
 import threading
 import traceback
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -36,11 +38,13 @@ from ._errors import report_internal_error
 from ._exception_text import exception_reason, redact_exception_text, secrets_of
 from ._forksafe import reinit_at_fork
 from ._scopes import SCOPES
+from ._url_attributes import URL_ATTRIBUTES, redact_url_attributes, redact_url_value
 
 __all__ = [
     "RedactingTracer",
     "record_error",
     "redacted_block",
+    "redacted_links",
     "redacting",
     "restore_stamps",
     "stamp_started",
@@ -184,8 +188,36 @@ class _RedactingSdkSpan(trace.Span):
     the stack trace redacted with the secrets remembered for the exception,
     ``exception.escaped``); attributes passed by the caller override them, a
     caller's own stack trace included, as OpenTelemetry specifies. An
-    ``ERROR`` description is redacted as it is set.
+    ``ERROR`` description is redacted as it is set (with the secrets of the
+    exception being handled), and so are the URL attributes (on the span, its
+    events and its links), as on the fast provider.
     """
+
+    def set_attribute(self, key: str, value: types.AttributeValue) -> None:
+        """Set one attribute, a URL one redacted (see ``redact_url_value``)."""
+        if isinstance(key, str) and key in URL_ATTRIBUTES:
+            value = redact_url_value(key, value)
+        super().set_attribute(key, value)  # type: ignore[safe-super]
+
+    def set_attributes(self, attributes: Mapping[str, types.AttributeValue]) -> None:
+        """Set several attributes, the URL ones redacted."""
+        if attributes:
+            attributes = redact_url_attributes(attributes)
+        super().set_attributes(attributes)  # type: ignore[safe-super]
+
+    def add_event(
+        self, name: str, attributes: types.Attributes = None, timestamp: int | None = None
+    ) -> None:
+        """Record an event, its URL attributes redacted."""
+        if attributes:
+            attributes = redact_url_attributes(attributes)
+        super().add_event(name, attributes, timestamp)  # type: ignore[safe-super]
+
+    def add_link(self, context: trace.SpanContext, attributes: types.Attributes = None) -> None:
+        """Link to another span's context, its URL attributes redacted."""
+        if attributes:
+            attributes = redact_url_attributes(attributes)
+        super().add_link(context, attributes)
 
     def record_exception(
         self,
@@ -212,14 +244,15 @@ class _RedactingSdkSpan(trace.Span):
         self.add_event("exception", event, timestamp)
 
     def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
-        """Set the status as the SDK does; an ``ERROR`` description is redacted first."""
+        """Set the status as the SDK does; an ``ERROR`` description is redacted first,
+        with the secrets of the exception being handled (``use_span`` quotes it)."""
         if self.is_recording():
             if isinstance(status, Status):
                 text = status.description
                 if status.status_code is StatusCode.ERROR and text and isinstance(text, str):
-                    status = Status(StatusCode.ERROR, redact_exception_text(text))
+                    status = Status(StatusCode.ERROR, _error_description()(text))
             elif status is StatusCode.ERROR and description and isinstance(description, str):
-                description = redact_exception_text(description)
+                description = _error_description()(description)
         super().set_status(status, description)  # type: ignore[safe-super]
 
     def __exit__(
@@ -247,9 +280,24 @@ class RedactingTracer(trace.Tracer):
     def __init__(self, tracer: trace.Tracer) -> None:
         self.tracer = tracer
 
-    def start_span(self, *args: Any, **kwargs: Any) -> trace.Span:
-        """The SDK tracer's ``start_span``; the span records exceptions redacted."""
-        return redacting(self.tracer.start_span(*args, **kwargs))
+    def start_span(
+        self,
+        name: str,
+        context: otel_context.Context | None = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: types.Attributes = None,
+        links: Sequence[Link] | None = None,
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+    ) -> trace.Span:
+        """The SDK tracer's ``start_span``; the span records exceptions redacted, and its
+        URL attributes (links' too) are redacted as the fast provider's."""
+        return redacting(self.tracer.start_span(
+            name, context, kind,
+            redact_url_attributes(attributes) if attributes else attributes,
+            redacted_links(links), start_time, record_exception, set_status_on_exception,
+        ))  # fmt: skip
 
     @otel_contextmanager
     def start_as_current_span(
@@ -265,11 +313,33 @@ class RedactingTracer(trace.Tracer):
         end_on_exit: bool = True,
     ) -> Iterator[trace.Span]:
         """Start a span and make it current for the block (also a decorator)."""
-        span = redacting(self.tracer.start_span(
+        span = self.start_span(
             name, context, kind, attributes, links, start_time, record_exception,
             set_status_on_exception,
-        ))  # fmt: skip
+        )  # fmt: skip
         yield from redacted_block(span, end_on_exit, record_exception, set_status_on_exception)
+
+
+def redacted_links(links: Sequence[Link] | None) -> Sequence[Link] | None:
+    """*links* with their URL attributes redacted (a new list if any changed)."""
+    if not links:
+        return links
+    out: list[Link] | None = None
+    for index, link in enumerate(links):
+        attributes = link.attributes if link is not None else None
+        if attributes and not URL_ATTRIBUTES.isdisjoint(attributes):
+            if out is None:
+                out = list(links)
+            out[index] = Link(link.context, redact_url_attributes(attributes))
+    return links if out is None else out
+
+
+def _error_description() -> Callable[[str], str]:
+    """The fast provider's ``error_description`` (imported late: that package imports
+    this module)."""
+    from ._fast._span import error_description
+
+    return error_description
 
 
 def stamp_started(span: Any) -> None:

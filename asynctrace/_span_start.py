@@ -23,11 +23,11 @@ from opentelemetry.util.types import AttributeValue
 from . import _groups, _stalls
 from ._errors import report_internal_error
 from ._fast import FastTracer
-from ._fast._span import STAMP_KEYS
+from ._fast._span import STAMP_KEYS, url_redacted
 from ._groups import Bucket
 from ._scopes import SCOPES
 from ._semconv import GROUP, RL_BUCKET
-from ._span_errors import redacting, restore_stamps
+from ._span_errors import redacted_links, redacting, restore_stamps
 from ._span_rules import (
     LEAF,
     PLAIN,
@@ -43,6 +43,7 @@ from ._span_rules import (
 )
 from ._stalls import notice_loop
 from ._state import GATE
+from ._url_attributes import URL_ATTRIBUTES
 
 __all__ = ["span_attributes", "start"]
 
@@ -56,6 +57,9 @@ _generation = 0  # bumped when the registry changes: cached stamps are then stal
 _RULES: dict[tuple[Any, bool, Bucket | None], tuple[Bucket | None, str | None, int]] = {}
 _MAX_RULES: Final = 4096
 _MAX_SHAPES: Final = 256  # entries of one scope state's cache (a few in practice)
+# Keys of the caller's attributes that take more than a merge: the bucket, and the URL
+# attributes (redacted as every span asynctrace hands out records them). One C call.
+_SETTLED: Final = frozenset({RL_BUCKET}) | URL_ATTRIBUTES
 
 
 def _registry_changed() -> None:
@@ -78,13 +82,15 @@ def span_attributes(
     The same rules and key order, for the hot path: the stamps of a (group,
     shape) are computed once per scope state and cached on it; the result is
     always a new dict the span may keep (the caller's list values become
-    tuples).
+    tuples, its URL attributes are redacted: see
+    :func:`~asynctrace._fast._span.url_redacted`).
     """
     state = SCOPES.get()
     if explicit is not None:  # rare: no cache
         bucket = resolve_bucket(state, group, shape, explicit)
         stamp = None if bucket is not None else group_stamp(state, group, shape)
-        return merge_attributes(base_attributes(state.stamps, bucket, stamp), user, bucket)
+        merged = merge_attributes(base_attributes(state.stamps, bucket, stamp), user, bucket)
+        return url_redacted(merged) if user else merged
     key = group if shape == LEAF else (shape, group)
     entry = state.cache.get(key)
     if entry is None or entry[2] != _generation:
@@ -115,8 +121,9 @@ def span_attributes(
         bucket = entry[1]
     if user:  # _merge, inline
         attrs.update(user)
-        if RL_BUCKET in user or not PLAIN.issuperset(map(type, user.values())):
+        if not _SETTLED.isdisjoint(user) or not PLAIN.issuperset(map(type, user.values())):
             settle_attributes(attrs, user, bucket)
+            url_redacted(attrs)
     return attrs
 
 
@@ -141,6 +148,7 @@ def start(
         attrs = span_attributes(group, shape, attributes, bucket)
         if tracer.__class__ is FastTracer:
             return tracer.start_owned(name, context, attrs, None, kind, links, start_time)
+        links = redacted_links(links)  # (the fast provider's spans redact theirs)
         limits = getattr(tracer, "_span_limits", None)  # an SDK tracer's
         if limits is not None and (
             limits.max_span_attribute_length is not None

@@ -127,7 +127,7 @@ def test_configure_refuses_an_environment_spec_that_names_no_group(
     monkeypatch.setenv("ASYNCTRACE_ENABLED", "1")
     monkeypatch.setenv("ASYNCTRACE_EXPORTERS", "memory")
     monkeypatch.setenv("ASYNCTRACE_SPAN_GROUPS", " , ")
-    with pytest.raises(ConfigurationError, match="span_groups: .* names no group"):
+    with pytest.raises(ConfigurationError, match="ASYNCTRACE_SPAN_GROUPS: .* names no group"):
         at.configure()
     assert at.enabled_span_groups() == frozenset()
     monkeypatch.setenv("ASYNCTRACE_SPAN_GROUPS", "")  # unset, in effect

@@ -10,10 +10,12 @@ span never holds more than ``max_attributes`` attributes); values are cut to
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
+from .._config_checks import int_text
 from .._errors import ConfigurationError
 
 __all__ = ["SpanLimits", "limits_from"]
@@ -135,15 +137,19 @@ def limits_from(config: Mapping[str, Any], environ: Mapping[str, str]) -> SpanLi
 
 
 def _count(key: str, value: Any, variable: bool = False) -> int | None:
-    """*value* of *key* as a limit; a *variable* (``OTEL_*``) has no way to say unlimited."""
+    """*value* of *key* as a limit; a *variable* (``OTEL_*``) has no way to say unlimited.
+
+    At most ``sys.maxsize``: the SDK holds a span's events, links and
+    attributes in deques of that length, which cannot be longer.
+    """
     if value is None:
         return None
-    if isinstance(value, str):
-        try:
-            value = int(value.strip())
-        except ValueError:
-            pass
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        accepted = "an integer >= 0" if variable else "an integer >= 0, or null for no limit"
+    number = int_text(value) if isinstance(value, str) else value
+    if isinstance(number, bool) or not isinstance(number, int) or not 0 <= number <= sys.maxsize:
+        accepted = f"an integer from 0 to {sys.maxsize}"
+        if variable:
+            accepted += " (unset it for the default; only the span_limits key says unlimited)"
+        else:
+            accepted += ", or null for no limit"
         raise ConfigurationError(f"{key}: {value!r} is not accepted; accepted: {accepted}")
-    return value
+    return number

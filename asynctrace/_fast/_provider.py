@@ -32,8 +32,6 @@ from .._forksafe import reinit_at_fork
 from .._scopes import SCOPES
 from .._span_context import _CONTEXT_VAR
 from .._span_errors import redacted_block
-from .._url_attributes import redact_url_attributes
-from ._foreign import ForeignSpan, is_own_scope
 from ._ids import IDS, IdGenerator
 from ._limits import SpanLimits
 from ._sampling import Sampling
@@ -216,7 +214,7 @@ def _newest_and_stamps(
 class FastTracer(trace.Tracer):
     """A tracer of :class:`FastTracerProvider` (get one with ``provider.get_tracer``)."""
 
-    __slots__ = ("_foreign", "_limits", "_max_attributes", "_provider", "scope")
+    __slots__ = ("_limits", "_max_attributes", "_provider", "scope")
 
     def __init__(self, provider: FastTracerProvider, scope: Scope) -> None:
         self._provider = provider
@@ -224,7 +222,6 @@ class FastTracer(trace.Tracer):
         limit = provider.limits.max_attributes
         self._max_attributes = sys.maxsize if limit is None else limit  # one test per span
         self.scope = scope
-        self._foreign = not is_own_scope(scope.name)  # its spans redact their URLs (_foreign.py)
 
     def start_span(
         self,
@@ -244,7 +241,9 @@ class FastTracer(trace.Tracer):
         scopes the span carries their stamps (``rl.iteration``,
         ``rl.task_id``, ``rl.session_id``) under *attributes*: a key given in
         *attributes* keeps its value, and past ``max_attributes`` the stamps
-        are kept as on asynctrace's own spans.
+        are kept as on asynctrace's own spans. URL attributes (``url.full``...)
+        are redacted, as on every span of this provider (see
+        :func:`~._span.url_redacted`); *name* is recorded as given.
         """
         extra = 0
         if attributes:
@@ -255,10 +254,6 @@ class FastTracer(trace.Tracer):
                 attributes, extra = good_keys(attributes)  # before the limit: evict nothing
                 if limit is not None and len(attributes) > limit:
                     attributes, extra = _newest_and_stamps(attributes, limit, extra)
-        blank = None
-        if self._foreign:
-            attributes = redact_url_attributes(attributes) if attributes else attributes
-            blank = _new(ForeignSpan)
         scopes = _scopes()
         stamps = scopes._stamps
         if stamps is None:
@@ -266,7 +261,7 @@ class FastTracer(trace.Tracer):
         if stamps:  # in a scope: its stamps first, the span's own attributes over them
             attributes = {**stamps, **attributes} if attributes else stamps
         span = self.start_owned(
-            name, context, _copy_attributes(attributes), blank, kind, links, start_time
+            name, context, _copy_attributes(attributes), None, kind, links, start_time
         )
         if extra and isinstance(span, FastSpan):
             span._dropped += extra  # past the limit, the stamps may have dropped more

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .._config_checks import float_text
 from .._errors import ConfigurationError
 
 __all__ = ["Sampling", "sampling_from"]
@@ -100,9 +101,10 @@ def sampling_from(ratio: float | None, environ: Mapping[str, str]) -> Sampling:
         return Sampling(0.0, parent_based)
     raw = environ.get("OTEL_TRACES_SAMPLER_ARG", "").strip()
     try:
-        return Sampling(
-            _ratio("OTEL_TRACES_SAMPLER_ARG", float(raw) if raw else 1.0), parent_based
-        )
+        value = float_text(raw) if raw else 1.0  # the rule of every number read from text
+        if value is None:
+            raise ValueError(raw)
+        return Sampling(_ratio("OTEL_TRACES_SAMPLER_ARG", value), parent_based)
     except (ValueError, ConfigurationError):
         _lenient_warning(
             f"OTEL_TRACES_SAMPLER_ARG: ignoring {raw!r} (accepted: a number in [0, 1]); "

@@ -22,6 +22,7 @@ changes them takes one process-wide lock; the path below the limit takes none.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Collection, Container, Mapping, Sequence
@@ -47,11 +48,19 @@ from .._semconv import (
     RL_TASK_ID,
     TRUNCATED,
 )
+from .._url_attributes import URL_ATTRIBUTES, redact_url_value
 
 if TYPE_CHECKING:
     from ._provider import FastTracer
 
-__all__ = ["STAMP_KEYS", "FastSpan", "SpanEvent", "keep_stamps"]
+__all__ = [
+    "STAMP_KEYS",
+    "FastSpan",
+    "SpanEvent",
+    "error_description",
+    "keep_stamps",
+    "url_redacted",
+]
 
 _time_ns = time.time_ns
 _new_tuple = tuple.__new__
@@ -62,6 +71,8 @@ _LIST = list
 _STACKTRACE = "exception.stacktrace"
 _TRACE_FLAGS = tuple(TraceFlags(flags) for flags in range(256))  # made once, not per context
 _MISSING: Any = object()
+_URL_KEYS = URL_ATTRIBUTES  # (a global of this module: one lookup per set_attribute)
+_exc_info = sys.exc_info
 _COUNTS = threading.Lock()  # taken to change a drop counter (the over-limit paths only)
 reinit_at_fork(_COUNTS)
 
@@ -183,7 +194,31 @@ def _copy_attributes(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
                     copied[key] = private_value(value)
                 except Exception:  # a Mapping whose items() raises, say: left to the exporters
                     pass
+    if not _URL_KEYS.isdisjoint(copied):
+        url_redacted(copied)
     return copied
+
+
+def url_redacted(attributes: dict[str, Any]) -> dict[str, Any]:
+    """*attributes* (changed in place) with the URL ones redacted as URLs.
+
+    The keys are :data:`~asynctrace._url_attributes.URL_ATTRIBUTES` and the
+    rule :func:`~asynctrace._url_attributes.redact_url_value` (any type of
+    value): what every span asynctrace hands out records of a URL, on either
+    provider, however the attribute is set.
+    """
+    for key in _URL_KEYS.intersection(attributes):
+        attributes[key] = redact_url_value(key, attributes[key])
+    return attributes
+
+
+def error_description(text: str) -> str:
+    """An ``ERROR`` status description, redacted (and bounded) as exception text, with the
+    secrets remembered for the exception being handled, if any: OpenTelemetry's
+    ``use_span``, and code such as ``span.set_status(Status(ERROR, str(exc)))`` in an
+    ``except`` block, quote that exception."""
+    handled = _exc_info()[1]
+    return redact_exception_text(text, secrets_of(handled) if handled is not None else ())
 
 
 def good_keys(attributes: Mapping[Any, Any]) -> tuple[Mapping[str, Any], int]:
@@ -377,7 +412,10 @@ class FastSpan(trace.Span):
     """A recording span of :class:`asynctrace.FastTracerProvider`.
 
     Implements the whole OpenTelemetry API ``Span``. Calls on an ended span
-    change nothing, as in the SDK (``end()`` a second time included).
+    change nothing, as in the SDK (``end()`` a second time included). URL
+    attributes are redacted however they are set (on the span, its events,
+    its links; see :func:`url_redacted`), whichever tracer started it; the
+    name is recorded as given.
     """
 
     __slots__ = (
@@ -496,7 +534,15 @@ class FastSpan(trace.Span):
         if key.__class__ is str and key and key not in attributes:  # the common case, first
             most = self._tracer._max_attributes  # (no limit: sys.maxsize)
             if len(attributes) < most:
-                if value.__class__ not in _SIMPLE:  # (kept as given: no call)
+                cls = value.__class__
+                if cls is int:
+                    pass  # (the commonest value: kept as given, no other test)
+                elif cls is str:  # kept as given, unless a URL attribute
+                    if key in _URL_KEYS:  # url.full and the like: redacted as URLs
+                        value = redact_url_value(key, value)
+                elif cls not in _SIMPLE:  # (bool, None: kept as given)
+                    if cls is not float and key in _URL_KEYS:  # (a number stays a number)
+                        value = redact_url_value(key, value)  # text, or a tuple: never raises
                     try:
                         value = private_value(value)
                     except Exception:  # as below
@@ -519,7 +565,12 @@ class FastSpan(trace.Span):
                 return
             _evict_past(self, attributes, limit - 1)
         cls = value.__class__
-        if cls is not str and cls is not int and cls is not bool:
+        if cls is str:
+            if key in _URL_KEYS:
+                value = redact_url_value(key, value)
+        elif cls is not int and cls is not bool:
+            if cls is not float and key in _URL_KEYS:
+                value = redact_url_value(key, value)
             try:
                 value = private_value(value)
             except Exception:  # a Mapping whose items() raises, say: left to the exporters
@@ -635,7 +686,7 @@ class FastSpan(trace.Span):
                 self._dropped_links = getattr(self, "_dropped_links", 0) + evicted
 
     def update_name(self, name: str) -> None:
-        """Rename the span."""
+        """Rename the span (the name is recorded as given, as at the start)."""
         if self._end is None:
             self._name = name
 
@@ -644,7 +695,9 @@ class FastSpan(trace.Span):
 
         An ``ERROR`` description (it often quotes an exception: OpenTelemetry's
         ``use_span`` sets ``"<type>: <message>"``) is redacted
-        and bounded (:func:`asynctrace._exception_text.redact_exception_text`).
+        and bounded (:func:`asynctrace._exception_text.redact_exception_text`),
+        with the secrets remembered for the exception being handled
+        (:func:`error_description`).
         """
         if self._end is not None:
             return
@@ -654,11 +707,11 @@ class FastSpan(trace.Span):
         if isinstance(status, Status):
             if status.status_code is not _UNSET:
                 if status.description and status.status_code is _ERROR:
-                    status = Status(_ERROR, redact_exception_text(status.description))
+                    status = Status(_ERROR, error_description(status.description))
                 self._status = status
         elif status.__class__ is StatusCode and status is not _UNSET:  # else ignored, as the SDK
             if description and status is _ERROR and isinstance(description, str):
-                description = redact_exception_text(description)
+                description = error_description(description)
             self._status = Status(status, description)
 
     def record_exception(

@@ -4,8 +4,10 @@ Per signal: the trace exporter reads ``OTEL_EXPORTER_OTLP_TRACES_*``, the
 goodput metric exporter ``OTEL_EXPORTER_OTLP_METRICS_*``, each before the
 general ``OTEL_EXPORTER_OTLP_*``. A value that would fail every request (a
 header with a line break, an endpoint without ``http://`` or ``https://``, a
-gRPC endpoint with a user name, password, query string or fragment, a
-negative timeout or one under a millisecond, a certificate file that is not there) or that one
+gRPC endpoint with a user name, password, query string or fragment, an
+endpoint with a space or line break around it (the exporters take the
+variable as written), a negative timeout, one under a millisecond or one
+longer than a thread can wait, a certificate file that is not there) or that one
 transport would ignore with a warning (compression ``zstd``) is a
 :class:`~asynctrace.ConfigurationError` naming the variable, the value (a
 header's value as ``REDACTED``) and what is accepted. Headers are parsed as
@@ -27,6 +29,7 @@ import re
 import threading
 from urllib.parse import unquote, urlsplit
 
+from .._config_checks import MAX_WAIT_S, float_text
 from .._errors import ConfigurationError
 from .._forksafe import reinit_at_fork
 from .._redact import redact_text
@@ -121,18 +124,23 @@ def check_environment(protocol: str, signal: str = "TRACES") -> list[str]:
     timeout = _variable("TIMEOUT", signal)
     if timeout is not None:
         key, value = timeout
-        try:
-            seconds = float(value)
-        except ValueError:
-            seconds = math.nan
-        if not (math.isfinite(seconds) and (seconds == 0 or seconds >= _MIN_TIMEOUT_S)):
+        number = float_text(value)
+        seconds = math.nan if number is None else number
+        if not (
+            math.isfinite(seconds) and (seconds == 0 or _MIN_TIMEOUT_S <= seconds <= MAX_WAIT_S)
+        ):
+            problem = "is not a timeout"
+            if seconds > MAX_WAIT_S:
+                problem = "is longer than a thread can wait"
+            elif seconds > 0:
+                problem = "is too short for any request"
             raise _refuse(
                 key,
                 value,
-                "is not a timeout" if not seconds > 0 else "is too short for any request",
-                f"a number of seconds >= {_MIN_TIMEOUT_S:g}, such as 10 or 2.5 "
-                "(OpenTelemetry's Python exporters read seconds, not milliseconds), "
-                "or 0 for no limit",
+                problem,
+                f"a number of seconds >= {_MIN_TIMEOUT_S:g} and <= {MAX_WAIT_S:.6g} (the "
+                "longest wait a thread can make), such as 10 or 2.5 (OpenTelemetry's Python "
+                "exporters read seconds, not milliseconds), or 0 for no limit",
             )
         if seconds == 0:  # the specification's "no limit"; requests and gRPC cannot wait so
             hidden += [f"{own}TIMEOUT", f"{_PREFIX}TIMEOUT"]
@@ -157,6 +165,7 @@ def check_environment(protocol: str, signal: str = "TRACES") -> list[str]:
     headers = _variable("HEADERS", signal)
     if headers is not None:
         _check_headers(*headers, grpc=grpc)
+    _check_endpoint_text(signal)
     tls = _check_grpc_target(signal) if grpc else _check_http_endpoint(signal)
     if tls:
         _check_certificates(grpc, signal)
@@ -231,6 +240,25 @@ def _latin1(value: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def _check_endpoint_text(signal: str) -> None:
+    """The endpoint variable the exporter reads must be the URL alone, with no whitespace
+    around it: OpenTelemetry's exporters take it as written (a trailing line break, as
+    ``$(cat file)`` leaves none but ``echo`` in a file does, fails every request)."""
+    for key in (f"{_per_signal(signal)}ENDPOINT", f"{_PREFIX}ENDPOINT"):
+        value = os.environ.get(key)
+        if not value:
+            continue  # unset or empty: the exporter reads the next one
+        if value != value.strip():
+            raise _refuse(
+                key,
+                redact_text(value),
+                "has whitespace around the URL (a space or line break), which the exporter "
+                "would keep in it",
+                "the URL alone, such as http://collector:4318",
+            )
+        return
 
 
 def _check_http_endpoint(signal: str) -> bool:

@@ -501,7 +501,9 @@ def _build_sdk(plan: Plan) -> Pipeline:
         chrome_resource: Any = provider.resource.attributes
     else:
         provider = settings.provider  # the user's, checked by the configuration
-        chrome_resource = {**provider.resource.attributes, **settings.resource_attributes}
+        # Its resource is its spans': the chrome file says the same where they overlap, and
+        # adds the run's own attributes (run id, rank) the provider does not have.
+        chrome_resource = {**settings.resource_attributes, **provider.resource.attributes}
     tracker = OpenSpanTracker(None if own else INSTRUMENTATION_NAME)
     queued = _start_queues(
         plan, chrome_resource, ExporterSink, is_open=lambda span_id: span_id in tracker._open

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from typing import Any, Final
-from urllib.parse import parse_qsl, unquote, unquote_plus, urlencode, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, unquote_plus, urlsplit, urlunsplit
 
 import asynctrace
 
@@ -99,7 +99,10 @@ def redact_url(url: str, secret_keys: Iterable[str] = DEFAULT_SECRET_KEYS) -> st
     A query key is secret-like when one of *secret_keys* is a case-insensitive
     substring of it (``api_key``, ``X-Amz-Signature``, ``access_token``...).
     So is a path parameter's (``/x;token=abc``). A query value that is a URL
-    (as sent or percent-encoded) is redacted the same way, userinfo and all.
+    or a query (as sent or percent-encoded: ``next=/cb?token=...``) is redacted
+    the same way, userinfo and all, and written percent-encoded once. The rest
+    stays as sent: keys as written (``%74oken=REDACTED``), separators (``;``),
+    pieces without ``=``, encodings.
 
     Example:
         >>> redact_url("https://u:p@h.example/run?api_key=abc&n=1")
@@ -129,14 +132,29 @@ def _redact_slowly(url: str, keys: SecretKeys, depth: int) -> str:
     if ";" in path:
         path = _redact_path_parameters(path, keys)
     if query:
-        # ";" separates pairs for some servers: treat it as "&" so no value hides behind it
-        pairs = parse_qsl(query.replace(";", "&"), keep_blank_values=True)
-        redacted = [
-            (k, REDACTED if keys.pattern.search(k) else _nested(v, keys, depth)) for k, v in pairs
-        ]
-        if redacted != pairs:  # else the query stays as sent
-            query = urlencode(redacted, safe="")
+        query = _redact_query(query, keys, depth)
     return urlunsplit((parts.scheme, netloc, path, query, parts.fragment and REDACTED))
+
+
+def _redact_query(query: str, keys: SecretKeys, depth: int) -> str:
+    """*query* as sent but for the values of its secret-like keys (matched
+    percent-decoded), and a value that is a URL or a query holding a secret, redacted
+    inside and percent-encoded once. ``;`` separates pairs as ``&`` does: no value
+    hides behind it; a piece without ``=`` stays as it is."""
+    query.encode()  # one no exporter can encode (a lone surrogate) raises: REDACTED whole
+    pieces = re.split("([&;])", query)  # the separators kept
+    for i in range(0, len(pieces), 2):
+        key, equals, value = pieces[i].partition("=")
+        if not equals:
+            continue
+        if keys.pattern.search(key) or keys.pattern.search(unquote_plus(key)):
+            pieces[i] = f"{key}={REDACTED}"
+            continue
+        decoded = unquote_plus(value)
+        nested = _nested(decoded, keys, depth)
+        if nested != decoded:
+            pieces[i] = f"{key}={quote(nested, safe='')}"
+    return "".join(pieces)
 
 
 def _redact_path_parameters(path: str, keys: SecretKeys) -> str:
@@ -151,16 +169,21 @@ def _redact_path_parameters(path: str, keys: SecretKeys) -> str:
 
 
 def _nested(value: str, keys: SecretKeys, depth: int) -> str:
-    """A query value that is itself a URL or a query (``upload_url=...``), redacted inside."""
+    """A query value (percent-decoded) that is itself a URL or a query (``upload_url=...``,
+    ``next=/cb?token=...``), redacted inside; *value* itself when nothing secret is in it."""
     if "://" in value:
         if depth >= _NEST_DEPTH:
             return REDACTED
-        return _redact_slowly(value, keys, depth + 1)
+        redacted = _redact_slowly(value, keys, depth + 1)
+        return value if redacted == value else redacted
     if "=" not in value or not keys.pattern.search(value):
         return value
     if depth >= _NEST_DEPTH:
         return REDACTED
-    return _redact_slowly("?" + value.lstrip("?"), keys, depth + 1).lstrip("?")
+    path, question, query = value.partition("?")
+    if not question:  # a bare query: "a&token=x"
+        path, query = "", value
+    return f"{path}{question}{_redact_query(query, keys, depth + 1)}"
 
 
 def header_attribute(prefix: str, name: str) -> str:

@@ -360,12 +360,12 @@ def test_repeated_urls_each_get_their_own_attributes(
     [
         ("http://h/run?n=1", "http://h/run?n=1"),
         ("http://h/run", "http://h/run"),
-        ("http://h/run?%74oken=abc&n=1", "http://h/run?token=REDACTED&n=1"),
+        ("http://h/run?%74oken=abc&n=1", "http://h/run?%74oken=REDACTED&n=1"),
         ("http://u:p@h/run", "http://h/run"),
         ("http://h/run?a=1#frag", "http://h/run?a=1#REDACTED"),
         ("http://h/run?SIGNATURE=x", "http://h/run?SIGNATURE=REDACTED"),
         ("http://h/run?q=a%20b&pct=100%", "http://h/run?q=a%20b&pct=100%"),  # left as sent
-        ("http://h/run?a=1;token=x", "http://h/run?a=1&token=REDACTED"),
+        ("http://h/run?a=1;token=x", "http://h/run?a=1;token=REDACTED"),
         ("http://h/run?token=x&a=\ud800", "REDACTED"),  # cannot be re-encoded: nothing of it
     ],
 )
