@@ -6,8 +6,11 @@ attaches, leaving detaches, records an escaping exception and ends.
 
 from __future__ import annotations
 
+import inspect
+import logging
+import sys
 from types import TracebackType
-from typing import Any
+from typing import Any, Final
 
 from opentelemetry.trace import (
     INVALID_SPAN_CONTEXT,
@@ -19,7 +22,7 @@ from opentelemetry.trace import (
 
 from . import _span_start
 from ._cm import SyncAndAsync
-from ._errors import report_internal_error
+from ._errors import first_report, is_strict, report_internal_error
 from ._fast import FastSpan, FastTracer
 from ._fast._span import SPAN_TYPES
 from ._groups import Bucket
@@ -45,7 +48,9 @@ from ._span_rules import (
 from ._span_start import _DONE, _new, _time_ns, span_attributes
 from ._state import GATE
 
-__all__ = ["ManagedSpan", "managed_span"]
+__all__ = ["ManagedSpan", "exited_elsewhere", "managed_span"]
+
+_LOG = logging.getLogger("asynctrace")
 
 
 class ManagedSpan(FastSpan, SyncAndAsync[Span]):
@@ -150,7 +155,7 @@ class ManagedSpan(FastSpan, SyncAndAsync[Span]):
             _CONTEXT_VAR.reset(token)  # type: ignore[union-attr]
         except Exception as err:  # a token of another context
             self._unstick()
-            report_internal_error(("detach", site(self._group)), err)
+            exited_elsewhere(self._group, err)
         if other is not None:
             return  # the non-recording span: nothing to end
         if exc_type is not None:
@@ -220,6 +225,64 @@ class ManagedSpan(FastSpan, SyncAndAsync[Span]):
 
 
 SPAN_TYPES.add(ManagedSpan)
+
+_WRAPPER_FILE: Final = "<asynctrace wrapper of "  # compile_wrapper's file names
+_GENERATOR: Final = inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
+_LOOKED_UP: Final = 32  # frames looked at for a traced generator's wrapper
+
+
+def exited_elsewhere(group: object, err: Exception) -> None:
+    """A span's exit could not reset its context token: it was entered in another context.
+
+    Expected, and only logged at debug level, when the exit runs under a traced
+    generator (a span the body held across a ``yield``, the generator resumed or
+    closed in another task or thread): the wrapper restores the body's context
+    around each resume and detaches it in the context that made the token, so
+    no context keeps the span. Otherwise (a block exited in another thread) the
+    context it was entered in may still hold the span: logged once per *group*
+    (raised in strict mode). The span is recorded either way.
+    """
+    if _under_traced_generator():
+        _LOG.debug(
+            "asynctrace: a span of group %r held across a yield ended in another context "
+            "than it started in (its traced generator was resumed there)",
+            site(group),
+        )
+        return
+    if is_strict():
+        raise err
+    where = ("detach", site(group))
+    if not first_report(where):
+        return
+    try:
+        _LOG.warning(
+            "asynctrace: a span exited in another context than it was entered in, at %s "
+            "(another thread, or a generator resumed in another task); the span is recorded, "
+            "but the context it was entered in may still hold it as the current span "
+            "(further failures here are not logged)",
+            where,
+            exc_info=err,
+        )
+    except Exception:  # pragma: no cover - logging itself broken
+        pass
+
+
+def _under_traced_generator() -> bool:
+    """Whether this runs in a generator that a traced generator's wrapper resumed."""
+    try:
+        frame = sys._getframe(2)
+    except ValueError:  # no caller that deep
+        return False
+    for _ in range(_LOOKED_UP):
+        back = frame.f_back
+        if back is None:
+            return False
+        if frame.f_code.co_flags & _GENERATOR and back.f_code.co_filename.startswith(
+            _WRAPPER_FILE
+        ):
+            return True
+        frame = back
+    return False
 
 
 def _managed(

@@ -110,7 +110,11 @@ def detach(token: object | None, group: object = None) -> None:
             otel_context.detach(token)  # type: ignore[arg-type]
         else:
             var.reset(token)  # type: ignore[arg-type]
-    except Exception as exc:  # a token of another context (a generator resumed elsewhere)
+    except ValueError as exc:  # a token of another context (a generator resumed elsewhere)
+        from ._managed_span import exited_elsewhere  # (it imports this module)
+
+        exited_elsewhere(group, exc)
+    except Exception as exc:
         report_internal_error(("detach", site(group)), exc)
 
 

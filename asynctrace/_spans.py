@@ -16,8 +16,8 @@ from opentelemetry.trace import (
 
 from . import _span_start, _stalls
 from ._errors import report_internal_error
-from ._fast import FastTracer
-from ._fast._span import SPAN_TYPES
+from ._fast import FastSpan, FastTracer
+from ._fast._span import SPAN_TYPES, url_redacted
 from ._live_span import LiveSpan
 from ._managed_span import ManagedSpan, _managed
 from ._profiling import ProfiledSpan
@@ -44,6 +44,7 @@ from ._span_rules import (
 from ._span_start import _get_running_loop, _time_ns, span_attributes, start
 from ._stalls import notice_loop
 from ._state import GATE
+from ._url_attributes import URL_ATTRIBUTES
 
 __all__ = ["detached_span", "end_span", "instant", "start_span", "umbrella_span"]
 
@@ -142,6 +143,7 @@ def start_span(
     attributes: Attributes | None = None,
     context: otel_context.Context | None = None,
     links: Sequence[Link] | None = None,
+    urls_redacted: bool = False,
 ) -> Span:
     """Start a span of *group* without making it current; the caller ends it.
 
@@ -153,6 +155,13 @@ def start_span(
     the parent (default: the current context). When the group is disabled, or
     the span cannot start, the shared disabled span is returned: ``end()`` and
     every setter on it are no-ops, and ``is_recording()`` is false.
+
+    URL attributes (``url.full``, ``url.query``, ...) are redacted as on
+    every span asynctrace hands out. *urls_redacted* says the caller has
+    redacted them already, as asynctrace's HTTP integrations do with their
+    own secret keys: the fast provider then records them as given, which
+    saves a request's span the check of its URL (the SDK provider's spans
+    check every attribute they are given).
 
     Example:
         >>> from opentelemetry.trace import SpanKind
@@ -183,6 +192,8 @@ def start_span(
                         map(type, attributes.values())
                     ):
                         settle_attributes(attrs, attributes, entry[1])
+                    if not (urls_redacted or URL_ATTRIBUTES.isdisjoint(attributes)):
+                        url_redacted(attrs)
             else:
                 attrs = span_attributes(group, LEAF, attributes, None)
             return tracer.start_owned(name, context, attrs, None, kind, links, None)
@@ -219,30 +230,65 @@ def end_span(
         return
     if exc is None:  # finish(), without its call
         try:
-            if span.__class__ in SPAN_TYPES:  # FastSpan.end, inline: the claim, then hand over
+            if span.__class__ is FastSpan:  # FastSpan.end, inline: the claim, then hand over
                 fast: Any = span
                 if fast._end is None and (  # not started (_end 0) or ended: nothing to end
                     fast._tracer._provider._open.pop(fast._span_id, None) is not None
                     or fast._reclaim()
                 ):
                     fast.finish(_time_ns())
+            elif span.__class__ in SPAN_TYPES:  # a ManagedSpan: its context, as its exit
+                _release_managed(span, None, ())  # detaches it, then FastSpan.end
+                span.end()
             else:
                 target: object = span  # typed a Span, may be a managed_span() object
                 if isinstance(target, Span):
-                    target.end()
+                    if getattr(target, "end_time", None) is None:  # an SDK span ended: silent
+                        target.end()
                 else:
                     _end_other(target, None, ())
         except Exception as err:
             report_internal_error(("end", type(span).__name__), err)
         return
     other: object = span
-    if span.__class__ in SPAN_TYPES or isinstance(other, Span):
+    if span.__class__ in SPAN_TYPES:
+        if span.__class__ is ManagedSpan:
+            _release_managed(span, exc, secrets)
         finish(span, type(exc), exc, None, secrets)
+        return
+    if isinstance(other, Span):
+        if getattr(other, "end_time", None) is None:  # an SDK span ended: silent
+            finish(span, type(exc), exc, None, secrets)
         return
     try:
         _end_other(other, exc, secrets)
     except Exception as err:
         report_internal_error(("end", type(span).__name__), err)
+
+
+def _release_managed(span: Any, exc: BaseException | None, secrets: Collection[str]) -> None:
+    """:func:`end_span` of a :class:`ManagedSpan` entered by hand: its context detached
+    as its exit detaches it (then its exit does nothing more).
+
+    Ended from another context (a task, a thread), the entering context is left as is
+    (a token of another context cannot reset it) and the exit there, later, takes the
+    span out of it. One entered after a reconfiguration (the :class:`LiveSpan` its
+    ``__enter__`` made then) is ended as its exit would end it.
+    """
+    token = span._token
+    if token is None or token is _span_start._DONE:
+        other = span._other
+        if token is _span_start._DONE and other.__class__ is LiveSpan:
+            span._other = None
+            _end_other(other, exc, secrets)
+        return
+    span._token = _span_start._DONE
+    var = _CONTEXT_VAR
+    if var is not None:
+        try:
+            var.reset(token)
+        except ValueError:  # a token of another context: that context's exit unsticks it
+            pass
 
 
 def _end_other(span: object, exc: BaseException | None, secrets: Collection[str]) -> None:

@@ -14,6 +14,8 @@ from opentelemetry.util import types
 
 from . import _group_audit, _groups
 from ._cm import otel_contextmanager
+from ._config_checks import check_bool
+from ._config_fields import span_group_tokens
 from ._errors import ConfigurationError
 from ._fast._provider import FastTracer
 from ._scopes import SCOPES
@@ -92,7 +94,13 @@ def snapshot() -> GateSnapshot:
 
 
 def restore(state: GateSnapshot) -> None:
-    """Put back a state captured by :func:`snapshot`."""
+    """Put back a state captured by :func:`snapshot`.
+
+    Back to no telemetry (the end of a capture made with telemetry off), the
+    names asked for under groups nobody registered are told, as
+    :func:`disable_telemetry` tells them; back to a telemetry that is on, they
+    are left to its audit and its shutdown.
+    """
     with _lock:
         GATE.tracer = state.tracer
         GATE.provider = state.provider
@@ -101,6 +109,9 @@ def restore(state: GateSnapshot) -> None:
         GATE.propagate_scopes = state.propagate_scopes
         # Groups registered meanwhile may now match the restored spec.
         _recompute()
+        off = GATE.tracer is None
+    if off:
+        _group_audit.report_quietly()
 
 
 def _recompute() -> None:
@@ -166,15 +177,13 @@ def enable_telemetry(
         >>> from opentelemetry.sdk.trace import TracerProvider
         >>> enable_telemetry(TracerProvider(), span_groups="per_step")  # doctest: +SKIP
     """
-    tokens = tuple(_groups.split_spec(span_groups))
+    # The checks configure() makes of its span_groups and propagate_scopes keys.
+    tokens = tuple(span_group_tokens("span_groups", span_groups, empty_means_off=True))
     if not isinstance(tracer_provider, trace.TracerProvider):
         raise ConfigurationError(
             f"tracer_provider: expected an opentelemetry TracerProvider, got {tracer_provider!r}"
         )
-    if not isinstance(propagate_scopes, bool):
-        raise ConfigurationError(
-            f"propagate_scopes: {propagate_scopes!r} is not accepted; accepted: true or false"
-        )
+    propagate_scopes = check_bool("propagate_scopes", propagate_scopes)
     tracer = tracer_provider.get_tracer(INSTRUMENTATION_NAME, _version())
     with _lock:
         GATE.provider = tracer_provider
@@ -215,7 +224,7 @@ def set_span_groups(spec: str) -> frozenset[str]:
     Example:
         >>> set_span_groups("per_step,per_prompt")  # doctest: +SKIP
     """
-    tokens = tuple(_groups.split_spec(spec))
+    tokens = tuple(span_group_tokens("spec", spec, empty_means_off=True))
     with _lock:
         GATE.tokens = tokens
         _recompute()

@@ -113,13 +113,13 @@ def _memory_pipeline(provider: str) -> tuple[Any, InMemorySpanExporter, Callable
         from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
             InMemorySpanExporter,
         )
-
-        from .export._adapters import LazyMemoryExporter
-        from .export._convert import Converter
-        from .export._open_spans import OpenSpanTracker
     except ImportError as exc:
         raise MissingExtraError("sdk", "opentelemetry.sdk") from exc
+    # asynctrace's own modules: a failure to import them is not a missing extra
     from ._fast import IDS, FastTracerProvider, SpanLimits
+    from .export._adapters import LazyMemoryExporter
+    from .export._convert import Converter
+    from .export._open_spans import OpenSpanTracker
 
     if provider == "fast":
         resource = Resource.create({})

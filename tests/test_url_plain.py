@@ -105,3 +105,19 @@ def test_start_span_redacts_url_attributes_every_time(provider: str) -> None:
     assert [span.attributes["url.full"] for span in spans] == ["http://h/x?token=REDACTED"] * 4
     assert all(span.attributes["n"] == 1 for span in spans)
     assert secret["url.full"] == "http://bob:pw@h/x?token=abc"  # the caller's dict untouched
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_start_span_trusts_a_caller_that_redacted_its_urls(provider: str) -> None:
+    """``urls_redacted=True`` (the HTTP integrations, which redact with their own secret
+    keys) skips the check on the fast provider: what is given is recorded. The SDK
+    provider's spans check every attribute they are given, as documented."""
+    given = {"url.full": "http://h/x?sig=kept-by-the-caller"}
+    with capture_spans("per_prompt", provider=provider) as spans:
+        for _ in range(2):
+            at.end_span(at.start_span("per_prompt", "GET", attributes=given, urls_redacted=True))
+    recorded = [span.attributes["url.full"] for span in spans]
+    if provider == "fast":
+        assert recorded == [given["url.full"]] * 2
+    else:
+        assert recorded == ["http://h/x?sig=REDACTED"] * 2

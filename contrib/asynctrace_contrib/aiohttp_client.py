@@ -273,7 +273,9 @@ class _Requests:
             # The common case: the URL's attributes and the name as last time (start_span
             # keeps a merged copy, never the dict given), and start_span's own gate (a
             # disabled group gives a span that is not recording).
-            span = _start_span(GATE_GROUP, last[3], kind=_CLIENT, attributes=last[2])
+            span = _start_span(
+                GATE_GROUP, last[3], kind=_CLIENT, attributes=last[2], urls_redacted=True
+            )
         else:
             if not _is_enabled(GATE_GROUP):  # before any work for the URL, or a hook
                 _inject(headers, _current_carrier())
@@ -289,7 +291,9 @@ class _Requests:
             if options.record_request_headers:
                 attrs = attrs.copy()  # the URL's are kept for the next request
                 _record_request_headers(attrs, headers, options.record_request_headers)
-            span = _start_span(GATE_GROUP, name, kind=_CLIENT, attributes=attrs)
+            span = _start_span(
+                GATE_GROUP, name, kind=_CLIENT, attributes=attrs, urls_redacted=True
+            )
         if not span.is_recording():
             _inject(headers, _current_carrier())
             return None

@@ -181,8 +181,12 @@ class AsyncTraceMiddleware:
         if query:
             attributes["url.query"] = _query(query)
         if self.trust_incoming or not remote.valid:
-            span = asynctrace.start_span(
-                SERVER_GROUP, method, kind=SpanKind.SERVER, attributes=attributes
+            span = asynctrace.start_span(  # _path and _query redacted the URL's parts
+                SERVER_GROUP,
+                method,
+                kind=SpanKind.SERVER,
+                attributes=attributes,
+                urls_redacted=True,
             )
         else:
             incoming = trace.get_current_span().get_span_context()
@@ -193,6 +197,7 @@ class AsyncTraceMiddleware:
                 attributes=attributes,
                 context=trace.set_span_in_context(trace.INVALID_SPAN),
                 links=[Link(incoming)],
+                urls_redacted=True,
             )
         if self.server_request_hook is not None and span.is_recording():
             try:
