@@ -32,16 +32,25 @@ Rules (see ``docs/reading-a-trace.md``):
   never count. A step of group ``step`` that carries a bucket is a bucketed
   span of its own subtree: it counts its wall when nothing under it is
   bucketed, else it is a ``nested-bucket`` violation.
-- A span whose times are not finite numbers is skipped (``without_ids``), and
-  an ``rl.iteration`` that is not a 64-bit integer is ignored
+- A span whose times are not finite numbers (or are integers no float holds),
+  or that has no trace id (a non-empty string), is skipped (``without_ids``),
+  and an ``rl.iteration`` that is not a 64-bit integer is ignored
   (``bad_iterations``): counted, never silently.
+- Parent ids that form a cycle (a span among its own ancestors, which no
+  tracer writes: ids edited or reused by hand) are cut where the cycle closes:
+  the cycle is a subtree whose parent is missing, its bucketed spans (and
+  those arriving under it later) in no step, counted (``cycles``,
+  ``cycle_leaves``) and noted.
 - ``unattributed = wall - sum(buckets)``; ``goodput = productive / wall``.
 - Bucketed spans that overlap (concurrent tasks) put one stretch of wall clock
   in the sums twice: an ``over-wall`` violation when the sums exceed the wall,
   a note (steps, seconds counted twice at least) short of it.
 - Event-loop stalls (spans of group ``loop_stall``) are unbucketed: they
   overlap the spans they stretched. A step reports their seconds apart
-  (``stalled``), clipped to its interval, and never counts them in a bucket.
+  (``stalled``), clipped to its interval, and never counts them in a bucket:
+  the time at least one stall covers (their union), so stalls of several
+  loops or processes at once count that stretch once and ``stalled`` never
+  exceeds the wall.
 
 When a step is finished (the same rule for both drivers, the command line
 reading files and the runtime fed on its export thread, so both give the
@@ -51,8 +60,11 @@ stamped candidate when its parent arrives, or at :meth:`Rollup.finish` if it
 never does, unless a recent step of its trace with its ``rl.iteration``
 contains its start, other than a sibling of another origin (a step of the
 same parent from another rank's file): a detached finalize span whose
-staging parent left the window, or the per-prompt spans of a step span never
-written; a remote parent's candidate is never ruled out). It is *finished*
+staging parent left the window; a remote parent's candidate is never ruled
+out). Siblings of one origin and ``rl.iteration`` under a parent never seen
+that overlap, one after another, are one step (the per-prompt spans of a step
+span never written), over the interval from the first one's start to the
+last end among them. It is *finished*
 once a span arrives that ended more than
 ``grace_us`` after the step's end, or at :meth:`Rollup.finish`. Until then,
 late children (a detached span ending after its step, a loop-stall span
@@ -77,6 +89,7 @@ from typing import Any, Final
 from ._groups import Bucket
 from ._rollup_rows import RollupResult, StepRow, Violation
 from ._rollup_tree import (
+    _CYCLE,
     _I64_MAX,
     _I64_MIN,
     _MASK,
@@ -107,6 +120,8 @@ _STEPS_REMEMBERED: Final = 64  # (trace, rl.iteration) of recent steps, for _rul
 _STEPS_PER_KEY: Final = 4
 _TRACE_LIMIT: Final = 1 << 128  # ids past it: an index in the table of non-hex trace ids
 _WALK_LIMIT: Final = 64
+_INT_HIGH: Final = int(sys.float_info.max)  # integer times past it hold in no float
+_INT_LOW: Final = -_INT_HIGH
 _NAMES_LIMIT: Final = 65536
 LOOP_STALL: Final = "loop_stall"
 DEFAULT_GRACE_US: Final = 1_000_000.0
@@ -207,6 +222,9 @@ class Rollup:
         self._void_first: str | None = None
         self.bad_iterations = 0  # spans whose rl.iteration is not a 64-bit integer (ignored)
         self._bad_iteration_first: str | None = None
+        self.cycles = 0  # spans whose parent ids lead back to them (taken as parentless)
+        self.cycle_leaves = 0  # ...and the bucketed spans under them, counted nowhere
+        self._cycle_first: str | None = None
         self.violation_count = 0
         self._held: list[tuple[float, int, _Step]] = []  # confirmed, unfinished: heap by end
         self._seq = 0
@@ -230,8 +248,9 @@ class Rollup:
         # the key's high bits themselves, so memory does not grow with distinct traces.
         self._traces: dict[str, int] = {}
         self._trace_ids: list[str] = []
-        self._last_trace: Any = None  # the last event's trace id and its high bits
-        self._last_high = 0
+        # The last event's trace id (a non-empty str; at first none) and its high bits.
+        self._last_trace: Any = ""
+        self._last_high: int | None = None
         self._names: dict[str, str] = {}
         self._violations: list[Violation] = []
         self._spans = 0
@@ -245,7 +264,8 @@ class Rollup:
         """Account one complete event (other phases are ignored).
 
         Events without a ``ts`` (or with a ``ts`` or ``dur`` that is not a finite
-        number) or hex span ids are counted in ``without_ids``;
+        number, or times no float holds), a ``trace_id`` (a non-empty string) or
+        hex span ids are counted in ``without_ids``;
         a span or parent id outside 0 .. 2**64 - 1 in ``bad_ids`` (either would
         stand for another trace's span).
         """
@@ -261,12 +281,19 @@ class Rollup:
         try:
             start = event["ts"]
             end = start + event.get("dur", 0)
-            if not -1e999 < end - start < 1e999:  # NaN or infinite (1e999 is inf): no interval
+            if end.__class__ is int:  # both ints (an int and a float make a float)
+                # Each of start, end and the duration within what a float holds (exact:
+                # |a + b| and |a - b| bound |a| and |b|), as the sums and the grace need.
+                if not (
+                    _INT_LOW <= end + start <= _INT_HIGH and _INT_LOW <= end - start <= _INT_HIGH
+                ):
+                    raise ValueError(end)
+            elif not -1e999 < end - start < 1e999:  # NaN or infinite (1e999 is inf)
                 raise ValueError(end)
             sid = int(span_id, 16)
             parent_id: Any = args.get("parent_span_id")
             pid = int(parent_id, 16) if parent_id else None
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):  # (an int no float holds)
             self._without_ids += 1
             return
         if sid >> 64 or (pid is not None and pid >> 64):
@@ -276,6 +303,9 @@ class Rollup:
             return
         # The last event's trace (a str: only those are kept there), else looked up.
         high = self._last_high if trace_id == self._last_trace else self._trace_high(trace_id)
+        if high is None:  # no trace id: its span ids would name another trace's spans
+            self._without_ids += 1
+            return
         key = sid | high
         pkey = pid | high if pid is not None else None
         self._account(event.get("name"), key, pkey, start, end, args, event.get("cat"), origin)
@@ -301,11 +331,21 @@ class Rollup:
         parent is another process's span (remote, and not open here), so it
         never arrives: the span is settled at once as one whose parent is
         missing (what :meth:`finish` does for a parent that never arrived).
-        A span whose *start* or *end* is not a finite number is counted in
-        ``without_ids``, as :meth:`add` counts the event the exporter writes
-        for it (its ``dur`` written ``null``).
+        A span whose *start* or *end* is not a finite number (or is an integer
+        no float holds) is counted in ``without_ids``, as :meth:`add` counts
+        the event the exporter writes for it (its ``dur`` written ``null``).
         """
-        if not -1e999 < end - start < 1e999:  # NaN or infinite (1e999 is inf)
+        first: Any = start  # ints too (a float annotation takes them)
+        last: Any = end
+        try:
+            if last.__class__ is int and first.__class__ is int:  # what a float holds
+                if not (
+                    _INT_LOW <= last + first <= _INT_HIGH and _INT_LOW <= last - first <= _INT_HIGH
+                ):
+                    raise ValueError(end)
+            elif not -1e999 < last - first < 1e999:  # NaN or infinite (1e999 is inf)
+                raise ValueError(end)
+        except (TypeError, ValueError, OverflowError):
             self._without_ids += 1
             return
         key = span_id | trace_id << 64
@@ -405,9 +445,12 @@ class Rollup:
             payload, key, pkey, self._home.get(pkey) if pkey is not None else None, 0, name
         )
 
-    def _trace_high(self, trace_id: Any) -> int:
+    def _trace_high(self, trace_id: Any) -> int | None:
         """The key bits of *trace_id* (above the span id's 64): the id itself when it is
-        32 lowercase hex digits, else an index in the table of other ids."""
+        32 lowercase hex digits, else an index in the table of other ids; ``None`` for
+        no trace id (missing, empty, or not a string)."""
+        if trace_id.__class__ is not str or not trace_id:
+            return None
         high = None
         if trace_id.__class__ is str and len(trace_id) == 32:
             try:
@@ -417,14 +460,12 @@ class Rollup:
             if value >= 0 and f"{value:032x}" == trace_id:
                 high = value << 64
         if high is None:
-            text = str(trace_id)
-            index = self._traces.get(text)
+            index = self._traces.get(trace_id)
             if index is None:
-                index = self._traces[text] = len(self._trace_ids)
-                self._trace_ids.append(text)
+                index = self._traces[trace_id] = len(self._trace_ids)
+                self._trace_ids.append(trace_id)
             high = (_TRACE_LIMIT | index) << 64
-        if trace_id.__class__ is str:
-            self._last_trace, self._last_high = trace_id, high
+        self._last_trace, self._last_high = trace_id, high
         return high
 
     def _intern(self, name: str) -> str:
@@ -557,6 +598,11 @@ class Rollup:
             return
         # A late child: its parent arrived (ended) before it.
         container = _resolve(parent[1])
+        if container is payload:
+            # The parent's chain of parents leads back to this span (parent ids in a
+            # cycle): no span of it has a parent, so none can wait for one.
+            self._cycle(payload, key, pkey, flags, name)
+            return
         if payload.has_bucketed():
             ancestor = self._bucketed_ancestor(pkey)
             if ancestor is not None:
@@ -574,7 +620,6 @@ class Rollup:
                 payload.leaves.clear()
                 payload.pre = payload.phases = payload.stalls = None
                 payload.nb = 0
-                payload.stalled = 0.0
             else:
                 if container.raw is not None:  # a candidate: clipped once confirmed
                     container.raw.extend(payload.leaves)
@@ -591,11 +636,25 @@ class Rollup:
                 payload.leaves.clear()
             payload.fwd = container
         else:
-            payload.fwd = _OUTSIDE
+            if container is _CYCLE:  # under a cycle of parent ids: said, as its own spans
+                self.cycle_leaves += len(payload.leaves) + payload.nb
+                payload.nb = 0
+            payload.fwd = container
             payload.leaves.clear()
         self._remember(key, (pkey, container, flags, name))
         if self._load > self._limit:
             self._evict()
+
+    def _cycle(self, payload: _Group, key: int, pkey: int, flags: int, name: str) -> None:
+        """*key*'s parent ids come back to it: the cycle's spans are settled as spans whose
+        parent is missing (their candidates steps, their bucketed spans outside any step),
+        counted in ``cycles`` (and ``cycle_leaves``); their later children go outside."""
+        self.cycles += 1
+        self.cycle_leaves += self._missing(payload)
+        payload.fwd = _CYCLE  # (the groups forwarding to it, its spans' entries)
+        self._remember(key, (pkey, _CYCLE, flags, name))
+        if self._cycle_first is None:
+            self._cycle_first = f"{name!r} (span {key & _MASK:016x}, parent {pkey & _MASK:016x})"
 
     def _make_step(
         self,
@@ -653,7 +712,11 @@ class Rollup:
         if step.phases:
             into.phases = _merged(into.phases, step.phases)
         into.nb += step.leaves + step.nb
-        into.stalled += step.stalled
+        if step.stall_spans:  # clipped to the candidate: clipped again where they end up
+            if into.stalls is None:
+                into.stalls = []
+            into.stalls.extend(step.stall_spans)
+            step.stall_spans = None
         into.add_examples(step.ex)
         step.fwd = into
         # Late children of the candidate (or of its subtree) now go straight to *into*,
@@ -896,19 +959,38 @@ class Rollup:
         parent is another process's, so no finalize span of this one.
         Returns the bucketed leaves counted nowhere.
 
-        With *rule_out*, the candidates are decided earliest start first (they
-        arrive in end order): a short per-prompt span ending before a longer one
-        that started earlier must not become a step the longer one then
-        overlaps; the earliest rules out the later siblings it contains.
+        With *rule_out*, the candidates (siblings: *group* waits for their
+        parent) are decided earliest start first, whatever order they ended in,
+        and those of one origin and ``rl.iteration`` that overlap make one step:
+        the per-prompt spans of a step span never written. The earliest is the
+        step; each later one starting before the step's end so far joins it
+        (:meth:`_join`), its end extending the step's, so a chain of overlapping
+        prompts, started as an async pump dispatches them, is one step with
+        every prompt's bucketed spans, not one step each.
         """
         cands = group.cands
         if cands:
-            if rule_out and len(cands) > 1:
-                cands = sorted(cands, key=_start_of)
-            for cand in cands:
-                if rule_out and self._ruled_out(cand):
-                    self._fold_step(cand, group)
-                else:
+            if rule_out:
+                if len(cands) > 1:
+                    cands = sorted(cands, key=_start_of)
+                heads: dict[tuple[int | None, int], _Step] = {}  # the latest per kind
+                steps = []
+                for cand in cands:
+                    where = (cand.iteration, cand.origin)
+                    head = heads.get(where)
+                    if head is not None and cand.start < head.end:
+                        self._join(cand, head)
+                    elif self._ruled_out(cand):
+                        self._fold_step(cand, group)
+                    else:
+                        heads[where] = cand
+                        cand.orphan = True
+                        steps.append(cand)
+                # Confirmed once whole: clipped to, and remembered with, the joined interval.
+                for cand in steps:
+                    self._confirm(cand)
+            else:
+                for cand in cands:
                     cand.orphan = True
                     self._confirm(cand)
             group.cands = None
@@ -918,6 +1000,40 @@ class Rollup:
         group.pre = group.phases = group.stalls = None
         group.fwd = _OUTSIDE
         return dropped
+
+    def _join(self, cand: _Step, head: _Step) -> None:
+        """*cand*, a sibling candidate overlapping *head* (unconfirmed), is part of its step:
+        *head*'s interval extends over it and takes its subtree; the spans arriving for
+        *cand* later go to *head*."""
+        if cand.end > head.end:
+            head.end = cand.end
+        raw = cand.raw
+        if raw is not None:
+            cand.raw = None
+            if head.raw is None:  # a given-up wait's candidate: its own leaves are gone
+                head.raw = raw  # still in _load: they wait with the head
+            else:
+                head.raw.extend(raw)
+        if isinstance(cand.sums, list):
+            sums = head.writable_sums()
+            for i, seconds in enumerate(cand.sums):
+                sums[i] += seconds
+        if cand.phases:
+            head.phases = _merged(head.phases, cand.phases)
+        head.nb += cand.leaves + cand.nb
+        if cand.stall_spans:
+            for start, end in cand.stall_spans:
+                head.add_stall(start, end)
+            cand.stall_spans = None
+        if cand.ex and len(head.ex) < 3:
+            head.ex = [*head.ex, *cand.ex][:3]
+        cand.fwd = head
+        if cand.child is not None:
+            cand.child.fwd = head
+            cand.child = None
+        entry = self._home.get(cand.key)
+        if entry is not None and entry[1] is cand:
+            self._home[cand.key] = (entry[0], head, entry[2], entry[3])
 
     def _ruled_out(self, cand: _Step) -> bool:
         """Whether a step of *cand*'s trace and ``rl.iteration`` contains its start, other
@@ -1016,7 +1132,9 @@ class Rollup:
         self._remote_keys.clear()
         self._remote_open = 0
         missing = len(self._pending)
-        for group in self._pending.values():
+        for key, group in self._pending.items():
+            if self._stubs and key in self._stubs:  # decided with the wait's own candidates
+                self._unstub(key, group)
             self.abandoned_leaves += self._missing(group)
         self.abandoned += missing
         for key in list(self._stubs):
@@ -1042,6 +1160,8 @@ class Rollup:
             notes.append(self.void_note())
         if self.bad_iterations:
             notes.append(self.bad_iteration_note())
+        if self.cycles:
+            notes.append(self.cycle_note())
         if self.dropped_stubs:
             count = self.dropped_stubs
             notes.append(
@@ -1078,6 +1198,8 @@ class Rollup:
             void_leaves=self.void_leaves,
             bad_iterations=self.bad_iterations,
             dropped_stubs=self.dropped_stubs,
+            cycles=self.cycles,
+            cycle_leaves=self.cycle_leaves,
         )
 
     @property
@@ -1093,6 +1215,18 @@ class Rollup:
             "integer (a number the tracer provider wrote as text, such as a numpy integer: pass "
             "int(i)), so it was ignored: such a span is no step by it"
             + (f"; the first: {self._bad_iteration_first}" if self._bad_iteration_first else "")
+        )
+
+    def cycle_note(self) -> str:
+        """What the spans whose parent ids form a cycle took with them."""
+        count, leaves = self.cycles, self.cycle_leaves
+        return (
+            f"{count} span{'s' if count != 1 else ''} closed a cycle of parent ids (a span "
+            "among its own ancestors: ids rewritten or reused by hand), so "
+            f"{'its' if count == 1 else 'their'} cycle was taken as having no parent: "
+            f"{leaves} bucketed span{'s' if leaves != 1 else ''} in "
+            f"{'it' if count == 1 else 'them'} counted in no step"
+            + (f"; the first: {self._cycle_first}" if self._cycle_first else "")
         )
 
     def void_note(self) -> str:

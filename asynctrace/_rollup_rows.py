@@ -66,3 +66,5 @@ class RollupResult:
     void_leaves: int = 0  # ...the bucketed spans of their subtrees, counted in no step
     bad_iterations: int = 0  # spans whose rl.iteration is not a 64-bit integer (ignored)
     dropped_stubs: int = 0  # stamped spans of given-up waits dropped past max_pending
+    cycles: int = 0  # spans closing a cycle of parent ids: their cycle taken as parentless
+    cycle_leaves: int = 0  # ...the bucketed spans in it, counted in no step

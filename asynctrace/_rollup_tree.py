@@ -3,6 +3,7 @@ rules that fold one into another (see :mod:`asynctrace._rollup`)."""
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
@@ -25,17 +26,18 @@ class _Settled:
 
 
 _OUTSIDE: Final = _Settled()
+_CYCLE: Final = _Settled()  # outside too: under a span whose parent ids form a cycle
 
 
 class _Group:
     """Arrived spans waiting for an ancestor that has not arrived yet."""
 
-    __slots__ = ("cands", "ex", "fwd", "leaves", "nb", "phases", "pre", "stalled", "stalls")
+    __slots__ = ("cands", "ex", "fwd", "leaves", "nb", "phases", "pre", "stalls")
 
     def __init__(self) -> None:
         self.leaves: list[Leaf] = []
-        self.stalls: list[tuple[float, float]] | None = None  # loop-stall spans (start, end)
-        self.stalled = 0.0  # stall seconds already clipped to a folded step
+        # Loop-stall spans (start, end), and those already clipped to a folded step.
+        self.stalls: list[tuple[float, float]] | None = None
         self.pre: list[float] | None = None  # bucket seconds already summed (folded steps)
         self.phases: dict[str, float] | None = None  # ...and per leaf name, with ``pre``
         self.nb = 0  # bucketed spans folded into ``pre``
@@ -81,6 +83,7 @@ class _Step:
         "phases",
         "raw",
         "sealed",
+        "stall_spans",
         "stalled",
         "start",
         "stub",
@@ -113,7 +116,11 @@ class _Step:
         self.phases: dict[str, float] | None = None  # leaf name -> µs counted in the step
         self.sealed = False  # finished: nothing changes its numbers any more
         self.leaves = 0  # bucketed leaves counted in a bucket (with time inside the step)
-        self.stalled = 0.0  # loop-stall seconds inside the step (in no bucket)
+        # Loop-stall µs inside the step (in no bucket): the union of the stall spans,
+        # clipped to it, kept as disjoint intervals in time order (overlapping stalls of
+        # several loops or processes are one stretch of wall clock, counted once).
+        self.stalled = 0.0
+        self.stall_spans: list[tuple[float, float]] | None = None
         self.nb = 0
         self.ex: Sequence[Example] = ()
         self.overlaps: Sequence[tuple[Example, Example]] = ()
@@ -186,15 +193,31 @@ class _Step:
         self.leaves += counted
 
     def add_stalls(self, group: _Group) -> None:
-        """Take *group*'s stall spans (clipped to the step) and stall seconds."""
-        if group.stalls:
-            for start, end in group.stalls:
-                overlap = min(end, self.end) - max(start, self.start)
-                if overlap > 0:
-                    self.stalled += overlap
+        """Take *group*'s stall spans, clipped to the step: ``stalled`` counts the
+        time at least one of them covers (their union), never a stretch twice."""
+        stalls = group.stalls
+        if stalls:
+            first, last = self.start, self.end
+            for start, end in stalls:
+                if first > start:
+                    start = first
+                if last < end:
+                    end = last
+                if end > start:
+                    self.add_stall(start, end)
             group.stalls = None
-        self.stalled += group.stalled
-        group.stalled = 0.0
+
+    def add_stall(self, start: float, end: float) -> None:
+        """Cover [*start*, *end*) (inside the step) in the stall union."""
+        spans = self.stall_spans
+        if spans is None:
+            self.stall_spans = [(start, end)]
+            self.stalled += end - start
+        elif spans[-1][1] < start:  # after every stall so far (spans arrive in end order)
+            spans.append((start, end))
+            self.stalled += end - start
+        else:
+            self.stalled += _cover(spans, start, end)
 
     def writable_sums(self) -> list[float]:
         sums = self.sums
@@ -232,6 +255,34 @@ def _resolve(container: _Container) -> _Container:
     while container.fwd is not None:
         container = container.fwd
     return container
+
+
+def _cover(spans: list[tuple[float, float]], start: float, end: float) -> float:
+    """Add [*start*, *end*) to *spans* (disjoint, in time order); return the time added.
+
+    The spans it overlaps or touches become one: at most as many spans stay as
+    there are separate stretches of stall, however many stalls overlap.
+    """
+    lo = bisect_left(spans, start, key=_span_end)  # the first ending at or after start
+    hi = bisect_right(spans, end, key=_span_start)  # ...up to the last starting by end
+    if lo >= hi:
+        spans.insert(lo, (start, end))
+        return end - start
+    covered = 0.0
+    for first, last in spans[lo:hi]:
+        covered += last - first
+    first = min(start, spans[lo][0])
+    last = max(end, spans[hi - 1][1])
+    spans[lo:hi] = [(first, last)]
+    return (last - first) - covered
+
+
+def _span_start(span: tuple[float, float]) -> float:
+    return span[0]
+
+
+def _span_end(span: tuple[float, float]) -> float:
+    return span[1]
 
 
 def _add_sums(step: _Step, group: _Group) -> None:
@@ -272,9 +323,6 @@ def _merge(source: _Group, target: _Group) -> None:
             target.stalls = []
         target.stalls.extend(source.stalls)
         source.stalls = None
-    if source.stalled:
-        target.stalled += source.stalled
-        source.stalled = 0.0
     if source.ex:
         target.add_examples(source.ex)
         source.ex = None

@@ -234,21 +234,23 @@ def test_late_children_of_a_given_up_candidate_do_not_hold_the_limit() -> None:
 
 def test_per_prompt_spans_of_a_step_never_written_are_one_step() -> None:
     """A killed run: the step span of the last iteration never written, its per-prompt
-    spans (one process) overlap under that missing parent: one step, not one each."""
+    spans (one process) overlap under that missing parent: one step spanning them all,
+    not one each."""
     rollup = Rollup()
     for i in range(8):
         rollup.add(_event("rl.rollout.prompt", 100 + i, 2, 1000 * i, 500_000, **PROMPT))
         rollup.add(_event("rl.generate", 200 + i, 100 + i, 1000 * i + 10, 400_000, **LEAF))
     result = rollup.finish()
     assert [(row.name, row.wall, row.parent_missing) for row in result.steps] == [
-        ("rl.rollout.prompt", 500_000, True)
+        ("rl.rollout.prompt", 507_000, True)
     ]
 
 
 def test_per_prompt_spans_of_different_lengths_under_a_missing_step_are_one_step() -> None:
     """Per-prompt spans of a step never written, of different lengths, arriving in end
     order (a short prompt ends before a longer one that started earlier): still one
-    step, the earliest prompt's, not one step each for the prompts ending first."""
+    step, from the earliest prompt's start to the last one's end, not one step each for
+    the prompts ending first."""
     prompts = [(0, 900_000), (1000, 100_000), (2000, 300_000), (3000, 950_000)]
     rollup = Rollup()
     for i, (start, dur) in sorted(enumerate(prompts), key=lambda p: p[1][0] + p[1][1]):
@@ -256,7 +258,7 @@ def test_per_prompt_spans_of_different_lengths_under_a_missing_step_are_one_step
         rollup.add(_event("rl.rollout.prompt", 100 + i, 2, start, dur, **PROMPT))
     result = rollup.finish()
     assert [(row.name, row.start, row.wall, row.parent_missing) for row in result.steps] == [
-        ("rl.rollout.prompt", 0, 900_000, True)
+        ("rl.rollout.prompt", 0, 953_000, True)
     ]
 
 
@@ -307,7 +309,7 @@ def test_live_per_prompt_spans_of_a_step_never_exported_are_one_step(
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     steps = [x for x in lines if x["kind"] == "step"]
     assert [(s["name"], s["wall_s"], s["parent_missing"]) for s in steps] == [
-        ("rl.rollout.prompt", 0.5, True)
+        ("rl.rollout.prompt", 0.505, True)
     ]
 
 

@@ -77,6 +77,8 @@ def to_json(collected: Collected) -> dict[str, Any]:
             "without_ids": result.without_ids,
             "bad_ids": result.bad_ids,
             "duplicates": result.duplicates,
+            "cycles": result.cycles,
+            "cycle_leaves": result.cycle_leaves,
             "evicted": result.evicted,
             "evicted_leaves": result.evicted_leaves,
             "abandoned": result.abandoned,
