@@ -35,29 +35,16 @@ from ._env_carrier import extract_env, inject_env
 from ._errors import ConfigurationError, MissingExtraError
 from ._fast import FastTracerProvider, Sampling, SpanLimits
 from ._goodput import GoodputStats, StepGoodput, on_step_goodput, remove_step_goodput
-from ._groups import (
-    BY_CATEGORY,
-    Bucket,
-    SpanGroup,
-    register_span_groups,
-    registered_presets,
-    registered_span_groups,
-    resolve_span_groups,
-)
+from ._group_specs import resolve_span_groups
+from ._group_types import BY_CATEGORY, Bucket, SpanGroup
+from ._groups import register_span_groups, registered_presets, registered_span_groups
 from ._managed_span import managed_span
 from ._phases import register_phase, registered_phases
 from ._pump import dispatch_scope, wait_until
 from ._redact import redact_text
 from ._remote_context import remote_trace_context
-from ._runtime import (
-    Telemetry,
-    configure,
-    current_telemetry,
-    flush,
-    init_driver,
-    init_worker,
-    shutdown,
-)
+from ._running import current_telemetry, flush, shutdown
+from ._runtime import configure, init_driver, init_worker
 from ._scopes import (
     bucket_scope,
     current_bucket,
@@ -84,6 +71,7 @@ from ._state import (
     is_telemetry_enabled,
     set_span_groups,
 )
+from ._telemetry import Telemetry
 from ._threads import to_thread
 
 __version__ = "0.1.0"

@@ -22,7 +22,7 @@ from ._config_checks import (
     unknown_keys_message,
 )
 from ._errors import ConfigurationError
-from ._groups import require_groups, split_spec
+from ._group_specs import require_groups, split_spec
 from ._session_config import session_config
 
 __all__ = [
@@ -130,7 +130,7 @@ def coerce_field(key: str, name: str, value: Any) -> Any:
                 "(see the goodput keys)"
             ) from None
     if name == "profiler":
-        from ._profiling import ProfilerSettings
+        from ._profiler_settings import ProfilerSettings
 
         return None if value is None else ProfilerSettings.parse(key, value)
     if name in ("service_name", "run_id"):

@@ -120,7 +120,11 @@ _COUNT_WORDS: Final = frozenset(
     ("max", "min", "num", "n", "total", "prompt", "completion", "input", "output", "new",
      "cache", "cached", "generated", "reasoning", "remaining", "context", "special")
 )  # fmt: skip
-_PLURALS: Final = frozenset(("tokens", "keys", "secrets", "cookies", "signatures", "passwords"))
+# Which plurals count as data after which words: tokens after any count word (LLM usage:
+# prompt_tokens, max_new_tokens); keys only after a true count or "cache" (num_keys,
+# cache_keys; "new_keys" may be new API keys). Never passwords, secrets or cookies.
+_KEY_COUNTS: Final = frozenset(("max", "min", "num", "n", "total", "cache"))
+_PLURALS: Final = {"tokens": _COUNT_WORDS, "keys": _KEY_COUNTS}
 
 
 @functools.lru_cache(maxsize=4096)  # names repeat
@@ -143,4 +147,4 @@ def is_data_name(name: str) -> bool:
     if len(words) < 2 or is_credential_key(name):
         return False
     last = words[-1]
-    return last in _DATA_LAST or (last in _PLURALS and words[-2] in _COUNT_WORDS)
+    return last in _DATA_LAST or words[-2] in _PLURALS.get(last, ())

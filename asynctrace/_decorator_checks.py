@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ._errors import ConfigurationError
-from ._groups import validate_name
+from ._group_types import validate_name
 from ._span_rules import Attributes
 
 __all__ = [

@@ -9,11 +9,11 @@ from collections.abc import Callable
 from typing import Any, Final, TypeVar, cast
 
 from . import _scopes
+from ._builtin_groups import PER_PROMPT as PER_PROMPT_GROUP
 from ._carrier_calls import accepts_trace_context
 from ._decorator_checks import check_callable, check_group, check_name, check_options
 from ._errors import ConfigurationError
 from ._generator_wrappers import asyncgen_wrapper, generator_wrapper
-from ._groups import PER_PROMPT as PER_PROMPT_GROUP
 from ._managed_span import managed_span
 from ._span_context import attach, detach, finish
 from ._span_rules import LEAF, UMBRELLA, Attributes

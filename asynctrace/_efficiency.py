@@ -11,12 +11,12 @@ from typing import Final
 
 from opentelemetry.trace import Span
 
+from ._builtin_groups import EFFICIENCY as EFFICIENCY_GROUP
+from ._builtin_groups import PER_PROMPT as PER_PROMPT_GROUP
 from ._cm import SyncAndAsync
 from ._errors import ConfigurationError, report_internal_error
 from ._forksafe import reinit_at_fork
-from ._groups import EFFICIENCY as EFFICIENCY_GROUP
-from ._groups import PER_PROMPT as PER_PROMPT_GROUP
-from ._groups import Bucket, validate_bucket
+from ._group_types import Bucket, validate_bucket
 from ._scopes import SCOPES
 from ._semconv import RL_EFFICIENCY_CATEGORY, RL_IDLE_POLLS
 from ._span_context import finish

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from . import _scopes
-from ._groups import PER_PROMPT as PER_PROMPT_GROUP
+from ._builtin_groups import PER_PROMPT as PER_PROMPT_GROUP
 from ._span_context import attach, attach_context, current_context, detach, finish
 from ._span_start import start
 from ._state import GATE

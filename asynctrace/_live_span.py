@@ -11,7 +11,7 @@ from opentelemetry.trace import (
 
 from ._cm import SyncAndAsync
 from ._errors import report_internal_error
-from ._groups import Bucket
+from ._group_types import Bucket
 from ._span_context import (
     attach,
     detach,

@@ -25,7 +25,7 @@ from ._cm import SyncAndAsync
 from ._errors import first_report, is_strict, report_internal_error
 from ._fast import FastSpan, FastTracer
 from ._fast._span import SPAN_TYPES
-from ._groups import Bucket
+from ._group_types import Bucket
 from ._live_span import LiveSpan, _live
 from ._profiling import _PROFILER, ProfiledSpan
 from ._scopes import SCOPES

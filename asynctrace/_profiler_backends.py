@@ -40,7 +40,7 @@ from ._errors import MissingExtraError
 from ._forksafe import reinit_at_fork
 
 if TYPE_CHECKING:
-    from ._profiling import ProfilerSettings
+    from ._profiler_settings import ProfilerSettings
 
 __all__ = [
     "BACKENDS",

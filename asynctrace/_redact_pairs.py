@@ -51,6 +51,8 @@ _PAIR_REPR = re.compile(
     r"\(\s*b?(?P<q1>['\"])(?P<name>[\w.\-]{1,128})(?P=q1)\s*,\s*"
     r"(?P<pre>b?(?P<q2>['\"]))(?:[^'\"\\\n]|\\.)*(?P=q2)"
 )
+# A port after a URL's host: digits, then the path, query, fragment or the URL's end.
+_PORT = re.compile(r"[0-9]{1,5}(?=[/?#\s'\")\]}>,;]|\Z)")
 _USER_FLAGS: Final = frozenset({"-u", "--user"})  # their value is secret when it is user:pass
 _CLOSING: Final = "),]}"  # what ends an unquoted value, trailing it
 # The tools whose "-p" takes a password: glued to it for mysql and its kin
@@ -78,7 +80,11 @@ def _redact_pairs(text: str) -> str:
             # token=..., 'api_key': ..., "password": ...; not max_tokens=... (data)
             if _secret_name(name) and not is_data_name(name):
                 value_pattern = _VALUE
-        elif text[max(0, match.start() - 3) : match.start()] == "://":
+        elif (
+            text[max(0, match.start() - 3) : match.start()] == "://"
+            and match.group("sep") == ":"
+            and _PORT.match(text, match.end()) is not None
+        ):
             continue  # a URL's host and port ("http://auth:8080/"): its userinfo is gone
         elif _credential_header(name) or _registered_header(name):  # not KeyError: ...
             value_pattern = _HEADER_VALUE

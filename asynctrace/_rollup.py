@@ -86,7 +86,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from ._groups import Bucket
+from ._group_types import Bucket
 from ._rollup_rows import RollupResult, StepRow, Violation
 from ._rollup_tree import (
     _CYCLE,

@@ -16,7 +16,7 @@ from opentelemetry import context as otel_context
 
 from ._carriers import BAGGAGE, current_trace_carrier
 from ._carriers import _with_baggage as with_baggage
-from ._groups import Bucket
+from ._group_types import Bucket
 from ._remote_context import remote_trace_context
 from ._scopes import BUCKET, ITERATION, PER_PROMPT, SCOPES, SESSION_ID, TASK_ID, ScopeState
 

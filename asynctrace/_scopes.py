@@ -18,7 +18,7 @@ from typing import Any, Final, Generic, TypeVar
 
 from ._cm import DONE, Done, SyncAndAsync
 from ._errors import ConfigurationError
-from ._groups import Bucket, validate_bucket
+from ._group_types import Bucket, validate_bucket
 from ._semconv import RL_ITERATION, RL_SESSION_ID, RL_TASK_ID
 from ._session_record import redacted_name
 

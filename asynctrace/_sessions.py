@@ -174,3 +174,8 @@ def current_session_id() -> str | None:
         True
     """
     return SCOPES.get().session_id
+
+
+# The name a phase object pickled by an earlier release looks its copy function up by
+# (pickle finds it by module and name): kept here, so such a pickle still loads.
+from ._session_phase import _fresh_phase  # noqa: E402, F401

@@ -33,7 +33,7 @@ from ._detect import detect_resource
 from ._errors import ConfigurationError
 from ._fast import Sampling, SpanLimits, limits_from, sampling_from
 from ._goodput_settings import GoodputSettings
-from ._profiling import ProfilerSettings
+from ._profiler_settings import ProfilerSettings
 from ._protocol import check_protocol, otlp_protocol
 from ._ranks import MAX_WORLD_SIZE, ExportRanks, env_local_rank
 from ._session_config import SessionTracerConfig
@@ -142,7 +142,7 @@ def resolve(
         env_source(config, "span_groups") or "span_groups", values["span_groups"]
     )
     provider = _provider(values["provider"], env)
-    _own_provider_keys(config, values, provider)
+    _own_provider_keys(config, values, provider, env)
     batch, queue = values["max_export_batch_size"], values["max_queue_size"]
     only_queue = batch == DEFAULT_BATCH_SIZE and queue != DEFAULT_QUEUE_SIZE
     check_batch_fits(  # a batch size left at its default: the queue size is the one to blame
@@ -340,23 +340,38 @@ _PROVIDER_OWNS = {
 _told_ignored: set[tuple[str, str]] = set()
 
 
-def _own_provider_keys(config: TelemetryConfig, values: Mapping[str, Any], provider: Any) -> None:
+def _own_provider_keys(
+    config: TelemetryConfig, values: Mapping[str, Any], provider: Any, env: Mapping[str, str]
+) -> None:
     """Refuse the keys a TracerProvider handed in would ignore; warn of such variables.
 
     asynctrace records through that provider as it is: its own sampler, span
     limits and resource apply. A key set in code or YAML is a
     :class:`ConfigurationError`; a value only a variable set (``from_env``) is
     named in one warning and ignored, so an environment shared by several
-    programs never stops one. Keys left at their defaults say nothing.
+    programs never stops one. A copy of a ``from_env`` configuration
+    (``dataclasses.replace``) does not carry that mark: a value equal to the
+    one the environment sets counts as the environment's. Keys left at their
+    defaults say nothing.
     """
     if isinstance(provider, str):
         return
     given = []
+    from_env: TelemetryConfig | None = None
     for name in _PROVIDER_OWNS:
         value = values[name]
         if value is None or (isinstance(value, (str, Mapping)) and not value):
             continue
-        given.append((name, env_source(config, name), value))
+        var = env_source(config, name)
+        if var is None:
+            if from_env is None:
+                try:
+                    from_env = TelemetryConfig.from_env(env)
+                except ConfigurationError:  # a bad variable: the check that reads it says so
+                    from_env = TelemetryConfig()
+            if getattr(from_env, name) == value:
+                var = env_source(from_env, name)
+        given.append((name, var, value))
     explicit = [(name, value) for name, var, value in given if var is None]
     if explicit:
         owns = sorted({_PROVIDER_OWNS[name] for name, _ in explicit})

@@ -17,7 +17,7 @@ from opentelemetry.util.types import AttributeValue
 from . import _groups
 from ._errors import first_report, is_strict, logger, report_internal_error
 from ._fast._span import private_value
-from ._groups import Bucket, as_bucket
+from ._group_types import Bucket, as_bucket
 from ._redact import redact_text
 from ._scopes import SCOPES, ScopeState
 from ._semconv import GROUP, RL_BUCKET

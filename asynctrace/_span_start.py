@@ -24,7 +24,7 @@ from . import _groups, _stalls
 from ._errors import report_internal_error
 from ._fast import FastTracer
 from ._fast._span import STAMP_KEYS, url_redacted
-from ._groups import Bucket
+from ._group_types import Bucket
 from ._scopes import SCOPES
 from ._semconv import GROUP, RL_BUCKET
 from ._span_errors import redacted_links, redacting, restore_stamps

@@ -196,6 +196,10 @@ def start_span(
                         url_redacted(attrs)
             else:
                 attrs = span_attributes(group, LEAF, attributes, None)
+                if urls_redacted and attributes:  # as given, as on the cached path
+                    for key in URL_ATTRIBUTES.intersection(attributes):
+                        if attributes[key].__class__ is str:
+                            attrs[key] = attributes[key]
             return tracer.start_owned(name, context, attrs, None, kind, links, None)
         except Exception as exc:
             report_internal_error(("start", site(group)), exc, named(name))  # names vary

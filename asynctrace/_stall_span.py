@@ -18,8 +18,8 @@ from opentelemetry import context as otel_context
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation import _SPAN_KEY
 
+from ._builtin_groups import LOOP_STALL
 from ._fast import FastTracer
-from ._groups import LOOP_STALL
 from ._redact import redact_text
 from ._semconv import GROUP, TRUNCATED
 from ._span_context import _CONTEXT_VAR

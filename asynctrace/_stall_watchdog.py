@@ -18,8 +18,8 @@ import weakref
 from collections.abc import Callable
 from typing import Final
 
+from ._builtin_groups import LOOP_STALL
 from ._errors import report_internal_error
-from ._groups import LOOP_STALL
 from ._own_threads import leaving_signals
 from ._stall_samples import Stall, forget_stall, take_sample
 from ._stall_selector import in_selector, waiting_codes

@@ -31,8 +31,8 @@ from collections.abc import Callable
 from typing import Final
 
 from ._backend import asyncio_loop, in_trio_task
+from ._builtin_groups import LOOP_STALL
 from ._errors import report_internal_error
-from ._groups import LOOP_STALL
 from ._stall_span import SPAN_NAME
 from ._stall_watchdog import Watchdog
 

@@ -182,3 +182,10 @@ async def to_thread(fn: Callable[..., R], *args: Any) -> R:
     finally:
         call.leave()
     return result
+
+
+# The names a process pool's task pickled by an earlier release refers to (pickle finds
+# them by module and name): kept here, so such a pickle still loads.
+from ._scope_snapshot import ScopeSnapshot as _ScopeSnapshot  # noqa: E402, F401
+from ._scope_snapshot import run_in_snapshot as _run_in_snapshot  # noqa: E402, F401
+from ._scope_snapshot import run_in_snapshot_kw as _run_in_snapshot_kw  # noqa: E402, F401

@@ -32,9 +32,11 @@ URL_ATTRIBUTES: Final = frozenset(
 # userinfo, no IPv6) and port, then a path; none of the characters a rule needs
 # (query, fragment, parameters, pairs, encoded or escaped URLs, quoted or spaced text),
 # no other ":" and no "-p" (a tool's password flag).
-_HOST: Final = r"[\w.]+(?:-(?!p)[\w.]*)*"  # written as a loop unrolled: one pass, no retries
+# The host ends at its port, its path or the end (the lookahead): a failed match cannot
+# retry a shorter host with the rest of it read as path, so any text costs one pass.
+_HOST: Final = r"[\w.]+(?:-(?!p)[\w.]*)*(?=[:/]|\Z)"
 _REST: Final = r"[^@?#;=%\\\s(\"'`:\-]*(?:-(?!p)[^@?#;=%\\\s(\"'`:\-]*)*"
-_PLAIN: Final = re.compile(rf"(?:(?:https?|wss?)://{_HOST}(?::[0-9]+)?)?{_REST}")
+_PLAIN: Final = re.compile(rf"(?:(?:https?|wss?)://{_HOST}(?::[0-9]+)?(?=/|\Z))?{_REST}")
 
 
 def plain_url(text: str) -> bool:

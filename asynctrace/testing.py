@@ -23,7 +23,7 @@ from . import _stalls
 from ._config_fields import PROVIDER_NAMES
 from ._errors import ConfigurationError, MissingExtraError
 from ._forksafe import reinit_at_fork
-from ._runtime import current_telemetry
+from ._running import current_telemetry
 from ._semconv import TRUNCATED
 from ._state import GATE, GateSnapshot, disable_telemetry, enable_telemetry, restore, snapshot
 
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
     from opentelemetry.trace import TracerProvider
 
-    from ._runtime import Telemetry
+    from ._telemetry import Telemetry
 
 __all__ = ["CapturedSpans", "capture_spans", "span_tree"]
 

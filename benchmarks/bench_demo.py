@@ -138,7 +138,8 @@ AREAL_DIRS: tuple[str, ...] = ()  # AReaL's package, once loaded: the anchor's t
 # line is the caller's work, not asynctrace's.
 PASS_THROUGH: dict[tuple[str, str], str] = {
     ("aiohttp_client.py", "_make_middleware.<locals>.asynctrace_middleware"): "handler(",
-    ("fastapi.py", "AsyncTraceMiddleware.__call__"): "self.app(",  # the Gym's thread here
+    # (on the Gym's thread here)
+    ("fastapi/_middleware.py", "AsyncTraceMiddleware.__call__"): "self.app(",
     ("_pump.py", "wait_until.<locals>.check"): "ready(",
     ("_bind_context.py", "bind_context.<locals>.bound"): ".run(fn",
     ("aiohttp_client.py", "_run_hook"): "hook(",

@@ -27,7 +27,8 @@ import sys
 import time
 
 import asynctrace
-from asynctrace._runtime import configure, current_telemetry
+from asynctrace._running import current_telemetry
+from asynctrace._runtime import configure
 
 
 async def _spans(count: int) -> None:

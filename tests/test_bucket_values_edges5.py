@@ -18,7 +18,7 @@ import pytest
 
 import asynctrace as at
 from asynctrace import _errors
-from asynctrace._profiling import ProfilerSettings
+from asynctrace._profiler_settings import ProfilerSettings
 from asynctrace.testing import CapturedSpans
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"

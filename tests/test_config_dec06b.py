@@ -187,7 +187,7 @@ def test_a_variable_changed_in_code_counts_as_given_in_code() -> None:
     ("var", "value"),
     [
         ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318\n"),
-        ("OTEL_EXPORTER_OTLP_ENDPOINT", " http://127.0.0.1:4318"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318 /x"),
         ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://127.0.0.1:4318/v1/traces "),
         ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "   "),
     ],
@@ -200,8 +200,20 @@ def test_an_endpoint_with_whitespace_around_it_fails_configure(
     if protocol == "grpc":
         pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc")
     monkeypatch.setenv(var, value)
-    with pytest.raises(ConfigurationError, match=f"^{var}: .* has whitespace around the URL"):
+    with pytest.raises(ConfigurationError, match=f"^{var}: .* has whitespace after or inside"):
         at.configure(_memory(exporters=["otlp"], otlp_protocol=protocol))
+
+
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_an_endpoint_with_whitespace_before_it_is_accepted(
+    protocol: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """URL parsing drops leading whitespace, as the exporters' requests do: accepted."""
+    if protocol == "grpc":
+        pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "  http://127.0.0.1:4318")
+    telemetry = at.configure(_memory(exporters=["otlp"], otlp_protocol=protocol))
+    telemetry.shutdown(timeout_s=1)
 
 
 @pytest.mark.parametrize("timeout", ["1e10", "9223372036"])
@@ -449,3 +461,28 @@ def test_set_span_groups_refuses_a_spec_that_names_no_group() -> None:
             at.set_span_groups(" , ")
         assert at.is_span_group_enabled("job")  # the refused spec changed nothing
         assert at.set_span_groups("") == frozenset()  # every group off, as documented
+
+
+def test_a_copy_of_an_environment_config_keeps_its_variables_warned_not_refused(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """dataclasses.replace() copies a from_env() config without its mark of which fields
+    variables set: a value equal to the environment's still counts as the environment's
+    (one warning), beside a TracerProvider handed in."""
+    import dataclasses
+
+    monkeypatch.setenv("ASYNCTRACE_SERVICE_NAME", "trainer-copy")
+    provider = TracerProvider(resource=Resource.create({"service.name": "mine"}))
+    config = dataclasses.replace(
+        TelemetryConfig.from_env(), enabled=True, exporters=["memory"], provider=provider
+    )
+    with warnings.catch_warnings(), caplog.at_level(logging.WARNING, "asynctrace"):
+        warnings.simplefilter("ignore")
+        telemetry = at.configure(config)
+    try:
+        assert "ASYNCTRACE_SERVICE_NAME='trainer-copy' is ignored" in caplog.text
+    finally:
+        telemetry.shutdown()
+    changed = dataclasses.replace(config, service_name="set-in-code")
+    with pytest.raises(ConfigurationError, match="service_name='set-in-code'"):
+        at.configure(changed)

@@ -17,7 +17,7 @@ import asynctrace as at
 from asynctrace import ConfigurationError, configure, current_telemetry, shutdown
 from asynctrace._config import TelemetryConfig
 from asynctrace._fast import SpanLimits
-from asynctrace._goodput_metrics import _otlp_metric_exporter
+from asynctrace._meter_setup import otlp_metric_exporter
 from asynctrace._settings import resolve
 
 LAUNCH_VARS = (
@@ -278,7 +278,7 @@ def test_a_malformed_launcher_variable_is_named(
 
 
 def test_local_first_and_the_prometheus_port_use_the_same_local_rank() -> None:
-    from asynctrace._goodput_metrics import prometheus_port
+    from asynctrace._prometheus_endpoint import prometheus_port
 
     for env in ({"SLURM_LOCALID": "1"}, {"OMPI_COMM_WORLD_LOCAL_RANK": "1"}):
         settings = resolve(
@@ -340,7 +340,7 @@ def test_a_bad_metrics_protocol_variable_is_refused_by_name(
     # the exporter follows the resolved protocol alone, not a variable read later
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "grpc")
     pytest.importorskip("opentelemetry.exporter.otlp.proto.http.metric_exporter")
-    exporter = _otlp_metric_exporter("http/protobuf")
+    exporter = otlp_metric_exporter("http/protobuf")
     assert "http" in type(exporter).__module__
 
 

@@ -24,10 +24,11 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 import asynctrace as at
-from asynctrace.export import _retry
+from asynctrace.export import _retry_schedule, _span_bytes
 from asynctrace.export._otlp_http import HttpSpanExporter
 from asynctrace.export._queue import QueuedSpanProcessor
-from asynctrace.export._retry import RetryingSpanProcessor, estimate_bytes
+from asynctrace.export._retry import RetryingSpanProcessor
+from asynctrace.export._span_bytes import estimate_bytes
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _otlp_receiver import OtlpReceiver
@@ -38,8 +39,8 @@ KIB = 1024
 
 @pytest.fixture(autouse=True)
 def _quick_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_retry, "INITIAL_BACKOFF_S", 0.05)
-    monkeypatch.setattr(_retry, "MAX_BACKOFF_S", 0.1)
+    monkeypatch.setattr(_retry_schedule, "INITIAL_BACKOFF_S", 0.05)
+    monkeypatch.setattr(_retry_schedule, "MAX_BACKOFF_S", 0.1)
 
 
 @pytest.fixture
@@ -133,7 +134,7 @@ def test_the_estimate_of_a_deep_or_self_holding_value_ends() -> None:
     cycle: list[Any] = []
     cycle.append(cycle)
     for value in (deep, cycle):
-        assert _retry._value_bytes(value) >= 10
+        assert _span_bytes._value_bytes(value) >= 10
 
 
 # -- secrets in a backend's partial-success message ------------------------------------------

@@ -40,7 +40,7 @@ NEEDS_NOTHING: dict[tuple[str, str], str] = {
         "held from the start on purpose: the loop's heartbeat releases it to wake its "
         "watchdog; the child's fork hook stops every monitor, and releasing wakes no one"
     ),
-    ("asynctrace/_goodput_metrics.py", "_open_lock"): (
+    ("asynctrace/_prometheus_server.py", "_open_lock"): (
         "the Prometheus endpoint's open connections, taken by its serving threads and at "
         "its shutdown in the parent only; a child has no serving thread and closes none"
     ),

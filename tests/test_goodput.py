@@ -694,7 +694,8 @@ def test_records_that_fail_to_go_out_count_as_lost_records_not_failed_spans(
     batch is counted failed, neither by the rollup nor by the chrome writer's tee."""
     from asynctrace import FastTracerProvider
     from asynctrace._goodput_settings import GoodputSettings
-    from asynctrace.export._goodput_sink import AlongChrome, GoodputSink
+    from asynctrace.export._along_chrome import AlongChrome
+    from asynctrace.export._goodput_sink import GoodputSink
 
     class Collect:  # an export queue that only keeps the ended spans
         def __init__(self) -> None:

@@ -281,9 +281,9 @@ def _ended_by_the_server(connection: socket.socket) -> bool:
 def test_idle_scrape_connections_are_closed_at_shutdown(monkeypatch: pytest.MonkeyPatch) -> None:
     """Connections still open (a client that never finishes its request) end with the
     endpoint, not when their idle timeout comes."""
-    from asynctrace import _goodput_metrics
+    from asynctrace import _prometheus_server
 
-    monkeypatch.setattr(_goodput_metrics, "SCRAPE_IDLE_S", 600.0)
+    monkeypatch.setattr(_prometheus_server, "SCRAPE_IDLE_S", 600.0)
     port = free_port()
     telemetry = _configure(metrics="prometheus", prometheus_host="127.0.0.1", prometheus_port=port)
     try:
@@ -298,9 +298,9 @@ def test_an_idle_scrape_connection_is_closed_by_its_timeout(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A client that never finishes its request does not hold a thread for ever."""
-    from asynctrace import _goodput_metrics
+    from asynctrace import _prometheus_server
 
-    monkeypatch.setattr(_goodput_metrics, "SCRAPE_IDLE_S", 0.2)
+    monkeypatch.setattr(_prometheus_server, "SCRAPE_IDLE_S", 0.2)
     port = free_port()
     telemetry = _configure(metrics="prometheus", prometheus_host="127.0.0.1", prometheus_port=port)
     try:

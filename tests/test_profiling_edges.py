@@ -236,7 +236,9 @@ def test_captures_are_named_with_the_role_as_the_trace_files(tmp_path: Path) -> 
     """A role other than worker is in the name (``profile-driver-r0-...``), as in
     ``traces-driver-r0.jsonl``: a driver and worker rank 0 sharing a directory do not
     take each other's names."""
-    from asynctrace._profiling import Profiler, ProfilerSettings, capture_prefix
+    from asynctrace._profile_names import capture_prefix
+    from asynctrace._profiler import Profiler
+    from asynctrace._profiler_settings import ProfilerSettings
 
     assert capture_prefix(0, "driver") == "profile-driver-r0"
     assert capture_prefix(0, "worker") == capture_prefix(0, None) == "profile-r0"
@@ -391,7 +393,7 @@ def test_building_a_tracer_never_hooks_other_threads_even_for_a_moment(tmp_path:
     built on one thread, a thread started on another must still start unhooked. The
     building thread is switched away from as often as the interpreter allows."""
     from asynctrace._profiler_backends import PythonBackend
-    from asynctrace._profiling import ProfilerSettings
+    from asynctrace._profiler_settings import ProfilerSettings
 
     settings = ProfilerSettings.parse("profiler", {"steps": [1], "output": str(tmp_path)})
     seen: set[object] = set()

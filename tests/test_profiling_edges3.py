@@ -20,7 +20,7 @@ import pytest
 from opentelemetry import trace
 
 import asynctrace as at
-from asynctrace import ConfigurationError, _profiling
+from asynctrace import ConfigurationError, _profile_requests, _profiling
 
 pytest.importorskip("viztracer", reason="the python profiler backend needs viztracer")
 
@@ -214,7 +214,7 @@ def test_one_request_is_answered_once(tmp_path: Path, monkeypatch: pytest.Monkey
     """Each touch of ``profile-next-step`` is answered by one capture, however the request
     watcher's look at the file interleaves with a capture answering it (the watcher polls
     without pause here, switching threads as often as the interpreter allows)."""
-    monkeypatch.setattr(_profiling, "_POLL_S", 0.0)
+    monkeypatch.setattr(_profile_requests, "_POLL_S", 0.0)
     telemetry = configure(tmp_path, {"steps": [], "entries": 1000})
     profiler = _profiling.active_profiler()
     assert profiler is not None
@@ -248,7 +248,7 @@ def test_the_watcher_records_a_request_under_the_requests_lock(
     """The watcher compares the file with the request last answered and records a new one
     in one step, under the lock a capture answering a request takes: a capture cannot
     answer between the two (which would leave the same request pending again)."""
-    monkeypatch.setattr(_profiling, "_POLL_S", 0.01)
+    monkeypatch.setattr(_profile_requests, "_POLL_S", 0.01)
     telemetry = configure(tmp_path, {"steps": []})
     profiler = _profiling.active_profiler()
     assert profiler is not None

@@ -253,6 +253,11 @@ def test_an_unquoted_value_leaves_the_punctuation_after_it(text: str, expected: 
         (f"authorization=Basic {TOKEN}", "authorization=REDACTED"),
         (f"--api-key {TOKEN} --max-tokens 8", "--api-key REDACTED --max-tokens 8"),
         (f"password={TOKEN},", "password=REDACTED,"),
+        (f"new_passwords={PASSWORD}", "new_passwords=REDACTED"),
+        (f"cached_cookies={TOKEN}", "cached_cookies=REDACTED"),
+        (f"--new-passwords {PASSWORD}", "--new-passwords REDACTED"),
+        (f"{{'generated_secrets': '{TOKEN}'}}", "{'generated_secrets': 'REDACTED'}"),
+        (f"new_keys={TOKEN}", "new_keys=REDACTED"),
     ],
 )
 def test_secrets_are_still_redacted(text: str, expected: str) -> None:

@@ -28,14 +28,8 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 import asynctrace
 from asynctrace import ConfigurationError, managed_span, umbrella_span
-from asynctrace._runtime import (
-    configure,
-    current_telemetry,
-    flush,
-    init_driver,
-    init_worker,
-    shutdown,
-)
+from asynctrace._running import current_telemetry, flush, shutdown
+from asynctrace._runtime import configure, init_driver, init_worker
 from asynctrace._state import GATE, snapshot
 from asynctrace.export import read_chrome_trace
 
@@ -1294,7 +1288,8 @@ def test_a_writer_two_batches_behind_takes_two_at_once(
     """
     from asynctrace._goodput_settings import GoodputSettings
     from asynctrace.export import QueuedSpanProcessor
-    from asynctrace.export._goodput_sink import AlongChrome, GoodputSink
+    from asynctrace.export._along_chrome import AlongChrome
+    from asynctrace.export._goodput_sink import GoodputSink
 
     sink = _GatedSink(any_size)
     rollup = GoodputSink(GoodputSettings(metrics="none"), path=None)

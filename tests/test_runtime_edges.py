@@ -22,7 +22,8 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 import asynctrace as at
 from asynctrace import ConfigurationError, managed_span
 from asynctrace._config import TelemetryConfig
-from asynctrace._runtime import configure, current_telemetry, flush, shutdown
+from asynctrace._running import current_telemetry, flush, shutdown
+from asynctrace._runtime import configure
 
 
 @pytest.fixture(autouse=True)

@@ -22,7 +22,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import asynctrace as at
 from asynctrace import ConfigurationError, managed_span
-from asynctrace._runtime import configure, current_telemetry, shutdown
+from asynctrace._running import current_telemetry, shutdown
+from asynctrace._runtime import configure
 from asynctrace.testing import capture_spans
 
 PROVIDERS = ["fast", "sdk"]

@@ -10,7 +10,7 @@ import pytest
 
 import asynctrace as at
 from asynctrace import _session_tracer
-from asynctrace._runtime import shutdown
+from asynctrace._running import shutdown
 from asynctrace._state import GATE
 
 

@@ -16,7 +16,7 @@ would use them. What OpenTelemetry's exporters log is redacted as asynctrace's o
 logs are, the configured header values included. :func:`build_exporter` does
 both for every OTLP exporter asynctrace makes: the trace exporter here, the
 goodput metric exporter (``goodput.metrics: otlp``, reading
-``OTEL_EXPORTER_OTLP_METRICS_*``) in :mod:`asynctrace._goodput_metrics`.
+``OTEL_EXPORTER_OTLP_METRICS_*``) in :mod:`asynctrace._meter_setup`.
 """
 
 from __future__ import annotations

@@ -244,18 +244,20 @@ def _latin1(value: str) -> bool:
 
 def _check_endpoint_text(signal: str) -> None:
     """The endpoint variable the exporter reads must be the URL alone, with no whitespace
-    around it: OpenTelemetry's exporters take it as written (a trailing line break, as
-    ``$(cat file)`` leaves none but ``echo`` in a file does, fails every request)."""
+    after or inside it: OpenTelemetry's exporters take it as written (a trailing line
+    break, as ``$(cat file)`` leaves none but ``echo`` in a file does, fails every
+    request). Leading whitespace is harmless: URL parsing drops it."""
     for key in (f"{_per_signal(signal)}ENDPOINT", f"{_PREFIX}ENDPOINT"):
         value = os.environ.get(key)
         if not value:
             continue  # unset or empty: the exporter reads the next one
-        if value != value.strip():
+        url = value.lstrip()
+        if not url or url != url.rstrip() or any(c.isspace() for c in url):
             raise _refuse(
                 key,
                 redact_text(value),
-                "has whitespace around the URL (a space or line break), which the exporter "
-                "would keep in it",
+                "has whitespace after or inside the URL (a space or line break), which the "
+                "exporter would keep in it",
                 "the URL alone, such as http://collector:4318",
             )
         return

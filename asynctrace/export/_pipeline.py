@@ -94,7 +94,7 @@ def prepare(settings: Settings) -> Plan:
                 directory / settings.chrome_filename, "output_dir", "trace file"
             )
     if settings.goodput is not None:
-        from ._goodput_sink import prepare_goodput
+        from ._goodput_plan import prepare_goodput
 
         plan.goodput = prepare_goodput(settings)
     return plan
@@ -447,7 +447,7 @@ def _start_queues(
                 goodput.is_open = is_open
             chrome = queued[0] if plan.chrome_path is not None else None
             if chrome is not None and along_chrome:
-                from ._goodput_sink import AlongChrome
+                from ._along_chrome import AlongChrome
 
                 chrome._sink = AlongChrome(chrome._sink, goodput)
             else:

@@ -25,134 +25,39 @@ retry (429, 502, 503, 504, a gRPC status with ``RetryInfo``) never is.
 
 A backend that says when to come back (``Retry-After`` on a 429 or 503,
 gRPC ``RetryInfo``) gets no request before then, not for a flush and not at
-shutdown, up to :data:`MAX_RETRY_AFTER_S`. Spans a delivered batch's
-backend rejected (OTLP partial success) are counted as failed, not exported.
+shutdown, up to :data:`~._export_attempt.MAX_RETRY_AFTER_S`. Spans a
+delivered batch's backend rejected (OTLP partial success) are counted as
+failed, not exported.
+
+One concept per module: an attempt and the exporter's answer
+(:mod:`._export_attempt`), the buffer (:mod:`._retry_buffer`), when a held
+batch goes again (:mod:`._retry_schedule`), the size estimate
+(:mod:`._span_bytes`); here, the worker's loop and the counters.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 import operator
-import random
-import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from .._forksafe import reinit_at_fork
-from .._redact import redact_text
-from ._otlp import configured_header_secrets
 from ._otlp_wire import EncodedSpan
-from ._queue import QueuedSpanProcessor
+from ._retry_buffer import DEFAULT_BUFFER_BYTES, DEFAULT_BUFFER_SPANS, Held
+from ._retry_schedule import RetrySchedule
 from ._sinks import ExporterSink
+from ._span_bytes import estimate_bytes
 from ._stats import ExportStats
 from ._sync import _Marker
 
-__all__ = ["RetryingSpanProcessor", "estimate_bytes"]
-
-logger = logging.getLogger("asynctrace")
-
-INITIAL_BACKOFF_S = 0.5
-MAX_BACKOFF_S = 5.0
-PROBE_AFTER = 2  # a held batch that failed this often is tried against the next one
-DEFAULT_BUFFER_SPANS = 65_536
-DEFAULT_BUFFER_BYTES = 64 << 20
-MAX_RETRY_AFTER_S = 60.0
-"""The longest wait a backend's ``Retry-After`` (or gRPC ``RetryInfo``) is honoured for."""
-_MESSAGE_CHARS = 200  # of a backend's partial-success message, in the log
+__all__ = ["RetryingSpanProcessor"]
 
 
-_SCALARS = frozenset({int, float, bool, type(None)})  # encoded in at most about 10 bytes
-_MAX_DEPTH = 8  # nested arrays and maps counted item by item down to here, then as a whole
-
-
-def _value_bytes(value: Any, depth: int = 0) -> int:
-    """About the encoded bytes of an attribute value: every byte of a large one counted.
-
-    Strings, bytes, arrays and maps (``kvlist``) by their contents, to
-    :data:`_MAX_DEPTH` levels; deeper, and anything else, by its size in
-    memory, so that the retry buffer's byte bound holds whatever the value.
-    """
-    kind = value.__class__
-    if kind is str:
-        return len(value) + 4
-    if kind in _SCALARS:
-        return 10
-    if (kind is tuple or kind is list) and depth < _MAX_DEPTH:
-        return 4 + sum(_value_bytes(item, depth + 1) for item in value)
-    return _other_bytes(value, depth)
-
-
-def _other_bytes(value: Any, depth: int) -> int:
-    if isinstance(value, str):
-        return len(value) + 4
-    if isinstance(value, (bytes, bytearray)):
-        return len(value) + 4
-    if isinstance(value, memoryview):
-        return value.nbytes + 4
-    if depth < _MAX_DEPTH:
-        if isinstance(value, (tuple, list)):
-            return 4 + sum(_value_bytes(item, depth + 1) for item in value)
-        if isinstance(value, Mapping):
-            return 4 + sum(
-                _value_bytes(key, depth + 1) + _value_bytes(item, depth + 1) + 4
-                for key, item in value.items()
-            )
-    try:
-        return max(10, sys.getsizeof(value))  # deep: its own size in memory, at least
-    except Exception:  # a __sizeof__ that raises
-        return 10
-
-
-def estimate_bytes(span: Any) -> int:
-    """About how many bytes *span* takes encoded as OTLP protobuf (an SDK ``ReadableSpan``).
-
-    Example:
-        >>> from opentelemetry.sdk.trace import ReadableSpan
-        >>> estimate_bytes(ReadableSpan("step", attributes={"rl.iteration": 3})) > 60
-        True
-    """
-    name = span.name
-    size = 60 + (len(name) if isinstance(name, str) else 10)
-    size += _trace_state_bytes(span.context)
-    description = getattr(span.status, "description", None)
-    if isinstance(description, str):
-        size += len(description) + 4
-    size += _attributes_bytes(span.attributes)
-    for event in span.events or ():
-        size += 24 + len(event.name) + _attributes_bytes(event.attributes)
-    for link in span.links or ():
-        size += 40 + _trace_state_bytes(link.context) + _attributes_bytes(link.attributes)
-    return size
-
-
-def _attributes_bytes(attributes: Any) -> int:
-    return sum(len(key) + 4 + _value_bytes(value) for key, value in (attributes or {}).items())
-
-
-def _trace_state_bytes(context: Any) -> int:
-    """The ``trace_state`` field: ``key=value`` pairs joined by commas."""
-    trace_state = getattr(context, "trace_state", None)
-    if not trace_state:
-        return 0
-    return 4 + sum(len(key) + len(value) + 2 for key, value in trace_state.items())
-
-
-class _Held:
-    """A batch that failed, waiting for its next attempt."""
-
-    __slots__ = ("attempts", "size", "spans")
-
-    def __init__(self, spans: list[Any], size: int, attempts: int) -> None:
-        self.spans = spans
-        self.size = size
-        self.attempts = attempts
-
-
-class RetryingSpanProcessor(QueuedSpanProcessor):
+class RetryingSpanProcessor(RetrySchedule):
     """Export from a bounded queue; hold failed batches in a bounded buffer and retry them.
 
     Args:
@@ -189,7 +94,7 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
         self._convert = convert
         self._buffer_spans = buffer_spans
         self._buffer_bytes = buffer_bytes
-        self._pending: deque[_Held | _Marker] = deque()
+        self._pending: deque[Held | _Marker] = deque()
         self._pending_spans = 0
         self._trimmed = 0  # held spans the full buffer dropped (the worker's own count: no lock)
         self._pending_bytes = 0
@@ -261,14 +166,14 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
         if not ready:
             return
         if self._pending:  # an outage: wait in line behind what is held
-            waiting = _Held(ready, self._size(ready), 0)
+            waiting = Held(ready, self._size(ready), 0)
             with self._moves:
                 self._in_flight = 0
                 self._hold(waiting)
             return
         count = len(ready)  # before the export, which is handed the list
         ok = self._send(ready)
-        held = _Held(ready, self._size(ready), 1) if ok is False else None
+        held = Held(ready, self._size(ready), 1) if ok is False else None
         with self._moves:
             self._in_flight = 0
             if held is not None:
@@ -307,211 +212,6 @@ class RetryingSpanProcessor(QueuedSpanProcessor):
             except Exception:  # not an SDK span: a plain guess
                 total += 200
         return total
-
-    def _send(self, spans: list[Any]) -> bool | None:
-        """One attempt: ``True`` delivered, ``False`` to retry, ``None`` given up.
-
-        An exporter that can tell says more after its ``export``
-        (:class:`~._otlp_http.HttpSpanExporter` does): ``refused``, why the
-        batch failed for good (an HTTP status other than 429, 502, 503 and
-        504, a redirect, a batch too large to send, a gRPC status OTLP says
-        not to retry): given up, not retried; ``transient``, that the backend
-        asked for a retry (429, 502, 503, 504, gRPC ``RetryInfo``);
-        ``retry_after``, the seconds it asked to wait first; ``left_out``,
-        how many spans of a delivered batch it could not encode, and
-        ``rejected``, how many the backend rejected (OTLP partial success,
-        with ``rejection``, its message): set aside in ``_left_out``,
-        counted as failed. The caller counts the outcome, in one move with
-        where the spans were.
-        """
-        self._transient = False
-        self._left_out = 0
-        count = len(spans)
-        try:
-            result = self._exporter.export(spans)
-        except BaseException as exc:  # SystemExit from an exporter must not end the worker
-            self._report(exc, "export")
-            return None
-        exporter = self._exporter
-        if getattr(result, "name", "SUCCESS") != "FAILURE":
-            left_out = getattr(exporter, "left_out", 0)
-            if isinstance(left_out, int) and 0 < left_out <= count:
-                self._left_out = left_out
-                self._warn_refusal(f"{left_out} of its spans could not be encoded")
-            rejected = getattr(exporter, "rejected", 0)
-            if isinstance(rejected, int) and rejected > 0:
-                rejected = min(rejected, count - self._left_out)
-                self._left_out += rejected
-                self._warn_rejection(rejected, count, getattr(exporter, "rejection", None))
-            return True
-        refused = getattr(exporter, "refused", None)
-        if refused:
-            self._warn_refusal(str(refused))
-            return None
-        self._transient = bool(getattr(exporter, "transient", None))
-        retry_after = getattr(exporter, "retry_after", None)
-        if isinstance(retry_after, (int, float)) and retry_after > 0:
-            wait = min(float(retry_after), MAX_RETRY_AFTER_S)  # NaN compares False: not here
-            self._not_before = max(self._not_before, time.monotonic() + wait)
-        return False
-
-    def _warn_rejection(self, rejected: int, count: int, message: Any) -> None:
-        if not self._warned_rejection:
-            self._warned_rejection = True
-            reason = ""
-            if isinstance(message, str):  # the configured header values may be quoted in it
-                reason = redact_text(message, configured_header_secrets())[:_MESSAGE_CHARS]
-            logger.warning(
-                "asynctrace: the backend of exporter %r rejected %d of the %d spans of a batch "
-                "(%s); rejected spans are counted as failed, not retried (further rejections "
-                "are not logged)",
-                self.name,
-                rejected,
-                count,
-                reason or "no message",
-            )
-
-    def _warn_refusal(self, reason: str) -> None:
-        if not self._warned_refusal:
-            self._warned_refusal = True
-            logger.warning(
-                "asynctrace: the backend of exporter %r refused a batch (%s); refused "
-                "batches and spans are counted as failed, not retried (further refusals are "
-                "not logged)",
-                self.name,
-                reason,
-            )
-
-    def _resolve(self, held: _Held, delivered: bool) -> None:
-        """A held batch leaves the buffer: exported (but what was left out), or failed."""
-        left_out = self._left_out if delivered else 0
-        with self._moves:
-            self._release(held)
-            if delivered:
-                self._exported += len(held.spans) - left_out
-                self._failed += left_out
-            else:
-                self._failed += len(held.spans)
-
-    def _retry_one(self) -> bool:
-        """Resolve the oldest held item if it is due; whether there may be more to do now."""
-        pending = self._pending
-        if not pending or self._abandoned:
-            return False
-        head = pending[0]
-        if head.__class__ is _Marker:
-            pending.popleft()
-            self._honour(head)
-            return True
-        if time.monotonic() < self._next_attempt:
-            return False
-        assert isinstance(head, _Held)
-        if head.attempts:  # not one that waited behind a failure and goes out the first time
-            self._retried += len(head.spans)
-        ok = self._send(head.spans)
-        if ok is False:
-            head.attempts += 1
-            # A batch that keeps failing while the next goes through is refused by a backend
-            # that is up, but only a failure that says nothing can mean that: a 503 is the
-            # backend asking for a retry, whatever the next batch meets.
-            if head.attempts > PROBE_AFTER and not self._transient and self._probe_next():
-                self._resolve(head, False)
-                self._warn_refusal(
-                    f"a held batch failed {head.attempts} times while the next went through"
-                )
-                self._failures = 0
-                self._warned_outage = False
-                return True
-            self._schedule_retry()
-            return False
-        self._resolve(head, ok is True)
-        if self._failures:  # the backend answers again, or the exporter raised
-            logger.info(
-                "asynctrace: exporter %r %s after %d failed attempts",
-                self.name,
-                "delivers again" if ok else "gave up a held batch (refused, or it raised)",
-                self._failures,
-            )
-        self._failures = 0
-        self._warned_outage = False
-        return True
-
-    def _probe_next(self) -> bool:
-        """Send the held batch after the head; ``True`` if it was delivered.
-
-        The batch after the head given up (refused too, or the exporter
-        raised) says nothing about the head: ``False``.
-        """
-        second = next((item for item in list(self._pending)[1:] if isinstance(item, _Held)), None)
-        if second is None:
-            return False
-        if second.attempts:
-            self._retried += len(second.spans)
-        ok = self._send(second.spans)
-        if ok is False:
-            second.attempts += 1
-            return False
-        self._resolve(second, ok is True)
-        return ok is True
-
-    def _release(self, held: _Held) -> None:  # inside a move
-        self._pending.remove(held)
-        self._pending_spans -= len(held.spans)
-        self._pending_bytes -= held.size
-
-    def _hold(self, held: _Held) -> None:  # inside a move
-        self._pending.append(held)
-        self._pending_spans += len(held.spans)
-        self._pending_bytes += held.size
-        self._trim()
-
-    def _trim(self) -> None:
-        """Drop the oldest held spans until the buffer is within both limits."""
-        while self._pending_spans > self._buffer_spans or self._pending_bytes > self._buffer_bytes:
-            oldest = next(item for item in self._pending if isinstance(item, _Held))
-            per_span = max(1, oldest.size // max(1, len(oldest.spans)))
-            over_bytes = self._pending_bytes - self._buffer_bytes
-            count = max(self._pending_spans - self._buffer_spans, -(-over_bytes // per_span), 1)
-            count = min(count, len(oldest.spans))
-            size = oldest.size if count == len(oldest.spans) else per_span * count
-            del oldest.spans[:count]
-            oldest.size -= size
-            self._pending_spans -= count
-            self._pending_bytes -= size
-            if not oldest.spans:
-                self._pending.remove(oldest)
-            self._trimmed += count  # inside a move: never wait for a lock a reader may hold
-            if not self._warned_overflow:
-                self._warned_overflow = True
-                logger.warning(
-                    "asynctrace: the retry buffer of %r is full (retry_buffer_spans=%d, "
-                    "retry_buffer_bytes=%d); the oldest spans are dropped and counted",
-                    self.name,
-                    self._buffer_spans,
-                    self._buffer_bytes,
-                )
-
-    def _schedule_retry(self) -> None:
-        self._failures += 1
-        backoff = min(MAX_BACKOFF_S, INITIAL_BACKOFF_S * 2 ** min(self._failures - 1, 16))
-        wait = backoff * random.uniform(0.5, 1.0)
-        self._next_attempt = max(time.monotonic() + wait, self._not_before)
-        # Once shutting down, what is held is retried until the deadline at most, and the
-        # shutdown's own summary says what was left: no promise of retries after it.
-        if not self._warned_outage and not (self._closing or self._abandoned):
-            self._warned_outage = True
-            logger.warning(
-                "asynctrace: exporter %r could not deliver a batch; failed batches are held "
-                "(up to %d spans) and retried with backoff, new ones wait behind them",
-                self.name,
-                self._buffer_spans,
-            )
-
-    def _honour(self, marker: _Marker) -> None:
-        self._flush_sink()
-        with self._marker_lock:
-            self._markers -= 1
-        marker.done.set()
 
     def _close_exporter(self) -> None:
         with self._close_lock:

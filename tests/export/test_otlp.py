@@ -19,7 +19,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from asynctrace import Bucket, iteration_scope, managed_span, umbrella_span
-from asynctrace._runtime import configure, shutdown
+from asynctrace._running import shutdown
+from asynctrace._runtime import configure
 
 
 class Receiver(ThreadingHTTPServer):

@@ -31,15 +31,16 @@ from opentelemetry.trace import Link, SpanContext, Status, StatusCode, TraceFlag
 
 from asynctrace import ConfigurationError
 from asynctrace._fast import FastTracerProvider
-from asynctrace.export import _retry
+from asynctrace.export import _export_attempt, _retry_schedule
 from asynctrace.export._adapters import ConvertingSink
 from asynctrace.export._convert import Converter
 from asynctrace.export._otlp import otlp_exporter
 from asynctrace.export._otlp_http import HttpSpanExporter
 from asynctrace.export._otlp_wire import WireEncoder, request_bytes
 from asynctrace.export._queue import QueuedSpanProcessor
-from asynctrace.export._retry import RetryingSpanProcessor, estimate_bytes
+from asynctrace.export._retry import RetryingSpanProcessor
 from asynctrace.export._sinks import ExporterSink
+from asynctrace.export._span_bytes import estimate_bytes
 from asynctrace.export._sync import _Marker
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
@@ -50,8 +51,8 @@ TIMEOUT_S = 0.25  # per attempt: shorter than any wait a test's collector asks f
 
 @pytest.fixture(autouse=True)
 def _quick_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_retry, "INITIAL_BACKOFF_S", 0.05)
-    monkeypatch.setattr(_retry, "MAX_BACKOFF_S", 0.1)
+    monkeypatch.setattr(_retry_schedule, "INITIAL_BACKOFF_S", 0.05)
+    monkeypatch.setattr(_retry_schedule, "MAX_BACKOFF_S", 0.1)
 
 
 @pytest.fixture
@@ -188,7 +189,7 @@ def test_a_long_retry_after_is_honoured_up_to_the_bound(
     made: list[QueuedSpanProcessor], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A wait longer than MAX_RETRY_AFTER_S is cut to it: the batch is not stuck for an hour."""
-    monkeypatch.setattr(_retry, "MAX_RETRY_AFTER_S", 0.5)
+    monkeypatch.setattr(_export_attempt, "MAX_RETRY_AFTER_S", 0.5)
     with OtlpReceiver("http/protobuf") as receiver:
         _ask_to_wait(receiver, 3600)
         tracer, _processor = _start(receiver, made)

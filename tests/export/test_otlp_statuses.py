@@ -28,7 +28,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
 from asynctrace._fast import FastTracerProvider
-from asynctrace.export import _retry
+from asynctrace.export import _retry_schedule
 from asynctrace.export._otlp_http import HttpSpanExporter
 from asynctrace.export._otlp_wire import WireEncoder
 from asynctrace.export._retry import RetryingSpanProcessor
@@ -121,8 +121,8 @@ def serve() -> Iterator[Callable[[Answer], StatusReceiver]]:
 
 @pytest.fixture(autouse=True)
 def _quick_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_retry, "INITIAL_BACKOFF_S", 0.05)
-    monkeypatch.setattr(_retry, "MAX_BACKOFF_S", 0.2)
+    monkeypatch.setattr(_retry_schedule, "INITIAL_BACKOFF_S", 0.05)
+    monkeypatch.setattr(_retry_schedule, "MAX_BACKOFF_S", 0.2)
 
 
 @pytest.fixture
