@@ -34,7 +34,8 @@ from ._efficiency import (
 from ._env_carrier import extract_env, inject_env
 from ._errors import ConfigurationError, MissingExtraError
 from ._fast import FastTracerProvider, Sampling, SpanLimits
-from ._goodput import GoodputStats, StepGoodput, on_step_goodput, remove_step_goodput
+from ._goodput import on_step_goodput, remove_step_goodput
+from ._goodput_stats import GoodputStats
 from ._group_specs import resolve_span_groups
 from ._group_types import BY_CATEGORY, Bucket, SpanGroup
 from ._groups import register_span_groups, registered_presets, registered_span_groups
@@ -71,6 +72,7 @@ from ._state import (
     is_telemetry_enabled,
     set_span_groups,
 )
+from ._step_goodput import StepGoodput
 from ._telemetry import Telemetry
 from ._threads import to_thread
 

@@ -1,4 +1,4 @@
-"""Output files: the directory every writer of this process shares, and appending to it.
+"""Appending JSON lines to an output file: torn lines, lost lines, moved files, durability.
 
 :class:`AppendFile` is how both writer threads (chrome lines, session
 records) append JSON lines, with three promises:
@@ -20,9 +20,9 @@ Two more, for durability and for processes that share a rank by mistake:
 - the first :meth:`AppendFile.sync` after the file (or its directories) was
   created also syncs the directories whose entries changed, as ``fsync(2)``
   requires for a new file to survive a power loss;
-- the file is locked (``flock``, advisory, non-blocking) while it is open; a
-  file another live process holds is written all the same (instrumentation
-  never breaks its host), with one warning naming it.
+- the file is locked (``flock``, advisory, non-blocking, :mod:`asynctrace._file_lock`)
+  while it is open; a file another live process holds is written all the same
+  (instrumentation never breaks its host), with one warning naming it.
 """
 
 from __future__ import annotations
@@ -31,105 +31,15 @@ import errno
 import logging
 import os
 import stat
-import tempfile
-import threading
-from collections.abc import Callable
 from pathlib import Path
 
-from ._errors import ConfigurationError
-from ._forksafe import call_in_child, reinit_at_fork
+from ._file_lock import HeldKey, release_lock, take_lock
+from ._forksafe import call_in_child
+from ._output_dir import make_dirs, sync_new_entries
 
-_flock: Callable[[int, int], None] | None
-_LOCK_FLAGS = 0
-try:
-    import fcntl as _fcntl
-except ImportError:  # pragma: no cover - Windows: no advisory lock, no warning
-    _flock = None
-else:
-    _flock, _LOCK_FLAGS = _fcntl.flock, _fcntl.LOCK_EX | _fcntl.LOCK_NB
-
-__all__ = ["AppendFile", "writable_dir", "writable_file"]
+__all__ = ["AppendFile"]
 
 logger = logging.getLogger("asynctrace")
-
-
-def writable_dir(raw: str | os.PathLike[str], key: str = "output_dir") -> Path:
-    """Create *raw* if needed and prove it writable, or raise ConfigurationError naming *key*.
-
-    The directory is returned absolute: fixed when configuring, so that an
-    ``os.chdir()`` afterwards (Hydra's launcher makes one) moves no writer,
-    no profiler request file and no path reported to the program.
-    """
-    raw = os.fspath(raw)
-    try:
-        directory = Path(raw).expanduser().absolute()
-        make_dirs(directory)
-        with tempfile.TemporaryFile(dir=directory):
-            pass
-    except (OSError, ValueError, RuntimeError) as exc:  # ValueError: NUL; RuntimeError: ~nobody
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ConfigurationError(
-            f"{key}: {raw!r} is not a writable directory ({type(exc).__name__}: "
-            f"{reason}); accepted: a directory path this process can create and write to"
-        ) from exc
-    return directory
-
-
-def make_dirs(directory: Path) -> None:
-    """``mkdir -p`` *directory*, remembering the directories made for :meth:`AppendFile.sync`.
-
-    A directory made here is durable only once its parent is synced; the
-    first sync of a file below it does that.
-
-    Raises:
-        OSError: a directory cannot be made.
-    """
-    missing = []
-    here = directory
-    while not here.exists() and here.parent != here:
-        missing.append(here)
-        here = here.parent
-    directory.mkdir(parents=True, exist_ok=True)
-    if missing:
-        with _made_lock:
-            _made_dirs.update(missing)
-
-
-_made_dirs: set[Path] = set()
-"""Directories this process made whose entry in their parent is not synced yet."""
-_made_lock = threading.Lock()
-reinit_at_fork(_made_lock)
-
-
-def writable_file(path: Path, key: str, what: str) -> Path:
-    """Prove *path* (in a directory already checked) can be appended to, or raise.
-
-    It must be absent (it is created) or a regular file this process may
-    write: a directory, a socket or an unreadable entry in its place would
-    only fail once the writer opens it, after the previous configuration
-    was shut down.
-
-    Raises:
-        ConfigurationError: naming *key*, the file and what is accepted.
-    """
-    try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        return path
-    except OSError as exc:
-        problem = f"cannot be checked ({type(exc).__name__}: {exc.strerror or exc})"
-    else:
-        if not stat.S_ISREG(info.st_mode):
-            kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
-            problem = f"exists and is {kind}"
-        elif not os.access(path, os.W_OK):
-            problem = "exists and is not writable"
-        else:
-            return path
-    raise ConfigurationError(
-        f"{key}: the {what} {str(path)!r} {problem}; accepted: a directory where this "
-        f"file is absent or a regular file this process can write"
-    )
 
 
 class AppendFile:
@@ -155,7 +65,7 @@ class AppendFile:
         self._warned_rotated = False
         self._warned_shared = False
         self._unsynced_entry = False  # created: its directory entry is not synced yet
-        self._held: tuple[tuple[int, int], int] | None = None  # the lock taken: (file, pid)
+        self._held: HeldKey | None = None  # the lock taken: (file, pid)
         self._fd = -1
         self._identity = (0, 0)
         self._end = 0  # the file's size after this writer's last write, at least
@@ -209,49 +119,22 @@ class AppendFile:
         self._lock()
 
     def _lock(self) -> None:
-        """Take the file's advisory lock, warning once if another process holds it.
-
-        ``flock`` locks belong to the open file: a child forked from this
-        process shares this one (and never releases it: no ``LOCK_UN`` is
-        ever made, closing is enough), while a child that opens the file
-        again, as its own ``init_worker()`` does, meets it and warns.
-        """
-        if _flock is None:
-            return
-        try:
-            _flock(self._fd, _LOCK_FLAGS)
-        except BlockingIOError:
-            key = (self._identity, os.getpid())
-            with _made_lock:
-                ours = _held.get(key, 0) > 0  # another writer of this process (a reconfigure)
-            if not ours and not self._warned_shared:
-                self._warned_shared = True
-                logger.warning(
-                    "asynctrace: %s is being written by another process too (it holds the "
-                    "file's lock): their lines are interleaved in one file under one rank; "
-                    "give each process its own rank (init_worker(config, rank=..., "
-                    "world_size=...)) or role (configure(config, role=...))",
-                    self.path,
-                )
-            return
-        except OSError:
-            return  # a file system without locks: nothing to tell
-        with _made_lock:
-            key = (self._identity, os.getpid())
-            _held[key] = _held.get(key, 0) + 1
-            self._held = key
+        """Take the file's advisory lock, warning once if another process holds it."""
+        self._held, shared = take_lock(self._fd, self._identity)
+        if shared and not self._warned_shared:
+            self._warned_shared = True
+            logger.warning(
+                "asynctrace: %s is being written by another process too (it holds the "
+                "file's lock): their lines are interleaved in one file under one rank; "
+                "give each process its own rank (init_worker(config, rank=..., "
+                "world_size=...)) or role (configure(config, role=...))",
+                self.path,
+            )
 
     def _unlock(self) -> None:
         """Forget this writer's lock (closing the descriptor releases it)."""
         key, self._held = self._held, None
-        if key is None:
-            return
-        with _made_lock:
-            left = _held.get(key, 0) - 1
-            if left > 0:
-                _held[key] = left
-            else:
-                _held.pop(key, None)
+        release_lock(key)
 
     def moved(self) -> bool:
         """Whether the file was deleted, replaced, renamed or truncated since it was opened.
@@ -385,21 +268,12 @@ class AppendFile:
         return None
 
     def _sync_entries(self) -> None:
-        """Sync the directory of the new file, and the parent of each directory made
-        for it, once: a new file survives a power loss only with its entry.
+        """Sync the new file's directory entry, and those of the directories made for it.
 
         Raises:
             OSError: a directory could not be synced (tried again at the next sync).
         """
-        directory = self.path.parent
-        with _made_lock:
-            chain = [directory]
-            while chain[-1] in _made_dirs:
-                chain.append(chain[-1].parent)
-        for entry in chain:
-            _sync_dir(entry)
-        with _made_lock:
-            _made_dirs.difference_update(chain)
+        sync_new_entries(self.path.parent)
         self._unsynced_entry = False
 
     def close(self) -> None:
@@ -419,25 +293,6 @@ _NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # absent on Windows, where there are n
 
 # fdatasync where the platform has it (Linux); fsync elsewhere (macOS has no fdatasync).
 _datasync = getattr(os, "fdatasync", os.fsync)
-
-
-_held: dict[tuple[tuple[int, int], int], int] = {}
-"""The files (device, inode) this process (pid) holds the lock of, with how many writers."""
-
-
-def _sync_dir(directory: Path) -> None:
-    """``fsync`` *directory* (its entries); nothing where directories cannot be opened."""
-    try:
-        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except PermissionError:  # a directory this process may not read (or Windows)
-        return
-    try:
-        os.fsync(fd)
-    except OSError as exc:
-        if exc.errno not in (errno.EINVAL, errno.EBADF):  # no fsync of directories here
-            raise
-    finally:
-        os.close(fd)
 
 
 def _ends_with_newline(path: Path, size: int) -> bool:

@@ -39,9 +39,9 @@ import weakref
 from typing import Any, Final
 
 from ._errors import report_internal_error
-from ._goodput import StepGoodput
 from ._metric_names import metric_key, span_metric_name
 from ._rollup import BUCKETS
+from ._step_goodput import StepGoodput
 
 __all__ = ["MAX_SPAN_INSTRUMENTS", "GoodputMetrics"]
 

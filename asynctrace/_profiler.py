@@ -15,14 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ._capture_backend import Backend
+from ._capture_finish import finish_capture
 from ._own_threads import leaving_signals
 from ._profile_names import claim_capture
 from ._profile_requests import REQUEST_FILE, REQUESTS, Request, poll_requests
-from ._profiler_backends import THREAD_HOOK, Backend, finish_capture, import_backend
+from ._profiler_backends import import_backend
 from ._profiler_forks import LIVE
 from ._profiler_settings import ProfilerSettings
 from ._profiler_spares import FORK_WAIT_S, SpareBackends
 from ._profiling import tell_once, warn_once
+from ._viztracer_backend import THREAD_HOOK
 
 __all__ = ["Profiler"]
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
+from ._capture_backend import Backend
 from ._own_threads import leaving_signals
-from ._profiler_backends import BACKENDS, Backend, TracersBusy
+from ._profiler_backends import BACKENDS
 from ._profiling import warn_once
+from ._viztracer_tracers import TracersBusy
 
 if TYPE_CHECKING:
     from ._profiler_settings import ProfilerSettings

@@ -18,7 +18,7 @@ files; ``step{N}_2``, ``_3``, ... for a name taken already, by an earlier
 capture of the step or by another process: a name is claimed by creating its
 file, so no two captures share one), with the clock offset between the
 backend's timeline and the spans' (measured around marker events, see
-:mod:`asynctrace._profiler_backends`) under ``otherData.asynctrace``, which
+:mod:`asynctrace._capture_finish`) under ``otherData.asynctrace``, which
 ``asynctrace convert`` uses to merge it.
 
 This module holds the profiled span, the installed profiler's slot and the
@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any
 from ._cm import SyncAndAsync
 
 if TYPE_CHECKING:
+    from ._capture_backend import Backend
     from ._profiler import Profiler
-    from ._profiler_backends import Backend
 
 __all__ = [
     "PROFILE_FILE",

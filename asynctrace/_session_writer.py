@@ -1,59 +1,34 @@
 """The background writer of session records: one JSON line per finished session.
 
-Finalizing a session only appends it to a list (under a short lock); this
-thread serializes and writes. It writes when ``flush_threshold`` sessions are
-waiting, when :meth:`SessionWriter.flush` asks, and at shutdown. It yields the
-GIL between small chunks, so a large flush never stalls an event loop for
-long (at shutdown it writes in large chunks without pausing: then speed is
-what counts), and each chunk is one ``write`` of whole lines, so a killed
-process leaves at most one torn last line. The file itself (torn tails,
-failed writes, a deleted directory) is :class:`asynctrace._files.AppendFile`.
-
-What waits to be written is bounded: a write that never returns (a hung NFS
-or Lustre mount) or a writer slower than sessions finish would otherwise keep
-every finished record in memory. The bound is the largest of ``max_queued``
-(the tracer's ``max_pending``: a task may finalize that many at once),
-:data:`MIN_QUEUED` (a lowered ``max_pending`` catches leaks sooner, it does
-not make the writer's queue smaller) and two flush thresholds (the writer
-wakes at one). It bounds the records held: those waiting and what is left of
-the batch being written, so room comes back as each chunk is written. Past it
-a record is refused and counted in ``failed``; the first refusal is warned
-about, and so is the first one after the writer has caught up (at most once
-every :data:`_WARN_FULL_EVERY_S`).
+Finalizing a session only appends it to a list (under a short lock), which
+is bounded (see :mod:`asynctrace._session_writer_room`); a daemon thread
+serializes and writes (see :mod:`asynctrace._session_writer_loop`), and
+:meth:`SessionWriter.flush` and :meth:`SessionWriter.shutdown` wait for it
+(see :mod:`asynctrace._session_writer_stop`).
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
-import time
 from pathlib import Path
 from typing import Any, Final
 
 from ._files import AppendFile
 from ._forksafe import call_in_child, reinit_at_fork
 from ._handoff import Handoff
-from ._jsonl import MAX_LINE_BYTES
 from ._own_threads import leaving_signals
-from ._session_record import Record, encode_records
+from ._session_record import Record
+from ._session_writer_loop import WriterLoop
+from ._session_writer_stop import WriterStop
 
 __all__ = ["MIN_QUEUED", "SessionWriter"]
-
-logger = logging.getLogger("asynctrace")
-
-_CHUNK: Final = 32  # records serialized between two GIL releases (about 0.1 ms)
-_CLOSING_CHUNK: Final = 1024  # at shutdown: no pauses, few writes
-_STARVED_CHUNK: Final = 128  # starved by a busy loop (see _handoff): no pauses
-_PAUSE_S: Final = 0.0001
-_MAX_WAIT_S: Final = threading.TIMEOUT_MAX / 2
-_WARN_FULL_EVERY_S: Final = 60.0  # refusals warned about again at most this often
 
 MIN_QUEUED: Final = 100_000
 """Records waiting to be written that a writer keeps at least (some 50 MB at most)."""
 
 
-class SessionWriter:
+class SessionWriter(WriterStop, WriterLoop):
     """Appends finished sessions to a JSONL file from a daemon thread.
 
     ``written`` counts records that reached the file, ``failed`` those that
@@ -180,62 +155,6 @@ class SessionWriter:
         urgent = room is not None and 2 * self.held() >= room
         self._handoff.offer(self._thread, urgent)
 
-    def held(self) -> int:
-        """The records held for the writer: waiting, and what is left of its batch."""
-        return self._max_queued - self._room + len(self._pending)
-
-    def _count_refused(self, count: int, bound: int | None = None) -> None:
-        """*count* records refused for want of room (the lock held): failed, and warned.
-
-        *bound*: the room they were refused past, if not the writer's own.
-        """
-        self.failed += count
-        self._refused += count
-        # Held: waiting, and what is left of the batch (see _set_room).
-        self._held_at_refusal = self.held()
-        self._bound_at_refusal = self._max_queued if bound is None else bound
-        if not self._full_warning:
-            self._full_warning = 1
-
-    def _set_room(self, held: int) -> None:
-        """The room left with *held* records taken to be written (the lock held)."""
-        self._room = self._max_queued - held
-        self._limit = min(self._threshold, self._room)
-
-    def _warn_full(self) -> None:
-        """Records refused: as many as the bound were held for the writer.
-
-        Warned at the first refusal, then again at the first refusal after the
-        writer has written all it held (a new episode), but at most once every
-        :data:`_WARN_FULL_EVERY_S`: a refusal sooner than that is warned about
-        at the first refusal past it. Each warning gives the records refused in all.
-        """
-        now = time.monotonic()
-        with self._lock:
-            if self._full_warning != 1:
-                return
-            last = self._full_warned_at
-            if last is not None and now - last < _WARN_FULL_EVERY_S:
-                return  # stays 1: a refusal past the interval warns
-            self._full_warning = 2
-            self._full_warned_at = now
-            refused = self._refused
-            held, bound = self._held_at_refusal, self._bound_at_refusal
-        again = "" if last is None else "again "
-        logger.warning(
-            "asynctrace: %d session records are %sheld for the writer of %s (%d at most), "
-            "and further finished sessions are not kept until it catches up (%d "
-            "refused so far, counted in stats()['failed']; logged again, at most once a "
-            "minute, only if it happens after the writer caught up): a write does not "
-            "return (a hung file system?) or is slower than sessions finish; check the "
-            "file system of output_dir, or raise session_tracer.max_pending",
-            held,
-            again,
-            self.path,
-            bound,
-            refused,
-        )
-
     def add(
         self,
         records: list[Record],
@@ -277,256 +196,3 @@ class SessionWriter:
             if len(pending) >= self._threshold or (refused and room is not None):
                 self._cond.notify()
             return refused
-
-    def flush(self, timeout_s: float) -> bool:
-        """Write everything queued so far and make it durable (``fdatasync``); ``False``
-        after *timeout_s*, or if records were lost.
-
-        A record that could not be written since the last flush (see
-        ``failed``), or a file the disk would not make durable, makes this
-        flush return ``False``, once.
-        """
-        with self._cond:
-            target = self._added
-            if self._synced < target and not self._stopped:
-                self._flush_requested = True
-                self._cond.notify_all()
-                self._cond.wait_for(
-                    lambda: self._synced >= target or self._stopped,
-                    min(max(0.0, timeout_s), _MAX_WAIT_S),
-                )
-            # A stopped writer (shut down, crashed, inert in a forked child) syncs no more:
-            # its counts are final, and what it could not write is counted failed.
-            done = (self.written + self.failed if self._stopped else self._synced) >= target
-            return not self._lost_now() and done
-
-    def shutdown(self, timeout_s: float) -> bool:
-        """Write what is queued, stop the thread and close the file.
-
-        ``False`` if that took longer than *timeout_s*, or if any record
-        could not be written since the last :meth:`flush`. Past *timeout_s*
-        the writer is abandoned (see :meth:`_abandon`): what it has not
-        started writing is counted in ``failed`` and a warning says how many.
-        """
-        with self._cond:
-            self._closing = True
-            self._cond.notify_all()
-        self._thread.join(min(max(0.0, timeout_s), _MAX_WAIT_S))
-        if self._thread.is_alive():
-            self._abandon()
-            return False
-        with self._cond:
-            return not self._lost_now()
-
-    def _abandon(self) -> None:
-        """Shutdown timed out: count what will not be written, and say so.
-
-        The thread is a daemon: at exit the interpreter stops it wherever it
-        is. Waiting longer would break the bound on shutdown, and writing on
-        the calling thread would too, so the records the thread has not
-        started on are taken from it, counted in ``failed`` and logged once;
-        it finishes the chunk it is writing (1,024 records at most), then
-        stops and closes the file (if the process lives on).
-        """
-        with self._cond:
-            if self._abandoned:
-                return
-            self._abandoned = True
-            self._stopped = True  # records handed over from now on are counted failed
-            unwritten = len(self._pending) + len(self._batch)
-            self._pending = []
-            self._batch.clear()
-            self.failed += unwritten
-            self._failed_seen = self.failed  # reported: shutdown() returns False
-            in_flight = self._added - self.written - self.failed
-            self._cond.notify_all()
-        if not unwritten and not in_flight:
-            return
-        logger.warning(
-            "asynctrace: the session writer did not finish within the shutdown timeout: "
-            "%d session records were not written to %s (counted in stats()['failed']; "
-            "%d more were being written); raise shutdown_timeout_s, or pass a longer "
-            "timeout_s to shutdown()",
-            unwritten,
-            self.path,
-            in_flight,
-        )
-
-    def _lost_now(self) -> bool:
-        """Whether a record failed, or the file could not be made durable, since the last
-        :meth:`flush` or :meth:`shutdown` that said so (call holding the lock)."""
-        lost = self.failed > self._failed_seen or self._sync_errors > self._sync_errors_seen
-        self._failed_seen = self.failed
-        self._sync_errors_seen = self._sync_errors
-        return lost
-
-    def _run(self) -> None:
-        self._handoff.attach()
-        try:
-            while True:
-                with self._cond:
-                    self._cond.wait_for(
-                        lambda: (
-                            self._closing
-                            or self._flush_requested
-                            or len(self._pending) >= self._threshold
-                        )
-                    )
-                    self._handoff.ran()
-                    self._batch, self._pending = self._pending, []
-                    self._set_room(len(self._batch))  # until _next_chunk
-                    durable = self._flush_requested or self._closing
-                    self._flush_requested = False
-                    closing = self._closing
-                self._write(closing)  # empties the batch
-                if durable:  # flush() returns once what it waits for is on disk
-                    self._sync()
-                if not self._pending:
-                    self._handoff.caught_up()
-                if closing:
-                    with self._cond:
-                        if not self._pending:
-                            self._stopped = True
-                            self._cond.notify_all()
-                            break
-        except BaseException as exc:  # never silently: what is left is counted as failed
-            with self._cond:
-                self._stopped = True
-                self.failed += len(self._pending) + len(self._batch)
-                self._pending = []
-                self._batch = []
-                self._cond.notify_all()
-            logger.warning("asynctrace: the session writer stopped", exc_info=exc)
-        self._file.close()
-
-    def _write(self, closing: bool) -> None:
-        """Write ``self._batch`` chunk by chunk, until it is empty or the writer abandoned.
-
-        Each chunk is taken from the batch under the lock, where :meth:`_abandon`
-        counts what is left: a record is written or counted failed, never both.
-        """
-        meta = self._meta
-        with self._cond:
-            chunk, starved = self._next_chunk(closing)
-        while chunk:
-            error: BaseException | None = None
-            written = 0
-            try:
-                encoded, failed, overlong = encode_records(chunk, meta)
-                if overlong:
-                    self._warn_overlong(overlong)
-                if failed > overlong:
-                    error = ValueError(f"{failed - overlong} records could not be encoded")
-                if encoded:
-                    written, error = self._append(encoded, error, len(chunk) - failed)
-            except Exception as exc:  # the writer thread never dies
-                written, error = 0, exc
-            failed = len(chunk) - written
-            if error is not None and not self._warned:
-                self._warned = True
-                logger.warning(
-                    "asynctrace: writing session records to %s failed (further failures "
-                    "are counted, not logged; see stats())",
-                    self.path,
-                    exc_info=error,
-                )
-            # A record is released as soon as it is written, before flush() can see it
-            # counted.
-            del chunk
-            self._handoff.ran()  # a chunk done: the hand-off sees progress within a batch
-            with self._cond:
-                self.written += written
-                self.failed += failed
-                paused = not closing and not starved
-                chunk, starved = self._next_chunk(closing)
-                if not chunk:  # wake flush() waiters once per batch, not per chunk
-                    if self._full_warned_at is not None:  # caught up: a new episode
-                        self._full_warning = 0  # (the first warning is never skipped)
-                    self._cond.notify_all()
-            if chunk and paused:
-                # A real pause, not sleep(0): a thread that releases the GIL and takes it
-                # straight back would leave a waiting event loop waiting.
-                time.sleep(_PAUSE_S)
-
-    def _warn_overlong(self, count: int) -> None:
-        """Records too long for a line the readers read: counted failed, warned once."""
-        if self._warned_overlong:
-            return
-        self._warned_overlong = True
-        logger.warning(
-            "asynctrace: %d session records were not written to %s: even without their "
-            "payloads each is longer than the %d bytes asynctrace's readers read in a line "
-            "(counted in stats()['failed']; further ones are not logged): give a session "
-            "fewer executions or counters",
-            count,
-            self.path,
-            MAX_LINE_BYTES,
-        )
-
-    def _next_chunk(self, closing: bool) -> tuple[list[Record], bool]:
-        """The next chunk of the batch (none once abandoned), and whether the writer is
-        starved (call holding the lock).
-
-        The chunks written are released: ``_pending`` has room for what they held,
-        the bound less what is left of the batch, this chunk included.
-        """
-        held = len(self._batch)
-        self._set_room(held)
-        if self._abandoned:
-            return [], False
-        # Starved by a busy loop, each pause would wait for another hand-off:
-        # larger chunks without pauses (about 0.8 ms a chunk).
-        starved = self._handoff.starved
-        size = _CLOSING_CHUNK if closing else _STARVED_CHUNK if starved else _CHUNK
-        batch = self._batch
-        chunk = batch[:size]
-        del batch[:size]
-        return chunk, starved
-
-    def _sync(self) -> None:
-        """``fdatasync`` the file; wake flush() waiters with what it now covers."""
-        error = self._file.sync()
-        if error is not None and not self._warned:
-            self._warned = True
-            logger.warning(
-                "asynctrace: %s could not be made durable (further failures are not logged)",
-                self.path,
-                exc_info=error,
-            )
-        with self._cond:
-            self._synced = self.written + self.failed
-            if error is not None:
-                self._sync_errors += 1
-            self._cond.notify_all()
-
-    def _append(
-        self, encoded: bytes, error: BaseException | None, lines: int
-    ) -> tuple[int, BaseException | None]:
-        """Write *encoded*, *lines* lines (reopening a moved file first); the lines written."""
-        out = self._file
-        if out.moved():
-            if not out.rotated:  # renamed away intact (logrotate): its records are not lost
-                with self._cond:
-                    self.lost += self._in_file
-            self._in_file = 0
-            try:
-                out.reopen()
-            except OSError as exc:
-                return 0, exc
-        done, write_error = out.write(encoded, lines)
-        self._in_file += done
-        return done, write_error or error
-
-    def _after_fork_in_child(self) -> None:
-        """A forked child has no writer thread: this writer goes inert (counts, never writes).
-
-        What the parent had queued, and its failures, are the parent's to report: a
-        child's flush() answers for what the child hands over.
-        """
-        self._pending = []
-        self._batch = []
-        self._stopped = True
-        self._closing = True
-        self._added = self.written + self.failed
-        self._failed_seen = self.failed
-        self._sync_errors_seen = self._sync_errors

@@ -1,21 +1,22 @@
 """Resolution: a TelemetryConfig plus the process identity -> validated Settings.
 
 Pure: no file, thread or global is touched. The runtime checks the output
-directory afterwards, then installs.
+directory afterwards, then installs. What resolution makes is
+:class:`~asynctrace._resolved_settings.Settings`; the keys a TracerProvider
+handed in makes moot are checked by :mod:`asynctrace._provider_keys`, the
+sampling is chosen by :mod:`asynctrace._settings_sampling` and the
+environment's resource read by :mod:`asynctrace._settings_resource`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import re
 import secrets
 import socket
 import time
-import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from ._config import TelemetryConfig, env_source
@@ -29,16 +30,19 @@ from ._config_fields import (
     coerce_field,
     span_group_tokens,
 )
-from ._detect import detect_resource
 from ._errors import ConfigurationError
-from ._fast import Sampling, SpanLimits, limits_from, sampling_from
+from ._fast import limits_from
 from ._goodput_settings import GoodputSettings
 from ._profiler_settings import ProfilerSettings
 from ._protocol import check_protocol, otlp_protocol
+from ._provider_keys import own_provider_keys
 from ._ranks import MAX_WORLD_SIZE, ExportRanks, env_local_rank
+from ._resolved_settings import Settings
 from ._session_config import SessionTracerConfig
+from ._settings_resource import detected, env_service_name
+from ._settings_sampling import sampling
 
-__all__ = ["Settings", "new_run_id", "resolve"]
+__all__ = ["new_run_id", "resolve"]
 
 # Resource attribute keys asynctrace adds next to service.name, host.name, process.pid.
 RUN_ID_KEY = "asynctrace.run_id"
@@ -52,63 +56,6 @@ RUN_ID_ENV = "ASYNCTRACE_RUN_ID"
 EXPORT_RANKS_ENV = "ASYNCTRACE_EXPORT_RANKS"
 
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
-
-
-@dataclass(frozen=True)
-class Settings:
-    """A validated, fully resolved configuration (what the runtime installs).
-
-    Built by :func:`resolve`; ``output_dir`` has ``{run_id}`` substituted and
-    ``~`` expanded, and is ``None`` when nothing writes files.
-    ``otlp_protocol`` is the OTLP transport of the spans (of the goodput
-    metrics when only they use OTLP); ``otlp_metrics_protocol`` that of the
-    goodput metrics (``OTEL_EXPORTER_OTLP_METRICS_PROTOCOL``, else
-    ``OTEL_EXPORTER_OTLP_PROTOCOL``, else ``otlp_protocol``).
-    """
-
-    enabled: bool
-    span_groups: str
-    exporters: tuple[str | SpanExporterLike, ...]
-    output_dir: str | None
-    service_name: str
-    run_id: str
-    session_tracer: SessionTracerConfig
-    resource_attributes: Mapping[str, Any]
-    handle_sigterm: bool
-    max_queue_size: int
-    max_export_batch_size: int
-    schedule_delay_millis: float
-    shutdown_timeout_s: float
-    rank: int
-    world_size: int
-    local_rank: int | None
-    role: str | None
-    provider: Any = "fast"
-    sampling: Sampling = dataclasses.field(default_factory=Sampling)
-    span_limits: SpanLimits = dataclasses.field(default_factory=SpanLimits)
-    propagate_scopes: bool = False
-    loop_stall_threshold_ms: float = 50.0
-    profiler: ProfilerSettings | None = None
-    otlp_protocol: str = "http/protobuf"
-    exporting: bool = True
-    export_ranks: str = "all"
-    retry_buffer_spans: int = 65_536
-    retry_buffer_bytes: int = 64 << 20
-    goodput: GoodputSettings | None = None
-    otlp_metrics_protocol: str = "http/protobuf"
-
-    @property
-    def exporter_names(self) -> tuple[str, ...]:
-        """Names of the built-in exporters requested (objects excluded)."""
-        return tuple(e for e in self.exporters if isinstance(e, str))
-
-    @property
-    def chrome_filename(self) -> str:
-        """``traces-r{rank}.jsonl``, or ``traces-{role}-r{rank}.jsonl`` for roles other
-        than ``worker``."""
-        if self.role in (None, "worker"):
-            return f"traces-r{self.rank}.jsonl"
-        return f"traces-{self.role}-r{self.rank}.jsonl"
 
 
 def resolve(
@@ -142,7 +89,7 @@ def resolve(
         env_source(config, "span_groups") or "span_groups", values["span_groups"]
     )
     provider = _provider(values["provider"], env)
-    _own_provider_keys(config, values, provider, env)
+    own_provider_keys(config, values, provider, env)
     batch, queue = values["max_export_batch_size"], values["max_queue_size"]
     only_queue = batch == DEFAULT_BATCH_SIZE and queue != DEFAULT_QUEUE_SIZE
     check_batch_fits(  # a batch size left at its default: the queue size is the one to blame
@@ -211,13 +158,13 @@ def resolve(
     # "~" expanded once, here: every writer gets the same directory
     run_dir = os.path.expanduser(values["output_dir"].replace("{run_id}", run_id))
     output_dir = run_dir if writes_files else None
-    service_name = values["service_name"] or _env_service_name(env) or DEFAULT_SERVICE_NAME
+    service_name = values["service_name"] or env_service_name(env) or DEFAULT_SERVICE_NAME
     own_resource: Mapping[str, Any] = {}
     if not isinstance(provider, str):  # its resource is the spans': the files say the same
         own_resource = provider.resource.attributes
         named = own_resource.get("service.name")
         service_name = named if isinstance(named, str) and named else service_name
-    resource: dict[str, Any] = _detected(env)
+    resource: dict[str, Any] = detected(env)
     resource.update(
         {
             "service.name": service_name,
@@ -254,7 +201,7 @@ def resolve(
         local_rank=local_rank,
         role=role,
         provider=provider,
-        sampling=_sampling(config, values["sample_rate"], values["sampling_ratio"], env),
+        sampling=sampling(config, values["sample_rate"], values["sampling_ratio"], env),
         span_limits=limits_from(values["span_limits"], env),
         propagate_scopes=values["propagate_scopes"],
         loop_stall_threshold_ms=values["loop_stall_threshold_ms"],
@@ -310,111 +257,6 @@ def _provider(value: Any, env: Mapping[str, str]) -> Any:
     return coerce_field("ASYNCTRACE_PROVIDER", "provider", raw) if raw else "fast"
 
 
-def _sampling(
-    config: TelemetryConfig,
-    sample_rate: float | None,
-    sampling_ratio: float | None,
-    env: Mapping[str, str],
-) -> Sampling:
-    """``sample_rate`` (parent based, whatever ``OTEL_TRACES_SAMPLER`` says), else as before."""
-    if sample_rate is None:
-        return sampling_from(sampling_ratio, env)
-    if sampling_ratio is not None and sampling_ratio != sample_rate:
-        rate_key = env_source(config, "sample_rate") or "sample_rate"
-        ratio_key = env_source(config, "sampling_ratio") or "sampling_ratio"
-        raise ConfigurationError(
-            f"{rate_key}: {sample_rate!r} is not accepted with "
-            f"{ratio_key}={sampling_ratio!r}; accepted: one of the two, or the same value"
-        )
-    return Sampling(sample_rate, parent_based=True)
-
-
-# The keys whose work a TracerProvider handed in does itself, and what of it does it.
-_PROVIDER_OWNS = {
-    "sampling_ratio": "sampler",
-    "sample_rate": "sampler",
-    "span_limits": "span limits",
-    "resource_attributes": "resource",
-    "service_name": "resource",
-}
-_told_ignored: set[tuple[str, str]] = set()
-
-
-def _own_provider_keys(
-    config: TelemetryConfig, values: Mapping[str, Any], provider: Any, env: Mapping[str, str]
-) -> None:
-    """Refuse the keys a TracerProvider handed in would ignore; warn of such variables.
-
-    asynctrace records through that provider as it is: its own sampler, span
-    limits and resource apply. A key set in code or YAML is a
-    :class:`ConfigurationError`; a value only a variable set (``from_env``) is
-    named in one warning and ignored, so an environment shared by several
-    programs never stops one. A copy of a ``from_env`` configuration
-    (``dataclasses.replace``) does not carry that mark: a value equal to the
-    one the environment sets counts as the environment's. Keys left at their
-    defaults say nothing.
-    """
-    if isinstance(provider, str):
-        return
-    given = []
-    from_env: TelemetryConfig | None = None
-    for name in _PROVIDER_OWNS:
-        value = values[name]
-        if value is None or (isinstance(value, (str, Mapping)) and not value):
-            continue
-        var = env_source(config, name)
-        if var is None:
-            if from_env is None:
-                try:
-                    from_env = TelemetryConfig.from_env(env)
-                except ConfigurationError:  # a bad variable: the check that reads it says so
-                    from_env = TelemetryConfig()
-            if getattr(from_env, name) == value:
-                var = env_source(from_env, name)
-        given.append((name, var, value))
-    explicit = [(name, value) for name, var, value in given if var is None]
-    if explicit:
-        owns = sorted({_PROVIDER_OWNS[name] for name, _ in explicit})
-        raise ConfigurationError(
-            f"{', '.join(f'{name}={value!r}' for name, value in explicit)}: not accepted with "
-            f"provider={provider!r}: asynctrace records through that TracerProvider as it is, "
-            f"and it uses its own {' and '.join(owns)}; accepted: leave "
-            f"{', '.join(name for name, _ in explicit)} unset and configure the provider "
-            "(TracerProvider(sampler=..., span_limits=..., resource=Resource.create({...})))"
-        )
-    for name, var, value in given:
-        if var is None:  # pragma: no cover - the explicit ones raised above
-            continue
-        told = (var, repr(value))
-        if told in _told_ignored:  # once a value (two threads at once may both say it)
-            continue
-        _told_ignored.add(told)
-        message = (
-            f"asynctrace: {var}={value!r} is ignored: the TracerProvider handed in as provider "
-            f"records with its own {_PROVIDER_OWNS[name]} (configure it on the provider)"
-        )
-        logging.getLogger("asynctrace").warning(message)
-        try:
-            warnings.warn(message, UserWarning, stacklevel=4)
-        except UserWarning:
-            pass  # warnings are errors here: the log line says it
-
-
-def _detected(env: Mapping[str, str]) -> dict[str, Any]:
-    """The environment's resource attributes, less those ``OTEL_RESOURCE_ATTRIBUTES`` sets.
-
-    The SDK's resource merges ``OTEL_RESOURCE_ATTRIBUTES`` under the
-    attributes given here, so a detected key it also names is left out for
-    its value to win.
-    """
-    detected = detect_resource(env)
-    for item in env.get("OTEL_RESOURCE_ATTRIBUTES", "").split(","):
-        key, sep, _ = item.partition("=")
-        if sep:  # the SDK skips an entry without "=": it sets nothing, so it takes nothing
-            detected.pop(key.strip(), None)
-    return detected
-
-
 def _export_ranks_key(export_ranks: ExportRanks, env: Mapping[str, str]) -> str:
     """``ASYNCTRACE_EXPORT_RANKS`` when that variable says *export_ranks*, else the key."""
     raw = env.get(EXPORT_RANKS_ENV)
@@ -449,16 +291,3 @@ def _metrics_protocol(configured: str | None, env: Mapping[str, str]) -> str:
         if raw:
             return check_protocol(var, raw)
     return check_protocol("otlp_protocol", configured) if configured else "http/protobuf"
-
-
-def _env_service_name(env: Mapping[str, str]) -> str:
-    name = env.get("OTEL_SERVICE_NAME", "").strip()
-    if name:
-        return name
-    for item in env.get("OTEL_RESOURCE_ATTRIBUTES", "").split(","):
-        key, _, value = item.partition("=")
-        if key.strip() == "service.name" and value.strip():
-            from urllib.parse import unquote
-
-            return unquote(value.strip())
-    return ""

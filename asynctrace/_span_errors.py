@@ -230,7 +230,7 @@ class _RedactingSdkSpan(trace.Span):
         if not self.is_recording():
             return
         try:
-            from ._fast._span import exception_attributes
+            from ._fast._span_events import exception_attributes
 
             secrets = secrets_of(exception)
             own = attributes is not None and _STACKTRACE in attributes
@@ -337,7 +337,7 @@ def redacted_links(links: Sequence[Link] | None) -> Sequence[Link] | None:
 def _error_description() -> Callable[[str], str]:
     """The fast provider's ``error_description`` (imported late: that package imports
     this module)."""
-    from ._fast._span import error_description
+    from ._fast._span_events import error_description
 
     return error_description
 
@@ -374,7 +374,7 @@ def stamp_started(span: Any) -> None:
 
 def _stamp_past_the_limit(span: Any, stored: Any, missing: dict[str, Any]) -> None:
     """Add the *missing* stamps to an SDK *span* whose attributes are full: the span's
-    own stamp keys (:data:`~._fast._span.STAMP_KEYS`) count as stamps, kept with their
+    own stamp keys (:data:`~._fast._evict.STAMP_KEYS`) count as stamps, kept with their
     own values, and the oldest other attributes are evicted first."""
     own = {key: stored[key] for key in sorted(_stamp_keys().intersection(stored))}
     span.set_attributes(own)  # the newest end: an existing key evicts nothing
@@ -393,7 +393,7 @@ def _stamp_keys() -> frozenset[str]:
     """The fast provider's ``STAMP_KEYS`` (imported late: that package imports this module)."""
     global _STAMP_KEYS
     if _STAMP_KEYS is None:
-        from ._fast._span import STAMP_KEYS
+        from ._fast._evict import STAMP_KEYS
 
         _STAMP_KEYS = STAMP_KEYS
     return _STAMP_KEYS

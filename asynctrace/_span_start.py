@@ -23,7 +23,8 @@ from opentelemetry.util.types import AttributeValue
 from . import _groups, _stalls
 from ._errors import report_internal_error
 from ._fast import FastTracer
-from ._fast._span import STAMP_KEYS, url_redacted
+from ._fast._evict import STAMP_KEYS
+from ._fast._span import url_redacted
 from ._group_types import Bucket
 from ._scopes import SCOPES
 from ._semconv import GROUP, RL_BUCKET

@@ -19,12 +19,12 @@ from ._telemetry_install import TelemetryInstall
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from ._goodput import GoodputStats
+    from ._goodput_stats import GoodputStats
     from ._profiler import Profiler
+    from ._resolved_settings import Settings
     from ._session_tracer import SessionTracer
-    from ._settings import Settings
     from ._sigterm import SigtermHandler
-    from .export._pipeline import Pipeline
+    from .export._running_pipeline import Pipeline
     from .export._stats import ExportStats
 
 __all__ = ["Telemetry"]

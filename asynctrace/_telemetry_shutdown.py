@@ -25,10 +25,10 @@ from ._timeouts import wait_s
 
 if TYPE_CHECKING:
     from ._profiler import Profiler
+    from ._resolved_settings import Settings
     from ._session_tracer import SessionTracer
-    from ._settings import Settings
     from ._sigterm import SigtermHandler
-    from .export._pipeline import Pipeline
+    from .export._running_pipeline import Pipeline
 
 __all__ = ["TelemetryShutdown"]
 

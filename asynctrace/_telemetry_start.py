@@ -20,8 +20,8 @@ from ._telemetry import Telemetry
 
 if TYPE_CHECKING:
     from ._profiler_settings import ProfilerSettings
-    from ._settings import Settings
-    from .export._pipeline import Pipeline
+    from ._resolved_settings import Settings
+    from .export._running_pipeline import Pipeline
 
 __all__ = ["checked_profile_dir", "checked_session_path", "new_profiler", "start_telemetry"]
 
@@ -30,7 +30,7 @@ def checked_session_path(settings: Settings) -> Path | None:
     """Where session records go, if the session tracer is on (directory checked)."""
     if not settings.session_tracer.enabled or settings.output_dir is None:
         return None
-    from ._files import writable_dir, writable_file
+    from ._output_dir import writable_dir, writable_file
 
     name = (
         f"sessions-r{settings.rank}.jsonl"
@@ -51,7 +51,7 @@ def checked_profile_dir(settings: Settings) -> Path | None:
     """Where profiler captures go, if profiling is configured (created and checked)."""
     if settings.profiler is None or settings.profiler.output is None:
         return None
-    from ._files import writable_dir
+    from ._output_dir import writable_dir
 
     return writable_dir(settings.profiler.output, "profiler.output")
 

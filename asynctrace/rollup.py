@@ -24,9 +24,9 @@ Example:
 
 from __future__ import annotations
 
-from ._goodput import step_numbers
 from ._goodput_settings import GoodputSettings
 from ._rollup import BUCKETS, DEFAULT_GRACE_US, Rollup, RollupResult, StepRow, Violation
+from ._step_goodput import step_numbers
 
 __all__ = [
     "BUCKETS",

@@ -137,12 +137,15 @@ AREAL_DIRS: tuple[str, ...] = ()  # AReaL's package, once loaded: the anchor's t
 # text of the calling line. A frame of non-asynctrace code called from such a
 # line is the caller's work, not asynctrace's.
 PASS_THROUGH: dict[tuple[str, str], str] = {
-    ("aiohttp_client.py", "_make_middleware.<locals>.asynctrace_middleware"): "handler(",
+    (
+        "aiohttp_client/_middleware.py",
+        "_make_middleware.<locals>.asynctrace_middleware",
+    ): "handler(",
     # (on the Gym's thread here)
     ("fastapi/_middleware.py", "AsyncTraceMiddleware.__call__"): "self.app(",
     ("_pump.py", "wait_until.<locals>.check"): "ready(",
     ("_bind_context.py", "bind_context.<locals>.bound"): ".run(fn",
-    ("aiohttp_client.py", "_run_hook"): "hook(",
+    ("aiohttp_client/_options.py", "run_hook"): "hook(",
     ("<asynctrace wrapper", ""): "_at_fn(",
 }
 

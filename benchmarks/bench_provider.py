@@ -158,7 +158,7 @@ def _least_lines(writer: Any, batch: list[Any]) -> tuple[int, int]:
     control items, an attribute named like the rank), so it is a lower bound
     of it, for these spans.
     """
-    from asynctrace.export._chrome_writer import _Complete, _encode
+    from asynctrace.export._chrome_encode import Complete, encode
 
     rank = writer._ident["rank"]
     pid = writer.pid
@@ -180,8 +180,8 @@ def _least_lines(writer: Any, batch: list[Any]) -> tuple[int, int]:
                 last_parent, parent_hex = parent_id, parent_id.to_bytes(8, "big").hex()
             args["parent_span_id"] = parent_hex
         args["rank"] = rank
-        append(_Complete("X", item._name, "c", start, item._end // 1000 - start, pid, 1, args))
-    data, _ = _encode(events, False)
+        append(Complete("X", item._name, "c", start, item._end // 1000 - start, pid, 1, args))
+    data, _ = encode(events, False)
     writer._file.write(data, len(events))
     return len(batch), 0
 

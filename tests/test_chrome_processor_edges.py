@@ -14,7 +14,7 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
 from asynctrace import ConfigurationError
-from asynctrace._fast._provider import MAX_OPEN_SPANS
+from asynctrace._fast._forget import MAX_OPEN_SPANS
 from asynctrace.export import ChromeTraceProcessor, read_chrome_trace
 from asynctrace.export._queue import QueuedSpanProcessor
 from asynctrace.export._sinks import ExporterSink

@@ -166,7 +166,7 @@ def _module_lock(module: str, name: str) -> Callable[[], Any]:
         "asynctrace._span_errors:_REDACTING_LOCK",
         "asynctrace_contrib.areal._global:_lock",
         "asynctrace_contrib.areal._phases:_lock",
-        "asynctrace_contrib.aiohttp_client:_install_lock",
+        "asynctrace_contrib.aiohttp_client._install:_install_lock",
     ],
 )
 def test_a_lock_held_at_fork_is_free_in_the_child(lock: str) -> None:

@@ -15,9 +15,10 @@ from opentelemetry import trace
 
 import asynctrace as at
 from asynctrace import ConfigurationError
-from asynctrace._goodput import Dispatcher, StepGoodput, release_for_shutdown
+from asynctrace._goodput import Dispatcher, release_for_shutdown
 from asynctrace._goodput_settings import GoodputSettings
 from asynctrace._rollup import Rollup
+from asynctrace._step_goodput import StepGoodput
 from asynctrace.export._goodput_sink import GoodputSink
 
 MS = 1_000_000

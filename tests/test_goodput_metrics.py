@@ -16,8 +16,8 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import asynctrace as at
-from asynctrace._goodput import StepGoodput
 from asynctrace._goodput_metrics import MAX_SPAN_INSTRUMENTS, GoodputMetrics
+from asynctrace._step_goodput import StepGoodput
 
 
 def _metrics(reader: InMemoryMetricReader) -> dict[str, Any]:

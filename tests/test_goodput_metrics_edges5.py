@@ -22,7 +22,7 @@ import pytest
 
 import asynctrace as at
 from asynctrace import ConfigurationError
-from asynctrace._goodput import StepGoodput
+from asynctrace._step_goodput import StepGoodput
 from asynctrace.export import _goodput_sink
 
 sys.path.insert(0, str(Path(__file__).parent))

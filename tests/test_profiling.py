@@ -280,7 +280,7 @@ def test_a_backend_that_fails_to_stop_is_stopped_and_not_saved(
     """The backend's end marker raising: the tracer is stopped all the same (it traced
     everything after, for good), the capture is not saved half-made, the step runs."""
     from asynctrace import _errors
-    from asynctrace._profiler_backends import PythonBackend
+    from asynctrace._viztracer_backend import PythonBackend
 
     stopped: list[bool] = []
     real_stop = PythonBackend.stop

@@ -140,7 +140,7 @@ def test_a_failing_start_marker_leaves_no_tracer_running(
     """The start marker raising: the tracer is stopped again (it would trace the rest of
     the process), the step runs unprofiled, no file is left."""
     from asynctrace import _errors
-    from asynctrace._profiler_backends import PythonBackend
+    from asynctrace._viztracer_backend import PythonBackend
 
     tracers: list[Any] = []
 
@@ -263,9 +263,9 @@ def test_a_full_buffer_is_recorded_and_warned_about(
     """viztracer's buffer is circular: a step with more events than ``profiler.entries``
     loses its earliest ones. The capture says so (``overflow: true``), a warning says
     what to raise; the alignment still holds (the end marker is kept)."""
-    from asynctrace import _profiler_backends
+    from asynctrace import _capture_finish
 
-    _profiler_backends._warned.discard("overflow")
+    _capture_finish._warned.discard("overflow")
     telemetry = configure(tmp_path, {"steps": [1, 2], "entries": 1000})
     with caplog.at_level(logging.WARNING, logger="asynctrace"):
         with at.iteration_scope(1), at.umbrella_span("step", "rl.step", profile=True):
@@ -392,8 +392,8 @@ def test_building_a_tracer_never_hooks_other_threads_even_for_a_moment(tmp_path:
     """viztracer's constructor sets the threads' profile hook: while a capture's tracer is
     built on one thread, a thread started on another must still start unhooked. The
     building thread is switched away from as often as the interpreter allows."""
-    from asynctrace._profiler_backends import PythonBackend
     from asynctrace._profiler_settings import ProfilerSettings
+    from asynctrace._viztracer_backend import PythonBackend
 
     settings = ProfilerSettings.parse("profiler", {"steps": [1], "output": str(tmp_path)})
     seen: set[object] = set()

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import asynctrace as at
-from asynctrace import _profiler_backends
+from asynctrace import _viztracer_tracers
 
 pytest.importorskip("viztracer", reason="the python profiler backend needs viztracer")
 
@@ -114,7 +114,7 @@ def test_a_collection_during_a_capture_leaves_its_threads_recorded(
 def test_sixty_captures_reuse_a_few_tracers(tmp_path: Path) -> None:
     """Each capture is saved with its own threads only (the tracer it reuses named others
     before), its clock markers, no overflow; the process builds at most three tracers."""
-    built = _profiler_backends.tracers_built()
+    built = _viztracer_tracers.tracers_built()
     telemetry = configure(tmp_path, {"steps": list(range(1, 61)), "entries": 10_000})
     try:
         for step in range(1, 61):
@@ -123,7 +123,7 @@ def test_sixty_captures_reuse_a_few_tracers(tmp_path: Path) -> None:
             wait_saved(telemetry)
     finally:
         assert telemetry.shutdown()
-    assert _profiler_backends.tracers_built() - built <= 3
+    assert _viztracer_tracers.tracers_built() - built <= 3
     paths = sorted(tmp_path.glob("profile-*.json"))
     assert len(paths) == 60
     for path in paths:
@@ -140,7 +140,7 @@ def test_sixty_captures_reuse_a_few_tracers(tmp_path: Path) -> None:
 def test_task_tracks_stay_right_when_each_step_is_its_own_task(tmp_path: Path) -> None:
     """A capture that ends inside a task leaves that task in its tracer: later captures
     name their own tasks, never that one (such a tracer is not reused)."""
-    before = len(_profiler_backends._TRACERS)  # earlier tests' may still be held
+    before = len(_viztracer_tracers.TRACERS)  # earlier tests' may still be held
     telemetry = configure(tmp_path, {"steps": list(range(1, 7)), "entries": 10_000})
     try:
 
@@ -152,7 +152,7 @@ def test_task_tracks_stay_right_when_each_step_is_its_own_task(tmp_path: Path) -
         asyncio.run(main())
     finally:
         assert telemetry.shutdown()
-    assert len(_profiler_backends._TRACERS) <= before + 3  # the others freed
+    assert len(_viztracer_tracers.TRACERS) <= before + 3  # the others freed
     paths = sorted(tmp_path.glob("profile-*.json"))
     assert len(paths) == 6
     for path in paths:
@@ -192,7 +192,7 @@ def test_a_process_profiling_1100_steps_keeps_running(tmp_path: Path) -> None:
             """
             import asyncio, sys, threading
             import asynctrace as at
-            from asynctrace import _profiler_backends
+            from asynctrace import _viztracer_tracers
             STEPS = 1100
             t = at.configure({"enabled": True, "span_groups": "per_step",
                               "exporters": ["chrome"], "output_dir": sys.argv[1],
@@ -212,8 +212,8 @@ def test_a_process_profiling_1100_steps_keeps_running(tmp_path: Path) -> None:
                         saver.join(10)
             asyncio.run(main())
             assert t.shutdown()
-            print("ran", ran, "built", _profiler_backends.tracers_built(),
-                  "alive", len(_profiler_backends._TRACERS))
+            print("ran", ran, "built", _viztracer_tracers.tracers_built(),
+                  "alive", len(_viztracer_tracers.TRACERS))
             """
         )
     )
@@ -227,7 +227,7 @@ def test_a_process_profiling_1100_steps_keeps_running(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     ran, built, alive = (int(word) for word in done.stdout.split()[1::2])
     assert ran == 1100
-    assert built <= _profiler_backends._BUDGET
+    assert built <= _viztracer_tracers.BUDGET
     assert alive <= 8  # a spare, an idle one, those being saved: never one per step
     assert len(list(tmp_path.glob("profile-*.json"))) == 1100
 
@@ -245,7 +245,7 @@ def test_builders_asked_for_at_once_leave_one_spare_and_no_tracer_held_by_nothin
     assert profiler is not None
 
     def taken() -> int:
-        return sum(t not in _profiler_backends._IDLE for t in _profiler_backends._TRACERS)
+        return sum(t not in _viztracer_tracers.IDLE for t in _viztracer_tracers.TRACERS)
 
     try:
         held = []

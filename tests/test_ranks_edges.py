@@ -175,13 +175,19 @@ def test_reopen_refuses_a_fifo_that_has_a_reader(tmp_path: Path) -> None:
         out.close()
 
 
-def test_the_fork_registry_drops_dead_methods() -> None:
-    """call_in_child keeps its list near the live methods, not one entry per object ever."""
+def test_the_fork_registry_drops_dead_methods(monkeypatch: pytest.MonkeyPatch) -> None:
+    """call_in_child keeps its list near the live methods, not one entry per object ever.
+
+    The next pruning is due at twice what was alive at the last one: earlier tests in
+    the process may have left that high, so it starts from what is alive now."""
 
     class Resettable:
         def reset(self) -> None:
             pass
 
+    gc.collect()
+    alive_now = sum(1 for ref in _forksafe._methods if ref() is not None)
+    monkeypatch.setattr(_forksafe, "_prune_at", max(16, 2 * alive_now))
     kept = Resettable()
     _forksafe.call_in_child(kept.reset)
     for _ in range(1000):

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 from _forks import exit_code
 
-from asynctrace.export import _queue
+from asynctrace.export import _queue, _queue_worker
 from asynctrace.export._queue import QueuedSpanProcessor
 
 needs_setitimer = pytest.mark.skipif(
@@ -186,7 +186,7 @@ def test_a_queue_gone_leaves_no_fork_hook_behind() -> None:
     code before kept a hook per queue, 0.66 KB, run at every fork)."""
     _cycle(20)  # the fork registry's own list at its settled size
     gc.collect()
-    ours = [tracemalloc.Filter(True, _queue.__file__)]
+    ours = [tracemalloc.Filter(True, module.__file__) for module in (_queue, _queue_worker)]
     tracemalloc.start()
     try:
         before = tracemalloc.take_snapshot().filter_traces(ours)

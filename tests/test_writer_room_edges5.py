@@ -17,7 +17,7 @@ import pytest
 from _shared_file import append_from_another_process
 
 import asynctrace
-from asynctrace import _session_writer
+from asynctrace import _session_writer, _session_writer_room
 from asynctrace._files import AppendFile
 from asynctrace._session_tracer import SessionTracer
 from asynctrace._session_writer import MIN_QUEUED
@@ -132,7 +132,7 @@ def test_a_new_episode_of_refusals_is_warned_about_again_at_most_once_an_interva
     """One warning an episode (refusals until the writer has written all it held), a
     second episode warned about again ("again", with the refusals in all), unless the
     last warning is more recent than the interval."""
-    monkeypatch.setattr(_session_writer, "_WARN_FULL_EVERY_S", interval)
+    monkeypatch.setattr(_session_writer_room, "_WARN_FULL_EVERY_S", interval)
     bound = 2_000  # a smaller floor than MIN_QUEUED: two fills stay quick
     monkeypatch.setattr(_session_writer, "MIN_QUEUED", bound)
     caplog.set_level(logging.WARNING, logger="asynctrace")

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from ._ids import IDS, IdGenerator
 from ._limits import SpanLimits, limits_from
-from ._provider import FastTracer, FastTracerProvider, Scope
+from ._provider import FastTracer
 from ._sampling import Sampling, sampling_from
-from ._span import FastSpan, SpanEvent
+from ._span import FastSpan
+from ._span_events import SpanEvent
+from ._tracer_provider import FastTracerProvider, Scope
 
 __all__ = [
     "IDS",

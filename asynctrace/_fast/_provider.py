@@ -1,24 +1,18 @@
-"""The fast provider: asynctrace's own OpenTelemetry API ``TracerProvider`` and ``Tracer``.
+"""The fast provider's tracer: it starts the spans (:class:`~._span.FastSpan`).
 
-Installed as the global provider, any OpenTelemetry instrumentation records
-through it; its spans (:class:`FastSpan`) are plain slotted objects that
-export threads read after they end. Processors are export queues: on
-``end()`` a span is appended to each queue and the work (limits, conversion
-to the SDK's ``ReadableSpan`` for SDK exporters and processors, encoding)
-happens on the queue's thread.
+:class:`FastTracer` is the hot path of :class:`~._tracer_provider.FastTracerProvider`:
+a span's ids, sampling, scope stamps and owning task, with no lock taken.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from itertools import islice
 from types import FunctionType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -27,68 +21,17 @@ from opentelemetry.trace.propagation import _SPAN_KEY
 from opentelemetry.util import types
 
 from .._cm import otel_contextmanager
-from .._errors import ConfigurationError
-from .._forksafe import reinit_at_fork
 from .._scopes import SCOPES
 from .._span_context import _CONTEXT_VAR
 from .._span_errors import redacted_block
-from ._ids import IDS, IdGenerator
-from ._limits import SpanLimits
-from ._sampling import Sampling
-from ._span import (
-    SPAN_TYPES,
-    STAMP_KEYS,
-    FastSpan,
-    _copy_attributes,
-    good_keys,
-    keep_stamps,
-    newest_good,
-)
+from ._evict import keep_stamps
+from ._evict import newest_and_stamps as _newest_and_stamps  # (start_span reads this name)
+from ._span import SPAN_TYPES, FastSpan, _copy_attributes, good_keys
 
-logger = logging.getLogger("asynctrace")
+if TYPE_CHECKING:
+    from ._tracer_provider import FastTracerProvider, Scope
 
-
-__all__ = [
-    "MAX_OPEN_SPANS",
-    "FastTracer",
-    "FastTracerProvider",
-    "Scope",
-    "forget_open_spans",
-    "warn_forgotten",
-]
-
-MAX_OPEN_SPANS: Final = 100_000
-"""How many open spans a provider (or the SDK path's tracker) keeps, by default."""
-
-
-def forget_open_spans(opened: dict[int, Any], max_open: int) -> list[Any]:
-    """Take a tenth of *max_open* out of *opened* (open spans, oldest first): the spans.
-
-    The oldest hundredth (at most 1,000) stays: a job's or a step's umbrella,
-    open for the whole run, is among the oldest, while spans that were never
-    ended pile up after it. A tenth at a time, so the check on the hot path
-    is a length. Another thread may end a span meanwhile: it is then not
-    taken.
-    """
-    keep = min(1_000, max_open // 100)
-    taken = []
-    for span_id in list(islice(opened, keep, keep + max(1, max_open // 10))):
-        span = opened.pop(span_id, None)
-        if span is not None:
-            taken.append(span)
-    return taken
-
-
-def warn_forgotten(max_open: int, counter: str) -> None:
-    """The one warning that open spans were forgotten past *max_open* (see *counter*)."""
-    logger.warning(
-        "asynctrace: more than %d spans are open (started and never ended?); the "
-        "longest-open past the oldest are forgotten: not truncated at shutdown, still "
-        "exported if they end (counted in %s)",
-        max_open,
-        counter,
-    )
-
+__all__ = ["FastTracer", "current_task_of"]
 
 _INTERNAL = SpanKind.INTERNAL
 _time_ns = time.time_ns
@@ -98,25 +41,9 @@ _threads = threading._active  # type: ignore[attr-defined]  # ident -> Thread, a
 _get_ident = threading.get_ident
 _modules = sys.modules
 _SAMPLED = 0x01
-_RANDOM = 0x02  # W3C trace-context level 2: the trace id is random (as the SDK sets it)
 _LOW_64 = (1 << 64) - 1
 _new = object.__new__
 _scopes = SCOPES.get
-
-
-def _root_flags(generator: Any) -> int:
-    """A root span's trace flags but sampled: W3C's random-trace-id flag when *generator*
-    says its trace ids are random (``is_trace_id_random()``, as the SDK asks it)."""
-    is_random = getattr(generator, "is_trace_id_random", None)
-    if is_random is None:
-        return _RANDOM
-    try:
-        return _RANDOM if is_random() else 0
-    except Exception as exc:
-        raise ConfigurationError(
-            f"id_generator: its is_trace_id_random() raised {exc!r}; accepted: an id "
-            "generator whose is_trace_id_random() returns a bool"
-        ) from exc
 
 
 def _task_getter() -> Callable[[asyncio.AbstractEventLoop], asyncio.Task[Any] | None]:
@@ -146,29 +73,6 @@ _current_context: Callable[[], Mapping[str, object]] = (
 )
 
 
-class Scope:
-    """The instrumentation scope of a tracer (name, version, schema URL, attributes)."""
-
-    __slots__ = ("attributes", "name", "otlp", "schema_url", "sdk", "version")
-
-    def __init__(
-        self,
-        name: str,
-        version: str | None = None,
-        schema_url: str | None = None,
-        attributes: types.Attributes = None,
-    ) -> None:
-        self.name = name
-        self.version = version
-        self.schema_url = schema_url
-        self.attributes = dict(attributes) if attributes else None
-        self.sdk: Any = None  # the SDK's InstrumentationScope, made by the first conversion
-        self.otlp: Any = None  # its OTLP protobuf frame, made by the first encoding
-
-    def __repr__(self) -> str:
-        return f"Scope({self.name!r}, {self.version!r})"
-
-
 def _owner() -> object:
     """The track a span starts on: its asyncio (or trio) task, else its thread."""
     loop = _get_running_loop()
@@ -185,30 +89,6 @@ def _owner() -> object:
             except Exception:  # RuntimeError outside trio, or an unexpected trio
                 pass
     return _current_thread()
-
-
-_STAMP_ORDER: Final = tuple(sorted(STAMP_KEYS))
-
-
-def _newest_and_stamps(
-    attributes: Mapping[Any, Any], limit: int, bad: int = 0
-) -> tuple[dict[str, Any], int]:
-    """The newest *limit* of *attributes* and, whatever their age, the stamp keys among
-    them (:data:`~._span.STAMP_KEYS`), with how many were left out (plus *bad*, the keys
-    dropped already). The rare path: a span given more than its limit."""
-    own = {key: attributes[key] for key in _STAMP_ORDER if key in attributes}
-    if attributes.__class__ is dict:
-        # the newest `limit` with keys a span keeps, read from the end: bad keys
-        # evict nothing, and 10,000 keys cost `limit` steps
-        kept, extra = newest_good(attributes, limit)
-    else:  # keys a span keeps only (good_keys): the newest, as the SDK keeps them
-        kept = dict(islice(attributes.items(), len(attributes) - limit, None))
-        extra = len(attributes) - limit
-    extra += bad
-    if own:  # the span's own stamps count as stamps: kept with their own values
-        extra -= len(own.keys() - kept.keys())
-        kept.update(own)
-    return kept, extra
 
 
 class FastTracer(trace.Tracer):
@@ -401,7 +281,7 @@ class FastTracer(trace.Tracer):
         span: FastSpan | None,
     ) -> FastSpan:
         """A span given more attributes than the limit: it keeps the newest, as the SDK does,
-        and asynctrace's stamps (:data:`~._span.STAMP_KEYS`), which the SDK would evict first.
+        and asynctrace's stamps (:data:`~._evict.STAMP_KEYS`), which the SDK would evict first.
 
         *span* is the blank to fill (a :class:`ManagedSpan`, say), or ``None``.
         A key the span cannot keep is dropped first, and evicts nothing.
@@ -462,194 +342,3 @@ class FastTracer(trace.Tracer):
             set_status_on_exception,
         )  # fmt: skip
         yield from redacted_block(span, end_on_exit, record_exception, set_status_on_exception)
-
-
-class FastTracerProvider(trace.TracerProvider):
-    """asynctrace's OpenTelemetry API tracer provider, built for cost.
-
-    Spans are compact slotted objects with no locks; ids come from a
-    per-process generator (independent of ``random.seed``, reseeded after
-    ``fork``); ``end()`` only appends the span to each export queue.
-    :func:`asynctrace.configure` builds one (``provider="fast"``, the default)
-    and connects the exporters; SDK ``SpanProcessor`` objects can be added
-    with :meth:`add_span_processor` (they run on an export thread, see the
-    docs).
-
-    Args:
-        resource: the resource (an SDK ``Resource`` or anything with
-            ``attributes``); exported with every span.
-        sampling: the sampling policy (default: always on, parent based).
-        limits: span limits (default: OpenTelemetry's).
-        id_generator: where ids come from (default: the process's). Root spans
-            carry W3C's random-trace-id flag if its ``is_trace_id_random()``
-            says so (asked once), as in the SDK.
-        max_open_spans: how many started, not yet ended spans it keeps track of
-            (to end them, tagged truncated, at shutdown). Past it a tenth
-            is forgotten at a time, the oldest hundredth excepted: counted in
-            :attr:`forgotten_spans`, said once in a warning, not truncated at
-            shutdown, and still exported if they end later. A positive int.
-
-    Example:
-        >>> provider = FastTracerProvider()
-        >>> with provider.get_tracer("demo").start_as_current_span("work") as span:
-        ...     span.set_attribute("items", 3)
-    """
-
-    def __init__(
-        self,
-        resource: Any = None,
-        *,
-        sampling: Sampling | None = None,
-        limits: SpanLimits | None = None,
-        id_generator: IdGenerator | None = None,
-        max_open_spans: int = MAX_OPEN_SPANS,
-    ) -> None:
-        if (
-            isinstance(max_open_spans, bool)
-            or not isinstance(max_open_spans, int)
-            or max_open_spans < 1
-        ):
-            raise ConfigurationError(
-                f"max_open_spans: {max_open_spans!r} is not accepted; expected a positive int"
-            )
-        self.resource = resource
-        self.sampling = sampling if sampling is not None else Sampling()
-        self.limits = limits if limits is not None else SpanLimits()
-        self.id_generator = id_generator if id_generator is not None else IDS
-        self._bits: Callable[[int], int] = getattr(self.id_generator, "bits", None) or (
-            self._generated_bits
-        )
-        self._root_flags = _root_flags(self.id_generator)
-        self._bound = self.sampling.bound
-        self._parent_based = self.sampling.parent_based
-        self._open: dict[int, FastSpan] = {}
-        self._max_open = max_open_spans
-        self.forgotten_spans = 0
-        """Open spans forgotten past ``max_open_spans`` (never ended, most likely)."""
-        self._warned_forgotten = False
-        self._puts: tuple[Callable[[FastSpan], None], ...] = ()
-        self._queued: tuple[Any, ...] = ()  # QueuedSpanProcessor objects: appended to inline
-        self._queues: list[Any] = []  # what add_queue/add_span_processor connected
-        self._wants_owner = False
-        self._closed = False
-        self._lock = threading.Lock()
-        reinit_at_fork(self._lock)  # held by another thread at fork(): made new in the child
-
-    def _generated_bits(self, count: int) -> int:
-        """Ids from an SDK-style generator (``generate_trace_id``/``generate_span_id``)."""
-        generator: Any = self.id_generator
-        return int(generator.generate_trace_id() if count == 128 else generator.generate_span_id())
-
-    def get_tracer(
-        self,
-        instrumenting_module_name: str,
-        instrumenting_library_version: str | None = None,
-        schema_url: str | None = None,
-        attributes: types.Attributes = None,
-    ) -> FastTracer:
-        """A tracer for the instrumentation scope *instrumenting_module_name*.
-
-        No name (``None`` or empty) is logged and taken as ``""``, and no
-        version is ``""``, as the SDK does.
-        """
-        if not instrumenting_module_name or not isinstance(instrumenting_module_name, str):
-            logger.error("get_tracer called with missing module name.")
-            instrumenting_module_name = ""
-        if instrumenting_library_version is None:
-            instrumenting_library_version = ""
-        return FastTracer(
-            self,
-            Scope(
-                instrumenting_module_name, instrumenting_library_version, schema_url, attributes
-            ),
-        )
-
-    # -- export queues -------------------------------------------------------------
-
-    def add_queue(self, queue: Any, *, tracks: bool = False) -> None:
-        """Hand every ended span to *queue*, an export queue of asynctrace's.
-
-        *queue* is a ``QueuedSpanProcessor`` (its bounded deque is appended to
-        on the ending thread) or any object with ``put(span)`` (which must only
-        queue), ``force_flush(timeout_millis)`` and ``shutdown()``. *tracks*
-        asks for each span's starting task or thread (``span._owner``), which
-        the chrome exporter draws tracks from.
-        """
-        with self._lock:
-            if hasattr(queue, "_queue") and hasattr(queue, "_max_queue_size"):
-                self._queued = (*self._queued, queue)
-            else:
-                self._puts = (*self._puts, queue.put)
-            self._queues.append(queue)
-            self._wants_owner = self._wants_owner or tracks
-
-    def add_span_processor(self, span_processor: Any) -> None:
-        """Run an SDK ``SpanProcessor`` on every ended span, on an export thread.
-
-        Spans reach it as SDK ``ReadableSpan`` objects: ``on_start`` and
-        ``on_end`` are both called when the span has ended, on that thread;
-        ``on_start`` may change its own copy, which ``on_end`` then receives
-        (``export._adapters.StartingSpan``).
-        """
-        from ..export._adapters import processor_queue
-
-        self.add_queue(processor_queue(span_processor, self))
-
-    def queues(self) -> list[Any]:
-        """The export queues connected so far (a copy).
-
-        Taken without the lock: only appended to, and ``list()`` of a list is one
-        step under the interpreter lock, so a flush from a signal handler that
-        interrupted :meth:`add_queue` cannot wait on its own thread.
-        """
-        return list(self._queues)
-
-    def open_spans(self) -> list[FastSpan]:
-        """Spans started and not ended yet (a copy)."""
-        return list(self._open.copy().values())
-
-    def _forget(self) -> None:
-        """Forget open spans past ``max_open_spans`` (:func:`forget_open_spans`).
-
-        Each keeps a claim token, so that ending it later still exports it once.
-        """
-        taken = forget_open_spans(self._open, self._max_open)
-        for span in taken:
-            span._forgotten = [True]
-        self.forgotten_spans += len(taken)
-        if taken and not self._warned_forgotten:
-            self._warned_forgotten = True
-            warn_forgotten(self._max_open, "the provider's forgotten_spans")
-
-    def end_open_spans(self, attribute: str) -> int:
-        """End every open span now with *attribute* = true, latest first; returns how many.
-
-        Each span is claimed first (taken out of the open spans, as ``end()``
-        does), so a span its owner ends at the same moment is queued once,
-        and the attribute is set before any export thread can see the span.
-        """
-        spans = sorted(self.open_spans(), key=lambda span: span._start, reverse=True)
-        now = _time_ns()
-        ended = 0
-        for span in spans:
-            if self._open.pop(span._span_id, None) is None:
-                continue  # its owner ended it meanwhile
-            span.set_attribute(attribute, True)
-            span.finish(max(now, span._start))
-            ended += 1
-        return ended
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Export everything ended so far; ``False`` if a queue did not finish in time."""
-        deadline = time.monotonic() + timeout_millis / 1000.0
-        ok = True
-        for queue in list(self._queues):
-            left = max(0.0, deadline - time.monotonic())
-            ok = bool(queue.force_flush(int(left * 1000))) and ok
-        return ok
-
-    def shutdown(self) -> None:
-        """Stop recording (new spans are non-recording) and shut every queue down."""
-        self._closed = True
-        for queue in list(self._queues):
-            queue.shutdown()

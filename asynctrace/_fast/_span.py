@@ -15,19 +15,16 @@ exception stack traces, conversion to the SDK's ``ReadableSpan``, encoding)
 happens on the export threads. What the hot path does bound is memory: a
 span keeps at most ``max_attributes`` attributes, ``max_events`` events and
 ``max_links`` links, evicting the oldest as the SDK does (but never
-asynctrace's stamps, :data:`STAMP_KEYS`), and counts what it dropped.
+asynctrace's stamps, :data:`~._evict.STAMP_KEYS`), and counts what it dropped.
 Those counts are exact when threads share a span: the over-limit path that
 changes them takes one process-wide lock; the path below the limit takes none.
 """
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections.abc import Collection, Container, Mapping, Sequence
-from itertools import islice
-from traceback import TracebackException
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -38,27 +35,37 @@ from opentelemetry.util import types
 
 from .._exception_text import redact_exception_text, secrets_of
 from .._forksafe import reinit_at_fork
-from .._semconv import (
-    CANCELLED,
-    GROUP,
-    RL_BUCKET,
-    RL_EFFICIENCY_CATEGORY,
-    RL_ITERATION,
-    RL_SESSION_ID,
-    RL_TASK_ID,
-    TRUNCATED,
-)
 from .._url_attributes import URL_ATTRIBUTES, redact_url_value
+from ._evict import (
+    STAMP_KEYS,
+    keep_stamps,
+    newest_good,
+    oldest_evictable,
+    trim,
+)
+
+# (imported under the names the hot functions read: set_attributes, good_keys, __exit__)
+from ._evict import evicted_early as _evicted_early
+from ._evict import kept_key as _kept_key
+from ._span_events import (
+    STACKTRACE,
+    SpanEvent,
+    capture_stack,
+    error_description,
+    exception_attributes,
+)
+from ._span_events import exception_message as _message
+from ._span_record import SpanRecord
 
 if TYPE_CHECKING:
     from ._provider import FastTracer
 
 __all__ = [
-    "STAMP_KEYS",
+    "NONFINITE",
+    "SPAN_TYPES",
     "FastSpan",
-    "SpanEvent",
-    "error_description",
-    "keep_stamps",
+    "good_keys",
+    "private_value",
     "url_redacted",
 ]
 
@@ -68,51 +75,11 @@ _OK = StatusCode.OK
 _UNSET = StatusCode.UNSET
 _ERROR = StatusCode.ERROR
 _LIST = list
-_STACKTRACE = "exception.stacktrace"
 _TRACE_FLAGS = tuple(TraceFlags(flags) for flags in range(256))  # made once, not per context
 _MISSING: Any = object()
 _URL_KEYS = URL_ATTRIBUTES  # (a global of this module: one lookup per set_attribute)
-_exc_info = sys.exc_info
 _COUNTS = threading.Lock()  # taken to change a drop counter (the over-limit paths only)
 reinit_at_fork(_COUNTS)
-
-STAMP_KEYS: frozenset[str] = frozenset(
-    {GROUP, RL_BUCKET, RL_ITERATION, RL_TASK_ID, RL_SESSION_ID, RL_EFFICIENCY_CATEGORY}
-    | {CANCELLED, TRUNCATED}
-)
-"""The attributes asynctrace stamps on its spans (what goodput and the readers classify by).
-
-Past ``max_attributes`` they are never the ones evicted (the oldest other
-attribute is), and ``max_attribute_length`` never cuts them: a step's leaf
-given 200 metrics keeps its ``rl.bucket`` and ``rl.iteration``.
-"""
-
-
-class SpanEvent:
-    """An event recorded on a :class:`FastSpan` (converted on the export thread).
-
-    ``exception`` is set for ``record_exception`` events: the stack trace
-    as it was when recorded (a ``traceback.TracebackException``), formatted
-    and redacted (with ``secrets`` replaced too) by whichever export thread
-    reads the event first.
-    """
-
-    __slots__ = ("attributes", "exception", "name", "secrets", "timestamp")
-
-    def __init__(
-        self,
-        name: str,
-        attributes: dict[str, Any],
-        timestamp: int,
-        exception: TracebackException | None = None,
-        secrets: Collection[str] = (),
-    ) -> None:
-        self.name = name
-        self.attributes = attributes
-        self.timestamp = timestamp
-        self.exception = exception
-        self.secrets = secrets
-
 
 NONFINITE: list[bool] = [False]
 """Set (for good) once a span stores a float that is NaN or infinite, alone or in a sequence.
@@ -212,15 +179,6 @@ def url_redacted(attributes: dict[str, Any]) -> dict[str, Any]:
     return attributes
 
 
-def error_description(text: str) -> str:
-    """An ``ERROR`` status description, redacted (and bounded) as exception text, with the
-    secrets remembered for the exception being handled, if any: OpenTelemetry's
-    ``use_span``, and code such as ``span.set_status(Status(ERROR, str(exc)))`` in an
-    ``except`` block, quote that exception."""
-    handled = _exc_info()[1]
-    return redact_exception_text(text, secrets_of(handled) if handled is not None else ())
-
-
 def good_keys(attributes: Mapping[Any, Any]) -> tuple[Mapping[str, Any], int]:
     """*attributes* without the keys the SDK drops, and how many it dropped.
 
@@ -240,38 +198,6 @@ def good_keys(attributes: Mapping[Any, Any]) -> tuple[Mapping[str, Any], int]:
     return kept, len(attributes) - len(kept)
 
 
-def newest_good(attributes: dict[Any, Any], count: int) -> tuple[dict[str, Any], int]:
-    """The newest *count* entries of *attributes* whose keys a span keeps (as
-    :func:`good_keys` keeps them), and how many entries are left out.
-
-    Walks from the end and stops at *count*: a mapping of 10,000 keys past a
-    limit of 128 costs 128 steps, not a pass over all of them.
-    """
-    kept: list[tuple[str, Any]] = []
-    for key, value in reversed(attributes.items()):
-        key = key if key.__class__ is str else _kept_key(key)
-        if key:
-            kept.append((key, value))
-            if len(kept) == count:
-                break
-    kept.reverse()
-    newest = dict(kept)
-    return newest, len(attributes) - len(newest)
-
-
-def _kept_key(key: Any) -> str | None:
-    """A key that is not exactly ``str`` as the SDK keeps it (``str(key)``), or ``None``."""
-    if isinstance(key, str):
-        return key
-    cls: Any = type(key)
-    if key is None or (cls.__str__ is _OBJECT_STR and cls.__repr__ is _OBJECT_REPR):
-        return None
-    try:
-        return str(key)
-    except Exception:
-        return None
-
-
 _STR_KEYS = frozenset({str})
 _OBJECT_STR: Any = object.__str__
 _OBJECT_REPR: Any = object.__repr__
@@ -286,7 +212,7 @@ def _evict_past(span: FastSpan, attributes: dict[str, Any], keep: int) -> None:
     evicted = 0
     while len(attributes) > keep:
         try:
-            if attributes.pop(_oldest_evictable(attributes), _MISSING) is _MISSING:
+            if attributes.pop(oldest_evictable(attributes), _MISSING) is _MISSING:
                 continue  # another thread evicted it first, and counted it
         except (RuntimeError, StopIteration):  # changed while read: look again
             continue
@@ -294,45 +220,6 @@ def _evict_past(span: FastSpan, attributes: dict[str, Any], keep: int) -> None:
     if evicted:
         with _COUNTS:
             span._dropped = getattr(span, "_dropped", 0) + evicted
-
-
-def _evicted_early(
-    own: list[str], attributes: Mapping[Any, Any], keys: Container[str], limit: int
-) -> int:
-    """How many of *own* (a span's keys, oldest first) that *attributes* sets again
-    set_attribute would evict before reaching them, setting *attributes* one by one.
-
-    *keys* holds the keys *attributes* sets (as the span keeps them).
-
-    Such a key is dropped twice that way: its old value, then (when not among
-    the newest) its new one. Runs only until every such key is reached or
-    evicted: some ``limit`` steps, whatever the size of *attributes*.
-    """
-    protected = limit > len(STAMP_KEYS)  # then a stamp is never evicted
-    pending = {key for key in own if key in keys}
-    if protected:
-        pending -= STAMP_KEYS
-    if not pending or limit <= 0:
-        return 0
-    live = dict.fromkeys(own)
-    early = 0
-    for key in attributes:
-        key = key if key.__class__ is str else _kept_key(key)
-        if not key:
-            continue
-        if key in live:
-            del live[key]
-            pending.discard(key)
-        elif len(live) >= limit:
-            oldest = _oldest_evictable(live)
-            del live[oldest]
-            if oldest in pending:
-                early += 1
-                pending.discard(oldest)
-        live[key] = None
-        if not pending:
-            break
-    return early
 
 
 def _install(
@@ -364,51 +251,7 @@ def _install(
         _evict_past(span, live, limit)
 
 
-def _oldest_evictable(attributes: dict[str, Any]) -> str:
-    """The oldest key that is not a stamp (the stamps come first: a few steps at most).
-
-    Only stamps (a limit smaller than their count): the oldest of them.
-    """
-    for key in attributes:
-        if key not in STAMP_KEYS:
-            return key
-    return next(iter(attributes))
-
-
-def keep_stamps(attributes: dict[str, Any], limit: int) -> tuple[dict[str, Any], int]:
-    """The newest *limit* of *attributes*, the stamps among them whatever their age,
-    and how many were left out.
-
-    The stamps come first in the result (as a span starts with them). For the
-    rare path only: a span past its limit.
-    """
-    excess = len(attributes) - limit
-    if excess <= 0:
-        return attributes, 0
-    stamps = [key for key in attributes if key in STAMP_KEYS] if limit else []
-    if not stamps:
-        return (dict(islice(attributes.items(), excess, None)) if limit else {}), excess
-    if len(stamps) >= limit:  # (a limit below their count) the newest of them only
-        return {key: attributes[key] for key in stamps[len(stamps) - limit :]}, excess
-    kept = {key: attributes[key] for key in stamps}
-    others = [item for item in attributes.items() if item[0] not in STAMP_KEYS]
-    kept.update(others[len(others) - (limit - len(stamps)) :])
-    return kept, excess
-
-
-def _trim(items: list[Any], limit: int) -> int:
-    """Evict the oldest of *items* until *limit* are left (other threads may too): how many."""
-    evicted = 0
-    while len(items) > limit:
-        try:
-            del items[0]
-        except IndexError:  # emptied by another thread meanwhile
-            break
-        evicted += 1
-    return evicted
-
-
-class FastSpan(trace.Span):
+class FastSpan(SpanRecord):
     """A recording span of :class:`asynctrace.FastTracerProvider`.
 
     Implements the whole OpenTelemetry API ``Span``. Calls on an ended span
@@ -658,7 +501,7 @@ class FastSpan(trace.Span):
             del events[0]
         events.append(event)
         if limit is not None and len(events) > limit:  # another thread added meanwhile
-            evicted = _trim(events, limit)
+            evicted = trim(events, limit)
             with _COUNTS:
                 self._dropped_events = getattr(self, "_dropped_events", 0) + evicted
 
@@ -681,7 +524,7 @@ class FastSpan(trace.Span):
             del links[0]
         links.append(Link(context, _copy_attributes(attributes)))
         if limit is not None and len(links) > limit:  # another thread added meanwhile
-            evicted = _trim(links, limit)
+            evicted = trim(links, limit)
             with _COUNTS:
                 self._dropped_links = getattr(self, "_dropped_links", 0) + evicted
 
@@ -744,8 +587,8 @@ class FastSpan(trace.Span):
         captured = None  # (and redacted) on the export thread
         if attributes:
             attrs.update(_copy_attributes(attributes))
-        if not attributes or _STACKTRACE not in attributes:  # else the caller's own stands
-            captured = _captured(exception)
+        if not attributes or STACKTRACE not in attributes:  # else the caller's own stands
+            captured = capture_stack(exception)
         self._add(
             SpanEvent(
                 "exception",
@@ -824,108 +667,6 @@ class FastSpan(trace.Span):
         state = "recording" if self._end is None else "ended"
         return f"<FastSpan {self._name!r} {self._span_id:016x} {state}>"
 
-    # -- what the exporters read (ended spans only) ------------------------------
-
-    @property
-    def attributes(self) -> Mapping[str, Any]:
-        """The attributes as recorded (unchecked; the exporters apply the limits)."""
-        return self._attributes
-
-    @property
-    def start_time(self) -> int:
-        """Start, in nanoseconds since the epoch."""
-        return self._start
-
-    @property
-    def end_time(self) -> int | None:
-        """End, in nanoseconds since the epoch (``None`` while recording)."""
-        return self._end
-
-    @property
-    def events(self) -> Sequence[SpanEvent]:
-        """The recorded events, oldest first."""
-        return tuple(self._events or ())
-
-    @property
-    def links(self) -> Sequence[Link]:
-        """The links, oldest first."""
-        return tuple(getattr(self, "_links", None) or ())
-
-    @property
-    def parent_span_id(self) -> int:
-        """The parent's span id (``0`` for a root)."""
-        return self._parent_id
-
-    @property
-    def kind(self) -> SpanKind:
-        """The span's kind."""
-        return self._kind
-
-    @property
-    def status(self) -> Status:
-        """The status (``UNSET`` unless set)."""
-        return self._status if self._status is not None else Status(_UNSET)
-
 
 SPAN_TYPES: set[type] = {FastSpan}
 """The classes whose objects are fast-provider spans (subclasses register here)."""
-
-
-def _captured(exception: BaseException) -> TracebackException | None:
-    """The exception's stack trace as it is now (notes, chain and frames), not yet text.
-
-    What ``traceback.format_exception`` builds before it formats; the source
-    lines are read, and the text made, on the export thread. It keeps no frame
-    alive.
-    """
-    try:
-        captured = TracebackException(
-            type(exception), exception, exception.__traceback__, lookup_lines=False, compact=True
-        )
-        _freeze_notes(captured)
-    except Exception:  # a broken __str__ or __notes__ in the chain, say
-        return None
-    return captured
-
-
-def _freeze_notes(captured: TracebackException) -> None:
-    """Copy the notes of *captured* and of each exception in its chain (its cause, its
-    context, a group's members): ``TracebackException`` keeps the list itself, so a note
-    added after recording would show in the stack trace."""
-    pending: list[Any] = [captured]
-    seen: set[int] = set()
-    while pending:
-        item = pending.pop()
-        if id(item) in seen:
-            continue
-        seen.add(id(item))
-        notes = getattr(item, "__notes__", None)
-        if isinstance(notes, list):  # (anything else is formatted as its repr: kept)
-            item.__notes__ = tuple(notes)
-        for linked in (item.__cause__, item.__context__):
-            if linked is not None:
-                pending.append(linked)
-        pending.extend(getattr(item, "exceptions", None) or ())
-
-
-def exception_attributes(
-    exception: BaseException, stacktrace: str, escaped: bool, secrets: Collection[str]
-) -> dict[str, Any]:
-    """An ``exception`` event's attributes, as the SDK names them: the type's module-qualified
-    name, the message redacted (with *secrets*), *stacktrace* as given, *escaped*."""
-    cls = type(exception)
-    module = cls.__module__
-    qualname = cls.__qualname__
-    return {
-        "exception.type": f"{module}.{qualname}" if module and module != "builtins" else qualname,
-        "exception.message": redact_exception_text(_message(exception), secrets),
-        _STACKTRACE: stacktrace,
-        "exception.escaped": str(escaped),
-    }
-
-
-def _message(exception: BaseException) -> str:
-    try:
-        return str(exception)
-    except Exception:
-        return f"<unprintable {type(exception).__name__}>"

@@ -33,7 +33,8 @@ from opentelemetry.util import types
 from .._errors import report_internal_error
 from .._exception_text import redact_exception_text, secrets_of
 from .._fast import FastSpan, FastTracerProvider, SpanLimits
-from .._fast._span import exception_attributes, good_keys
+from .._fast._span import good_keys
+from .._fast._span_events import exception_attributes
 from .._forksafe import reinit_at_fork
 from ._checks import unique_name
 from ._convert import Converter, uncut_stamps

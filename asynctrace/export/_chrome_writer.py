@@ -1,19 +1,17 @@
-"""Chrome trace lines: serialization, track placement and the file (writer thread).
+"""Chrome trace lines: spans to events, track placement and the file (writer thread).
 
 The processor in :mod:`asynctrace.export.chrome` turns each ended span into a
 tuple of its fields (:func:`span_fields`) on the hot path; everything else
 happens here, on the exporter's daemon thread: each batch becomes a list of
-event dicts, encoded as JSON lines by one msgspec call and written with one
-``write``.
+events, encoded as JSON lines by one msgspec call
+(:mod:`~asynctrace.export._chrome_encode`) and written with one ``write``.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import operator
 import os
-import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from itertools import islice
@@ -24,19 +22,20 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
 from .._carriers import PLAIN_CONTEXT
-from .._errors import MissingExtraError
-from .._fast._span import NONFINITE, SPAN_TYPES, STAMP_KEYS
+from .._fast._evict import STAMP_KEYS
+from .._fast._span import NONFINITE, SPAN_TYPES
 from .._files import AppendFile
-from .._jsonl import MAX_LINE_BYTES, encode_lines
+from .._jsonl import MAX_LINE_BYTES
 from .._redact import redact_text
 from .._semconv import GROUP, RL_BUCKET
+from ._chrome_encode import Complete as _Complete  # (under the names export() reads)
+from ._chrome_encode import encode as _encode
+from ._chrome_encode import salvaged as _salvaged
+from ._chrome_encode import shortened
+from ._chrome_encode import spans_in_lines as _spans_in_lines
+from ._chrome_metadata import owner_name, process_events, thread_name
 from ._convert import finish_event
 from ._tracks import TrackAssigner
-
-try:
-    import msgspec
-except ImportError as exc:  # installed by the sdk extra, like the SDK itself
-    raise MissingExtraError("sdk", "msgspec") from exc
 
 __all__ = ["ChromeWriter", "NewTrack", "span_fields"]
 
@@ -58,19 +57,6 @@ _NO_OWNER = object()
 # and after every start (no primary track at hand: place() decides).
 _BEFORE_ALL = -(1 << 80)
 _AFTER_ALL = 1 << 80
-
-
-class _Complete(msgspec.Struct, gc=False):
-    """A complete ("X") event; encoded with its fields in this order."""
-
-    ph: str
-    name: str
-    cat: str
-    ts: int
-    dur: int
-    pid: int
-    tid: int
-    args: dict[str, Any]
 
 
 class NewTrack:
@@ -124,7 +110,7 @@ class ChromeWriter:
             self._ident["role"] = role
         # Metadata lines not yet in the file: written before the next batch's spans,
         # and kept for the next batch if a write fails before they reach the file.
-        self._pending: list[dict[str, Any]] = self._process_events(resource)
+        self._pending: list[dict[str, Any]] = process_events(resource, self.pid, self._ident)
         self._refs: dict[int, weakref.ref[Any]] = {}
         self._tracks = TrackAssigner(new_tid, self._track_made)
         self._last_trace_id = 0
@@ -142,11 +128,11 @@ class ChromeWriter:
         Every track: the primary ones, their overflow tracks and the late spans'
         tracks; and the names not written yet (a track already retired, say).
         """
-        events = self._process_events(self._resource)
+        events = process_events(self._resource, self.pid, self._ident)
         named = set()
         for tid, name in self._tracks.names():
             named.add(tid)
-            events.append(self._thread_name(tid, name))
+            events.append(thread_name(self.pid, tid, name, self._ident))
         events.extend(m for m in self._pending if "tid" in m and m["tid"] not in named)
         return events
 
@@ -369,7 +355,7 @@ class ChromeWriter:
     def _fit(self, events: list[Any], data: bytes, skipped: list[int]) -> bytes:
         """*data* (the lines of *events*) with none longer than :data:`MAX_LINE_BYTES`.
 
-        An overlong line's event is cut (:func:`_shortened`) and counted in
+        An overlong line's event is cut (:func:`~._chrome_encode.shortened`) and counted in
         :attr:`shortened`; one that cannot be cut short enough is left out,
         its index added to *skipped*. Runs only for a batch over the limit.
         """
@@ -379,7 +365,7 @@ class ChromeWriter:
         for n, index in zip(range(len(lines) - 1), encoded, strict=False):  # equal lengths
             if len(lines[n]) < MAX_LINE_BYTES:
                 continue
-            found = _shortened(events[index], len(lines[n]) + 1)
+            found = shortened(events[index], len(lines[n]) + 1)
             if found is None:
                 skipped.append(index)
                 lines[n] = b""
@@ -409,7 +395,7 @@ class ChromeWriter:
         """
         tid = self._new_tid()
         key = id(owner)
-        name = _owner_name(owner) if owner is not None else "spans started before the exporter"
+        name = owner_name(owner) if owner is not None else "spans started before the exporter"
         self._owners[key] = tid
         self._tracks.open(tid, name)
         self._track_made(tid, name)
@@ -450,48 +436,7 @@ class ChromeWriter:
     # -- events -----------------------------------------------------------------
 
     def _track_made(self, tid: int, name: str) -> None:
-        self._pending.append(self._thread_name(tid, name))
-
-    def _thread_name(self, tid: int, name: str) -> dict[str, Any]:
-        return {
-            "ph": "M",
-            "name": "thread_name",
-            "pid": self.pid,
-            "tid": tid,
-            "args": {"name": name, **self._ident},
-        }
-
-    def _process_events(self, resource: Mapping[str, Any]) -> list[dict[str, Any]]:
-        rank = resource.get("asynctrace.rank", 0)
-        world = resource.get("asynctrace.world_size", 1)
-        role = resource.get("asynctrace.role")
-        service = resource.get("service.name", "asynctrace")
-        label = f"{service} rank {rank}/{world}" + (f" {role}" if role else "")
-        args = {
-            "name": f"{label} (pid {self.pid})",
-            "service": service,
-            "rank": rank,
-            "world_size": world,
-            "role": role,
-            "run_id": resource.get("asynctrace.run_id"),
-            "host": resource.get("host.name"),
-        }
-        sort = rank if isinstance(rank, int) else 0
-        return [
-            {"ph": "M", "name": "process_name", "pid": self.pid, "args": args},
-            {
-                "ph": "M",
-                "name": "process_sort_index",
-                "pid": self.pid,
-                "args": {"sort_index": sort},
-            },
-            {
-                "ph": "M",
-                "name": "process_labels",
-                "pid": self.pid,
-                "args": {"labels": label, **self._ident},
-            },
-        ]
+        self._pending.append(thread_name(self.pid, tid, name, self._ident))
 
     # -- file -------------------------------------------------------------------
 
@@ -503,91 +448,6 @@ class ChromeWriter:
                 message,
                 exc_info=exc,
             )
-
-
-_NOTE = "...<truncated {} chars>"
-
-
-def _shortened(event: Any, size: int) -> tuple[Any, bytes] | None:
-    """*event* (a line of *size* bytes) cut to at most :data:`MAX_LINE_BYTES`, and its line.
-
-    Its largest values (``args`` values, its name, its category) are cut
-    first, each to what the line can hold, a string ending with
-    ``...<truncated N chars>`` (a value that is not a string: its JSON text,
-    cut). ``None`` if it cannot be made that short.
-    """
-    struct = event.__class__ is _Complete
-    if struct:
-        fields: dict[str, Any] = {"name": event.name, "cat": event.cat}
-        args = dict(event.args)
-    else:
-        fields = dict(event)
-        found = fields.pop("args", None)
-        args = dict(found) if isinstance(found, dict) else {}
-    sized = [
-        (_json_size(value), top, key)
-        for top, values in ((True, fields), (False, args))
-        for key, value in values.items()
-        if top is False or value.__class__ is str
-    ]
-    over = size - MAX_LINE_BYTES
-    for value_size, top, key in sorted(sized, key=operator.itemgetter(0), reverse=True):
-        if over <= 0:
-            break
-        holder = fields if top else args
-        value = holder[key]
-        text = value if value.__class__ is str else _json_text(value)
-        holder[key] = cut = _cut_text(text, value_size - over)
-        over -= value_size - _json_size(cut)
-    if struct:
-        event = msgspec.structs.replace(event, name=fields["name"], cat=fields["cat"], args=args)
-    else:
-        event = {**fields, "args": args} if "args" in event else fields
-    line, bad = _encode([event])
-    if bad or len(line) > MAX_LINE_BYTES:
-        return None
-    return event, line[:-1]
-
-
-def _json_size(value: Any) -> int:
-    """Bytes of *value* as JSON (0 if it cannot be encoded)."""
-    data, bad = encode_lines([value], _finite)
-    return 0 if bad else len(data) - 1
-
-
-def _json_text(value: Any) -> str:
-    data, bad = encode_lines([value], _finite)
-    return "" if bad else data[:-1].decode("utf-8", "replace")
-
-
-def _cut_text(text: str, room: int) -> str:
-    """*text* cut and marked, at most *room* bytes as JSON when that holds the note."""
-    size = _json_size(text)
-    keep = len(text)
-    for _ in range(8):  # keep shrinks by the bytes per character of what it kept
-        keep = min(keep - 1, keep * (room - 64) // max(size, 1))  # a bit less than would fit
-        if keep <= 0:
-            break
-        cut = text[:keep] + _NOTE.format(len(text) - keep)
-        size = _json_size(cut)
-        if size <= room:
-            return cut
-    return _NOTE.format(len(text))
-
-
-def _spans_in_lines(events: list[Any], skipped: list[int], lines: int) -> int:
-    """How many spans the first *lines* lines written of *events* hold (after a failed write)."""
-    left_out = set(skipped)
-    done = 0
-    for index, event in enumerate(events):
-        if index in left_out:
-            continue
-        if lines <= 0:
-            break
-        lines -= 1
-        if event.__class__ is _Complete:
-            done += 1
-    return done
 
 
 def _add_missing(args: dict[str, Any], items: Sequence[tuple[str, Any]]) -> None:
@@ -650,74 +510,6 @@ def _instant_events(
                 "args": {**ident, **(ev_attrs or {})} if ident else dict(ev_attrs or {}),
             }
         )
-
-
-def _encode(events: list[Any], nonfinite: bool = True) -> tuple[bytes, list[int]]:
-    """JSON lines, and the indexes of the events left out (could not be encoded at all).
-
-    msgspec writes NaN and infinities as ``null``. OpenTelemetry attributes
-    never hold ``None`` except inside sequences, so a batch without ``null``
-    anywhere (the common case) is written as encoded; otherwise it is encoded
-    again with non-finite floats turned into strings (``"nan"``) first.
-    With *nonfinite* false (no span of the batch can hold one: see
-    :data:`asynctrace._fast._span.NONFINITE`), the bytes are not searched.
-    """
-    data, skipped = encode_lines(events, _finite_event)
-    if not nonfinite or b"null" not in data:
-        return data, skipped
-    try:
-        finite = [_finite_event(event) for event in events]
-    except Exception:  # not expected: keep the nulls rather than lose the batch
-        return data, skipped
-    return encode_lines(finite, _finite_event)
-
-
-def _finite_event(event: Any) -> Any:
-    """*event* with non-finite floats in its ``args`` turned into strings."""
-    if isinstance(event, _Complete):
-        return msgspec.structs.replace(event, args=_finite_args(event.args))
-    args = event.get("args")
-    if not isinstance(args, dict):
-        return event
-    return {**event, "args": _finite_args(args)}
-
-
-def _finite_args(args: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: _finite(v) for k, v in args.items()}
-
-
-DROPPED_ATTRIBUTES = "otel.dropped_attributes_count"
-
-
-def _salvaged(event: Any) -> Any:
-    """*event* without the ``args`` values no encoder takes, counted in its ``args``.
-
-    An int too long to be written as text, or an object whose ``str()``
-    raises: that value is left out and counted in
-    ``otel.dropped_attributes_count``, as the SDK conversion drops and counts
-    it; the event and its other values are kept.
-    """
-    args = event.args if event.__class__ is _Complete else event.get("args")
-    if not isinstance(args, dict):
-        return event
-    kept: dict[str, Any] = {}
-    lost = 0
-    for key, value in args.items():
-        try:
-            _, bad = encode_lines([{key: value}], _finite_args)
-        except Exception:  # not expected: the value is left out all the same
-            bad = [0]
-        if bad:
-            lost += 1
-        else:
-            kept[key] = value
-    if not lost:
-        return event
-    before = kept.get(DROPPED_ATTRIBUTES)
-    kept[DROPPED_ATTRIBUTES] = lost + (before if before.__class__ is int else 0)
-    if event.__class__ is _Complete:
-        return msgspec.structs.replace(event, args=kept)
-    return {**event, "args": kept}
 
 
 def span_fields(
@@ -801,22 +593,6 @@ def _public_fields(
     )
 
 
-def _owner_name(owner: object) -> str:
-    """``thread: NAME``, or ``task: NAME [THREAD]`` (the thread of the task's loop, if known)."""
-    if isinstance(owner, threading.Thread):
-        return f"thread: {redact_text(owner.name)}"
-    get_name = getattr(owner, "get_name", None)
-    name = str(get_name()) if callable(get_name) else str(getattr(owner, "name", "") or "task")
-    thread = None
-    get_loop = getattr(owner, "get_loop", None)
-    if callable(get_loop):
-        ident = getattr(get_loop(), "_thread_id", None)
-        found = threading._active.get(ident) if ident is not None else None  # type: ignore[attr-defined]
-        thread = redact_text(found.name) if found is not None else None
-    name = redact_text(name)  # create_task(..., name=f"GET {url}") names a URL, token and all
-    return f"task: {name} [{thread}]" if thread else f"task: {name}"
-
-
 def _truncated(raw: Mapping[str, Any], limit: int) -> dict[str, Any]:
     """Strings (also in sequences and mappings) cut to *limit* characters, as the SDK cuts them;
     asynctrace's stamps (``rl.bucket``, ...) are left whole."""
@@ -845,15 +621,4 @@ def _cut(value: Any, limit: int) -> Any:
         return [_cut(v, limit) for v in value]
     if isinstance(value, Mapping):
         return {k: _cut(v, limit) for k, v in value.items()}
-    return value
-
-
-def _finite(value: Any) -> Any:
-    """*value* with non-finite floats as their text (``'nan'``), at any depth."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return repr(value)
-    if isinstance(value, (tuple, list)):
-        return [_finite(v) for v in value]
-    if isinstance(value, Mapping):
-        return {k: _finite(v) for k, v in value.items()}
     return value

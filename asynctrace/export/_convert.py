@@ -37,7 +37,7 @@ from opentelemetry.trace.status import Status, StatusCode
 
 from .._exception_text import redact_exception_text
 from .._fast import FastSpan, Scope, SpanEvent, SpanLimits
-from .._fast._span import STAMP_KEYS
+from .._fast._evict import STAMP_KEYS
 
 __all__ = ["Converter", "bounded", "finish_event", "uncut_stamps"]
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from .._goodput_settings import GoodputSettings
 from .._meter_setup import MeterSetup, meter_provider_for
-from .._settings import Settings
+from .._resolved_settings import Settings
 from ._goodput_sink import GoodputSink
 
 __all__ = ["GoodputPlan", "goodput_filename", "prepare_goodput"]
@@ -99,7 +99,7 @@ def prepare_goodput(settings: Settings) -> GoodputPlan | None:
             _check_port(goodput, settings.local_rank)
     plan = GoodputPlan(settings, goodput)
     if plan.path is not None:  # a directory in its place fails here, not after the swap
-        from .._files import writable_file
+        from .._output_dir import writable_file
 
         writable_file(plan.path, "output_dir", "goodput file")
     return plan

@@ -14,11 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .._files import AppendFile
-from .._goodput import Dispatcher, StepGoodput
+from .._goodput import Dispatcher
 from .._goodput_metrics import GoodputMetrics
 from .._jsonl import encode_lines
 from .._meter_setup import MeterSetup
 from .._rollup import StepRow, Violation
+from .._step_goodput import StepGoodput
 
 __all__ = ["GoodputRecords"]
 

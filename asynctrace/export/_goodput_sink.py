@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from .._fast._span import SPAN_TYPES
-from .._goodput import GoodputStats
 from .._goodput_settings import GoodputSettings
+from .._goodput_stats import GoodputStats
 from .._jsonl import encode_lines
 from .._meter_setup import MeterSetup
 from .._rollup import Rollup, Violation

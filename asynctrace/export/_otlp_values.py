@@ -19,7 +19,7 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._fast._span import STAMP_KEYS
+from .._fast._evict import STAMP_KEYS
 from ._convert import bounded, uncut_stamps
 
 __all__ = [

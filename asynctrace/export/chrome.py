@@ -37,7 +37,8 @@ from opentelemetry.trace import SpanContext
 
 from .._backend import trio_task
 from .._errors import ConfigurationError, report_internal_error
-from .._fast._provider import MAX_OPEN_SPANS, current_task_of, forget_open_spans
+from .._fast._forget import MAX_OPEN_SPANS, forget_open_spans
+from .._fast._provider import current_task_of
 from .._jsonl import MAX_LINE_BYTES
 from ._checks import check_count, check_delay_millis
 from ._chrome_writer import (

@@ -549,10 +549,10 @@ def test_an_early_release_is_no_error_whatever_the_aiohttp_version(
     """An early ``release()`` leaves its stream with "Connection closed": aiohttp's shared
     exception object since 3.10.9, a new ``ClientConnectionError`` each time before. Either
     ends the span unset; a real failure of the body still ends it in error."""
-    from asynctrace_contrib import aiohttp_client
+    from asynctrace_contrib.aiohttp_client import _body
 
     if not shared:  # the older aiohttp: no shared object to compare with
-        monkeypatch.setattr(aiohttp_client, "_RELEASED", None)
+        monkeypatch.setattr(_body, "_RELEASED", None)
 
     async def ended_with(exc: BaseException) -> Any:
         stream = aiohttp.StreamReader(
@@ -562,12 +562,10 @@ def test_an_early_release_is_no_error_whatever_the_aiohttp_version(
         )
         stream.set_exception(exc)
         span = at.start_span("per_prompt", "GET", kind=SpanKind.CLIENT)
-        aiohttp_client._body_done(span, stream)
+        _body.body_done(span, stream)
         return span
 
-    released = (
-        aiohttp_client._RELEASED if shared else aiohttp.ClientConnectionError("Connection closed")
-    )
+    released = _body._RELEASED if shared else aiohttp.ClientConnectionError("Connection closed")
     with capture_spans("per_prompt") as captured:
         asyncio.run(ended_with(released))
         asyncio.run(ended_with(aiohttp.ClientPayloadError("Response payload is not completed")))

@@ -1,0 +1,54 @@
+"""The ``torch`` profiler backend: ``torch.profiler``, exported as a Chrome trace."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+from ._capture_backend import Backend
+
+__all__ = ["TorchBackend"]
+
+
+class TorchBackend(Backend):
+    """``torch.profiler``: operators on CPU, and CUDA kernels where CUDA is present."""
+
+    name = "torch"
+
+    def prepare(self) -> None:
+        torch: Any = importlib.import_module("torch")  # imported already, at configuration
+        profiler = torch.profiler
+        activities = [profiler.ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(profiler.ProfilerActivity.CUDA)
+        self._record = profiler.record_function
+        self._profile = profiler.profile(
+            activities=activities,
+            record_shapes=self.settings.record_shapes,
+            with_stack=self.settings.with_stack,
+        )
+
+    def start(self) -> None:
+        self._profile.start()
+        try:
+            self.mark()
+        except BaseException:
+            self._profile.stop()  # a profiler left on would run on for good
+            raise
+
+    def stop(self) -> None:
+        try:
+            self.mark()
+        finally:  # the profiler stops whatever the marker did: it would run on for good
+            self._profile.stop()
+
+    def abandon(self) -> None:
+        self._profile.stop()
+
+    def save(self, path: Path) -> None:
+        self._profile.export_chrome_trace(str(path))
+
+    def _marker(self, name: str) -> None:
+        with self._record(name):
+            pass

@@ -1,0 +1,158 @@
+"""An SDK provider's span processors: asynctrace's put first and taken off again,
+flushed and shut down on a helper thread bounded by a deadline."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .._errors import report_internal_error
+from .._own_threads import leaving_signals
+
+__all__ = ["add_first", "flush_sdk_provider", "remove", "shutdown_sdk_provider"]
+
+logger = logging.getLogger("asynctrace")
+
+_MAX_WAIT_S = threading.TIMEOUT_MAX / 2
+
+
+def _processors_of(provider: Any) -> tuple[Any, ...] | None:
+    """The span processors of an SDK provider, in order; ``None`` if they cannot be read.
+
+    The SDK keeps them in a tuple, ``_active_span_processor._span_processors``,
+    replaced whole under ``_active_span_processor._lock`` (every version since 1.0).
+    """
+    processors = getattr(
+        getattr(provider, "_active_span_processor", None), "_span_processors", None
+    )
+    return processors if isinstance(processors, tuple) else None
+
+
+_LOCK_TYPES = (type(threading.Lock()), type(threading.RLock()))
+
+
+def add_first(provider: Any, processors: list[Any]) -> None:
+    """Put *processors* before those *provider* has already (the user's).
+
+    The SDK's multi-processor calls its processors in turn and does not catch:
+    one that raises in ``on_start`` or ``on_end`` stops the ones after it. Where
+    the processors cannot be reached, they are added the public way, after.
+    """
+    multi = getattr(provider, "_active_span_processor", None)
+    lock = getattr(multi, "_lock", None)
+    if _processors_of(provider) is not None and isinstance(lock, _LOCK_TYPES):
+        with lock:  # add_span_processor replaces the tuple under this lock too
+            multi._span_processors = (*processors, *multi._span_processors)  # type: ignore[union-attr]
+        return
+    for processor in processors:
+        provider.add_span_processor(processor)
+
+
+def remove(provider: Any, processors: tuple[Any, ...]) -> None:
+    """Take *processors* off *provider* again (the user's, which keeps running).
+
+    Left on it, they would run, stopped, for every later span, and pile up
+    over reconfigurations. Where the processors cannot be reached (they were
+    added the public way), they stay.
+    """
+    multi = getattr(provider, "_active_span_processor", None)
+    lock = getattr(multi, "_lock", None)
+    if not processors or _processors_of(provider) is None or not isinstance(lock, _LOCK_TYPES):
+        return
+    ours = {id(processor) for processor in processors}
+    with lock:  # add_span_processor replaces the tuple under this lock too
+        multi._span_processors = tuple(  # type: ignore[union-attr]
+            p
+            for p in multi._span_processors  # type: ignore[union-attr]
+            if id(p) not in ours
+        )
+
+
+def _run_within(run: Callable[[], None], name: str, timeout_s: float) -> None:
+    """*run* on a daemon helper thread, waited for at most *timeout_s*.
+
+    Where no thread can be started (Python 3.12 refuses one in an ``atexit``
+    hook, where shutdown runs), *run* runs here, unbounded: better late than
+    never run.
+    """
+    helper = threading.Thread(target=leaving_signals(run), name=name, daemon=True)
+    try:
+        helper.start()
+    except RuntimeError:
+        run()
+        return
+    helper.join(min(max(0.0, timeout_s), _MAX_WAIT_S))
+
+
+def flush_sdk_provider(provider: Any, deadline: float, skip: tuple[Any, ...] = ()) -> bool:
+    """The provider's flush on a helper thread, waited for until *deadline*.
+
+    The processors in *skip* (asynctrace's, flushed already) are left out
+    when the provider's processors can be read: flushed from this helper,
+    an exporter that flushes from its own ``export`` would wait for itself.
+    """
+    left = max(0.0, deadline - time.monotonic())
+    processors = _processors_of(provider)
+    skipped = {id(processor) for processor in skip}
+    result: list[bool] = []
+
+    def run() -> None:
+        try:
+            if processors is None:
+                result.append(bool(provider.force_flush(int(left * 1000))))
+                return
+            ok = True
+            for processor in processors:
+                if id(processor) in skipped:
+                    continue
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    ok = False
+                    break
+                ok = processor.force_flush(int(remaining * 1000)) is not False and ok
+            result.append(ok)
+        except Exception as exc:
+            report_internal_error(("flush", "provider"), exc)
+            result.append(False)
+
+    _run_within(run, "asynctrace-flush", left)
+    return bool(result) and result[0]
+
+
+def shutdown_sdk_provider(provider: Any, deadline: float, added: tuple[Any, ...]) -> bool:
+    """``provider.shutdown()`` on a helper thread, waited for until *deadline*.
+
+    ``False`` when it did not finish: the helper (a daemon thread) is
+    abandoned with the processors still shutting down, which are named in one
+    warning. What ``shutdown`` raised is raised here.
+    """
+    outcome: list[Exception | None] = []
+    ours = {id(processor) for processor in added}
+    processors = _processors_of(provider)
+    others = [p for p in processors or () if id(p) not in ours]
+
+    def run() -> None:
+        try:
+            provider.shutdown()
+        except Exception as exc:  # a user's span processor raised in its shutdown()
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    if processors is not None and not others:  # asynctrace's own, stopped already: quick
+        run()
+    else:  # a user's processor answers within a moment even when the budget is spent
+        _run_within(run, "asynctrace-shutdown", max(deadline - time.monotonic(), 0.05))
+    if not outcome:
+        logger.warning(
+            "asynctrace: the tracer provider's shutdown did not finish within the shutdown "
+            "timeout; abandoned with its span processors still shutting down (%s)",
+            ", ".join(type(p).__name__ for p in others) or "unknown",
+        )
+        return False
+    if outcome[0] is not None:
+        raise outcome[0]
+    return True

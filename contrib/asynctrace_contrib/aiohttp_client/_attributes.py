@@ -1,0 +1,38 @@
+"""A request's span attributes: method, redacted URL, server, and the headers asked for."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from asynctrace_contrib._http import header_attribute, recorded_header_values, redact_url
+from asynctrace_contrib._http_values import method_attributes
+
+__all__ = ["add_request_headers", "url_attributes"]
+
+
+def url_attributes(method: str, url: Any, secret_keys: Any) -> dict[str, Any]:
+    """The request's method (``_OTHER`` if unknown), redacted ``url.full``,
+    ``server.address`` and ``server.port``."""
+    full = str(url)
+    if "?" in full or "@" in full or "#" in full or ";" in full:  # redact_url's fast path
+        full = redact_url(full, secret_keys)
+    _, attrs = method_attributes(method)
+    attrs["url.full"] = full
+    host, port = url.host, url.port
+    if host:
+        attrs["server.address"] = host
+    if port:
+        attrs["server.port"] = port
+    return attrs
+
+
+def add_request_headers(attrs: dict[str, Any], headers: Any, names: tuple[str, ...]) -> None:
+    """Add ``http.request.header.<name>`` for the request headers asked for."""
+    if not hasattr(headers, "getall"):
+        return
+    for header in names:
+        values = headers.getall(header, ())
+        if values:
+            attrs[header_attribute("http.request.header", header)] = recorded_header_values(
+                header, list(values)
+            )
