@@ -16,9 +16,18 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
 import asynctrace as at
-from asynctrace import ConfigurationError, TelemetryConfig
+from asynctrace import ConfigurationError, TelemetryConfig, _config_env, _provider_keys
 from asynctrace._settings import resolve
 from asynctrace._state import GATE
+
+
+@pytest.fixture(autouse=True)
+def _nothing_told_yet(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warnings these tests expect are told once a process: each test starts as if
+    none had been (a rerun in the same worker sees them again)."""
+    monkeypatch.setattr(_provider_keys, "_told_ignored", set())
+    monkeypatch.setattr(_config_env, "_warned_vars", set())
+
 
 PROVIDERS = ["fast", "sdk"]
 

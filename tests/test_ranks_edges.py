@@ -190,11 +190,13 @@ def test_the_fork_registry_drops_dead_methods(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(_forksafe, "_prune_at", max(16, 2 * alive_now))
     kept = Resettable()
     _forksafe.call_in_child(kept.reset)
-    for _ in range(1000):
+    added = max(1000, 4 * alive_now + 16)  # enough to reach the next pruning, whatever is alive
+    for _ in range(added):
         _forksafe.call_in_child(Resettable().reset)
     gc.collect()
     alive = sum(1 for ref in _forksafe._methods if ref() is not None)
     assert len(_forksafe._methods) <= 2 * alive + 16
+    assert len(_forksafe._methods) < alive_now + added  # pruned at least once
     assert any(ref() == kept.reset for ref in _forksafe._methods)
 
 

@@ -94,6 +94,8 @@ def test_a_spans_message_and_stack_trace_keep_no_secret_across_a_shrunk_cut(
         text = recorded(provider, raise_it)
         assert PASSWORD not in text, raise_it.__name__
         assert "hunt" not in text, raise_it.__name__
+        assert "RuntimeError" in text, raise_it.__name__  # recorded...
+        assert "REDACTED" in text, raise_it.__name__  # ...and redacted
 
 
 def test_a_sessions_reason_keeps_no_secret_across_a_shrunk_cut() -> None:
@@ -203,6 +205,7 @@ def test_the_forms_are_redacted_on_spans(provider: str, label: str) -> None:
     text = recorded(provider, raise_it)
     assert TOKEN not in text
     assert PASSWORD not in text
+    assert f"RuntimeError: {FORMS[label][:12]}" in text  # recorded, its start as raised
 
 
 # --- RL data stays data; secrets stay secret ----------------------------------------------

@@ -23,6 +23,6 @@ def forget_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_config, "_warned", set())
 
 
-def forget_unknown_bucket_told() -> None:
-    """As if no unknown ``rl.bucket`` had been told about yet."""
-    _spans._unknown_bucket_told.clear()
+def forget_unknown_bucket_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As if no unknown ``rl.bucket`` had been told about yet; restored after the test."""
+    monkeypatch.setattr(_spans, "_unknown_bucket_told", [])

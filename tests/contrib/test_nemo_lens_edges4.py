@@ -173,13 +173,13 @@ def test_an_rl_bucket_attribute_is_the_explicit_bucket() -> None:
 
 
 def test_an_unknown_rl_bucket_is_told_once_and_the_span_recorded(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """lens has no buckets: its code may use the key for a label of its own. The span is
     recorded with its group's bucket, the value left out, told once; never a raise."""
     exporter = InMemorySpanExporter()
     handle = start(exporter)
-    forget_unknown_bucket_told()
+    forget_unknown_bucket_told(monkeypatch)
     with caplog.at_level(logging.WARNING):
         for _ in range(3):
             with nemo_lens.managed_span("reward", "rl.x", **bucket("compute")):
