@@ -69,10 +69,6 @@ def _carrier_of(kwargs: dict[str, Any], declared: frozenset[str]) -> Any:
     return carrier
 
 
-def _take_carrier(kwargs: dict[str, Any], keep: bool) -> Any:
-    return kwargs.get(CARRIER_KWARG) if keep else kwargs.pop(CARRIER_KWARG, None)
-
-
 def accepts_trace_context(fn: F) -> F:
     """Let *fn* accept a ``trace_carrier=`` keyword and run under that context.
 

@@ -20,7 +20,7 @@ from ._builtin_groups import BUILTIN_GROUPS, DEFAULT_PRESET, EFFICIENCY, LOOP_ST
 from ._errors import ConfigurationError, report_internal_error
 from ._forksafe import reinit_at_fork
 from ._group_checks import coerce_groups, coerce_presets, fmt_bucket, preset_cycle
-from ._group_types import GroupBucket, SpanGroup
+from ._group_types import Bucket, GroupBucket, SpanGroup  # noqa: F401 (Bucket: earlier pickles)
 
 __all__ = [
     "EFFICIENCY",

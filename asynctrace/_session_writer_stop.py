@@ -4,16 +4,13 @@ inert writer of a forked child."""
 from __future__ import annotations
 
 import logging
-import threading
-from typing import Final
 
+from ._config_checks import MAX_WAIT_S as _MAX_WAIT_S  # a longer wait raises OverflowError
 from ._session_writer_room import WriterRoom
 
 __all__ = ["WriterStop"]
 
 logger = logging.getLogger("asynctrace")
-
-_MAX_WAIT_S: Final = threading.TIMEOUT_MAX / 2
 
 
 class WriterStop(WriterRoom):

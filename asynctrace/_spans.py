@@ -22,6 +22,7 @@ from ._live_span import LiveSpan
 from ._managed_span import ManagedSpan, _managed
 from ._profiling import ProfiledSpan
 from ._scopes import SCOPES
+from ._secret_words import _EXTRA_WORDS
 from ._semconv import RL_BUCKET
 from ._span_context import (
     _CONTEXT_VAR,
@@ -161,7 +162,10 @@ def start_span(
     redacted them already, as asynctrace's HTTP integrations do with their
     own secret keys: the fast provider then records them as given, which
     saves a request's span the check of its URL (the SDK provider's spans
-    check every attribute they are given).
+    check every attribute they are given, and so does every span once the
+    program has registered words of its own with
+    :func:`~asynctrace.register_secret_words`, which the callers' keys may
+    not hold).
 
     Example:
         >>> from opentelemetry.trace import SpanKind
@@ -192,11 +196,14 @@ def start_span(
                         map(type, attributes.values())
                     ):
                         settle_attributes(attrs, attributes, entry[1])
-                    if not (urls_redacted or URL_ATTRIBUTES.isdisjoint(attributes)):
+                    if not (
+                        (urls_redacted and not _EXTRA_WORDS)  # the program's words: ours
+                        or URL_ATTRIBUTES.isdisjoint(attributes)
+                    ):
                         url_redacted(attrs)
             else:
                 attrs = span_attributes(group, LEAF, attributes, None)
-                if urls_redacted and attributes:  # as given, as on the cached path
+                if urls_redacted and attributes and not _EXTRA_WORDS:  # as the cached path
                     for key in URL_ATTRIBUTES.intersection(attributes):
                         if attributes[key].__class__ is str:
                             attrs[key] = attributes[key]
@@ -222,9 +229,12 @@ def end_span(
     values; each string of *secrets* (what the caller knows to be secret,
     such as the request's header values) is replaced too. A
     ``managed_span()`` object entered by hand (``__enter__`` without a
-    ``with``) is ended as its exit would end it, on every provider; one never
-    entered, or already exited, is left alone. Anything else that is not a
-    span is a mistake, logged once per type (raised in strict mode).
+    ``with``) is ended as its exit would end it, on every provider, when the
+    object itself is passed (what its ``__enter__`` returned may be another
+    span, unsampled or on the SDK provider: ending that leaves the object's
+    context current); one never entered, or already exited, is left alone.
+    Anything else that is not a span is a mistake, logged once per type
+    (raised in strict mode).
 
     Example:
         >>> span = start_span("per_prompt", "work")

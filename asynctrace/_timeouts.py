@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import numbers
-import threading
 from typing import Any, cast
 
+from ._config_checks import MAX_WAIT_S as _MAX_WAIT_S  # a longer wait raises OverflowError
 from ._errors import ConfigurationError
 
 __all__ = ["wait_s"]
-
-_MAX_WAIT_S = threading.TIMEOUT_MAX / 2  # waits longer than this raise OverflowError
 
 
 def wait_s(value: Any) -> float:

@@ -6,13 +6,15 @@ import pickle
 
 import pytest
 
-from asynctrace import _scope_snapshot, _session_phase
+from asynctrace import _group_types, _scope_snapshot, _session_phase
 
 
 @pytest.mark.parametrize(
     ("module", "name", "now"),
     [
         ("asynctrace._sessions", "_fresh_phase", _session_phase._fresh_phase),
+        ("asynctrace._groups", "Bucket", _group_types.Bucket),
+        ("asynctrace._groups", "SpanGroup", _group_types.SpanGroup),
         ("asynctrace._threads", "_ScopeSnapshot", _scope_snapshot.ScopeSnapshot),
         ("asynctrace._threads", "_run_in_snapshot", _scope_snapshot.run_in_snapshot),
         ("asynctrace._threads", "_run_in_snapshot_kw", _scope_snapshot.run_in_snapshot_kw),

@@ -12,6 +12,7 @@ import random
 import pytest
 
 import asynctrace as at
+from asynctrace import _spans
 from asynctrace._redact import redact_text
 from asynctrace._redact_urls import redact_query
 from asynctrace._url_attributes import plain_url, redact_url_value
@@ -108,10 +109,13 @@ def test_start_span_redacts_url_attributes_every_time(provider: str) -> None:
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
-def test_start_span_trusts_a_caller_that_redacted_its_urls(provider: str) -> None:
+def test_start_span_trusts_a_caller_that_redacted_its_urls(
+    provider: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``urls_redacted=True`` (the HTTP integrations, which redact with their own secret
     keys) skips the check on the fast provider: what is given is recorded. The SDK
     provider's spans check every attribute they are given, as documented."""
+    monkeypatch.setattr(_spans, "_EXTRA_WORDS", set())  # no words of the program's own
     given = {"url.full": "http://h/x?sig=kept-by-the-caller"}
     with capture_spans("per_prompt", provider=provider) as spans:
         for step in range(3):  # a new scope state each time: the group's first span in it
@@ -140,3 +144,20 @@ def test_the_shortcut_reads_a_long_url_once() -> None:
             assert not plain_url(text)
             best[n] = min(best[n], time.perf_counter() - start)
     assert best[32_000] / best[2_000] < 64
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_the_programs_own_secret_words_overrule_urls_redacted(
+    provider: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the program has registered secret words (which a caller's own keys may not
+    hold), ``urls_redacted=True`` no longer skips the check: the URL is redacted."""
+    monkeypatch.setattr(_spans, "_EXTRA_WORDS", {"rolloutcode"})  # as register_secret_words
+    given = {"url.full": "http://h/x?sig=kept-by-the-caller"}
+    with capture_spans("per_prompt", provider=provider) as spans:
+        for step in range(2):
+            with at.iteration_scope(step):
+                for _ in range(2):
+                    span = at.start_span("per_prompt", "GET", attributes=given, urls_redacted=True)
+                    at.end_span(span)
+    assert [span.attributes["url.full"] for span in spans] == ["http://h/x?sig=REDACTED"] * 4

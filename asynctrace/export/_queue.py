@@ -30,6 +30,7 @@ from typing import Any
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
+from .._config_checks import MAX_WAIT_S as _MAX_WAIT_S  # a longer wait raises OverflowError
 from .._errors import report_internal_error
 from .._forksafe import call_in_child, reinit_at_fork
 from .._handoff import Handoff
@@ -44,7 +45,6 @@ __all__ = ["QueuedSpanProcessor"]
 
 logger = logging.getLogger("asynctrace")
 
-_MAX_WAIT_S = threading.TIMEOUT_MAX / 2  # a longer wait raises OverflowError
 
 _CONTROL: tuple[type, ...] = (_Marker,)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -10,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 
+from .._config_checks import MAX_WAIT_S as _MAX_WAIT_S  # a longer wait raises OverflowError
 from .._errors import report_internal_error
 from .._fast import FastTracerProvider
 from ._adapters import LazyMemoryExporter
@@ -22,8 +22,6 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 __all__ = ["Pipeline"]
-
-_MAX_WAIT_S = threading.TIMEOUT_MAX / 2
 
 
 class Pipeline:

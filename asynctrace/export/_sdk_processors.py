@@ -9,14 +9,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .._config_checks import MAX_WAIT_S as _MAX_WAIT_S  # a longer wait raises OverflowError
 from .._errors import report_internal_error
 from .._own_threads import leaving_signals
 
 __all__ = ["add_first", "flush_sdk_provider", "remove", "shutdown_sdk_provider"]
 
 logger = logging.getLogger("asynctrace")
-
-_MAX_WAIT_S = threading.TIMEOUT_MAX / 2
 
 
 def _processors_of(provider: Any) -> tuple[Any, ...] | None:
