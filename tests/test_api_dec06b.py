@@ -204,14 +204,20 @@ def test_end_of_iteration_ends_the_span_normally(provider: str, kind: str) -> No
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_other_errors_of_a_traced_next_are_still_errors(provider: str) -> None:
-    """Only the end of an iteration is exempt."""
+    """Only the end of an iteration is exempt: another error out of a traced ``__next__``
+    is an error."""
 
-    @at.trace_fn("reward", "bad")
-    def bad() -> None:
-        raise LookupError("nope")
+    class Broken:
+        def __iter__(self) -> Broken:
+            return self
+
+        @at.trace_fn("reward", "next")
+        def __next__(self) -> int:
+            raise LookupError("nope")
 
     with capture_spans(provider=provider) as c, pytest.raises(LookupError):
-        bad()
+        for _ in Broken():
+            pass
     (span,) = c.spans
     assert span.status.status_code is StatusCode.ERROR
 

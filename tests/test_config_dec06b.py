@@ -305,7 +305,7 @@ def test_a_rate_conflict_between_variables_names_both(monkeypatch: pytest.Monkey
     ],
 )
 def test_a_variable_in_the_wrong_case_gets_the_name_it_spells(typo: str, meant: str) -> None:
-    """The hint compares names in upper case and never offers a test session's variable."""
+    """The hint compares names in upper case (the test-session variables: the next test)."""
     with pytest.warns(UserWarning, match="did you mean") as told:
         TelemetryConfig.from_env({typo: "1"})
     (message,) = [str(w.message) for w in told if typo in str(w.message)]
