@@ -8,18 +8,13 @@ import types
 from collections.abc import Callable
 from typing import Any, Final, TypeVar, cast
 
-from . import _scopes
-from ._builtin_groups import PER_PROMPT as PER_PROMPT_GROUP
 from ._carrier_calls import accepts_trace_context
 from ._decorator_checks import check_callable, check_group, check_name, check_options
 from ._errors import ConfigurationError
-from ._generator_wrappers import asyncgen_wrapper, generator_wrapper
+from ._generator_wrappers import asyncgen_wrapper, generator_wrapper, wrapper_names
 from ._managed_span import managed_span
-from ._span_context import attach, detach, finish
 from ._span_rules import LEAF, UMBRELLA, Attributes
-from ._span_start import start
 from ._spans import umbrella_span
-from ._state import GATE
 from ._wrappers import PREFIX, compile_wrapper, default_name, unpartial
 
 # What the wrappers use lives in modules, read through them (``_scopes.SCOPES``,
@@ -157,23 +152,7 @@ def _decorate(fn: F, group: str, name: str | None, shape: int, attributes: Attri
         head = f"{'async ' if is_async else ''}def {PREFIX}wrapper({params}):\n"
         return head + _CALL_BODY.format(aw="await " if is_async else "", call=call)
 
-    names = {
-        "fn": fn,
-        "gate": GATE,
-        "ppg": PER_PROMPT_GROUP,
-        "scopes": _scopes,
-        "group": group,
-        "name": span_name,
-        "shape": shape,
-        "attrs": attrs,
-        "start": start,
-        "attach": attach,
-        "detach": detach,
-        "finish": finish,
-        "type": type,
-        "BaseException": BaseException,
-        "Stop": _STOP,
-    }
+    names = {**wrapper_names(fn, group, span_name, shape, attrs), "Stop": _STOP}
     return compile_wrapper(fn, source, names)
 
 

@@ -25,7 +25,7 @@ from ._wrappers import PREFIX, compile_wrapper
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["asyncgen_wrapper", "generator_wrapper"]
+__all__ = ["asyncgen_wrapper", "generator_wrapper", "wrapper_names"]
 
 
 # The body of a traced generator, one frame between the consumer and *fn*'s
@@ -100,13 +100,14 @@ def generator_wrapper(
     def source(params: str, call: str) -> str:
         return f"def {PREFIX}wrapper({params}):\n" + _GENERATOR_BODY.format(call=call)
 
-    return compile_wrapper(fn, source, _names(fn, group, span_name, shape, attrs))
+    return compile_wrapper(fn, source, wrapper_names(fn, group, span_name, shape, attrs))
 
 
-def _names(
+def wrapper_names(
     fn: Callable[..., Any], group: str, span_name: str, shape: int, attrs: dict[str, Any] | None
 ) -> dict[str, Any]:
-    """What a compiled generator wrapper reads, by name without the prefix."""
+    """What a compiled traced wrapper reads, by name without the prefix: the call and
+    coroutine wrappers (:mod:`asynctrace._decorators`) and the generator ones alike."""
     return {
         "fn": fn,
         "gate": GATE,
@@ -215,7 +216,7 @@ def asyncgen_wrapper(
         return f"async def {PREFIX}wrapper({params}):\n" + _ASYNCGEN_BODY.format(call=call)
 
     names = {
-        **_names(fn, group, span_name, shape, attrs),
+        **wrapper_names(fn, group, span_name, shape, attrs),
         "get_hooks": sys.get_asyncgen_hooks,
         "set_hooks": sys.set_asyncgen_hooks,
         "StopAsyncIteration": StopAsyncIteration,
