@@ -491,7 +491,10 @@ class FastSpan(SpanRecord):
     def _add(self, event: SpanEvent) -> None:
         events = self._events
         if events is None:
-            events = self._events = []
+            with _COUNTS:  # two threads' first events: one list, or one thread's are lost
+                events = self._events
+                if events is None:
+                    events = self._events = []
         limit = self._tracer._limits.max_events
         if limit is not None and len(events) >= limit:
             with _COUNTS:  # (the counter is set only when used)
@@ -513,8 +516,10 @@ class FastSpan(SpanRecord):
             return  # the SDK's rule: kept if valid, or for its attributes or trace state
         links: list[Link] | None = getattr(self, "_links", None)
         if links is None:
-            links = []
-            self._links = links
+            with _COUNTS:  # two threads' first links: one list, or one thread's are lost
+                links = getattr(self, "_links", None)
+                if links is None:
+                    links = self._links = []
         limit = self._tracer._limits.max_links
         if limit is not None and len(links) >= limit:
             with _COUNTS:
