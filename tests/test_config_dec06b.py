@@ -20,6 +20,9 @@ from asynctrace import ConfigurationError, TelemetryConfig, _config_env, _provid
 from asynctrace._settings import resolve
 from asynctrace._state import GATE
 
+sys.path.insert(0, str(Path(__file__).parent))
+from _otlp_receiver import OtlpReceiver
+
 
 @pytest.fixture(autouse=True)
 def _nothing_told_yet(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -217,12 +220,19 @@ def test_an_endpoint_with_whitespace_around_it_fails_configure(
 def test_an_endpoint_with_whitespace_before_it_is_accepted(
     protocol: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """URL parsing drops leading whitespace, as the exporters' requests do: accepted."""
+    """URL parsing drops leading whitespace, as the exporters' requests do: accepted, and
+    the spans reach the collector."""
     if protocol == "grpc":
         pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc")
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "  http://127.0.0.1:4318")
-    telemetry = at.configure(_memory(exporters=["otlp"], otlp_protocol=protocol))
-    telemetry.shutdown(timeout_s=1)
+    with OtlpReceiver(protocol) as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "  " + receiver.endpoint)
+        telemetry = at.configure(_memory(exporters=["otlp"], otlp_protocol=protocol))
+        with at.managed_span("step", "delivered"):
+            pass
+        assert telemetry.shutdown(timeout_s=10.0)
+        assert receiver.wait_for(1, timeout_s=10.0)
+        assert [span.name for span in receiver.spans] == ["delivered"]
+        assert telemetry.stats()["otlp"].exported == 1
 
 
 @pytest.mark.parametrize("timeout", ["1e10", "9223372036"])
