@@ -24,13 +24,8 @@ from ._context_executor import ContextExecutor, context_executor
 from ._context_thread import ContextThread
 from ._credential_names import is_credential_header, is_credential_key
 from ._decorators import trace_fn, umbrella_trace_fn
-from ._efficiency import (
-    PollWait,
-    efficiency_bucket,
-    efficiency_span,
-    set_efficiency_bucket,
-    start_efficiency_span,
-)
+from ._efficiency import efficiency_span
+from ._efficiency_table import efficiency_bucket, set_efficiency_bucket
 from ._env_carrier import extract_env, inject_env
 from ._errors import ConfigurationError, MissingExtraError
 from ._fast import FastTracerProvider, Sampling, SpanLimits
@@ -41,6 +36,7 @@ from ._group_types import BY_CATEGORY, Bucket, SpanGroup
 from ._groups import register_span_groups, registered_presets, registered_span_groups
 from ._managed_span import managed_span
 from ._phases import register_phase, registered_phases
+from ._poll_wait import PollWait, start_efficiency_span
 from ._pump import dispatch_scope, wait_until
 from ._redact import redact_text
 from ._remote_context import remote_trace_context

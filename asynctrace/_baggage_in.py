@@ -16,8 +16,6 @@ from typing import Any, Final
 from urllib.parse import unquote, unquote_plus
 
 from ._baggage_out import (
-    _INT64_MAX,
-    _INT64_MIN,
     ITERATION_KEY,
     MAX_HEADER,
     MAX_MEMBER,
@@ -28,8 +26,8 @@ from ._baggage_out import (
     TASK_KEY,
 )
 from ._carrier_stats import _count
-from ._scopes import ScopeState
-from ._session_record import redacted_name
+from ._scopes import _INT64_MAX, _INT64_MIN, ScopeState
+from ._session_names import redacted_name
 
 __all__ = ["ScopeValues", "decode", "parse"]
 

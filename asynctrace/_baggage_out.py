@@ -21,7 +21,7 @@ from urllib.parse import quote, quote_plus
 from ._carrier_stats import _counts, _counts_lock
 from ._errors import logger
 from ._scopes import SCOPES, ScopeState
-from ._session_record import redacted_name
+from ._session_names import redacted_name
 
 __all__ = [
     "ITERATION_KEY",
@@ -45,9 +45,6 @@ SESSION_KEY: Final = "asynctrace.session_id"
 MAX_HEADER: Final = 8192
 MAX_MEMBER: Final = 4096
 MAX_MEMBERS: Final = 180
-# What an iteration or an integer task id may be: a 64-bit attribute, as iteration_scope takes.
-_INT64_MIN: Final = -(2**63)
-_INT64_MAX: Final = 2**63 - 1
 _not_sent_logged = False  # the first entry left out of sent baggage is logged; no later one
 
 

@@ -46,7 +46,7 @@ def _stepped(context: contextvars.Context, coro: Coroutine[Any, Any, R]) -> Gene
             step, arg = coro.throw, exc
 
 
-class _Unstarted:
+class Unstarted:
     """A bound coroutine's body until it starts; closed if it never does.
 
     A coroutine closed, or cancelled, before it starts runs none of its code,
@@ -67,7 +67,7 @@ class _Unstarted:
             coro.close()
 
 
-async def _in_context(context: contextvars.Context, pending: _Unstarted) -> Any:
+async def _in_context(context: contextvars.Context, pending: Unstarted) -> Any:
     coro = cast("Coroutine[Any, Any, Any]", pending.coro)  # taken here only, once
     pending.coro = None
     return await _stepped(context, coro)
@@ -110,7 +110,7 @@ def bind_context(fn: Callable[P, R]) -> Callable[P, R]:
         if result.__class__ is _CoroutineType:
             body: types.CoroutineType[Any, Any, Any] = cast("Any", result)
             stepped: types.CoroutineType[Any, Any, Any] = cast(
-                "Any", _in_context(context, _Unstarted(body))
+                "Any", _in_context(context, Unstarted(body))
             )
             # Named as the body: a task's repr, a stall span's coroutine name.
             stepped.__name__, stepped.__qualname__ = body.__name__, body.__qualname__

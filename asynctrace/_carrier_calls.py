@@ -13,7 +13,7 @@ from collections.abc import Callable
 from types import CoroutineType
 from typing import Any, Final, TypeVar, cast
 
-from ._bind_context import _Unstarted
+from ._bind_context import Unstarted
 from ._carriers import _CARRIER_KWARGS, CARRIER_KWARG, current_trace_carrier
 from ._errors import ConfigurationError
 from ._remote_context import remote_trace_context
@@ -147,7 +147,7 @@ def _awaited_in(remote: remote_trace_context, body: Any) -> Any:
     before it starts (a task cancelled at once), it closes *body* too, which
     would otherwise warn that it was never awaited (as ``bind_context``'s).
     """
-    wrapped: CoroutineType[Any, Any, Any] = cast("Any", _in_remote(remote, _Unstarted(body)))
+    wrapped: CoroutineType[Any, Any, Any] = cast("Any", _in_remote(remote, Unstarted(body)))
     wrapped.__name__, wrapped.__qualname__ = body.__name__, body.__qualname__
     return wrapped
 

@@ -37,6 +37,7 @@ class RedactingFilter(logging.Filter):
         return secrets_of(error) if error is not None else frozenset()
 
     def filter(self, record: logging.LogRecord) -> bool:
+        """Redact *record*'s message and traceback in place; always keep the record."""
         try:
             from ._redact import redact_text
 

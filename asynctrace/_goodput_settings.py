@@ -17,14 +17,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Final
 
-from ._config_checks import float_text, int_text
+from ._config_checks import _FALSE, _TRUE, float_text, int_text
 from ._errors import ConfigurationError
 
 __all__ = ["METRICS_NAMES", "GoodputSettings"]
 
 METRICS_NAMES: Final = ("global", "none", "otlp", "console", "prometheus")
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"0", "false", "no", "off"})
 MIN_EXPORT_INTERVAL_S: Final = 0.1  # a metric reader exporting faster is a busy loop
 
 

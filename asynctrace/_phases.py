@@ -83,6 +83,7 @@ def registered_phases() -> dict[str, bool]:
 
 
 def check_phase(phase: object) -> str:
+    """*phase* if it is a registered session phase; else a :class:`ConfigurationError`."""
     if isinstance(phase, str) and phase in _phases:
         return phase
     raise ConfigurationError(

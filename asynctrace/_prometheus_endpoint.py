@@ -58,7 +58,7 @@ def prometheus_port(settings: GoodputSettings, local_rank: int | None) -> int:
 
 def _local_rank_var(rank: int) -> str:
     """The variable the local rank *rank* was read from (for an error message)."""
-    from ._ranks import env_local_rank_var
+    from ._rank_env import env_local_rank_var
 
     try:
         found = env_local_rank_var(os.environ)

@@ -19,8 +19,11 @@ from ._backend import asyncio_loop
 from ._builtin_groups import EFFICIENCY as EFFICIENCY_GROUP
 from ._builtin_groups import PER_PROMPT
 from ._cm import DONE, Done, SyncAndAsync
-from ._efficiency import _gate_open, _lookup, _validate_category, start_efficiency_span
+from ._efficiency import gate_open as _gate_open  # (under the names the wait paths read)
+from ._efficiency_table import lookup as _lookup
+from ._efficiency_table import validate_category as _validate_category
 from ._errors import ConfigurationError, report_internal_error
+from ._poll_wait import start_efficiency_span
 from ._scopes import _INT64_MAX, _INT64_MIN, SCOPES, ScopeState, check_step, leave
 from ._semconv import RL_EFFICIENCY_CATEGORY, RL_IDLE_POLLS
 from ._span_context import finish

@@ -96,7 +96,7 @@ from typing import Any, Final
 from ._rollup_intake import RollupIntake
 from ._rollup_rows import RollupResult, StepRow, Violation
 from ._rollup_spans import BUCKETS
-from ._rollup_tree import _OUTSIDE, _Entry, _Group, _Step
+from ._rollup_tree import OUTSIDE, Entry, Group, Step
 
 __all__ = ["BUCKETS", "DEFAULT_GRACE_US", "Rollup", "RollupResult", "StepRow", "Violation"]
 
@@ -179,7 +179,7 @@ class Rollup(RollupIntake):
         # The candidates of evicted waits, by the parent they wait for, oldest first: they
         # count nothing toward max_pending and are settled when it arrives, or as missing
         # (finish, or past max_pending candidates of their own: _trim_stubs).
-        self._stubs: dict[int, list[_Step]] = {}
+        self._stubs: dict[int, list[Step]] = {}
         self._stubbed = 0  # the candidates in _stubs
         # Groups waiting plus the bucketed leaves they hold, bounded by max_pending.
         self._load = 0
@@ -198,7 +198,7 @@ class Rollup(RollupIntake):
         self.cycle_leaves = 0  # ...and the bucketed spans under them, counted nowhere
         self._cycle_first: str | None = None
         self.violation_count = 0
-        self._held: list[tuple[float, int, _Step]] = []  # confirmed, unfinished: heap by end
+        self._held: list[tuple[float, int, Step]] = []  # confirmed, unfinished: heap by end
         self._seq = 0
         self._next_seal = math.inf  # the earliest end + grace among held steps
         self._rows: list[tuple[tuple[float, int, int], StepRow]] = []
@@ -208,13 +208,13 @@ class Rollup(RollupIntake):
         self.overlap_steps = 0
         self.overlap_us = 0.0
         self._overlap_first: str | None = None
-        self._pending: dict[int, _Group] = {}
-        self._home: dict[int, _Entry] = {}
+        self._pending: dict[int, Group] = {}
+        self._home: dict[int, Entry] = {}
         # The last leaf's entry: its siblings of the same name share the tuple, so the
         # window holds one object the collector tracks per run of siblings, not per span
         # (entries live long enough to reach the oldest generation, which every span
         # would otherwise make bigger and collect more often, on any thread).
-        self._sibling: _Entry = (None, _OUTSIDE, 0, "")
+        self._sibling: Entry = (None, OUTSIDE, 0, "")
         self._order: deque[int] = deque()
         # Trace ids that are not 32 lowercase hex digits, by index (add()); hex ones are
         # the key's high bits themselves, so memory does not grow with distinct traces.

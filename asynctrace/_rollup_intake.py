@@ -10,7 +10,9 @@ from ._builtin_groups import LOOP_STALL
 from ._rollup_notes import _TRACE_LIMIT
 from ._rollup_spans import _BUCKET_INDEX as _BUCKET_TABLE
 from ._rollup_spans import _BUCKETED, _HAS_ITERATION, RollupSpans
-from ._rollup_tree import _I64_MAX, _I64_MIN, _Entry, _iteration
+from ._rollup_tree import Entry, as_iteration
+from ._scopes import _INT64_MAX as _I64_MAX
+from ._scopes import _INT64_MIN as _I64_MIN
 
 __all__ = ["RollupIntake"]
 
@@ -25,7 +27,7 @@ _BUCKET_INDEX: Final = _BUCKET_TABLE
 class RollupIntake(RollupSpans):
     """How a rollup takes events (:meth:`add`) and spans (:meth:`add_span`) in."""
 
-    _sibling: _Entry
+    _sibling: Entry
     _traces: dict[str, int]
     _last_trace: Any
     _last_high: int | None
@@ -193,10 +195,10 @@ class RollupIntake(RollupSpans):
         self._span(name, key, pkey, start, end, bucket, iteration, group_step, origin, remote)
 
     def _checked_iteration(self, value: Any, name: str) -> int | None:
-        """*value* as an ``rl.iteration`` (:func:`_iteration`); one that is not an integer
+        """*value* as an ``rl.iteration`` (:func:`as_iteration`); one that is not an integer
         (a number the tracer provider wrote as its text, ``"1"``) is counted: its
         span is no step by it, not silently."""
-        iteration = _iteration(value)
+        iteration = as_iteration(value)
         if iteration is None:
             self.bad_iterations += 1
             if self._bad_iteration_first is None:

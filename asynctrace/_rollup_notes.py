@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Final
 
 from ._rollup_rows import StepRow, Violation
-from ._rollup_tree import _MASK, Example, _Step, _where
+from ._rollup_tree import MASK, Example, Step, step_label
 
 __all__ = ["_TRACE_LIMIT", "RollupNotes"]
 
@@ -32,16 +32,16 @@ class RollupNotes:
     _violations: list[Violation]
 
     def _nested(self, name: str, key: int, inner: list[Example]) -> None:
-        names = ", ".join(f"{n!r} (span {k & _MASK:016x})" for n, k in inner)
+        names = ", ".join(f"{n!r} (span {k & MASK:016x})" for n, k in inner)
         self._violation(
             "nested-bucket",
-            f"bucketed span {name!r} (span {key & _MASK:016x}) has bucketed descendants: {names}",
+            f"bucketed span {name!r} (span {key & MASK:016x}) has bucketed descendants: {names}",
             [(name, key), *inner],
         )
 
     def _violation(self, kind: str, message: str, spans: list[Example]) -> Violation:
         found = Violation(
-            kind, message, [(n, f"{k & _MASK:016x}", self._trace_of(k)) for n, k in spans]
+            kind, message, [(n, f"{k & MASK:016x}", self._trace_of(k)) for n, k in spans]
         )
         self.violation_count += 1
         if self._keep:
@@ -57,32 +57,32 @@ class RollupNotes:
             return self._trace_ids[high - _TRACE_LIMIT]
         return f"{high:032x}"
 
-    def _late(self, step: _Step, inner: list[Example]) -> None:
-        names = ", ".join(f"{n!r} (span {k & _MASK:016x})" for n, k in inner)
+    def _late(self, step: Step, inner: list[Example]) -> None:
+        names = ", ".join(f"{n!r} (span {k & MASK:016x})" for n, k in inner)
         self._violation(
             "late-bucket",
             f"bucketed span{'s' if len(inner) > 1 else ''} {names} arrived after step "
-            f"{step.name!r} (span {step.key & _MASK:016x}) had finished (a span ending more "
+            f"{step.name!r} (span {step.key & MASK:016x}) had finished (a span ending more "
             f"than {self._grace / 1e6:g} s after it had arrived) and "
             f"{'are' if len(inner) > 1 else 'is'} not counted; a bucketed span ends "
             "within its step (a detached tail is left unbucketed, like a finalize span)",
             [(step.name, step.key), *inner],
         )
 
-    def _overlap(self, step: _Step) -> str:
+    def _overlap(self, step: Step) -> str:
         pairs = "; ".join(
-            f"{a[0]!r} (span {a[1] & _MASK:016x}) overlaps {b[0]!r} (span {b[1] & _MASK:016x})"
+            f"{a[0]!r} (span {a[1] & MASK:016x}) overlaps {b[0]!r} (span {b[1] & MASK:016x})"
             for a, b in step.overlaps
         )
-        return f"{_where(step)}, {step.twice / 1e6:.6f} s: {pairs}"
+        return f"{step_label(step)}, {step.twice / 1e6:.6f} s: {pairs}"
 
-    def _over_wall(self, step: _Step, row: StepRow) -> Violation:
-        where = _where(step)
+    def _over_wall(self, step: Step, row: StepRow) -> Violation:
+        where = step_label(step)
         spans: list[Example] = [(step.name, step.key)]
         detail = ""
         if step.overlaps:
             pairs = "; ".join(
-                f"{a[0]!r} (span {a[1] & _MASK:016x}) overlaps {b[0]!r} (span {b[1] & _MASK:016x})"
+                f"{a[0]!r} (span {a[1] & MASK:016x}) overlaps {b[0]!r} (span {b[1] & MASK:016x})"
                 for a, b in step.overlaps
             )
             detail = f"; overlapping bucketed spans: {pairs}"
@@ -92,7 +92,7 @@ class RollupNotes:
             "over-wall",
             f"{where}: {row.attributed / 1e6:.6f} s in buckets exceed its wall time "
             f"{row.wall / 1e6:.6f} s{detail}",
-            [(n, f"{k & _MASK:016x}", self._trace_of(k)) for n, k in spans],
+            [(n, f"{k & MASK:016x}", self._trace_of(k)) for n, k in spans],
         )
 
     def bad_iteration_note(self) -> str:

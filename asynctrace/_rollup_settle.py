@@ -6,13 +6,13 @@ import heapq
 import math
 
 from ._rollup_steps import RollupSteps
-from ._rollup_tree import _OUTSIDE, _Group, _merged, _Step
+from ._rollup_tree import OUTSIDE, Group, Step, merged
 from ._rollup_waits import RollupWaits
 
 __all__ = ["RollupSettle"]
 
 
-def _start_of(step: _Step) -> float:
+def _start_of(step: Step) -> float:
     return step.start
 
 
@@ -53,11 +53,11 @@ class RollupSettle(RollupSteps, RollupWaits):
         self._stubbed -= len(cands)
         for cand in cands:
             cand.stub = False
-        group = _Group()
+        group = Group()
         group.cands = cands
         return self._missing(group, rule_out)
 
-    def _missing(self, group: _Group, rule_out: bool = True) -> int:
+    def _missing(self, group: Group, rule_out: bool = True) -> int:
         """*group*'s parent never arrives: its candidates are steps, its leaves outside.
 
         A candidate inside a step of its trace with its ``rl.iteration`` is no
@@ -80,7 +80,7 @@ class RollupSettle(RollupSteps, RollupWaits):
             if rule_out:
                 if len(cands) > 1:
                     cands = sorted(cands, key=_start_of)
-                heads: dict[tuple[int | None, int], _Step] = {}  # the latest per kind
+                heads: dict[tuple[int | None, int], Step] = {}  # the latest per kind
                 steps = []
                 for cand in cands:
                     where = (cand.iteration, cand.origin)
@@ -105,10 +105,10 @@ class RollupSettle(RollupSteps, RollupWaits):
         group.nb = 0
         group.leaves.clear()
         group.pre = group.phases = group.stalls = None
-        group.fwd = _OUTSIDE
+        group.fwd = OUTSIDE
         return dropped
 
-    def _join(self, cand: _Step, head: _Step) -> None:
+    def _join(self, cand: Step, head: Step) -> None:
         """*cand*, a sibling candidate overlapping *head* (unconfirmed), is part of its step:
         *head*'s interval extends over it and takes its subtree; the spans arriving for
         *cand* later go to *head*."""
@@ -126,7 +126,7 @@ class RollupSettle(RollupSteps, RollupWaits):
             for i, seconds in enumerate(cand.sums):
                 sums[i] += seconds
         if cand.phases:
-            head.phases = _merged(head.phases, cand.phases)
+            head.phases = merged(head.phases, cand.phases)
         head.nb += cand.leaves + cand.nb
         if cand.stall_spans:
             for start, end in cand.stall_spans:
@@ -142,7 +142,7 @@ class RollupSettle(RollupSteps, RollupWaits):
         if entry is not None and entry[1] is cand:
             self._home[cand.key] = (entry[0], head, entry[2], entry[3])
 
-    def _ruled_out(self, cand: _Step) -> bool:
+    def _ruled_out(self, cand: Step) -> bool:
         """Whether a step of *cand*'s trace and ``rl.iteration`` contains its start, other
         than a sibling of another origin (a step of the same parent from another process
         or file: another rank's step of the iteration under the one job span, missing

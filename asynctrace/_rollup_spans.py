@@ -9,16 +9,16 @@ from typing import Any, Final
 from ._group_types import Bucket
 from ._rollup_settle import RollupSettle
 from ._rollup_tree import (
-    _CYCLE,
-    _MASK,
-    _OUTSIDE,
+    CYCLE,
+    MASK,
+    OUTSIDE,
+    Entry,
     Example,
-    _add_sums,
-    _Entry,
-    _Group,
-    _merge,
-    _resolve,
-    _Step,
+    Group,
+    Step,
+    add_sums,
+    merge,
+    resolve,
 )
 
 __all__ = [
@@ -48,7 +48,7 @@ class RollupSpans(RollupSettle):
 
     def _stall(self, name: str, key: int, pkey: int | None, start: float, end: float) -> None:
         """A loop-stall span: never a step, in no bucket; its seconds go to its step apart."""
-        payload = self._take(key) or _Group()
+        payload = self._take(key) or Group()
         if self._stubs:
             payload = self._unstub(key, payload) or payload
         if payload.cands:  # stamped spans under a stall span (not expected): steps
@@ -91,7 +91,7 @@ class RollupSpans(RollupSettle):
             if bucket_index < 0:
                 self._violation(
                     "unknown-bucket",
-                    f"span {name!r} (span {key & _MASK:016x}) has an unknown bucket value "
+                    f"span {name!r} (span {key & MASK:016x}) has an unknown bucket value "
                     f"{bucket!r} (known: {', '.join(BUCKETS)})",
                     [(name, key)],
                 )
@@ -118,7 +118,7 @@ class RollupSpans(RollupSettle):
                         self._nested(name, key, children.examples())
                     else:  # no bucketed descendant: it counts, over its whole interval
                         if children is None:
-                            children = _Group()
+                            children = Group()
                         children.leaves.append((start, end, bucket_index, name, key))
                 step = self._make_step(name, key, pkey, origin, iteration, start, end, children)
                 self._remember(key, (pkey, step, flags | _STEP, name))
@@ -149,7 +149,7 @@ class RollupSpans(RollupSettle):
             if self._load > self._limit:
                 self._evict()
             return
-        payload = children if children is not None else _Group()
+        payload = children if children is not None else Group()
         if bucket is not None:
             if payload.has_bucketed():
                 self._nested(name, key, payload.examples())
@@ -159,30 +159,30 @@ class RollupSpans(RollupSettle):
 
     def _attach(
         self,
-        payload: _Group,
+        payload: Group,
         key: int,
         pkey: int | None,
-        parent: _Entry | None,
+        parent: Entry | None,
         flags: int,
         name: str,
     ) -> None:
         if pkey is None:
-            payload.fwd = _OUTSIDE
+            payload.fwd = OUTSIDE
             payload.leaves.clear()  # outside any step: counted nowhere
-            self._remember(key, (None, _OUTSIDE, flags, name))
+            self._remember(key, (None, OUTSIDE, flags, name))
             return
         if parent is None:  # the parent is still open: wait in its group
             target = self._pending.get(pkey)
             if target is None:
                 target = self._wait(pkey)
             self._load += len(payload.leaves)
-            _merge(payload, target)
+            merge(payload, target)
             self._remember(key, (pkey, target, flags, name))
             if self._load > self._limit:
                 self._evict()
             return
         # A late child: its parent arrived (ended) before it.
-        container = _resolve(parent[1])
+        container = resolve(parent[1])
         if container is payload:
             # The parent's chain of parents leads back to this span (parent ids in a
             # cycle): no span of it has a parent, so none can wait for one.
@@ -195,10 +195,10 @@ class RollupSpans(RollupSettle):
                 payload.leaves.clear()
                 payload.pre = None
                 payload.nb = 0
-        if isinstance(container, _Group):  # still waiting (a settled group forwards)
+        if isinstance(container, Group):  # still waiting (a settled group forwards)
             self._load += len(payload.leaves)
-            _merge(payload, container)
-        elif isinstance(container, _Step):
+            merge(payload, container)
+        elif isinstance(container, Step):
             if container.sealed:
                 if payload.has_bucketed():
                     self._late(container, payload.examples())
@@ -209,19 +209,19 @@ class RollupSpans(RollupSettle):
                 if container.raw is not None:  # a candidate: clipped once confirmed
                     container.raw.extend(payload.leaves)
                     self._load += len(payload.leaves)
-                    _add_sums(container, payload)
+                    add_sums(container, payload)
                 elif container.stub:  # its wait given up: its bucketed spans count nowhere
                     self.evicted_leaves += len(payload.leaves) + payload.nb
                     payload.pre = payload.phases = None
                     payload.nb = 0
                 else:
                     container.add_leaves(payload.leaves)
-                    _add_sums(container, payload)
+                    add_sums(container, payload)
                 container.add_stalls(payload)
                 payload.leaves.clear()
             payload.fwd = container
         else:
-            if container is _CYCLE:  # under a cycle of parent ids: said, as its own spans
+            if container is CYCLE:  # under a cycle of parent ids: said, as its own spans
                 self.cycle_leaves += len(payload.leaves) + payload.nb
                 payload.nb = 0
             payload.fwd = container
@@ -230,18 +230,18 @@ class RollupSpans(RollupSettle):
         if self._load > self._limit:
             self._evict()
 
-    def _cycle(self, payload: _Group, key: int, pkey: int, flags: int, name: str) -> None:
+    def _cycle(self, payload: Group, key: int, pkey: int, flags: int, name: str) -> None:
         """*key*'s parent ids come back to it: the cycle's spans are settled as spans whose
         parent is missing (their candidates steps, their bucketed spans outside any step),
         counted in ``cycles`` (and ``cycle_leaves``); their later children go outside."""
         self.cycles += 1
         self.cycle_leaves += self._missing(payload)
-        payload.fwd = _CYCLE  # (the groups forwarding to it, its spans' entries)
-        self._remember(key, (pkey, _CYCLE, flags, name))
+        payload.fwd = CYCLE  # (the groups forwarding to it, its spans' entries)
+        self._remember(key, (pkey, CYCLE, flags, name))
         if self._cycle_first is None:
-            self._cycle_first = f"{name!r} (span {key & _MASK:016x}, parent {pkey & _MASK:016x})"
+            self._cycle_first = f"{name!r} (span {key & MASK:016x}, parent {pkey & MASK:016x})"
 
-    def _remember(self, key: int, entry: _Entry) -> None:
+    def _remember(self, key: int, entry: Entry) -> None:
         home = self._home
         home[key] = entry
         order = self._order

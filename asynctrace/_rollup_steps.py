@@ -9,14 +9,14 @@ from typing import Final
 from ._rollup_notes import RollupNotes
 from ._rollup_rows import StepRow, Violation
 from ._rollup_tree import (
-    _MASK,
-    _add_sums,
-    _Entry,
-    _Group,
-    _merged,
-    _overlapping,
-    _Step,
-    _where,
+    MASK,
+    Entry,
+    Group,
+    Step,
+    add_sums,
+    merged,
+    overlapping_pairs,
+    step_label,
 )
 
 __all__ = ["RollupSteps"]
@@ -31,7 +31,7 @@ class RollupSteps(RollupNotes):
     _on_step: Callable[[StepRow, list[Violation]], None] | None
     _stepped: dict[tuple[int, int], list[tuple[float, float, int, int | None, int]]]
     _load: int
-    _held: list[tuple[float, int, _Step]]
+    _held: list[tuple[float, int, Step]]
     _seq: int
     _next_seal: float
     _rows: list[tuple[tuple[float, int, int], StepRow]]
@@ -39,7 +39,7 @@ class RollupSteps(RollupNotes):
     overlap_steps: int
     overlap_us: float
     _overlap_first: str | None
-    _home: dict[int, _Entry]
+    _home: dict[int, Entry]
 
     def _make_step(
         self,
@@ -50,16 +50,16 @@ class RollupSteps(RollupNotes):
         iteration: int | None,
         start: float,
         end: float,
-        children: _Group | None,
+        children: Group | None,
         candidate: bool = False,
-    ) -> _Step:
+    ) -> Step:
         """A step of *children*'s subtree; a *candidate* keeps its leaves unclipped.
 
         A candidate's leaves are clipped to it once it is confirmed; folded
         into its parent's subtree instead, they are clipped to the step they
         end up in, as if the candidate had never been taken for one.
         """
-        step = _Step(name, key, origin, iteration, start, end, pkey)
+        step = Step(name, key, origin, iteration, start, end, pkey)
         if candidate:
             step.raw = []
         if children is None:
@@ -71,18 +71,18 @@ class RollupSteps(RollupNotes):
             self._load += len(leaves)  # they wait with the candidate
         else:
             step.add_leaves(leaves)
-        _add_sums(step, children)
+        add_sums(step, children)
         step.add_stalls(children)
         if examples:
             step.ex = examples
         if not candidate and sum(step.sums) > step.end - step.start:
-            step.overlaps = _overlapping(leaves)
+            step.overlaps = overlapping_pairs(leaves)
         children.leaves.clear()
         children.fwd = step
         step.child = children
         return step
 
-    def _fold_step(self, step: _Step, into: _Group) -> None:
+    def _fold_step(self, step: Step, into: Group) -> None:
         """A candidate turned out not to be a step: its sums join its parent's subtree."""
         if step.raw is not None:  # its leaves, unclipped, join the subtree's
             into.leaves.extend(step.raw)
@@ -95,7 +95,7 @@ class RollupSteps(RollupNotes):
                 for i, seconds in enumerate(step.sums):
                     into.pre[i] += seconds
         if step.phases:
-            into.phases = _merged(into.phases, step.phases)
+            into.phases = merged(into.phases, step.phases)
         into.nb += step.leaves + step.nb
         if step.stall_spans:  # clipped to the candidate: clipped again where they end up
             if into.stalls is None:
@@ -113,7 +113,7 @@ class RollupSteps(RollupNotes):
         if entry is not None and entry[1] is step:
             self._home[step.key] = (entry[0], into, entry[2], entry[3])
 
-    def _confirm(self, step: _Step) -> None:
+    def _confirm(self, step: Step) -> None:
         """*step* is a step: it finishes once the spans arriving end past its grace."""
         step.stub = False
         raw = step.raw
@@ -122,7 +122,7 @@ class RollupSteps(RollupNotes):
             self._load -= len(raw)
             step.add_leaves(raw)
             if sum(step.sums) > step.end - step.start:
-                step.overlaps = _overlapping(raw)
+                step.overlaps = overlapping_pairs(raw)
         if step.iteration is not None and step.end > step.start:  # for _ruled_out
             where = (step.key >> 64, step.iteration)
             stepped = self._stepped
@@ -140,21 +140,21 @@ class RollupSteps(RollupNotes):
         if due < self._next_seal:
             self._next_seal = due
 
-    def _finished(self, step: _Step) -> None:
+    def _finished(self, step: Step) -> None:
         step.sealed = True
         step.child = None
         if not step.end > step.start:  # no duration: no step, its leaves count nowhere
             self.void_steps += 1
             self.void_leaves += step.leaves + step.nb
             if self._void_first is None:
-                self._void_first = f"{_where(step)}, dur {(step.end - step.start) / 1e6:g} s"
+                self._void_first = f"{step_label(step)}, dur {(step.end - step.start) / 1e6:g} s"
             return
         row = StepRow(
             name=step.name,
             origin=step.origin,
             iteration=step.iteration,
             trace_id=self._trace_of(step.key),
-            span_id=f"{step.key & _MASK:016x}",
+            span_id=f"{step.key & MASK:016x}",
             start=step.start,
             end=step.end,
             sums=list(step.sums),

@@ -7,11 +7,12 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
-_MASK: Final = (1 << 64) - 1
+from ._scopes import _INT64_MAX as _I64_MAX
+from ._scopes import _INT64_MIN as _I64_MIN
+
+MASK: Final = (1 << 64) - 1
 _EXAMPLES: Final = 3
 _ZERO: Final = (0.0, 0.0, 0.0, 0.0)
-_I64_MIN: Final = -(1 << 63)
-_I64_MAX: Final = (1 << 63) - 1
 
 # A bucketed leaf: (start, end, bucket index or -1 if unknown, name, key).
 Leaf = tuple[float, float, int, str, int]
@@ -25,11 +26,11 @@ class _Settled:
     fwd = None
 
 
-_OUTSIDE: Final = _Settled()
-_CYCLE: Final = _Settled()  # outside too: under a span whose parent ids form a cycle
+OUTSIDE: Final = _Settled()
+CYCLE: Final = _Settled()  # outside too: under a span whose parent ids form a cycle
 
 
-class _Group:
+class Group:
     """Arrived spans waiting for an ancestor that has not arrived yet."""
 
     __slots__ = ("cands", "ex", "fwd", "leaves", "nb", "phases", "pre", "stalls")
@@ -42,19 +43,22 @@ class _Group:
         self.phases: dict[str, float] | None = None  # ...and per leaf name, with ``pre``
         self.nb = 0  # bucketed spans folded into ``pre``
         self.ex: list[Example] | None = None  # a few bucketed spans of the subtree
-        self.cands: list[_Step] | None = None  # candidate steps whose parent is pending
+        self.cands: list[Step] | None = None  # candidate steps whose parent is pending
         self.fwd: _Container | None = None
 
     def has_bucketed(self) -> bool:
+        """Whether any bucketed span waits here, as a leaf or folded into ``pre``."""
         return bool(self.leaves) or self.nb > 0
 
     def examples(self) -> list[Example]:
+        """A few bucketed spans of the subtree: its leaves' first, then those kept."""
         out = [(leaf[3], leaf[4]) for leaf in self.leaves[:_EXAMPLES]]
         if self.ex:
             out.extend(self.ex[: _EXAMPLES - len(out)])
         return out
 
     def add_examples(self, examples: Sequence[Example]) -> None:
+        """Keep *examples* too, up to the few the group keeps."""
         if not examples:
             return
         if self.ex is None:
@@ -63,7 +67,7 @@ class _Group:
             self.ex.extend(examples[: _EXAMPLES - len(self.ex)])
 
 
-class _Step:
+class Step:
     """A step, or a candidate that is one unless its parent carries an iteration."""
 
     __slots__ = (
@@ -124,7 +128,7 @@ class _Step:
         self.nb = 0
         self.ex: Sequence[Example] = ()
         self.overlaps: Sequence[tuple[Example, Example]] = ()
-        self.child: _Group | None = None  # the group of its children, forwarding here
+        self.child: Group | None = None  # the group of its children, forwarding here
         self.orphan = False  # confirmed because its parent never arrived
         self.raw: list[Leaf] | None = None  # a candidate's leaves, clipped once confirmed
         # A candidate whose wait was given up (max_pending), waiting outside the limit:
@@ -192,7 +196,7 @@ class _Step:
         )
         self.leaves += counted
 
-    def add_stalls(self, group: _Group) -> None:
+    def add_stalls(self, group: Group) -> None:
         """Take *group*'s stall spans, clipped to the step: ``stalled`` counts the
         time at least one of them covers (their union), never a stretch twice."""
         stalls = group.stalls
@@ -220,25 +224,26 @@ class _Step:
             self.stalled += _cover(spans, start, end)
 
     def writable_sums(self) -> list[float]:
+        """The step's bucket sums as a list of its own (a shared tuple copied first)."""
         sums = self.sums
         if isinstance(sums, tuple):
             sums = self.sums = list(sums)
         return sums
 
 
-_Container = _Group | _Step | _Settled
+_Container = Group | Step | _Settled
 # What the window remembers of an arrived span: (parent key, container, flags, name).
-_Entry = tuple[int | None, _Container, int, str]
+Entry = tuple[int | None, _Container, int, str]
 
 
-def _where(step: _Step) -> str:
+def step_label(step: Step) -> str:
     """How a violation names *step*."""
-    return f"step {step.name!r} (span {step.key & _MASK:016x}" + (
+    return f"step {step.name!r} (span {step.key & MASK:016x}" + (
         f", rl.iteration={step.iteration})" if step.iteration is not None else ")"
     )
 
 
-def _iteration(value: Any) -> int | None:
+def as_iteration(value: Any) -> int | None:
     """*value* as an ``rl.iteration``: an int (subclasses such as ``IntEnum`` too, not
     ``bool``) in the signed 64-bit range the trace file keeps exactly; else ``None``.
 
@@ -251,7 +256,8 @@ def _iteration(value: Any) -> int | None:
     return value if _I64_MIN <= value <= _I64_MAX else None
 
 
-def _resolve(container: _Container) -> _Container:
+def resolve(container: _Container) -> _Container:
+    """The container *container* forwards to in the end (itself if it does not)."""
     while container.fwd is not None:
         container = container.fwd
     return container
@@ -285,20 +291,21 @@ def _span_end(span: tuple[float, float]) -> float:
     return span[1]
 
 
-def _add_sums(step: _Step, group: _Group) -> None:
+def add_sums(step: Step, group: Group) -> None:
+    """Add *group*'s summed bucket seconds, phases and counts to *step*; *group* keeps none."""
     if group.pre is not None:
         sums = step.writable_sums()
         for i, seconds in enumerate(group.pre):
             sums[i] += seconds
         group.pre = None
     if group.phases:
-        step.phases = _merged(step.phases, group.phases)
+        step.phases = merged(step.phases, group.phases)
         group.phases = None
     step.nb += group.nb
     group.nb = 0
 
 
-def _merge(source: _Group, target: _Group) -> None:
+def merge(source: Group, target: Group) -> None:
     """Move *source*'s content into *target*; *source* forwards there from now on."""
     if source.leaves:
         if len(source.leaves) > len(target.leaves):
@@ -313,7 +320,7 @@ def _merge(source: _Group, target: _Group) -> None:
                 target.pre[i] += seconds
         source.pre = None
     if source.phases:
-        target.phases = _merged(target.phases, source.phases)
+        target.phases = merged(target.phases, source.phases)
         source.phases = None
     if source.nb:
         target.nb += source.nb
@@ -334,7 +341,7 @@ def _merge(source: _Group, target: _Group) -> None:
     source.fwd = target
 
 
-def _merged(into: dict[str, float] | None, more: dict[str, float]) -> dict[str, float]:
+def merged(into: dict[str, float] | None, more: dict[str, float]) -> dict[str, float]:
     """*more*'s seconds per name added to *into* (a new dict when *into* is ``None``)."""
     if into is None:
         return dict(more)
@@ -343,7 +350,7 @@ def _merged(into: dict[str, float] | None, more: dict[str, float]) -> dict[str, 
     return into
 
 
-def _overlapping(leaves: Iterable[Leaf]) -> list[tuple[Example, Example]]:
+def overlapping_pairs(leaves: Iterable[Leaf]) -> list[tuple[Example, Example]]:
     """A few pairs of bucketed leaves that overlap in time (why buckets exceed the wall)."""
     pairs: list[tuple[Example, Example]] = []
     latest: Leaf | None = None

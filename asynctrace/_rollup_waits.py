@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from ._rollup_tree import _OUTSIDE, _Group, _Step
+from ._rollup_tree import OUTSIDE, Group, Step
 
 __all__ = ["RollupWaits"]
 
@@ -18,7 +18,7 @@ class RollupWaits:
     _remote: deque[tuple[float, int]]
     _remote_keys: set[int]
     _remote_open: int
-    _stubs: dict[int, list[_Step]]
+    _stubs: dict[int, list[Step]]
     _stubbed: int
     _load: int
     _limit: int
@@ -26,12 +26,12 @@ class RollupWaits:
     evicted_leaves: int
     dropped_stubs: int
     _next_seal: float
-    _pending: dict[int, _Group]
+    _pending: dict[int, Group]
 
-    def _wait(self, pkey: int) -> _Group:
+    def _wait(self, pkey: int) -> Group:
         """A new group of spans waiting for *pkey*; the caller gives the oldest up past
         max_pending (:meth:`_evict`) once it has put its span in the group."""
-        group = self._pending[pkey] = _Group()
+        group = self._pending[pkey] = Group()
         self._load += 1
         if self._remote_keys and pkey in self._remote_keys:
             self._remote_open += 1
@@ -44,7 +44,7 @@ class RollupWaits:
                 self._waits = deque(k for k in waits if k in pending)
         return group
 
-    def _take(self, key: int) -> _Group | None:
+    def _take(self, key: int) -> Group | None:
         """The group waiting for *key* (which has arrived), no longer waiting."""
         group = self._pending.pop(key, None)
         if group is not None:
@@ -67,7 +67,7 @@ class RollupWaits:
             self.evicted += 1
             self.evicted_leaves += self._give_up(key, group)
 
-    def _give_up(self, key: int, group: _Group) -> int:
+    def _give_up(self, key: int, group: Group) -> int:
         """Drop evicted *group*'s bucketed spans (and its candidates'); keep the candidates
         (per-prompt spans waiting to be ruled out by the step) as a stub for *key*.
         Returns the bucketed spans dropped."""
@@ -91,7 +91,7 @@ class RollupWaits:
         group.leaves.clear()
         group.nb = 0
         group.pre = group.phases = group.stalls = None
-        group.fwd = _OUTSIDE
+        group.fwd = OUTSIDE
         if self._stubbed > self._limit:
             self._trim_stubs()
         return dropped
@@ -110,7 +110,7 @@ class RollupWaits:
             self._stubbed -= len(cands)
             self.dropped_stubs += len(cands)
 
-    def _unstub(self, key: int, children: _Group | None) -> _Group | None:
+    def _unstub(self, key: int, children: Group | None) -> Group | None:
         """*children* with the candidates of *key*'s evicted waits, *key* having arrived."""
         cands = self._stubs.pop(key, None)
         if cands is None:
@@ -119,7 +119,7 @@ class RollupWaits:
         for cand in cands:
             cand.stub = False
         if children is None:
-            children = _Group()
+            children = Group()
         if children.cands is None:
             children.cands = cands
         else:

@@ -151,7 +151,7 @@ def init_worker(
     """Configure a worker process of a multi-rank job.
 
     *rank* and *world_size* default to the launcher's variables, read in
-    this order (:data:`asynctrace._ranks.LAUNCHER_VARS`): ``RANK``/``WORLD_SIZE``
+    this order (:data:`asynctrace._rank_env.LAUNCHER_VARS`): ``RANK``/``WORLD_SIZE``
     (torchrun and most launchers), ``OMPI_COMM_WORLD_RANK``/``OMPI_COMM_WORLD_SIZE``
     (Open MPI), ``PMI_RANK``/``PMI_SIZE`` (MPICH), ``SLURM_PROCID``/``SLURM_NTASKS``
     (srun); with none set, 0 and 1. A world size above 1 with no rank to go
@@ -165,7 +165,7 @@ def init_worker(
         >>> init_worker({"enabled": False}, rank=3, world_size=8).settings.rank
         3
     """
-    from ._ranks import env_rank
+    from ._rank_env import env_rank
 
     rank, world_size = env_rank(os.environ, rank, world_size)
     return configure(config, rank=rank, world_size=world_size, role="worker")

@@ -20,7 +20,7 @@ from ._cm import DONE, Done, SyncAndAsync
 from ._errors import ConfigurationError
 from ._group_types import Bucket, validate_bucket
 from ._semconv import RL_ITERATION, RL_SESSION_ID, RL_TASK_ID
-from ._session_record import redacted_name
+from ._session_names import redacted_name
 
 __all__ = [
     "bucket_scope",
@@ -431,6 +431,7 @@ class iteration_scope(_Scope[int]):
         return self._value
 
 
+# What a step, an iteration or an integer task id may be: a 64-bit attribute.
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 

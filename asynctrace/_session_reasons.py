@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ._exception_text import EXCEPTION_TEXT_CHARS, exception_reason
 from ._payloads import _count_cut
-from ._session_record import bounded_text
+from ._session_names import bounded_text
 
 __all__ = ["exception_text", "reason_text"]
 

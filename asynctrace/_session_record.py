@@ -1,90 +1,21 @@
-"""A session record: the live record a tracer keeps, and the JSON line written for it.
+"""A session record: the live record a tracer keeps, and the JSON object written for it.
 
 The tracer (:mod:`asynctrace._session_tracer`) changes a :class:`Record`
 only while the session is live; once finalized, the writer
-(:mod:`asynctrace._session_writer`) turns it into one JSON line with
-:func:`record_dict` and releases it.
+(:mod:`asynctrace._session_writer`) turns it into one JSON line
+(:mod:`asynctrace._session_lines`) from :func:`record_dict` and releases it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
 from typing import Any, Final
 
-from . import _redact, _secret_words
-from ._jsonl import MAX_LINE_BYTES, encode_lines
-from ._payloads import MAX_TEXT, _Copier, _count_cut
+from ._session_names import redacted_name
 
-__all__ = [
-    "Record",
-    "bounded_text",
-    "encode_records",
-    "merge_payload",
-    "record_dict",
-    "record_json",
-    "redacted_name",
-]
+__all__ = ["Record", "merge_payload", "record_dict"]
 
 _NS: Final = 1e9
-
-
-def bounded_text(text: str, secrets: Collection[str] = frozenset(), *, count: bool = True) -> str:
-    """*text* redacted as exception text is, and bounded as a payload's string is.
-
-    At most :data:`~asynctrace._payloads.MAX_TEXT` characters are kept, then
-    a ``"...<truncated N chars>"`` note; of a longer text only a prefix is
-    redacted (see :func:`asynctrace._payloads.plain_payload`), so the time it
-    takes is bounded whatever the size of *text*. A text cut is counted in
-    :func:`asynctrace._payloads.truncated_payloads` when *count*.
-
-    Example:
-        >>> bounded_text("token=abc")
-        'token=REDACTED'
-        >>> bounded_text("x" * 70_000)[-26:]
-        'x...<truncated 4464 chars>'
-    """
-    if len(text) <= MAX_TEXT:  # the common case: a short text, redacted whole
-        redacted = _redact.redact_text(text, secrets)
-        if len(redacted) <= MAX_TEXT:
-            return redacted
-    copier = _Copier()
-    out = copier.text(text, frozenset(secrets))
-    if copier.cut and count:
-        _count_cut()
-    return out
-
-
-_MAX_PLAIN_CACHED: Final = 4096
-_MAX_PLAIN_LEN: Final = 256
-_plain: set[str] = set()  # short names redaction leaves as they are (bounded)
-_plain_pattern: object = None  # the secret-name pattern _plain was found with
-
-
-def redacted_name(name: str, *, count: bool = False) -> str:
-    """A task id or counter name redacted as exception text is (no URL userinfo,
-    no secret query value or credential pair), and bounded as a payload's
-    string is (:func:`bounded_text`; a name cut is counted when *count*).
-
-    Names repeat from record to record: a short one that redaction leaves as
-    it is, is remembered (a bounded set, forgotten when
-    :func:`asynctrace.register_secret_words` widens what is secret), so the
-    next time it costs a set lookup.
-
-    Example:
-        >>> redacted_name("https://u:pw@host/item-7")
-        'https://host/item-7'
-    """
-    global _plain_pattern
-    if _plain_pattern is not _secret_words._SECRET_NAME:  # secret words were added
-        _plain.clear()
-        _plain_pattern = _secret_words._SECRET_NAME
-    if name in _plain:
-        return name
-    redacted = bounded_text(name, count=count)
-    if redacted == name and len(name) <= _MAX_PLAIN_LEN and len(_plain) < _MAX_PLAIN_CACHED:
-        _plain.add(name)
-    return redacted
 
 
 def _task_id_field(task_id: int | str | None) -> int | str | None:
@@ -290,97 +221,3 @@ def _counter_value(value: Any) -> Any:
     except (TypeError, OverflowError):
         pass
     return repr(value)
-
-
-def record_json(*args: Any, **kwargs: Any) -> str:
-    """:func:`record_dict` as one JSON line (with the trailing newline).
-
-    Raises:
-        ValueError: the record cannot be written as JSON.
-    """
-    data, skipped = encode_lines([record_dict(*args, **kwargs)])
-    if skipped:
-        raise ValueError("the session record cannot be written as JSON")
-    return data.decode()
-
-
-def encode_records(records: list[Record], meta: dict[str, Any]) -> tuple[bytes, int, int]:
-    """The JSON lines of finished records, how many could not be written, and how many
-    of those were too long.
-
-    msgspec, when installed, encodes them (about ten times faster than the
-    standard library on these mostly-float records). It would write a
-    non-finite float as null: counters, the only values that can be one, are
-    made finite first. A
-    record that cannot be turned into a dict costs only itself.
-
-    No line is longer than :data:`MAX_LINE_BYTES`: a record's payloads are
-    each bounded, but many executions may add up past it. Such a record
-    loses its largest payloads first, each replaced by
-    ``{"<truncated>": "<truncated: a payload of N bytes ...>"}`` and counted in
-    :func:`asynctrace._payloads.truncated_payloads`, until it fits; one that
-    does not fit even with none is not written (the third count).
-    """
-    dicts = []
-    broken = 0
-    for r in records:
-        try:
-            dicts.append(record_dict(r, r.status, r.reason, r.finalized_ns, **meta))
-        except Exception:
-            broken += 1
-    data, skipped = encode_lines(dicts)
-    if len(data) <= MAX_LINE_BYTES:  # no line can be longer than all of them
-        return data, broken + len(skipped), 0
-    return _fit_lines(data, dicts, skipped, broken)
-
-
-def _fit_lines(
-    data: bytes, dicts: list[dict[str, Any]], skipped: list[int], broken: int
-) -> tuple[bytes, int, int]:
-    """:func:`encode_records` past its fast path: the lines too long cut to fit, or left out."""
-    lines = data.split(b"\n")[:-1]  # JSON escapes a newline in a string: one per record
-    left_out = set(skipped)
-    written = [index for index in range(len(dicts)) if index not in left_out]
-    out: list[bytes] = []
-    overlong = 0
-    for index, line in zip(written, lines, strict=True):
-        if len(line) > MAX_LINE_BYTES:
-            fitted = _fit(dicts[index], len(line))
-            if fitted is None:
-                overlong += 1
-                continue
-            line = fitted
-        out.append(line)
-    data = b"".join(line + b"\n" for line in out)
-    return data, broken + len(skipped) + overlong, overlong
-
-
-def _fit(record: dict[str, Any], size: int) -> bytes | None:
-    """*record* (its line *size* bytes long) as one line within :data:`MAX_LINE_BYTES`,
-    its largest payloads replaced by a marker; ``None`` if it cannot fit."""
-    holders: list[dict[str, Any]] = [
-        execution
-        for executions in record["phases"].values()
-        for execution in executions
-        if "payload" in execution
-    ]
-    holders.append(record)  # the session's payload
-    sizes = []
-    for position, holder in enumerate(holders):
-        encoded, failed = encode_lines([holder["payload"]])
-        sizes.append((len(encoded) - 1 if not failed else 0, position))
-    sizes.sort(reverse=True)
-    for length, position in sizes:
-        if size <= MAX_LINE_BYTES:
-            break
-        marker = {
-            "<truncated>": f"<truncated: a payload of {length} bytes, left out to keep "
-            f"the record within {MAX_LINE_BYTES} bytes>"
-        }
-        holders[position]["payload"] = marker
-        size -= length - (len(encode_lines([marker])[0]) - 1)
-        _count_cut()
-    encoded, failed = encode_lines([record])
-    if failed or len(encoded) - 1 > MAX_LINE_BYTES:
-        return None
-    return encoded[:-1]

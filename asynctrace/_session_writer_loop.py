@@ -16,7 +16,8 @@ import time
 from typing import Final
 
 from ._jsonl import MAX_LINE_BYTES
-from ._session_record import Record, encode_records
+from ._session_lines import encode_records
+from ._session_record import Record
 from ._session_writer_room import WriterRoom
 
 __all__ = ["WriterLoop"]

@@ -21,7 +21,7 @@ from typing import Any
 from . import _session_tracer
 from ._cm import DONE, Done, SyncAndAsync
 from ._errors import ConfigurationError
-from ._scopes import SCOPES, ScopeState, leave
+from ._scopes import _INT64_MAX, _INT64_MIN, SCOPES, ScopeState, leave
 from ._session_ids import untracked_id
 from ._session_reasons import exception_text
 
@@ -32,9 +32,6 @@ __all__ = [
     "session_scope",
     "task_scope",
 ]
-
-_INT64_MIN = -(2**63)
-_INT64_MAX = 2**63 - 1
 
 
 def check_task_id(task_id: object, where: str = "task_scope(task_id)") -> int | str:

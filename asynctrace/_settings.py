@@ -36,7 +36,8 @@ from ._goodput_settings import GoodputSettings
 from ._profiler_settings import ProfilerSettings
 from ._protocol import check_protocol, otlp_protocol
 from ._provider_keys import own_provider_keys
-from ._ranks import MAX_WORLD_SIZE, ExportRanks, env_local_rank
+from ._rank_env import MAX_WORLD_SIZE, env_local_rank
+from ._ranks import ExportRanks
 from ._resolved_settings import Settings
 from ._session_config import SessionTracerConfig
 from ._settings_resource import detected, env_service_name

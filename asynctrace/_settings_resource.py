@@ -26,6 +26,7 @@ def detected(env: Mapping[str, str]) -> dict[str, Any]:
 
 
 def env_service_name(env: Mapping[str, str]) -> str:
+    """``OTEL_SERVICE_NAME``, else ``service.name`` of ``OTEL_RESOURCE_ATTRIBUTES`` (or "")."""
     name = env.get("OTEL_SERVICE_NAME", "").strip()
     if name:
         return name

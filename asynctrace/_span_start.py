@@ -26,9 +26,11 @@ from ._fast import FastTracer
 from ._fast._evict import STAMP_KEYS
 from ._fast._span import url_redacted
 from ._group_types import Bucket
+from ._redacting_tracer import redacted_links
 from ._scopes import SCOPES
+from ._sdk_stamps import restore_stamps
 from ._semconv import GROUP, RL_BUCKET
-from ._span_errors import redacted_links, redacting, restore_stamps
+from ._span_redacting import redacting
 from ._span_rules import (
     LEAF,
     PLAIN,

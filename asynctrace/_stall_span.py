@@ -22,7 +22,7 @@ from ._builtin_groups import LOOP_STALL
 from ._fast import FastTracer
 from ._redact import redact_text
 from ._semconv import GROUP, TRUNCATED
-from ._span_context import _CONTEXT_VAR
+from ._stall_samples import _OTEL_VAR
 from ._state import GATE
 
 if TYPE_CHECKING:
@@ -37,7 +37,6 @@ _current_task = asyncio.current_task
 _enter_task = getattr(asyncio.tasks, "_enter_task", None)
 _leave_task = getattr(asyncio.tasks, "_leave_task", None)
 _get_ident = threading.get_ident
-_OTEL_VAR = _CONTEXT_VAR  # None when another runtime context holds OpenTelemetry's
 
 
 class _Watched(Protocol):

@@ -18,8 +18,9 @@ from ._config_checks import check_bool
 from ._config_fields import span_group_tokens
 from ._errors import ConfigurationError
 from ._fast._provider import FastTracer
+from ._redacting_tracer import RedactingTracer
 from ._scopes import SCOPES
-from ._span_errors import RedactingTracer, redacted_block
+from ._span_errors import redacted_block
 
 __all__ = [
     "GATE",

@@ -17,6 +17,7 @@ class TorchBackend(Backend):
     name = "torch"
 
     def prepare(self) -> None:
+        """Build the ``torch.profiler`` profile: CPU operators, and CUDA kernels if present."""
         torch: Any = importlib.import_module("torch")  # imported already, at configuration
         profiler = torch.profiler
         activities = [profiler.ProfilerActivity.CPU]
@@ -30,6 +31,7 @@ class TorchBackend(Backend):
         )
 
     def start(self) -> None:
+        """Start the profile, then mark the clock; stopped again if the marker raises."""
         self._profile.start()
         try:
             self.mark()
@@ -38,15 +40,18 @@ class TorchBackend(Backend):
             raise
 
     def stop(self) -> None:
+        """Mark the clock, then stop the profile."""
         try:
             self.mark()
         finally:  # the profiler stops whatever the marker did: it would run on for good
             self._profile.stop()
 
     def abandon(self) -> None:
+        """Stop the profile without a marker (its capture is not saved)."""
         self._profile.stop()
 
     def save(self, path: Path) -> None:
+        """Export the profile to *path* as a Chrome trace."""
         self._profile.export_chrome_trace(str(path))
 
     def _marker(self, name: str) -> None:

@@ -45,6 +45,7 @@ class PythonBackend(Backend):
     stale: frozenset[int] = frozenset()  # threads named by the tracer's earlier captures
 
     def prepare(self) -> None:
+        """Take an idle tracer, or build one without hooking the threads started meanwhile."""
         viztracer: Any = importlib.import_module("viztracer")
         with HOOKS:
             self._previous_hook = threading.getprofile()
@@ -93,6 +94,7 @@ class PythonBackend(Backend):
             sys.setprofile(None)
 
     def start(self) -> None:
+        """Start the tracer (and hook new threads), then mark the clock; abandoned on error."""
         if _THREAD_HOOK:  # threads started meanwhile are recorded too
             with HOOKS:
                 self._previous_hook = threading.getprofile()
@@ -106,12 +108,14 @@ class PythonBackend(Backend):
             raise
 
     def stop(self) -> None:
+        """Mark the clock, then stop the tracer and unhook new threads."""
         try:
             self.mark()
         finally:  # the tracer stops whatever the marker did: it would trace on for good
             self.abandon()
 
     def abandon(self) -> None:
+        """Stop the tracer without a marker and give back the threads' earlier hook."""
         try:
             self._tracer.stop()
         finally:
@@ -120,6 +124,7 @@ class PythonBackend(Backend):
                     threading.setprofile(self._previous_hook)
 
     def release(self) -> None:
+        """Unhook this thread from a tracer that another thread stopped."""
         if sys.getprofile() is self._tracer:  # stopped on another thread: still hooked here
             sys.setprofile(None)
 
@@ -132,6 +137,7 @@ class PythonBackend(Backend):
                     IDLE.append(tracer)
 
     def save(self, path: Path) -> None:
+        """Write the capture to *path*, then empty the tracer and keep it idle for reuse."""
         tracer = self._tracer
         try:
             tracer.save(str(path), file_info=False, verbose=0)

@@ -117,8 +117,8 @@ def _memory_pipeline(provider: str) -> tuple[Any, InMemorySpanExporter, Callable
         raise MissingExtraError("sdk", "opentelemetry.sdk") from exc
     # asynctrace's own modules: a failure to import them is not a missing extra
     from ._fast import IDS, FastTracerProvider, SpanLimits
-    from .export._adapters import LazyMemoryExporter
     from .export._convert import Converter
+    from .export._lazy_memory import LazyMemoryExporter
     from .export._open_spans import OpenSpanTracker
 
     if provider == "fast":

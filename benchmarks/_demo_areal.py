@@ -33,7 +33,7 @@ from typing import Any
 import aiohttp
 from _areal import PerfTracerConfig, SessionTracerConfig, load_perf_tracer
 from _demo_parts import TwoPartCheckpointer
-from asynctrace_contrib.demo.driver import _cpu, _drive
+from asynctrace_contrib.demo._job import cpu, drive
 from asynctrace_contrib.demo.pump import MAX_ATTEMPTS, Collector, Rollout, RolloutPump
 
 __all__ = ["configure", "run"]
@@ -127,7 +127,7 @@ async def _train(
             try:
                 update = {**at_step, "rl.batch_size": len(batch)}
                 async with pt.atrace_scope("rl.policy_update", category="compute", args=update):
-                    await asyncio.to_thread(_cpu, 25)
+                    await asyncio.to_thread(cpu, 25)
             finally:
                 collector.refit_done.set()
             if step % 2 == 0:
@@ -148,6 +148,6 @@ async def run(
         current.set_name("driver")
     async with pt.atrace_scope("rl.job", category="scheduler", args={"rl.steps": steps}):
         sizes = (steps, prompts, max_inflight, checkpoint_every, gym_url)
-        rollouts = await _drive(AReaLPump, _train, asyncio.to_thread, *sizes)
+        rollouts = await drive(AReaLPump, _train, asyncio.to_thread, *sizes)
     pt.save(force=True)
     return rollouts

@@ -26,7 +26,7 @@ import _floor_tracer as ft
 import aiohttp
 import yarl
 from _demo_parts import TwoPartCheckpointer
-from asynctrace_contrib.demo.driver import _cpu, _drive
+from asynctrace_contrib.demo._job import cpu, drive
 from asynctrace_contrib.demo.pump import MAX_ATTEMPTS, Collector, Rollout, RolloutPump
 
 __all__ = ["run"]
@@ -115,7 +115,7 @@ async def _train(
                 update = {"rl.iteration": step, "rl.bucket": "productive"}
                 update["rl.batch_size"] = len(batch)
                 with ft.Span("rl.policy_update", update):
-                    await asyncio.to_thread(_cpu, 25)
+                    await asyncio.to_thread(cpu, 25)
             finally:
                 collector.refit_done.set()
             if step % 2 == 0:
@@ -136,4 +136,4 @@ async def run(
         current.set_name("driver")
     with ft.Span("rl.job", {"rl.steps": steps}):
         sizes = (steps, prompts, max_inflight, checkpoint_every, gym_url)
-        return await _drive(FloorPump, _train, asyncio.to_thread, *sizes)
+        return await drive(FloorPump, _train, asyncio.to_thread, *sizes)

@@ -2,7 +2,7 @@
 
 The anchor (``_demo_areal.py``) and the floor (``_demo_floor.py``) run the
 demo's work (``asynctrace_contrib.demo``) with another tracer; the job itself
-is the demo's own (``driver._drive``). What they share besides lives here:
+is the demo's own (``_job.drive``). What they share besides lives here:
 :class:`TwoPartCheckpointer`, which stages a checkpoint on the loop and
 finalizes it in a thread started in the staging span's context; each tracer
 gives only the span around each part (:meth:`TwoPartCheckpointer.scope`).
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
-from asynctrace_contrib.demo.driver import _cpu
+from asynctrace_contrib.demo._job import cpu
 
 __all__ = ["TwoPartCheckpointer"]
 
@@ -36,7 +36,7 @@ class TwoPartCheckpointer:
         """Stage the checkpoint of *step*, then hand its finalization to a thread."""
         with self.scope("rl.checkpointing", step):
             self.finalize_pending()
-            _cpu(8)
+            cpu(8)
             # In the staging span's context, as the demo's ContextThread starts it.
             context = contextvars.copy_context()
             self._thread = threading.Thread(

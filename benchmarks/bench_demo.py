@@ -11,7 +11,7 @@ Exits 1 if missed. Takes about 45 s; ``--quick``: 4 steps x 8 prompt groups,
 
 What runs. The demo's own pieces, in this process, wired as ``run_demo`` wires
 them: ``init_driver`` with the demo's configuration, as the demo builds it
-(``driver._demo_config``: chrome exporter, session tracer and goodput
+(``_config.demo_config``: chrome exporter, session tracer and goodput
 records, writing to a temporary directory that is removed afterwards),
 the FastAPI "Gym" server on uvicorn in its own thread, and the driver
 coroutine (``asynctrace_contrib.demo.driver._run``) under ``asyncio.run`` on
@@ -106,6 +106,7 @@ from typing import Any
 
 import asynctrace_contrib
 from asynctrace_contrib.demo import driver as demo_driver
+from asynctrace_contrib.demo._config import demo_config
 from asynctrace_contrib.demo.gym import GymServer
 
 import asynctrace as at
@@ -350,7 +351,7 @@ def config(mode: str, out: Path, demo: Mapping[str, int]) -> dict[str, Any]:
     (every span group; the chrome exporter only, not those the environment names), or
     telemetry off (also for the anchor's and the floor's runs)."""
     if mode == "on":
-        return demo_driver._demo_config(out, "all", [], dict(demo))
+        return demo_config(out, "all", [], dict(demo))
     return {"enabled": False, "output_dir": str(out)}
 
 

@@ -12,22 +12,17 @@ from types import FrameType
 from typing import Any
 
 import pytest
+from _span_tree import parents
 from opentelemetry.trace import StatusCode
 
 import asynctrace as at
 from asynctrace import MissingExtraError
-from asynctrace.testing import CapturedSpans, capture_spans
+from asynctrace.testing import capture_spans
 
 PROVIDERS = ["fast", "sdk"]
 
 Group: Any = getattr(builtins, "BaseExceptionGroup", None)  # 3.11+
 needs_groups = pytest.mark.skipif(Group is None, reason="no built-in BaseExceptionGroup")
-
-
-def _parents(c: CapturedSpans) -> dict[str, str | None]:
-    """Each span's name -> its parent's name (None for a root)."""
-    ids = {s.context.span_id: s.name for s in c.spans}
-    return {s.name: ids.get(s.parent.span_id) if s.parent else None for s in c.spans}
 
 
 # --- trace_fn stacked above accepts_trace_context -------------------------------------------
@@ -61,7 +56,7 @@ def test_trace_fn_above_accepts_trace_context_starts_under_the_carrier(
         if inspect.iscoroutine(result):
             result = asyncio.run(result)
         assert result == 7
-    assert _parents(c) == {"driver": None, "outer": "driver", "body": "outer"}
+    assert parents(c) == {"driver": None, "outer": "driver", "body": "outer"}
     assert len({s.context.trace_id for s in c.spans}) == 1
 
 
@@ -70,7 +65,7 @@ def test_trace_fn_above_accepts_trace_context_without_a_carrier(provider: str) -
     """Called without a carrier, the function runs traced as before."""
     with capture_spans(provider=provider) as c:
         assert _outer_sync(3) == 3
-    assert _parents(c) == {"outer": None, "body": "outer"}
+    assert parents(c) == {"outer": None, "body": "outer"}
 
 
 # --- exception groups -------------------------------------------------------------------------

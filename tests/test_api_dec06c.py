@@ -18,19 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _span_tree import parent_name
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import TracerProvider
 
 import asynctrace as at
 from asynctrace import _group_audit
 from asynctrace.testing import CapturedSpans, capture_spans
 
 PROVIDERS = ["fast", "sdk"]
-
-
-def _parent_name(captured: CapturedSpans, span: ReadableSpan) -> str | None:
-    names = {s.context.span_id: s.name for s in captured.spans}
-    return None if span.parent is None else names.get(span.parent.span_id)
 
 
 # -- end_span on a managed_span() object entered by hand --------------------------------
@@ -56,7 +52,7 @@ def test_end_span_detaches_an_object_entered_by_hand(
             by_hand.__exit__(None, None, None)
             assert trace.get_current_span().get_span_context() == root.get_span_context()
     assert sorted(captured.names()) == ["by_hand", "next", "root"]
-    assert _parent_name(captured, captured.by_name("next")[0]) == "root"
+    assert parent_name(captured, captured.by_name("next")[0]) == "root"
     ended = captured.by_name("by_hand")[0]
     assert ended.status.status_code.name == ("ERROR" if failed else "UNSET")
     assert not caplog.records
@@ -234,7 +230,7 @@ async def _drive(how: str, captured: CapturedSpans) -> None:
 def _check_both_recorded(captured: CapturedSpans, outer: str) -> None:
     assert sorted(captured.names()) == sorted(["held_across_yield", outer])
     held, stream = captured.by_name("held_across_yield")[0], captured.by_name(outer)[0]
-    assert _parent_name(captured, held) == outer
+    assert parent_name(captured, held) == outer
     assert held.end_time is not None
     assert stream.end_time is not None
     assert held.end_time <= stream.end_time

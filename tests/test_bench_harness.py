@@ -106,11 +106,11 @@ def test_bench_demo_measures_the_demos_own_configuration(tmp_path: Path) -> None
         import json
         from pathlib import Path
         import bench_demo
-        from asynctrace_contrib.demo import driver
+        from asynctrace_contrib.demo._config import demo_config
         out = Path({str(tmp_path)!r})
         print(json.dumps({{
             "bench": bench_demo.config("on", out, bench_demo.DEMO),
-            "demo": driver._demo_config(out, "all", [], dict(bench_demo.DEMO)),
+            "demo": demo_config(out, "all", [], dict(bench_demo.DEMO)),
             "off": bench_demo.config("off", out, bench_demo.DEMO),
             "threshold": bench_demo.flush_threshold(out, bench_demo.DEMO),
         }}))

@@ -156,14 +156,14 @@ def test_names_made_up_per_call_neither_grow_memory_nor_flood_the_log(
 ) -> None:
     """Categories made up per call are cached within a bound; a failure reported from
     one call site is logged once, whatever name or category each call gave."""
-    from asynctrace import _efficiency
+    from asynctrace import _efficiency_table
 
     caplog.set_level(logging.WARNING, logger="asynctrace")
     with capture_spans("all"):
         for i in range(5000):
             with at.efficiency_span(f"idle/edges_{i}"):
                 pass
-        assert len(_efficiency._cache) <= _efficiency._CACHE_MAX
+        assert len(_efficiency_table._cache) <= _efficiency_table._CACHE_MAX
         for i in range(200):
             with at.efficiency_span(f"/bad_{i}"):
                 pass

@@ -23,7 +23,8 @@ from opentelemetry.trace import (
 
 from asynctrace import ConfigurationError, FastTracerProvider
 from asynctrace._fast import Sampling, SpanLimits
-from asynctrace.export._adapters import LazyMemoryExporter, converter_for
+from asynctrace.export._adapters import converter_for
+from asynctrace.export._lazy_memory import LazyMemoryExporter
 from asynctrace.export._open_spans import OpenSpanTracker
 from asynctrace.export._otlp_wire import WireEncoder
 

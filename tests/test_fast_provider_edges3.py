@@ -16,7 +16,8 @@ from opentelemetry.trace import INVALID_SPAN_CONTEXT, Link, SpanContext, TraceFl
 import asynctrace as at
 from asynctrace import ConfigurationError, FastTracerProvider
 from asynctrace._fast import SpanLimits, limits_from
-from asynctrace.export._adapters import LazyMemoryExporter, converter_for
+from asynctrace.export._adapters import converter_for
+from asynctrace.export._lazy_memory import LazyMemoryExporter
 from asynctrace.testing import capture_spans
 
 PROVIDERS = ["fast", "sdk"]

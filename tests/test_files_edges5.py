@@ -17,7 +17,7 @@ from _shared_file import append_from_another_process
 import asynctrace
 from asynctrace import ConfigurationError, configure, managed_span
 from asynctrace._files import AppendFile
-from asynctrace._ranks import env_rank
+from asynctrace._rank_env import env_rank
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork and flock")
 

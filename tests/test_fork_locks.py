@@ -163,7 +163,7 @@ def _module_lock(module: str, name: str) -> Callable[[], Any]:
     [
         "asynctrace._goodput:_lock",
         "asynctrace.export._retry:_close_lock",
-        "asynctrace._span_errors:_REDACTING_LOCK",
+        "asynctrace._span_redacting:_REDACTING_LOCK",
         "asynctrace_contrib.areal._global:_lock",
         "asynctrace_contrib.areal._phases:_lock",
         "asynctrace_contrib.aiohttp_client._install:_install_lock",

@@ -16,7 +16,7 @@ import anyio
 import pytest
 
 from asynctrace._pump import wait_until
-from asynctrace._ranks import LAUNCHER_VARS, LOCAL_RANK_VARS
+from asynctrace._rank_env import LAUNCHER_VARS, LOCAL_RANK_VARS
 from asynctrace.testing import capture_spans
 
 LAUNCH_VARS = (*(v for pair in LAUNCHER_VARS for v in pair), *LOCAL_RANK_VARS)

@@ -25,7 +25,7 @@ pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc")
 
 import asynctrace as at
 from asynctrace import ConfigurationError
-from asynctrace.export import _otlp_env
+from asynctrace.export import _otlp_vars
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _otlp_receiver import OtlpReceiver, free_port
@@ -46,7 +46,7 @@ def _no_otlp_variables(monkeypatch: pytest.MonkeyPatch) -> None:
         kept = name in ("ASYNCTRACE_STRICT", "ASYNCTRACE_PROVIDER")
         if name.startswith(("OTEL_EXPORTER_OTLP_", "ASYNCTRACE_")) and not kept:
             monkeypatch.delenv(name)
-    _otlp_env._told.clear()
+    _otlp_vars._told.clear()
 
 
 @pytest.fixture

@@ -17,14 +17,8 @@ import pytest
 import asynctrace as at
 from asynctrace import ConfigurationError, _forksafe
 from asynctrace._files import AppendFile
-from asynctrace._ranks import (
-    LAUNCHER_VARS,
-    LOCAL_RANK_VARS,
-    env_local_rank,
-    env_rank,
-    parse_export_ranks,
-    rank_hash,
-)
+from asynctrace._rank_env import LAUNCHER_VARS, LOCAL_RANK_VARS, env_local_rank, env_rank
+from asynctrace._ranks import parse_export_ranks, rank_hash
 
 MAX_WORLD_SIZE = 2**31 - 1  # as documented
 LAUNCH_VARS = (*(v for pair in LAUNCHER_VARS for v in pair), *LOCAL_RANK_VARS)

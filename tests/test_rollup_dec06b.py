@@ -14,28 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _rollup_helpers import no_step_callbacks, span_event  # noqa: F401 (autouse)
 
 import asynctrace as at
 from asynctrace._rollup import Rollup, StepRow
 
-TRACE = "0" * 31 + "1"
 PROMPT = {"rl.iteration": 5}
 LEAF = {"rl.iteration": 5, "rl.bucket": "productive"}
 STALL = {"asynctrace.group": "loop_stall"}
-
-
-def _event(name: str, sid: int, parent: int | None, ts: Any, dur: Any, **args: Any) -> Any:
-    fields: dict[str, Any] = {"trace_id": TRACE, "span_id": f"{sid:x}", **args}
-    if parent is not None:
-        fields["parent_span_id"] = f"{parent:x}"
-    return {"ph": "X", "name": name, "ts": ts, "dur": dur, "args": fields}
-
-
-@pytest.fixture(autouse=True)
-def _no_callbacks() -> Any:
-    yield
-    for fn in at._goodput.callbacks():
-        at.remove_step_goodput(fn)
 
 
 # -- parent ids in a cycle --------------------------------------------------------
@@ -130,8 +116,8 @@ def _killed_run(prompts: list[tuple[float, float]], origin_of: Any = None, **kw:
     for i, (start, length) in enumerate(prompts):
         ts, dur = int(start * 1e6), int(length * 1e6)
         origin = origin_of(i) if origin_of else 0
-        events.append((_event("rl.generate", 0x100 + i, 0x10 + i, ts, dur, **LEAF), origin))
-        events.append((_event("rl.prompt", 0x10 + i, 0xFE, ts, dur, **PROMPT), origin))
+        events.append((span_event("rl.generate", 0x100 + i, 0x10 + i, ts, dur, **LEAF), origin))
+        events.append((span_event("rl.prompt", 0x10 + i, 0xFE, ts, dur, **PROMPT), origin))
     events.sort(key=lambda item: item[0]["ts"] + item[0]["dur"])
     rollup = Rollup(**kw)
     for event, origin in events:
@@ -183,7 +169,7 @@ def test_ten_thousand_staggered_prompts_make_one_step() -> None:
     """At scale (one prompt a ms, each 5 ms long): one step, not one per few prompts."""
     rollup = Rollup()
     for i in range(10_000):
-        rollup.add(_event("rl.prompt", i + 2, 1, i * 1000, 5000, **PROMPT))
+        rollup.add(span_event("rl.prompt", i + 2, 1, i * 1000, 5000, **PROMPT))
     result = rollup.finish()
     assert [(row.start, row.end) for row in result.steps] == [(0, 10_004_000)]
 
@@ -247,8 +233,8 @@ def test_events_without_a_trace_id_are_skipped_and_counted(trace_id: Any) -> Non
     trace, none is taken for another's duplicate; each is counted in without_ids."""
     rollup = Rollup()
     for base, iteration in ((0, 1), (20, 2)):
-        gen = _event("gen", 2, 1, base, 5, **{"rl.bucket": "productive"})
-        step = _event("step", 1, None, base, 10, **{"rl.iteration": iteration})
+        gen = span_event("gen", 2, 1, base, 5, **{"rl.bucket": "productive"})
+        step = span_event("step", 1, None, base, 10, **{"rl.iteration": iteration})
         for event in (gen, step):
             if trace_id is None:
                 del event["args"]["trace_id"]
@@ -262,8 +248,8 @@ def test_events_without_a_trace_id_are_skipped_and_counted(trace_id: Any) -> Non
 def test_a_missing_trace_id_after_a_good_one_is_still_skipped() -> None:
     """The last trace id is remembered: an event without one right after is not put in it."""
     rollup = Rollup()
-    rollup.add(_event("step", 1, None, 0, 10, **{"rl.iteration": 1}))
-    orphan = _event("gen", 2, 1, 0, 5, **{"rl.bucket": "productive"})
+    rollup.add(span_event("step", 1, None, 0, 10, **{"rl.iteration": 1}))
+    orphan = span_event("gen", 2, 1, 0, 5, **{"rl.bucket": "productive"})
     del orphan["args"]["trace_id"]
     rollup.add(orphan)
     result = rollup.finish()
@@ -282,8 +268,8 @@ def test_a_missing_trace_id_after_a_good_one_is_still_skipped() -> None:
 def test_times_no_float_holds_are_skipped_and_counted(ts: int, dur: float) -> None:
     """An integer ts (or end) past any float: counted in without_ids, the rollup goes on."""
     rollup = Rollup()
-    rollup.add(_event("step", 1, None, ts, dur, **{"rl.iteration": 1}))
-    rollup.add(_event("next", 2, None, 0, 10, **{"rl.iteration": 2}))
+    rollup.add(span_event("step", 1, None, ts, dur, **{"rl.iteration": 1}))
+    rollup.add(span_event("next", 2, None, 0, 10, **{"rl.iteration": 2}))
     result = rollup.finish()
     assert [(row.name, row.wall) for row in result.steps] == [("next", 10)]
     assert result.without_ids == 1
@@ -308,10 +294,13 @@ def test_overlapping_stalls_under_one_step_count_once() -> None:
     events = []
     for i in range(4):
         events.append(
-            (_event("asynctrace.loop_stall", 0x40 + i, 0x20 + i, 100_000, 800_000, **STALL), i + 1)
+            (
+                span_event("asynctrace.loop_stall", 0x40 + i, 0x20 + i, 100_000, 800_000, **STALL),
+                i + 1,
+            )
         )
-        events.append((_event("env.request", 0x20 + i, 1, 50_000, 900_000), i + 1))
-    events.append((_event("rl.step", 1, None, 0, 1_000_000, **{"rl.iteration": 1}), 0))
+        events.append((span_event("env.request", 0x20 + i, 1, 50_000, 900_000), i + 1))
+    events.append((span_event("rl.step", 1, None, 0, 1_000_000, **{"rl.iteration": 1}), 0))
     for event, origin in events:
         rollup.add(event, origin)
     (row,) = rollup.finish().steps
@@ -337,15 +326,17 @@ def test_stalled_is_the_union_of_the_stalls_in_any_arrival_order() -> None:
     for _ in range(300):
         step_start, step_end = rnd.randint(0, 50), rnd.randint(60, 200)
         events = [
-            _event("rl.step", 1, None, step_start, step_end - step_start, **{"rl.iteration": 1})
+            span_event(
+                "rl.step", 1, None, step_start, step_end - step_start, **{"rl.iteration": 1}
+            )
         ]
-        events.append(_event("umbrella", 2, 1, step_start, step_end - step_start))
+        events.append(span_event("umbrella", 2, 1, step_start, step_end - step_start))
         clipped = []
         for k in range(rnd.randint(1, 8)):
             start = rnd.randint(0, 220)
             end = start + rnd.randint(1, 80)
             events.append(
-                _event(
+                span_event(
                     "asynctrace.loop_stall",
                     10 + k,
                     rnd.choice((1, 2)),
@@ -370,10 +361,10 @@ def test_stalls_of_a_folded_candidate_count_once_with_the_steps_own() -> None:
     """A stall under a stamped umbrella (a candidate folded into the step when the step
     arrives) and an overlapping one under the step: counted once."""
     rollup = Rollup()
-    rollup.add(_event("asynctrace.loop_stall", 10, 3, 100, 400, **STALL))
-    rollup.add(_event("rl.prompt", 3, 1, 0, 800, **{"rl.iteration": 1}))
-    rollup.add(_event("asynctrace.loop_stall", 11, 1, 300, 400, **STALL))
-    rollup.add(_event("rl.step", 1, None, 0, 1000, **{"rl.iteration": 1}))
+    rollup.add(span_event("asynctrace.loop_stall", 10, 3, 100, 400, **STALL))
+    rollup.add(span_event("rl.prompt", 3, 1, 0, 800, **{"rl.iteration": 1}))
+    rollup.add(span_event("asynctrace.loop_stall", 11, 1, 300, 400, **STALL))
+    rollup.add(span_event("rl.step", 1, None, 0, 1000, **{"rl.iteration": 1}))
     (row,) = rollup.finish().steps
     assert row.stalled == 600  # 100 .. 700
 
@@ -381,10 +372,10 @@ def test_stalls_of_a_folded_candidate_count_once_with_the_steps_own() -> None:
 def test_stalls_of_joined_prompts_count_once() -> None:
     """Overlapping stalls under two prompts of a step never written (one step): once."""
     rollup = Rollup()
-    rollup.add(_event("asynctrace.loop_stall", 10, 3, 100, 400, **STALL))
-    rollup.add(_event("rl.prompt", 3, 0xFE, 0, 600, **PROMPT))
-    rollup.add(_event("asynctrace.loop_stall", 11, 4, 300, 400, **STALL))
-    rollup.add(_event("rl.prompt", 4, 0xFE, 200, 600, **PROMPT))
+    rollup.add(span_event("asynctrace.loop_stall", 10, 3, 100, 400, **STALL))
+    rollup.add(span_event("rl.prompt", 3, 0xFE, 0, 600, **PROMPT))
+    rollup.add(span_event("asynctrace.loop_stall", 11, 4, 300, 400, **STALL))
+    rollup.add(span_event("rl.prompt", 4, 0xFE, 200, 600, **PROMPT))
     (row,) = rollup.finish().steps
     assert (row.start, row.end, row.stalled) == (0, 800, 600)
 
@@ -394,8 +385,8 @@ def test_stall_union_stays_small_under_many_overlapping_stalls() -> None:
     rows: list[StepRow] = []
     rollup = Rollup(on_step=lambda row, _: rows.append(row))
     for k in range(5000):
-        rollup.add(_event("asynctrace.loop_stall", 10 + k, 1, k, 1000, **STALL))
-    rollup.add(_event("rl.step", 1, None, 0, 10_000, **{"rl.iteration": 1}))
+        rollup.add(span_event("asynctrace.loop_stall", 10 + k, 1, k, 1000, **STALL))
+    rollup.add(span_event("rl.step", 1, None, 0, 10_000, **{"rl.iteration": 1}))
     (held,) = [item[2] for item in rollup._held]
     assert held.stall_spans == [(0, 5999)]
     rollup.finish()
@@ -405,9 +396,9 @@ def test_stall_union_stays_small_under_many_overlapping_stalls() -> None:
 def test_permutations_of_two_stalls_and_a_step() -> None:
     for order in itertools.permutations(range(3)):
         events = [
-            _event("asynctrace.loop_stall", 10, 1, 0, 50, **STALL),
-            _event("asynctrace.loop_stall", 11, 1, 25, 50, **STALL),
-            _event("rl.step", 1, None, 0, 100, **{"rl.iteration": 1}),
+            span_event("asynctrace.loop_stall", 10, 1, 0, 50, **STALL),
+            span_event("asynctrace.loop_stall", 11, 1, 25, 50, **STALL),
+            span_event("rl.step", 1, None, 0, 100, **{"rl.iteration": 1}),
         ]
         rollup = Rollup()
         for i in order:

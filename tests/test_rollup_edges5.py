@@ -9,28 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _rollup_helpers import no_step_callbacks, span_event  # noqa: F401 (autouse)
 
 import asynctrace as at
 from asynctrace._rollup import Rollup, StepRow
 
-TRACE = "0" * 31 + "1"
 PROMPT = {"rl.iteration": 1}
 LEAF = {"rl.iteration": 1, "rl.bucket": "productive"}
 STEP = {"rl.iteration": 1, "asynctrace.group": "step"}
-
-
-def _event(name: str, sid: int, parent: int | None, ts: int, dur: int, **args: Any) -> Any:
-    fields: dict[str, Any] = {"trace_id": TRACE, "span_id": f"{sid:016x}", **args}
-    if parent:
-        fields["parent_span_id"] = f"{parent:016x}"
-    return {"ph": "X", "name": name, "ts": ts, "dur": dur, "args": fields}
-
-
-@pytest.fixture(autouse=True)
-def _no_callbacks() -> Any:
-    yield
-    for fn in at._goodput.callbacks():
-        at.remove_step_goodput(fn)
 
 
 def test_an_evicted_step_wait_makes_no_step_of_its_per_prompt_spans() -> None:
@@ -39,11 +25,11 @@ def test_an_evicted_step_wait_makes_no_step_of_its_per_prompt_spans() -> None:
     rows: list[StepRow] = []
     rollup = Rollup(max_pending=10, on_step=lambda row, _: rows.append(row), keep=False)
     for i in range(3):
-        rollup.add(_event("rl.rollout.prompt", 100 + i, 2, 1000 * i, 50_000, **PROMPT))
+        rollup.add(span_event("rl.rollout.prompt", 100 + i, 2, 1000 * i, 50_000, **PROMPT))
     for i in range(12):
-        rollup.add(_event("rl.generate", 200 + i, 2, 100_000 + 10_000 * i, 5_000, **LEAF))
-    rollup.add(_event("rl.step", 2, 1, 0, 1_000_000, **STEP))
-    rollup.add(_event("rl.job", 1, None, 0, 1_100_000, **{"asynctrace.group": "job"}))
+        rollup.add(span_event("rl.generate", 200 + i, 2, 100_000 + 10_000 * i, 5_000, **LEAF))
+    rollup.add(span_event("rl.step", 2, 1, 0, 1_000_000, **STEP))
+    rollup.add(span_event("rl.job", 1, None, 0, 1_100_000, **{"asynctrace.group": "job"}))
     result = rollup.finish()
     assert (result.evicted, result.evicted_leaves) == (1, 10)
     assert [(row.name, row.parent_missing) for row in rows] == [("rl.step", False)]
@@ -55,12 +41,12 @@ def test_evicted_candidates_under_a_bucketed_parent_are_not_steps() -> None:
     arrives (a leaf, the rollup's shortest path) it is ruled out, as without a limit."""
     rows: list[StepRow] = []
     rollup = Rollup(max_pending=4, on_step=lambda row, _: rows.append(row), keep=False)
-    rollup.add(_event("rl.finalize", 10, 5, 1_000, 5_000, **PROMPT))  # waits for 5
+    rollup.add(span_event("rl.finalize", 10, 5, 1_000, 5_000, **PROMPT))  # waits for 5
     for i in range(3):  # waiting for 6: past 4 at the third, 5's wait is given up
-        rollup.add(_event("rl.generate", 20 + i, 6, 1_000 * i, 1_000, **LEAF))
-    rollup.add(_event("setup", 6, None, 0, 3_000))  # outside any step
-    rollup.add(_event("rl.checkpointing", 5, 3, 0, 2_000, **LEAF))  # bucketed: 10 no step
-    rollup.add(_event("teardown", 3, None, 0, 10_000))  # no step at all
+        rollup.add(span_event("rl.generate", 20 + i, 6, 1_000 * i, 1_000, **LEAF))
+    rollup.add(span_event("setup", 6, None, 0, 3_000))  # outside any step
+    rollup.add(span_event("rl.checkpointing", 5, 3, 0, 2_000, **LEAF))  # bucketed: 10 no step
+    rollup.add(span_event("teardown", 3, None, 0, 10_000))  # no step at all
     result = rollup.finish()
     assert (result.evicted, result.evicted_leaves) == (1, 0)
     assert rows == []
@@ -71,10 +57,10 @@ def test_evicted_candidates_whose_parent_never_arrives_are_steps_at_the_end() ->
     missing, once it is known the parent never arrives (finish), not when evicted."""
     rows: list[StepRow] = []
     rollup = Rollup(max_pending=2, on_step=lambda row, _: rows.append(row), keep=False)
-    rollup.add(_event("worker.step", 10, 99, 0, 1_000_000, **PROMPT))  # its job is missing
+    rollup.add(span_event("worker.step", 10, 99, 0, 1_000_000, **PROMPT))  # its job is missing
     for i in range(3):
-        rollup.add(_event("rl.generate", 20 + i, 7, 1_100_000 + i, 1, **LEAF))
-    rollup.add(_event("later", 30, None, 9_000_000, 1))  # far past the grace
+        rollup.add(span_event("rl.generate", 20 + i, 7, 1_100_000 + i, 1, **LEAF))
+    rollup.add(span_event("later", 30, None, 9_000_000, 1))  # far past the grace
     assert rows == []
     result = rollup.finish()
     assert result.evicted >= 1
@@ -132,15 +118,17 @@ def test_sibling_steps_under_a_missing_parent_are_each_kept() -> None:
     rollup = Rollup(window=3)
     for rank, offset in ((1, 0), (2, 200_000)):
         step, leaf = rank << 8, (rank << 8) + 1
-        rollup.add(_event("rl.generate", leaf, step, 1_000_000 + offset, 700_000, **LEAF), rank)
         rollup.add(
-            _event("worker.step", step, 0xAA, 1_000_000 + offset, 1_000_000, **PROMPT), rank
+            span_event("rl.generate", leaf, step, 1_000_000 + offset, 700_000, **LEAF), rank
+        )
+        rollup.add(
+            span_event("worker.step", step, 0xAA, 1_000_000 + offset, 1_000_000, **PROMPT), rank
         )
     # rank 1's staging span, then a finalize span arriving past the window
-    rollup.add(_event("rl.checkpointing", 0x150, 1 << 8, 1_500_000, 10, **LEAF), 1)
+    rollup.add(span_event("rl.checkpointing", 0x150, 1 << 8, 1_500_000, 10, **LEAF), 1)
     for i in range(4):
-        rollup.add(_event("other", 0x160 + i, None, 1_600_000, 10), 1)
-    rollup.add(_event("rl.finalize", 0x170, 0x150, 1_500_010, 2_000_000, **PROMPT), 1)
+        rollup.add(span_event("other", 0x160 + i, None, 1_600_000, 10), 1)
+    rollup.add(span_event("rl.finalize", 0x170, 0x150, 1_500_010, 2_000_000, **PROMPT), 1)
     result = rollup.finish()
     assert [(row.name, row.origin, row.sums[0]) for row in result.steps] == [
         ("worker.step", 1, 700_010),  # with its staging span
@@ -208,22 +196,22 @@ def test_late_children_of_a_given_up_candidate_do_not_hold_the_limit() -> None:
     (``evicted_leaves``) and take no room under max_pending: later steps count in full."""
     rows: list[StepRow] = []
     rollup = Rollup(max_pending=4, on_step=lambda row, _: rows.append(row), keep=False)
-    rollup.add(_event("rl.finalize", 10, 5, 1_000, 5_000, **PROMPT))  # waits for 5
+    rollup.add(span_event("rl.finalize", 10, 5, 1_000, 5_000, **PROMPT))  # waits for 5
     for i in range(3):  # waiting for 6: 5's wait is given up, 10 waits on outside it
-        rollup.add(_event("rl.generate", 20 + i, 6, 1_000 * i, 1_000, **LEAF))
+        rollup.add(span_event("rl.generate", 20 + i, 6, 1_000 * i, 1_000, **LEAF))
     for i in range(5):  # detached bucketed children of 10, ending after it
-        rollup.add(_event("rl.upload", 30 + i, 10, 7_000 + i, 100, **LEAF))
-    rollup.add(_event("setup", 6, None, 0, 3_000))
+        rollup.add(span_event("rl.upload", 30 + i, 10, 7_000 + i, 100, **LEAF))
+    rollup.add(span_event("setup", 6, None, 0, 3_000))
     for it in (2, 3):
         base = it * 1_000_000
         for i in range(3):
             leaf = {"rl.iteration": it, "rl.bucket": "productive"}
             sid, ts = it * 1000 + i, base + 1000 * i
-            rollup.add(_event("rl.generate", sid, it * 100, ts, 1000, **leaf))
+            rollup.add(span_event("rl.generate", sid, it * 100, ts, 1000, **leaf))
         step = {"rl.iteration": it, "asynctrace.group": "step"}
-        rollup.add(_event("rl.step", it * 100, 1, base, 10_000, **step))
-    rollup.add(_event("rl.job", 1, None, 0, 9_000_000, **{"asynctrace.group": "job"}))
-    rollup.add(_event("rl.checkpointing", 5, 1, 0, 2_000, **LEAF))
+        rollup.add(span_event("rl.step", it * 100, 1, base, 10_000, **step))
+    rollup.add(span_event("rl.job", 1, None, 0, 9_000_000, **{"asynctrace.group": "job"}))
+    rollup.add(span_event("rl.checkpointing", 5, 1, 0, 2_000, **LEAF))
     result = rollup.finish()
     assert [(row.iteration, row.sums[0], row.leaves) for row in rows] == [
         (2, 3000.0, 3),
@@ -238,8 +226,8 @@ def test_per_prompt_spans_of_a_step_never_written_are_one_step() -> None:
     not one each."""
     rollup = Rollup()
     for i in range(8):
-        rollup.add(_event("rl.rollout.prompt", 100 + i, 2, 1000 * i, 500_000, **PROMPT))
-        rollup.add(_event("rl.generate", 200 + i, 100 + i, 1000 * i + 10, 400_000, **LEAF))
+        rollup.add(span_event("rl.rollout.prompt", 100 + i, 2, 1000 * i, 500_000, **PROMPT))
+        rollup.add(span_event("rl.generate", 200 + i, 100 + i, 1000 * i + 10, 400_000, **LEAF))
     result = rollup.finish()
     assert [(row.name, row.wall, row.parent_missing) for row in result.steps] == [
         ("rl.rollout.prompt", 507_000, True)
@@ -254,8 +242,8 @@ def test_per_prompt_spans_of_different_lengths_under_a_missing_step_are_one_step
     prompts = [(0, 900_000), (1000, 100_000), (2000, 300_000), (3000, 950_000)]
     rollup = Rollup()
     for i, (start, dur) in sorted(enumerate(prompts), key=lambda p: p[1][0] + p[1][1]):
-        rollup.add(_event("rl.generate", 200 + i, 100 + i, start + 10, dur - 20, **LEAF))
-        rollup.add(_event("rl.rollout.prompt", 100 + i, 2, start, dur, **PROMPT))
+        rollup.add(span_event("rl.generate", 200 + i, 100 + i, start + 10, dur - 20, **LEAF))
+        rollup.add(span_event("rl.rollout.prompt", 100 + i, 2, start, dur, **PROMPT))
     result = rollup.finish()
     assert [(row.name, row.start, row.wall, row.parent_missing) for row in result.steps] == [
         ("rl.rollout.prompt", 0, 953_000, True)
@@ -320,7 +308,7 @@ def test_given_up_candidates_are_bounded_by_max_pending() -> None:
     rollup = Rollup(max_pending=10, on_step=lambda row, _: rows.append(row), keep=False)
     most = 0
     for i in range(200):
-        span = _event("rl.rollout.prompt", 10_000 + i, 1_000 + i, i * 1000, 500, **PROMPT)
+        span = span_event("rl.rollout.prompt", 10_000 + i, 1_000 + i, i * 1000, 500, **PROMPT)
         rollup.add(span)
         most = max(most, sum(len(cands) for cands in rollup._stubs.values()))
     assert most <= 10

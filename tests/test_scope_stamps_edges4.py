@@ -66,9 +66,9 @@ def _limited(provider: str, limit: int, length: int | None = None) -> tuple[Any,
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     from asynctrace._fast import FastTracerProvider, SpanLimits
-    from asynctrace._span_errors import RedactingTracer
-    from asynctrace.export._adapters import LazyMemoryExporter
+    from asynctrace._redacting_tracer import RedactingTracer
     from asynctrace.export._convert import Converter
+    from asynctrace.export._lazy_memory import LazyMemoryExporter
     from asynctrace.export._open_spans import OpenSpanTracker
 
     limits = SpanLimits(max_attributes=limit, max_attribute_length=length)

@@ -291,7 +291,7 @@ def test_a_keyboard_interrupt_in_the_first_poll_leaves_the_poller_usable(
 ) -> None:
     """Ctrl-C landing while the first poll opens the span propagates from that poll
     alone: a saved poll and wait.poll both go on, and the waits are recorded."""
-    import asynctrace._efficiency as eff
+    import asynctrace._poll_wait as eff
 
     real = eff._start_wait
     calls: list[str] = []
@@ -330,7 +330,7 @@ def test_two_threads_first_polls_raise_nothing_and_share_the_wait(
     ValueError; both count on one wait, and the poller goes on."""
     import threading
 
-    import asynctrace._efficiency as eff
+    import asynctrace._poll_wait as eff
 
     real = eff._start_wait
     inside, second_done = threading.Event(), threading.Event()

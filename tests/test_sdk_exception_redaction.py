@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanContext, StatusCode
 
 import asynctrace
-from asynctrace._span_errors import redacting
+from asynctrace._span_redacting import redacting
 from asynctrace.testing import capture_spans
 
 LEAKY = "POST http://bob:pw-hunter2@h/x?api_key=key-0123456789"

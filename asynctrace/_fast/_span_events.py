@@ -8,6 +8,7 @@ from traceback import TracebackException
 from typing import Any
 
 from .._exception_text import redact_exception_text, secrets_of
+from .._span_errors import STACKTRACE
 
 __all__ = [
     "STACKTRACE",
@@ -18,7 +19,6 @@ __all__ = [
     "exception_message",
 ]
 
-STACKTRACE = "exception.stacktrace"
 _exc_info = sys.exc_info
 
 

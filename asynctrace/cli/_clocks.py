@@ -15,6 +15,7 @@ __all__ = ["clock_shifts", "earliest"]
 
 
 def earliest(paths: Sequence[Path], shifts: dict[int, float] | None = None) -> float:
+    """The earliest timestamp of the files' events, each less its file's shift (0: none)."""
     earliest: float | None = None
     for index, path in enumerate(paths):
         shift = (shifts or {}).get(index, 0.0)

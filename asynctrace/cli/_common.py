@@ -130,12 +130,14 @@ def _stdlib_codecs() -> tuple[Callable[[bytes], Any], Callable[[Any], bytes]]:
     ascii_encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
     def loads(data: bytes) -> Any:
+        """One JSON value of *data*; :class:`ValueError` if it is not JSON."""
         try:
             return decode(data.decode("utf-8"))
         except RecursionError:  # nested deeper than the interpreter's stack allows
             raise ValueError("JSON nested too deeply") from None
 
     def dumps(obj: Any) -> bytes:
+        """*obj* as compact JSON bytes (lone surrogates kept as escapes)."""
         text = encode(obj)
         try:
             return text.encode("utf-8")
@@ -165,12 +167,14 @@ def _codecs() -> tuple[Callable[[bytes], Any], Callable[[Any], bytes]]:
     slow_loads, slow_dumps = _stdlib_codecs()
 
     def loads(data: bytes) -> Any:
+        """One JSON value of *data*; :class:`ValueError` if it is not JSON."""
         try:
             return fast_loads(data)
         except ValueError:
             return slow_loads(data)
 
     def dumps(obj: Any) -> bytes:
+        """*obj* as compact JSON bytes (lone surrogates kept as escapes)."""
         try:
             return fast_dumps(obj)  # type: ignore[no-any-return]
         except TypeError:
@@ -260,6 +264,7 @@ class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors are one line (a :class:`CliError`)."""
 
     def error(self, message: str) -> NoReturn:
+        """Raise the usage error *message* as a one-line :class:`CliError`."""
         raise CliError(f"{self.prog}: error: {message} (see '{self.prog} --help')")
 
 

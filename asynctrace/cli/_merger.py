@@ -94,6 +94,7 @@ class Merger:
         self._span_owners: dict[str, set[tuple[str | None, object]]] = {}
 
     def out_pid(self, file_index: int, pid: object) -> object:
+        """The merged pid of *pid* in file *file_index*: a fresh one if another process has it."""
         key = (file_index, pid)
         found = self._out.get(key, key)
         if found is not key:
@@ -235,4 +236,5 @@ class Merger:
 
     @property
     def processes(self) -> int:
+        """How many processes the merged trace holds so far."""
         return len(self._by_process)

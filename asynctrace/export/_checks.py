@@ -12,7 +12,7 @@ from collections.abc import Collection
 from .._config_checks import MAX_WAIT_S, MIN_SCHEDULE_DELAY_MS, is_finite
 from .._errors import ConfigurationError
 
-__all__ = ["check_count", "check_delay_millis", "unique_name"]
+__all__ = ["check_count", "check_delay_millis", "check_limit", "unique_name"]
 
 
 def unique_name(base: str, taken: Collection[object]) -> str:
@@ -60,3 +60,21 @@ def check_delay_millis(name: str, value: object) -> float:
         f">= {MIN_SCHEDULE_DELAY_MS:g} (a shorter delay keeps an idle export thread "
         f"polling) and <= {most:.6g}"
     )
+
+
+def check_limit(name: str, value: object, also: str = "") -> None:
+    """An attribute limit: an integer ``>= 0`` or ``None`` (*also*: other values taken).
+
+    Raises:
+        ConfigurationError: naming the argument, the value and what is accepted.
+
+    Example:
+        >>> check_limit("max_attribute_length", None)
+    """
+    if value is None:
+        return
+    if value.__class__ is bool or not isinstance(value, int) or value < 0:
+        raise ConfigurationError(
+            f"{name}: {value!r} is not accepted; accepted: an integer >= 0, {also}or None "
+            "for no limit"
+        )

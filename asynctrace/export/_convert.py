@@ -38,11 +38,11 @@ from opentelemetry.trace.status import Status, StatusCode
 from .._exception_text import redact_exception_text
 from .._fast import FastSpan, Scope, SpanEvent, SpanLimits
 from .._fast._evict import STAMP_KEYS
+from .._span_errors import STACKTRACE as _STACKTRACE
 
 __all__ = ["Converter", "bounded", "finish_event", "uncut_stamps"]
 
 _UNSET = Status(StatusCode.UNSET)
-_STACKTRACE = "exception.stacktrace"
 
 
 def finish_event(event: SpanEvent) -> None:

@@ -11,8 +11,8 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from .._errors import report_internal_error
 from .._fast._forget import MAX_OPEN_SPANS, forget_open_spans, warn_forgotten
 from .._forksafe import call_in_child
+from .._sdk_stamps import stamp_started
 from .._semconv import TRUNCATED
-from .._span_errors import stamp_started
 
 __all__ = ["OpenSpanTracker"]
 

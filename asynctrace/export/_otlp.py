@@ -36,6 +36,7 @@ from .._errors import ConfigurationError, MissingExtraError, RedactingFilter
 from .._forksafe import reinit_at_fork
 from .._secret_words import REDACTED
 from ._otlp_env import check_environment, configured_headers
+from ._otlp_vars import PREFIX as _PREFIX
 
 __all__ = [
     "build_exporter",
@@ -51,7 +52,6 @@ _EXTRAS = {
     "http/protobuf": ("otlp", "opentelemetry.exporter.otlp.proto.http"),
     "grpc": ("otlp-grpc", "opentelemetry.exporter.otlp.proto.grpc"),
 }
-_PREFIX = "OTEL_EXPORTER_OTLP_"
 _HEADERS_LOGGER = "opentelemetry.util.re"  # where OpenTelemetry warns of a malformed header
 # Where OpenTelemetry's OTLP exporters log: every module of these packages, found in the
 # installed ones (a logger's filters see only its own records, not its children's), and

@@ -29,9 +29,10 @@ from .._output_dir import writable_dir, writable_file
 from .._resolved_settings import Settings
 from .._semconv import TRUNCATED
 from .._state import INSTRUMENTATION_NAME
-from ._adapters import ConvertingSink, LazyMemoryExporter, set_processor_limits
+from ._adapters import ConvertingSink, set_processor_limits
 from ._checks import unique_name
 from ._convert import Converter
+from ._lazy_memory import LazyMemoryExporter
 from ._open_spans import OpenSpanTracker
 from ._otlp import otlp_exporter, sends_encoded
 from ._otlp_wire import WireEncoder

@@ -12,7 +12,7 @@ from opentelemetry import trace
 from .._config_checks import MAX_WAIT_S as _MAX_WAIT_S  # a longer wait raises OverflowError
 from .._errors import report_internal_error
 from .._fast import FastTracerProvider
-from ._adapters import LazyMemoryExporter
+from ._lazy_memory import LazyMemoryExporter
 from ._queue import QueuedSpanProcessor
 from ._sdk_processors import flush_sdk_provider, remove, shutdown_sdk_provider
 from ._sinks import ExporterSink

@@ -18,7 +18,7 @@ pytest.importorskip("aiohttp")
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from asynctrace_contrib.demo.driver import _drive
+from asynctrace_contrib.demo._job import drive
 from asynctrace_contrib.demo.gym import GymServer
 from asynctrace_contrib.demo.pump import Collector, Rollout, RolloutPump
 
@@ -80,7 +80,7 @@ def test_demo_ends_with_one_line_when_the_gym_server_stops(tmp_path: Path, entry
 
 
 def test_a_failing_training_loop_ends_the_pump_and_the_collector() -> None:
-    """A training loop that raises after its first batch: _drive raises that error, with
+    """A training loop that raises after its first batch: drive raises that error, with
     the pump task ended and the collector thread stopped, none left waiting."""
     gym = GymServer()
     gym.start()
@@ -99,14 +99,14 @@ def test_a_failing_training_loop_ends_the_pump_and_the_collector() -> None:
 
     async def job() -> list[asyncio.Task[object]]:
         with pytest.raises(Failing, match="the trainer broke"):
-            await _drive(RolloutPump, train, asyncio.to_thread, 4, 8, 4, 2, gym.url)
+            await drive(RolloutPump, train, asyncio.to_thread, 4, 8, 4, 2, gym.url)
         return [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
 
     try:
         left = asyncio.run(job())
     finally:
         gym.stop()
-    assert left == []  # the pump and its prompt groups ended before _drive returned
+    assert left == []  # the pump and its prompt groups ended before drive returned
     started[0].join(10)
     assert not started[0].is_alive()
 

@@ -40,7 +40,7 @@ _values = st.one_of(
     st.binary(max_size=60),
     st.text(max_size=40).map(lambda t: t.encode("utf-8", "surrogatepass")),
 )
-_headers = st.lists(st.tuples(_names, _values), max_size=6)
+request_headers = st.lists(st.tuples(_names, _values), max_size=6)
 
 BODY = b"unchanged"
 
@@ -90,7 +90,7 @@ def test_fuzz_raw_headers_never_change_the_response(trust_incoming: bool, groups
                 deadline=None,
                 suppress_health_check=[HealthCheck.too_slow],
             )
-            @given(_headers)
+            @given(request_headers)
             def check(headers: list[tuple[bytes, bytes]]) -> None:
                 sent, seen = loop.run_until_complete(_request(app, headers))
                 assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
@@ -113,7 +113,7 @@ def test_fuzz_raw_headers_never_change_the_response(trust_incoming: bool, groups
 def test_trace_headers_are_read_whatever_their_case_or_buffer_type() -> None:
     """Lower-case bytes (what servers give), capitals, bytearray and memoryview names
     and values: each trace header is read, repeated ones combined in order."""
-    from asynctrace_contrib.fastapi._request import _headers as read
+    from asynctrace_contrib.fastapi._request import request_headers as read
 
     parent = f"00-{TRACE}-00f067aa0ba902b7-01"
     headers: list[tuple[Any, Any]] = [

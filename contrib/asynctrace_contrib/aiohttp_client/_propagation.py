@@ -18,6 +18,8 @@ logger = logging.getLogger("asynctrace")
 
 
 def inject(headers: Any, carrier: dict[str, str]) -> None:
+    """Set *carrier*'s headers on a request: a header the caller set is kept, ``baggage``
+    gains the scope members, and ``tracestate`` goes only with our own ``traceparent``."""
     own_parent = "traceparent" in headers  # a caller's own traceparent wins
     for key, value in carrier.items():
         if key == "baggage" and key in headers:

@@ -50,19 +50,21 @@ from ._global import (
     trace_scope,
 )
 from ._perf_tracer import PerfTracer
+from ._session_context import session_context
+from ._session_phases import (
+    atrace_session_phase,
+    trace_session,
+    trace_session_event,
+    trace_session_phase,
+)
 from ._session_tracer import SessionTraceEvent, SessionTracer
 from ._sessions import (
-    atrace_session_phase,
     get_session_id,
     get_task_id,
     register_session,
     register_task,
-    session_context,
     set_session_id,
     set_task_id,
-    trace_session,
-    trace_session_event,
-    trace_session_phase,
 )
 from ._settings import PerfTracerConfig, SessionTracerConfig
 

@@ -11,6 +11,8 @@ Run it with ``asynctrace demo`` (or ``python -m asynctrace_contrib.demo``).
 
 from __future__ import annotations
 
-from .driver import DemoError, DemoResult, positive_int, run_demo
+from ._config import positive_int
+from ._job import DemoError
+from .driver import DemoResult, run_demo
 
 __all__ = ["DemoError", "DemoResult", "positive_int", "run_demo"]

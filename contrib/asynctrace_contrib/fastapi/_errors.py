@@ -2,8 +2,8 @@
 
 Starlette's ``ServerErrorMiddleware`` answers an exception escaping the app
 (with the app's handler for ``500``/``Exception``) and re-raises it. The tracing
-middleware sits around it; :class:`_NoteRaised`, just inside it, notes the
-exception in the scope, and :class:`_OuterErrors` takes its place at the top.
+middleware sits around it; :class:`NoteRaised`, just inside it, notes the
+exception in the scope, and :class:`OuterErrors` takes its place at the top.
 """
 
 from __future__ import annotations
@@ -12,10 +12,12 @@ from typing import Any
 
 from ._asgi import ASGIApp, Receive, Scope, Send, ServerErrorMiddleware
 
-_RAISED = "asynctrace.raised"  # the scope key of an exception on its way to the error handler
+__all__ = ["RAISED", "NoteRaised", "OuterErrors", "custom_error_handler"]
+
+RAISED = "asynctrace.raised"  # the scope key of an exception on its way to the error handler
 
 
-class _NoteRaised:
+class NoteRaised:
     """Just inside Starlette's error handler: notes an exception in the scope as it passes.
 
     The error handler answers it before it re-raises it; noted, the tracing
@@ -31,11 +33,11 @@ class _NoteRaised:
         try:
             await self.app(scope, receive, send)
         except Exception as exc:
-            scope[_RAISED] = exc
+            scope[RAISED] = exc
             raise
 
 
-class _OuterErrors(ServerErrorMiddleware):
+class OuterErrors(ServerErrorMiddleware):
     """The top of the stack, where Starlette's error handler was: it passes through.
 
     Starlette's own, inside the tracing middleware, has answered an exception
@@ -52,7 +54,7 @@ class _OuterErrors(ServerErrorMiddleware):
         await self.app(scope, receive, send)
 
 
-def _custom_error_handler(scope: Scope) -> bool:
+def custom_error_handler(scope: Scope) -> bool:
     """Whether the app answers unhandled errors with its own handler (any status)."""
     handlers: Any = getattr(scope.get("app"), "exception_handlers", None)
     if not handlers:

@@ -16,9 +16,11 @@ import asynctrace
 from asynctrace_contrib._http_values import KNOWN_METHODS
 
 from ._asgi import ClientDisconnect, Message, Receive, Scope, Send, WebSocketDisconnect
-from ._errors import _RAISED, _custom_error_handler
-from ._request import _request_secrets
-from ._routes import _route_template
+from ._errors import RAISED, custom_error_handler
+from ._request import request_secrets
+from ._routes import route_template
+
+__all__ = ["Exchange", "closed_normally"]
 
 logger = logging.getLogger("asynctrace")
 
@@ -27,13 +29,13 @@ logger = logging.getLogger("asynctrace")
 _NORMAL_CLOSE = frozenset({1000, 1001})
 
 
-def _closed_normally(exc: BaseException) -> bool:
+def closed_normally(exc: BaseException) -> bool:
     """Whether *exc* is Starlette's ``WebSocketDisconnect`` for a normal close (a receive
     after the client closed the websocket as planned)."""
     return isinstance(exc, WebSocketDisconnect) and getattr(exc, "code", None) in _NORMAL_CLOSE
 
 
-class _Exchange:
+class Exchange:
     """Observes one request's messages (never changes them) and ends its span.
 
     An HTTP response below 500 ends the span as soon as its last body message
@@ -76,6 +78,8 @@ class _Exchange:
         self.error: BaseException | None = None
 
     def wrap_receive(self, receive: Receive) -> Receive:
+        """*receive*, noting a disconnect and a websocket's normal close."""
+
         async def traced_receive() -> Message:
             message = await receive()
             kind = message.get("type")
@@ -92,6 +96,8 @@ class _Exchange:
         return traced_receive
 
     def wrap_send(self, send: Send) -> Send:
+        """*send*, noting the status, the response's end and when the span may end."""
+
         async def traced_send(message: Message) -> None:
             kind = message.get("type")
             # A websocket refused with an HTTP response (the denial extension) has a status too.
@@ -101,7 +107,7 @@ class _Exchange:
                     self.status = status
                 self.early = type(status) is int and status < 500
                 if not self.early and not self.ended:
-                    raised = self.scope.pop(_RAISED, None)  # read once: the scope lets go of it
+                    raised = self.scope.pop(RAISED, None)  # read once: the scope lets go of it
                     if isinstance(raised, Exception):
                         # The error handler answers an exception: the span ends before
                         # the client hears of it, as when the exception escaped us.
@@ -132,6 +138,7 @@ class _Exchange:
         return traced_send
 
     def finish(self) -> None:
+        """End the span with the route, status and error the exchange saw."""
         self.ended = True
         span = self.span
         scope = self.scope
@@ -143,7 +150,7 @@ class _Exchange:
             error = None
             cut_off = True
         try:
-            template = _route_template(scope, self.root, self.app)
+            template = route_template(scope, self.root, self.app)
             if template:
                 method = scope.get("method")
                 if scope.get("type") == "websocket":
@@ -161,7 +168,7 @@ class _Exchange:
                 isinstance(error, Exception)
                 and scope.get("type") == "http"
                 and not self.disconnected
-                and not _custom_error_handler(scope)
+                and not custom_error_handler(scope)
             ):
                 # No response started: the server (or, where this middleware was added
                 # by hand inside Starlette's error handler, that handler) answers after
@@ -178,7 +185,7 @@ class _Exchange:
             return
         if isinstance(error, Exception):
             # A handler's message may quote the request: its query values, its headers.
-            asynctrace.end_span(span, error, secrets=_request_secrets(scope))
+            asynctrace.end_span(span, error, secrets=request_secrets(scope))
             return
         asynctrace.end_span(span, error)
 

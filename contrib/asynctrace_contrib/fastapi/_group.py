@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asynctrace
 
+__all__ = ["SERVER_GROUP"]
+
 SERVER_GROUP = "http_server"
 """The span group of the SERVER spans: ``"http_server"``, one span per request or websocket.
 

@@ -6,9 +6,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from ._asgi import ASGIApp, ServerErrorMiddleware, ServerHook
-from ._errors import _NoteRaised, _OuterErrors
+from ._errors import NoteRaised, OuterErrors
 from ._middleware import AsyncTraceMiddleware
-from ._other_tracing import _native_tracing
+from ._other_tracing import native_tracing
+
+__all__ = ["instrument_fastapi", "uninstrument_fastapi"]
 
 
 def instrument_fastapi(
@@ -61,7 +63,7 @@ def instrument_fastapi(
 
     state[_BUILD_KEY] = (state.get("build_middleware_stack"), build_middleware_stack, active)
     app.build_middleware_stack = build_middleware_stack
-    _native_tracing(app, enabled=False)
+    native_tracing(app, enabled=False)
 
 
 _BUILD_KEY = "asynctrace.build_middleware_stack"
@@ -85,9 +87,9 @@ def _outermost(stack: ASGIApp, options: dict[str, Any]) -> ASGIApp:
     if type(inner).__name__ == "OpenTelemetryMiddleware" and hasattr(inner, "app"):
         inner.app = AsyncTraceMiddleware(inner.app, **options)
         return stack
-    stack.app = _NoteRaised(inner)
+    stack.app = NoteRaised(inner)
     traced = AsyncTraceMiddleware(stack, **options)
-    return _OuterErrors(traced, handler=stack.handler, debug=stack.debug)
+    return OuterErrors(traced, handler=stack.handler, debug=stack.debug)
 
 
 def uninstrument_fastapi(app: Any) -> None:
@@ -109,4 +111,4 @@ def uninstrument_fastapi(app: Any) -> None:
         else:
             state["build_middleware_stack"] = previous
     app.middleware_stack = None
-    _native_tracing(app, enabled=True)
+    native_tracing(app, enabled=True)

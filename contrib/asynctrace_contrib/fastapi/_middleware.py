@@ -15,12 +15,14 @@ from asynctrace_contrib._http import callable_option
 from asynctrace_contrib._http_values import KNOWN_METHODS, method_attributes, request_authority
 
 from ._asgi import ASGIApp, Receive, Scope, Send, ServerHook
-from ._errors import _RAISED
-from ._exchange import _closed_normally, _Exchange
+from ._errors import RAISED
+from ._exchange import Exchange, closed_normally
 from ._group import SERVER_GROUP
-from ._other_tracing import _native_tracing, _outer_server_span
-from ._request import _headers, _path, _query
-from ._routes import _excluded_pattern
+from ._other_tracing import native_tracing, outer_server_span
+from ._request import request_headers, request_path, request_query
+from ._routes import excluded_pattern
+
+__all__ = ["AsyncTraceMiddleware"]
 
 logger = logging.getLogger("asynctrace")
 
@@ -70,7 +72,7 @@ class AsyncTraceMiddleware:
         callable_option("server_request_hook", server_request_hook, "(span, scope) -> None")
         self.app = app
         self.trust_incoming = trust_incoming
-        self._excluded = _excluded_pattern(excluded_urls)
+        self._excluded = excluded_pattern(excluded_urls)
         self.server_request_hook = server_request_hook
         self._hook_warned = False
         self._mounts_seen = False  # apps mounted after instrument_fastapi(): at the first request
@@ -83,14 +85,14 @@ class AsyncTraceMiddleware:
         if not self._mounts_seen:
             self._mounts_seen = True
             try:
-                _native_tracing(scope.get("app"), enabled=False)
+                native_tracing(scope.get("app"), enabled=False)
             except Exception as exc:  # an odd app object: its requests still run
                 logger.warning("asynctrace: mounted apps not examined: %r", exc)
-        if _outer_server_span():
+        if outer_server_span():
             # The server span is another layer's: only the caller's scopes are restored.
-            carrier = _headers(scope, trust=self.trust_incoming)
+            carrier = request_headers(scope, trust=self.trust_incoming)
             carrier.pop("traceparent", None)
-            carrier.pop("Traceparent", None)  # a repeat's second value (see _headers)
+            carrier.pop("Traceparent", None)  # a repeat's second value (see request_headers)
             with asynctrace.remote_trace_context(carrier):
                 await self.app(scope, receive, send)
             return
@@ -99,13 +101,13 @@ class AsyncTraceMiddleware:
         ):
             # No server span, but the handler's own spans still join the caller's trace.
             if self.trust_incoming:
-                with asynctrace.remote_trace_context(_headers(scope)):
+                with asynctrace.remote_trace_context(request_headers(scope)):
                     await self.app(scope, receive, send)
             else:
                 await self.app(scope, receive, send)
             return
         named: list[str | None] = [None, None, None, None]
-        carrier = _headers(scope, trust=self.trust_incoming, named=named)
+        carrier = request_headers(scope, trust=self.trust_incoming, named=named)
         # The caller's scopes (per-prompt above all) decide the server span's gate too.
         with asynctrace.remote_trace_context(carrier) as remote:
             span = self._start(scope, remote, named)
@@ -116,19 +118,19 @@ class AsyncTraceMiddleware:
                     # flags on, so the app's own calls continue the caller's trace.
                     await self.app(scope, receive, send)
                     return
-                state = _Exchange(span, scope)
+                state = Exchange(span, scope)
                 try:
                     await self.app(scope, state.wrap_receive(receive), state.wrap_send(send))
                 except BaseException as exc:
                     # Raised after a complete response (a background task): the app's
                     # own; the request it answered is not changed by it.
-                    if not state.ended and not (state.complete and _closed_normally(exc)):
+                    if not state.ended and not (state.complete and closed_normally(exc)):
                         state.error = exc
                     raise
                 finally:
                     if not state.ended:
                         state.finish()
-                    scope.pop(_RAISED, None)  # not left in a cycle with its traceback
+                    scope.pop(RAISED, None)  # not left in a cycle with its traceback
             finally:
                 _detach(token)
 
@@ -148,7 +150,7 @@ class AsyncTraceMiddleware:
         attributes: dict[str, Any] = {
             "http.request.method": method,
             "url.scheme": scheme,
-            "url.path": _path(scope),
+            "url.path": request_path(scope),
         }
         if method not in KNOWN_METHODS:
             method, known = method_attributes(method)
@@ -179,9 +181,9 @@ class AsyncTraceMiddleware:
             attributes["user_agent.original"] = agent
         query = scope.get("query_string")
         if query:
-            attributes["url.query"] = _query(query)
+            attributes["url.query"] = request_query(query)
         if self.trust_incoming or not remote.valid:
-            span = asynctrace.start_span(  # _path and _query redacted the URL's parts
+            span = asynctrace.start_span(  # request_path, request_query: the URL redacted
                 SERVER_GROUP,
                 method,
                 kind=SpanKind.SERVER,

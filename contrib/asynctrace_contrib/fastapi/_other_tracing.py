@@ -14,8 +14,10 @@ from opentelemetry.context import _SUPPRESS_HTTP_INSTRUMENTATION_KEY as _SUPPRES
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY as _SUPPRESS
 from opentelemetry.trace import SpanKind
 
+__all__ = ["native_tracing", "outer_server_span"]
 
-def _outer_server_span() -> bool:
+
+def outer_server_span() -> bool:
     """Whether another instrumentation already handles this request on the server side.
 
     OpenTelemetry's ASGI middleware (``opentelemetry-instrumentation-fastapi``)
@@ -33,7 +35,7 @@ def _outer_server_span() -> bool:
 _NATIVE_KEY = "asynctrace.native_tracing"
 
 
-def _native_tracing(app: Any, *, enabled: bool, depth: int = 0) -> None:
+def native_tracing(app: Any, *, enabled: bool, depth: int = 0) -> None:
     """Turn FastAPI's own request spans off while this middleware traces the app.
 
     FastAPI versions with built-in telemetry emit a server span (and spans per
@@ -56,4 +58,4 @@ def _native_tracing(app: Any, *, enabled: bool, depth: int = 0) -> None:
         for route in getattr(app, "routes", None) or ():
             mounted = getattr(route, "app", None)  # a Mount's (or Host's) application
             if mounted is not None and mounted is not app and hasattr(mounted, "routes"):
-                _native_tracing(mounted, enabled=enabled, depth=depth + 1)
+                native_tracing(mounted, enabled=enabled, depth=depth + 1)

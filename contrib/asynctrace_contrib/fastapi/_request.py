@@ -2,7 +2,7 @@
 
 The trace headers as one carrier (with the headers that name the server and
 the client), and the path and query as recorded: secret-like values redacted.
-:func:`_request_secrets` is what an error message must not quote.
+:func:`request_secrets` is what an error message must not quote.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from asynctrace_contrib._http import (
 )
 
 from ._asgi import Scope
+
+__all__ = ["request_headers", "request_path", "request_query", "request_secrets"]
 
 _SECRET_KEYS = SecretKeys(DEFAULT_SECRET_KEYS)
 
@@ -39,7 +41,7 @@ _RAW_ALL_HEADERS = {name.encode(): index for name, index in _ALL_HEADERS.items()
 _LONGEST = max(map(len, _ALL_HEADERS))
 
 
-def _headers(
+def request_headers(
     scope: Scope, *, trust: bool = True, named: list[str | None] | None = None
 ) -> dict[str, str]:
     """The request's trace headers as one carrier, decoded without ever failing.
@@ -90,7 +92,7 @@ def _headers(
     return carrier
 
 
-def _query(raw: Any) -> str:
+def request_query(raw: Any) -> str:
     """``url.query``: the query string as sent, secret-like values redacted as in ``url.full``."""
     try:
         query = bytes(raw).decode("latin-1")
@@ -100,7 +102,7 @@ def _query(raw: Any) -> str:
     return redacted[1:] if redacted.startswith("?") else redacted
 
 
-def _path(scope: Scope) -> str:
+def request_path(scope: Scope) -> str:
     """The request's path, redacted: an absolute-form target (``GET http://u:p@h/x``), or a
     URL inside the path (``/proxy/http://u:p@h/x``), without userinfo; secret-like path
     parameters (``;token=...``) without their values."""
@@ -111,7 +113,7 @@ def _path(scope: Scope) -> str:
     return asynctrace.redact_text(path) if "://" in path else path
 
 
-def _request_secrets(scope: Scope) -> set[str]:
+def request_secrets(scope: Scope) -> set[str]:
     """What of the request must not be recorded: secret-like query values, header values."""
     try:
         query = bytes(scope.get("query_string") or b"").decode("latin-1")

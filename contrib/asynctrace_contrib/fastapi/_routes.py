@@ -15,8 +15,10 @@ from asynctrace_contrib._http import names_option
 
 from ._asgi import Host, Match, Mount, Scope
 
+__all__ = ["excluded_pattern", "route_template"]
 
-def _route_template(scope: Scope, root: str, app: Any) -> str | None:
+
+def route_template(scope: Scope, root: str, app: Any) -> str | None:
     """The matched route's template, from the route objects alone.
 
     *root* is the ``root_path`` the request came with (the server's prefix, or
@@ -78,7 +80,7 @@ def _mount_templates(scope: Scope, root: str, routed: Any, app: Any) -> str | No
         "headers": scope.get("headers") or [],
     }
     templates: list[str] = []
-    for _ in range(8):  # mounts inside mounts, as deep as _native_tracing looks
+    for _ in range(8):  # mounts inside mounts, as deep as native_tracing looks
         if probe["root_path"] == routed:
             return "".join(templates)
         for route in routes or ():
@@ -98,7 +100,7 @@ def _mount_templates(scope: Scope, root: str, routed: Any, app: Any) -> str | No
     return None
 
 
-def _excluded_pattern(excluded_urls: str | Iterable[str] | None) -> re.Pattern[str] | None:
+def excluded_pattern(excluded_urls: str | Iterable[str] | None) -> re.Pattern[str] | None:
     """One pattern for *excluded_urls*, or :class:`asynctrace.ConfigurationError`."""
     if excluded_urls is None:
         return None

@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ._groups import SpanGroup
-from ._values import _boolean, _export_rank, _sample_rate, _text
+from ._values import as_boolean, as_export_rank, as_sample_rate, as_text
+
+__all__ = ["NemoLensConfig", "warn_once"]
 
 _LOG = logging.getLogger("asynctrace_contrib.nemo_lens")  # one logger, the package's name
 
@@ -49,7 +51,7 @@ _ENV_KEYS: Final = (
 _warned: set[tuple[str, ...]] = set()  # what was warned about once already
 
 
-def _warn_once(key: tuple[str, ...], message: str) -> None:
+def warn_once(key: tuple[str, ...], message: str) -> None:
     """Log *message* as a warning, once per process for *key*."""
     if key not in _warned:
         _warned.add(key)
@@ -66,7 +68,7 @@ def _warn_unknown_variables(prefixes: Collection[str]) -> None:
                 continue
             close = difflib.get_close_matches(name, known, n=1)
             hint = f"; did you mean {close[0]}?" if close else ""
-            _warn_once(
+            warn_once(
                 ("variable", name),
                 f"NemoLensConfig.from_env: ignoring {name}, which it does not read{hint}",
             )
@@ -125,11 +127,11 @@ class NemoLensConfig:
                 is accepted (a ``ValueError``, as lens raises).
         """
         for name in _BOOL_FIELDS:
-            setattr(self, name, _boolean(name, getattr(self, name)))
+            setattr(self, name, as_boolean(name, getattr(self, name)))
         for name in _TEXT_FIELDS:
-            _text(name, getattr(self, name))
-        self.export_rank = _export_rank(self.export_rank)
-        self.export_sample_rate = _sample_rate(self.export_sample_rate)
+            as_text(name, getattr(self, name))
+        self.export_rank = as_export_rank(self.export_rank)
+        self.export_sample_rate = as_sample_rate(self.export_sample_rate)
 
     @property
     def resolved_span_groups(self) -> frozenset[str]:

@@ -9,6 +9,8 @@ from opentelemetry import metrics, trace
 
 import asynctrace
 
+__all__ = ["extract_context", "get_meter", "get_tracer", "inject_context"]
+
 
 def inject_context(carrier: MutableMapping[str, str]) -> None:
     """Put the current trace context into *carrier* (``traceparent``, ``tracestate``).

@@ -10,6 +10,8 @@ import asynctrace
 
 from ._config import NemoLensConfig
 
+__all__ = ["environment_base", "have_grpc_exporter", "lens_resource"]
+
 # ASYNCTRACE_* variables the lens config decides instead (lens's own variables set them).
 _LENS_DECIDES: Final = frozenset(
     {
@@ -23,7 +25,7 @@ _LENS_DECIDES: Final = frozenset(
 )
 
 
-def _environment_base() -> asynctrace.TelemetryConfig:
+def environment_base() -> asynctrace.TelemetryConfig:
     """asynctrace's own settings from its ``ASYNCTRACE_*`` variables, except those the lens
     config decides (enabled, groups, exporters, service name, run id, export ranks).
 
@@ -42,7 +44,7 @@ def _environment_base() -> asynctrace.TelemetryConfig:
     return asynctrace.TelemetryConfig.from_env(environ)
 
 
-def _have_grpc_exporter() -> bool:
+def have_grpc_exporter() -> bool:
     """Whether OpenTelemetry's OTLP/gRPC trace exporter imports (lens tries the import and
     falls back to HTTP when it fails: a missing package, or a ``grpcio`` that will not
     load on this host)."""
@@ -53,7 +55,7 @@ def _have_grpc_exporter() -> bool:
     return True
 
 
-def _lens_resource(config: NemoLensConfig, rank: int, world_size: int) -> dict[str, Any]:
+def lens_resource(config: NemoLensConfig, rank: int, world_size: int) -> dict[str, Any]:
     """The resource attributes lens sets (its ``providers.py``), from *config*."""
     attributes: dict[str, Any] = {"dl.rank": rank, "dl.world_size": world_size}
     if config.run_id:

@@ -6,6 +6,8 @@ from typing import ClassVar, Final
 
 import asynctrace
 
+__all__ = ["NAMESPACE", "SpanGroup", "is_span_group_enabled", "register_names"]
+
 NAMESPACE: Final = "nemo_lens"
 """The namespace lens's extra groups (and names lens code enables) are registered under."""
 
@@ -96,7 +98,7 @@ class SpanGroup:
         return frozenset(names)
 
 
-def _register_names(names: frozenset[str] | set[str], origin: str) -> None:
+def register_names(names: frozenset[str] | set[str], origin: str) -> None:
     """Register the *names* asynctrace does not know yet, as unbucketed groups.
 
     lens has no buckets and no registry: a name is a group when its class (or

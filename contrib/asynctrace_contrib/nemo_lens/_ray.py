@@ -14,7 +14,15 @@ import asynctrace
 
 from ._context import extract_context
 from ._redaction import safe_set_span_attributes
-from ._spans import _redacting_span
+from ._spans import redacting_span
+
+__all__ = [
+    "create_linked_span",
+    "extract_ray_context",
+    "inject_ray_context",
+    "ray_dispatch_with_context",
+    "traced_remote_call",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -73,7 +81,7 @@ def traced_remote_call(method: F, tracer: trace.Tracer | None = None) -> F:
         @functools.wraps(method)
         async def spanned_async(*args: Any, **kwargs: Any) -> Any:
             chosen = tracer if tracer is not None else asynctrace.get_tracer()
-            with _redacting_span(chosen, span_name):
+            with redacting_span(chosen, span_name):
                 return await method(*args, **kwargs)
 
         spanned = spanned_async
@@ -82,7 +90,7 @@ def traced_remote_call(method: F, tracer: trace.Tracer | None = None) -> F:
         @functools.wraps(method)
         def spanned_sync(*args: Any, **kwargs: Any) -> Any:
             chosen = tracer if tracer is not None else asynctrace.get_tracer()
-            with _redacting_span(chosen, span_name):
+            with redacting_span(chosen, span_name):
                 return method(*args, **kwargs)
 
         spanned = spanned_sync

@@ -9,6 +9,8 @@ from opentelemetry import trace
 
 import asynctrace
 
+__all__ = ["DEFAULT_REDACT_KEYS", "clean", "redact_value", "safe_set_span_attributes"]
+
 DEFAULT_REDACT_KEYS: frozenset[str] = frozenset(
     {"prompt", "input_text", "output_text", "text", "password", "token", "secret", "key"}
 )
@@ -75,7 +77,7 @@ def redact_value(key: str, value: str, redact_keys: frozenset[str] = DEFAULT_RED
     return _scrubbed_text(value) if isinstance(value, str) else value
 
 
-def _clean(
+def clean(
     attributes: Mapping[str, Any], redact_keys: Collection[str] = DEFAULT_REDACT_KEYS
 ) -> dict[str, Any]:
     """lens's attribute rule: scalars and scalar lists, ``None`` skipped, keys redacted.
@@ -120,5 +122,5 @@ def safe_set_span_attributes(
     """
     if not span.is_recording():
         return
-    for key, value in _clean(attributes, redact_keys).items():
+    for key, value in clean(attributes, redact_keys).items():
         span.set_attribute(key, value)

@@ -13,11 +13,13 @@ from opentelemetry import metrics, trace
 
 import asynctrace
 
-from ._config import NemoLensConfig, _warn_once
-from ._environment import _environment_base, _have_grpc_exporter, _lens_resource
-from ._groups import SpanGroup, _register_names
-from ._strategies import _export_strategy, _should_export
-from ._values import _boolean
+from ._config import NemoLensConfig, warn_once
+from ._environment import environment_base, have_grpc_exporter, lens_resource
+from ._groups import SpanGroup, register_names
+from ._strategies import should_export, strategy_named
+from ._values import as_boolean
+
+__all__ = ["TelemetryHandle", "set_enabled_span_groups", "setup_telemetry"]
 
 _LOG = logging.getLogger("asynctrace_contrib.nemo_lens")  # one logger, the package's name
 
@@ -145,7 +147,7 @@ def setup_telemetry(
     global _initialized, _started
     config._check()  # fields may have been assigned since the config was made
     if export_strategy is None:
-        _export_strategy(config.export_strategy)  # lens looks it up, enabled or not
+        strategy_named(config.export_strategy)  # lens looks it up, enabled or not
     if not config.enabled:  # lens: nothing to set up; the exporter is never looked at
         return TelemetryHandle(None, False, owned=False)
     application = None if _allow_reinit else _application_telemetry()
@@ -163,10 +165,10 @@ def setup_telemetry(
         exporters = [config.exporter]
     else:
         raise ValueError(f"Unknown exporter {config.exporter!r}; accepted: otlp, console")
-    decide = export_strategy if export_strategy is not None else _should_export
+    decide = export_strategy if export_strategy is not None else should_export
     exporting = bool(config.traces_enabled and decide(config, rank, world_size))
     if groups_class is not SpanGroup:  # a lens library's own groups: asynctrace records them
-        _register_names(groups_class.ALL_GROUPS | groups, groups_class.__qualname__)
+        register_names(groups_class.ALL_GROUPS | groups, groups_class.__qualname__)
     if application is not None:
         _LOG.info(
             "setup_telemetry: asynctrace is already configured by the application; "
@@ -175,7 +177,7 @@ def setup_telemetry(
         return TelemetryHandle(application, application.enabled, owned=False)
     if not config.run_id:
         config.run_id = os.environ.get("SLURM_JOB_ID", "") or uuid.uuid4().hex[:12]
-    base = _environment_base()
+    base = environment_base()
     settings: dict[str, Any] = {
         "enabled": exporting,
         "span_groups": (
@@ -186,14 +188,14 @@ def setup_telemetry(
         "run_id": config.run_id,
         "resource_attributes": {
             **base.resource_attributes,
-            **_lens_resource(config, rank, world_size),
+            **lens_resource(config, rank, world_size),
             **(resource_attributes or {}),
         },
     }
-    if base.otlp_protocol is None and _have_grpc_exporter():
+    if base.otlp_protocol is None and have_grpc_exporter():
         settings["otlp_protocol"] = "grpc"  # lens's default (OTEL_EXPORTER_OTLP_*PROTOCOL win)
     if propagate_scopes is not None:
-        settings["propagate_scopes"] = _boolean("propagate_scopes", propagate_scopes)
+        settings["propagate_scopes"] = as_boolean("propagate_scopes", propagate_scopes)
     telemetry = asynctrace.configure(replace(base, **settings), rank=rank, world_size=world_size)
     _started = telemetry
     _initialized = True
@@ -231,7 +233,7 @@ def set_enabled_span_groups(groups: frozenset[str] | set[str] | list[str]) -> No
         )
     names = {str(name).strip().lower() for name in groups}
     names.discard("")
-    _register_names(names, "set_enabled_span_groups")
+    register_names(names, "set_enabled_span_groups")
     spec = ",".join(sorted(names))
     if asynctrace.is_telemetry_enabled():  # configured, or a capture_spans() running
         asynctrace.set_span_groups(spec)
@@ -246,7 +248,7 @@ def set_enabled_span_groups(groups: frozenset[str] | set[str] | list[str]) -> No
             )
         )
         return
-    _warn_once(
+    warn_once(
         ("set_enabled_span_groups", "unconfigured"),
         "set_enabled_span_groups: telemetry is not configured and no OpenTelemetry SDK "
         "TracerProvider is set, so no span is recorded; call setup_telemetry (or "

@@ -11,7 +11,9 @@ from opentelemetry import trace
 
 import asynctrace
 
-from ._redaction import _clean, safe_set_span_attributes
+from ._redaction import clean, safe_set_span_attributes
+
+__all__ = ["managed_span", "redacting_span", "span_cm", "trace_fn"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -46,7 +48,7 @@ def managed_span(
     if _BUCKET_KEY in attributes:
         bucket = _bucket(attributes.pop(_BUCKET_KEY))
     return asynctrace.managed_span(
-        group, name, attributes=_clean(attributes) if attributes else None, bucket=bucket
+        group, name, attributes=clean(attributes) if attributes else None, bucket=bucket
     )
 
 
@@ -96,14 +98,14 @@ def span_cm(
         ...     pass
     """
     chosen = tracer if tracer is not None else asynctrace.get_tracer()
-    with _redacting_span(chosen, name, record_exception) as span:
+    with redacting_span(chosen, name, record_exception) as span:
         if attributes:
             safe_set_span_attributes(span, attributes)
         yield span
 
 
 @contextlib.contextmanager
-def _redacting_span(
+def redacting_span(
     tracer: trace.Tracer, name: str, record_exception: bool = True
 ) -> Iterator[trace.Span]:
     """``tracer.start_as_current_span(name)``, an escaping exception recorded redacted.

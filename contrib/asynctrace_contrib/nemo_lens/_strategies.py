@@ -11,7 +11,17 @@ from typing import Final, TypeAlias
 
 import asynctrace
 
-from ._config import NemoLensConfig, _warn_once
+from ._config import NemoLensConfig, warn_once
+
+__all__ = [
+    "BUILTIN_STRATEGIES",
+    "ExportStrategy",
+    "register_export_strategy",
+    "registered_strategies",
+    "should_export",
+    "strategy_named",
+    "unregister_export_strategy",
+]
 
 ExportStrategy: TypeAlias = Callable[[NemoLensConfig, int, int], bool]
 """An export strategy: ``(config, rank, world_size) -> bool``, whether this rank exports."""
@@ -26,7 +36,7 @@ def _single_rank(config: NemoLensConfig, rank: int, world_size: int) -> bool:
     """lens's ``single_rank``: ``export_rank`` exports (``-1``: the last rank)."""
     target = config.export_rank if config.export_rank >= 0 else world_size - 1
     if target >= world_size:  # lens exports nowhere then, silently
-        _warn_once(
+        warn_once(
             ("export_rank", str(target), str(world_size)),
             f"setup_telemetry: export_rank {target} names no rank of this job "
             f"(world_size={world_size}), so no rank exports; accepted: a rank below "
@@ -121,7 +131,7 @@ def registered_strategies() -> list[str]:
         return sorted(_STRATEGIES)
 
 
-def _export_strategy(name: str) -> ExportStrategy:
+def strategy_named(name: str) -> ExportStrategy:
     """The strategy registered under *name*.
 
     Raises:
@@ -137,9 +147,9 @@ def _export_strategy(name: str) -> ExportStrategy:
         return strategy
 
 
-def _should_export(config: NemoLensConfig, rank: int, world_size: int) -> bool:
+def should_export(config: NemoLensConfig, rank: int, world_size: int) -> bool:
     """Whether this rank exports, by the strategy ``config.export_strategy`` names."""
-    return bool(_export_strategy(config.export_strategy)(config, rank, world_size))
+    return bool(strategy_named(config.export_strategy)(config, rank, world_size))
 
 
 def _local_rank() -> int | None:

@@ -7,11 +7,13 @@ from typing import Final
 
 import asynctrace
 
+__all__ = ["as_boolean", "as_export_rank", "as_sample_rate", "as_text"]
+
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})
 _FALSE: Final = frozenset({"0", "false", "no", "off"})
 
 
-def _boolean(key: str, value: object) -> bool:
+def as_boolean(key: str, value: object) -> bool:
     """*value* as a bool: a bool, or ``1``/``0``, ``true``/``false``, ``yes``/``no``,
     ``on``/``off`` as a string (any case), as asynctrace reads its own booleans.
 
@@ -28,7 +30,7 @@ def _boolean(key: str, value: object) -> bool:
     )
 
 
-def _text(key: str, value: object) -> str:
+def as_text(key: str, value: object) -> str:
     """*value*, checked to be a string.
 
     Raises:
@@ -41,7 +43,7 @@ def _text(key: str, value: object) -> str:
     return value
 
 
-def _export_rank(value: object) -> int:
+def as_export_rank(value: object) -> int:
     """``export_rank`` as an int (a string of one too): a rank, or -1 for the last one.
 
     Raises:
@@ -58,7 +60,7 @@ def _export_rank(value: object) -> int:
     return number
 
 
-def _sample_rate(value: object) -> float:
+def as_sample_rate(value: object) -> float:
     """``export_sample_rate`` as a float (a string of one too), from 0.0 to 1.0.
 
     Raises:
