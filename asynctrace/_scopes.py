@@ -12,6 +12,8 @@ attribute sets per group. Each concern keeps its own handle
 from __future__ import annotations
 
 import operator
+import os
+import sys
 from contextvars import ContextVar, Token
 from types import TracebackType
 from typing import Any, Final, Generic, TypeVar
@@ -479,3 +481,36 @@ def current_bucket() -> Bucket | None:
         True
     """
     return BUCKET.get()
+
+
+def _no_scopes_in_child(_: object) -> None:
+    """In a process multiprocessing started by forking: none of the forking caller's scopes.
+
+    Such a process (a pool's worker, started from whichever call first needed
+    it) starts with no scope, as a spawned one does: a call's scopes travel
+    with the call (see ``context_executor``). A bare ``os.fork()`` child runs
+    on in the same code and keeps them: multiprocessing runs this hook only in
+    the processes it starts.
+    """
+    SCOPES.set(_EMPTY)
+
+
+_registered_with_multiprocessing = False
+
+
+def _before_fork() -> None:
+    """Register :func:`_no_scopes_in_child` with multiprocessing once it is in use.
+
+    Before every fork, so that a process multiprocessing forks inherits it;
+    lazily, so that importing asynctrace does not import multiprocessing.
+    """
+    global _registered_with_multiprocessing
+    if not _registered_with_multiprocessing:
+        util = sys.modules.get("multiprocessing.util")
+        if util is not None:
+            util.register_after_fork(_no_scopes_in_child, _no_scopes_in_child)
+            _registered_with_multiprocessing = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork)

@@ -45,15 +45,24 @@ class SessionHandoff(PendingSessions):
             with self._lock:
                 if self._later:
                     self._hand_over_later()
-                record = self._take(session_id)
+                record = self._live.get(session_id)
                 if record is None:
                     self.dropped_events += 1
                     return 0
-                if payload:
-                    merge_payload(record, -1, payload)
                 # Handed over under the same lock: a shutdown on another thread sees
-                # the record either live or queued, never neither, never both.
-                behind = self._writer.add_one(record, status, reason, now)
+                # the record either live or queued, never neither, never both. An
+                # exception a signal handler raises before the writer counted it (a
+                # KeyboardInterrupt) leaves the session live, not lost.
+                added = self._writer.handed_over
+                try:
+                    self._take(session_id)
+                    if payload:
+                        merge_payload(record, -1, payload)
+                    behind = self._writer.add_one(record, status, reason, now)
+                except BaseException:
+                    if self._writer.handed_over == added:
+                        self._put_back(record)
+                    raise
             if behind:  # outside the lock: the hand-off may sleep
                 self._writer.behind()
             return 1
@@ -61,20 +70,30 @@ class SessionHandoff(PendingSessions):
             if self._later:
                 self._hand_over_later()
             if task_id is not None:
+                live = self._live
                 finished = [
                     record
                     for sid in task_session_ids(self._tasks.get(task_id))
-                    if (record := self._take(sid)) is not None
+                    if (record := live.get(sid)) is not None
                 ]
             else:
                 finished = []
             if not finished:
                 self.dropped_events += 1
                 return 0
-            if payload:
+            added = self._writer.handed_over  # as for one session
+            try:
                 for record in finished:
-                    merge_payload(record, -1, payload)
-            refused = self._writer.add(finished, status, reason, now)
+                    self._take(record.session_id)
+                if payload:
+                    for record in finished:
+                        merge_payload(record, -1, payload)
+                refused = self._writer.add(finished, status, reason, now)
+            except BaseException:
+                if self._writer.handed_over == added:
+                    for record in finished:
+                        self._put_back(record)
+                raise
         if refused:  # outside the lock: the writer warns once
             self._writer.behind()
         return len(finished)

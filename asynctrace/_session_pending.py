@@ -48,18 +48,49 @@ class PendingSessions:
     _evict_room: int
 
     def _take(self, session_id: str) -> Record | None:
-        """Remove a live session (and its task entry once empty); caller holds the lock."""
-        record = self._live.pop(session_id, None)
-        if record is not None and record.task_id is not None:
-            pending = self._tasks.get(record.task_id)
-            if isinstance(pending, str):
-                if pending == session_id:
-                    del self._tasks[record.task_id]
-            elif pending is not None:
-                pending.discard(session_id)
-                if not pending:
-                    del self._tasks[record.task_id]
+        """Remove a live session (and its task entry once empty); caller holds the lock.
+
+        An exception a signal handler raises meanwhile (a ``KeyboardInterrupt``)
+        never leaves a task entry behind: each change is one step with no call
+        after it, and the task map is cleaned in a ``finally``. Whoever takes a
+        record and is interrupted before handing it over puts it back (see
+        :meth:`_put_back`).
+        """
+        record = self._live.get(session_id)
+        if record is None:
+            return None
+        try:
+            del self._live[session_id]  # one step: no call, where a handler could run
+        finally:
+            task_id = record.task_id
+            if task_id is not None:
+                pending = self._tasks.get(task_id)
+                if isinstance(pending, str):
+                    if pending == session_id:
+                        del self._tasks[task_id]
+                elif pending is not None:
+                    if len(pending) <= 1:  # the last one: the entry goes in one step
+                        if not pending or session_id in pending:
+                            del self._tasks[task_id]
+                    else:
+                        pending.discard(session_id)
         return record
+
+    def _put_back(self, record: Record) -> None:
+        """Make a taken record live again: its finalization was interrupted (a signal
+        handler's exception) before the writer had it. Caller holds the lock."""
+        session_id = record.session_id
+        self._live[session_id] = record
+        task_id = record.task_id
+        if task_id is not None:
+            pending = self._tasks.get(task_id)
+            if pending is None:
+                self._tasks[task_id] = session_id
+            elif isinstance(pending, str):
+                if pending != session_id:
+                    self._tasks[task_id] = {pending, session_id}
+            else:
+                pending.add(session_id)
 
     def is_pending(self, session_id: str) -> bool:
         """Whether *session_id* is registered here and not finalized, written or evicted yet.

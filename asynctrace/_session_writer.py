@@ -104,6 +104,17 @@ class SessionWriter(WriterStop, WriterLoop):
         """The records waiting that wake the writer (``flush_threshold``)."""
         return self._threshold
 
+    @property
+    def handed_over(self) -> int:
+        """The records handed over so far (queued, or counted in ``failed``).
+
+        It changes exactly when a record is queued or counted, with no call
+        between, where a signal handler could run: a caller that compares it
+        before and after an interrupted :meth:`add_one` or :meth:`add` knows
+        whether the writer has the records.
+        """
+        return self._added
+
     def set_style(self, style: str) -> None:
         """Write the records not written yet in *style* (see ``record_dict``)."""
         self._meta = {**self._meta, "style": style}  # one store: the writer reads it per batch
@@ -119,17 +130,27 @@ class SessionWriter(WriterStop, WriterLoop):
         """
         record.status, record.reason, record.finalized_ns = status, reason, finalized_ns
         with self._lock:  # the condition's own lock, without its Python-level wrapper
-            self._added += 1
             if self._stopped:  # after shutdown, or in a forked child: counted, not written
                 self.failed += 1
+                self._added += 1
                 return False
-            pending = self._pending
-            pending.append(record)
-            queued = len(pending)
+            # The hand-over: counted and appended with no call between, where a signal
+            # handler could run (its exception lands before both or after both); an
+            # exception at the append itself (a trace function's) undoes the count.
+            self._added += 1
+            try:
+                self._pending.append(record)
+            except BaseException:
+                if not self._pending or self._pending[-1] is not record:
+                    self._added -= 1
+                raise
+            queued = len(self._pending)
             if queued >= self._limit:
                 if queued > self._room:  # the writer is that far behind (a hung mount)
-                    pending.pop()
-                    self._count_refused(1)
+                    try:
+                        self._pending.pop()
+                    finally:  # counted failed even if a signal's exception follows the pop
+                        self._count_refused(1)
                     return True  # behind() warns, outside the lock
                 if queued >= self._threshold:
                     self._cond.notify()
@@ -175,24 +196,33 @@ class SessionWriter(WriterStop, WriterLoop):
         """
         for record in records:
             record.status, record.reason, record.finalized_ns = status, reason, finalized_ns
+        count = len(records)
         with self._cond:
-            self._added += len(records)
             if self._stopped:
-                self.failed += len(records)
-                return len(records)
-            pending = self._pending
+                self.failed += count
+                self._added += count
+                return count
             refused = 0
             if bounded:
                 # The bound counts what held() does: the chunk being written too.
                 free = (self._max_queued if room is None else room) - self.held()
-                refused = max(0, min(len(records), len(records) - free))
+                refused = max(0, min(count, count - free))
                 if refused:
-                    records = records[: len(records) - refused]
-            pending += records
+                    records = records[: count - refused]
+            # As in add_one: counted and queued with no call between.
+            before = len(self._pending)
+            self._added += count - refused
+            try:
+                self._pending += records
+            except BaseException:
+                if len(self._pending) == before:
+                    self._added -= count - refused
+                raise
             if refused:
                 self._count_refused(refused, room)
+                self._added += refused  # after: a signal's exception between stalls no flush
             # Woken at the threshold, or sooner at a room below it: records refused
             # while a writer that could take them sleeps would be lost for nothing.
-            if len(pending) >= self._threshold or (refused and room is not None):
+            if len(self._pending) >= self._threshold or (refused and room is not None):
                 self._cond.notify()
             return refused

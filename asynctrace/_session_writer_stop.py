@@ -23,16 +23,26 @@ class WriterStop(WriterRoom):
         A record that could not be written since the last flush (see
         ``failed``), or a file the disk would not make durable, makes this
         flush return ``False``, once.
+
+        Called on a thread that is inside the writer already (a signal handler
+        that interrupted the hand-over of a record, a finalizer the garbage
+        collector ran there), it does not wait: waiting would let the writer
+        take the records from under the interrupted code. It asks the writer to
+        write and sync, and returns at once whether everything handed over so far
+        was durable already (``False`` otherwise), as it does once the writer
+        has stopped.
         """
+        reentered = self._lock._is_owned()  # type: ignore[attr-defined]
         with self._cond:
             target = self._added
             if self._synced < target and not self._stopped:
                 self._flush_requested = True
                 self._cond.notify_all()
-                self._cond.wait_for(
-                    lambda: self._synced >= target or self._stopped,
-                    min(max(0.0, timeout_s), _MAX_WAIT_S),
-                )
+                if not reentered:
+                    self._cond.wait_for(
+                        lambda: self._synced >= target or self._stopped,
+                        min(max(0.0, timeout_s), _MAX_WAIT_S),
+                    )
             # A stopped writer (shut down, crashed, inert in a forked child) syncs no more:
             # its counts are final, and what it could not write is counted failed.
             done = (self.written + self.failed if self._stopped else self._synced) >= target
@@ -76,7 +86,7 @@ class WriterStop(WriterRoom):
             self._batch.clear()
             self.failed += unwritten
             self._failed_seen = self.failed  # reported: shutdown() returns False
-            in_flight = self._added - self.written - self.failed
+            in_flight = max(0, self._added - self.written - self.failed)
             self._cond.notify_all()
         if not unwritten and not in_flight:
             return
