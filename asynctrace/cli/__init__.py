@@ -11,12 +11,15 @@ Example:
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from . import convert, demo, goodput, groups, report, watch
 from ._common import CliError, HelpFormatter, Parser, escape_controls
+from ._output import Terminated
 
 __all__ = ["main"]
 
@@ -59,8 +62,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status.
 
     0: success; 1: ``goodput``/``report`` found invariant violations; 2: bad
-    usage or unreadable input. Errors are one line on stderr, without a
-    traceback (set ``ASYNCTRACE_DEBUG=1`` to get one).
+    usage or unreadable input; 130: interrupted (Ctrl-C); 141: the reader of
+    stdout went away (``| head``), so the output is incomplete; 143: ended by
+    SIGTERM while writing an output, which is removed. Errors are one line on
+    stderr, without a traceback (set ``ASYNCTRACE_DEBUG=1`` to get one).
 
     Example:
         >>> main(["groups", "--resolve", "default"])  # doctest: +SKIP
@@ -70,6 +75,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = build_parser()
     prog = "asynctrace"
+    no_stdout = sys.stdout is None  # started with descriptor 1 closed (>&-)
+    if no_stdout:
+        sys.stdout = _NoStdout()
     try:
         args, extra = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
         if args.command:
@@ -91,9 +99,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         _error(prog, str(exc))
         return exc.code
     except BrokenPipeError:
-        # The reader went away (| head): not an error worth a message.
+        # The reader went away (| head): no message, as a command killed by SIGPIPE
+        # gives none, but not success either (the output is cut short): the status
+        # a shell reports for SIGPIPE.
         _silence_stdout()
-        return 0
+        return EXIT_BROKEN_PIPE
+    except Terminated:
+        _error(prog, "terminated (SIGTERM); the partial output was removed")
+        return EXIT_TERMINATED
     except KeyboardInterrupt:
         _error(prog, "interrupted")
         return 130
@@ -102,6 +115,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         _error(prog, f"internal error: {type(exc).__name__}: {exc} (ASYNCTRACE_DEBUG=1 shows it)")
         return 2
+    finally:
+        if no_stdout:
+            sys.stdout = None  # as it was
+
+
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports a command the signal ended
+EXIT_TERMINATED = 143  # 128 + SIGTERM
+
+
+class _NoStdout(io.TextIOBase):
+    """``sys.stdout`` for a process started without one (``>&-``): writing to it
+    is an error that names stdout, not an ``AttributeError`` on ``None``."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        raise CliError("stdout: it is closed (started with >&-); redirect it, to /dev/null say")
+
+    @property
+    def buffer(self) -> _NoStdout:
+        return self
 
 
 def _error(prog: str, message: str) -> None:

@@ -14,7 +14,6 @@ thread, is the scope; an event that crosses another is never its parent).
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import re
@@ -139,14 +138,23 @@ def process_from_name(name: object) -> tuple[int | None, str | None]:
 class ArealEvents:
     """Collects AReaL's events per process; :meth:`drain` gives them ids, parents, buckets."""
 
-    def __init__(self, buckets: Mapping[str, str | None] | None = None) -> None:
+    def __init__(
+        self,
+        buckets: Mapping[str, str | None] | None = None,
+        first_ids: Mapping[int, int] | None = None,
+    ) -> None:
+        """*first_ids*: per origin, the first span id :meth:`drain` gives its events (as
+        :attr:`first_ids` recorded it in an earlier drain of the same events); an
+        origin not listed numbers on from the ids given before it."""
         self.buckets = dict(DEFAULT_BUCKETS if buckets is None else buckets)
         self.count = 0
         self.outside_steps = 0
         self.outside_steps_s = 0.0
         self.without_ts = 0  # complete events without a timestamp: not intervals, left out
+        self.first_ids: dict[int, int] = {}  # per origin drained, its first span id
+        self._given = dict(first_ids or {})
         self._held: dict[int, list[dict[str, Any]]] = {}
-        self._ids = itertools.count(1)
+        self._next_id = 1  # span ids count on over the origins, in the order drained
 
     def take(self, event: dict[str, Any], origin: int) -> bool:
         """Hold *event* if it is AReaL's (``True``); leave any other event alone."""
@@ -169,6 +177,8 @@ class ArealEvents:
         timestamp (left out) in :attr:`without_ts`; :meth:`notes` says the former.
         """
         for origin, events in self._held.items():
+            self._next_id = self._given.get(origin, self._next_id)
+            self.first_ids[origin] = self._next_id
             out: list[tuple[float, float, int, dict[str, Any]]] = []
             for index, parented in enumerate(self._parented(origin, events)):
                 if parented is None:  # no timestamp: not an interval
@@ -247,7 +257,8 @@ class ArealEvents:
                 kept = max(64, 2 * len(active))
             if parent is not None and end > parent[1]:
                 end = parent[1]  # AReaL's rounding (see _SLACK_US): clipped to its parent
-            span_id = f"{next(self._ids):016x}"
+            span_id = f"{self._next_id:016x}"
+            self._next_id += 1
             args = dict(event["args"])
             args["trace_id"] = trace_id
             args["span_id"] = span_id

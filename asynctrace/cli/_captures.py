@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ._common import dumps
+from ._events import event_ok
 
 __all__ = ["CAPTURE_NAME", "Capture", "find_captures", "is_capture", "load_capture"]
 
@@ -221,7 +222,9 @@ class Capture:
     trace_id: str | None = None
     span_id: str | None = None
     names: dict[object, str] = field(default_factory=dict)  # thread names by tid
-    skipped: int = 0  # events holding NaN or Infinity, or moved out of range; not written
+    # items of traceEvents not written: not an event (not an object, or one without
+    # "ph"), NaN or Infinity, a field of the wrong type or out of range (see event_ok)
+    skipped: int = 0
     overflow: bool = False  # the backend's buffer filled up: the earliest events are gone
     truncated: bool = False  # stopped by shutdown, before its span ended
 
@@ -303,8 +306,11 @@ def capture_lines(
     tids: dict[object, int] = {}
     delta = capture.offset_us - shift
     for event in _events(capture.path, {}):
-        if not isinstance(event, dict):
-            continue  # counted by load_capture when it held NaN; other values are not events
+        if event is _SKIPPED:
+            continue  # held NaN or Infinity: counted by load_capture
+        if not isinstance(event, dict) or "ph" not in event:
+            capture.skipped += 1  # a number, a string, a list, null, an object without ph
+            continue
         if event.get("ph") == "M" and (
             event.get("name") in _DROPPED_METADATA or event.get("name") == "thread_name"
         ):
@@ -321,6 +327,11 @@ def capture_lines(
                 continue
             event["ts"] = ts
         tid = _tid_key(event.get("tid"))
+        event["pid"] = out_pid
+        event["tid"] = 0  # its track, below; the one it had may be any JSON value
+        if not event_ok(event):  # what trace events must be: a ts within 1e18 µs, ...
+            capture.skipped += 1
+            continue
         track = tids.get(tid)
         if track is None:
             track = tids[tid] = next_tid()
@@ -334,7 +345,6 @@ def capture_lines(
                     "args": {"name": f"profile step {capture.step}: {name}"},
                 }
             )
-        event["pid"] = out_pid
         event["tid"] = track
         yield dumps(event)
 

@@ -21,7 +21,9 @@ from ._records import iter_file
 
 __all__ = [
     "CLI_WINDOW",
+    "GRACE_ACCEPTED",
     "LIVE",
+    "MAX_GRACE_S",
     "STEP_RULE",
     "Collected",
     "add_step_options",
@@ -34,6 +36,8 @@ STEP_RULE = (
     "a step itself"
 )
 LIVE = GoodputSettings()  # the live rollup's defaults: the same grace as a live rollup
+MAX_GRACE_S = 1e9  # the bound of the live key goodput.grace_s
+GRACE_ACCEPTED = "a number of seconds of at least 0 and below 1e9 (as goodput.grace_s)"
 CLI_WINDOW = 200_000  # spans remembered, over every rank's file at once
 
 
@@ -72,6 +76,9 @@ class Collected:
     areal_outside_steps_s: float = 0.0
     areal_notes: list[str] = field(default_factory=list)  # what ArealEvents left out
     areal_without_ts: int = 0  # AReaL's complete events without a ts (in without_ids too)
+    # how AReaL's events were given ids, to give them the same again (see read_waterfall)
+    areal_buckets: dict[str, str | None] = field(default_factory=dict)
+    areal_first_ids: dict[int, int] = field(default_factory=dict)
 
 
 def _step_pattern(text: str | None) -> re.Pattern[str] | None:
@@ -109,7 +116,10 @@ def collect(
     and ``rl.iteration`` from ``global_step`` (see :mod:`._areal`).
     """
     pattern = _step_pattern(step_name)
-    areal = ArealEvents(parse_bucket_map(bucket_map))
+    if not 0 <= grace_s < MAX_GRACE_S:  # grace_s * 1e6 must stay finite (a library caller)
+        raise CliError(f"grace: {grace_s!r} is not accepted; accepted: {GRACE_ACCEPTED}")
+    buckets = parse_bucket_map(bucket_map)
+    areal = ArealEvents(buckets)
     stats = ReadStats()
     origins = Origins(paths)
     rollup = Rollup(
@@ -152,6 +162,8 @@ def collect(
         areal_outside_steps_s=areal.outside_steps_s,
         areal_notes=areal.notes(),
         areal_without_ts=areal.without_ts,
+        areal_buckets=buckets,
+        areal_first_ids=areal.first_ids,
     )
 
 

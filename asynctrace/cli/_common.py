@@ -4,6 +4,7 @@ progress bar, argparse."""
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import json
 import re
@@ -15,6 +16,7 @@ __all__ = [
     "CliError",
     "Parser",
     "Progress",
+    "WholeWrites",
     "dumps",
     "escape_controls",
     "escape_surrogates",
@@ -90,6 +92,33 @@ def escape_controls(text: str) -> str:
     return _CONTROL.sub(_escape_one, text)
 
 
+class WholeWrites:
+    """A byte stream whose every write is written whole, or raises.
+
+    A pipe whose reader goes away mid-write (``| head``) takes part of the
+    bytes and the buffered stream says how many, without an error; writing the
+    rest raises :class:`BrokenPipeError`, so the output is never cut short
+    silently.
+    """
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self._stream = stream
+
+    def write(self, data: bytes) -> int:
+        """Write all of *data*; :class:`BrokenPipeError` (or another ``OSError``) if it cannot."""
+        view = memoryview(data)
+        while view:
+            count = self._stream.write(view)
+            if not count:
+                raise OSError(errno.EIO, "stdout took no bytes")
+            view = view[count:]
+        return len(data)
+
+    def flush(self) -> None:
+        """Flush the stream underneath."""
+        self._stream.flush()
+
+
 def write_stdout(text: str) -> None:
     """Write *text* to standard output as UTF-8 whatever the locale, lone surrogates
     escaped (see :func:`escape_surrogates`).
@@ -110,7 +139,7 @@ def write_stdout(text: str) -> None:
             sys.stdout.flush()
             return
         sys.stdout.flush()  # what was written as text first stays first
-        buffer.write(text.encode("utf-8"))
+        WholeWrites(buffer).write(text.encode("utf-8"))  # a short write is not success
         buffer.flush()
     except BrokenPipeError:
         raise

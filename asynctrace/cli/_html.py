@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import math
+import sys
 from collections.abc import Sequence
 
 __all__ = ["COLORS", "STALL_COLOR", "axis_ticks", "esc", "legend_row", "num", "pct", "seconds"]
@@ -50,10 +51,18 @@ def seconds(value: float) -> str:
 
 
 def axis_ticks(top: float, count: int = 4) -> list[float]:
-    """Round values from 0 up to about *top*, for about *count* grid lines."""
-    if top <= 0:
+    """Round values from 0 up to about *top*, for about *count* grid lines.
+
+    Only 0 when *top* is not a positive finite number, or is so small that a
+    tick's share of it is not a normal float (it underflows: no log10 of it).
+
+    Example:
+        >>> axis_ticks(1.0, 4), axis_ticks(5e-324, 6)
+        ([0.0, 0.25, 0.5, 0.75, 1.0], [0.0])
+    """
+    raw = top / count if count > 0 else 0.0
+    if not sys.float_info.min <= raw < math.inf:  # also NaN
         return [0.0]
-    raw = top / count
     magnitude = 10 ** math.floor(math.log10(raw))
     step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
     return [i * step for i in range(int(top / step) + 1)]

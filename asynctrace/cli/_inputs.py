@@ -14,6 +14,8 @@ it twice.
 
 from __future__ import annotations
 
+import errno
+import fnmatch
 import glob
 import gzip
 import os
@@ -31,6 +33,7 @@ __all__ = [
     "drop_twins",
     "expand_inputs",
     "file_size",
+    "find_files",
     "open_input",
     "single_pass",
     "skip_rest",
@@ -46,15 +49,42 @@ def _has_magic(text: str) -> bool:
     return any(c in text for c in "*?[")
 
 
-def _search(directory: Path, patterns: Sequence[str]) -> list[Path]:
-    found = {
-        p
-        for pattern in patterns
-        for variant in (pattern, pattern + ".gz")
-        for p in directory.rglob(variant)
-        if p.is_file()
-    }
+# A directory that cannot be listed because it is gone (removed while searched, a
+# stale NFS handle) or not readable: passed over, as a file in it could not be read.
+_PASSED_OVER = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ESTALE, errno.EACCES, errno.EPERM})
+
+
+def _unlistable(exc: OSError) -> None:
+    if exc.errno not in _PASSED_OVER:
+        raise exc
+
+
+def find_files(directory: Path, patterns: Sequence[str]) -> list[Path]:
+    """The regular files under *directory* (its subdirectories too, not through
+    symbolic links) whose name matches one of *patterns*, sorted.
+
+    A subdirectory removed while it is searched (a job rotating its temporary
+    directories), or one that cannot be read, is passed over.
+
+    Raises:
+        OSError: a directory cannot be listed for another reason (an I/O error).
+    """
+    found = []
+    for parent, _, names in os.walk(directory, onerror=_unlistable):
+        for name in names:
+            if any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns):
+                path = Path(parent, name)
+                if path.is_file():
+                    found.append(path)
     return sorted(found)
+
+
+def _search(directory: Path, patterns: Sequence[str]) -> list[Path]:
+    variants = [variant for pattern in patterns for variant in (pattern, pattern + ".gz")]
+    try:
+        return find_files(directory, variants)
+    except OSError as exc:
+        raise CliError(f"{exc.filename or directory}: {exc.strerror or exc}") from None
 
 
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -120,8 +150,8 @@ def expand_inputs(
     is empty; a note on stderr (prefixed with *prog*) names the other.
 
     Raises:
-        CliError: a path does not exist, a glob matches nothing, or a directory
-            holds no file matching *patterns*.
+        CliError: a path is empty or does not exist, a glob matches nothing, or a
+            directory holds no file matching *patterns*.
 
     Example:
         >>> expand_inputs(["run/"], [TRACE_PATTERN], "trace")  # doctest: +SKIP
@@ -137,6 +167,8 @@ def expand_inputs(
             out.append(path)
 
     for spec in specs:
+        if not spec:  # Path("") is the current directory: "$RUN" with RUN unset
+            raise CliError("empty path among the inputs (an unset shell variable?)")
         path = Path(spec)
         if path.is_dir():
             files = _search(path, patterns)

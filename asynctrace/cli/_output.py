@@ -1,25 +1,45 @@
 """The file ``-o`` names: written so that a reader never sees it half written, and never
-a device, a FIFO or a descriptor replaced by a regular file."""
+a device, a FIFO or a descriptor replaced by a regular file.
+
+While it is written, SIGTERM (``timeout``, a batch scheduler, ``kill``) raises
+:class:`Terminated`, so the temporary file is removed as on Ctrl-C.
+"""
 
 from __future__ import annotations
 
 import errno
 import os
 import re
+import signal
 import stat
 import sys
+import threading
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, cast
 
-from ._common import CliError
+from ._common import CliError, WholeWrites
 
-__all__ = ["Output"]
+__all__ = ["Output", "Terminated", "stdout_bytes"]
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM received while an output was written: taken like Ctrl-C, so the
+    partial output is removed; the command's exit status is then 143."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated
 
 
 # A directory of descriptor links: /proc/<pid>/fd (self, thread-self, or a thread's).
 _FD_DIRECTORY = re.compile(r"/proc/(self|thread-self|\d+)(?:/task/\d+)?/fd")
 _MAX_LINKS = 40  # as the kernel's ELOOP limit
 _SHORT_NAME = 40  # characters of the output's name kept in its temporary file's name
+
+
+def stdout_bytes() -> IO[bytes]:
+    """Standard output as bytes, each write written whole or raising (:class:`WholeWrites`)."""
+    return cast("IO[bytes]", WholeWrites(sys.stdout.buffer))
 
 
 def _descriptor_link(name: str) -> tuple[bool, int | None]:
@@ -122,6 +142,20 @@ class Output:
         self.final = Path(os.path.realpath(target)) if target.is_symlink() else target
         self._temporary: Path | None = None
         self._stream: IO[bytes] | None = None
+        self._sigterm: Any = None  # the SIGTERM handler replaced while writing, if any
+
+    def _catch_sigterm(self) -> None:
+        """SIGTERM raises :class:`Terminated` until :meth:`commit` or :meth:`abort` (the
+        main thread only: no other can set a handler)."""
+        if self._sigterm is None and threading.current_thread() is threading.main_thread():
+            previous = signal.signal(signal.SIGTERM, _terminate)
+            self._sigterm = signal.SIG_DFL if previous is None else previous
+
+    def _release_sigterm(self) -> None:
+        """The SIGTERM handler :meth:`_catch_sigterm` replaced, put back."""
+        if self._sigterm is not None:
+            signal.signal(signal.SIGTERM, self._sigterm)
+            self._sigterm = None
 
     def open(self) -> IO[bytes]:
         """The stream to write to.
@@ -132,6 +166,14 @@ class Output:
         """
         if self._loop:
             raise CliError(f"-o: {self.name}: symbolic link loop")
+        self._catch_sigterm()
+        try:
+            return self._open()
+        except BaseException:
+            self.abort()
+            raise
+
+    def _open(self) -> IO[bytes]:
         if self.direct:
             try:
                 self._stream = self._open_direct()
@@ -193,9 +235,15 @@ class Output:
         except OSError as exc:
             self.abort()
             raise CliError(f"{self.name}: {exc.strerror or exc}") from None
+        self._release_sigterm()
 
     def abort(self) -> None:
-        """Close the stream and remove the temporary file, if any (never raises)."""
+        """Close the stream and remove the temporary file, if any (never raises).
+
+        A second SIGTERM meanwhile is ignored, so the file is removed all the same.
+        """
+        if self._sigterm is not None:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if self._stream is not None:
             try:
                 self._stream.close()
@@ -207,3 +255,4 @@ class Output:
             except OSError:
                 pass
             self._temporary = None
+        self._release_sigterm()

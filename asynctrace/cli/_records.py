@@ -11,7 +11,8 @@ deflate block) ends its file there: the lines read before the damage are kept,
 the rest of that file is skipped and the file is named in the summary. A UTF-8
 byte order mark at the start of a file is ignored. Lines ending in a comma are
 read too, which covers a Chrome JSON document written one event per line, such
-as the output of ``asynctrace convert``, and a line that is a whole
+as the output of ``asynctrace convert`` (its header and trailer lines are not
+counted; a line only shaped like one, a torn document, is), and a line that is a whole
 ``{"traceEvents": [...]}`` document (``json.dump``'s output) gives its events;
 any other whole-document JSON file of up to 64 MiB is loaded at once as a
 fallback. A line longer than 64 MiB is skipped and counted without being parsed
@@ -41,7 +42,7 @@ from ._read_stats import DAMAGED, SAMPLES, ReadStats, count_malformed
 
 __all__ = ["iter_file", "iter_records"]
 
-_STRUCTURAL = (b'{"traceEvents":', b"],", b"]}")
+_BRACKETS = (b"[", b"]", b"]}")  # a JSON document's own lines: its array opened, closed
 _PROGRESS_EVERY = 0x3FFF  # lines between two progress updates
 _MAX_LINE = MAX_DOCUMENT  # bytes: a longer line is skipped (and counted), never parsed
 
@@ -188,11 +189,14 @@ def iter_file(
             try:
                 obj = loads(raw)
             except ValueError:
-                if raw in (b"[", b"]") or raw.startswith(_STRUCTURAL):
+                events = _framing(raw)
+                if events is None:
+                    skipped.not_json += 1
+                    skipped.at(f"{path.name}:{lineno}")
                     continue
-                skipped.not_json += 1
-                skipped.at(f"{path.name}:{lineno}")
-                continue
+                if not events:  # the document's header or trailer: no event on it
+                    continue
+                obj = {"traceEvents": events}  # a header with the first events on its line
             if obj.__class__ is not dict:
                 skipped.not_object += 1
                 skipped.at(f"{path.name}:{lineno}")
@@ -247,6 +251,32 @@ def iter_file(
         stats.empty.append(path.name)
         return
     yield from _fallback(path, stats, skipped, first, bad, cut_short)
+
+
+def _framing(raw: bytes) -> list[Any] | None:
+    """The events on a line of a Chrome JSON document's frame (none, mostly), or ``None``
+    when *raw* is no such line.
+
+    The frame's lines are ``[`` and ``]``, ``]}``, a header that opens the event
+    array (``{"traceEvents":[``, as ``convert`` writes it, the first events
+    possibly on it) and a trailer that closes it and gives the document's other
+    keys (``],"displayTimeUnit":"ms","otherData":{...}}``). Only a line that
+    completes into JSON is one of them: a torn header, trailer or one-line
+    document is not, and is counted as malformed.
+    """
+    if raw in _BRACKETS:
+        return []
+    try:
+        if raw[:1] == b"{":  # a header: complete once its array and object are closed
+            document = loads(raw + b"]}")
+            if document.__class__ is dict and document.get("traceEvents").__class__ is list:
+                events: list[Any] = document["traceEvents"]
+                return events
+        elif raw[:2] == b"]," and loads(b"{" + raw[2:]).__class__ is dict:
+            return []  # a trailer: the rest of the object, after the array
+    except (ValueError, RecursionError):
+        pass
+    return None
 
 
 def _fallback(

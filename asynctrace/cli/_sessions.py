@@ -53,6 +53,7 @@ class Sessions:
     no_session_id: int = 0  # records without a ``session_id``: not sessions, not counted
     no_submit: int = 0  # sessions without a submit time: counted, not on the timeline
     on_timeline: int = 0  # sessions with a submit time (the timeline samples these)
+    copies: int = 0  # records identical to one read before (a file read twice): not counted
 
     def left_out(self) -> list[str]:
         """What the page leaves out of the session charts, one sentence each.
@@ -62,6 +63,12 @@ class Sessions:
             ['left out 3 session durations of *_s fields past the first 32, which have histograms']
         """
         out = []
+        if self.copies:
+            n = self.copies
+            out.append(
+                f"skipped {n} session record{'s' if n != 1 else ''} identical to one read "
+                "before (the same file given twice?), not counted"
+            )
         if self.no_session_id:
             n = self.no_session_id
             out.append(
@@ -108,18 +115,28 @@ class Sessions:
 
 
 def read_sessions(paths: list[Path], stats: ReadStats, progress: bool) -> Sessions:
-    """Read the session records of *paths* into a :class:`Sessions` summary."""
+    """Read the session records of *paths* into a :class:`Sessions` summary.
+
+    A record whose line is the same as one read before (a copy of a file, in a
+    subdirectory, say) is a copy: counted in ``copies``, not as a session.
+    """
     out = Sessions(paths)
     sample = random.Random(0)
     reservoir: list[SessionRow] = []
     phase_order: dict[str, None] = {}
+    seen: set[int] = set()  # hashes of the records' lines: a copy of a file adds nothing
     bar = Progress(file_size(paths), "asynctrace report", enabled=progress)
     try:
         for path in paths:
-            for record, _ in iter_file(path, stats, bar):
+            for record, raw in iter_file(path, stats, bar):
                 if "session_id" not in record:
                     out.no_session_id += 1
                     continue
+                line_hash = hash(raw.strip())
+                if line_hash in seen:
+                    out.copies += 1
+                    continue
+                seen.add(line_hash)
                 out.count += 1
                 out.statuses[str(record.get("status"))] += 1
                 for key, value in record.items():

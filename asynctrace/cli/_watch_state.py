@@ -13,10 +13,11 @@ from typing import Any
 from ._events import real_number
 from ._watch_lines import buckets_ok, exporters_ok, step_ok, time_ok
 
-__all__ = ["Rank", "State"]
+__all__ = ["MAX_PHASE_KEYS", "Rank", "State"]
 
 _KEEP_STEPS = 500
 _KEEP_PHASE = 10_000
+MAX_PHASE_KEYS = 32  # distinct ``*_s`` keys kept (as report's histograms); others counted
 
 
 @dataclass
@@ -62,6 +63,8 @@ class State:
     ranks: dict[Path, Rank] = field(default_factory=dict)
     sessions: dict[Path, Counter[str]] = field(default_factory=dict)  # statuses, per file
     phases: dict[str, deque[tuple[Path, float]]] = field(default_factory=dict)
+    # per file, its values of *_s keys past the first MAX_PHASE_KEYS: counted, not kept
+    phases_left_out: dict[Path, int] = field(default_factory=dict)
     unreadable: int = 0  # lines that are not a JSON object, in every file followed
     changes: int = 0  # counts what changed the counts (a new view to print)
     _arrivals: int = 0  # steps read, the order of steps of one time
@@ -109,6 +112,11 @@ class State:
             total.update(counts)
         return total
 
+    @property
+    def phase_values_left_out(self) -> int:
+        """Values of ``*_s`` keys past the first :data:`MAX_PHASE_KEYS`, over every file."""
+        return sum(self.phases_left_out.values())
+
     def drop(self, path: Path) -> None:
         """Drop the file at *path* and what it gave: it is gone."""
         self.forget(path)
@@ -125,6 +133,7 @@ class State:
             kept = [step for step in self.steps if step[0] != path]
             self.steps = deque(kept, maxlen=_KEEP_STEPS)
         self.sessions.pop(path, None)
+        self.phases_left_out.pop(path, None)
         for key, values in list(self.phases.items()):
             if any(source == path for source, _ in values):
                 kept_values = [value for value in values if value[0] != path]
@@ -180,7 +189,13 @@ class State:
             statuses[str(line.get("status"))] += 1
             for key, value in line.items():
                 if key.endswith("_s") and real_number(value):
-                    phase = self.phases.setdefault(key, deque(maxlen=_KEEP_PHASE))
+                    phase = self.phases.get(key)
+                    if phase is None:
+                        if len(self.phases) >= MAX_PHASE_KEYS:  # memory bound, as report's
+                            left = self.phases_left_out
+                            left[path] = left.get(path, 0) + 1
+                            continue
+                        phase = self.phases[key] = deque(maxlen=_KEEP_PHASE)
                     phase.append((path, float(value)))
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ._common import escape_controls
-from ._watch_state import State
+from ._watch_state import MAX_PHASE_KEYS, State
 
 __all__ = ["render"]
 
@@ -129,6 +129,11 @@ def render(state: State, directory: Path, stale: float, show: int, now: float) -
                 str(len(values)),
             )
         parts.append(table)
+        left_out = state.phase_values_left_out
+        if left_out:
+            parts.append(
+                _text(f"left out {left_out} values of *_s keys past the first {MAX_PHASE_KEYS}")
+            )
     for rank in state.ranks.values():
         problems = [
             f"{name} dropped {dropped}, failed {failed}"

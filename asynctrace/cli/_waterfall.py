@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..rollup import StepRow
+from ._areal import ArealEvents, is_areal_event
 from ._collect import Collected
 from ._common import Progress
 from ._inputs import file_size
@@ -50,6 +51,7 @@ class Waterfall:
     hidden: int = 0  # spans of the step's trace starting inside it that are not drawn
     chosen_by: str = "slowest step"
     hidden_why: list[str] = field(default_factory=list)  # ``"12 past the 400-row limit"``
+    copies: int = 0  # spans whose ids were already taken (a file read twice): drawn once
 
 
 _SHOWN_ATTRIBUTES = (
@@ -65,14 +67,56 @@ _SHOWN_ATTRIBUTES = (
 )
 
 
+_Item = tuple[float, int, dict[str, Any], int]  # (start, arrival, event, origin)
+
+
+class _Gather:
+    """The spans of one step's trace that start inside it, by parent; a copy of one
+    already gathered (the same file read twice) is skipped and counted."""
+
+    def __init__(self, step: StepRow) -> None:
+        self.step = step
+        self.by_parent: dict[str, list[_Item]] = {}
+        self.root: _Item | None = None
+        self.seq = self.roots = self.collected = self.copies = 0
+        self._ids: set[str] = set()  # span ids of the root and of the spans collected
+
+    def add(self, event: dict[str, Any], origin: int) -> None:
+        """Take the complete *event* (of the step's trace), if it starts in the step."""
+        step = self.step
+        ts = event.get("ts")
+        if not isinstance(ts, (int, float)) or not step.start <= ts <= step.end:
+            return
+        args = event["args"]
+        span_id = args.get("span_id")
+        if span_id.__class__ is str:
+            if span_id in self._ids:
+                self.copies += 1
+                return
+            if span_id == step.span_id or self.collected < MAX_WATERFALL_COLLECT:
+                self._ids.add(span_id)
+        self.seq += 1
+        item = (float(ts), self.seq, event, origin)
+        if span_id == step.span_id:
+            self.roots += 1
+            self.root = item
+        elif self.collected < MAX_WATERFALL_COLLECT:
+            self.collected += 1
+            self.by_parent.setdefault(str(args.get("parent_span_id")), []).append(item)
+
+
 def read_waterfall(
     collected: Collected, step: StepRow, chosen_by: str, progress: bool
 ) -> Waterfall:
-    """Second pass: the spans of the step's trace that start inside it, as a tree."""
-    by_parent: dict[str, list[tuple[float, int, dict[str, Any], int]]] = {}
-    root: tuple[float, int, dict[str, Any], int] | None = None
-    collected_spans = 0
-    seq = roots = 0
+    """Second pass: the spans of the step's trace that start inside it, as a tree.
+
+    A span whose ids were already taken (a copy of its file read too) is drawn
+    once. AReaL's own events (no ids) of the step's process are given the ids
+    the rollup read them with: the same drain, numbering from the same first id.
+    """
+    gather = _Gather(step)
+    areal = ArealEvents(collected.areal_buckets, collected.areal_first_ids)
+    origin_of = collected.origins.origin
     bar = Progress(file_size(collected.paths), "asynctrace report", enabled=progress)
     try:
         for index, path in enumerate(collected.paths):
@@ -80,23 +124,20 @@ def read_waterfall(
                 if event.get("ph") != "X":
                     continue
                 args = event.get("args")
-                if not isinstance(args, dict) or args.get("trace_id") != step.trace_id:
+                if not isinstance(args, dict):
                     continue
-                ts = event.get("ts")
-                if not isinstance(ts, (int, float)) or not step.start <= ts <= step.end:
-                    continue
-                seq += 1
-                origin = collected.origins.origin(index, event.get("pid"))
-                item = (float(ts), seq, event, origin)
-                if args.get("span_id") == step.span_id:
-                    roots += 1
-                    root = item
-                elif collected_spans < MAX_WATERFALL_COLLECT:
-                    collected_spans += 1
-                    parent = str(args.get("parent_span_id"))
-                    by_parent.setdefault(parent, []).append(item)
+                if args.get("trace_id") == step.trace_id:
+                    gather.add(event, origin_of(index, event.get("pid")))
+                elif is_areal_event(event):
+                    origin = origin_of(index, event.get("pid"))
+                    if origin == step.origin:
+                        areal.take(event, origin)
     finally:
         bar.close()
+    for event, origin in areal.drain():
+        if event["args"].get("trace_id") == step.trace_id:
+            gather.add(event, origin)
+    by_parent, root, roots, seq = gather.by_parent, gather.root, gather.roots, gather.seq
     spans: list[WaterfallSpan] = []
     past_rows = 0
     stack = [(0, root)] if root is not None else []
@@ -114,7 +155,7 @@ def read_waterfall(
     # Every matching span that is not a row: past the row limit, past the collect
     # limit, or not reached from the step (its parent is not among the spans
     # collected, or it repeats the step's span id).
-    past_collect = seq - roots - collected_spans
+    past_collect = seq - roots - gather.collected
     unreached = sum(map(len, by_parent.values())) + max(0, roots - 1)
     why = [
         f"{count} {what}"
@@ -127,7 +168,7 @@ def read_waterfall(
     ]
     hidden = past_rows + past_collect + unreached
     process = collected.origins.label(step.origin)
-    return Waterfall(step, process, spans, hidden, chosen_by, why)
+    return Waterfall(step, process, spans, hidden, chosen_by, why, gather.copies)
 
 
 def _row(

@@ -13,7 +13,6 @@ read: an event that needs no change is copied byte for byte.
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -33,7 +32,7 @@ from ._end_order import in_end_order
 from ._inputs import TRACE_PATTERN, expand_inputs, file_size
 from ._merger import Merger
 from ._open_files import allow_open_files
-from ._output import Output
+from ._output import Output, stdout_bytes
 from ._path_checks import check_output, require_regular_files
 from ._read_stats import ReadStats
 from ._repeats import Repeats
@@ -122,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     captures = [load_capture(path) for path in capture_paths]
     merger.want_spans(c.span_id for c in captures if isinstance(c, Capture) and c.span_id)
     output = None if to_stdout else Output(args.output)
-    stream: IO[bytes] = sys.stdout.buffer if output is None else output.open()
+    stream: IO[bytes] = stdout_bytes() if output is None else output.open()
     events = 0
     bar = Progress(file_size(paths), prog, enabled=not args.no_progress)
     restore = None
@@ -164,8 +163,8 @@ def run(args: argparse.Namespace) -> int:
             if capture.skipped:
                 plural = "s" if capture.skipped != 1 else ""
                 skipped.append(
-                    f"{capture.skipped} event{plural} of {capture.path.name} (NaN, Infinity "
-                    "or a timestamp out of range)"
+                    f"{capture.skipped} event{plural} of {capture.path.name} (not an event, NaN "
+                    "or Infinity, or a field of the wrong type or out of range)"
                 )
             if capture.overflow:
                 partial.append(

@@ -13,7 +13,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ._collect import CLI_WINDOW, LIVE, STEP_RULE, add_step_options, collect
+from ._collect import (
+    CLI_WINDOW,
+    GRACE_ACCEPTED,
+    LIVE,
+    MAX_GRACE_S,
+    STEP_RULE,
+    add_step_options,
+    collect,
+)
 from ._common import CliError, HelpFormatter, note, positive_int, write_stdout
 from ._goodput_document import to_json
 from ._goodput_text import to_csv, to_text
@@ -65,7 +73,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--grace",
         metavar="SECONDS",
-        type=_nonnegative_seconds,
+        type=_grace_seconds,
         default=live.grace_s,
         help="a step is finished once a span ends this long after it; later bucketed "
         "children count nowhere (late-bucket). The live rollup's goodput.grace_s "
@@ -92,13 +100,17 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(run=run)
 
 
-def _nonnegative_seconds(text: str) -> float:
+def _grace_seconds(text: str) -> float:
+    """``--grace``: seconds, as the live key ``goodput.grace_s`` takes them (argparse
+    names the option in its message)."""
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r}: accepted: seconds, 0 or more")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of seconds; accepted: {GRACE_ACCEPTED}"
+        ) from None
+    if not 0 <= value < MAX_GRACE_S:  # NaN, an infinity, or one that overflows in µs
+        raise argparse.ArgumentTypeError(f"{text!r} is not accepted; accepted: {GRACE_ACCEPTED}")
     return value
 
 

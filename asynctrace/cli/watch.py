@@ -23,6 +23,7 @@ from typing import Any
 
 from ._common import CliError, HelpFormatter, positive_int
 from ._follower import Follower
+from ._inputs import find_files
 from ._sigterm import sigterm_leaves
 from ._watch_state import State
 from ._watch_view import render
@@ -53,7 +54,9 @@ def add_parser(subparsers: Any) -> None:
         epilog=EPILOG,
         formatter_class=HelpFormatter,
     )
-    parser.add_argument("directory", metavar="DIR", type=Path, help="the job's output directory")
+    parser.add_argument(
+        "directory", metavar="DIR", type=_directory, help="the job's output directory"
+    )
     parser.add_argument(
         "--interval",
         type=_interval,
@@ -82,6 +85,13 @@ def add_parser(subparsers: Any) -> None:
 
 MAX_INTERVAL = 86400.0
 """The longest ``--interval`` (a day, in seconds): a longer sleep is no live view."""
+
+
+def _directory(text: str) -> Path:
+    """DIR: any path but an empty one, which would be the current directory."""
+    if not text:
+        raise argparse.ArgumentTypeError("empty path (an unset shell variable?)")
+    return Path(text)
 
 
 def _interval(text: str) -> float:
@@ -138,7 +148,11 @@ def _poll(
     changed for *stale* seconds; until then its newline may still come.
     """
     found = set()
-    for path in sorted(directory.rglob("goodput-*.jsonl")):
+    goodput: list[Path] = []
+    sessions: list[Path] = []  # one walk: a subdirectory removed meanwhile is passed over
+    for path in find_files(directory, ["goodput-*.jsonl", "sessions-*.jsonl"]):
+        (goodput if path.name.startswith("goodput-") else sessions).append(path)
+    for path in goodput:
         found.add(path)
         follower = followers.get(path)
         if follower is None:
@@ -147,7 +161,7 @@ def _poll(
         if follower.restarted:
             state.forget(path)
         state.add_goodput(path, lines, follower.modified)
-    for path in sorted(directory.rglob("sessions-*.jsonl")):
+    for path in sessions:
         found.add(path)
         follower = followers.get(path)
         if follower is None:

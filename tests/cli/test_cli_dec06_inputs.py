@@ -1,0 +1,306 @@
+"""The command line's inputs and outputs at their edges: a torn Chrome JSON frame, a
+subdirectory removed while searched, an empty path, a reader of stdout that goes
+away, stdout closed, SIGTERM while an output is written."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from asynctrace.cli._follower import Follower
+from asynctrace.cli._output import Output, Terminated
+from asynctrace.cli._watch_state import State
+from asynctrace.cli.watch import _poll
+
+from ._helpers import GOLDEN, Result, one_line
+
+COMMAND = [sys.executable, "-m", "asynctrace"]
+
+
+def _event(i: int) -> dict[str, object]:
+    return {
+        "ph": "X",
+        "name": f"span-{i}",
+        "cat": "rl",
+        "ts": 1_700_000_000_000_000 + i * 10,
+        "dur": 5,
+        "pid": 1,
+        "tid": 1,
+        "args": {"padding": "x" * 100},
+    }
+
+
+# -- lines of a Chrome JSON document's frame -------------------------------------------------
+
+
+def test_torn_one_line_document_is_malformed_not_empty(
+    run: Callable[..., Result], tmp_path: Path
+) -> None:
+    """A one-line ``{"traceEvents": [...]}`` cut short by a killed writer is a line that
+    is not JSON, named with its reason; never an empty file."""
+    document = json.dumps({"traceEvents": [_event(i) for i in range(5)]})
+    torn = tmp_path / "traces-r1.jsonl"
+    torn.write_text(document[: len(document) * 2 // 3])
+    result = run("convert", torn, "-o", tmp_path / "out.json", "--no-progress")
+    assert result.code == 2
+    line = one_line(result.err)
+    assert "empty" not in line
+    assert "1 line, none usable: 1 not JSON" in line
+
+
+def test_junk_lines_shaped_like_a_frame_are_counted(
+    run: Callable[..., Result], tmp_path: Path
+) -> None:
+    """Lines that start as a document's header or trailer but are not one are malformed
+    lines, counted and named, in a JSON-lines trace."""
+    lines = (GOLDEN / "traces-r0.jsonl").read_text().splitlines()
+    lines.insert(5, '],"garbage because of a crash')
+    lines.insert(9, '{"traceEvents":[{"ph":"X","name":"torn"')
+    trace = tmp_path / "traces-r0.jsonl"
+    trace.write_text("\n".join(lines) + "\n")
+    result = run("convert", trace, "-o", tmp_path / "out.json", "--no-progress")
+    assert result.code == 0, result.err
+    assert "skipped 2 malformed lines (traces-r0.jsonl:6, traces-r0.jsonl:10)" in result.err
+
+
+def test_a_documents_frame_is_not_malformed(run: Callable[..., Result], tmp_path: Path) -> None:
+    """``convert``'s own output read again, and a document with its first event on its
+    header line and other keys after the array: no line counted as malformed."""
+    first = tmp_path / "first.json"
+    assert run("convert", GOLDEN, "-o", first, "--no-progress").code == 0
+    again = run("convert", first, "-o", tmp_path / "again.json", "--no-progress")
+    assert again.code == 0, again.err
+    assert "malformed" not in again.err
+    written = json.loads((tmp_path / "again.json").read_text())
+    assert len(written["traceEvents"]) == len(json.loads(first.read_text())["traceEvents"])
+    header = tmp_path / "header.json"
+    header.write_text(
+        '{"displayTimeUnit":"ns","traceEvents":[' + json.dumps(_event(0)) + ",\n"
+        + json.dumps(_event(1)) + "\n"
+        + '],"otherData":{"version":"x"}}\n'
+    )  # fmt: skip
+    result = run("convert", header, "-o", tmp_path / "h.json", "--no-progress")
+    assert result.code == 0, result.err
+    assert "malformed" not in result.err
+    names = {e["name"] for e in json.loads((tmp_path / "h.json").read_text())["traceEvents"]}
+    assert {"span-0", "span-1"} <= names
+
+
+# -- a subdirectory removed while searched ---------------------------------------------------
+
+
+def test_watch_poll_survives_subdirectories_removed_meanwhile(tmp_path: Path) -> None:
+    """A job rotating its temporary directories while ``watch`` walks DIR: every poll
+    finds the goodput file, none ends the view."""
+    shutil.copy(GOLDEN / "sessions-r0.jsonl", tmp_path)
+    for i in range(100):
+        (tmp_path / f"ckpt-{i}" / "shard").mkdir(parents=True)
+    stop = threading.Event()
+    cycles = 0
+
+    def churn() -> None:
+        nonlocal cycles
+        while not stop.is_set():
+            for i in range(4):
+                place = tmp_path / f"tmp-{i}"
+                (place / "a" / "b").mkdir(parents=True, exist_ok=True)
+                shutil.rmtree(place, ignore_errors=True)
+            cycles += 1
+
+    churner = threading.Thread(target=churn, daemon=True)
+    churner.start()
+    try:
+        followers: dict[Path, Follower] = {}
+        state = State()
+        polls = 0
+        while polls < 300 or cycles < 300:
+            _poll(tmp_path, followers, state)
+            assert tmp_path / "sessions-r0.jsonl" in followers
+            polls += 1
+            if polls > 5000:
+                break
+    finally:
+        stop.set()
+        churner.join()
+
+
+def test_inputs_survive_subdirectories_removed_meanwhile(
+    run: Callable[..., Result], tmp_path: Path
+) -> None:
+    """The one-shot commands search a directory the same way."""
+    shutil.copy(GOLDEN / "traces-r0.jsonl", tmp_path)
+    for i in range(100):
+        (tmp_path / f"ckpt-{i}" / "shard").mkdir(parents=True)
+    stop = threading.Event()
+
+    def churn() -> None:
+        while not stop.is_set():
+            for i in range(4):
+                place = tmp_path / f"tmp-{i}"
+                (place / "a" / "b").mkdir(parents=True, exist_ok=True)
+                shutil.rmtree(place, ignore_errors=True)
+
+    churner = threading.Thread(target=churn, daemon=True)
+    churner.start()
+    try:
+        from asynctrace.cli._inputs import expand_inputs
+
+        for _ in range(300):
+            assert expand_inputs([str(tmp_path)], ["traces*.jsonl"], "trace") == [
+                tmp_path / "traces-r0.jsonl"
+            ]
+    finally:
+        stop.set()
+        churner.join()
+
+
+# -- an empty path ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["goodput", ""],
+        ["convert", "", "-o", "{tmp}/out.json"],
+        ["report", "", "-o", "{tmp}/out.html"],
+        ["watch", "", "--once"],
+    ],
+)
+def test_an_empty_path_is_refused(
+    run: Callable[..., Result], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    """``asynctrace goodput "$RUN"`` with RUN unset: refused, never the current directory
+    searched (here it holds a trace)."""
+    shutil.copy(GOLDEN / "traces-r0.jsonl", tmp_path)
+    monkeypatch.chdir(tmp_path)
+    result = run(*(a.format(tmp=tmp_path) for a in argv))
+    assert result.code == 2
+    assert "empty path" in one_line(result.err)
+    assert result.out == ""
+    assert not (tmp_path / "out.json").exists()
+
+
+# -- stdout: its reader gone, closed ---------------------------------------------------------
+
+
+def test_convert_to_stdout_whose_reader_goes_away_is_not_success(tmp_path: Path) -> None:
+    """``convert -o - | head -c 1000``: the document is cut short, so the status is 141
+    (as a shell reports SIGPIPE), with no message and no traceback."""
+    trace = tmp_path / "traces-r0.jsonl"
+    # ~0.5 MB: written in one write, which the pipe takes only in part when its reader
+    # goes away (a short count, no error): the rest must still be tried, and fail
+    trace.write_text("".join(json.dumps(_event(i)) + "\n" for i in range(3000)))
+    child = subprocess.Popen(
+        [*COMMAND, "convert", str(trace), "-o", "-", "--no-progress"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert child.stdout is not None
+    assert child.stderr is not None
+    assert len(child.stdout.read(1000)) == 1000
+    child.stdout.close()  # more than a pipe's capacity is still to come
+    err = child.stderr.read().decode()
+    child.stderr.close()
+    assert child.wait(timeout=60) == 141
+    assert err == ""
+
+
+def test_report_to_stdout_whose_reader_goes_away_is_not_success() -> None:
+    """``report -o - | head -c 1000``: the page is cut short, so the status is 141 too."""
+    read_end, write_end = os.pipe()
+    # A pipe of one page (Linux): the page (about 25 kB) is written in one write,
+    # which the pipe takes only in part when its reader goes away.
+    fcntl.fcntl(write_end, getattr(fcntl, "F_SETPIPE_SZ", 1031), 4096)
+    child = subprocess.Popen(
+        [*COMMAND, "report", str(GOLDEN), "-o", "-", "--no-progress"],
+        stdout=write_end,
+        stderr=subprocess.PIPE,
+    )
+    os.close(write_end)
+    assert child.stderr is not None
+    with open(read_end, "rb") as reader:
+        assert len(reader.read(1000)) == 1000
+    err = child.stderr.read().decode()
+    child.stderr.close()
+    assert child.wait(timeout=60) == 141
+    assert err == ""
+
+
+@pytest.mark.parametrize("argv", [["goodput", "{golden}"], ["convert", "{golden}", "-o", "-"]])
+def test_stdout_closed_is_named(argv: list[str]) -> None:
+    """Started with ``>&-``: one line naming stdout, status 2, not an internal error."""
+    result = subprocess.run(
+        ["sh", "-c", 'exec "$0" "$@" >&-', *COMMAND, *(a.format(golden=GOLDEN) for a in argv)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    line = one_line(result.stderr)
+    assert "stdout" in line
+    assert "closed" in line
+    assert "internal error" not in line
+
+
+# -- SIGTERM while an output is written ------------------------------------------------------
+
+
+def test_sigterm_while_convert_writes_removes_the_temporary_file(tmp_path: Path) -> None:
+    """``timeout`` or a scheduler ending ``convert``: its temporary output is removed, and
+    the status is 143. The input is a FIFO nobody writes, so the command is surely in
+    the middle of its output when the signal comes."""
+    fifo = tmp_path / "traces-r0.jsonl"
+    os.mkfifo(fifo)
+    out = tmp_path / "out"
+    out.mkdir()
+    child = subprocess.Popen(
+        [*COMMAND, "convert", str(fifo), "-o", str(out / "trace.json"), "--no-progress"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not list(out.iterdir()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [p.name.endswith(".tmp") for p in out.iterdir()] == [True]
+        child.send_signal(signal.SIGTERM)
+        _, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 143
+    assert "terminated" in one_line(err)
+    assert list(out.iterdir()) == []
+
+
+def test_sigterm_handler_put_back_after_an_output(tmp_path: Path) -> None:
+    """While an output is open SIGTERM raises Terminated (the output removed on abort);
+    once committed or aborted the previous handler is back."""
+    before = signal.getsignal(signal.SIGTERM)
+    done = Output(str(tmp_path / "done.json"))
+    done.open().write(b"{}")
+    done.commit()
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert (tmp_path / "done.json").read_bytes() == b"{}"
+    cut = Output(str(tmp_path / "cut.json"))
+    cut.open().write(b"{")
+    assert signal.getsignal(signal.SIGTERM) is not before  # or the signal ends pytest
+    with pytest.raises(Terminated):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises first
+    cut.abort()
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["done.json"]
