@@ -8,12 +8,14 @@ records) append JSON lines, with three promises:
   file is ever torn, and only until the next write;
 - a failed or partial ``write`` (``ENOSPC``, ``EFBIG``) says how many whole
   lines reached the file, so the writer counts exactly what was lost;
-- a file that was deleted (``rm -rf`` of the output directory) or replaced
-  is found before the next write, by its inode, and opened again; so is a
-  file truncated in place (logrotate's ``copytruncate``), found by its size
-  falling below the end of this writer's last write. A file renamed away
-  (logrotate's default) is told apart (:attr:`AppendFile.rotated`): what was
-  written is intact in the renamed file, so nothing is counted lost.
+- a file that was deleted (``rm -rf`` of the output directory, or the
+  directory replaced by a file) or replaced is found before the next write,
+  by its inode, and opened again (while it cannot be, each write fails and
+  is counted); so is a file truncated in place (logrotate's ``copytruncate``),
+  found by its size falling below the end of this writer's last write. A
+  file renamed away (logrotate's default) is told apart
+  (:attr:`AppendFile.rotated`): what was written is intact in the renamed
+  file, so nothing is counted lost.
 
 Two more, for durability and for processes that share a rank by mistake:
 
@@ -144,13 +146,20 @@ class AppendFile:
         :attr:`rotated` tells a file renamed away (logrotate's default), still
         linked and as long as written, whose lines are all there, from one
         deleted or truncated, whose lines are lost.
+
+        A directory on the way replaced by a file (``NotADirectoryError``) is
+        a file gone, as a missing one is. Where the path cannot be looked at
+        otherwise (a symbolic-link loop, a directory made unreadable), the open
+        file tells: unlinked, it was deleted; still linked, it is written on.
         """
         try:
             info = os.stat(self.path)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             info = None
         except OSError:
-            return False  # cannot tell: keep writing where we write
+            if not self._unlinked():
+                return False  # cannot tell: keep writing where we write
+            info = None
         if info is not None and (info.st_dev, info.st_ino) == self._identity:
             if info.st_size >= self._end:
                 return False
@@ -165,6 +174,16 @@ class AppendFile:
             else:
                 self.rotated = old.st_nlink > 0 and old.st_size >= self._end
         return True
+
+    def _unlinked(self) -> bool:
+        """Whether the open file has no name left (deleted); ``False`` when nothing is
+        open or it cannot be told."""
+        if self._fd < 0:
+            return False
+        try:
+            return os.fstat(self._fd).st_nlink == 0
+        except OSError:
+            return False
 
     def reopen(self) -> None:
         """Open the file at its path again (making its directory), warning once.

@@ -71,6 +71,15 @@ _EXPORTER_LOGGERS = (
     "opentelemetry.exporter.otlp.proto.common._internal",
     "opentelemetry.exporter.otlp.common.http",
 )
+# Where the HTTP client under the http/protobuf exporter logs URLs: every module of these
+# packages, and these named ones whether installed or not.
+_HTTP_CLIENT_PACKAGES = ("urllib3",)
+_HTTP_CLIENT_LOGGERS = (
+    "urllib3.connectionpool",
+    "urllib3.connection",
+    "urllib3.poolmanager",
+    "urllib3.util.retry",
+)
 
 
 def otlp_exporter(protocol: str) -> Any:
@@ -105,7 +114,8 @@ def build_exporter(protocol: str, signal: str, make: Callable[[], _T], what: str
     Every OTLP exporter asynctrace makes is made here: *signal*'s variables
     (``OTEL_EXPORTER_OTLP_<SIGNAL>_*``, then the general ones) are checked
     for *protocol*; the redacting filter is installed on every OTLP exporter
-    logger, with *signal*'s configured header values added to its secrets;
+    logger (and, over http/protobuf, every urllib3 logger), with *signal*'s
+    configured header values added to its secrets;
     then ``make()`` runs with the variables it must not see hidden.
 
     Args:
@@ -121,7 +131,11 @@ def build_exporter(protocol: str, signal: str, make: Callable[[], _T], what: str
     """
     _redact_header_warnings()
     hidden = check_environment(protocol, signal)
-    _redact_exporter_logs(signal, header_secrets(value for _, value in configured_headers(signal)))
+    _redact_exporter_logs(
+        signal,
+        header_secrets(value for _, value in configured_headers(signal)),
+        http=protocol == "http/protobuf",
+    )
     try:
         with _empty_variables_unset(hidden):
             return make()
@@ -251,14 +265,23 @@ def configured_header_secrets() -> frozenset[str]:
     return _EXPORTER_LOG_FILTER.header_values
 
 
-def _redact_exporter_logs(signal: str, secrets: Iterable[str]) -> None:
+def _redact_exporter_logs(signal: str, secrets: Iterable[str], http: bool = False) -> None:
     """Install the redacting filter on OpenTelemetry's OTLP exporter loggers, once each,
-    with *secrets* (*signal*'s configured header values) among those it replaces."""
+    with *secrets* (*signal*'s configured header values) among those it replaces; for
+    an *http* (``http/protobuf``) exporter, on urllib3's loggers too
+    (:func:`http_client_logger_names`).
+
+    Only a filter is added: the loggers' levels, handlers and other filters
+    stay as they are.
+    """
     with _FILTER_LOCK:
         found = _EXPORTER_LOG_FILTER.by_signal
         found[signal] = frozenset(secrets)
         _EXPORTER_LOG_FILTER.header_values = frozenset().union(*found.values())
-        for name in exporter_logger_names():
+        names = exporter_logger_names()
+        if http:
+            names += http_client_logger_names()
+        for name in names:
             logger = logging.getLogger(name)
             if _EXPORTER_LOG_FILTER not in logger.filters:
                 logger.addFilter(_EXPORTER_LOG_FILTER)
@@ -273,8 +296,26 @@ def exporter_logger_names() -> tuple[str, ...]:
     from the files without importing them (grpc is imported only when used),
     and the named ones in :data:`_EXPORTER_LOGGERS`.
     """
-    names = set(_EXPORTER_LOGGERS)
-    for root in _EXPORTER_PACKAGES:
+    return _module_loggers(_EXPORTER_PACKAGES, _EXPORTER_LOGGERS)
+
+
+@functools.cache
+def http_client_logger_names() -> tuple[str, ...]:
+    """The loggers of the HTTP client under the http/protobuf exporter (``requests``).
+
+    Every module of urllib3 (``requests`` itself logs no URL): at ``DEBUG``
+    ``urllib3.connectionpool`` logs each request's path, its query string
+    included, and ``urllib3.util.retry`` and ``urllib3.poolmanager`` the URL
+    of a retry or a redirect.
+    """
+    return _module_loggers(_HTTP_CLIENT_PACKAGES, _HTTP_CLIENT_LOGGERS)
+
+
+def _module_loggers(packages: Iterable[str], named: Iterable[str]) -> tuple[str, ...]:
+    """The ``__name__`` of every module and package of the installed *packages*, listed
+    from the files without importing them, and the *named* ones."""
+    names = set(named)
+    for root in packages:
         try:
             spec = importlib.util.find_spec(root)
         except (ImportError, ValueError):

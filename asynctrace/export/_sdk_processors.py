@@ -4,6 +4,7 @@ flushed and shut down on a helper thread bounded by a deadline."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -11,6 +12,7 @@ from typing import Any
 
 from .._config_checks import MAX_WAIT_S as _MAX_WAIT_S  # a longer wait raises OverflowError
 from .._errors import report_internal_error
+from .._forksafe import reinit_at_fork
 from .._own_threads import leaving_signals
 
 __all__ = ["add_first", "flush_sdk_provider", "remove", "shutdown_sdk_provider"]
@@ -86,16 +88,84 @@ def _run_within(run: Callable[[], None], name: str, timeout_s: float) -> None:
     helper.join(min(max(0.0, timeout_s), _MAX_WAIT_S))
 
 
+# The flush helper still running for each provider (by id: the helper holds the provider,
+# so the id is not reused while it runs). One at a time: a user's processor whose flush
+# hangs keeps one thread, not one per flush().
+_flushing: dict[int, threading.Thread] = {}
+_flushing_lock = threading.Lock()
+reinit_at_fork(_flushing_lock)  # held at fork(): new in the child
+if hasattr(os, "register_at_fork"):  # a child has none of the parent's helpers
+    os.register_at_fork(after_in_child=_flushing.clear)
+
+
+def _flush_once(run: Callable[[], None], key: int, deadline: float) -> bool:
+    """*run* on this provider's flush helper, waited for until *deadline*; ``False`` when
+    it did not finish.
+
+    While an earlier flush's helper is still running (a processor's
+    ``force_flush`` hangs), no other is started: this flush waits for that one,
+    within its own deadline, and then starts its own; it never stacks a second.
+    """
+    while True:
+        with _flushing_lock:
+            running = _flushing.get(key)
+            if running is not None and running.is_alive():
+                helper = None
+            else:
+                running = None
+                helper = threading.Thread(
+                    target=leaving_signals(_clearing(run, key)),
+                    name="asynctrace-flush",
+                    daemon=True,
+                )
+                _flushing[key] = helper
+                try:
+                    helper.start()
+                except RuntimeError:  # no new thread in an atexit hook: run here, unbounded
+                    del _flushing[key]
+                    helper = None
+        if running is None:
+            break
+        if running is threading.current_thread():
+            return False  # a flush from inside the helper's own: it cannot wait for itself
+        running.join(min(max(0.0, deadline - time.monotonic()), _MAX_WAIT_S))
+        if running.is_alive():
+            return False  # the earlier flush still hangs: this one is not done either
+    if helper is None:
+        run()
+        return True
+    helper.join(min(max(0.0, deadline - time.monotonic()), _MAX_WAIT_S))
+    return not helper.is_alive()
+
+
+def _clearing(run: Callable[[], None], key: int) -> Callable[[], None]:
+    """*run*, then this provider's entry of :data:`_flushing` taken off (the helper's own)."""
+
+    def helper() -> None:
+        try:
+            run()
+        finally:
+            with _flushing_lock:
+                if _flushing.get(key) is threading.current_thread():
+                    del _flushing[key]
+
+    return helper
+
+
 def flush_sdk_provider(provider: Any, deadline: float, skip: tuple[Any, ...] = ()) -> bool:
     """The provider's flush on a helper thread, waited for until *deadline*.
 
     The processors in *skip* (asynctrace's, flushed already) are left out
     when the provider's processors can be read: flushed from this helper,
     an exporter that flushes from its own ``export`` would wait for itself.
+    With none left (no processor of the user's), no helper is started. At
+    most one helper per provider runs at a time (:func:`_flush_once`).
     """
     left = max(0.0, deadline - time.monotonic())
     processors = _processors_of(provider)
     skipped = {id(processor) for processor in skip}
+    if processors is not None and all(id(p) in skipped for p in processors):
+        return True  # asynctrace's own only, flushed already
     result: list[bool] = []
 
     def run() -> None:
@@ -117,8 +187,7 @@ def flush_sdk_provider(provider: Any, deadline: float, skip: tuple[Any, ...] = (
             report_internal_error(("flush", "provider"), exc)
             result.append(False)
 
-    _run_within(run, "asynctrace-flush", left)
-    return bool(result) and result[0]
+    return _flush_once(run, id(provider), deadline) and bool(result) and result[0]
 
 
 def shutdown_sdk_provider(provider: Any, deadline: float, added: tuple[Any, ...]) -> bool:
