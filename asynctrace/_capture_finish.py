@@ -85,6 +85,29 @@ def _without_stale_threads(events: list[Any], stale: frozenset[int]) -> list[Any
     ]
 
 
+def _overflowed(backend: Backend, events: object, metadata: object) -> bool:
+    """Whether *backend*'s circular buffer filled up, so its earliest *events* are lost.
+
+    viztracer's own flag (``viztracer_metadata.overflow``) is set only when the
+    events after its leading metadata number its entries exactly, which the
+    task names it appends after them (the asyncio case) undo. So the buffer is
+    also taken as full when the capture's first clock marker (made as it
+    started) is gone, or when its events (metadata aside) fill the entries.
+    """
+    if isinstance(metadata, dict) and metadata.get("overflow") is True:
+        return True
+    if backend.name != "python" or not backend.marks or not isinstance(events, list):
+        return False  # torch's profiler keeps every event: no buffer to fill
+    first = backend.marks[0][0]
+    count = 0
+    started = False
+    for event in events:
+        if isinstance(event, dict):
+            count += event.get("ph") != "M"
+            started = started or event.get("name") == first
+    return not started or count >= backend.settings.entries
+
+
 def finish_capture(backend: Backend, about: dict[str, Any]) -> bool:
     """Save *backend*'s capture, then write its clock alignment into it (a daemon thread);
     ``False`` if it could not be saved.
@@ -94,7 +117,8 @@ def finish_capture(backend: Backend, about: dict[str, Any]) -> bool:
     file's empty trace, which ``convert`` reports as not saved, and no half-written
     capture. A capture whose buffer filled up (viztracer's is circular: the oldest
     events, the step's start among them, were overwritten) says so with
-    ``overflow: true`` under ``otherData.asynctrace``, and is warned about once.
+    ``overflow: true`` under ``otherData.asynctrace``, and is warned about once
+    (see :func:`_overflowed`).
     """
     raw = backend.path.with_name(f".{backend.path.name}.raw.json")  # viztracer: .json
     temporary = backend.path.with_name(f".{backend.path.name}.tmp")
@@ -107,8 +131,9 @@ def finish_capture(backend: Backend, about: dict[str, Any]) -> bool:
         if stale and isinstance(document.get("traceEvents"), list):
             document["traceEvents"] = _without_stale_threads(document["traceEvents"], stale)
         offset, error = clock_alignment(document.get("traceEvents", []), backend.marks)
-        metadata = document.get("viztracer_metadata")
-        overflow = isinstance(metadata, dict) and metadata.get("overflow") is True
+        overflow = _overflowed(
+            backend, document.get("traceEvents"), document.get("viztracer_metadata")
+        )
         other = document.setdefault("otherData", {})
         other["asynctrace"] = {
             **about,

@@ -5,7 +5,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["capture_prefix", "claim_capture"]
+__all__ = ["STEP_NAME", "capture_prefix", "claim_capture"]
+
+# The step part of a capture's name (``profile-r0-step{STEP_NAME}.python.json``): the
+# step's ``rl.iteration`` with its sign, or ``na`` (a request answered by a span of no
+# step), then ``_2``, ``_3``, ... for a name already taken. ``asynctrace convert`` reads
+# names by this pattern.
+STEP_NAME = r"(?:-?\d+|na)(?:_\d+)?"
 
 _MAX_CLAIMS = 10_000  # names tried for one capture before giving up on it
 _PLACEHOLDER = b'{"traceEvents":[]}'  # a claimed name, until the capture is saved
@@ -35,7 +41,8 @@ def claim_capture(
     """The capture's file, created here so no other capture (another process with the
     same rank and role: a forked child, a second run in ``profiler.output``) takes it.
 
-    *captures* holds the last name suffix taken per step (updated here).
+    *captures* holds the last name suffix taken per step (updated here). *step* is
+    an integer of either sign (``step-1``), or ``"na"``: names :data:`STEP_NAME` reads.
 
     Raises:
         OSError: the directory cannot be written, or every name tried is taken.

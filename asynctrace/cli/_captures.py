@@ -1,7 +1,9 @@
 """Profiler captures merged onto the span timeline.
 
 The files are ``profile-[{role}-]r{rank}-step{N}.{backend}.json`` (the role as
-in the trace files' names, for roles other than ``worker``).
+in the trace files' names, for roles other than ``worker``; ``N`` the step, of
+either sign, or ``na``, then ``_2``, ... for a name taken). A file named
+``profile-*-step*.json`` otherwise is found too, and reported as not a capture.
 
 A capture is a Chrome trace of its own (viztracer's or ``torch.profiler``'s),
 on its backend's clock. The process that wrote it measured the offset to the
@@ -19,6 +21,7 @@ check it and learn its thread names, once to write its events.
 from __future__ import annotations
 
 import codecs
+import fnmatch
 import glob
 import json
 import math
@@ -28,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from .._profile_names import STEP_NAME
 from ._common import dumps
 from ._events import event_ok
 
@@ -35,8 +39,10 @@ __all__ = ["CAPTURE_NAME", "Capture", "find_captures", "is_capture", "load_captu
 
 CAPTURE_NAME = re.compile(
     r"^profile-(?:(?P<role>[A-Za-z0-9][A-Za-z0-9_.\-]*?)-)?r(?P<rank>\d+)"
-    r"-step(?P<step>\w+)\.(?P<backend>\w+)\.json$"
+    rf"-step(?P<step>{STEP_NAME})\.(?P<backend>\w+)\.json$"
 )
+# Found as a capture: one not named by CAPTURE_NAME is reported, never read as a trace.
+_FOUND = "profile-*-step*.json"
 _FIRST_TID = 3_000_000_000  # tids of the capture tracks this command adds
 _DROPPED_METADATA = {"process_name", "process_labels", "process_sort_index"}
 _READ = 1 << 20  # bytes read at a time
@@ -45,15 +51,18 @@ _NO_ALIGNMENT = "no clock alignment recorded (saved by an interrupted process?)"
 
 
 def is_capture(path: Path) -> bool:
-    """Whether *path* is named as a profiler capture (``profile-r0-step3.python.json``).
+    """Whether *path* is named as a profiler capture (``profile-r0-step3.python.json``),
+    or nearly: ``profile-*-step*.json`` (:func:`load_capture` says what is wrong with it).
 
     Example:
-        >>> is_capture(Path("run/profile-r0-step3.python.json"))
+        >>> is_capture(Path("run/profile-r0-step-1.python.json"))
+        True
+        >>> is_capture(Path("run/profile-r0-stepX.python.json"))
         True
         >>> is_capture(Path("run/traces-r0.jsonl"))
         False
     """
-    return CAPTURE_NAME.match(path.name) is not None
+    return fnmatch.fnmatchcase(path.name, _FOUND)
 
 
 def find_captures(specs: Iterable[str]) -> list[Path]:
@@ -62,16 +71,12 @@ def find_captures(specs: Iterable[str]) -> list[Path]:
     for spec in specs:
         path = Path(spec)
         if path.is_dir():
-            candidates: Iterable[Path] = sorted(path.rglob("profile-*-step*.*.json"))
+            candidates: Iterable[Path] = sorted(path.rglob(_FOUND))
         elif not path.exists() and any(c in spec for c in "*?["):
             candidates = []
             for match in sorted(glob.glob(spec, recursive=True)):
                 matched = Path(match)
-                candidates.extend(
-                    sorted(matched.rglob("profile-*-step*.*.json"))
-                    if matched.is_dir()
-                    else [matched]
-                )
+                candidates.extend(sorted(matched.rglob(_FOUND)) if matched.is_dir() else [matched])
         else:
             candidates = [path]
         for candidate in candidates:
@@ -246,6 +251,12 @@ def _number(value: object) -> float | None:
 
 def load_capture(path: Path) -> Capture | str:
     """The capture at *path*, or why it cannot be merged (a one-line reason)."""
+    match = CAPTURE_NAME.match(path.name)
+    if match is None:  # its step (and rank, and backend) unknown: not read
+        return (
+            f"{path.name}: not named as a capture is "
+            "(profile-[ROLE-]rRANK-stepSTEP.BACKEND.json, STEP an integer or na)"
+        )
     rest: dict[str, Any] = {}
     names: dict[object, str] = {}
     skipped = 0
@@ -276,14 +287,13 @@ def load_capture(path: Path) -> Capture | str:
     offset, error = _number(about.get("clock_offset_us")), _number(about.get("clock_error_us"))
     if offset is None or error is None or error < 0:
         return f"{path.name}: its clock alignment is not a finite number"
-    match = CAPTURE_NAME.match(path.name)
     rank = about.get("rank")
     return Capture(
         path,
         about.get("pid"),
         offset,
         error,
-        match["step"] if match else "?",
+        match["step"],
         rank=rank if rank.__class__ is int else None,
         trace_id=_about_text(about.get("trace_id")),
         span_id=_about_text(about.get("span_id")),

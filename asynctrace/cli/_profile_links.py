@@ -24,7 +24,8 @@ def profile_links(
     base = output.resolve().parent
     for path in captures:
         match = CAPTURE_NAME.match(path.name)
-        if match is None:  # pragma: no cover - find_captures matched it
+        if match is None:  # named like a capture, not as one: never linked, and said so
+            notes.append(f"profile capture not linked: {load_capture(path)}")
             continue
         checked = load_capture(path)
         if not isinstance(checked, Capture):
