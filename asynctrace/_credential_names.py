@@ -40,12 +40,23 @@ _HEADER_WORDS: Final = frozenset(
         "credentials",
         "signature",
         "session",
+        "authentication",
+        "bearer",
+        "passcode",
     }
 )
+# Words that name a credential in a header's name of two words or more ("X-Pin",
+# "X-Api-Pass", "X-Client-Cert", "X-MS-CLIENT-PRINCIPAL") but alone say little
+# ("Pass: 3 Fail: 0", "Pin: 7" in text).
+_QUALIFIED_WORDS: Final = frozenset({"sig", "otp", "pin", "pass", "cert", "principal"})
 
 
 def is_credential_header(name: str) -> bool:
     """Whether the header *name*'s values are credentials (``Private-Token``, ``DD-API-KEY``).
+
+    A credential word among the ``-``/``_``-separated words of *name*; ``sig``,
+    ``otp``, ``pin``, ``pass``, ``cert`` and ``principal`` only in a name of two
+    words or more (``X-Pin``, not ``Pin``); or a last word ending in one.
 
     The rule asynctrace applies to ``Name: value`` text it records and to the
     headers an HTTP integration is asked to record.
@@ -56,6 +67,8 @@ def is_credential_header(name: str) -> bool:
     """
     words = _WORD_SPLIT.split(name.lower())
     if any(word in _HEADER_WORDS for word in words):
+        return True
+    if len(words) > 1 and any(word in _QUALIFIED_WORDS for word in words):
         return True
     # "AccessToken: ...", but not a dotted exception name ("fernet.InvalidToken: ...")
     return "." not in name and words[-1].endswith(("token", "apikey", "password", "secret"))

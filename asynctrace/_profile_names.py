@@ -5,13 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["STEP_NAME", "capture_prefix", "claim_capture"]
-
-# The step part of a capture's name (``profile-r0-step{STEP_NAME}.python.json``): the
-# step's ``rl.iteration`` with its sign, or ``na`` (a request answered by a span of no
-# step), then ``_2``, ``_3``, ... for a name already taken. ``asynctrace convert`` reads
-# names by this pattern.
-STEP_NAME = r"(?:-?\d+|na)(?:_\d+)?"
+__all__ = ["capture_prefix", "claim_capture"]
 
 _MAX_CLAIMS = 10_000  # names tried for one capture before giving up on it
 _PLACEHOLDER = b'{"traceEvents":[]}'  # a claimed name, until the capture is saved
@@ -42,7 +36,9 @@ def claim_capture(
     same rank and role: a forked child, a second run in ``profiler.output``) takes it.
 
     *captures* holds the last name suffix taken per step (updated here). *step* is
-    an integer of either sign (``step-1``), or ``"na"``: names :data:`STEP_NAME` reads.
+    the step's ``rl.iteration``, an integer of either sign (``step-1``), or ``"na"`` (a
+    request answered by a span of no step); ``_2``, ``_3``, ... follow a name already
+    taken. ``asynctrace convert`` reads names of this shape.
 
     Raises:
         OSError: the directory cannot be written, or every name tried is taken.

@@ -31,15 +31,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from .._profile_names import STEP_NAME
 from ._common import dumps
 from ._events import event_ok
 
 __all__ = ["CAPTURE_NAME", "Capture", "find_captures", "is_capture", "load_capture"]
 
+# The step part of a capture's name, as the profiler writes it (an integer of either
+# sign, or "na"; "_N" for a step captured again): tests/test_profiling_dec06_night.py
+# reads back every name the profiler makes.
+_STEP_NAME = r"(?:-?\d+|na)(?:_\d+)?"
+
 CAPTURE_NAME = re.compile(
     r"^profile-(?:(?P<role>[A-Za-z0-9][A-Za-z0-9_.\-]*?)-)?r(?P<rank>\d+)"
-    rf"-step(?P<step>{STEP_NAME})\.(?P<backend>\w+)\.json$"
+    rf"-step(?P<step>{_STEP_NAME})\.(?P<backend>\w+)\.json$"
 )
 # Found as a capture: one not named by CAPTURE_NAME is reported, never read as a trace.
 _FOUND = "profile-*-step*.json"

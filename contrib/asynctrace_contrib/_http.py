@@ -112,9 +112,9 @@ def redact_url(url: str, secret_keys: Iterable[str] = DEFAULT_SECRET_KEYS) -> st
     """
     keys = secret_keys if isinstance(secret_keys, SecretKeys) else SecretKeys(secret_keys)
     _, question, query = url.partition("?")
-    secret_like = question and ("%" in query or keys.pattern.search(query))  # %74oken too
-    if "@" not in url and "#" not in url and ";" not in url and not secret_like:
-        return url  # nothing to strip: the common case, no parsing
+    secret_like = question and keys.pattern.search(query)
+    if "@" not in url and "#" not in url and ";" not in url and "%" not in url and not secret_like:
+        return url  # nothing to strip: the common case, no parsing (%: %74oken, %40 userinfo)
     try:
         return _redact_slowly(url, keys, 0)
     except Exception:  # hostile input (a bad IPv6 host, a lone surrogate): nothing of it
@@ -131,9 +131,34 @@ def _redact_slowly(url: str, keys: SecretKeys, depth: int) -> str:
     path = parts.path
     if ";" in path:
         path = _redact_path_parameters(path, keys)
+    if "://" in path or "%" in path:
+        path = _redact_path_url(path)
     if query:
         query = _redact_query(query, keys, depth)
     return urlunsplit((parts.scheme, netloc, path, query, parts.fragment and REDACTED))
+
+
+def _decoded_path(path: str) -> str:
+    """*path* percent-decoded until no ``%`` is left (at most three times: ``%253A``)."""
+    for _ in range(_NEST_DEPTH):
+        if "%" not in path:
+            break
+        path = unquote(path)
+    return path
+
+
+def _redact_path_url(path: str) -> str:
+    """A path holding a URL (``/proxy/http://u:p@h/x``, or percent-encoded
+    ``/proxy/http%3A%2F%2Fu%3Ap%40h``) redacted as exception text is: without the
+    userinfo and secret-like values; written decoded, ``?``, ``#`` and ``%``
+    encoded, when something was taken out of a percent-encoded one."""
+    decoded = _decoded_path(path)
+    if "://" not in decoded:
+        return path
+    redacted = asynctrace.redact_text(decoded)
+    if redacted == decoded:
+        return path
+    return redacted if decoded == path else quote(redacted, safe="/:@!$&'()*+,;=~")
 
 
 def _redact_query(query: str, keys: SecretKeys, depth: int) -> str:
@@ -273,6 +298,8 @@ def _url_secrets(url: str, secret_keys: SecretKeys, depth: int) -> set[str]:
                 value = value.partition("/")[0]
                 if equals and value and _keys_match(secret_keys, unquote(key)):
                     found.add(value)
+        if depth < _NEST_DEPTH and ("://" in parts.path or "%" in parts.path):
+            found.update(_path_url_secrets(parts.path, secret_keys, depth))
         if parts.query:
             for pair in re.split("[&;]", parts.query):
                 key, equals, value = pair.partition("=")
@@ -295,6 +322,20 @@ def _url_secrets(url: str, secret_keys: SecretKeys, depth: int) -> set[str]:
     except Exception:  # hostile input: what was found so far
         pass
     return found
+
+
+_URL_IN_TEXT: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://\S*")
+
+
+def _path_url_secrets(path: str, secret_keys: SecretKeys, depth: int) -> set[str]:
+    """The secrets of the URLs in *path* (``/proxy/http://u:p@h/x``, or percent-encoded),
+    each also as the path writes it: percent-encoded once or twice."""
+    found: set[str] = set()
+    for nested in _URL_IN_TEXT.findall(_decoded_path(path)):
+        found.update(_url_secrets(nested, secret_keys, depth + 1))
+    found.discard("")
+    encoded = {quote(value, safe="") for value in found}
+    return found | encoded | {quote(value, safe="") for value in encoded}
 
 
 def _as_url(value: str) -> str:

@@ -7,7 +7,9 @@ group is enabled (checked per request, before any attribute work): HTTP calls
 scale with prompts x turns x tool calls, which is the volume ``per_prompt``
 exists to fence off. The span covers the response body: it ends when aiohttp
 lets go of the connection — the body has been read, or the response is
-released, closed or collected; for a websocket, when it closes.
+released, closed or collected — or the connection is lost first (the session
+closed); for a websocket, when it closes. In the middleware form, a redirect
+hop or a retry is an attempt of its own, with ``http.request.resend_count``.
 
 Two ways in, both reversible and without side effects on import:
 

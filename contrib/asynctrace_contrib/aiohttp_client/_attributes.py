@@ -14,9 +14,10 @@ def url_attributes(method: str, url: Any, secret_keys: Any) -> dict[str, Any]:
     """The request's method (``_OTHER`` if unknown), redacted ``url.full``,
     ``server.address`` and ``server.port``."""
     full = str(url)
-    if "?" in full or "@" in full or "#" in full or ";" in full:  # redact_url's fast path
+    # redact_url's fast path; % for a URL in the path written percent-encoded (%3A%2F%2F)
+    if "?" in full or "@" in full or "#" in full or ";" in full or "%" in full:
         full = redact_url(full, secret_keys)
-    _, attrs = method_attributes(method)
+    attrs = method_attributes(method)[1]
     attrs["url.full"] = full
     host, port = url.host, url.port
     if host:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import aiohttp
@@ -9,7 +10,7 @@ from opentelemetry.trace import Span
 
 import asynctrace
 
-__all__ = ["body_done"]
+__all__ = ["BodyWatch", "body_done"]
 
 # What aiohttp puts in a response's body stream when the response is released or
 # closed before its end: the caller let go, nothing failed.
@@ -41,3 +42,46 @@ def body_done(span: Span, content: Any) -> None:
         return
     span.set_attribute("error.type", type(exc).__qualname__)
     asynctrace.end_span(span, exc)
+
+
+def _retrieve(closed: Any) -> None:
+    """Read a closed connection's outcome, so that asyncio does not log it as never read."""
+    if not closed.cancelled():
+        closed.exception()
+
+
+class BodyWatch:
+    """Ends a streamed response's span once: when the response lets go of its connection
+    (the connection's release callback), or when the connection is lost first (the
+    session closed, the peer went away) with the response still holding it: aiohttp
+    then leaves the response to the cyclic garbage collector and calls no callback."""
+
+    __slots__ = ("closed", "content", "span")
+
+    def __init__(self, span: Span, content: Any, connection: Any) -> None:
+        self.span: Span | None = span
+        self.content = content
+        self.closed: asyncio.Future[None] | None = None
+        connection.add_callback(self.released)  # first: one that raises leaves no watch
+        # The connection's "closed" future (aiohttp >= 3.11), created on first use: ours
+        # to read, as asyncio logs a future whose exception nobody read.
+        closed = getattr(connection.protocol, "closed", None)
+        if isinstance(closed, asyncio.Future):
+            closed.remove_done_callback(_retrieve)  # once per connection
+            closed.add_done_callback(_retrieve)
+            closed.add_done_callback(self.lost)
+            self.closed = closed
+
+    def released(self) -> None:
+        span = self.span
+        if span is not None:
+            self.span = None
+            if self.closed is not None:
+                self.closed.remove_done_callback(self.lost)
+            body_done(span, self.content)
+
+    def lost(self, closed: Any) -> None:
+        span = self.span
+        if span is not None:
+            self.span = None
+            body_done(span, self.content)

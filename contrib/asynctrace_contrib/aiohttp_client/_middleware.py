@@ -11,6 +11,8 @@ from asynctrace_contrib._http import DEFAULT_SECRET_KEYS
 
 from ._options import Options, RequestHook
 from ._requests import Requests
+from ._resends import attempted, count_resend
+from ._resends import last_attempt as _last_attempt
 
 __all__ = ["client_middleware"]
 
@@ -18,7 +20,7 @@ _INJECTED = "_asynctrace_traceparent"  # the traceparent this layer set on a Cli
 
 
 def _make_middleware(options: Options) -> Any:
-    requests = Requests(options)
+    requests = Requests(options, count_resends=True)
 
     async def asynctrace_middleware(request: Any, handler: Any) -> aiohttp.ClientResponse:
         headers = request.headers
@@ -28,12 +30,17 @@ def _make_middleware(options: Options) -> Any:
         if span is None:
             response: aiohttp.ClientResponse = await handler(request)
             return response
-        # Remembered on the request: a retry middleware outside sends it again.
-        setattr(request, _INJECTED, headers.get("traceparent"))
+        # Remembered on the request (as _INJECTED names it, without setattr's call): a
+        # retry middleware outside sends it again.
+        request._asynctrace_traceparent = headers.get("traceparent")
+        if _last_attempt() is not None:  # this task's last request failed or was redirected
+            count_resend(span, request)
         try:
             response = await handler(request)
         except BaseException as exc:
             requests.failed(span, exc, request.url, request.headers)
+            if isinstance(exc, Exception):  # aiohttp, or a middleware outside, may resend it
+                attempted(request)
             raise
         requests.response(span, response, request)
         return response

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 from typing import Any
 
@@ -21,9 +20,10 @@ from asynctrace_contrib._http import (
 from asynctrace_contrib._http_values import KNOWN_METHODS
 
 from ._attributes import add_request_headers, url_attributes
-from ._body import body_done
+from ._body import BodyWatch
 from ._options import Options, custom_name, run_hook
 from ._propagation import HANDLED, get_current, inject
+from ._resends import attempted
 
 __all__ = ["GATE_GROUP", "Requests"]
 
@@ -39,6 +39,18 @@ _end_span = asynctrace.end_span
 _CLIENT = SpanKind.CLIENT
 
 
+def _start_custom(
+    options: Options, name: str, attrs: dict[str, Any], method: str, headers: Any, params: Any
+) -> Span:
+    """Start a span with a custom name or recorded request headers."""
+    if options.span_name is not None:
+        name = custom_name(options, options.span_name, name, method, params)
+    if options.record_request_headers:
+        attrs = attrs.copy()  # the URL's are kept for the next request
+        add_request_headers(attrs, headers, options.record_request_headers)
+    return _start_span(GATE_GROUP, name, kind=_CLIENT, attributes=attrs, urls_redacted=True)
+
+
 class Requests:
     """The per-request work shared by the middleware and the TraceConfig forms.
 
@@ -46,10 +58,13 @@ class Requests:
     figure, so helpers are inlined on the recorded path.
     """
 
-    __slots__ = ("_last", "options")
+    __slots__ = ("_count_resends", "_last", "options")
 
-    def __init__(self, options: Options) -> None:
+    def __init__(self, options: Options, *, count_resends: bool = False) -> None:
         self.options = options
+        # The middleware form sees each attempt of a request (a redirect hop, a retry):
+        # one answered 3xx or more may be followed by a resend (see _resends).
+        self._count_resends = count_resends
         # The last recorded request's URL object, method, attributes and default
         # name: yarl hands back the same (immutable) URL object for the same URL
         # string, so a pump that calls one endpoint again and again skips str(url),
@@ -81,7 +96,20 @@ class Requests:
             del headers["traceparent"]  # an earlier attempt's, ours: this one gets its own
         options = self.options
         last = self._last
-        if last[0] is url and last[1] == method and options.plain:
+        if last[0] is not url or last[1] != method:
+            if not _is_enabled(GATE_GROUP):  # before any work for the URL, or a hook
+                inject(headers, _current_carrier())
+                return None
+            name = method if method in KNOWN_METHODS else "HTTP"
+            attrs = url_attributes(method, url, options.secret_keys)
+            self._last = (url, method, attrs, name)
+            if options.plain:
+                span = _start_span(
+                    GATE_GROUP, name, kind=_CLIENT, attributes=attrs, urls_redacted=True
+                )
+            else:
+                span = _start_custom(options, name, attrs, method, headers, params)
+        elif options.plain:
             # The common case: the URL's attributes and the name as last time (start_span
             # keeps a merged copy, never the dict given), and start_span's own gate (a
             # disabled group gives a span that is not recording).
@@ -89,23 +117,10 @@ class Requests:
                 GATE_GROUP, last[3], kind=_CLIENT, attributes=last[2], urls_redacted=True
             )
         else:
-            if not _is_enabled(GATE_GROUP):  # before any work for the URL, or a hook
+            if not _is_enabled(GATE_GROUP):  # before a hook
                 inject(headers, _current_carrier())
                 return None
-            name = method if method in KNOWN_METHODS else "HTTP"
-            if last[0] is url and last[1] == method:
-                attrs = last[2]
-            else:
-                attrs = url_attributes(method, url, options.secret_keys)
-                self._last = (url, method, attrs, name)
-            if options.span_name is not None:
-                name = custom_name(options, options.span_name, name, method, params)
-            if options.record_request_headers:
-                attrs = attrs.copy()  # the URL's are kept for the next request
-                add_request_headers(attrs, headers, options.record_request_headers)
-            span = _start_span(
-                GATE_GROUP, name, kind=_CLIENT, attributes=attrs, urls_redacted=True
-            )
+            span = _start_custom(options, last[3], last[2], method, headers, params)
         if not span.is_recording():
             inject(headers, _current_carrier())
             return None
@@ -124,9 +139,10 @@ class Requests:
         aiohttp releases the connection at the end of the body, on
         ``release()``, on ``close()`` and when an unreleased response is
         collected, and calls the connection's callbacks exactly once, so one
-        callback covers every way a response ends. A response whose body
-        arrived with its headers has released its connection already: the
-        span ends here.
+        callback covers every way a response ends but one: the connection lost
+        (the session closed) while an abandoned response holds it, which
+        :class:`BodyWatch` sees too. A response whose body arrived with its
+        headers has released its connection already: the span ends here.
         """
         options = self.options
         status = response.status
@@ -137,9 +153,12 @@ class Requests:
                 if values:
                     name = header_attribute("http.response.header", header)
                     span.set_attribute(name, recorded_header_values(header, list(values)))
-        if status >= 400:
-            span.set_attribute("error.type", str(status))
-            span.set_status(Status(StatusCode.ERROR))
+        if status >= 300:  # a redirect, or an error a retry middleware may resend
+            if status >= 400:
+                span.set_attribute("error.type", str(status))
+                span.set_status(Status(StatusCode.ERROR))
+            if self._count_resends:
+                attempted(params)
         if options.response_hook is not None:
             run_hook(options, "response_hook", options.response_hook, span, params)
         connection = response.connection
@@ -149,7 +168,7 @@ class Requests:
         try:
             # The body's stream, not the response: the response holds the connection,
             # and a callback holding the response would keep an abandoned one alive.
-            connection.add_callback(functools.partial(body_done, span, response.content))
+            BodyWatch(span, response.content, connection)
         except Exception:  # an aiohttp without connection callbacks: end at the headers
             logger.warning("asynctrace: cannot follow the response body", exc_info=True)
             asynctrace.end_span(span)
