@@ -73,6 +73,7 @@ class BodyWatch:
             self.closed = closed
 
     def released(self) -> None:
+        """The response let go of its connection (body read, released or closed): end the span."""
         span = self.span
         if span is not None:
             self.span = None
@@ -81,6 +82,7 @@ class BodyWatch:
             body_done(span, self.content)
 
     def lost(self, closed: Any) -> None:
+        """The connection closed before the response let go of it: end the span."""
         span = self.span
         if span is not None:
             self.span = None
