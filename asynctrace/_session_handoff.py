@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from ._session_pending import PendingSessions, task_session_ids
-from ._session_record import merge_payload
+from ._session_record import Record, merge_payload
 
 __all__ = ["SessionHandoff"]
 
@@ -55,13 +55,16 @@ class SessionHandoff(PendingSessions):
                 # KeyboardInterrupt) leaves the session live, not lost.
                 added = self._writer.handed_over
                 try:
-                    self._take(session_id)
+                    if self._take(session_id) is None:
+                        # A signal handler or GC finalizer on this thread finalized it
+                        # first (at a call above): that finalization wins, as any other.
+                        self.dropped_events += 1
+                        return 0
                     if payload:
                         merge_payload(record, -1, payload)
                     behind = self._writer.add_one(record, status, reason, now)
                 except BaseException:
-                    if self._writer.handed_over == added:
-                        self._put_back(record)
+                    self._undo_take([record], added)
                     raise
             if behind:  # outside the lock: the hand-off may sleep
                 self._writer.behind()
@@ -83,20 +86,37 @@ class SessionHandoff(PendingSessions):
                 return 0
             added = self._writer.handed_over  # as for one session
             try:
-                for record in finished:
-                    self._take(record.session_id)
+                # Only those taken here: a signal handler or GC finalizer on this
+                # thread may have finalized some first (at a call above).
+                finished = [r for r in finished if self._take(r.session_id) is not None]
+                if not finished:
+                    self.dropped_events += 1
+                    return 0
                 if payload:
                     for record in finished:
                         merge_payload(record, -1, payload)
                 refused = self._writer.add(finished, status, reason, now)
             except BaseException:
-                if self._writer.handed_over == added:
-                    for record in finished:
-                        self._put_back(record)
+                self._undo_take(finished, added)
                 raise
         if refused:  # outside the lock: the writer warns once
             self._writer.behind()
         return len(finished)
+
+    def _undo_take(self, records: list[Record], added: int) -> None:
+        """Put *records* back live: an exception (a signal handler's) interrupted their
+        finalization before the writer had them. Caller holds the lock.
+
+        Not when the writer's count moved past *added* (it has them), nor those a
+        re-entered finalization took meanwhile (queued in ``_later``, handed over
+        from there): live too, they would be written twice.
+        """
+        if self._writer.handed_over != added:
+            return
+        later = {id(entry[0]) for entry in self._later}
+        for record in records:
+            if id(record) not in later:
+                self._put_back(record)
 
     def _finalize_later(
         self,

@@ -6,7 +6,10 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
+import subprocess
 import sys
+import textwrap
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -196,3 +199,125 @@ def test_urllib3_does_not_log_a_query_token_of_the_endpoint(
     finally:
         pool.removeFilter(own)
         connection.setLevel(level)
+
+
+# 4. flush() from a signal handler while the main thread starts its flush helper
+
+
+HANG_S = 30  # the child prints its stacks and exits with 1 after this long
+
+_USER_PROCESSOR = """
+import faulthandler, inspect, signal, sys
+faulthandler.dump_traceback_later({hang}, exit=True)
+import asynctrace
+from opentelemetry import trace
+from opentelemetry.sdk.trace import SpanProcessor
+from asynctrace.export import _sdk_processors
+
+telemetry = asynctrace.configure({{"enabled": True, "provider": "sdk", "exporters": ["chrome"],
+                                  "output_dir": {out!r}, "span_groups": "all"}})
+
+class Quick(SpanProcessor):
+    flushes = 0
+
+    def force_flush(self, timeout_millis=30_000):
+        Quick.flushes += 1
+        return True
+
+trace.get_tracer_provider().add_span_processor(Quick())
+"""
+
+
+def _run_child(out: Path, body: str) -> list[str]:
+    """*body* after an SDK provider with a user's processor is set up, in a child that
+    dumps its stacks and exits after ``HANG_S``: a hang fails the test, never the suite."""
+    script = _USER_PROCESSOR.format(hang=HANG_S, out=str(out)) + textwrap.dedent(body)
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=HANG_S + 30,
+        check=False,
+    )
+    assert result.returncode == 0, f"the child hung or failed:\n{result.stderr[-4000:]}"
+    return result.stdout.split()
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="needs SIGUSR1 (POSIX)")
+@pytest.mark.parametrize("text", ["running = _flushing.get(key)", "helper.start()"])
+def test_a_flush_from_a_signal_handler_while_the_helper_starts_returns_at_once(
+    tmp_path: Path, text: str
+) -> None:
+    """SIGUSR1 lands while the main thread's flush looks up or starts the provider's flush
+    helper (``Thread.start()`` waits on an event, where handlers run): the handler's
+    flush returns ``False`` at once, starts no second helper, and the interrupted flush
+    completes."""
+    out = _run_child(
+        tmp_path,
+        f"""
+        source, first = inspect.getsourcelines(_sdk_processors._flush_once)
+        (lineno,) = [first + n for n, line in enumerate(source) if line.strip() == {text!r}]
+        answers, raised = [], []
+        signal.signal(signal.SIGUSR1, lambda signum, frame: answers.append(telemetry.flush(5)))
+
+        def local(frame, event, arg):
+            if event == "line" and frame.f_lineno == lineno and not raised:
+                raised.append(True)
+                sys.settrace(None)
+                frame.f_trace = None
+                signal.raise_signal(signal.SIGUSR1)  # its handler runs here
+            return local
+
+        def tracer(frame, event, arg):
+            if frame.f_code is _sdk_processors._flush_once.__code__ and not raised:
+                return local
+            return None
+
+        sys.settrace(tracer)
+        ok = telemetry.flush(5)
+        sys.settrace(None)
+        flushes = Quick.flushes
+        print(len(raised), len(answers), sum(answers), int(ok), flushes, int(telemetry.flush(5)))
+        telemetry.shutdown(5)
+        """,
+    )
+    raised, answered, true_answers, ok, flushes, later = map(int, out)
+    assert (raised, answered, true_answers) == (1, 1, 0)  # the handler's flush: False
+    assert (ok, flushes, later) == (1, 1, 1)  # the interrupted one ran the only helper
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs signal.setitimer (POSIX)")
+def test_flushes_from_a_timer_signal_s_handler_during_flushes_complete(tmp_path: Path) -> None:
+    """The main thread flushes in a loop while a timer signal every 2 ms runs a handler
+    that flushes too: every flush returns, none hangs the process."""
+    out = _run_child(
+        tmp_path,
+        """
+        handled, busy = [0, 0], [False]
+
+        def on_alarm(signum, frame):
+            if busy[0]:  # a signal that comes during the handler's own flush
+                return
+            busy[0] = True
+            try:
+                handled[0] += 1
+                handled[1] += telemetry.flush(1)
+            finally:
+                busy[0] = False
+
+        signal.signal(signal.SIGALRM, on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, 0.002, 0.002)
+        flushed = 0
+        while flushed < 300 or handled[0] < 100:
+            telemetry.flush(1)
+            flushed += 1
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        print(flushed, handled[0], handled[1], int(telemetry.flush(5)))
+        telemetry.shutdown(5)
+        """,
+    )
+    flushed, handled, handled_ok, last = map(int, out)
+    assert flushed >= 300
+    assert handled >= 100
+    assert handled_ok > 0  # those that found no flush in progress on the thread completed
+    assert last == 1

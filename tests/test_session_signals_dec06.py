@@ -12,7 +12,10 @@ tracer's lock held by the interrupted code:
 - ``KeyboardInterrupt`` (SIGINT's default handler) or ``SystemExit`` (a handler
   calling ``sys.exit``) loses no session: it stays live and is written (as
   ``dropped`` by the ``session_scope`` the exception leaves), no task entry is
-  left behind, and later flushes do not wait out their timeout.
+  left behind, and later flushes do not wait out their timeout;
+- a handler that finalizes the session being finalized (or one of the task's
+  sessions being finalized) takes it first: it is written once, with the
+  handler's status, and the interrupted finalization counts a dropped event.
 """
 
 from __future__ import annotations
@@ -38,9 +41,12 @@ FLUSH_S = 10.0  # only reached if a flush waits for a record that never comes
 
 
 def _line(function: Callable[..., Any], text: str) -> tuple[str, int]:
-    """(file, line number) of the one line of *function* that holds *text*."""
+    """(file, line number) of the one line of *function* that holds *text* (or, of
+    several, the one that is *text* alone)."""
     source, first = inspect.getsourcelines(function)
     lines = [first + n for n, line in enumerate(source) if text in line]
+    if len(lines) > 1:
+        lines = [first + n for n, line in enumerate(source) if line.strip() == text]
     assert len(lines) == 1, f"{text!r} in {function.__qualname__}: lines {lines}"
     return inspect.getsourcefile(function) or "", lines[0]
 
@@ -209,3 +215,109 @@ def test_an_interrupt_inside_the_hand_over_loses_no_session(
     assert (stats["live_sessions"], stats["live_tasks"]) == (pending, pending)
     assert telemetry.shutdown()
     assert _written(telemetry)[interrupted] == ("pending" if by_task else "dropped")
+
+
+# A handler that finalizes the very session the interrupted code is finalizing: where it
+# lands, the interrupted code has read the record but not taken it yet.
+_BEFORE_THE_TAKE = [
+    (SessionHandoff.finalize, "added = self._writer.handed_over", False),
+    (PendingSessions._take, "record = self._live.get(session_id)", False),
+    (SessionHandoff.finalize, "added = self._writer.handed_over  # as for one session", True),
+    (PendingSessions._take, "record = self._live.get(session_id)", True),
+]
+_IDS = ["one-handed_over", "one-take", "task-handed_over", "task-take"]
+
+
+@pytest.mark.parametrize(("function", "text", "by_task"), _BEFORE_THE_TAKE, ids=_IDS)
+@pytest.mark.parametrize("scope", ["session", "task"])
+def test_a_session_a_signal_handler_finalizes_inside_its_finalization_is_written_once(
+    tmp_path: Path, function: Callable[..., Any], text: str, by_task: bool, scope: str
+) -> None:
+    """SIGUSR1's handler finalizes the session (or the whole task) the main thread is
+    finalizing, after it read the record and before it took it: the handler's
+    finalization wins, each session is written once, and the interrupted one counts a
+    dropped event where it found nothing left to take."""
+    telemetry = _configure(tmp_path)
+    target: dict[str, Any] = {}
+
+    def on_usr1(signum: int, frame: FrameType | None) -> None:
+        if scope == "session":
+            asynctrace.trace_session_event(
+                "finalized", session_id=target["sid"], status="rejected"
+            )
+        else:
+            asynctrace.trace_session_event("finalized", task_id=3, status="rejected")
+
+    with handler(signal.SIGUSR1, on_usr1), asynctrace.task_scope(3):
+        with asynctrace.session_scope() as first, asynctrace.session_scope() as second:
+            target["sid"] = first
+            with signal_at(function, text, signal.SIGUSR1) as raised:
+                if by_task:  # the task's pending sessions, as a list
+                    asynctrace.trace_session_event("finalized", task_id=3, status="accepted")
+                else:
+                    asynctrace.trace_session_event(
+                        "finalized", session_id=first, status="accepted"
+                    )
+            if not by_task:
+                asynctrace.trace_session_event("finalized", session_id=second, status="failed")
+    assert raised == [True]
+    assert asynctrace.flush(timeout_s=FLUSH_S)
+    # The handler's status on what it took; the interrupted finalization's on the rest.
+    if scope == "task":
+        expected = {first: "rejected", second: "rejected"}
+    else:
+        expected = {first: "rejected", second: "accepted" if by_task else "failed"}
+    assert _written(telemetry) == expected
+    stats = telemetry.sessions.stats()
+    # Dropped: each finalization that found nothing left to take (the interrupted one,
+    # and after a handler that took the whole task, the one of the second session).
+    dropped = {(False, "session"): 1, (False, "task"): 2, (True, "session"): 0}.get(
+        (by_task, scope), 1
+    )
+    assert (stats["written"], stats["failed"], stats["dropped_events"]) == (2, 0, dropped)
+    assert (stats["live_sessions"], stats["live_tasks"]) == (0, 0)
+    assert telemetry.shutdown()
+    assert _written(telemetry) == expected
+
+
+def _finalize_and_exit(signum: int, frame: FrameType | None) -> None:
+    asynctrace.trace_session_event("finalized", task_id=4, status="rejected")
+    sys.exit(3)
+
+
+@pytest.mark.parametrize("by_task", [False, True], ids=["one", "task"])
+def test_a_session_a_signal_handler_finalizes_then_exits_on_is_not_put_back(
+    tmp_path: Path, by_task: bool
+) -> None:
+    """The handler finalizes the task's session, then calls ``sys.exit``: the interrupted
+    finalization does not put the record it no longer holds back live (where the
+    ``session_scope`` the exception leaves would write it a second time, as dropped).
+    It lands inside the interrupted code's take, the first line of the take."""
+    function, text = PendingSessions._take, "record = self._live.get(session_id)"
+    telemetry = _configure(tmp_path)
+    caught: list[BaseException] = []
+    with handler(signal.SIGUSR2, _finalize_and_exit):
+        try:
+            with asynctrace.task_scope(4), asynctrace.session_scope() as sid:
+                with signal_at(function, text, signal.SIGUSR2) as raised:
+                    if by_task:
+                        asynctrace.trace_session_event("finalized", task_id=4, status="accepted")
+                    else:
+                        asynctrace.trace_session_event(
+                            "finalized", session_id=sid, status="accepted"
+                        )
+        except SystemExit as exc:
+            caught.append(exc)
+    assert raised == [True]
+    assert [type(exc) for exc in caught] == [SystemExit]
+    assert asynctrace.flush(timeout_s=FLUSH_S)
+    assert _written(telemetry) == {sid: "rejected"}
+    stats = telemetry.sessions.stats()
+    assert (stats["written"], stats["failed"], stats["live_sessions"], stats["live_tasks"]) == (
+        1,
+        0,
+        0,
+        0,
+    )
+    assert telemetry.shutdown()
+    assert _written(telemetry) == {sid: "rejected"}

@@ -92,10 +92,23 @@ def _run_within(run: Callable[[], None], name: str, timeout_s: float) -> None:
 # so the id is not reused while it runs). One at a time: a user's processor whose flush
 # hangs keeps one thread, not one per flush().
 _flushing: dict[int, threading.Thread] = {}
-_flushing_lock = threading.Lock()
+# Re-entrant, with its holder noted: a signal handler (or a GC finalizer) that flushes on
+# the thread holding it (inside Thread.start(), which waits on an Event, where handlers
+# run) must not wait for that thread, which cannot go on until the handler returns.
+_flushing_lock = threading.RLock()
+_flushing_holder: int | None = None  # the thread inside _flush_once's section, if any
 reinit_at_fork(_flushing_lock)  # held at fork(): new in the child
-if hasattr(os, "register_at_fork"):  # a child has none of the parent's helpers
-    os.register_at_fork(after_in_child=_flushing.clear)
+
+
+def _forget_helpers() -> None:
+    """In a forked child: none of the parent's helpers, nobody inside the section."""
+    global _flushing_holder
+    _flushing.clear()
+    _flushing_holder = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_helpers)
 
 
 def _flush_once(run: Callable[[], None], key: int, deadline: float) -> bool:
@@ -105,25 +118,36 @@ def _flush_once(run: Callable[[], None], key: int, deadline: float) -> bool:
     While an earlier flush's helper is still running (a processor's
     ``force_flush`` hangs), no other is started: this flush waits for that one,
     within its own deadline, and then starts its own; it never stacks a second.
+    A flush that interrupted one on its own thread (a signal handler's, a GC
+    finalizer's) while that one looks up or starts the helper returns ``False``
+    at once: the interrupted flush goes on only once it has returned.
     """
+    global _flushing_holder
+    me = threading.get_ident()
     while True:
-        with _flushing_lock:
-            running = _flushing.get(key)
-            if running is not None and running.is_alive():
-                helper = None
-            else:
-                running = None
-                helper = threading.Thread(
-                    target=leaving_signals(_clearing(run, key)),
-                    name="asynctrace-flush",
-                    daemon=True,
-                )
-                _flushing[key] = helper
-                try:
-                    helper.start()
-                except RuntimeError:  # no new thread in an atexit hook: run here, unbounded
-                    del _flushing[key]
+        if _flushing_holder == me:
+            return False  # re-entered: waiting here would wait for this very thread
+        with _flushing_lock:  # re-entrant: one interrupting the lines before the note passes
+            try:
+                _flushing_holder = me
+                running = _flushing.get(key)
+                if running is not None and running.is_alive():
                     helper = None
+                else:
+                    running = None
+                    helper = threading.Thread(
+                        target=leaving_signals(_clearing(run, key)),
+                        name="asynctrace-flush",
+                        daemon=True,
+                    )
+                    _flushing[key] = helper
+                    try:
+                        helper.start()
+                    except RuntimeError:  # no new thread in an atexit hook: run here, unbounded
+                        del _flushing[key]
+                        helper = None
+            finally:
+                _flushing_holder = None
         if running is None:
             break
         if running is threading.current_thread():
