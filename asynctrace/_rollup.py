@@ -48,16 +48,9 @@ Rules (see ``docs/reading-a-trace.md``):
 - Event-loop stalls (spans of group ``loop_stall``) are unbucketed: they
   overlap the spans they stretched. A step reports their seconds apart
   (``stalled``), clipped to its interval, and never counts them in a bucket:
-  the time inside it during which at least one loop of its process (its
-  origin) was blocked, wherever the stall span sits in the tree (a
-  parentless one, a blocking callback's; one under a concurrent step), and
-  the stalls in its subtree from other processes: their union, so stalls of
-  several loops or processes at once count that stretch once and
-  ``stalled`` never exceeds the wall. A stall counts in a step that arrives
-  after it while it is among the last ``window`` spans (each process's
-  stalls are kept as disjoint stretches, no longer), and in a step that
-  arrived before it until a span ending more than ``grace_us`` after the
-  step's end arrives (for a confirmed step: until it is finished).
+  the time at least one stall covers (their union), so stalls of several
+  loops or processes at once count that stretch once and ``stalled`` never
+  exceeds the wall.
 
 When a step is finished (the same rule for both drivers, the command line
 reading files and the runtime fed on its export thread, so both give the
@@ -77,8 +70,7 @@ once a span arrives that ended more than
 late children (a detached span ending after its step, a loop-stall span
 recorded just after the step ended) still count in it; after, nothing
 changes its numbers: a bucketed span arriving for a finished step is not
-counted and is reported (``late-bucket``), and a late stall is not counted
-in it (its row has gone out).
+counted and is reported (``late-bucket``), and a late stall is ignored.
 Finished steps are handed to ``on_step`` as they finish; with ``keep=False``
 they are not kept, so memory is bounded by the open steps (the leaves
 waiting for their parent), the window of recent spans and ``max_pending``.
@@ -102,7 +94,6 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from ._rollup_intake import RollupIntake
-from ._rollup_intervals import Stretch
 from ._rollup_rows import RollupResult, StepRow, Violation
 from ._rollup_spans import BUCKETS
 from ._rollup_tree import OUTSIDE, Entry, Group, Step
@@ -208,11 +199,6 @@ class Rollup(RollupIntake):
         self._cycle_first: str | None = None
         self.violation_count = 0
         self._held: list[tuple[float, int, Step]] = []  # confirmed, unfinished: heap by end
-        # Candidates (unconfirmed steps, by key) that may be within their grace: they take
-        # the stalls of their process arriving late (_open_candidates).
-        self._candidates: dict[int, Step] = {}
-        self._candidates_cap = 1024  # let the others go past it
-        self._latest = -math.inf  # the latest end of the spans arrived
         self._seq = 0
         self._next_seal = math.inf  # the earliest end + grace among held steps
         self._rows: list[tuple[tuple[float, int, int], StepRow]] = []
@@ -223,9 +209,6 @@ class Rollup(RollupIntake):
         self.overlap_us = 0.0
         self._overlap_first: str | None = None
         self._pending: dict[int, Group] = {}
-        # Per origin (process), its loop stalls as disjoint stretches in time order, for
-        # its steps confirmed later: those of the last `window` spans (see _process_stall).
-        self._stretches: dict[int, list[Stretch]] = {}
         self._home: dict[int, Entry] = {}
         # The last leaf's entry: its siblings of the same name share the tuple, so the
         # window holds one object the collector tracks per run of siblings, not per span

@@ -147,8 +147,6 @@ class RollupIntake(RollupSpans):
         if remote and pkey is not None and pkey not in self._home:
             self._remote_wait(pkey, end)
         remote = False  # waited for like any parent, until its deadline (_seal)
-        if end > self._latest:
-            self._latest = end
         if end > self._next_seal:
             self._seal(end)
         self._spans += 1
@@ -162,7 +160,7 @@ class RollupIntake(RollupSpans):
             iteration = self._checked_iteration(iteration, name)
         group = args.get("asynctrace.group")
         if group == LOOP_STALL and bucket is None:
-            self._stall(name, key, None if remote else pkey, start, end, origin)
+            self._stall(name, key, None if remote else pkey, start, end)
             return
         group_step = group == "step" or cat == "step"  # (one of no duration: _finished)
         if bucket is not None and pkey is not None and not group_step and not remote:

@@ -19,8 +19,6 @@ def _start_of(step: Step) -> float:
 class RollupSettle(RollupSteps, RollupWaits):
     """How a rollup finishes the steps past their grace and settles missing parents."""
 
-    _candidates: dict[int, Step]
-
     def _seal(self, now: float) -> None:
         """Settle the waits for remote parents past their deadline, then finish the held
         steps whose end plus grace is before *now* (µs)."""
@@ -130,11 +128,6 @@ class RollupSettle(RollupSteps, RollupWaits):
         if cand.phases:
             head.phases = merged(head.phases, cand.phases)
         head.nb += cand.leaves + cand.nb
-        if cand.process:  # both unconfirmed: the head's until it is
-            for start, end in cand.process:
-                head.add_process_stall(start, end)
-        cand.process = None
-        self._candidates.pop(cand.key, None)
         if cand.stall_spans:
             for start, end in cand.stall_spans:
                 head.add_stall(start, end)

@@ -7,7 +7,6 @@ from collections import deque
 from typing import Any, Final
 
 from ._group_types import Bucket
-from ._rollup_intervals import Stretch, forget_stalls, remember_stall
 from ._rollup_settle import RollupSettle
 from ._rollup_tree import (
     CYCLE,
@@ -46,15 +45,9 @@ class RollupSpans(RollupSettle):
     _step_name: re.Pattern[str] | None
     _window: int
     _order: deque[int]
-    _stretches: dict[int, list[Stretch]]
 
-    def _stall(
-        self, name: str, key: int, pkey: int | None, start: float, end: float, origin: int
-    ) -> None:
-        """A loop-stall span: never a step, in no bucket; its seconds go apart to its step
-        and to every step of its process (*origin*) that it overlaps, wherever it sits."""
-        if end > start:
-            self._process_stall(start, end, origin)
+    def _stall(self, name: str, key: int, pkey: int | None, start: float, end: float) -> None:
+        """A loop-stall span: never a step, in no bucket; its seconds go to its step apart."""
         payload = self._take(key) or Group()
         if self._stubs:
             payload = self._unstub(key, payload) or payload
@@ -69,32 +62,6 @@ class RollupSpans(RollupSettle):
         self._attach(
             payload, key, pkey, self._home.get(pkey) if pkey is not None else None, 0, name
         )
-
-    def _process_stall(self, start: float, end: float, origin: int) -> None:
-        """Count the stall [*start*, *end*) of *origin* in the steps of that process it
-        overlaps that have arrived and are within their grace (confirmed and not
-        finished, or candidates), and remember it for those arriving later (within
-        the window)."""
-        for _, _, step in self._held:
-            if step.origin == origin and step.start < end and start < step.end:
-                first, last = max(start, step.start), min(end, step.end)
-                if last > first:  # (a held span of no duration, no step, takes none)
-                    step.add_stall(first, last)
-        if self._candidates:
-            for step in self._open_candidates().values():
-                if (
-                    step.origin == origin
-                    and step.start < end
-                    and start < step.end
-                    and step.process is not None
-                ):
-                    step.add_process_stall(max(start, step.start), min(end, step.end))
-        stretches = self._stretches.get(origin)
-        if stretches is None:
-            stretches = self._stretches[origin] = []
-        elif stretches and stretches[0][2] <= self._spans - self._window:
-            forget_stalls(stretches, self._spans - self._window + 1, self._window)
-        remember_stall(stretches, start, end, self._spans)
 
     def _span(
         self,

@@ -6,7 +6,6 @@ import heapq
 from collections.abc import Callable
 from typing import Final
 
-from ._rollup_intervals import Stretch
 from ._rollup_notes import RollupNotes
 from ._rollup_rows import StepRow, Violation
 from ._rollup_tree import (
@@ -33,9 +32,6 @@ class RollupSteps(RollupNotes):
     _stepped: dict[tuple[int, int], list[tuple[float, float, int, int | None, int]]]
     _load: int
     _held: list[tuple[float, int, Step]]
-    _candidates: dict[int, Step]
-    _candidates_cap: int
-    _latest: float
     _seq: int
     _next_seal: float
     _rows: list[tuple[tuple[float, int, int], StepRow]]
@@ -44,9 +40,6 @@ class RollupSteps(RollupNotes):
     overlap_us: float
     _overlap_first: str | None
     _home: dict[int, Entry]
-    _stretches: dict[int, list[Stretch]]
-    _spans: int
-    _window: int
 
     def _make_step(
         self,
@@ -69,16 +62,6 @@ class RollupSteps(RollupNotes):
         step = Step(name, key, origin, iteration, start, end, pkey)
         if candidate:
             step.raw = []
-            step.process = ()
-            if end > start:  # it takes the stalls arriving within its grace (a step: held)
-                candidates = self._candidates
-                candidates[key] = step
-                if len(candidates) > self._candidates_cap:
-                    self._open_candidates()
-        if end > start:  # its process's stalls so far, wherever they sit in the tree
-            stretches = self._stretches.get(origin)
-            if stretches and stretches[-1][1] > start:  # (else all ended before it began)
-                step.add_process_stalls(stretches, self._spans - self._window + 1)
         if children is None:
             return step
         leaves = children.leaves
@@ -99,16 +82,6 @@ class RollupSteps(RollupNotes):
         step.child = children
         return step
 
-    def _open_candidates(self) -> dict[int, Step]:
-        """The candidates that still take their process's stalls: within their grace (no
-        span ending more than ``grace_us`` after one has arrived). The others are let go;
-        a candidate leaves at once when it is confirmed (held) or folded (no step)."""
-        horizon = self._latest - self._grace
-        live = {key: s for key, s in self._candidates.items() if s.end >= horizon}
-        self._candidates = live
-        self._candidates_cap = 2 * len(live) + 1024
-        return live
-
     def _fold_step(self, step: Step, into: Group) -> None:
         """A candidate turned out not to be a step: its sums join its parent's subtree."""
         if step.raw is not None:  # its leaves, unclipped, join the subtree's
@@ -124,8 +97,6 @@ class RollupSteps(RollupNotes):
         if step.phases:
             into.phases = merged(into.phases, step.phases)
         into.nb += step.leaves + step.nb
-        step.process = None  # its process's stalls: a step's only
-        self._candidates.pop(step.key, None)
         if step.stall_spans:  # clipped to the candidate: clipped again where they end up
             if into.stalls is None:
                 into.stalls = []
@@ -152,9 +123,6 @@ class RollupSteps(RollupNotes):
             step.add_leaves(raw)
             if sum(step.sums) > step.end - step.start:
                 step.overlaps = overlapping_pairs(raw)
-        if step.process is not None:  # a candidate: held from now on
-            step.confirm_process_stalls()
-            self._candidates.pop(step.key, None)
         if step.iteration is not None and step.end > step.start:  # for _ruled_out
             where = (step.key >> 64, step.iteration)
             stepped = self._stepped

@@ -3,11 +3,10 @@ rules that fold one into another (see :mod:`asynctrace._rollup`)."""
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
-from ._rollup_intervals import Stretch, cover, stretch_end
 from ._scopes import _INT64_MAX as _I64_MAX
 from ._scopes import _INT64_MIN as _I64_MIN
 
@@ -86,7 +85,6 @@ class Step:
         "overlaps",
         "parent",
         "phases",
-        "process",
         "raw",
         "sealed",
         "stall_spans",
@@ -127,10 +125,6 @@ class Step:
         # several loops or processes are one stretch of wall clock, counted once).
         self.stalled = 0.0
         self.stall_spans: list[tuple[float, float]] | None = None
-        # A candidate's process stalls (those of its origin that overlap it, wherever they
-        # sit in the tree), clipped to it: its own once confirmed, dropped if folded.
-        # ``()`` for a candidate with none so far, ``None`` for a step or a folded one.
-        self.process: list[tuple[float, float]] | tuple[()] | None = None
         self.nb = 0
         self.ex: Sequence[Example] = ()
         self.overlaps: Sequence[tuple[Example, Example]] = ()
@@ -217,45 +211,6 @@ class Step:
                     self.add_stall(start, end)
             group.stalls = None
 
-    def add_process_stalls(self, stretches: list[Stretch], since: int) -> None:
-        """Take the stretches of its process's stalls (disjoint, in time order) that
-        overlap the step, clipped to it: those remembered since the span numbered
-        *since* arrived (older ones are past the window)."""
-        first, last = self.start, self.end
-        if not last > first:
-            return
-        # The first stretch ending after the step's start; from there, until one starts
-        # at or after its end.
-        for index in range(bisect_right(stretches, first, key=stretch_end), len(stretches)):
-            start, end, seq = stretches[index]
-            if start >= last:
-                break
-            if seq >= since:
-                self.add_process_stall(
-                    start if start > first else first, end if end < last else last
-                )
-
-    def add_process_stall(self, start: float, end: float) -> None:
-        """A stall of its process over [*start*, *end*) (inside the step): in the union,
-        or, for a candidate, kept apart until it is confirmed."""
-        process = self.process
-        if process is None:
-            self.add_stall(start, end)
-        elif not isinstance(process, list):
-            self.process = [(start, end)]
-        elif process[-1][1] < start:
-            process.append((start, end))
-        else:
-            cover(process, start, end)
-
-    def confirm_process_stalls(self) -> None:
-        """A candidate confirmed: its process stalls count in the union from now on."""
-        process = self.process
-        self.process = None
-        if process:
-            for start, end in process:
-                self.add_stall(start, end)
-
     def add_stall(self, start: float, end: float) -> None:
         """Cover [*start*, *end*) (inside the step) in the stall union."""
         spans = self.stall_spans
@@ -266,7 +221,7 @@ class Step:
             spans.append((start, end))
             self.stalled += end - start
         else:
-            self.stalled += cover(spans, start, end)
+            self.stalled += _cover(spans, start, end)
 
     def writable_sums(self) -> list[float]:
         """The step's bucket sums as a list of its own (a shared tuple copied first)."""
@@ -306,6 +261,34 @@ def resolve(container: _Container) -> _Container:
     while container.fwd is not None:
         container = container.fwd
     return container
+
+
+def _cover(spans: list[tuple[float, float]], start: float, end: float) -> float:
+    """Add [*start*, *end*) to *spans* (disjoint, in time order); return the time added.
+
+    The spans it overlaps or touches become one: at most as many spans stay as
+    there are separate stretches of stall, however many stalls overlap.
+    """
+    lo = bisect_left(spans, start, key=_span_end)  # the first ending at or after start
+    hi = bisect_right(spans, end, key=_span_start)  # ...up to the last starting by end
+    if lo >= hi:
+        spans.insert(lo, (start, end))
+        return end - start
+    covered = 0.0
+    for first, last in spans[lo:hi]:
+        covered += last - first
+    first = min(start, spans[lo][0])
+    last = max(end, spans[hi - 1][1])
+    spans[lo:hi] = [(first, last)]
+    return (last - first) - covered
+
+
+def _span_start(span: tuple[float, float]) -> float:
+    return span[0]
+
+
+def _span_end(span: tuple[float, float]) -> float:
+    return span[1]
 
 
 def add_sums(step: Step, group: Group) -> None:
