@@ -64,7 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     0: success; 1: ``goodput``/``report`` found invariant violations; 2: bad
     usage or unreadable input; 130: interrupted (Ctrl-C); 141: the reader of
     stdout went away (``| head``), so the output is incomplete; 143: ended by
-    SIGTERM while writing an output, which is removed. Errors are one line on
+    SIGTERM while writing an output, which is removed (cut short when written
+    directly, into a FIFO or a device). Errors are one line on
     stderr, without a traceback (set ``ASYNCTRACE_DEBUG=1`` to get one).
 
     Example:
@@ -104,8 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # a shell reports for SIGPIPE.
         _silence_stdout()
         return EXIT_BROKEN_PIPE
-    except Terminated:
-        _error(prog, "terminated (SIGTERM); the partial output was removed")
+    except Terminated as exc:
+        _error(prog, f"terminated (SIGTERM); {exc.left}")
         return EXIT_TERMINATED
     except KeyboardInterrupt:
         _error(prog, "interrupted")

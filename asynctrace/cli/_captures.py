@@ -31,8 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ._common import dumps
+from ._common import CliError, dumps
 from ._events import event_ok
+from ._inputs import find_files
 
 __all__ = ["CAPTURE_NAME", "Capture", "find_captures", "is_capture", "load_capture"]
 
@@ -70,23 +71,37 @@ def is_capture(path: Path) -> bool:
 
 
 def find_captures(specs: Iterable[str]) -> list[Path]:
-    """The capture files among *specs*: given by name or by a glob, or found in directories."""
+    """The capture files among *specs*: given by name or by a glob, or found in directories.
+
+    A subdirectory removed while it is searched, or one that cannot be read, is
+    passed over (as by :func:`~._inputs.find_files`).
+
+    Raises:
+        CliError: a directory cannot be listed for another reason (an I/O error).
+    """
     found: dict[Path, Path] = {}
     for spec in specs:
         path = Path(spec)
         if path.is_dir():
-            candidates: Iterable[Path] = sorted(path.rglob(_FOUND))
+            candidates: Iterable[Path] = _search(path)
         elif not path.exists() and any(c in spec for c in "*?["):
             candidates = []
             for match in sorted(glob.glob(spec, recursive=True)):
                 matched = Path(match)
-                candidates.extend(sorted(matched.rglob(_FOUND)) if matched.is_dir() else [matched])
+                candidates.extend(_search(matched) if matched.is_dir() else [matched])
         else:
             candidates = [path]
         for candidate in candidates:
             if is_capture(candidate) and candidate.is_file():
                 found.setdefault(candidate.resolve(), candidate)
     return list(found.values())
+
+
+def _search(directory: Path) -> list[Path]:
+    try:
+        return find_files(directory, [_FOUND])
+    except OSError as exc:
+        raise CliError(f"{exc.filename or directory}: {exc.strerror or exc}") from None
 
 
 class _NotJson(ValueError):

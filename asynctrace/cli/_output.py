@@ -2,7 +2,8 @@
 a device, a FIFO or a descriptor replaced by a regular file.
 
 While it is written, SIGTERM (``timeout``, a batch scheduler, ``kill``) raises
-:class:`Terminated`, so the temporary file is removed as on Ctrl-C.
+:class:`Terminated`, so the temporary file is removed as on Ctrl-C; a SIGTERM
+ignored when the command started (``trap '' TERM``) stays ignored.
 """
 
 from __future__ import annotations
@@ -24,11 +25,16 @@ __all__ = ["Output", "Terminated", "stdout_bytes"]
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM received while an output was written: taken like Ctrl-C, so the
-    partial output is removed; the command's exit status is then 143."""
+    partial output is removed; the command's exit status is then 143.
 
+    *left* says what became of the output: removed (a temporary file), cut
+    short (written directly: a FIFO, a device, a descriptor, or in place), or
+    never written.
+    """
 
-def _terminate(signum: int, frame: object) -> None:
-    raise Terminated
+    def __init__(self, left: str = "the partial output was removed") -> None:
+        super().__init__(left)
+        self.left = left
 
 
 # A directory of descriptor links: /proc/<pid>/fd (self, thread-self, or a thread's).
@@ -146,10 +152,20 @@ class Output:
 
     def _catch_sigterm(self) -> None:
         """SIGTERM raises :class:`Terminated` until :meth:`commit` or :meth:`abort` (the
-        main thread only: no other can set a handler)."""
+        main thread only: no other can set a handler), unless it is ignored (the
+        command started with ``trap '' TERM``): then it stays so."""
         if self._sigterm is None and threading.current_thread() is threading.main_thread():
-            previous = signal.signal(signal.SIGTERM, _terminate)
+            if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
+                return
+            previous = signal.signal(signal.SIGTERM, self._terminate)
             self._sigterm = signal.SIG_DFL if previous is None else previous
+
+    def _terminate(self, signum: int, frame: object) -> None:
+        if self._temporary is not None:
+            raise Terminated  # removed by abort()
+        if self._stream is not None:  # written into directly, or in place
+            raise Terminated("the output was cut short")
+        raise Terminated("nothing was written to the output")
 
     def _release_sigterm(self) -> None:
         """The SIGTERM handler :meth:`_catch_sigterm` replaced, put back."""

@@ -12,7 +12,9 @@ the rest of that file is skipped and the file is named in the summary. A UTF-8
 byte order mark at the start of a file is ignored. Lines ending in a comma are
 read too, which covers a Chrome JSON document written one event per line, such
 as the output of ``asynctrace convert`` (its header and trailer lines are not
-counted; a line only shaped like one, a torn document, is), and a line that is a whole
+counted; a line only shaped like one, a torn document, is, and so is a header carrying
+events as the file's last line, a one-line document cut after an event, whose events are
+kept), and a line that is a whole
 ``{"traceEvents": [...]}`` document (``json.dump``'s output) gives its events;
 any other whole-document JSON file of up to 64 MiB is loaded at once as a
 fallback. A line longer than 64 MiB is skipped and counted without being parsed
@@ -147,6 +149,8 @@ def iter_file(
     skipped = _Skipped()
     first = b""
     cut_short = False
+    torn = 0  # the line of a header carrying events, while no line follows it
+    cut_document = False  # the last line was such a header: a one-line document cut short
     damage = ""
     try:
         stream = open_input(path)  # closed below, also on early exit
@@ -182,6 +186,7 @@ def iter_file(
             raw = line.strip()
             if not raw:
                 continue
+            torn = 0
             if not first:
                 first = raw[:1]
             if raw[-1] == 44:  # ",": one event per line of a JSON document
@@ -197,6 +202,7 @@ def iter_file(
                 if not events:  # the document's header or trailer: no event on it
                     continue
                 obj = {"traceEvents": events}  # a header with the first events on its line
+                torn = lineno  # unless a line follows: a one-line document cut short
             if obj.__class__ is not dict:
                 skipped.not_object += 1
                 skipped.at(f"{path.name}:{lineno}")
@@ -217,12 +223,17 @@ def iter_file(
                     skipped.at(f"{path.name}:{lineno} ({left_out} unusable events)")
                     if not kept:
                         skipped.documents += 1
+                if not kept:
+                    torn = 0  # counted as a document with no usable event
                 valid += len(kept)
                 for event in kept:
                     yield event, dumps(event)
                 continue
             valid += 1
             yield obj, raw
+        if torn:  # the events on it are kept, the cut is counted
+            cut_document = True
+            skipped.at(f"{path.name}:{torn} (traceEvents document cut short)")
     except EOFError:  # a gzip stream cut short (a killed writer): keep what was read
         cut_short = True
         skipped.at(f"{path.name}:{lineno + 1} (compressed data cut short)")
@@ -236,7 +247,7 @@ def iter_file(
         if progress is not None:
             progress.advance(pending_bytes)
     # Malformed: the lines skipped (an unusable document's items rather than its line).
-    bad = skipped.lines - skipped.documents + skipped.items + int(cut_short)
+    bad = skipped.lines - skipped.documents + skipped.items + int(cut_short) + int(cut_document)
     if valid:
         stats.records += valid
         count_malformed(stats, bad, skipped.samples)

@@ -59,6 +59,43 @@ def test_torn_one_line_document_is_malformed_not_empty(
     assert "1 line, none usable: 1 not JSON" in line
 
 
+def test_one_line_document_cut_at_an_event_boundary_is_counted(
+    run: Callable[..., Result], tmp_path: Path
+) -> None:
+    """A one-line ``{"traceEvents": [...]}`` cut right after an event's ``},`` (a killed
+    ``json.dump``) completes into JSON as a header would: its events are kept, and the
+    cut is counted and named, never a clean success with the rest silently missing."""
+    document = json.dumps({"traceEvents": [_event(i) for i in range(6)]})
+    cut = document[: document.index('{"ph"', document.index('"span-3"') - 60)]
+    assert cut.endswith("}, ")
+    torn = tmp_path / "traces-r0.jsonl"
+    torn.write_text(cut + "\n\n")
+    result = run("convert", torn, "-o", tmp_path / "out.json", "--no-progress")
+    assert result.code == 0, result.err
+    line = one_line(result.err)
+    assert "skipped 1 malformed line (traces-r0.jsonl:1 (traceEvents document cut short))" in line
+    names = [e["name"] for e in json.loads((tmp_path / "out.json").read_text())["traceEvents"]]
+    assert [n for n in names if n.startswith("span-")] == ["span-0", "span-1", "span-2"]
+
+
+def test_header_carrying_events_then_more_lines_is_not_cut_short(
+    run: Callable[..., Result], tmp_path: Path
+) -> None:
+    """A document written one event per line whose first events are on its header line:
+    the header is followed by more lines, so nothing is counted."""
+    events = [json.dumps(_event(i)) for i in range(5)]
+    trace = tmp_path / "traces-r0.jsonl"
+    trace.write_text(
+        '{"traceEvents": [' + events[0] + ", " + events[1] + ",\n"
+        + ",\n".join(events[2:]) + "\n"
+        + "]}\n"
+    )  # fmt: skip
+    result = run("convert", trace, "-o", tmp_path / "out.json", "--no-progress")
+    assert result.code == 0, result.err
+    assert "malformed" not in result.err
+    assert "5 events" in result.err
+
+
 def test_junk_lines_shaped_like_a_frame_are_counted(
     run: Callable[..., Result], tmp_path: Path
 ) -> None:
@@ -160,6 +197,40 @@ def test_inputs_survive_subdirectories_removed_meanwhile(
             assert expand_inputs([str(tmp_path)], ["traces*.jsonl"], "trace") == [
                 tmp_path / "traces-r0.jsonl"
             ]
+    finally:
+        stop.set()
+        churner.join()
+
+
+def test_convert_and_report_survive_subdirectories_removed_meanwhile(
+    run: Callable[..., Result], tmp_path: Path
+) -> None:
+    """``convert`` and ``report`` on a directory whose subdirectories come and go: the
+    search for profiler captures passes them over too, never an internal error."""
+    directory = tmp_path / "run"
+    directory.mkdir()
+    shutil.copy(GOLDEN / "traces-r0.jsonl", directory)
+    for i in range(100):
+        (directory / f"ckpt-{i}" / "shard").mkdir(parents=True)
+    stop = threading.Event()
+
+    def churn() -> None:
+        while not stop.is_set():
+            for i in range(4):
+                place = directory / f"tmp-{i}"
+                (place / "a" / "b").mkdir(parents=True, exist_ok=True)
+                shutil.rmtree(place, ignore_errors=True)
+
+    churner = threading.Thread(target=churn, daemon=True)
+    churner.start()
+    try:
+        for i in range(20):
+            # the directory named, and matched by a glob
+            spec = directory if i % 2 else tmp_path / "ru[n]"
+            result = run("convert", spec, "-o", tmp_path / "out.json", "--no-progress", "-q")
+            assert result.code == 0, result.err
+            result = run("report", spec, "-o", tmp_path / "out.html", "--no-progress")
+            assert result.code == 0, result.err
     finally:
         stop.set()
         churner.join()
@@ -304,3 +375,88 @@ def test_sigterm_handler_put_back_after_an_output(tmp_path: Path) -> None:
     cut.abort()
     assert signal.getsignal(signal.SIGTERM) is before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["done.json"]
+
+
+def test_sigterm_ignored_at_start_stays_ignored(tmp_path: Path) -> None:
+    """A command started with SIGTERM ignored (``trap '' TERM``, as a wrapper may start
+    it) is not ended by one while it writes: it finishes its output. The input is a
+    FIFO written only after the signal was sent."""
+    fifo = tmp_path / "traces-r0.jsonl"
+    os.mkfifo(fifo)
+    out = tmp_path / "out"
+    out.mkdir()
+    child = subprocess.Popen(
+        ["bash", "-c", "trap '' TERM; exec \"$@\"", "_", *COMMAND, "convert", str(fifo),
+         "-o", str(out / "trace.json"), "--no-progress"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not list(out.iterdir()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [p.name.endswith(".tmp") for p in out.iterdir()] == [True]
+        child.send_signal(signal.SIGTERM)
+        try:  # the command still waits for its input, unless the signal ended it
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:  # ENXIO: no reader any more
+            _, err = child.communicate(timeout=60)
+            pytest.fail(f"{exc}; status {child.returncode}: {err}")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "wb") as writer:
+            writer.write((GOLDEN / "traces-r0.jsonl").read_bytes())
+        _, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 0, err
+    assert "wrote" in one_line(err)
+    assert [p.name for p in out.iterdir()] == ["trace.json"]
+
+
+def test_sigterm_while_writing_a_fifo_says_the_output_was_cut_short(tmp_path: Path) -> None:
+    """A FIFO is written into directly: nothing is removed, and the message says the
+    output was cut short. The reader stops reading, so ``convert`` is surely in the
+    middle of its output when the signal comes."""
+    trace = tmp_path / "traces-r0.jsonl"
+    trace.write_text("".join(json.dumps(_event(i)) + "\n" for i in range(5000)))
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    child = subprocess.Popen(
+        [*COMMAND, "convert", str(trace), "-o", str(fifo), "--no-progress"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        with open(fifo, "rb") as reader:  # opened once the command opens it to write
+            assert reader.read(1) == b"{"  # written: the output is open, and stays full
+            child.send_signal(signal.SIGTERM)
+            _, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 143
+    line = one_line(err)
+    assert "terminated (SIGTERM); the output was cut short" in line
+    assert "removed" not in line
+    assert fifo.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.fifo", "traces-r0.jsonl"]
+
+
+def test_sigterm_ignored_is_left_alone_by_an_output(tmp_path: Path) -> None:
+    """In process: with SIGTERM ignored, an output leaves it ignored while open and after."""
+    before = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        output = Output(str(tmp_path / "out.json"))
+        output.open().write(b"{")
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+        os.kill(os.getpid(), signal.SIGTERM)  # ignored: nothing raised
+        output.commit()
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert (tmp_path / "out.json").read_bytes() == b"{"
