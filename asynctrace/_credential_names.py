@@ -45,30 +45,37 @@ _HEADER_WORDS: Final = frozenset(
         "passcode",
     }
 )
-# Words that name a credential in a header's name of two words or more ("X-Pin",
-# "X-Api-Pass", "X-Client-Cert", "X-MS-CLIENT-PRINCIPAL") but alone say little
-# ("Pass: 3 Fail: 0", "Pin: 7" in text).
+# Words that name a credential in the name of a header an HTTP integration records, of
+# two words or more ("X-Pin", "X-Api-Pass", "X-Client-Cert", "X-MS-CLIENT-PRINCIPAL"),
+# but name data as often in text and keys ("pin_memory: True", "first_pass: done",
+# "cert_file: /etc/ssl/ca.pem", "principal_angle: 1.57"), and alone say little.
 _QUALIFIED_WORDS: Final = frozenset({"sig", "otp", "pin", "pass", "cert", "principal"})
 
 
-def is_credential_header(name: str) -> bool:
+def is_credential_header(name: str, *, recorded: bool = False) -> bool:
     """Whether the header *name*'s values are credentials (``Private-Token``, ``DD-API-KEY``).
 
-    A credential word among the ``-``/``_``-separated words of *name*; ``sig``,
-    ``otp``, ``pin``, ``pass``, ``cert`` and ``principal`` only in a name of two
-    words or more (``X-Pin``, not ``Pin``); or a last word ending in one.
+    A credential word among the ``-``/``_``-separated words of *name*, or a
+    last word ending in one (``AccessToken``). The rule asynctrace applies to
+    ``Name: value`` text it records and to the ``-`` names of a session
+    payload's pairs.
 
-    The rule asynctrace applies to ``Name: value`` text it records and to the
-    headers an HTTP integration is asked to record.
+    With *recorded*, the rule for a header an HTTP integration is asked to
+    record: ``sig``, ``otp``, ``pin``, ``pass``, ``cert`` and ``principal``
+    count too, in a name of two words or more (``X-Pin``, ``X-Client-Cert``;
+    not ``Pin``). Only there: in text and keys they name data as often
+    (``pin_memory: True``, ``first_pass: done``).
 
     Example:
         >>> is_credential_header("X-Api-Key"), is_credential_header("Content-Type")
         (True, False)
+        >>> is_credential_header("X-Pin"), is_credential_header("X-Pin", recorded=True)
+        (False, True)
     """
     words = _WORD_SPLIT.split(name.lower())
     if any(word in _HEADER_WORDS for word in words):
         return True
-    if len(words) > 1 and any(word in _QUALIFIED_WORDS for word in words):
+    if recorded and len(words) > 1 and any(word in _QUALIFIED_WORDS for word in words):
         return True
     # "AccessToken: ...", but not a dotted exception name ("fernet.InvalidToken: ...")
     return "." not in name and words[-1].endswith(("token", "apikey", "password", "secret"))

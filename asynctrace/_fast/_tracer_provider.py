@@ -201,7 +201,7 @@ class FastTracerProvider(trace.TracerProvider):
         Spans reach it as SDK ``ReadableSpan`` objects: ``on_start`` and
         ``on_end`` are both called when the span has ended, on that thread;
         ``on_start`` may change its own copy, which ``on_end`` then receives
-        (``export._adapters.StartingSpan``).
+        (``export._starting_span.StartingSpan``).
         """
         from ..export._adapters import processor_queue
 

@@ -16,6 +16,7 @@ __all__ = [
     "callable_option",
     "header_attribute",
     "header_secrets",
+    "may_hold_encoded_url",
     "names_option",
     "recorded_header_values",
     "redact_url",
@@ -112,9 +113,15 @@ def redact_url(url: str, secret_keys: Iterable[str] = DEFAULT_SECRET_KEYS) -> st
     """
     keys = secret_keys if isinstance(secret_keys, SecretKeys) else SecretKeys(secret_keys)
     _, question, query = url.partition("?")
-    secret_like = question and keys.pattern.search(query)
-    if "@" not in url and "#" not in url and ";" not in url and "%" not in url and not secret_like:
-        return url  # nothing to strip: the common case, no parsing (%: %74oken, %40 userinfo)
+    secret_like = question and ("%" in query or keys.pattern.search(query))  # %74oken too
+    if (
+        "@" not in url
+        and "#" not in url
+        and ";" not in url
+        and not secret_like
+        and ("%" not in url or not may_hold_encoded_url(url))
+    ):
+        return url  # nothing to strip: the common case, no parsing
     try:
         return _redact_slowly(url, keys, 0)
     except Exception:  # hostile input (a bad IPv6 host, a lone surrogate): nothing of it
@@ -122,6 +129,25 @@ def redact_url(url: str, secret_keys: Iterable[str] = DEFAULT_SECRET_KEYS) -> st
 
 
 _NEST_DEPTH: Final = 3  # URLs in query values in URLs...: a deeper one is replaced whole
+
+
+def may_hold_encoded_url(url: str) -> bool:
+    """Whether the absolute *url* may hold a URL in its path once that is percent-decoded
+    (``/proxy/http%3A%2F%2Fu%3Ap%40h``, ``http:%2F%2F``, ``http%253A%252F%252F``); not
+    ``/files/my%20doc.txt``: a ``%3`` (a colon percent-encoded, ``%3A``, and its
+    neighbours), a ``%25`` (one encoded twice), a colon before an encoded slash, or a
+    ``:/`` besides the scheme's.
+
+    The test by which a URL holding ``%`` takes :func:`redact_url`'s slow path: a few
+    substring searches, where the slow path parses and decodes.
+
+    Example:
+        >>> may_hold_encoded_url("http://h:8080/files/my%20doc.txt")
+        False
+        >>> may_hold_encoded_url("http://h/proxy/http%3A%2F%2Fu%3Apw%40internal")
+        True
+    """
+    return "%3" in url or "%25" in url or ":%2" in url or url.count(":/") > 1
 
 
 def _redact_slowly(url: str, keys: SecretKeys, depth: int) -> str:
@@ -261,13 +287,17 @@ _MAX_HEADER_SECRETS: Final = 512  # a request with thousands of headers: the fir
 
 
 def recorded_header_values(name: str, values: list[str]) -> list[str]:
-    """*values* of the header *name* as an attribute records them: REDACTED for a credential.
+    """*values* of the header *name* as an attribute records them: REDACTED for a credential
+    (:func:`asynctrace.is_credential_header`'s rule for a recorded header: ``X-Pin`` too).
 
     Example:
         >>> recorded_header_values("Authorization", ["Bearer abc"])
         ['REDACTED']
+        >>> recorded_header_values("X-Client-Cert", ["MIIB..."])
+        ['REDACTED']
     """
-    return [REDACTED] * len(values) if asynctrace.is_credential_header(name) else values
+    credential = asynctrace.is_credential_header(name, recorded=True)
+    return [REDACTED] * len(values) if credential else values
 
 
 def url_secrets(url: str, secret_keys: SecretKeys) -> set[str]:

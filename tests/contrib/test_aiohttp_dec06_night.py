@@ -1,13 +1,17 @@
 """aiohttp client: a URL inside a URL's path keeps no userinfo; resends (aiohttp's retry of
 a stale pooled connection, redirect hops) carry http.request.resend_count; a dropped
 streamed response's span ends when its session closes; header names holding secrets
-are recorded REDACTED. Requests go to real servers on 127.0.0.1."""
+are recorded REDACTED, while the words only header names make secret (pin, pass, cert...)
+leave text and payload keys alone; an unrelated request between two attempts (a token
+fetched) leaves the resend count be; a percent-encoded path without a URL takes the fast
+path. Requests go to real servers on 127.0.0.1."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
@@ -15,10 +19,11 @@ import pytest
 import yarl
 from aiohttp import web
 from asynctrace_contrib._http import DEFAULT_SECRET_KEYS, SecretKeys, redact_url, url_secrets
-from asynctrace_contrib.aiohttp_client import client_middleware
+from asynctrace_contrib.aiohttp_client import _resends, client_middleware
 from opentelemetry.trace import StatusCode
 
 import asynctrace as at
+from asynctrace._payloads import plain_payload
 from asynctrace.testing import CapturedSpans
 
 SECRET = "S3CRETPW"
@@ -75,6 +80,7 @@ PROXY_PATHS = [
     f"/proxy/http://alice:{SECRET}@internal.example/data",
     f"/proxy/http%3A%2F%2Falice%3A{SECRET}%40internal.example%2Fdata",
     f"/proxy/http:%2F%2Falice:{SECRET}%40internal.example%2Fdata",
+    f"/proxy/http%253A%252F%252Falice%253A{SECRET}%2540internal.example%252Fdata",
 ]
 
 
@@ -119,6 +125,25 @@ def test_a_path_without_a_url_stays_as_sent() -> None:
     ):
         assert redact_url(url) == url
         assert url_secrets(url, SecretKeys(DEFAULT_SECRET_KEYS)) == set()
+
+
+def test_a_percent_encoded_path_without_a_url_takes_the_fast_path() -> None:
+    """No parsing for %20 or %40 alone: the very string given comes back, where the
+    slow path builds a new one; a colon encoded once or twice still takes it."""
+    for url in (
+        "http://h:8080/v1/objects/my%20file.txt",
+        "http://h:8080/v1/users/a%40b.com/profile",
+        "http://h/a%2Fb/c%2Fd",
+    ):
+        assert redact_url(url) is url
+    for url in (
+        "http://h/proxy/http%3a%2f%2finternal%2Fdata",
+        "http://h/proxy/http%253A%252F%252Finternal",
+        "http://h/proxy/http:%2F%2Finternal",
+        "http://h/proxy/http://internal/x%20y",
+    ):
+        assert redact_url(url) is not url
+        assert redact_url(url) == url  # nothing secret in them: as sent
 
 
 # -- 2. resends ---------------------------------------------------------------------------
@@ -238,6 +263,98 @@ def test_a_retry_middleware_resending_one_request_counts_it(
     assert counts == [None, 1, 2]
 
 
+@pytest.fixture
+def no_pending_attempts() -> Iterator[None]:
+    """Starts and ends with no session call remembered as failed or redirected."""
+    gc.collect()
+    _resends.PENDING.clear()
+    yield
+    gc.collect()
+    _resends.PENDING.clear()
+
+
+def test_a_token_fetched_between_attempts_keeps_the_resend_count(
+    aiohttp_server: Any, spans: CapturedSpans, no_pending_attempts: None
+) -> None:
+    """A retry middleware outside ours that, on a 401, fetches a new token through
+    another traced session and resends: the resend has resend_count 1, the token request
+    none; the session calls gone, nothing of them is remembered."""
+    state = {"token": "old"}
+
+    async def api(request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != "Bearer new":
+            return web.Response(status=401)
+        return web.Response(text="ok")
+
+    async def token(request: web.Request) -> web.Response:
+        return web.Response(text="new")
+
+    application = web.Application()
+    application.router.add_get("/api", api)
+    application.router.add_post("/token", token)
+    base = aiohttp_server(application)
+
+    async def main() -> None:
+        async with aiohttp.ClientSession(middlewares=(client_middleware(),)) as auth:
+
+            async def refresh(request: Any, handler: Any) -> Any:
+                request.headers["Authorization"] = f"Bearer {state['token']}"
+                response = await handler(request)
+                if response.status == 401:
+                    response.release()
+                    async with auth.post(base + "/token") as got:  # traced
+                        state["token"] = await got.text()
+                    request.headers["Authorization"] = f"Bearer {state['token']}"
+                    response = await handler(request)
+                return response
+
+            middlewares = (refresh, client_middleware())
+            async with aiohttp.ClientSession(middlewares=middlewares) as session:
+                for _ in range(2):  # the second: a first attempt, answered at once
+                    async with session.get(base + "/api") as response:
+                        assert await response.text() == "ok"
+
+    asyncio.run(main())
+    got = [
+        (
+            s.name,
+            attrs(s)["http.response.status_code"],
+            attrs(s).get("http.request.resend_count"),
+        )
+        for s in spans.spans
+        if s.name in ("GET", "POST")
+    ]
+    assert got == [("GET", 401, None), ("POST", 200, None), ("GET", 200, 1), ("GET", 200, None)]
+    gc.collect()
+    assert _resends.PENDING == {}
+
+
+def test_failed_attempts_remembered_are_bounded(
+    spans: CapturedSpans, no_pending_attempts: None
+) -> None:
+    """Calls that fail and are kept alive: at most _MAX_CALLS remembered, the oldest go
+    first; the newest still counts its resend."""
+
+    class Request:  # a ClientRequest's share in it: the call's timer
+        def __init__(self) -> None:
+            self._timer = aiohttp.helpers.TimerNoop()
+
+    requests = [Request() for _ in range(_resends._MAX_CALLS + 50)]
+    for request in requests:
+        _resends.attempted(request)
+    assert len(_resends.PENDING) == _resends._MAX_CALLS
+    newest = spans.provider.get_tracer("t").start_span("newest")
+    _resends.count_resend(newest, requests[-1])
+    newest.end()
+    oldest = spans.provider.get_tracer("t").start_span("oldest")
+    _resends.count_resend(oldest, requests[0])  # forgotten: no count
+    oldest.end()
+    assert [attrs(s).get("http.request.resend_count") for s in spans.spans] == [1, None]
+    del requests, request
+    gc.collect()
+    assert _resends.PENDING == {}
+
+
 # -- 3. a streamed response dropped, then its session closed ------------------------------
 
 
@@ -276,8 +393,10 @@ def test_a_dropped_stream_ends_when_its_session_closes(
 def test_a_dropped_stream_whose_server_goes_away_ends_in_error(
     traced: Any, spans: CapturedSpans
 ) -> None:
-    """A streamed response read in part and dropped, the server then aborting the
-    connection mid-body: the span ends then, in error, before the session closes."""
+    """A guard of what aiohttp does itself: a streamed response read in part and
+    dropped, the server then aborting the connection mid-body, aiohttp releases the
+    connection (its callbacks run) and the span ends then, in error, before the session
+    closes; the connection's loss need not be watched for it."""
     kwargs = traced()
     ended_in_session: list[int] = []
 
@@ -349,21 +468,71 @@ PLAIN_HEADERS = [
 ]
 
 
+# Words that name a credential only in a recorded header's name of two words or more.
+QUALIFIED_ONLY = [n for n in SECRET_HEADERS if not at.is_credential_header(n)]
+
+
 def test_secret_header_names_both_ways() -> None:
-    """A credential word among a name's words counts; inside a longer word it does not."""
-    assert [n for n in SECRET_HEADERS if not at.is_credential_header(n)] == []
+    """A credential word among a recorded header name's words counts; inside a longer
+    word it does not. sig, otp, pin, pass, cert and principal count there only."""
+    assert [n for n in SECRET_HEADERS if not at.is_credential_header(n, recorded=True)] == []
+    assert [n for n in PLAIN_HEADERS if at.is_credential_header(n, recorded=True)] == []
     assert [n for n in PLAIN_HEADERS if at.is_credential_header(n)] == []
+    assert QUALIFIED_ONLY == [
+        "X-Sig", "X-Otp", "X-Pin", "X-Api-Pass", "X-Client-Cert", "X-Forwarded-Client-Cert",
+        "Ssl-Client-Cert", "X-Cert-Chain", "X-MS-CLIENT-PRINCIPAL", "X_Pin_Code",
+    ]  # fmt: skip
     assert at.redact_text("Pass: 3 Fail: 0") == "Pass: 3 Fail: 0"
-    assert at.redact_text("X-Pin: 123456") == "X-Pin: REDACTED"
+
+
+# Text in which sig, otp, pin, pass, cert or principal name data: kept as it is.
+DATA_TEXTS = [
+    "DataLoader(pin_memory: True, num_workers: 4)",
+    "pin_memory: True",
+    "config error: pin_memory: True is not supported on this device",
+    "cert_file: /etc/ssl/certs/ca.pem not found",
+    "ssl_cert_reqs: CERT_REQUIRED",
+    "first_pass: done, second_pass: failed",
+    "loss_sig: 0.25",
+    "principal_angle: 1.57",
+    "by_pass: 12",
+    "compile_pass: 3",
+    "test_pass: 12 test_fail: 0",
+    "x-pin: 12",
+    "Header X-Pass-Count: 3",
+    "ValueError: DataLoader(pin_memory=True, num_workers=4) failed",
+    "argv: train.py --pin-memory 1 --epochs 3",
+    "otp_window: 30",
+]
+
+
+def test_short_credential_words_leave_text_and_payload_keys_alone() -> None:
+    """Exception text and a session payload's pairs keep their values under names holding
+    sig, otp, pin, pass, cert or principal; the other credential words still redact."""
+    assert [text for text in DATA_TEXTS if at.redact_text(text) != text] == []
+    stages = [("first-pass", 3), ("pin-memory", True), ("x-cert-id", "abc"), ("x-otp", 5)]
+    assert plain_payload({"stages": stages}) == {"stages": [list(pair) for pair in stages]}
+    assert plain_payload({"h": [("x-api-key", "abc")]}) == {"h": [["x-api-key", "REDACTED"]]}
+    # authentication, bearer and passcode redact everywhere, as auth does
+    for text in ("auth_method: oauth", "authentication_method: oauth", "bearer_token: abc"):
+        assert at.redact_text(text) == text.partition(":")[0] + ": REDACTED"
+    assert at.redact_text("X-Passcode: 123456") == "X-Passcode: REDACTED"
 
 
 def test_secret_headers_recorded_redacted(
     traced: Any, aiohttp_server: Any, spans: CapturedSpans
 ) -> None:
-    """record_request_headers of such names records REDACTED; a plain one as sent."""
-    url = aiohttp_server(app()) + "/ok"
-    names = ["X-Pin", "X-Client-Cert", "Authentication", "X-Spinner"]
-    kwargs = traced(record_request_headers=names)
+    """record_request_headers and record_response_headers of such names record
+    REDACTED, the words that count in header names only included; a plain one as sent."""
+    names = ["X-Pin", "X-Client-Cert", "Authentication", "X-MS-CLIENT-PRINCIPAL", "X-Spinner"]
+
+    async def echo(request: web.Request) -> web.Response:
+        return web.Response(text="ok", headers={f"{n}": f"answer-{n}" for n in names})
+
+    application = web.Application()
+    application.router.add_get("/echo", echo)
+    url = aiohttp_server(application) + "/echo"
+    kwargs = traced(record_request_headers=names, record_response_headers=names)
 
     async def main() -> None:
         async with aiohttp.ClientSession(**kwargs) as session:
@@ -373,12 +542,14 @@ def test_secret_headers_recorded_redacted(
 
     asyncio.run(main())
     (client,) = spans.by_name("GET")
-    recorded_values = {
-        name: attrs(client)[f"http.request.header.{name.lower()}"] for name in names
-    }
-    assert recorded_values == {
-        "X-Pin": ("REDACTED",),
-        "X-Client-Cert": ("REDACTED",),
-        "Authentication": ("REDACTED",),
-        "X-Spinner": ("value-of-X-Spinner",),
-    }
+    for side, sent in (("request", "value-of-"), ("response", "answer-")):
+        recorded_values = {
+            name: attrs(client)[f"http.{side}.header.{name.lower()}"] for name in names
+        }
+        assert recorded_values == {
+            "X-Pin": ("REDACTED",),
+            "X-Client-Cert": ("REDACTED",),
+            "Authentication": ("REDACTED",),
+            "X-MS-CLIENT-PRINCIPAL": ("REDACTED",),
+            "X-Spinner": (sent + "X-Spinner",),
+        }

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from asynctrace_contrib._http import header_attribute, recorded_header_values, redact_url
+from asynctrace_contrib._http import (
+    header_attribute,
+    may_hold_encoded_url,
+    recorded_header_values,
+    redact_url,
+)
 from asynctrace_contrib._http_values import method_attributes
 
 __all__ = ["add_request_headers", "url_attributes"]
@@ -15,7 +20,13 @@ def url_attributes(method: str, url: Any, secret_keys: Any) -> dict[str, Any]:
     ``server.address`` and ``server.port``."""
     full = str(url)
     # redact_url's fast path; % for a URL in the path written percent-encoded (%3A%2F%2F)
-    if "?" in full or "@" in full or "#" in full or ";" in full or "%" in full:
+    if (
+        "?" in full
+        or "@" in full
+        or "#" in full
+        or ";" in full
+        or ("%" in full and may_hold_encoded_url(full))
+    ):
         full = redact_url(full, secret_keys)
     attrs = method_attributes(method)[1]
     attrs["url.full"] = full

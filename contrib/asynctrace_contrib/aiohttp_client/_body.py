@@ -54,7 +54,11 @@ class BodyWatch:
     """Ends a streamed response's span once: when the response lets go of its connection
     (the connection's release callback), or when the connection is lost first (the
     session closed, the peer went away) with the response still holding it: aiohttp
-    then leaves the response to the cyclic garbage collector and calls no callback."""
+    then leaves the response to the cyclic garbage collector and calls no callback.
+
+    The watch is both callbacks itself (called without an argument on release, with the
+    connection's ``closed`` future on its loss): no bound method to make per response.
+    """
 
     __slots__ = ("closed", "content", "span")
 
@@ -62,28 +66,22 @@ class BodyWatch:
         self.span: Span | None = span
         self.content = content
         self.closed: asyncio.Future[None] | None = None
-        connection.add_callback(self.released)  # first: one that raises leaves no watch
+        connection.add_callback(self)  # first: one that raises leaves no watch
         # The connection's "closed" future (aiohttp >= 3.11), created on first use: ours
         # to read, as asyncio logs a future whose exception nobody read.
         closed = getattr(connection.protocol, "closed", None)
         if isinstance(closed, asyncio.Future):
             closed.remove_done_callback(_retrieve)  # once per connection
             closed.add_done_callback(_retrieve)
-            closed.add_done_callback(self.lost)
+            closed.add_done_callback(self)
             self.closed = closed
 
-    def released(self) -> None:
-        """The response let go of its connection (body read, released or closed): end the span."""
+    def __call__(self, *lost: Any) -> None:
+        """Released (no argument), or the connection lost (its ``closed`` future)."""
         span = self.span
         if span is not None:
             self.span = None
-            if self.closed is not None:
-                self.closed.remove_done_callback(self.lost)
-            body_done(span, self.content)
-
-    def lost(self, closed: Any) -> None:
-        """The connection closed before the response let go of it: end the span."""
-        span = self.span
-        if span is not None:
-            self.span = None
+            closed = self.closed
+            if closed is not None and not lost:
+                closed.remove_done_callback(self)
             body_done(span, self.content)

@@ -11,8 +11,8 @@ from asynctrace_contrib._http import DEFAULT_SECRET_KEYS
 
 from ._options import Options, RequestHook
 from ._requests import Requests
+from ._resends import PENDING as _PENDING
 from ._resends import attempted, count_resend
-from ._resends import last_attempt as _last_attempt
 
 __all__ = ["client_middleware"]
 
@@ -33,7 +33,7 @@ def _make_middleware(options: Options) -> Any:
         # Remembered on the request (as _INJECTED names it, without setattr's call): a
         # retry middleware outside sends it again.
         request._asynctrace_traceparent = headers.get("traceparent")
-        if _last_attempt() is not None:  # this task's last request failed or was redirected
+        if _PENDING:  # an attempt failed or was redirected: this may be its call's resend
             count_resend(span, request)
         try:
             response = await handler(request)

@@ -1,24 +1,26 @@
-"""Which of a task's requests is a resend of the one before: aiohttp's own retry of a
-stale pooled connection, a redirect hop, a retry middleware's new attempt."""
+"""Which requests are resends: later attempts of one session call (aiohttp's own retry of
+a stale pooled connection, a redirect hop, a retry middleware's new attempt)."""
 
 from __future__ import annotations
 
+import functools
 import logging
-from contextvars import ContextVar
-from typing import Any
+import weakref
+from typing import Any, Final
 
 from opentelemetry.trace import Span
 
-__all__ = ["attempted", "count_resend", "last_attempt"]
+__all__ = ["PENDING", "attempted", "count_resend"]
 
 logger = logging.getLogger("asynctrace")
 
-# The session call of this task's last request that failed or was answered 3xx or
-# more (a resend may follow), and that attempt's resend count (0 for the first).
-_LAST: ContextVar[tuple[Any, int] | None] = ContextVar(
-    "asynctrace_aiohttp_last_attempt", default=None
-)
-last_attempt = _LAST.get
+# The session calls one of whose attempts failed or was answered 3xx or more (a resend
+# may follow), by id: a weak reference to the call and its resends so far. Other
+# requests in between (a token fetched before the retry) leave them be; an entry goes
+# when its call is collected, and there are at most _MAX_CALLS, the oldest dropped first.
+# Empty, the common case, it costs a request one truth test.
+PENDING: Final[dict[int, tuple[weakref.ref[Any], int]]] = {}
+_MAX_CALLS: Final = 1024
 
 
 def _call_of(request: Any) -> Any:
@@ -29,29 +31,39 @@ def _call_of(request: Any) -> Any:
     return request if timer is None else timer
 
 
+def _forget(key: int, ref: weakref.ref[Any]) -> None:
+    """The call *ref* is gone: its entry, if still its own, goes too."""
+    entry = PENDING.get(key)
+    if entry is not None and entry[0] is ref:
+        PENDING.pop(key, None)
+
+
 def attempted(request: Any) -> None:
-    """*request* failed or was answered 3xx or more: the task's next request of the same
-    session call, if any, is a resend."""
+    """*request* failed or was answered 3xx or more: a later attempt of the same session
+    call, if any, is a resend."""
     try:
-        last = _LAST.get()
         call = _call_of(request)
-        _LAST.set((call, last[1] if last is not None and last[0] is call else 0))
-    except Exception:  # pragma: no cover - an odd request object: no resend count
+        key = id(call)
+        entry = PENDING.get(key)
+        if entry is not None and entry[0]() is call:
+            return  # a resend already: its count stays
+        if len(PENDING) >= _MAX_CALLS:
+            PENDING.pop(next(iter(PENDING)), None)
+        PENDING[key] = (weakref.ref(call, functools.partial(_forget, key)), 0)
+    except Exception:  # an odd request object, another thread's change: no resend count
         logger.debug("asynctrace: could not remember the attempt", exc_info=True)
 
 
 def count_resend(span: Span, request: Any) -> None:
-    """Set ``http.request.resend_count`` on *span* when *request* is a later attempt of
-    the session call whose attempt failed or was redirected last in this task.
-
-    Any other request means that call is over: it is forgotten.
-    """
+    """Set ``http.request.resend_count`` on *span* when *request* is a later attempt of a
+    session call one of whose attempts failed or was answered 3xx or more."""
     try:
-        last = _LAST.get()
-        _LAST.set(None)
-        if last is not None and last[0] is _call_of(request):
-            count = last[1] + 1
+        call = _call_of(request)
+        key = id(call)
+        entry = PENDING.get(key)
+        if entry is not None and entry[0]() is call:
+            count = entry[1] + 1
             span.set_attribute("http.request.resend_count", count)
-            _LAST.set((last[0], count))
+            PENDING[key] = (entry[0], count)
     except Exception:  # pragma: no cover - an odd request object: no resend count
         logger.debug("asynctrace: could not count the resend", exc_info=True)
