@@ -119,6 +119,7 @@ def redact_url(url: str, secret_keys: Iterable[str] = DEFAULT_SECRET_KEYS) -> st
         and "#" not in url
         and ";" not in url
         and not secret_like
+        and url.count(":/") < 2  # a URL in the path, as sent
         and ("%" not in url or not may_hold_encoded_url(url))
     ):
         return url  # nothing to strip: the common case, no parsing

@@ -460,3 +460,18 @@ def test_sigterm_ignored_is_left_alone_by_an_output(tmp_path: Path) -> None:
     finally:
         signal.signal(signal.SIGTERM, before)
     assert (tmp_path / "out.json").read_bytes() == b"{"
+
+
+def test_watch_leaves_an_ignored_sigterm_ignored() -> None:
+    """``watch``'s SIGTERM handling, like the outputs', leaves an ignored SIGTERM alone."""
+    from asynctrace.cli._sigterm import sigterm_leaves
+
+    before = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        with sigterm_leaves():
+            assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGTERM)  # ignored: nothing raised
+            time.sleep(0.01)
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, before)

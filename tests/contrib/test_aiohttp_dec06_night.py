@@ -20,6 +20,7 @@ import yarl
 from aiohttp import web
 from asynctrace_contrib._http import DEFAULT_SECRET_KEYS, SecretKeys, redact_url, url_secrets
 from asynctrace_contrib.aiohttp_client import _resends, client_middleware
+from asynctrace_contrib.aiohttp_client._attributes import url_attributes
 from opentelemetry.trace import StatusCode
 
 import asynctrace as at
@@ -114,6 +115,21 @@ def test_url_secrets_and_redact_url_cover_a_url_in_the_path(path: str) -> None:
     assert SECRET in url_secrets(url, SecretKeys(DEFAULT_SECRET_KEYS))
     assert SECRET not in redact_url(url)
     assert "alice" not in redact_url(url)
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/proxy/http://internal/data/token=abc123", "/proxy/http://internal/login/password:abc123"],
+)
+def test_a_raw_url_in_the_path_is_redacted_without_userinfo_or_query(path: str) -> None:
+    """A URL in the path as sent (no ``@``, ``?`` or ``%`` in the whole URL) takes the
+    slow path too: its secrets go, as the server span's path loses them."""
+    url = "http://gw.example" + path
+    assert "abc123" not in redact_url(url)
+    assert (
+        "abc123"
+        not in url_attributes("GET", yarl.URL(url), SecretKeys(DEFAULT_SECRET_KEYS))["url.full"]
+    )
 
 
 def test_a_path_without_a_url_stays_as_sent() -> None:

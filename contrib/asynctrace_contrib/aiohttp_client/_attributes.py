@@ -19,12 +19,14 @@ def url_attributes(method: str, url: Any, secret_keys: Any) -> dict[str, Any]:
     """The request's method (``_OTHER`` if unknown), redacted ``url.full``,
     ``server.address`` and ``server.port``."""
     full = str(url)
-    # redact_url's fast path; % for a URL in the path written percent-encoded (%3A%2F%2F)
+    # redact_url's fast path: a URL in the path as sent (a second :/), or written
+    # percent-encoded (%3A%2F%2F)
     if (
         "?" in full
         or "@" in full
         or "#" in full
         or ";" in full
+        or full.count(":/") > 1
         or ("%" in full and may_hold_encoded_url(full))
     ):
         full = redact_url(full, secret_keys)
