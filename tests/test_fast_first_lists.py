@@ -31,6 +31,7 @@ def _both_kept(method: str, add: Callable[[Any, int], None], count: Callable[[An
     try:
         span = trace.get_tracer("first-lists").start_span("shared")
         other_done = threading.Event()
+        other_adding = threading.Event()
         stopped = threading.Event()
 
         def stop_at_new_list(frame: FrameType, event: str, arg: object) -> Any:
@@ -40,7 +41,8 @@ def _both_kept(method: str, add: Callable[[Any, int], None], count: Callable[[An
                 line = _source_line(frame)
                 if line.rstrip().endswith("= []"):  # the line that makes the list
                     stopped.set()
-                    other_done.wait(_PAUSE_S)  # the other thread adds meanwhile (or waits)
+                    other_adding.wait(5.0)  # however loaded the host: the other one is in
+                    other_done.wait(_PAUSE_S)  # and adds meanwhile (or waits on the lock)
             return stop_at_new_list
 
         def first() -> None:
@@ -52,6 +54,7 @@ def _both_kept(method: str, add: Callable[[Any, int], None], count: Callable[[An
 
         def second() -> None:
             stopped.wait(5.0)
+            other_adding.set()
             add(span, 2)
             other_done.set()
 

@@ -15,6 +15,8 @@ import signal
 import stat
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -89,6 +91,21 @@ def _descriptor_link(name: str) -> tuple[bool, int | None]:
             resolved = "/"
         pending[:0] = target.split("/")
     return False, None
+
+
+@contextmanager
+def _sigterm_held() -> Iterator[None]:
+    """SIGTERM held back by this thread while the block runs, delivered on leaving it
+    (where the signal mask cannot be set: nothing held)."""
+    mask = getattr(signal, "pthread_sigmask", None)
+    if mask is None:
+        yield
+        return
+    previous = mask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        mask(signal.SIG_SETMASK, previous)
 
 
 def _create_beside(final: Path) -> tuple[int, Path]:
@@ -197,7 +214,8 @@ class Output:
                 raise CliError(f"{self.name}: {exc.strerror or exc}") from None
             return self._stream
         try:
-            fd, self._temporary = _create_beside(self.final)
+            with _sigterm_held():  # the file known before a SIGTERM's handler can run
+                fd, self._temporary = _create_beside(self.final)
         except OSError as exc:
             self._stream = self._in_place(exc)
             return self._stream

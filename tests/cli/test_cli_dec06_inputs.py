@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -367,14 +368,43 @@ def test_sigterm_handler_put_back_after_an_output(tmp_path: Path) -> None:
     assert signal.getsignal(signal.SIGTERM) is before
     assert (tmp_path / "done.json").read_bytes() == b"{}"
     cut = Output(str(tmp_path / "cut.json"))
-    cut.open().write(b"{")
-    assert signal.getsignal(signal.SIGTERM) is not before  # or the signal ends pytest
-    with pytest.raises(Terminated):
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(5)  # the handler raises first
-    cut.abort()
+    try:
+        cut.open().write(b"{")
+        assert signal.getsignal(signal.SIGTERM) is not before  # or the signal ends pytest
+        with pytest.raises(Terminated):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler raises first
+    finally:
+        cut.abort()  # the handler put back whatever happened above
     assert signal.getsignal(signal.SIGTERM) is before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["done.json"]
+
+
+def test_sigterm_as_the_temporary_file_is_made_removes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SIGTERM that arrives the moment the temporary file exists, before the output
+    has noted it, still removes it: the signal waits until the file is noted."""
+    real_open = os.open
+
+    def open_then_sigterm(path: Any, flags: int, mode: int = 0o777) -> int:
+        fd = real_open(path, flags, mode)
+        if str(path).endswith(".tmp"):
+            signal.raise_signal(signal.SIGTERM)  # a real signal, as the file is made
+        return fd
+
+    before = signal.getsignal(signal.SIGTERM)
+    output = Output(str(tmp_path / "trace.json"))
+    monkeypatch.setattr(os, "open", open_then_sigterm)
+    try:
+        with pytest.raises(Terminated) as raised:
+            output.open()
+    finally:
+        monkeypatch.undo()
+        output.abort()
+    assert str(raised.value) == "the partial output was removed"  # the temporary file noted
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_sigterm_ignored_at_start_stays_ignored(tmp_path: Path) -> None:
@@ -398,11 +428,15 @@ def test_sigterm_ignored_at_start_stays_ignored(tmp_path: Path) -> None:
             time.sleep(0.01)
         assert [p.name.endswith(".tmp") for p in out.iterdir()] == [True]
         child.send_signal(signal.SIGTERM)
-        try:  # the command still waits for its input, unless the signal ended it
-            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-        except OSError as exc:  # ENXIO: no reader any more
-            _, err = child.communicate(timeout=60)
-            pytest.fail(f"{exc}; status {child.returncode}: {err}")
+        while True:  # the command opens its input after its output: it may not have yet
+            try:
+                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+                break
+            except OSError as exc:  # ENXIO: no reader yet, or none any more
+                if child.poll() is not None or time.monotonic() > deadline:
+                    _, err = child.communicate(timeout=60)
+                    pytest.fail(f"{exc}; status {child.returncode}: {err}")
+                time.sleep(0.01)
         os.set_blocking(fd, True)
         with os.fdopen(fd, "wb") as writer:
             writer.write((GOLDEN / "traces-r0.jsonl").read_bytes())
