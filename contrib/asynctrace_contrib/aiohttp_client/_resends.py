@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import logging
 import weakref
+from collections.abc import Callable
 from typing import Any, Final
 
 from opentelemetry.trace import Span
@@ -18,9 +19,23 @@ logger = logging.getLogger("asynctrace")
 # may follow), by id: a weak reference to the call and its resends so far. Other
 # requests in between (a token fetched before the retry) leave them be; an entry goes
 # when its call is collected, and there are at most _MAX_CALLS, the oldest dropped first.
+# A call that cannot be referenced weakly (aiohttp's timers on some builds) is held, so
+# its id is not reused while remembered, until newer ones push it out.
 # Empty, the common case, it costs a request one truth test.
-PENDING: Final[dict[int, tuple[weakref.ref[Any], int]]] = {}
+PENDING: Final[dict[int, tuple[Callable[[], Any], int]]] = {}
 _MAX_CALLS: Final = 1024
+
+
+class _Held:
+    """A call held by a strong reference, read as a weak reference is: ``held()``."""
+
+    __slots__ = ("_call",)
+
+    def __init__(self, call: Any) -> None:
+        self._call = call
+
+    def __call__(self) -> Any:
+        return self._call
 
 
 def _call_of(request: Any) -> Any:
@@ -31,7 +46,7 @@ def _call_of(request: Any) -> Any:
     return request if timer is None else timer
 
 
-def _forget(key: int, ref: weakref.ref[Any]) -> None:
+def _forget(key: int, ref: Callable[[], Any]) -> None:
     """The call *ref* is gone: its entry, if still its own, goes too."""
     entry = PENDING.get(key)
     if entry is not None and entry[0] is ref:
@@ -49,7 +64,12 @@ def attempted(request: Any) -> None:
             return  # a resend already: its count stays
         if len(PENDING) >= _MAX_CALLS:
             PENDING.pop(next(iter(PENDING)), None)
-        PENDING[key] = (weakref.ref(call, functools.partial(_forget, key)), 0)
+        ref: Callable[[], Any]
+        try:
+            ref = weakref.ref(call, functools.partial(_forget, key))
+        except TypeError:  # not weakly referenceable: held, within _MAX_CALLS
+            ref = _Held(call)
+        PENDING[key] = (ref, 0)
     except Exception:  # an odd request object, another thread's change: no resend count
         logger.debug("asynctrace: could not remember the attempt", exc_info=True)
 
