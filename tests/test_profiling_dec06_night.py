@@ -7,9 +7,9 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
+from _profiling_helpers import about, captures, configure
 
 import asynctrace as at
 from asynctrace._profile_names import claim_capture
@@ -17,26 +17,6 @@ from asynctrace.cli import main as cli
 from asynctrace.cli._captures import CAPTURE_NAME
 
 pytest.importorskip("viztracer", reason="the python profiler backend needs viztracer")
-
-
-def configure(out: Path, profiler: dict[str, Any]) -> at.Telemetry:
-    return at.configure(
-        {
-            "enabled": True,
-            "span_groups": "per_step",
-            "exporters": ["chrome"],
-            "output_dir": str(out),
-            "profiler": profiler,
-        }
-    )
-
-
-def captures(out: Path) -> list[str]:
-    return sorted(p.name for p in out.glob("profile-*.json"))
-
-
-def about(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text())["otherData"]["asynctrace"]  # type: ignore[no-any-return]
 
 
 def convert(out: Path, capsys: pytest.CaptureFixture[str], *inputs: Path) -> str:

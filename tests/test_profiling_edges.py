@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _profiling_helpers import about, captures, configure
 
 import asynctrace as at
 from asynctrace import ConfigurationError
@@ -29,27 +30,6 @@ pytestmark = pytest.mark.skipif(sys.version_info >= (3, 12), reason="viztracer's
 def busy(n: int) -> int:
     """CPU work the profiler sees as Python calls."""
     return sum(i * i for i in range(n))
-
-
-def configure(out: Path, profiler: dict[str, Any], **extra: Any) -> at.Telemetry:
-    return at.configure(
-        {
-            "enabled": True,
-            "span_groups": "per_step",
-            "exporters": ["chrome"],
-            "output_dir": str(out),
-            "profiler": profiler,
-            **extra,
-        }
-    )
-
-
-def captures(out: Path) -> list[str]:
-    return sorted(p.name for p in out.glob("profile-*.json"))
-
-
-def about(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text())["otherData"]["asynctrace"]  # type: ignore[no-any-return]
 
 
 def run_script(tmp_path: Path, body: str, timeout_s: float = 60) -> str:

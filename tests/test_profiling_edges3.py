@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _profiling_helpers import captures, configure
 from opentelemetry import trace
 
 import asynctrace as at
@@ -33,23 +34,6 @@ API_KEY = "sk-live-asynctrace-test-9f3b7c"
 def busy(n: int) -> int:
     """CPU work the profiler sees as Python calls."""
     return sum(i * i for i in range(n))
-
-
-def configure(out: Path, profiler: dict[str, Any], **extra: Any) -> at.Telemetry:
-    return at.configure(
-        {
-            "enabled": True,
-            "span_groups": "per_step",
-            "exporters": ["chrome"],
-            "output_dir": str(out),
-            "profiler": profiler,
-            **extra,
-        }
-    )
-
-
-def captures(out: Path) -> list[str]:
-    return sorted(p.name for p in out.glob("profile-*.json"))
 
 
 def spans(out: Path, name: str = "rl.step") -> list[dict[str, Any]]:

@@ -138,39 +138,49 @@ def test_a_documents_frame_is_not_malformed(run: Callable[..., Result], tmp_path
 # -- a subdirectory removed while searched ---------------------------------------------------
 
 
+class _Churn:
+    """A job rotating its temporary directories under *directory* on a thread of its own
+    (100 lasting ones beside them); ``cycles`` counts its rounds."""
+
+    def __init__(self, directory: Path) -> None:
+        for i in range(100):
+            (directory / f"ckpt-{i}" / "shard").mkdir(parents=True)
+        self.directory = directory
+        self.cycles = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._churn, daemon=True)
+
+    def _churn(self) -> None:
+        while not self._stop.is_set():
+            for i in range(4):
+                place = self.directory / f"tmp-{i}"
+                (place / "a" / "b").mkdir(parents=True, exist_ok=True)
+                shutil.rmtree(place, ignore_errors=True)
+            self.cycles += 1
+
+    def __enter__(self) -> _Churn:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def test_watch_poll_survives_subdirectories_removed_meanwhile(tmp_path: Path) -> None:
     """A job rotating its temporary directories while ``watch`` walks DIR: every poll
     finds the goodput file, none ends the view."""
     shutil.copy(GOLDEN / "sessions-r0.jsonl", tmp_path)
-    for i in range(100):
-        (tmp_path / f"ckpt-{i}" / "shard").mkdir(parents=True)
-    stop = threading.Event()
-    cycles = 0
-
-    def churn() -> None:
-        nonlocal cycles
-        while not stop.is_set():
-            for i in range(4):
-                place = tmp_path / f"tmp-{i}"
-                (place / "a" / "b").mkdir(parents=True, exist_ok=True)
-                shutil.rmtree(place, ignore_errors=True)
-            cycles += 1
-
-    churner = threading.Thread(target=churn, daemon=True)
-    churner.start()
-    try:
+    with _Churn(tmp_path) as churn:
         followers: dict[Path, Follower] = {}
         state = State()
         polls = 0
-        while polls < 300 or cycles < 300:
+        while polls < 300 or churn.cycles < 300:
             _poll(tmp_path, followers, state)
             assert tmp_path / "sessions-r0.jsonl" in followers
             polls += 1
             if polls > 5000:
                 break
-    finally:
-        stop.set()
-        churner.join()
 
 
 def test_inputs_survive_subdirectories_removed_meanwhile(
@@ -178,29 +188,13 @@ def test_inputs_survive_subdirectories_removed_meanwhile(
 ) -> None:
     """The one-shot commands search a directory the same way."""
     shutil.copy(GOLDEN / "traces-r0.jsonl", tmp_path)
-    for i in range(100):
-        (tmp_path / f"ckpt-{i}" / "shard").mkdir(parents=True)
-    stop = threading.Event()
+    from asynctrace.cli._inputs import expand_inputs
 
-    def churn() -> None:
-        while not stop.is_set():
-            for i in range(4):
-                place = tmp_path / f"tmp-{i}"
-                (place / "a" / "b").mkdir(parents=True, exist_ok=True)
-                shutil.rmtree(place, ignore_errors=True)
-
-    churner = threading.Thread(target=churn, daemon=True)
-    churner.start()
-    try:
-        from asynctrace.cli._inputs import expand_inputs
-
+    with _Churn(tmp_path):
         for _ in range(300):
             assert expand_inputs([str(tmp_path)], ["traces*.jsonl"], "trace") == [
                 tmp_path / "traces-r0.jsonl"
             ]
-    finally:
-        stop.set()
-        churner.join()
 
 
 def test_convert_and_report_survive_subdirectories_removed_meanwhile(
@@ -211,20 +205,7 @@ def test_convert_and_report_survive_subdirectories_removed_meanwhile(
     directory = tmp_path / "run"
     directory.mkdir()
     shutil.copy(GOLDEN / "traces-r0.jsonl", directory)
-    for i in range(100):
-        (directory / f"ckpt-{i}" / "shard").mkdir(parents=True)
-    stop = threading.Event()
-
-    def churn() -> None:
-        while not stop.is_set():
-            for i in range(4):
-                place = directory / f"tmp-{i}"
-                (place / "a" / "b").mkdir(parents=True, exist_ok=True)
-                shutil.rmtree(place, ignore_errors=True)
-
-    churner = threading.Thread(target=churn, daemon=True)
-    churner.start()
-    try:
+    with _Churn(directory):
         for i in range(20):
             # the directory named, and matched by a glob
             spec = directory if i % 2 else tmp_path / "ru[n]"
@@ -232,9 +213,6 @@ def test_convert_and_report_survive_subdirectories_removed_meanwhile(
             assert result.code == 0, result.err
             result = run("report", spec, "-o", tmp_path / "out.html", "--no-progress")
             assert result.code == 0, result.err
-    finally:
-        stop.set()
-        churner.join()
 
 
 # -- an empty path ---------------------------------------------------------------------------
@@ -266,36 +244,15 @@ def test_an_empty_path_is_refused(
 # -- stdout: its reader gone, closed ---------------------------------------------------------
 
 
-def test_convert_to_stdout_whose_reader_goes_away_is_not_success(tmp_path: Path) -> None:
-    """``convert -o - | head -c 1000``: the document is cut short, so the status is 141
-    (as a shell reports SIGPIPE), with no message and no traceback."""
-    trace = tmp_path / "traces-r0.jsonl"
-    # ~0.5 MB: written in one write, which the pipe takes only in part when its reader
-    # goes away (a short count, no error): the rest must still be tried, and fail
-    trace.write_text("".join(json.dumps(_event(i)) + "\n" for i in range(3000)))
-    child = subprocess.Popen(
-        [*COMMAND, "convert", str(trace), "-o", "-", "--no-progress"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    assert child.stdout is not None
-    assert child.stderr is not None
-    assert len(child.stdout.read(1000)) == 1000
-    child.stdout.close()  # more than a pipe's capacity is still to come
-    err = child.stderr.read().decode()
-    child.stderr.close()
-    assert child.wait(timeout=60) == 141
-    assert err == ""
-
-
-def test_report_to_stdout_whose_reader_goes_away_is_not_success() -> None:
-    """``report -o - | head -c 1000``: the page is cut short, so the status is 141 too."""
+def _reader_goes_away(*argv: object) -> tuple[int, str]:
+    """Run the command into a pipe of one page (Linux) whose reader takes 1,000 bytes and
+    goes away: the command's status and its standard error. An output written in one
+    write larger than the pipe is taken only in part (a short count, no error): the rest
+    must still be tried, and fail."""
     read_end, write_end = os.pipe()
-    # A pipe of one page (Linux): the page (about 25 kB) is written in one write,
-    # which the pipe takes only in part when its reader goes away.
     fcntl.fcntl(write_end, getattr(fcntl, "F_SETPIPE_SZ", 1031), 4096)
     child = subprocess.Popen(
-        [*COMMAND, "report", str(GOLDEN), "-o", "-", "--no-progress"],
+        [*COMMAND, *map(str, argv), "-o", "-", "--no-progress"],
         stdout=write_end,
         stderr=subprocess.PIPE,
     )
@@ -305,8 +262,20 @@ def test_report_to_stdout_whose_reader_goes_away_is_not_success() -> None:
         assert len(reader.read(1000)) == 1000
     err = child.stderr.read().decode()
     child.stderr.close()
-    assert child.wait(timeout=60) == 141
-    assert err == ""
+    return child.wait(timeout=60), err
+
+
+def test_convert_to_stdout_whose_reader_goes_away_is_not_success(tmp_path: Path) -> None:
+    """``convert -o - | head -c 1000``: the document (about 0.5 MB) is cut short, so the
+    status is 141 (as a shell reports SIGPIPE), with no message and no traceback."""
+    trace = tmp_path / "traces-r0.jsonl"
+    trace.write_text("".join(json.dumps(_event(i)) + "\n" for i in range(3000)))
+    assert _reader_goes_away("convert", trace) == (141, "")
+
+
+def test_report_to_stdout_whose_reader_goes_away_is_not_success() -> None:
+    """``report -o - | head -c 1000``: the page (about 25 kB) is cut short: 141 too."""
+    assert _reader_goes_away("report", GOLDEN) == (141, "")
 
 
 @pytest.mark.parametrize("argv", [["goodput", "{golden}"], ["convert", "{golden}", "-o", "-"]])

@@ -12,7 +12,7 @@ import asyncio
 import gc
 import warnings
 import weakref
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from typing import Any
 
 import aiohttp
@@ -404,6 +404,20 @@ def test_calls_not_weakly_referenceable_still_count_resends(
 # -- 3. a streamed response dropped, then its session closed ------------------------------
 
 
+def _run_without_the_collector(main: Coroutine[Any, Any, None]) -> None:
+    """Run *main* with the cyclic garbage collector off: aiohttp leaves a dropped response
+    in a cycle, and the collector must not be what ends its span."""
+    gc.collect()
+    gc.disable()
+    try:
+        asyncio.run(main)
+    finally:
+        gc.enable()
+        with warnings.catch_warnings():  # aiohttp's own word on the response dropped open
+            warnings.simplefilter("ignore", ResourceWarning)
+            gc.collect()
+
+
 def test_a_dropped_stream_ends_when_its_session_closes(
     traced: Any, aiohttp_server: Any, spans: CapturedSpans
 ) -> None:
@@ -421,15 +435,7 @@ def test_a_dropped_stream_ends_when_its_session_closes(
         await asyncio.sleep(0.05)  # the connection's loss is reported on the next turns
         ended_in_session.append(len(spans.by_name("GET")))
 
-    gc.collect()
-    gc.disable()  # aiohttp leaves the response in a cycle: the collector must not help
-    try:
-        asyncio.run(main())
-    finally:
-        gc.enable()
-        with warnings.catch_warnings():  # aiohttp's own word on the response dropped open
-            warnings.simplefilter("ignore", ResourceWarning)
-            gc.collect()
+    _run_without_the_collector(main())
     assert ended_in_session == [1]
     (client,) = spans.by_name("GET")
     assert attrs(client).get("asynctrace.truncated") is None
@@ -466,15 +472,7 @@ def test_a_dropped_stream_whose_server_goes_away_ends_in_error(
             await asyncio.sleep(0.1)  # the abort, then the connection's loss, reported
             ended_in_session.append(len(spans.by_name("GET")))
 
-    gc.collect()
-    gc.disable()  # aiohttp leaves the response in a cycle: the collector must not help
-    try:
-        asyncio.run(main())
-    finally:
-        gc.enable()
-        with warnings.catch_warnings():  # aiohttp's own word on the response dropped open
-            warnings.simplefilter("ignore", ResourceWarning)
-            gc.collect()
+    _run_without_the_collector(main())
     assert ended_in_session == [1]
     (client,) = spans.by_name("GET")
     assert client.status.status_code is StatusCode.ERROR
