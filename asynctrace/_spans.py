@@ -16,7 +16,8 @@ from opentelemetry.trace import (
 
 from . import _span_start, _stalls
 from ._errors import report_internal_error
-from ._fast import FastSpan, FastTracer
+from ._fast import FastSpan, FastTracer, _deferred
+from ._fast._deferred import DeferredSpan, LazyAttributes
 from ._fast._span import SPAN_TYPES, url_redacted
 from ._live_span import LiveSpan
 from ._managed_span import ManagedSpan, _managed
@@ -145,6 +146,7 @@ def start_span(
     context: otel_context.Context | None = None,
     links: Sequence[Link] | None = None,
     urls_redacted: bool = False,
+    lazy_attributes: LazyAttributes | None = None,
 ) -> Span:
     """Start a span of *group* without making it current; the caller ends it.
 
@@ -166,6 +168,18 @@ def start_span(
     program has registered words of its own with
     :func:`~asynctrace.register_secret_words`, which the callers' keys may
     not hold).
+
+    *lazy_attributes*, a function of no arguments returning a mapping,
+    gives attributes that cost too much to compute where the span starts.
+    On the fast provider it is called once, off the hot path: on an export
+    thread before the span is first exported, or where the span's
+    ``attributes`` are first read whole, whichever comes first; so it must
+    be thread-safe, quick, and read nothing from the context it was made
+    in. What it returns is merged as if set after the span's other
+    attributes, except that a key the span already holds keeps its value.
+    On the SDK provider it is called at once and merged into *attributes*
+    (where a key of *attributes* wins). One that raises is logged once and
+    adds nothing.
 
     Example:
         >>> from opentelemetry.trace import SpanKind
@@ -207,12 +221,40 @@ def start_span(
                     for key in URL_ATTRIBUTES.intersection(attributes):
                         if attributes[key].__class__ is str:
                             attrs[key] = attributes[key]
-            return tracer.start_owned(name, context, attrs, None, kind, links, None)
+            if lazy_attributes is None:
+                return tracer.start_owned(name, context, attrs, None, kind, links, None)
+            blank: Any = _new(DeferredSpan)
+            blank._lazy = lazy_attributes
+            blank._urls_redacted = urls_redacted
+            _deferred.used = True
+            return tracer.start_owned(name, context, attrs, blank, kind, links, None)
         except Exception as exc:
             report_internal_error(("start", site(group)), exc, named(name))  # names vary
             return AMBIENT_SPAN
+    if lazy_attributes is not None:
+        attributes = _with_lazy(attributes, lazy_attributes, name)
     span = start(name, group, LEAF, attributes, None, None, kind, context, links)
     return AMBIENT_SPAN if span is None else span
+
+
+def _with_lazy(
+    attributes: Attributes | None, lazy: LazyAttributes, name: str
+) -> Attributes | None:
+    """*attributes* with what *lazy* returns (a key of *attributes* wins), now: the SDK's way."""
+    try:
+        extra = lazy()
+        if not extra:
+            return attributes
+        merged: dict[Any, Any] = dict(attributes) if attributes else {}
+        for key, value in extra.items():
+            merged.setdefault(key, value)
+        return merged
+    except Exception as exc:
+        _deferred.report_failure(repr(name), exc)
+        return attributes
+
+
+_new = object.__new__
 
 
 def end_span(
@@ -244,14 +286,15 @@ def end_span(
         return
     if exc is None:  # finish(), without its call
         try:
-            if span.__class__ is FastSpan:  # FastSpan.end, inline: the claim, then hand over
+            cls = span.__class__
+            if cls is FastSpan or cls is DeferredSpan:  # FastSpan.end, inline: claim, hand over
                 fast: Any = span
                 if fast._end is None and (  # not started (_end 0) or ended: nothing to end
                     fast._tracer._provider._open.pop(fast._span_id, None) is not None
                     or fast._reclaim()
                 ):
                     fast.finish(_time_ns())
-            elif span.__class__ in SPAN_TYPES:  # a ManagedSpan: its context, as its exit
+            elif cls in SPAN_TYPES:  # a ManagedSpan: its context, as its exit
                 _release_managed(span, None, ())  # detaches it, then FastSpan.end
                 span.end()
             else:

@@ -145,8 +145,28 @@ async def program(provider: trace.TracerProvider) -> dict[str, SpanContext]:
         await _cancelled(tracer)
         _api(tracer, lib, seen)
         await _api_async(lib)
+        _lazy()
         await asyncio.gather(*(_worker(tracer, index) for index in range(3)))
     return seen
+
+
+def _lazy() -> None:
+    """A span with ``lazy_attributes``: on the fast provider an export thread computes
+    them; every exporter holds the same attributes on both providers."""
+    span = asynctrace.start_span(
+        "per_prompt",
+        "conformance.lazy",
+        kind=SpanKind.CLIENT,
+        attributes={"lazy.kept": "given"},
+        lazy_attributes=lambda: {
+            "url.full": "http://bob:pw@h/x?token=abc",
+            "server.port": 8080,
+            "lazy.kept": "lazy",
+            "lazy.late": "lazy",
+        },
+    )
+    span.set_attribute("lazy.late", "by hand")
+    asynctrace.end_span(span)
 
 
 async def _cancelled(tracer: trace.Tracer) -> None:
@@ -325,6 +345,20 @@ EXPECTED: dict[str, tuple[str | None, str, tuple[Any, ...], dict[str, Any], list
         ("ERROR", "BatchError: bad batch"),
     ),
     "generate": (JOB, "INTERNAL", ASYNCTRACE_SCOPE, {**PRODUCTIVE, "fn.kind": "async"}, [], UNSET),
+    "conformance.lazy": (
+        JOB,
+        "CLIENT",
+        ASYNCTRACE_SCOPE,
+        {
+            **ITER,
+            "lazy.kept": "given",
+            "lazy.late": "by hand",
+            "url.full": "http://h/x?token=REDACTED",
+            "server.port": 8080,
+        },
+        [],
+        UNSET,
+    ),
     "conformance.generate_fails": (
         JOB,
         "INTERNAL",

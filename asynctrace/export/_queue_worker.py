@@ -14,6 +14,7 @@ import threading
 from collections import deque
 from typing import Any
 
+from .._fast import _deferred
 from .._handoff import Handoff
 from ._sinks import Sink
 from ._sync import Moves, Wakeup, _Marker, take
@@ -140,6 +141,8 @@ class QueueWorker:
     def _export(self, batch: list[Any]) -> None:
         """Hand *batch* (its spans counted in flight) to the sink and count the outcome."""
         try:
+            if _deferred.used:  # attributes their spans' starts left to this thread
+                _deferred.settle_batch(batch)
             exported, failed = self._sink.export(batch)
         except BaseException as exc:  # SystemExit from an exporter must not end the worker
             exported, failed = 0, self._in_flight

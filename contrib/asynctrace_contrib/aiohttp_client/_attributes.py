@@ -12,12 +12,23 @@ from asynctrace_contrib._http import (
 )
 from asynctrace_contrib._http_values import method_attributes
 
-__all__ = ["add_request_headers", "url_attributes"]
+__all__ = ["add_request_headers", "server_attributes", "url_attributes"]
 
 
 def url_attributes(method: str, url: Any, secret_keys: Any) -> dict[str, Any]:
     """The request's method (``_OTHER`` if unknown), redacted ``url.full``,
     ``server.address`` and ``server.port``."""
+    attrs = method_attributes(method)[1]
+    attrs.update(server_attributes(url, secret_keys))
+    return attrs
+
+
+def server_attributes(url: Any, secret_keys: Any) -> dict[str, Any]:
+    """The request's redacted ``url.full``, ``server.address`` and ``server.port``.
+
+    Handed to the span as its ``lazy_attributes`` (``functools.partial``):
+    an export thread computes them (see ``asynctrace.start_span``).
+    """
     full = str(url)
     # redact_url's fast path: a URL in the path as sent (a second :/), or written
     # percent-encoded (%3A%2F%2F)
@@ -30,8 +41,7 @@ def url_attributes(method: str, url: Any, secret_keys: Any) -> dict[str, Any]:
         or ("%" in full and may_hold_encoded_url(full))
     ):
         full = redact_url(full, secret_keys)
-    attrs = method_attributes(method)[1]
-    attrs["url.full"] = full
+    attrs: dict[str, Any] = {"url.full": full}
     host, port = url.host, url.port
     if host:
         attrs["server.address"] = host

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import Any
 
 import aiohttp
@@ -17,9 +18,9 @@ from asynctrace_contrib._http import (
     recorded_header_values,
     url_secrets,
 )
-from asynctrace_contrib._http_values import KNOWN_METHODS
+from asynctrace_contrib._http_values import KNOWN_METHODS, method_attributes
 
-from ._attributes import add_request_headers, url_attributes
+from ._attributes import add_request_headers, server_attributes, url_attributes
 from ._body import BodyWatch
 from ._options import Options, custom_name, run_hook
 from ._propagation import HANDLED, get_current, inject
@@ -65,11 +66,11 @@ class Requests:
         # The middleware form sees each attempt of a request (a redirect hop, a retry):
         # one answered 3xx or more may be followed by a resend (see _resends).
         self._count_resends = count_resends
-        # The last recorded request's URL object, method, attributes and default
-        # name: yarl hands back the same (immutable) URL object for the same URL
-        # string, so a pump that calls one endpoint again and again skips str(url),
-        # the redaction check and the dict's construction.
-        self._last: tuple[Any, str, dict[str, Any], str] = (None, "", {}, "")
+        # The last recorded request's URL object, method, attributes, default name
+        # and (plain options) the function of its URL's attributes: yarl hands back
+        # the same (immutable) URL object for the same URL string, so a pump that
+        # calls one endpoint again and again builds none of them again.
+        self._last: tuple[Any, str, dict[str, Any], str, Any] = (None, "", {}, "", None)
 
     def begin(
         self, method: str, url: Any, headers: Any, params: Any, injected: str | None = None
@@ -101,20 +102,35 @@ class Requests:
                 inject(headers, _current_carrier())
                 return None
             name = method if method in KNOWN_METHODS else "HTTP"
-            attrs = url_attributes(method, url, options.secret_keys)
-            self._last = (url, method, attrs, name)
             if options.plain:
+                # The URL's attributes (str(url), its redaction, host and port: microseconds
+                # on a cold cache) are computed by an export thread, not here.
+                attrs = method_attributes(method)[1]
+                lazy = partial(server_attributes, url, options.secret_keys)
+                self._last = (url, method, attrs, name, lazy)
                 span = _start_span(
-                    GATE_GROUP, name, kind=_CLIENT, attributes=attrs, urls_redacted=True
+                    GATE_GROUP,
+                    name,
+                    kind=_CLIENT,
+                    attributes=attrs,
+                    urls_redacted=True,
+                    lazy_attributes=lazy,
                 )
-            else:
+            else:  # a hook or a custom name may read them: computed now
+                attrs = url_attributes(method, url, options.secret_keys)
+                self._last = (url, method, attrs, name, None)
                 span = _start_custom(options, name, attrs, method, headers, params)
         elif options.plain:
-            # The common case: the URL's attributes and the name as last time (start_span
-            # keeps a merged copy, never the dict given), and start_span's own gate (a
-            # disabled group gives a span that is not recording).
+            # The common case: the attributes, the name and the URL's function as last
+            # time (start_span keeps a merged copy, never the dict given), and
+            # start_span's own gate (a disabled group gives a span that is not recording).
             span = _start_span(
-                GATE_GROUP, last[3], kind=_CLIENT, attributes=last[2], urls_redacted=True
+                GATE_GROUP,
+                last[3],
+                kind=_CLIENT,
+                attributes=last[2],
+                urls_redacted=True,
+                lazy_attributes=last[4],
             )
         else:
             if not _is_enabled(GATE_GROUP):  # before a hook

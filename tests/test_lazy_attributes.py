@@ -1,0 +1,239 @@
+"""``start_span(lazy_attributes=...)``: attributes computed off the hot path.
+
+On the fast provider the function runs once, on an export thread (or where the
+span's attributes are first read whole); on the SDK provider at once. Either
+way every exporter holds the same attributes (the conformance suite checks the
+memory, chrome and OTLP content of such a span on both providers).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+
+import asynctrace as at
+from asynctrace._fast._deferred import DeferredSpan
+from asynctrace.export import read_chrome_trace
+from asynctrace.testing import capture_spans
+
+PROVIDERS = ["fast", "sdk"]
+
+
+class Recorder:
+    """A lazy_attributes function that notes each call's thread."""
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self.values = dict(values)
+        self.threads: list[str] = []
+
+    def __call__(self) -> dict[str, Any]:
+        self.threads.append(threading.current_thread().name)
+        return self.values
+
+
+@pytest.fixture
+def chrome_and_memory(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """Telemetry on *provider* (the test's parameter) with the chrome and memory exporters."""
+    telemetry = at.configure(
+        {
+            "enabled": True,
+            "span_groups": "all",
+            "exporters": ["chrome", "memory"],
+            "output_dir": str(tmp_path),
+            "provider": request.param,
+        }
+    )
+    try:
+        yield telemetry
+    finally:
+        telemetry.shutdown()
+
+
+def _chrome_args(telemetry: Any, name: str) -> dict[str, Any]:
+    events = read_chrome_trace(telemetry.trace_file).events
+    (found,) = [e for e in events if e.get("ph") == "X" and e["name"] == name]
+    args: dict[str, Any] = found["args"]
+    return args
+
+
+@pytest.mark.parametrize("chrome_and_memory", ["fast"], indirect=True)
+def test_fast_provider_calls_it_once_on_an_export_thread(chrome_and_memory: Any) -> None:
+    """Not at start, not at end: the chrome writer's thread calls it, once for every
+    exporter; the chrome file and the memory exporter hold what it returned."""
+    telemetry = chrome_and_memory
+    lazy = Recorder({"url.full": "http://h:1/x?token=abc", "server.port": 1})
+    span = at.start_span("per_prompt", "GET", attributes={"given": 1}, lazy_attributes=lazy)
+    assert isinstance(span, DeferredSpan)
+    at.end_span(span)
+    assert lazy.threads == []  # the starting thread paid nothing for them
+    assert telemetry.flush(5.0)
+    (memory,) = telemetry.memory_exporter.get_finished_spans()
+    assert dict(memory.attributes) == {
+        "given": 1,
+        "url.full": "http://h:1/x?token=REDACTED",
+        "server.port": 1,
+    }
+    assert len(lazy.threads) == 1
+    assert lazy.threads[0] != threading.main_thread().name
+    assert lazy.threads[0].startswith("asynctrace-export")
+    args = _chrome_args(telemetry, "GET")
+    assert args["url.full"] == "http://h:1/x?token=REDACTED"
+    assert args["server.port"] == 1
+
+
+@pytest.mark.parametrize("chrome_and_memory", PROVIDERS, indirect=True)
+def test_the_same_attributes_on_both_providers(chrome_and_memory: Any) -> None:
+    """Given keys win over the function's, a key set by hand meanwhile wins too, and URL
+    attributes are redacted; as a child's parent and as a carrier it is a plain span."""
+    telemetry = chrome_and_memory
+    lazy = Recorder({"url.full": "http://u:pw@h/?sig=s", "k": "lazy", "late": "lazy", "n": 2})
+    span = at.start_span("per_prompt", "POST", attributes={"k": "given"}, lazy_attributes=lazy)
+    span.set_attribute("late", "by hand")
+    carrier = at.span_carrier(span)
+    with trace.use_span(span):
+        with at.managed_span("per_prompt", "child"):
+            pass
+    at.end_span(span)
+    assert telemetry.flush(5.0)
+    spans = {s.name: s for s in telemetry.memory_exporter.get_finished_spans()}
+    parent = spans["POST"]
+    assert dict(parent.attributes) == {
+        "k": "given",
+        "late": "by hand",
+        "url.full": "http://h/?sig=REDACTED",
+        "n": 2,
+    }
+    assert spans["child"].parent.span_id == parent.context.span_id
+    assert carrier["traceparent"].split("-")[2] == f"{parent.context.span_id:016x}"
+    assert _chrome_args(telemetry, "POST")["url.full"] == "http://h/?sig=REDACTED"
+    assert len(lazy.threads) == 1
+
+
+def test_reading_the_attributes_first_merges_them_there() -> None:
+    """``span.attributes`` read before the export (a hook, say) holds them already."""
+    lazy = Recorder({"server.address": "h"})
+    with capture_spans("per_prompt", provider="fast") as spans:
+        span: Any = at.start_span("per_prompt", "GET", lazy_attributes=lazy)
+        assert span.attributes["server.address"] == "h"
+        assert lazy.threads == [threading.current_thread().name]
+        at.end_span(span)
+    assert dict(spans.by_name("GET")[0].attributes) == {"server.address": "h"}
+    assert len(lazy.threads) == 1
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_function_that_raises_is_logged_once_and_adds_nothing(
+    provider: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The span keeps its other attributes; a second failure is not logged again."""
+
+    def broken() -> Mapping[str, Any]:
+        raise ValueError("no attributes today")
+
+    with caplog.at_level(logging.WARNING, logger="asynctrace"):
+        with capture_spans("per_prompt", provider=provider) as spans:
+            for _ in range(2):
+                at.end_span(
+                    at.start_span("per_prompt", "GET", attributes={"k": 1}, lazy_attributes=broken)
+                )
+            recorded = [dict(span.attributes) for span in spans.by_name("GET")]
+    assert recorded == [{"k": 1}, {"k": 1}]
+    logged = [r for r in caplog.records if "lazy_attributes function raised" in r.getMessage()]
+    assert len(logged) <= 1  # once per process: an earlier test may have used it up
+    if logged:
+        assert logged[0].exc_info is not None
+
+
+def test_a_failure_is_logged_the_first_time(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first failure of the process is logged, with its exception."""
+    from asynctrace._fast import _deferred
+
+    monkeypatch.setattr(_deferred, "_warned", False)
+    with caplog.at_level(logging.WARNING, logger="asynctrace"):
+        with capture_spans("per_prompt", provider="fast") as spans:
+            at.end_span(at.start_span("per_prompt", "GET", lazy_attributes=lambda: 1 / 0))  # type: ignore[arg-type,return-value]
+            assert len(spans.by_name("GET")) == 1
+    (record,) = [r for r in caplog.records if "lazy_attributes" in r.getMessage()]
+    assert record.exc_info is not None
+    assert record.exc_info[0] is ZeroDivisionError
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_past_max_attributes_the_oldest_are_evicted_and_counted(
+    provider: str, tmp_path: Path
+) -> None:
+    """max_attributes=3: {a, b} given, {c, d} deferred: b, c and d are kept, one dropped,
+    as the SDK's span keeps them when all four are given at once."""
+    telemetry = at.configure(
+        {
+            "enabled": True,
+            "span_groups": "all",
+            "exporters": ["memory"],
+            "output_dir": str(tmp_path),
+            "provider": provider,
+            "span_limits": {"max_attributes": 3},
+        }
+    )
+    try:
+        span = at.start_span(
+            "per_prompt",
+            "GET",
+            attributes={"a": 1, "b": 2},
+            lazy_attributes=lambda: {"c": 3, "d": 4},
+        )
+        at.end_span(span)
+        (got,) = telemetry.memory_exporter.get_finished_spans()
+    finally:
+        telemetry.shutdown()
+    assert dict(got.attributes) == {"b": 2, "c": 3, "d": 4}
+    assert got.dropped_attributes == 1
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_urls_redacted_keeps_the_callers_url_as_start_span_does(
+    provider: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``urls_redacted=True`` the fast provider records the function's URL as given
+    (the caller redacted it with its own keys), as it records a given one; the SDK's
+    spans check every attribute."""
+    from asynctrace import _spans
+    from asynctrace._fast import _deferred
+
+    monkeypatch.setattr(_spans, "_EXTRA_WORDS", set())
+    monkeypatch.setattr(_deferred, "_EXTRA_WORDS", set())
+    url = "http://h/x?sig=kept-by-the-caller"
+    with capture_spans("per_prompt", provider=provider) as spans:
+        span = at.start_span(
+            "per_prompt", "GET", urls_redacted=True, lazy_attributes=lambda: {"url.full": url}
+        )
+        at.end_span(span)
+        at.end_span(at.start_span("per_prompt", "PUT", lazy_attributes=lambda: {"url.full": url}))
+    recorded = {s.name: s.attributes["url.full"] for s in spans}
+    assert recorded["PUT"] == "http://h/x?sig=REDACTED"
+    assert recorded["GET"] == (url if provider == "fast" else "http://h/x?sig=REDACTED")
+
+
+def test_bad_keys_are_dropped_and_counted() -> None:
+    """An empty key is dropped and counted, as a mapping given to ``set_attributes``."""
+    with capture_spans("per_prompt", provider="fast") as spans:
+        at.end_span(at.start_span("per_prompt", "GET", lazy_attributes=lambda: {"": 1, "ok": 2}))
+    (span,) = spans.by_name("GET")
+    assert dict(span.attributes) == {"ok": 2}
+    assert span.dropped_attributes == 1
+
+
+def test_a_deferred_span_left_open_is_settled_when_truncated() -> None:
+    """A span still open when the capture ends is ended (truncated) with its attributes."""
+    with capture_spans("per_prompt", provider="fast") as spans:
+        at.start_span("per_prompt", "GET", lazy_attributes=lambda: {"server.port": 9})
+    (span,) = spans.by_name("GET")
+    assert span.attributes["server.port"] == 9
+    assert span.attributes["asynctrace.truncated"] is True
