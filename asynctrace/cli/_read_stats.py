@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["DAMAGED", "SAMPLES", "ReadStats", "count_malformed"]
+__all__ = ["CUT_BEFORE_EVENTS", "DAMAGED", "SAMPLES", "ReadStats", "count_malformed"]
 
 SAMPLES = 3  # places (lines, files) named in the summary, at most
 DAMAGED = "damaged compressed data"
+CUT_BEFORE_EVENTS = "a JSON trace document cut short before its first event"
 
 
 @dataclass
@@ -75,7 +76,7 @@ class ReadStats:
         if self.files != 1 or self.records or not self.unusable:
             return None
         path, why = self.unusable[0]
-        if why.startswith(DAMAGED):
+        if why.startswith((DAMAGED, CUT_BEFORE_EVENTS)):
             return f"{path}: {why}"
         return f"{path}: not a JSON-lines {self.kind} ({why})"
 

@@ -40,7 +40,7 @@ from ._common import CliError, Progress, dumps, loads
 from ._documents import MAX_DOCUMENT, whole_document
 from ._events import event_ok, negative_dur, usable_events
 from ._inputs import BOM, open_input, skip_rest
-from ._read_stats import DAMAGED, SAMPLES, ReadStats, count_malformed
+from ._read_stats import CUT_BEFORE_EVENTS, DAMAGED, SAMPLES, ReadStats, count_malformed
 
 __all__ = ["iter_file", "iter_records"]
 
@@ -151,6 +151,7 @@ def iter_file(
     cut_short = False
     torn = 0  # the line of a header carrying events, while no line follows it
     cut_document = False  # the last line was such a header: a one-line document cut short
+    unclosed = False  # a document's array opened on a line of its own and not closed since
     damage = ""
     try:
         stream = open_input(path)  # closed below, also on early exit
@@ -200,6 +201,7 @@ def iter_file(
                     skipped.at(f"{path.name}:{lineno}")
                     continue
                 if not events:  # the document's header or trailer: no event on it
+                    unclosed = raw[:1] in b"{["  # opened, or (a trailer, "]") closed
                     continue
                 obj = {"traceEvents": events}  # a header with the first events on its line
                 torn = lineno  # unless a line follows: a one-line document cut short
@@ -261,7 +263,7 @@ def iter_file(
     if not first and not cut_short:
         stats.empty.append(path.name)
         return
-    yield from _fallback(path, stats, skipped, first, bad, cut_short)
+    yield from _fallback(path, stats, skipped, first, bad, cut_short, unclosed)
 
 
 def _framing(raw: bytes) -> list[Any] | None:
@@ -291,9 +293,19 @@ def _framing(raw: bytes) -> list[Any] | None:
 
 
 def _fallback(
-    path: Path, stats: ReadStats, skipped: _Skipped, first: bytes, bad: int, cut_short: bool
+    path: Path,
+    stats: ReadStats,
+    skipped: _Skipped,
+    first: bytes,
+    bad: int,
+    cut_short: bool,
+    unclosed: bool = False,
 ) -> Iterator[tuple[dict[str, Any], bytes]]:
-    """A file with no usable line: read as one JSON document, else counted as unusable."""
+    """A file with no usable line: read as one JSON document, else counted as unusable.
+
+    *unclosed*: its last frame line opened the event array (a document cut
+    short before its first event, a writer killed as it began).
+    """
     document = whole_document(path) if first in (b"{", b"[") else None
     if isinstance(document, tuple):
         kept, left_out = document
@@ -310,6 +322,9 @@ def _fallback(
             )
         else:
             stats.empty.append(path.name)  # an empty document: ``[]``, ``{"traceEvents": []}``
+        return
+    if not bad and unclosed:  # ``{"traceEvents": [`` and nothing after it
+        stats.unusable.append((path, CUT_BEFORE_EVENTS))
         return
     if not bad:  # structural lines only (``[`` and ``]``): an empty document
         stats.empty.append(path.name)

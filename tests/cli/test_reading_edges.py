@@ -378,3 +378,28 @@ def test_a_huge_first_line_is_not_read_whole_to_tell_what_the_file_is(tmp_path: 
     assert peak_kib < 250 * 1024, f"peak RSS {peak_kib} KiB"
     assert code == 2, done.stderr
     assert "skipped 1 malformed line (traces-r0.jsonl:1)" in done.stderr
+
+
+# -- a document cut short before its first event ----------------------------------------
+
+
+@pytest.mark.parametrize("head", [b'{"traceEvents":[\n', b'{"traceEvents": [', b"[\n"])
+@pytest.mark.parametrize("command", ["goodput", "convert"])
+def test_a_document_cut_before_its_first_event_is_not_called_empty(
+    tmp_path: Path, command: str, head: bytes
+) -> None:
+    """A writer killed as it began leaves the array opened and nothing else: said so,
+    exit 2; a document opened and closed with no event in it is still an empty file."""
+    cut = tmp_path / "trace.json"
+    cut.write_bytes(head)
+    extra = ["-o", tmp_path / "out.json"] if command == "convert" else []
+    result = _cli(command, cut, *extra)
+    assert result.code == 2
+    assert one_line(result.err).endswith(
+        "trace.json: a JSON trace document cut short before its first event"
+    )
+    closed = tmp_path / "closed.json"
+    closed.write_bytes(head.rstrip() + b"\n" + (b"]}\n" if head[:1] == b"{" else b"]\n"))
+    assert one_line(_cli(command, closed, *extra).err).endswith(
+        "closed.json: empty file, no trace events"
+    )
