@@ -24,6 +24,8 @@ from . import _groups, _stalls
 from ._errors import report_internal_error
 from ._fast import FastTracer
 from ._fast._evict import STAMP_KEYS
+from ._fast._pending import SEEN as _PENDING
+from ._fast._pending import redact_long_values
 from ._fast._span import url_redacted
 from ._group_types import Bucket
 from ._redacting_tracer import redacted_links
@@ -93,7 +95,7 @@ def span_attributes(
         bucket = resolve_bucket(state, group, shape, explicit)
         stamp = None if bucket is not None else group_stamp(state, group, shape)
         merged = merge_attributes(base_attributes(state.stamps, bucket, stamp), user, bucket)
-        return url_redacted(merged) if user else merged
+        return url_redacted(merged, True) if user else merged
     key = group if shape == LEAF else (shape, group)
     entry = state.cache.get(key)
     if entry is None or entry[2] != _generation:
@@ -126,7 +128,7 @@ def span_attributes(
         attrs.update(user)
         if not _SETTLED.isdisjoint(user) or not PLAIN.issuperset(map(type, user.values())):
             settle_attributes(attrs, user, bucket)
-            url_redacted(attrs)
+            url_redacted(attrs, True)
     return attrs
 
 
@@ -151,6 +153,8 @@ def start(
         attrs = span_attributes(group, shape, attributes, bucket)
         if tracer.__class__ is FastTracer:
             return tracer.start_owned(name, context, attrs, None, kind, links, start_time)
+        if _PENDING.long:  # a long URL value left for a fast span's export thread: now
+            redact_long_values(attrs)
         links = redacted_links(links)  # (the fast provider's spans redact theirs)
         limits = getattr(tracer, "_span_limits", None)  # an SDK tracer's
         if limits is not None and (

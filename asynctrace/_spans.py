@@ -18,6 +18,7 @@ from . import _span_start, _stalls
 from ._errors import report_internal_error
 from ._fast import FastSpan, FastTracer, _deferred
 from ._fast._deferred import DeferredSpan, LazyAttributes
+from ._fast._pending import SEEN as _PENDING
 from ._fast._span import SPAN_TYPES, url_redacted
 from ._live_span import LiveSpan
 from ._managed_span import ManagedSpan, _managed
@@ -214,7 +215,7 @@ def start_span(
                         (urls_redacted and not _EXTRA_WORDS)  # the program's words: ours
                         or URL_ATTRIBUTES.isdisjoint(attributes)
                     ):
-                        url_redacted(attrs)
+                        url_redacted(attrs, True)
             else:
                 attrs = span_attributes(group, LEAF, attributes, None)
                 if urls_redacted and attributes and not _EXTRA_WORDS:  # as the cached path
@@ -226,7 +227,7 @@ def start_span(
             blank: Any = _new(DeferredSpan)
             blank._lazy = lazy_attributes
             blank._urls_redacted = urls_redacted
-            _deferred.used = True
+            _PENDING.lazy = True
             return tracer.start_owned(name, context, attrs, blank, kind, links, None)
         except Exception as exc:
             report_internal_error(("start", site(group)), exc, named(name))  # names vary

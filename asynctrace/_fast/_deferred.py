@@ -21,13 +21,13 @@ logged once; its span is exported without what it would have added.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
-from .._forksafe import reinit_at_fork
 from .._secret_words import _EXTRA_WORDS
 from .._url_attributes import URL_ATTRIBUTES
+from ._pending import LOCK, SEEN, has_long_urls, resolve_long_urls
 from ._span import (
     _COUNTS,
     SPAN_TYPES,
@@ -37,23 +37,22 @@ from ._span import (
     good_keys,
 )
 
-__all__ = ["DeferredSpan", "LazyAttributes", "report_failure", "settle", "settle_batch", "used"]
+__all__ = [
+    "SEEN",
+    "DeferredSpan",
+    "LazyAttributes",
+    "report_failure",
+    "settle",
+    "settle_batch",
+    "settle_one",
+]
 
 logger = logging.getLogger("asynctrace")
 
 LazyAttributes = Callable[[], Mapping[str, Any]]
 """What ``start_span(lazy_attributes=...)`` takes: called once, with no arguments."""
 
-# Held while a span's function runs and its result is merged: a second export
-# thread settling the same span waits, then reads it complete. Reentrant: the
-# function may read another deferred span's attributes.
-_LOCK = threading.RLock()
-reinit_at_fork(_LOCK)
 _warned = False
-
-used = False
-"""Whether a :class:`DeferredSpan` was ever started in this process (the export
-threads look for them only then)."""
 
 
 class DeferredSpan(FastSpan):
@@ -65,10 +64,9 @@ class DeferredSpan(FastSpan):
 
     @property
     def attributes(self) -> Mapping[str, Any]:
-        """The attributes as recorded, the deferred ones merged first."""
-        if self._lazy is not None:
-            settle(self)
-        return self._attributes
+        """The attributes as recorded (read-only), the deferred ones merged first."""
+        settle_one(self)
+        return MappingProxyType(self._attributes)
 
     def __repr__(self) -> str:
         return super().__repr__().replace("<FastSpan", "<DeferredSpan", 1)
@@ -82,7 +80,7 @@ def settle(span: DeferredSpan) -> None:
 
     Returns once the attributes are merged, on whichever thread called it first.
     """
-    with _LOCK:
+    with LOCK:
         lazy = span._lazy
         if lazy is None:
             return
@@ -108,6 +106,8 @@ def settle(span: DeferredSpan) -> None:
         except Exception as exc:
             report_failure(repr(span._name), exc)
         finally:
+            if SEEN.long:  # (a value set by hand, or returned)
+                resolve_long_urls(span)
             span._lazy = None  # after the merge: a reader that sees None sees it done
 
 
@@ -125,7 +125,19 @@ def report_failure(where: str, exc: Exception) -> None:
 
 
 def settle_batch(batch: list[Any]) -> None:
-    """:func:`settle` every :class:`DeferredSpan` of *batch* still holding its function."""
+    """:func:`settle_one` each item of *batch* (an export queue's, not all of them spans)."""
     for item in batch:
-        if item.__class__ is DeferredSpan and item._lazy is not None:
+        settle_one(item)
+
+
+def settle_one(item: Any) -> None:
+    """Do the work *item* (a span of any provider, or not a span) left to export time."""
+    cls = item.__class__
+    if cls is DeferredSpan:
+        if item._lazy is not None:
             settle(item)
+            return
+    elif cls not in SPAN_TYPES:
+        return
+    if SEEN.long and has_long_urls(item._attributes):
+        resolve_long_urls(item)

@@ -141,7 +141,7 @@ class FastTracer(trace.Tracer):
         if stamps:  # in a scope: its stamps first, the span's own attributes over them
             attributes = {**stamps, **attributes} if attributes else stamps
         span = self.start_owned(
-            name, context, _copy_attributes(attributes), None, kind, links, start_time
+            name, context, _copy_attributes(attributes, True), None, kind, links, start_time
         )
         if extra and isinstance(span, FastSpan):
             span._dropped += extra  # past the limit, the stamps may have dropped more

@@ -47,6 +47,7 @@ from ._evict import (
 # (imported under the names the hot functions read: set_attributes, good_keys, __exit__)
 from ._evict import evicted_early as _evicted_early
 from ._evict import kept_key as _kept_key
+from ._pending import LONG_URL, long_url
 from ._span_events import (
     STACKTRACE,
     SpanEvent,
@@ -149,8 +150,12 @@ def private_value(value: Any, depth: int = 0) -> Any:
 _IMMUTABLE = (str, int, float, bytes)
 
 
-def _copy_attributes(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A private copy (see :func:`private_value`): later changes by the caller do not show."""
+def _copy_attributes(attributes: Mapping[str, Any] | None, span: bool = False) -> dict[str, Any]:
+    """A private copy (see :func:`private_value`): later changes by the caller do not show.
+
+    *span*: the copy is a span's own attributes, whose long URL values are left
+    to the export thread (:func:`url_redacted`), not an event's or a link's.
+    """
     if not attributes:
         return {}
     copied = dict(attributes)
@@ -162,20 +167,27 @@ def _copy_attributes(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
                 except Exception:  # a Mapping whose items() raises, say: left to the exporters
                     pass
     if not _URL_KEYS.isdisjoint(copied):
-        url_redacted(copied)
+        url_redacted(copied, span)
     return copied
 
 
-def url_redacted(attributes: dict[str, Any]) -> dict[str, Any]:
+def url_redacted(attributes: dict[str, Any], span: bool = False) -> dict[str, Any]:
     """*attributes* (changed in place) with the URL ones redacted as URLs.
 
     The keys are :data:`~asynctrace._url_attributes.URL_ATTRIBUTES` and the
     rule :func:`~asynctrace._url_attributes.redact_url_value` (any type of
     value): what every span asynctrace hands out records of a URL, on either
-    provider, however the attribute is set.
+    provider, however the attribute is set. With *span* (a fast span's own
+    attributes), a text longer than :data:`~._pending.LONG_URL` characters is
+    left to the export thread (:class:`~._pending.LongUrl`): redacting it here
+    could hold the event loop for milliseconds.
     """
     for key in _URL_KEYS.intersection(attributes):
-        attributes[key] = redact_url_value(key, attributes[key])
+        value = attributes[key]
+        if span and value.__class__ is str and len(value) > LONG_URL:
+            attributes[key] = long_url(key, value)
+        else:
+            attributes[key] = redact_url_value(key, value)
     return attributes
 
 
@@ -240,7 +252,7 @@ def _install(
     for key in list(live):  # one C call
         if key not in kept and live.pop(key, _MISSING) is not _MISSING and key not in keys:
             lost += 1
-    for key, value in _copy_attributes(kept).items():  # moved to the end, in *kept*'s order
+    for key, value in _copy_attributes(kept, True).items():  # to the end, in *kept*'s order
         if live.pop(key, _MISSING) is _MISSING and key not in keys:
             continue  # an old one another thread evicted meanwhile (and counted)
         live[key] = value
@@ -382,7 +394,10 @@ class FastSpan(SpanRecord):
                     pass  # (the commonest value: kept as given, no other test)
                 elif cls is str:  # kept as given, unless a URL attribute
                     if key in _URL_KEYS:  # url.full and the like: redacted as URLs
-                        value = redact_url_value(key, value)
+                        if len(value) <= LONG_URL:  # type: ignore[arg-type]
+                            value = redact_url_value(key, value)
+                        else:  # on the export thread (see url_redacted)
+                            value = long_url(key, value)  # type: ignore[arg-type,assignment]
                 elif cls not in _SIMPLE:  # (bool, None: kept as given)
                     if cls is not float and key in _URL_KEYS:  # (a number stays a number)
                         value = redact_url_value(key, value)  # text, or a tuple: never raises
@@ -410,7 +425,10 @@ class FastSpan(SpanRecord):
         cls = value.__class__
         if cls is str:
             if key in _URL_KEYS:
-                value = redact_url_value(key, value)
+                if len(value) <= LONG_URL:  # type: ignore[arg-type]
+                    value = redact_url_value(key, value)
+                else:  # on the export thread (see url_redacted)
+                    value = long_url(key, value)  # type: ignore[arg-type,assignment]
         elif cls is not int and cls is not bool:
             if cls is not float and key in _URL_KEYS:
                 value = redact_url_value(key, value)
@@ -460,7 +478,7 @@ class FastSpan(SpanRecord):
             if not own.keys().isdisjoint(attributes):
                 for key in attributes:  # keys set again move to the end, as in the SDK
                     own.pop(key, None)
-            own.update(_copy_attributes(attributes))
+            own.update(_copy_attributes(attributes, True))
             return
         # Past the limit: what setting them one by one would leave (the newest
         # `limit` and the stamps), and its count of drops. *own* is read from a

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 from opentelemetry.trace import Link, SpanKind
 from opentelemetry.trace.status import Status, StatusCode
+
+from ._pending import SEEN, has_long_urls, resolve_long_urls
 
 if TYPE_CHECKING:
     from ._span_events import SpanEvent
@@ -35,8 +38,12 @@ class SpanRecord(trace.Span):
 
     @property
     def attributes(self) -> Mapping[str, Any]:
-        """The attributes as recorded (unchecked; the exporters apply the limits)."""
-        return self._attributes
+        """The attributes as recorded, read-only, as the SDK's span gives them (unchecked:
+        the exporters apply the limits); a long URL value redacted first."""
+        own = self._attributes
+        if SEEN.long and has_long_urls(own):
+            resolve_long_urls(self)
+        return MappingProxyType(own)
 
     @property
     def start_time(self) -> int:

@@ -37,8 +37,9 @@ from opentelemetry.trace.status import Status, StatusCode
 
 from .._exception_text import redact_exception_text
 from .._fast import FastSpan, Scope, SpanEvent, SpanLimits
-from .._fast._deferred import DeferredSpan, settle
+from .._fast._deferred import settle_one
 from .._fast._evict import STAMP_KEYS
+from .._fast._pending import SEEN as _SEEN
 from .._span_errors import STACKTRACE as _STACKTRACE
 
 __all__ = ["Converter", "bounded", "finish_event", "uncut_stamps"]
@@ -123,10 +124,8 @@ class Converter:
 
     def readable(self, span: FastSpan, cls: type[ReadableSpan] = ReadableSpan) -> ReadableSpan:
         """The SDK view of an ended *span* (a *cls*, a ``ReadableSpan`` subclass)."""
-        if span.__class__ is DeferredSpan:
-            deferred: Any = span
-            if deferred._lazy is not None:
-                settle(deferred)
+        if _SEEN.lazy or _SEEN.long:  # work the span left to export time
+            settle_one(span)
         limits = self.limits
         length = limits.max_attribute_length
         raw = span._attributes

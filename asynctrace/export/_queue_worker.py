@@ -15,6 +15,7 @@ from collections import deque
 from typing import Any
 
 from .._fast import _deferred
+from .._fast._pending import SEEN as _SEEN
 from .._handoff import Handoff
 from ._sinks import Sink
 from ._sync import Moves, Wakeup, _Marker, take
@@ -141,7 +142,7 @@ class QueueWorker:
     def _export(self, batch: list[Any]) -> None:
         """Hand *batch* (its spans counted in flight) to the sink and count the outcome."""
         try:
-            if _deferred.used:  # attributes their spans' starts left to this thread
+            if _SEEN.lazy or _SEEN.long:  # work their spans left to this thread
                 _deferred.settle_batch(batch)
             exported, failed = self._sink.export(batch)
         except BaseException as exc:  # SystemExit from an exporter must not end the worker

@@ -46,6 +46,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._fast import _deferred
+from .._fast._pending import SEEN as _SEEN
 from .._forksafe import reinit_at_fork
 from ._otlp_wire import EncodedSpan
 from ._retry_buffer import DEFAULT_BUFFER_BYTES, DEFAULT_BUFFER_SPANS, Held
@@ -163,7 +164,7 @@ class RetryingSpanProcessor(RetrySchedule):
 
     def _submit(self, batch: list[Any]) -> None:
         """Send *batch* (counted in flight), or hold it behind what is held already."""
-        if _deferred.used:  # attributes their spans' starts left to this thread
+        if _SEEN.lazy or _SEEN.long:  # work their spans left to this thread
             _deferred.settle_batch(batch)
         ready = self._ready(batch)
         if not ready:
