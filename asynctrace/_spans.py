@@ -18,6 +18,7 @@ from . import _span_start, _stalls
 from ._errors import report_internal_error
 from ._fast import FastSpan, FastTracer, _deferred
 from ._fast._deferred import DeferredSpan, LazyAttributes
+from ._fast._evict import STAMP_KEYS
 from ._fast._pending import SEEN as _PENDING
 from ._fast._span import SPAN_TYPES, url_redacted
 from ._live_span import LiveSpan
@@ -222,17 +223,20 @@ def start_span(
                     for key in URL_ATTRIBUTES.intersection(attributes):
                         if attributes[key].__class__ is str:
                             attrs[key] = attributes[key]
-            if lazy_attributes is None:
+            if lazy_attributes is None or not _lazy_ok(lazy_attributes):
                 return tracer.start_owned(name, context, attrs, None, kind, links, None)
             blank: Any = _new(DeferredSpan)
             blank._lazy = lazy_attributes
             blank._urls_redacted = urls_redacted
+            blank._claim = [True]
+            blank._settler = 0
+            blank._done = None
             _PENDING.lazy = True
             return tracer.start_owned(name, context, attrs, blank, kind, links, None)
         except Exception as exc:
             report_internal_error(("start", site(group)), exc, named(name))  # names vary
             return AMBIENT_SPAN
-    if lazy_attributes is not None:
+    if lazy_attributes is not None and _lazy_ok(lazy_attributes):
         attributes = _with_lazy(attributes, lazy_attributes, name)
     span = start(name, group, LEAF, attributes, None, None, kind, context, links)
     return AMBIENT_SPAN if span is None else span
@@ -241,14 +245,19 @@ def start_span(
 def _with_lazy(
     attributes: Attributes | None, lazy: LazyAttributes, name: str
 ) -> Attributes | None:
-    """*attributes* with what *lazy* returns (a key of *attributes* wins), now: the SDK's way."""
+    """*attributes* with what *lazy* returns before them (a key of *attributes* wins;
+    asynctrace's stamps are not taken from it), now: the SDK's way."""
     try:
         extra = lazy()
         if not extra:
             return attributes
-        merged: dict[Any, Any] = dict(attributes) if attributes else {}
-        for key, value in extra.items():
-            merged.setdefault(key, value)
+        given = attributes or {}
+        merged: dict[Any, Any] = {  # its keys the oldest, as on the fast provider
+            key: value
+            for key, value in extra.items()
+            if key not in STAMP_KEYS and key not in given
+        }
+        merged.update(given)
         return merged
     except Exception as exc:
         _deferred.report_failure(repr(name), exc)
@@ -256,6 +265,21 @@ def _with_lazy(
 
 
 _new = object.__new__
+
+
+def _lazy_ok(lazy: object) -> bool:
+    """Whether *lazy* can be called; if not, the mistake is reported (once; raised in
+    strict mode) and the span starts without it."""
+    if callable(lazy):
+        return True
+    report_internal_error(
+        ("lazy_attributes", type(lazy).__name__),
+        TypeError(
+            f"start_span(lazy_attributes=...): expected a function of no arguments "
+            f"returning a mapping, got {type(lazy).__name__}; the span starts without it"
+        ),
+    )
+    return False
 
 
 def end_span(

@@ -33,6 +33,13 @@ NEEDS_NOTHING: dict[tuple[str, str], str] = {
     ("asynctrace/_sigterm.py", "_claim"): (
         "a one-shot claim, never released; in a child the handler only hands the signal on"
     ),
+    ("asynctrace/_fast/_deferred.py", "_done"): (
+        "a deferred span's wake-up event: waited on for at most WAIT_S (a second), then "
+        "the span is read as it is"
+    ),
+    ("asynctrace/_fast/_deferred.py", "event"): (
+        "the same event, under the name the waiting thread gives it"
+    ),
     ("asynctrace/export/_sync.py", "done"): (
         "a flush marker's event: the child's processor is inert and queues no marker"
     ),

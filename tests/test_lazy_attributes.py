@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -170,8 +171,8 @@ def test_a_failure_is_logged_the_first_time(
 def test_past_max_attributes_the_oldest_are_evicted_and_counted(
     provider: str, tmp_path: Path
 ) -> None:
-    """max_attributes=3: {a, b} given, {c, d} deferred: b, c and d are kept, one dropped,
-    as the SDK's span keeps them when all four are given at once."""
+    """max_attributes=3: {a, b} given, {c, d} deferred, which count as the oldest: a, b
+    and d are kept and one is dropped, on both providers."""
     telemetry = at.configure(
         {
             "enabled": True,
@@ -193,7 +194,7 @@ def test_past_max_attributes_the_oldest_are_evicted_and_counted(
         (got,) = telemetry.memory_exporter.get_finished_spans()
     finally:
         telemetry.shutdown()
-    assert dict(got.attributes) == {"b": 2, "c": 3, "d": 4}
+    assert dict(got.attributes) == {"a": 1, "b": 2, "d": 4}
     assert got.dropped_attributes == 1
 
 
@@ -237,3 +238,187 @@ def test_a_deferred_span_left_open_is_settled_when_truncated() -> None:
     (span,) = spans.by_name("GET")
     assert span.attributes["server.port"] == 9
     assert span.attributes["asynctrace.truncated"] is True
+
+
+# -- what the function may do, and how the threads share it ------------------------------
+
+
+@pytest.mark.parametrize("chrome_and_memory", ["fast"], indirect=True)
+def test_a_cancellation_raised_by_the_function_loses_no_span(chrome_and_memory: Any) -> None:
+    """A ``BaseException`` that is not an ``Exception`` (a cancellation) raised on the
+    export thread: that span goes without its function's attributes, every span of the
+    batch is written."""
+    import asyncio
+
+    telemetry = chrome_and_memory
+
+    def cancelled() -> Mapping[str, Any]:
+        raise asyncio.CancelledError
+
+    at.end_span(at.start_span("per_prompt", "A", attributes={"k": 1}, lazy_attributes=cancelled))
+    at.end_span(at.start_span("per_prompt", "B", lazy_attributes=lambda: {"server.port": 2}))
+    assert telemetry.flush(5.0)
+    events = read_chrome_trace(telemetry.trace_file).events
+    written = {e["name"]: e["args"] for e in events if e.get("ph") == "X"}
+    assert written["A"]["k"] == 1
+    assert "server.port" not in written["A"]
+    assert written["B"]["server.port"] == 2
+
+
+def test_ctrl_c_in_the_function_where_a_hook_reads_leaves_it_to_the_export_thread() -> None:
+    """Interrupted on the main thread, the function is given back: the span is still
+    exported with its attributes, computed on the next try."""
+    calls: list[str] = []
+
+    def once_interrupted() -> Mapping[str, Any]:
+        calls.append(threading.current_thread().name)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return {"server.port": 3}
+
+    with capture_spans("per_prompt", provider="fast") as spans:
+        span: Any = at.start_span("per_prompt", "GET", lazy_attributes=once_interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            span.attributes  # noqa: B018
+        at.end_span(span)
+    assert spans.by_name("GET")[0].attributes["server.port"] == 3
+    assert len(calls) == 2
+
+
+def test_a_slow_function_holds_up_no_other_span(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While one span's function runs on another thread, reading another span's attributes
+    does not wait; reading the same span's waits at most ``WAIT_S``, then reads it as it
+    is (its function keeps running)."""
+    from asynctrace._fast import _deferred
+
+    monkeypatch.setattr(_deferred, "WAIT_S", 0.2)
+    release = threading.Event()
+    started = threading.Event()
+
+    def slow() -> Mapping[str, Any]:
+        started.set()
+        release.wait(10)
+        return {"server.port": 4}
+
+    with capture_spans("per_prompt", provider="fast"):
+        slow_span: Any = at.start_span("per_prompt", "slow", lazy_attributes=slow)
+        other: Any = at.start_span("per_prompt", "other", lazy_attributes=lambda: {"k": 5})
+        reader = threading.Thread(target=lambda: slow_span.attributes)
+        reader.start()
+        try:
+            assert started.wait(10)
+            assert other.attributes["k"] == 5  # not held up
+            begun = time.monotonic()
+            assert "server.port" not in slow_span.attributes  # waited, then read as it is
+            assert time.monotonic() - begun < 5
+        finally:
+            release.set()
+            reader.join(10)
+        assert slow_span.attributes["server.port"] == 4  # merged once it returned
+        at.end_span(slow_span)
+        at.end_span(other)
+
+
+def test_a_function_reading_its_own_span_runs_once() -> None:
+    """It sees the span's attributes as they are; no recursion."""
+    calls = []
+    holder: list[Any] = []
+
+    def reads_itself() -> Mapping[str, Any]:
+        calls.append(1)
+        return {"copied": holder[0].attributes["given"]}
+
+    with capture_spans("per_prompt", provider="fast") as spans:
+        span: Any = at.start_span(
+            "per_prompt", "GET", attributes={"given": "g"}, lazy_attributes=reads_itself
+        )
+        holder.append(span)
+        at.end_span(span)
+    assert dict(spans.by_name("GET")[0].attributes) == {"given": "g", "copied": "g"}
+    assert calls == [1]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_stamps_are_not_taken_from_the_function(provider: str) -> None:
+    """``rl.iteration`` and ``rl.bucket`` follow asynctrace's rules only, on both providers."""
+    with capture_spans("per_prompt", provider=provider) as spans, at.iteration_scope(7):
+        at.end_span(
+            at.start_span(
+                "per_prompt",
+                "GET",
+                lazy_attributes=lambda: {"rl.iteration": 99, "rl.bucket": "made-up", "k": 1},
+            )
+        )
+    attrs = dict(spans.by_name("GET")[0].attributes)
+    assert attrs["rl.iteration"] == 7
+    assert "rl.bucket" not in attrs
+    assert attrs["k"] == 1
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_hand_set_attribute_outlives_the_functions_keys_past_the_limit(
+    provider: str, tmp_path: Path
+) -> None:
+    """An aiohttp span's shape at max_attributes=3: the status set during the request is
+    kept, the function's keys count as the oldest."""
+    telemetry = at.configure(
+        {
+            "enabled": True,
+            "span_groups": "all",
+            "exporters": ["memory"],
+            "output_dir": str(tmp_path),
+            "provider": provider,
+            "span_limits": {"max_attributes": 3},
+        }
+    )
+    try:
+        span = at.start_span(
+            "per_prompt",
+            "GET",
+            attributes={"http.request.method": "GET"},
+            lazy_attributes=lambda: {"url.full": "http://h/", "server.port": 1},
+        )
+        span.set_attribute("http.response.status_code", 503)
+        at.end_span(span)
+        (got,) = telemetry.memory_exporter.get_finished_spans()
+    finally:
+        telemetry.shutdown()
+    assert dict(got.attributes) == {
+        "server.port": 1,
+        "http.request.method": "GET",
+        "http.response.status_code": 503,
+    }
+
+
+def test_a_function_that_is_not_callable_is_refused_in_strict_mode(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A mapping given as ``lazy_attributes`` by mistake (strict: raised)."""
+    from asynctrace import _errors
+
+    monkeypatch.setattr(_errors, "_strict", True)
+    with capture_spans("per_prompt", provider="fast"):
+        with pytest.raises(TypeError, match="lazy_attributes"):
+            at.start_span("per_prompt", "GET", lazy_attributes={"k": 1})  # type: ignore[arg-type]
+
+
+def test_otlp_alone_sends_the_functions_attributes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no other exporter to compute them first, the OTLP queue does."""
+    from _otlp_receiver import OtlpReceiver
+
+    with OtlpReceiver("http/protobuf") as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+        telemetry = at.configure(
+            {"enabled": True, "exporters": ["otlp"], "span_groups": "all", "provider": "fast"}
+        )
+        try:
+            span = at.start_span(
+                "per_prompt", "GET", lazy_attributes=lambda: {"url.full": "http://h/?token=t"}
+            )
+            at.end_span(span)
+            assert telemetry.flush(10.0)
+        finally:
+            telemetry.shutdown(2.0)
+        (received,) = receiver.spans
+    assert received.attributes["url.full"] == "http://h/?token=REDACTED"

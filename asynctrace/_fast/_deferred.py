@@ -21,21 +21,16 @@ logged once; its span is exported without what it would have added.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from .._forksafe import reinit_at_fork
 from .._secret_words import _EXTRA_WORDS
-from .._url_attributes import URL_ATTRIBUTES
-from ._pending import LOCK, SEEN, has_long_urls, resolve_long_urls
-from ._span import (
-    _COUNTS,
-    SPAN_TYPES,
-    FastSpan,
-    _copy_attributes,
-    _evict_past,
-    good_keys,
-)
+from ._evict import STAMP_KEYS, keep_stamps
+from ._pending import SEEN, has_long_urls, resolve_long_urls
+from ._span import _COUNTS, SPAN_TYPES, FastSpan, _copy_attributes, good_keys
 
 __all__ = [
     "SEEN",
@@ -53,14 +48,27 @@ LazyAttributes = Callable[[], Mapping[str, Any]]
 """What ``start_span(lazy_attributes=...)`` takes: called once, with no arguments."""
 
 _warned = False
+_warned_slow = False
+WAIT_S = 1.0
+"""How long a thread waits for another that is running the same span's function."""
+_EVENTS = threading.Lock()  # makes a span's wake-up event, for the threads that wait
+reinit_at_fork(_EVENTS)
 
 
 class DeferredSpan(FastSpan):
-    """A :class:`FastSpan` holding a function of further attributes until :func:`settle`."""
+    """A :class:`FastSpan` holding a function of further attributes until :func:`settle`.
 
-    __slots__ = ("_lazy", "_urls_redacted")
+    ``_claim`` is a one-item list: the thread that pops it runs the function
+    (``list.pop`` is atomic); ``_settler`` is that thread, ``_done`` an event
+    made by a thread that waits for it.
+    """
+
+    __slots__ = ("_claim", "_done", "_lazy", "_settler", "_urls_redacted")
     _lazy: LazyAttributes | None
     _urls_redacted: bool  # start_span(urls_redacted=True): its URL attributes are as given
+    _claim: list[bool]
+    _settler: int
+    _done: threading.Event | None
 
     @property
     def attributes(self) -> Mapping[str, Any]:
@@ -76,42 +84,109 @@ SPAN_TYPES.add(DeferredSpan)
 
 
 def settle(span: DeferredSpan) -> None:
-    """Call *span*'s function, if it has not been called, and merge its attributes.
+    """Call *span*'s function, if no thread has, and merge what it returns.
 
-    Returns once the attributes are merged, on whichever thread called it first.
+    Returns once the attributes are merged. A thread that finds another
+    running the function waits for it (at most :data:`WAIT_S`, then reads the
+    span as it is); the thread running it (the function reading its own span,
+    or a signal handler interrupting it) does not wait. Other spans never wait.
     """
-    with LOCK:
-        lazy = span._lazy
-        if lazy is None:
+    for _ in range(2):  # a second try: the function was interrupted and given back
+        if span._lazy is None:
             return
         try:
-            values = lazy()
-            if values:
-                values, bad = good_keys(values)
-                copied = _copy_attributes(values)  # private copies; URL attributes redacted
-                if span._urls_redacted and not _EXTRA_WORDS:  # as start_span keeps them
-                    for key in URL_ATTRIBUTES.intersection(values):
-                        if values[key].__class__ is str:
-                            copied[key] = values[key]
-                own = span._attributes
-                for key, value in copied.items():
-                    if key not in own:  # one set by hand meanwhile is the newer
-                        own[key] = value
-                limit = span._tracer._limits.max_attributes
-                if limit is not None and len(own) > limit:
-                    _evict_past(span, own, limit)
-                if bad:
-                    with _COUNTS:
-                        span._dropped = getattr(span, "_dropped", 0) + bad
-        except Exception as exc:
-            report_failure(repr(span._name), exc)
-        finally:
+            span._claim.pop()
+        except IndexError:  # taken: wait for the thread that runs it
+            if not _wait(span):
+                return
+            continue
+        span._settler = threading.get_ident()
+        if _run(span):
+            return
+
+
+def _run(span: DeferredSpan) -> bool:
+    """Run the claimed function and merge; ``False`` if it was given back (interrupted)."""
+    lazy = span._lazy
+    done = True
+    try:
+        values = lazy() if lazy is not None else None
+        if values:
+            _merge(span, values)
+    except (KeyboardInterrupt, SystemExit):
+        if threading.current_thread() is threading.main_thread():
+            done = False  # Ctrl-C or sys.exit where a hook read the span: another thread
+            span._claim.append(True)  # (an export thread) settles it later
+            raise
+        report_failure(repr(span._name), None)
+    except BaseException as exc:  # never the export thread's end (CancelledError, say)
+        report_failure(repr(span._name), exc)
+    finally:
+        if done:
             if SEEN.long:  # (a value set by hand, or returned)
                 resolve_long_urls(span)
             span._lazy = None  # after the merge: a reader that sees None sees it done
+        span._settler = 0
+        event = span._done  # (read after the above: a waiter that made it since sees them)
+        if event is not None:
+            event.set()
+    return done
 
 
-def report_failure(where: str, exc: Exception) -> None:
+def _wait(span: DeferredSpan) -> bool:
+    """Wait for the thread running *span*'s function; ``True``: try to claim it again."""
+    global _warned_slow
+    if getattr(span, "_settler", 0) == threading.get_ident():
+        return False  # this thread runs it (the function reads its own span): as it is
+    with _EVENTS:
+        event = span._done
+        if event is None:
+            event = span._done = threading.Event()
+    if span._lazy is None:  # (read after the event is there: see _run)
+        return False
+    if span._claim:  # given back meanwhile: claim it
+        return True
+    if not event.wait(WAIT_S):
+        if not _warned_slow:
+            _warned_slow = True
+            logger.warning(
+                "asynctrace: a lazy_attributes function has run for over %.0f s (span %r); "
+                "the span is read without what it adds (further cases are not logged)",
+                WAIT_S,
+                span._name,
+            )
+        return False
+    event.clear()
+    return span._lazy is not None  # given back: claim it
+
+
+def _merge(span: DeferredSpan, values: Mapping[str, Any]) -> None:
+    """Merge *values* as the span's oldest attributes: a key it holds keeps its value,
+    and past ``max_attributes`` they go first (the stamps never)."""
+    values, bad = good_keys(values)
+    stamps = STAMP_KEYS.intersection(values)
+    trusted = span._urls_redacted and not _EXTRA_WORDS  # as start_span keeps them
+    copied = _copy_attributes(values, False, not trusted)  # private copies; URLs redacted
+    for key in stamps:  # asynctrace's, set by its rules only: not taken from here
+        del copied[key]
+    own = span._attributes
+    new = {key: value for key, value in copied.items() if key not in own}
+    lost = bad + len(stamps)
+    limit = span._tracer._limits.max_attributes
+    if limit is None or len(own) + len(new) <= limit:
+        own.update(new)
+    elif new:
+        merged = {**new, **own.copy()}  # the function's keys oldest
+        kept, left_out = keep_stamps(merged, limit)
+        own.clear()
+        own.update(kept)
+        lost += left_out
+    if lost:
+        with _COUNTS:
+            span._dropped = getattr(span, "_dropped", 0) + lost
+
+
+def report_failure(where: str, exc: BaseException | None) -> None:
     """A ``lazy_attributes`` function raised: logged once, nothing more (it adds nothing)."""
     global _warned
     if not _warned:

@@ -14,14 +14,11 @@ as its placeholder text, never as what it holds.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
-from .._forksafe import reinit_at_fork
 from .._url_attributes import redact_url_value
 
 __all__ = [
-    "LOCK",
     "LONG_URL",
     "SEEN",
     "LongUrl",
@@ -33,12 +30,6 @@ __all__ = [
 
 LONG_URL = 4096
 """URL attribute values longer than this many characters are redacted off the hot path."""
-
-# Held while a span's deferred work is done: a second thread settling the same
-# span waits, then reads it complete. Reentrant: a lazy_attributes function may
-# read another span's attributes.
-LOCK = threading.RLock()
-reinit_at_fork(LOCK)
 
 
 class _Seen:
@@ -85,9 +76,12 @@ def has_long_urls(attributes: dict[str, Any]) -> bool:
 
 
 def resolve_long_urls(span: Any) -> None:
-    """Redact every :class:`LongUrl` value of *span*'s attributes in place."""
-    with LOCK:
-        redact_long_values(span._attributes)
+    """Redact every :class:`LongUrl` value of *span*'s attributes in place.
+
+    No lock: two threads may both redact a value (the same result); a reader
+    of the dict meanwhile sees each value either way, never the raw text.
+    """
+    redact_long_values(span._attributes)
 
 
 def redact_long_values(attributes: dict[str, Any]) -> dict[str, Any]:

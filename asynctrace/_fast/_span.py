@@ -150,11 +150,14 @@ def private_value(value: Any, depth: int = 0) -> Any:
 _IMMUTABLE = (str, int, float, bytes)
 
 
-def _copy_attributes(attributes: Mapping[str, Any] | None, span: bool = False) -> dict[str, Any]:
+def _copy_attributes(
+    attributes: Mapping[str, Any] | None, span: bool = False, urls: bool = True
+) -> dict[str, Any]:
     """A private copy (see :func:`private_value`): later changes by the caller do not show.
 
     *span*: the copy is a span's own attributes, whose long URL values are left
     to the export thread (:func:`url_redacted`), not an event's or a link's.
+    Without *urls*, URL attributes are kept as given (a caller that redacted them).
     """
     if not attributes:
         return {}
@@ -166,7 +169,7 @@ def _copy_attributes(attributes: Mapping[str, Any] | None, span: bool = False) -
                     copied[key] = private_value(value)
                 except Exception:  # a Mapping whose items() raises, say: left to the exporters
                     pass
-    if not _URL_KEYS.isdisjoint(copied):
+    if urls and not _URL_KEYS.isdisjoint(copied):
         url_redacted(copied, span)
     return copied
 
@@ -250,9 +253,17 @@ def _install(
     kept, old values evicted before being set again).
     """
     for key in list(live):  # one C call
-        if key not in kept and live.pop(key, _MISSING) is not _MISSING and key not in keys:
+        if (
+            key not in kept
+            and key not in STAMP_KEYS  # (missing from a copy taken while another moved it)
+            and live.pop(key, _MISSING) is not _MISSING
+            and key not in keys
+        ):
             lost += 1
     for key, value in _copy_attributes(kept, True).items():  # to the end, in *kept*'s order
+        if key in STAMP_KEYS:  # set in place, never taken out: another thread may be
+            live[key] = value  # copying the dict this moment, and would evict what it missed
+            continue
         if live.pop(key, _MISSING) is _MISSING and key not in keys:
             continue  # an old one another thread evicted meanwhile (and counted)
         live[key] = value

@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from asynctrace_contrib.aiohttp_client import _requests, client_middleware
+from asynctrace_contrib.aiohttp_client import _attributes, client_middleware
 
 import asynctrace as at
 from asynctrace.export import read_chrome_trace
@@ -33,13 +33,13 @@ def app() -> web.Application:
 def threads_computing(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The threads the client's URL attributes are computed on, one entry per call."""
     seen: list[str] = []
-    real = _requests.server_attributes
+    real = _attributes.server_attributes
 
     def noted(url: Any, keys: Any) -> dict[str, Any]:
         seen.append(threading.current_thread().name)
         return real(url, keys)
 
-    monkeypatch.setattr(_requests, "server_attributes", noted)
+    monkeypatch.setattr(_attributes, "server_attributes", noted)
     return seen
 
 
@@ -64,8 +64,9 @@ def telemetry(tmp_path: Path) -> Iterator[Any]:
 def test_url_attributes_are_computed_off_the_loop(
     aiohttp_server: Any, telemetry: Any, threads_computing: list[str]
 ) -> None:
-    """Three requests (two to one URL): no URL attribute is computed on the loop's thread,
-    and the chrome file and the memory exporter both hold them, redacted."""
+    """Three requests (two to one URL, whose attributes are computed once): no URL
+    attribute is computed on the loop's thread, and the chrome file and the memory
+    exporter both hold them, redacted."""
     base = aiohttp_server(app())
     loop_thread: list[str] = []
 
@@ -79,6 +80,7 @@ def test_url_attributes_are_computed_off_the_loop(
 
     asyncio.run(main())
     assert telemetry.flush(5.0)
+    assert len(threads_computing) == 2  # the repeated URL's: computed once
     assert threads_computing
     assert loop_thread[0] not in threads_computing
     host, port = base.removeprefix("http://").split(":")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from asynctrace_contrib._http import (
@@ -12,7 +13,7 @@ from asynctrace_contrib._http import (
 )
 from asynctrace_contrib._http_values import method_attributes
 
-__all__ = ["add_request_headers", "server_attributes", "url_attributes"]
+__all__ = ["ServerAttributes", "add_request_headers", "server_attributes", "url_attributes"]
 
 
 def url_attributes(method: str, url: Any, secret_keys: Any) -> dict[str, Any]:
@@ -23,11 +24,15 @@ def url_attributes(method: str, url: Any, secret_keys: Any) -> dict[str, Any]:
     return attrs
 
 
+@functools.lru_cache(maxsize=256)
 def server_attributes(url: Any, secret_keys: Any) -> dict[str, Any]:
-    """The request's redacted ``url.full``, ``server.address`` and ``server.port``.
+    """The request's redacted ``url.full``, ``server.address`` and ``server.port``
+    (a dict shared by the calls for one URL: read it, do not change it).
 
-    Handed to the span as its ``lazy_attributes`` (``functools.partial``):
-    an export thread computes them (see ``asynctrace.start_span``).
+    Handed to the span as its ``lazy_attributes`` (:class:`ServerAttributes`):
+    an export thread computes them (see ``asynctrace.start_span``), once per
+    URL object among the last 256 (yarl hands back the same object for the same
+    URL text, so a pump calling a few endpoints in turn computes them once each).
     """
     full = str(url)
     # redact_url's fast path: a URL in the path as sent (a second :/), or written
@@ -48,6 +53,24 @@ def server_attributes(url: Any, secret_keys: Any) -> dict[str, Any]:
     if port:
         attrs["server.port"] = port
     return attrs
+
+
+class ServerAttributes:
+    """A request's ``lazy_attributes``: :func:`server_attributes` of its URL, computed
+    once (on an export thread), then kept in :attr:`done` for the next requests to it."""
+
+    __slots__ = ("done", "keys", "url")
+
+    def __init__(self, url: Any, secret_keys: Any) -> None:
+        self.url = url
+        self.keys = secret_keys
+        self.done: dict[str, Any] | None = None
+
+    def __call__(self) -> dict[str, Any]:
+        done = self.done
+        if done is None:
+            done = self.done = server_attributes(self.url, self.keys)
+        return done
 
 
 def add_request_headers(attrs: dict[str, Any], headers: Any, names: tuple[str, ...]) -> None:

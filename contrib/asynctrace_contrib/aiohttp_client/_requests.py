@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from functools import partial
 from typing import Any
 
 import aiohttp
@@ -20,7 +19,7 @@ from asynctrace_contrib._http import (
 )
 from asynctrace_contrib._http_values import KNOWN_METHODS, method_attributes
 
-from ._attributes import add_request_headers, server_attributes, url_attributes
+from ._attributes import ServerAttributes, add_request_headers, url_attributes
 from ._body import BodyWatch
 from ._options import Options, custom_name, run_hook
 from ._propagation import HANDLED, get_current, inject
@@ -106,7 +105,7 @@ class Requests:
                 # The URL's attributes (str(url), its redaction, host and port: microseconds
                 # on a cold cache) are computed by an export thread, not here.
                 attrs = method_attributes(method)[1]
-                lazy = partial(server_attributes, url, options.secret_keys)
+                lazy = ServerAttributes(url, options.secret_keys)
                 self._last = (url, method, attrs, name, lazy)
                 span = _start_span(
                     GATE_GROUP,
@@ -124,13 +123,20 @@ class Requests:
             # The common case: the attributes, the name and the URL's function as last
             # time (start_span keeps a merged copy, never the dict given), and
             # start_span's own gate (a disabled group gives a span that is not recording).
+            # Once an export thread has computed the URL's attributes, they are kept
+            # with the others: the next requests to it give them at start.
+            lazy = last[4]
+            if lazy is not None and lazy.done is not None:
+                last = (url, method, {**last[2], **lazy.done}, last[3], None)
+                self._last = last
+                lazy = None
             span = _start_span(
                 GATE_GROUP,
                 last[3],
                 kind=_CLIENT,
                 attributes=last[2],
                 urls_redacted=True,
-                lazy_attributes=last[4],
+                lazy_attributes=lazy,
             )
         else:
             if not _is_enabled(GATE_GROUP):  # before a hook
