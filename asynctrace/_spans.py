@@ -314,11 +314,10 @@ def end_span(
             cls = span.__class__
             if cls is FastSpan or cls is DeferredSpan:  # FastSpan.end, inline: claim, hand over
                 fast: Any = span
-                if fast._end is None and (  # not started (_end 0) or ended: nothing to end
-                    fast._tracer._provider._open.pop(fast._span_id, None) is not None
-                    or fast._reclaim()
-                ):
-                    fast.finish(_time_ns())
+                if fast._end is None:  # not started (_end 0) or ended: nothing to end
+                    claimed = fast._tracer._provider._open.pop(fast._span_id, None)
+                    if claimed is fast or fast._claim_other(claimed):
+                        fast.finish(_time_ns())
             elif cls in SPAN_TYPES:  # a ManagedSpan: its context, as its exit
                 _release_managed(span, None, ())  # detaches it, then FastSpan.end
                 span.end()

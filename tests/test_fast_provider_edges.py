@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import sys
 import threading
@@ -555,3 +556,44 @@ def test_bad_keys_among_the_newest_past_the_limit_evict_nothing(make: Any, where
     span = _one(memory)
     assert dict(span.attributes or {}) == {"k5": 5, "k6": 6, "k7": 7}
     assert span.dropped_attributes == len(many) - 3 + (where == "set")
+
+
+class _RepeatingIds:
+    """An id generator that repeats span ids across traces, as the specification allows."""
+
+    def __init__(self) -> None:
+        self.traces = iter(range(1, 1_000))
+        self.spans = itertools.cycle([1, 2])
+
+    def generate_trace_id(self) -> int:
+        return next(self.traces)
+
+    def generate_span_id(self) -> int:
+        return next(self.spans)
+
+    def is_trace_id_random(self) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("order", ["first-first", "second-first"])
+def test_span_ids_repeated_across_traces_lose_no_span(order: str) -> None:
+    """Two open spans of two traces with one span id: both are exported once, whichever
+    ends first, and neither still records after its end (as on the SDK's provider)."""
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    provider = FastTracerProvider(id_generator=_RepeatingIds())
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("ids")
+    first = tracer.start_span("A")  # span id 1
+    other = tracer.start_span("B")  # span id 2
+    second = tracer.start_span("C")  # span id 1 again, another trace
+    for span in (first, second) if order == "first-first" else (second, first):
+        span.end()
+    other.end()
+    assert provider.force_flush()
+    assert sorted(s.name for s in exporter.get_finished_spans()) == ["A", "B", "C"]
+    assert not first.is_recording()
+    assert not second.is_recording()
+    provider.shutdown()

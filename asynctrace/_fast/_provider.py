@@ -73,6 +73,16 @@ _current_context: Callable[[], Mapping[str, object]] = (
 )
 
 
+def _collided(span: FastSpan) -> None:
+    """*span*'s id is an open span's of another trace (an id generator that repeats span
+    ids across traces, as the specification allows): it is claimed from a token, as a
+    forgotten span is, so ending it exports it and the other span keeps its place. It
+    is counted in ``forgotten_spans``: like those, if still open at shutdown it is not
+    ended there."""
+    span._forgotten = [True]
+    span._tracer._provider.forgotten_spans += 1
+
+
 def _owner() -> object:
     """The track a span starts on: its asyncio (or trio) task, else its thread."""
     loop = _get_running_loop()
@@ -259,9 +269,12 @@ class FastTracer(trace.Tracer):
                 if link is not None:  # (the SDK skips None)
                     span.add_link(link.context, link.attributes)
         opened = provider._open
-        opened[span_id] = span
-        if len(opened) > provider._max_open:
-            provider._forget()
+        if span_id in opened:  # an open span of another trace has its id: see _collided
+            _collided(span)
+        else:
+            opened[span_id] = span
+            if len(opened) > provider._max_open:
+                provider._forget()
         return span
 
     def _start_trimmed(
@@ -312,9 +325,12 @@ class FastTracer(trace.Tracer):
                 if link is not None:  # (the SDK skips None)
                     span.add_link(link.context, link.attributes)
         provider = self._provider
-        provider._open[span_id] = span
-        if len(provider._open) > provider._max_open:
-            provider._forget()
+        if span_id in provider._open:
+            _collided(span)
+        else:
+            provider._open[span_id] = span
+            if len(provider._open) > provider._max_open:
+                provider._forget()
         return span
 
     @otel_contextmanager

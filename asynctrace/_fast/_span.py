@@ -641,13 +641,22 @@ class FastSpan(SpanRecord):
         Taking the span out of its provider's open spans is the claim: one
         atomic ``dict.pop``, so of two threads ending it at once (the owner and
         the shutdown's truncation) exactly one queues it. A span the provider
-        forgot (past its ``max_open_spans``) is claimed from its own token.
+        forgot (past its ``max_open_spans``), or could not track because an open
+        span of another trace had its id, is claimed from its own token.
         """
-        if self._end is not None or (
-            self._tracer._provider._open.pop(self._span_id, None) is None and not self._reclaim()
-        ):
+        if self._end is not None:
+            return
+        claimed = self._tracer._provider._open.pop(self._span_id, None)
+        if claimed is not self and not self._claim_other(claimed):
             return
         self.finish(end_time if end_time is not None else _time_ns())
+
+    def _claim_other(self, claimed: FastSpan | None) -> bool:
+        """The provider's open span under this span's id was not this one: put that one
+        back (a generator that repeats span ids across traces); claim from the token."""
+        if claimed is not None:
+            self._tracer._provider._open.setdefault(self._span_id, claimed)
+        return self._reclaim()
 
     def _reclaim(self) -> bool:
         """Claim a span its provider forgot (``list.pop``: atomic, so once); else ``False``."""
