@@ -3,7 +3,10 @@ a device, a FIFO or a descriptor replaced by a regular file.
 
 While it is written, SIGTERM (``timeout``, a batch scheduler, ``kill``) raises
 :class:`Terminated`, so the temporary file is removed as on Ctrl-C; a SIGTERM
-ignored when the command started (``trap '' TERM``) stays ignored.
+ignored when the command started (``trap '' TERM``) stays ignored. The handler
+removes the temporary file itself before it raises, so the file is gone wherever
+the exception is then taken (or lost); while the file is made, and while it is put
+in place, a SIGTERM waits until the output knows where it is.
 """
 
 from __future__ import annotations
@@ -96,7 +99,8 @@ def _descriptor_link(name: str) -> tuple[bool, int | None]:
 @contextmanager
 def _sigterm_held() -> Iterator[None]:
     """SIGTERM held back by this thread while the block runs, delivered on leaving it
-    (where the signal mask cannot be set: nothing held)."""
+    (where the signal mask cannot be set: nothing held). Only this thread's: a
+    SIGTERM another thread takes still runs the handler (see ``Output._holding``)."""
     mask = getattr(signal, "pthread_sigmask", None)
     if mask is None:
         yield
@@ -166,6 +170,13 @@ class Output:
         self._temporary: Path | None = None
         self._stream: IO[bytes] | None = None
         self._sigterm: Any = None  # the SIGTERM handler replaced while writing, if any
+        # While set, a SIGTERM's handler only notes it (in _held), to be taken once the
+        # output knows its temporary file, or has put it in place. A flag, not the signal
+        # mask: a SIGTERM another thread takes (tqdm's monitor, say) runs the handler
+        # in the main thread all the same.
+        self._holding = False
+        self._held = False
+        self._terminated: str | None = None  # what a SIGTERM's Terminated said
 
     def _catch_sigterm(self) -> None:
         """SIGTERM raises :class:`Terminated` until :meth:`commit` or :meth:`abort` (the
@@ -178,17 +189,42 @@ class Output:
             self._sigterm = signal.SIG_DFL if previous is None else previous
 
     def _terminate(self, signum: int, frame: object) -> None:
+        if self._holding:
+            self._held = True
+            return
         if self._temporary is not None:
-            raise Terminated  # removed by abort()
-        if self._stream is not None:  # written into directly, or in place
-            raise Terminated("the output was cut short")
-        raise Terminated("nothing was written to the output")
+            # Removed here, not only by abort(): the exception may surface where no
+            # abort() follows (between open() and the caller's try, say).
+            left = "the partial output was removed"
+            try:
+                self._temporary.unlink(missing_ok=True)
+            except OSError:
+                pass
+        elif self._stream is not None:  # written into directly, or in place
+            left = "the output was cut short"
+        else:
+            left = "nothing was written to the output"
+        self._terminated = left
+        raise Terminated(left)
 
-    def _release_sigterm(self) -> None:
-        """The SIGTERM handler :meth:`_catch_sigterm` replaced, put back."""
+    def _stop_holding(self) -> None:
+        """SIGTERM no longer held; one that came meanwhile is taken now."""
+        self._holding = False
+        if self._held:
+            self._held = False
+            self._terminate(signal.SIGTERM, None)
+
+    def _release_sigterm(self, *, deliver: bool) -> None:
+        """The SIGTERM handler :meth:`_catch_sigterm` replaced, put back; a SIGTERM held
+        meanwhile handed to it when *deliver* (dropped otherwise)."""
         if self._sigterm is not None:
-            signal.signal(signal.SIGTERM, self._sigterm)
+            with _sigterm_held():  # none lost between the two handlers
+                signal.signal(signal.SIGTERM, self._sigterm)
             self._sigterm = None
+        self._holding = False
+        held, self._held = self._held, False
+        if held and deliver:
+            signal.raise_signal(signal.SIGTERM)
 
     def open(self) -> IO[bytes]:
         """The stream to write to.
@@ -213,18 +249,25 @@ class Output:
             except OSError as exc:
                 raise CliError(f"{self.name}: {exc.strerror or exc}") from None
             return self._stream
+        refused: OSError | None = None
+        self._holding = True  # the file and its stream known before a SIGTERM is taken
         try:
-            with _sigterm_held():  # the file known before a SIGTERM's handler can run
-                fd, self._temporary = _create_beside(self.final)
-        except OSError as exc:
-            self._stream = self._in_place(exc)
-            return self._stream
-        if self._mode is not None:
             try:
-                os.fchmod(fd, self._mode)
-            except OSError:
-                pass
-        self._stream = os.fdopen(fd, "wb")
+                fd, self._temporary = _create_beside(self.final)
+            except OSError as exc:
+                refused = exc
+            else:
+                if self._mode is not None:
+                    try:
+                        os.fchmod(fd, self._mode)
+                    except OSError:
+                        pass
+                self._stream = os.fdopen(fd, "wb")
+        finally:
+            self._stop_holding()  # Terminated, the file removed, if one came meanwhile
+        if refused is not None:
+            self._stream = self._in_place(refused)
+        assert self._stream is not None
         return self._stream
 
     def _open_direct(self) -> IO[bytes]:
@@ -259,25 +302,32 @@ class Output:
 
         Raises:
             CliError: it cannot be written or put in place.
+            Terminated: a SIGTERM came while it was written, and its
+                :class:`Terminated` was lost on the way (the output is removed).
         """
         try:
             if self._stream is not None:
                 self._stream.close()
+            if self._terminated is not None:
+                self.abort()
+                raise Terminated(self._terminated)
+            # A SIGTERM while the file is put in place is handed on once it is: the
+            # output is complete, it is not removed nor said to be.
+            self._holding = True
             if self._temporary is not None:
                 os.replace(self._temporary, self.final)
                 self._temporary = None
         except OSError as exc:
             self.abort()
             raise CliError(f"{self.name}: {exc.strerror or exc}") from None
-        self._release_sigterm()
+        self._release_sigterm(deliver=True)
 
     def abort(self) -> None:
         """Close the stream and remove the temporary file, if any (never raises).
 
-        A second SIGTERM meanwhile is ignored, so the file is removed all the same.
+        A second SIGTERM meanwhile is dropped, so the file is removed all the same.
         """
-        if self._sigterm is not None:
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        self._holding = True
         if self._stream is not None:
             try:
                 self._stream.close()
@@ -289,4 +339,4 @@ class Output:
             except OSError:
                 pass
             self._temporary = None
-        self._release_sigterm()
+        self._release_sigterm(deliver=False)

@@ -121,11 +121,12 @@ def run(args: argparse.Namespace) -> int:
     captures = [load_capture(path) for path in capture_paths]
     merger.want_spans(c.span_id for c in captures if isinstance(c, Capture) and c.span_id)
     output = None if to_stdout else Output(args.output)
-    stream: IO[bytes] = stdout_bytes() if output is None else output.open()
     events = 0
     bar = Progress(file_size(paths), prog, enabled=not args.no_progress)
     restore = None
     try:
+        # opened within the try: whatever ends the command from here on removes the output
+        stream: IO[bytes] = stdout_bytes() if output is None else output.open()
         if len(paths) > 1:  # the merge keeps every input open: the limit raised for it
             restore = allow_open_files(len(paths), prog)  # and put back once read
         out = Lines(stream)

@@ -174,8 +174,8 @@ def _write_file(text: str, name: str) -> None:
     """Write the page to a temporary file that replaces the output *name* once complete
     (into it directly when it is not a regular file: a FIFO, a device; see :class:`Output`)."""
     output = Output(name)
-    stream = output.open()
-    try:
+    try:  # opened within: whatever ends the command from here on removes the output
+        stream = output.open()
         stream.write(text.encode("utf-8"))
         output.commit()
     except OSError as exc:
