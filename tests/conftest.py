@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -102,3 +103,14 @@ def lenient() -> Iterator[None]:
         yield
     finally:
         _errors.set_strict(previous)
+
+
+@pytest.fixture
+def switching() -> Iterator[None]:
+    """Threads switch as often as the interpreter allows (races show within a few rounds)."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)

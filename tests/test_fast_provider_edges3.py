@@ -32,17 +32,6 @@ def _fast(limits: SpanLimits | None = None) -> tuple[FastTracerProvider, LazyMem
     return provider, memory
 
 
-@pytest.fixture
-def switching() -> Iterator[None]:
-    """Threads switch as often as the interpreter allows (races show within a few rounds)."""
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(before)
-
-
 def _stamps(span: ReadableSpan) -> dict[str, Any]:
     attributes = dict(span.attributes or {})
     return {key: attributes.get(key, "<gone>") for key in STAMPS}

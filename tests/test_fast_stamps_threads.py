@@ -7,9 +7,7 @@ stamp being moved and evict it as an attribute it did not keep.
 
 from __future__ import annotations
 
-import sys
 import threading
-from collections.abc import Iterator
 
 import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -19,18 +17,7 @@ from asynctrace._fast import FastTracerProvider
 from asynctrace._fast._limits import SpanLimits
 
 
-@pytest.fixture
-def often_switching() -> Iterator[None]:
-    """Threads take turns every microsecond: the window between two steps is reached."""
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(before)
-
-
-@pytest.mark.usefixtures("often_switching")
+@pytest.mark.usefixtures("switching")
 @pytest.mark.parametrize("size", [3, 25])
 def test_stamps_survive_threads_setting_attributes_past_the_limit(size: int) -> None:
     """4 threads x 200 ``set_attributes`` of *size* keys on each of 30 spans with

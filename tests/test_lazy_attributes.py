@@ -167,13 +167,9 @@ def test_a_failure_is_logged_the_first_time(
     assert record.exc_info[0] is ZeroDivisionError
 
 
-@pytest.mark.parametrize("provider", PROVIDERS)
-def test_past_max_attributes_the_oldest_are_evicted_and_counted(
-    provider: str, tmp_path: Path
-) -> None:
-    """max_attributes=3: {a, b} given, {c, d} deferred, which count as the oldest: a, b
-    and d are kept and one is dropped, on both providers."""
-    telemetry = at.configure(
+def _three_attributes(tmp_path: Path, provider: str) -> Any:
+    """Telemetry on *provider*, spans to memory, at most 3 attributes a span."""
+    return at.configure(
         {
             "enabled": True,
             "span_groups": "all",
@@ -183,6 +179,15 @@ def test_past_max_attributes_the_oldest_are_evicted_and_counted(
             "span_limits": {"max_attributes": 3},
         }
     )
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_past_max_attributes_the_oldest_are_evicted_and_counted(
+    provider: str, tmp_path: Path
+) -> None:
+    """max_attributes=3: {a, b} given, {c, d} deferred, which count as the oldest: a, b
+    and d are kept and one is dropped, on both providers."""
+    telemetry = _three_attributes(tmp_path, provider)
     try:
         span = at.start_span(
             "per_prompt",
@@ -361,16 +366,7 @@ def test_a_hand_set_attribute_outlives_the_functions_keys_past_the_limit(
 ) -> None:
     """An aiohttp span's shape at max_attributes=3: the status set during the request is
     kept, the function's keys count as the oldest."""
-    telemetry = at.configure(
-        {
-            "enabled": True,
-            "span_groups": "all",
-            "exporters": ["memory"],
-            "output_dir": str(tmp_path),
-            "provider": provider,
-            "span_limits": {"max_attributes": 3},
-        }
-    )
+    telemetry = _three_attributes(tmp_path, provider)
     try:
         span = at.start_span(
             "per_prompt",
