@@ -259,7 +259,9 @@ def _with_lazy(
         }
         merged.update(given)
         return merged
-    except Exception as exc:
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # a cancellation too: the span starts without them
         _deferred.report_failure(repr(name), exc)
         return attributes
 
@@ -315,8 +317,12 @@ def end_span(
             if cls is FastSpan or cls is DeferredSpan:  # FastSpan.end, inline: claim, hand over
                 fast: Any = span
                 if fast._end is None:  # not started (_end 0) or ended: nothing to end
-                    claimed = fast._tracer._provider._open.pop(fast._span_id, None)
-                    if claimed is fast or fast._claim_other(claimed):
+                    opened = fast._tracer._provider._open
+                    if (
+                        opened.pop(fast._span_id, None) is not None or fast._reclaim()
+                        if opened.get(fast._span_id) is fast
+                        else fast._reclaim()
+                    ):
                         fast.finish(_time_ns())
             elif cls in SPAN_TYPES:  # a ManagedSpan: its context, as its exit
                 _release_managed(span, None, ())  # detaches it, then FastSpan.end

@@ -6,6 +6,7 @@ import itertools
 import logging
 import sys
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -597,3 +598,74 @@ def test_span_ids_repeated_across_traces_lose_no_span(order: str) -> None:
     assert not first.is_recording()
     assert not second.is_recording()
     provider.shutdown()
+
+
+class _PausingPop(dict):  # type: ignore[type-arg]
+    """The provider's open spans, where a pop by the thread named B pauses after it."""
+
+    def pop(self, *args: Any) -> Any:
+        value = dict.pop(self, *args)
+        if threading.current_thread().name == "B":
+            time.sleep(0.05)  # a thread switch right after the atomic pop
+        return value
+
+
+def test_ending_a_span_of_a_repeated_id_never_takes_the_others_place() -> None:
+    """B (another trace, A's span id) ends while A's owner ends A: both are exported."""
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    class SameSpanId(_RepeatingIds):
+        def generate_span_id(self) -> int:
+            return 7
+
+    provider = FastTracerProvider(id_generator=SameSpanId())
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("ids")
+    first, second = tracer.start_span("A"), tracer.start_span("B")
+    provider._open = _PausingPop(provider._open)
+    ending = threading.Thread(target=second.end, name="B")
+    ending.start()
+    time.sleep(0.01)
+    first.end()
+    ending.join()
+    assert provider.force_flush()
+    assert sorted(s.name for s in exporter.get_finished_spans()) == ["A", "B"]
+    assert not first.is_recording()
+    assert provider.end_open_spans("asynctrace.truncated") == 0
+    provider.shutdown()
+
+
+@pytest.mark.usefixtures("switching")
+def test_spans_ended_while_others_are_forgotten_are_all_exported() -> None:
+    """At max_open_spans, a start forgets a tenth while another thread ends some of them:
+    every span ended is exported, once."""
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    lost = 0
+    for _ in range(3):
+        provider = FastTracerProvider(max_open_spans=20_000)
+        exporter = InMemorySpanExporter()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        tracer = provider.get_tracer("forget")
+        spans = [tracer.start_span("s") for _ in range(20_000)]
+        victims = spans[200:2200]  # among those the next start forgets
+        go = threading.Barrier(2)
+
+        def end_them(victims: list[Any] = victims, go: threading.Barrier = go) -> None:
+            go.wait()
+            for span in victims:
+                span.end()
+
+        ender = threading.Thread(target=end_them)
+        ender.start()
+        go.wait()
+        tracer.start_span("one more")  # past the limit: forgets 2,000
+        ender.join()
+        assert provider.force_flush()
+        lost += sum(1 for span in victims if span.is_recording())
+        assert len(exporter.get_finished_spans()) == len(victims)
+        provider.shutdown()
+    assert lost == 0

@@ -418,3 +418,88 @@ def test_otlp_alone_sends_the_functions_attributes(monkeypatch: pytest.MonkeyPat
             telemetry.shutdown(2.0)
         (received,) = receiver.spans
     assert received.attributes["url.full"] == "http://h/?token=REDACTED"
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_cancellation_from_the_function_never_stops_the_span(provider: str) -> None:
+    """On the SDK provider, where it runs as the span starts, too."""
+    import asyncio
+
+    def cancelled() -> Mapping[str, Any]:
+        raise asyncio.CancelledError
+
+    with capture_spans("per_prompt", provider=provider) as spans:
+        at.end_span(
+            at.start_span("per_prompt", "GET", attributes={"k": 1}, lazy_attributes=cancelled)
+        )
+    assert dict(spans.by_name("GET")[0].attributes) == {"k": 1}
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_the_functions_keys_stay_the_oldest_when_read_early(provider: str) -> None:
+    """Read while the span is live (a request hook), then 126 sets past the default limit
+    of 128: the function's keys are evicted first, as on the SDK provider."""
+    with capture_spans("per_prompt", provider=provider) as spans:
+        span: Any = at.start_span(
+            "per_prompt",
+            "GET",
+            attributes={"http.request.method": "GET"},
+            lazy_attributes=lambda: {"url.full": "http://h/a", "server.address": "h"},
+        )
+        dict(span.attributes)
+        for i in range(126):
+            span.set_attribute(f"k{i}", i)
+        at.end_span(span)
+    attrs = dict(spans.by_name("GET")[0].attributes)
+    assert "url.full" not in attrs
+    assert attrs["server.address"] == "h"
+    assert attrs["http.request.method"] == "GET"
+    assert len(attrs) == 128
+
+
+def test_a_long_url_is_redacted_even_when_its_function_could_not_be_waited_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another thread still runs the span's function past ``WAIT_S``: the reader goes on
+    without its keys, but a long URL set by hand is redacted all the same."""
+    from asynctrace._fast import _deferred
+
+    monkeypatch.setattr(_deferred, "WAIT_S", 0.1)
+    release, started = threading.Event(), threading.Event()
+
+    def slow() -> Mapping[str, Any]:
+        started.set()
+        release.wait(10)
+        return {"server.port": 1}
+
+    long_url = "http://u:pw@h/?token=SECRET&q=" + "x" * 5000
+    with capture_spans("per_prompt", provider="fast"):
+        span: Any = at.start_span("per_prompt", "GET", lazy_attributes=slow)
+        span.set_attribute("url.full", long_url)
+        runner = threading.Thread(target=lambda: span.attributes)
+        runner.start()
+        try:
+            assert started.wait(10)
+            seen = span.attributes["url.full"]
+        finally:
+            release.set()
+            runner.join(10)
+        at.end_span(span)
+    assert seen.__class__ is str
+    assert "SECRET" not in seen
+    assert "pw@" not in seen
+
+
+def test_the_programs_secret_words_overrule_urls_redacted_here_too() -> None:
+    """With words of the program's own registered, a trusted URL from the function is
+    redacted by them, as a trusted URL given at start is."""
+    at.register_secret_words(["lazyrolloutcode"])
+    with capture_spans("per_prompt", provider="fast") as spans:
+        span = at.start_span(
+            "per_prompt",
+            "GET",
+            urls_redacted=True,
+            lazy_attributes=lambda: {"url.full": "http://h/?lazyrolloutcode=abc"},
+        )
+        at.end_span(span)
+    assert "abc" not in spans.by_name("GET")[0].attributes["url.full"]

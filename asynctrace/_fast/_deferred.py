@@ -150,7 +150,7 @@ def _wait(span: DeferredSpan) -> bool:
         if not _warned_slow:
             _warned_slow = True
             logger.warning(
-                "asynctrace: a lazy_attributes function has run for over %.0f s (span %r); "
+                "asynctrace: a lazy_attributes function has run for over %.1f s (span %r); "
                 "the span is read without what it adds (further cases are not logged)",
                 WAIT_S,
                 span._name,
@@ -173,9 +173,13 @@ def _merge(span: DeferredSpan, values: Mapping[str, Any]) -> None:
     new = {key: value for key, value in copied.items() if key not in own}
     lost = bad + len(stamps)
     limit = span._tracer._limits.max_attributes
-    if limit is None or len(own) + len(new) <= limit:
-        own.update(new)
-    elif new:
+    if not new:
+        pass
+    elif limit is None or len(own) + len(new) <= limit:
+        merged = {**new, **own.copy()}  # the function's keys oldest, here too: their
+        own.clear()  # order decides what a later set past the limit evicts
+        own.update(merged)
+    else:
         merged = {**new, **own.copy()}  # the function's keys oldest
         kept, left_out = keep_stamps(merged, limit)
         own.clear()
@@ -210,9 +214,8 @@ def settle_one(item: Any) -> None:
     cls = item.__class__
     if cls is DeferredSpan:
         if item._lazy is not None:
-            settle(item)
-            return
+            settle(item)  # (long URLs too, unless it could not wait for another thread)
     elif cls not in SPAN_TYPES:
         return
-    if SEEN.long and has_long_urls(item._attributes):
+    if SEEN.long and item._attributes is not None and has_long_urls(item._attributes):
         resolve_long_urls(item)

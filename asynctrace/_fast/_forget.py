@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from itertools import islice
 from typing import Any, Final
 
@@ -14,7 +15,9 @@ MAX_OPEN_SPANS: Final = 100_000
 """How many open spans a provider (or the SDK path's tracker) keeps, by default."""
 
 
-def forget_open_spans(opened: dict[int, Any], max_open: int) -> list[Any]:
+def forget_open_spans(
+    opened: dict[int, Any], max_open: int, mark: Callable[[Any], None] | None = None
+) -> list[Any]:
     """Take a tenth of *max_open* out of *opened* (open spans, oldest first): the spans.
 
     The oldest hundredth (at most 1,000) stays: a job's or a step's umbrella,
@@ -26,8 +29,12 @@ def forget_open_spans(opened: dict[int, Any], max_open: int) -> list[Any]:
     keep = min(1_000, max_open // 100)
     taken = []
     for span_id in list(islice(opened, keep, keep + max(1, max_open // 10))):
-        span = opened.pop(span_id, None)
-        if span is not None:
+        span = opened.get(span_id)
+        if span is None:
+            continue
+        if mark is not None:
+            mark(span)  # its claim token, before it leaves: an end() meanwhile uses one
+        if opened.pop(span_id, None) is span:
             taken.append(span)
     return taken
 

@@ -47,7 +47,7 @@ from ._evict import (
 # (imported under the names the hot functions read: set_attributes, good_keys, __exit__)
 from ._evict import evicted_early as _evicted_early
 from ._evict import kept_key as _kept_key
-from ._pending import LONG_URL, long_url
+from ._pending import LONG_URL, LongUrl, long_url
 from ._span_events import (
     STACKTRACE,
     SpanEvent,
@@ -102,7 +102,8 @@ def note_floats(values: Any, depth: int = 0) -> None:
             note_floats(value, depth + 1)
 
 
-_SIMPLE = frozenset({str, int, bool, type(None)})  # kept as given: immutable, nothing to note
+# kept as given: immutable, nothing to note (a LongUrl: the export thread's to redact)
+_SIMPLE = frozenset({str, int, bool, type(None), LongUrl})
 _DEPTH = 16  # containers deeper than this are kept as given (a list that holds itself, say)
 
 
@@ -187,7 +188,10 @@ def url_redacted(attributes: dict[str, Any], span: bool = False) -> dict[str, An
     """
     for key in _URL_KEYS.intersection(attributes):
         value = attributes[key]
-        if span and value.__class__ is str and len(value) > LONG_URL:
+        cls = value.__class__
+        if cls is LongUrl:
+            continue  # (a span's own, copied again past its limit) redacted on export
+        if span and cls is str and len(value) > LONG_URL:
             attributes[key] = long_url(key, value)
         else:
             attributes[key] = redact_url_value(key, value)
@@ -646,17 +650,13 @@ class FastSpan(SpanRecord):
         """
         if self._end is not None:
             return
-        claimed = self._tracer._provider._open.pop(self._span_id, None)
-        if claimed is not self and not self._claim_other(claimed):
+        opened = self._tracer._provider._open
+        if opened.get(self._span_id) is self:  # (not another trace's span of its id)
+            if opened.pop(self._span_id, None) is None and not self._reclaim():
+                return  # another thread's end() claimed it first (else: just forgotten)
+        elif not self._reclaim():
             return
         self.finish(end_time if end_time is not None else _time_ns())
-
-    def _claim_other(self, claimed: FastSpan | None) -> bool:
-        """The provider's open span under this span's id was not this one: put that one
-        back (a generator that repeats span ids across traces); claim from the token."""
-        if claimed is not None:
-            self._tracer._provider._open.setdefault(self._span_id, claimed)
-        return self._reclaim()
 
     def _reclaim(self) -> bool:
         """Claim a span its provider forgot (``list.pop``: atomic, so once); else ``False``."""

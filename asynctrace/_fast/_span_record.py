@@ -40,7 +40,9 @@ class SpanRecord(trace.Span):
     def attributes(self) -> Mapping[str, Any]:
         """The attributes as recorded, read-only, as the SDK's span gives them (unchecked:
         the exporters apply the limits); a long URL value redacted first."""
-        own = self._attributes
+        own: dict[str, Any] | None = self._attributes
+        if own is None:  # a managed_span() object not entered
+            return None  # type: ignore[return-value]
         if SEEN.long and has_long_urls(own):
             resolve_long_urls(self)
         return MappingProxyType(own)
