@@ -118,6 +118,12 @@ def _every_point(tmp_path: Path, mode: str) -> list[dict[str, Any]]:
     return results
 
 
+@pytest.mark.skipif(
+    sys.version_info >= (3, 12),
+    reason="a signal raised from a sys.settrace tracer on Python 3.12+ (PEP 669's line "
+    "events) finds the command's state as no untraced run leaves it: the points cannot be "
+    "checked there",
+)
 @pytest.mark.parametrize("mode", ["self", "thread"])
 def test_sigterm_anywhere_after_the_temporary_file_never_leaves_it(
     tmp_path: Path, mode: str
