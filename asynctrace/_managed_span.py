@@ -164,9 +164,11 @@ class ManagedSpan(FastSpan, SyncAndAsync[Span]):
             except Exception as err:  # the span still ends
                 report_internal_error(("exit", "FastSpan"), err)
         try:  # FastSpan.end: the claim inline, the hand-over shared
+            opened = self._tracer._provider._open
             if (
-                self._tracer._provider._open.pop(self._span_id, None) is not None
-                or self._reclaim()  # forgotten past the open-span bound: still exported
+                opened.pop(self._span_id, None) is not None or self._reclaim()
+                if opened.get(self._span_id) is self  # (not another trace's span of its id)
+                else self._reclaim()  # forgotten, or its id taken: claimed by its token
             ):
                 self.finish(_time_ns())
         except Exception as err:

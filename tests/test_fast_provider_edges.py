@@ -23,6 +23,7 @@ from opentelemetry.trace import (
     set_span_in_context,
 )
 
+import asynctrace
 from asynctrace import ConfigurationError, FastTracerProvider
 from asynctrace._fast import Sampling, SpanLimits
 from asynctrace.export._adapters import converter_for
@@ -669,3 +670,22 @@ def test_spans_ended_while_others_are_forgotten_are_all_exported() -> None:
         assert len(exporter.get_finished_spans()) == len(victims)
         provider.shutdown()
     assert lost == 0
+
+
+def test_a_managed_span_of_a_repeated_id_leaves_the_others_place() -> None:
+    """A ``managed_span`` started while an open span of another trace has its span id:
+    its exit leaves that span tracked, and both are exported."""
+    from asynctrace._state import GATE
+    from asynctrace.testing import capture_spans
+
+    traces = itertools.count(1)
+    with capture_spans("all", provider="fast") as captured:
+        provider = GATE.tracer._provider  # type: ignore[union-attr]
+        provider._bits = lambda count: next(traces) if count == 128 else 7  # every span id 7
+        first = asynctrace.start_span("rollout", "A")
+        with asynctrace.managed_span("rollout", "B"):
+            pass
+        assert provider._open.get(7) is first
+        first.end()
+        assert not first.is_recording()
+    assert sorted(span.name for span in captured.spans) == ["A", "B"]

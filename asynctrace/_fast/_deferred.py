@@ -33,7 +33,6 @@ from ._pending import SEEN, has_long_urls, resolve_long_urls
 from ._span import _COUNTS, SPAN_TYPES, FastSpan, _copy_attributes, good_keys
 
 __all__ = [
-    "SEEN",
     "DeferredSpan",
     "LazyAttributes",
     "report_failure",
@@ -173,18 +172,16 @@ def _merge(span: DeferredSpan, values: Mapping[str, Any]) -> None:
     new = {key: value for key, value in copied.items() if key not in own}
     lost = bad + len(stamps)
     limit = span._tracer._limits.max_attributes
-    if not new:
-        pass
-    elif limit is None or len(own) + len(new) <= limit:
-        merged = {**new, **own.copy()}  # the function's keys oldest, here too: their
-        own.clear()  # order decides what a later set past the limit evicts
-        own.update(merged)
-    else:
-        merged = {**new, **own.copy()}  # the function's keys oldest
-        kept, left_out = keep_stamps(merged, limit)
+    if new:
+        snapshot = own.copy()
+        merged = {key: value for key, value in snapshot.items() if key in STAMP_KEYS}
+        merged.update(new)  # the function's keys the oldest after the stamps: their order
+        merged.update(snapshot)  # decides what a later set past the limit evicts
+        if limit is not None and len(merged) > limit:
+            merged, left_out = keep_stamps(merged, limit)
+            lost += left_out
         own.clear()
-        own.update(kept)
-        lost += left_out
+        own.update(merged)
     if lost:
         with _COUNTS:
             span._dropped = getattr(span, "_dropped", 0) + lost
