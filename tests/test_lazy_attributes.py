@@ -270,9 +270,10 @@ def test_a_cancellation_raised_by_the_function_loses_no_span(chrome_and_memory: 
     assert written["B"]["server.port"] == 2
 
 
-def test_ctrl_c_in_the_function_where_a_hook_reads_leaves_it_to_the_export_thread() -> None:
+def test_ctrl_c_in_the_function_where_a_hook_reads_gives_it_back_for_the_next_reader() -> None:
     """Interrupted on the main thread, the function is given back: the span is still
-    exported with its attributes, computed on the next try."""
+    exported with its attributes, computed by the next reader (here the in-memory
+    exporter, as it converts)."""
     calls: list[str] = []
 
     def once_interrupted() -> Mapping[str, Any]:

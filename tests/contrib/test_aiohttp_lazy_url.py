@@ -53,6 +53,7 @@ def telemetry(tmp_path: Path) -> Iterator[Any]:
             "exporters": ["chrome", "memory"],
             "output_dir": str(tmp_path),
             "provider": "fast",
+            "schedule_delay_millis": 60_000,  # the export threads run on flush() only
         }
     )
     try:
