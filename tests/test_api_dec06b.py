@@ -191,8 +191,10 @@ def test_end_of_iteration_ends_the_span_normally(provider: str, kind: str) -> No
             assert asyncio.run(_drain(_Stream(2))) == [1, 2]
         else:
             assert asyncio.run(_drain(_ProfiledStream(2))) == [1, 2]
-    assert len(c.spans) == 3
-    for span in c.spans:
+    # (a loop stall span may join them on a loaded host: the loop preempted for long)
+    spans = [span for span in c.spans if span.name != "asynctrace.loop_stall"]
+    assert len(spans) == 3
+    for span in spans:
         assert span.status.status_code is StatusCode.UNSET
         assert not span.events
 
