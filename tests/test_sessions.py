@@ -837,6 +837,7 @@ print("stuck" if worker.is_alive() else "done", flush=True)
 if worker.is_alive():
     os._exit(1)  # exit handlers would wait for the lock the worker holds
 else:
+    gc.collect()  # a Sample the worker's last collection left (one freed on another thread)
     telemetry.shutdown()
     records = [json.loads(line) for line in open(telemetry.sessions.path)]
     print(json.dumps([len(records), sorted({(r["status"], r["reason"]) for r in records})]))
