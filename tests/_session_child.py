@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import faulthandler
+import signal
 import sys
 import time
 
@@ -31,6 +32,16 @@ async def work() -> None:
 
 def main() -> None:
     mode, output_dir, spans = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+    if mode == "sigterm":
+        # A child inherits the spawning thread's signal mask (and an ignored SIGTERM): a
+        # test runner's worker that had SIGTERM blocked would make this child deaf to it.
+        # Said on stderr (shown if the test fails), then put as a fresh process has it.
+        blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        if signal.SIGTERM in blocked:
+            print("SIGTERM was blocked when this child started", file=sys.stderr, flush=True)
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
+            print("SIGTERM was ignored when this child started", file=sys.stderr, flush=True)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
     telemetry = asynctrace.configure(
         {
             "enabled": spans,
