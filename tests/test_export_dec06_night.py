@@ -7,7 +7,6 @@ import logging
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import textwrap
 import threading
@@ -17,6 +16,7 @@ from typing import Any
 
 import _forks
 import pytest
+from _child_script import run_script
 from _otlp_receiver import OtlpReceiver
 from opentelemetry import trace
 from opentelemetry.sdk.trace import SpanProcessor
@@ -207,8 +207,7 @@ def test_urllib3_does_not_log_a_query_token_of_the_endpoint(
 HANG_S = 30  # the child prints its stacks and exits with 1 after this long
 
 _USER_PROCESSOR = """
-import faulthandler, inspect, signal, sys
-faulthandler.dump_traceback_later({hang}, exit=True)
+import inspect, signal, sys
 import asynctrace
 from opentelemetry import trace
 from opentelemetry.sdk.trace import SpanProcessor
@@ -231,16 +230,7 @@ trace.get_tracer_provider().add_span_processor(Quick())
 def _run_child(out: Path, body: str) -> list[str]:
     """*body* after an SDK provider with a user's processor is set up, in a child that
     dumps its stacks and exits after ``HANG_S``: a hang fails the test, never the suite."""
-    script = _USER_PROCESSOR.format(hang=HANG_S, out=str(out)) + textwrap.dedent(body)
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=HANG_S + 30,
-        check=False,
-    )
-    assert result.returncode == 0, f"the child hung or failed:\n{result.stderr[-4000:]}"
-    return result.stdout.split()
+    return run_script(_USER_PROCESSOR.format(out=str(out)) + textwrap.dedent(body), HANG_S)
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="needs SIGUSR1 (POSIX)")

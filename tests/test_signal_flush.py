@@ -19,14 +19,13 @@ from __future__ import annotations
 import gc
 import os
 import signal
-import subprocess
-import sys
 import textwrap
 import tracemalloc
 import warnings
 from pathlib import Path
 
 import pytest
+from _child_script import run_script
 from _forks import exit_code
 
 from asynctrace.export import _queue, _queue_worker
@@ -41,16 +40,7 @@ HANG_S = 20  # the child prints its stacks and exits with 1 after this long
 
 def _run(body: str) -> list[str]:
     """Run *body* in a child that dumps its stacks and exits after ``HANG_S``."""
-    prologue = f"import faulthandler\nfaulthandler.dump_traceback_later({HANG_S}, exit=True)\n"
-    result = subprocess.run(
-        [sys.executable, "-c", prologue + textwrap.dedent(body)],
-        capture_output=True,
-        text=True,
-        timeout=HANG_S + 30,
-        check=False,
-    )
-    assert result.returncode == 0, f"the child hung or failed:\n{result.stderr[-4000:]}"
-    return result.stdout.split()
+    return run_script(textwrap.dedent(body), HANG_S)
 
 
 @needs_setitimer

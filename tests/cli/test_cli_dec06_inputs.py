@@ -4,6 +4,7 @@ away, stdout closed, SIGTERM while an output is written."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -13,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -297,6 +298,23 @@ def test_stdout_closed_is_named(argv: list[str]) -> None:
 # -- SIGTERM while an output is written ------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _convert_child(source: Path, output: Path) -> Iterator[subprocess.Popen[str]]:
+    """``convert SOURCE -o OUTPUT`` in a child process, killed if still running after."""
+    child = subprocess.Popen(
+        [*COMMAND, "convert", str(source), "-o", str(output), "--no-progress"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield child
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
 def test_sigterm_while_convert_writes_removes_the_temporary_file(tmp_path: Path) -> None:
     """``timeout`` or a scheduler ending ``convert``: its temporary output is removed, and
     the status is 143. The input is a FIFO nobody writes, so the command is surely in
@@ -307,23 +325,13 @@ def test_sigterm_while_convert_writes_removes_the_temporary_file(tmp_path: Path)
     os.mkfifo(fifo)
     out = tmp_path / "out"
     out.mkdir()
-    child = subprocess.Popen(
-        [*COMMAND, "convert", str(fifo), "-o", str(out / "trace.json"), "--no-progress"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    with _convert_child(fifo, out / "trace.json") as child:
         deadline = time.monotonic() + 60
         while not list(out.iterdir()) and time.monotonic() < deadline:
             time.sleep(0.01)
         assert [p.name.endswith(".tmp") for p in out.iterdir()] == [True]
         child.send_signal(signal.SIGTERM)
         _, err = child.communicate(timeout=60)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
     assert child.returncode == 143
     assert "terminated (SIGTERM); the partial output was removed" in one_line(err)
     assert list(out.iterdir()) == []
@@ -429,21 +437,10 @@ def test_sigterm_while_writing_a_fifo_says_the_output_was_cut_short(tmp_path: Pa
     trace.write_text("".join(json.dumps(_event(i)) + "\n" for i in range(5000)))
     fifo = tmp_path / "out.fifo"
     os.mkfifo(fifo)
-    child = subprocess.Popen(
-        [*COMMAND, "convert", str(trace), "-o", str(fifo), "--no-progress"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        with open(fifo, "rb") as reader:  # opened once the command opens it to write
-            assert reader.read(1) == b"{"  # written: the output is open, and stays full
-            child.send_signal(signal.SIGTERM)
-            _, err = child.communicate(timeout=60)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+    with _convert_child(trace, fifo) as child, open(fifo, "rb") as reader:
+        assert reader.read(1) == b"{"  # opened to write, then written: the output is open
+        child.send_signal(signal.SIGTERM)
+        _, err = child.communicate(timeout=60)
     assert child.returncode == 143
     line = one_line(err)
     assert "terminated (SIGTERM); the output was cut short" in line
