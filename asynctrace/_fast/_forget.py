@@ -28,7 +28,9 @@ def forget_open_spans(
     """
     keep = min(1_000, max_open // 100)
     taken = []
-    for span_id in list(islice(opened, keep, keep + max(1, max_open // 10))):
+    # From a copy (one C call): walking the dict itself, a collection run by an
+    # allocation may let another thread end a span, and the walk would raise.
+    for span_id in list(islice(opened.copy(), keep, keep + max(1, max_open // 10))):
         span = opened.get(span_id)
         if span is None:
             continue
