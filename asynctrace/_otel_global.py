@@ -36,6 +36,7 @@ from opentelemetry.util.types import Attributes
 
 from ._cm import otel_contextmanager
 from ._forksafe import reinit_at_fork
+from ._redacting_tracer import redacting_tracer
 
 try:  # the guard of set_tracer_provider (private: another release may lack it)
     from opentelemetry.util._once import Once
@@ -134,6 +135,8 @@ class _SwitchingTracer(trace.Tracer):
                     tracer = target.get_tracer(name, version, schema_url)
                 else:
                     tracer = target.get_tracer(name, version, schema_url, attributes)
+                # An SDK provider's spans redact URLs and exceptions as the fast one's do.
+                tracer = redacting_tracer(tracer)
             self._tracer = (generation, tracer)
         return tracer
 

@@ -14,7 +14,24 @@ from ._span_errors import redacted_block
 from ._span_redacting import redacting
 from ._url_attributes import URL_ATTRIBUTES, redact_url_attributes
 
-__all__ = ["RedactingTracer", "redacted_links"]
+__all__ = ["RedactingTracer", "redacted_links", "redacting_tracer"]
+
+
+def redacting_tracer(tracer: trace.Tracer) -> trace.Tracer:
+    """*tracer* as a :class:`RedactingTracer` if it is the OpenTelemetry SDK's; else itself.
+
+    The SDK's spans record what they are given; this tracer's spans redact their
+    URL attributes and exceptions as the fast provider's do. A tracer of any other
+    provider (asynctrace's fast one, which redacts by itself, a no-op one, a
+    user's own) is left as it is.
+
+    Example:
+        >>> redacting_tracer(trace.NoOpTracer()).__class__.__name__
+        'NoOpTracer'
+    """
+    if tracer.__class__.__module__.startswith("opentelemetry.sdk"):
+        return RedactingTracer(tracer)
+    return tracer
 
 
 class RedactingTracer(trace.Tracer):

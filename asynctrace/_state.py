@@ -18,7 +18,7 @@ from ._config_checks import check_bool
 from ._config_fields import span_group_tokens
 from ._errors import ConfigurationError
 from ._fast._provider import FastTracer
-from ._redacting_tracer import RedactingTracer
+from ._redacting_tracer import redacting_tracer
 from ._scopes import SCOPES
 from ._span_errors import redacted_block
 
@@ -324,10 +324,9 @@ def _hand(tracer: trace.Tracer | None) -> tuple[trace.Tracer | None, bool]:
     handed: tuple[trace.Tracer | None, trace.Tracer | None, bool]
     if tracer is None or isinstance(tracer, FastTracer):
         handed = (tracer, tracer, tracer is not None)
-    elif tracer.__class__.__module__.startswith("opentelemetry.sdk"):  # the SDK provider's
-        handed = (tracer, RedactingTracer(tracer), True)
-    else:  # another provider's tracer: handed as it is
-        handed = (tracer, tracer, False)
+    else:  # the SDK provider's is wrapped; another provider's tracer is handed as it is
+        wrapped = redacting_tracer(tracer)
+        handed = (tracer, wrapped, wrapped is not tracer)
     _handed = handed
     return handed[1], handed[2]
 
