@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import SpanContext
 
 import asynctrace
 from asynctrace import FastTracerProvider, Telemetry
@@ -396,6 +397,19 @@ async def _url_stretches(telemetry: Telemetry, runs: int) -> dict[str, float]:
             _timed_ms(span.set_attributes, {"url.query": BIG_URL.partition("?")[2]})
         )
         span.end()
+        span = tracer.start_span(f"url-event-{run}")
+        telemetry.flush()
+        given = {"url.full": BIG_URL}
+        samples["add_event(attributes={url.full: 1 MB})"].append(
+            _timed_ms(span.add_event, "sent", given)
+        )
+        samples["add_link(attributes={url.full: 1 MB})"].append(
+            _timed_ms(span.add_link, SpanContext(1, 2, False), given)
+        )
+        samples["record_exception(attributes={url.full: 1 MB})"].append(
+            _timed_ms(span.record_exception, ValueError("refused"), given)
+        )
+        span.end()
         telemetry.flush()
         start = time.perf_counter()
         with asynctrace.managed_span(
@@ -433,10 +447,21 @@ def test_a_megabyte_url_is_redacted_off_the_event_loop(
         assert attrs["url.query"] == redact_url_value("url.query", query)[:LENGTH]
         managed = _attributes(spans[f"url-managed-{run}"])
         assert managed["url.full"] == redact_url_value("url.full", BIG_URL)[:LENGTH]
+        with_events = spans[f"url-event-{run}"]
+        (link,) = with_events.links
+        sent, raised = with_events.events
+        for where in (sent.attributes, raised.attributes, link.attributes):
+            assert where is not None
+            assert where["url.full"] == redact_url_value("url.full", BIG_URL)[:LENGTH]
     assert "hunter2" not in repr(spans)
     args = _chrome_args(telemetry)
     assert args["url-set-0"]["url.full"] == redact_url_value("url.full", BIG_URL)[:LENGTH]
     assert "hunter2" not in repr(args)
+    assert telemetry.trace_file is not None
+    written = Path(telemetry.trace_file).read_text()
+    assert written.count(redact_url_value("url.full", BIG_URL)[:LENGTH]) >= 2 * runs  # events
+    for never in ("hunter2", "SECRET", "redaction pending"):
+        assert never not in written
     if provider == "fast":
         slow = {name: round(ms, 3) for name, ms in figures.items() if ms >= BUDGET_MS}
         assert not slow, f"calls that held the event loop for {BUDGET_MS} ms or more: {slow}"

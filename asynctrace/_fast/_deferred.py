@@ -29,7 +29,7 @@ from typing import Any
 from .._forksafe import reinit_at_fork
 from .._secret_words import _EXTRA_WORDS
 from ._evict import STAMP_KEYS, keep_stamps
-from ._pending import SEEN, has_long_urls, resolve_long_urls
+from ._pending import SEEN, resolve_long_urls
 from ._span import _COUNTS, SPAN_TYPES, FastSpan, _copy_attributes, good_keys
 
 __all__ = [
@@ -214,5 +214,5 @@ def settle_one(item: Any) -> None:
             settle(item)  # (long URLs too, unless it could not wait for another thread)
     elif cls not in SPAN_TYPES:
         return
-    if SEEN.long and item._attributes is not None and has_long_urls(item._attributes):
+    if SEEN.long:
         resolve_long_urls(item)

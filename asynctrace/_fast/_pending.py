@@ -6,8 +6,8 @@ function (:mod:`._deferred`), and a URL attribute value too long to redact
 where it is set. Redacting a URL attribute runs the text rules over it: a
 megabyte of query pairs takes a third of a second, which no event loop can
 pay. A ``str`` value longer than :data:`LONG_URL` characters set on a span
-(at start, by ``set_attribute`` or ``set_attributes``) is kept as a
-:class:`LongUrl` holding it, redacted by :func:`resolve_long_urls` on an
+(at start, by ``set_attribute`` or ``set_attributes``, on an event or a
+link) is kept as a :class:`LongUrl` holding it, redacted by :func:`resolve_long_urls` on an
 export thread. A ``LongUrl`` an exporter somehow met unresolved is written
 as its placeholder text, never as what it holds.
 """
@@ -76,12 +76,22 @@ def has_long_urls(attributes: dict[str, Any]) -> bool:
 
 
 def resolve_long_urls(span: Any) -> None:
-    """Redact every :class:`LongUrl` value of *span*'s attributes in place.
+    """Redact every :class:`LongUrl` value of *span*'s attributes, and of its events' and
+    links', in place.
 
     No lock: two threads may both redact a value (the same result); a reader
-    of the dict meanwhile sees each value either way, never the raw text.
+    of a dict meanwhile sees each value either way, never the raw text.
     """
-    redact_long_values(span._attributes)
+    own = span._attributes
+    if own is not None and has_long_urls(own):
+        redact_long_values(own)
+    for event in tuple(span._events or ()):  # (a live span's list may grow meanwhile)
+        if has_long_urls(event.attributes):
+            redact_long_values(event.attributes)
+    for link in tuple(getattr(span, "_links", None) or ()):
+        attributes = link.attributes
+        if attributes.__class__ is dict and has_long_urls(attributes):
+            redact_long_values(attributes)
 
 
 def redact_long_values(attributes: dict[str, Any]) -> dict[str, Any]:

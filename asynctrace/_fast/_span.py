@@ -156,8 +156,10 @@ def _copy_attributes(
 ) -> dict[str, Any]:
     """A private copy (see :func:`private_value`): later changes by the caller do not show.
 
-    *span*: the copy is a span's own attributes, whose long URL values are left
-    to the export thread (:func:`url_redacted`), not an event's or a link's.
+    *span*: the copy is kept on a fast span (its own attributes, an event's or a
+    link's), whose long URL values are left to the export thread
+    (:func:`url_redacted`); else (a copy made on an export thread) they are
+    redacted at once.
     Without *urls*, URL attributes are kept as given (a caller that redacted them).
     """
     if not attributes:
@@ -181,10 +183,11 @@ def url_redacted(attributes: dict[str, Any], span: bool = False) -> dict[str, An
     The keys are :data:`~asynctrace._url_attributes.URL_ATTRIBUTES` and the
     rule :func:`~asynctrace._url_attributes.redact_url_value` (any type of
     value): what every span asynctrace hands out records of a URL, on either
-    provider, however the attribute is set. With *span* (a fast span's own
-    attributes), a text longer than :data:`~._pending.LONG_URL` characters is
-    left to the export thread (:class:`~._pending.LongUrl`): redacting it here
-    could hold the event loop for milliseconds.
+    provider, however the attribute is set. With *span* (attributes kept on a
+    fast span: its own, an event's or a link's), a text longer than
+    :data:`~._pending.LONG_URL` characters is left to the export thread
+    (:class:`~._pending.LongUrl`): redacting it here could hold the event loop
+    for milliseconds.
     """
     for key in _URL_KEYS.intersection(attributes):
         value = attributes[key]
@@ -517,7 +520,9 @@ class FastSpan(SpanRecord):
             return
         self._add(
             SpanEvent(
-                name, _copy_attributes(attributes), _time_ns() if timestamp is None else timestamp
+                name,
+                _copy_attributes(attributes, True),
+                _time_ns() if timestamp is None else timestamp,
             )
         )
 
@@ -560,7 +565,7 @@ class FastSpan(SpanRecord):
             if not limit:
                 return
             del links[0]
-        links.append(Link(context, _copy_attributes(attributes)))
+        links.append(Link(context, _copy_attributes(attributes, True)))
         if limit is not None and len(links) > limit:  # another thread added meanwhile
             evicted = trim(links, limit)
             with _COUNTS:
@@ -624,7 +629,7 @@ class FastSpan(SpanRecord):
         attrs = exception_attributes(exception, "", escaped, secrets)  # "": filled in
         captured = None  # (and redacted) on the export thread
         if attributes:
-            attrs.update(_copy_attributes(attributes))
+            attrs.update(_copy_attributes(attributes, True))
         if not attributes or STACKTRACE not in attributes:  # else the caller's own stands
             captured = capture_stack(exception)
         self._add(

@@ -59,12 +59,16 @@ class SpanRecord(trace.Span):
 
     @property
     def events(self) -> Sequence[SpanEvent]:
-        """The recorded events, oldest first."""
+        """The recorded events, oldest first (a long URL value redacted first)."""
+        if SEEN.long:
+            resolve_long_urls(self)
         return tuple(self._events or ())
 
     @property
     def links(self) -> Sequence[Link]:
-        """The links, oldest first."""
+        """The links, oldest first (a long URL value redacted first)."""
+        if SEEN.long:
+            resolve_long_urls(self)
         return tuple(getattr(self, "_links", None) or ())
 
     @property

@@ -66,24 +66,52 @@ def bounded(
 ) -> BoundedAttributes:
     """``BoundedAttributes`` of a snapshot of *attributes*; values it cannot clean are dropped.
 
-    The SDK's cleaning raises for the whole mapping if one value's ``str()``
-    raises: such a value is then left out alone, and counted in ``dropped``.
+    What the SDK keeps (the newest *maxlen* values it can clean), with the same
+    ``dropped`` count; but past *maxlen* only the newest are handed to it: handed
+    the whole mapping, it logs a warning for every key it evicts (10,000
+    attributes on an event: 9,872 lines on the export thread). The SDK's
+    cleaning raises for the whole mapping if one value's ``str()`` raises: such
+    a value is then left out alone, and counted in ``dropped``.
     """
     snapshot = dict(attributes)  # one C call: atomic against a writer on another thread
+    over = len(snapshot) - maxlen if maxlen is not None and maxlen > 0 else 0
+    if over > 0:
+        newest = dict(list(snapshot.items())[over:])
+        try:
+            cleaned = BoundedAttributes(maxlen, newest, True, length)
+        except Exception:
+            pass
+        else:
+            if len(cleaned) == maxlen:  # all of them clean: what the SDK keeps
+                cleaned.dropped += over
+                return cleaned
+        return _one_by_one(maxlen, snapshot, length)
     try:
         return BoundedAttributes(maxlen, snapshot, True, length)
     except Exception:
-        pass
-    kept: dict[str, Any] = {}
+        return _one_by_one(maxlen, snapshot, length)
+
+
+def _one_by_one(
+    maxlen: int | None, snapshot: dict[str, Any], length: int | None
+) -> BoundedAttributes:
+    """:func:`bounded`, value by value from the newest (rare: some value cannot be cleaned,
+    or one among the newest is dropped, so an older one takes its place)."""
+    kept: list[tuple[str, Any]] = []
     lost = 0
-    for key, value in snapshot.items():
+    for key, value in reversed(snapshot.items()):
+        if maxlen is not None and len(kept) >= maxlen:
+            lost += 1
+            continue
         try:
-            BoundedAttributes(None, {key: value}, True, length)
+            alone = BoundedAttributes(None, {key: value}, True, length)
         except Exception:
+            alone = None
+        if alone is None or not len(alone):
             lost += 1
         else:
-            kept[key] = value
-    cleaned = BoundedAttributes(maxlen, kept, True, length)
+            kept.append((key, value))
+    cleaned = BoundedAttributes(maxlen, dict(reversed(kept)), True, length)
     cleaned.dropped += lost
     return cleaned
 

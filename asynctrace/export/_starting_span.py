@@ -18,7 +18,7 @@ from .._exception_text import redact_exception_text, secrets_of
 from .._fast import SpanLimits
 from .._fast._span import good_keys
 from .._fast._span_events import exception_attributes
-from ._convert import uncut_stamps
+from ._convert import bounded, uncut_stamps
 
 __all__ = ["StartingSpan"]
 
@@ -86,8 +86,8 @@ class StartingSpan(trace.Span, ReadableSpan):
         """Add an event (the oldest is dropped past ``max_events``)."""
         if self._recording:
             limits = self._limits
-            cleaned = BoundedAttributes(
-                limits.max_event_attributes, attributes, True, limits.max_event_attribute_length
+            cleaned = bounded(
+                limits.max_event_attributes, attributes or {}, limits.max_event_attribute_length
             )
             when = time.time_ns() if timestamp is None else timestamp
             self._events.append(Event(name, cleaned, when))  # type: ignore[attr-defined]
@@ -99,8 +99,8 @@ class StartingSpan(trace.Span, ReadableSpan):
             if not context.is_valid and not attributes and not context.trace_state:
                 return
             limits = self._limits
-            cleaned = BoundedAttributes(
-                limits.max_link_attributes, attributes, True, limits.max_event_attribute_length
+            cleaned = bounded(
+                limits.max_link_attributes, attributes or {}, limits.max_event_attribute_length
             )
             self._links.append(Link(context, cleaned))  # type: ignore[attr-defined]
 
