@@ -86,7 +86,10 @@ class RedactingTracer(trace.Tracer):
 
 
 def redacted_links(links: Sequence[Link] | None) -> Sequence[Link] | None:
-    """*links* with their URL attributes redacted (a new list if any changed)."""
+    """*links* with their URL attributes redacted (a new list if any changed; an iterator
+    of links, which one pass would use up, is made a list first)."""
+    if links is not None and not isinstance(links, (list, tuple)):
+        links = list(links)
     if not links:
         return links
     out: list[Link] | None = None

@@ -29,7 +29,7 @@ from ._span_errors import STACKTRACE as _STACKTRACE  # (under the names record_e
 from ._span_errors import stack_text as _stack_text
 from ._url_attributes import URL_ATTRIBUTES, redact_url_attributes, redact_url_value
 
-__all__ = ["redacting"]
+__all__ = ["redact_started", "redacting"]
 
 # An SDK span class -> the subclass of it :func:`redacting` gives its spans; any
 # other class (and each such subclass) -> itself. One entry per class seen.
@@ -63,6 +63,25 @@ def redacting(span: trace.Span) -> trace.Span:
             _REDACTING[cls] = cls
             report_internal_error(("redacting", cls.__name__), err)
     return span
+
+
+def redact_started(span: trace.Span) -> None:
+    """Make an SDK *span* that has just started redact as asynctrace's own do, whatever
+    tracer started it: :func:`redacting`, and the URL attributes it started with
+    redacted in place (for a span processor's ``on_start``: the processors after it
+    set their attributes through the redacting class). Never raises.
+
+    Example:
+        >>> redact_started(trace.INVALID_SPAN)
+    """
+    try:
+        redacting(span)
+        own = getattr(getattr(span, "_attributes", None), "_dict", None)
+        if own and not URL_ATTRIBUTES.isdisjoint(own):
+            for key in URL_ATTRIBUTES.intersection(own):
+                own[key] = redact_url_value(key, own[key])
+    except Exception as err:
+        report_internal_error(("redact_started", type(span).__name__), err)
 
 
 def _redacting_class(cls: type) -> type:

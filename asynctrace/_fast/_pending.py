@@ -85,7 +85,8 @@ def resolve_long_urls(span: Any) -> None:
     own = span._attributes
     if own is not None and has_long_urls(own):
         redact_long_values(own)
-    for event in tuple(span._events or ()):  # (a live span's list may grow meanwhile)
+    # (a live span's list may grow meanwhile; a managed span not entered has none yet)
+    for event in tuple(getattr(span, "_events", None) or ()):
         if has_long_urls(event.attributes):
             redact_long_values(event.attributes)
     for link in tuple(getattr(span, "_links", None) or ()):

@@ -62,7 +62,7 @@ class SpanRecord(trace.Span):
         """The recorded events, oldest first (a long URL value redacted first)."""
         if SEEN.long:
             resolve_long_urls(self)
-        return tuple(self._events or ())
+        return tuple(getattr(self, "_events", None) or ())  # (none before a managed span's entry)
 
     @property
     def links(self) -> Sequence[Link]:

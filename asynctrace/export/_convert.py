@@ -44,6 +44,8 @@ from .._span_errors import STACKTRACE as _STACKTRACE
 
 __all__ = ["Converter", "bounded", "finish_event", "uncut_stamps"]
 
+_STR_KEYS = frozenset({str})
+
 _UNSET = Status(StatusCode.UNSET)
 
 
@@ -75,7 +77,9 @@ def bounded(
     """
     snapshot = dict(attributes)  # one C call: atomic against a writer on another thread
     over = len(snapshot) - maxlen if maxlen is not None and maxlen > 0 else 0
-    if over > 0:
+    # A key that is not a str may become one the mapping holds already (1 and "1"): only
+    # the SDK's own pass over all of them then tells what it keeps.
+    if over > 0 and _STR_KEYS.issuperset(map(type, snapshot)):
         newest = dict(list(snapshot.items())[over:])
         try:
             cleaned = BoundedAttributes(maxlen, newest, True, length)

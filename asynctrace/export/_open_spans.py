@@ -13,6 +13,7 @@ from .._fast._forget import MAX_OPEN_SPANS, forget_open_spans, warn_forgotten
 from .._forksafe import call_in_child
 from .._sdk_stamps import stamp_started
 from .._semconv import TRUNCATED
+from .._span_redacting import redact_started
 
 __all__ = ["OpenSpanTracker"]
 
@@ -67,6 +68,8 @@ class OpenSpanTracker(SpanProcessor):
                 if scope is None or scope.name != self._scope:
                     return
             stamp_started(span)  # the scope stamps, on spans started straight from a tracer
+            if self._scope is None:  # asynctrace's own provider: every tracer's spans redact
+                redact_started(span)
             opened = self._open
             opened[span.context.span_id] = span
             if len(opened) > self._max_open:

@@ -18,6 +18,7 @@ from .._exception_text import redact_exception_text, secrets_of
 from .._fast import SpanLimits
 from .._fast._span import good_keys
 from .._fast._span_events import exception_attributes
+from .._url_attributes import URL_ATTRIBUTES, redact_url_attributes, redact_url_value
 from ._convert import bounded, uncut_stamps
 
 __all__ = ["StartingSpan"]
@@ -67,14 +68,17 @@ class StartingSpan(trace.Span, ReadableSpan):
         return self._context  # type: ignore[return-value]
 
     def set_attribute(self, key: str, value: types.AttributeValue) -> None:
-        """Set one attribute (checked and limited as the SDK does)."""
+        """Set one attribute (checked and limited as the SDK does; a URL one redacted)."""
         if self._recording:
+            if isinstance(key, str) and key in URL_ATTRIBUTES:
+                value = redact_url_value(key, value)
             self._attributes[key] = value  # type: ignore[index]
 
     def set_attributes(self, attributes: Mapping[str, types.AttributeValue]) -> None:
         """Set several attributes; keys taken as the SDK takes a mapping's (see ``good_keys``)."""
         if self._recording:
             kept, bad = good_keys(attributes)
+            kept = redact_url_attributes(kept)
             for key, value in kept.items():
                 self._attributes[key] = value  # type: ignore[index]
             if bad:
@@ -87,7 +91,9 @@ class StartingSpan(trace.Span, ReadableSpan):
         if self._recording:
             limits = self._limits
             cleaned = bounded(
-                limits.max_event_attributes, attributes or {}, limits.max_event_attribute_length
+                limits.max_event_attributes,
+                redact_url_attributes(attributes or {}),
+                limits.max_event_attribute_length,
             )
             when = time.time_ns() if timestamp is None else timestamp
             self._events.append(Event(name, cleaned, when))  # type: ignore[attr-defined]
@@ -100,7 +106,9 @@ class StartingSpan(trace.Span, ReadableSpan):
                 return
             limits = self._limits
             cleaned = bounded(
-                limits.max_link_attributes, attributes or {}, limits.max_event_attribute_length
+                limits.max_link_attributes,
+                redact_url_attributes(attributes or {}),
+                limits.max_event_attribute_length,
             )
             self._links.append(Link(context, cleaned))  # type: ignore[attr-defined]
 
