@@ -50,7 +50,7 @@ from ._scopes import (
     iteration_scope,
     per_prompt_scope,
 )
-from ._secret_words import register_secret_words
+from ._secret_words import register_secret_words, secret_words
 from ._session_config import SessionTracerConfig
 from ._session_counters import increment_counter
 from ._session_decorators import session_context, trace_session
@@ -143,6 +143,7 @@ __all__ = [
     "remote_trace_context",
     "remove_step_goodput",
     "resolve_span_groups",
+    "secret_words",
     "session_context",
     "session_scope",
     "set_efficiency_bucket",

@@ -16,6 +16,7 @@ import logging
 from typing import Any
 
 from ._capture_backend import Backend
+from ._redact import redact_text
 
 __all__ = ["clock_alignment", "finish_capture"]
 
@@ -108,6 +109,20 @@ def _overflowed(backend: Backend, events: object, metadata: object) -> bool:
     return not started or count >= backend.settings.entries
 
 
+def _redact_names(events: list[Any]) -> None:
+    """Redact the thread and task names of a capture's metadata events in place.
+
+    viztracer names a track per thread and per asyncio task, torch per thread:
+    ``create_task(..., name=f"GET {url}")`` names a URL, token and all, which
+    asynctrace's trace files never hold raw (``_chrome_metadata.owner_name``).
+    """
+    for event in events:
+        if isinstance(event, dict) and event.get("ph") == "M":
+            args = event.get("args")
+            if isinstance(args, dict) and isinstance(args.get("name"), str):
+                args["name"] = redact_text(args["name"])
+
+
 def finish_capture(backend: Backend, about: dict[str, Any]) -> bool:
     """Save *backend*'s capture, then write its clock alignment into it (a daemon thread);
     ``False`` if it could not be saved.
@@ -127,6 +142,8 @@ def finish_capture(backend: Backend, about: dict[str, Any]) -> bool:
         document = _decode(raw.read_bytes())
         if isinstance(document, list):
             document = {"traceEvents": document}
+        if isinstance(document.get("traceEvents"), list):
+            _redact_names(document["traceEvents"])
         stale: frozenset[int] = getattr(backend, "stale", frozenset())
         if stale and isinstance(document.get("traceEvents"), list):
             document["traceEvents"] = _without_stale_threads(document["traceEvents"], stale)

@@ -22,7 +22,13 @@ from urllib.parse import unquote_plus
 from ._errors import ConfigurationError
 from ._forksafe import reinit_at_fork
 
-__all__ = ["MAX_SECRET_WORDS", "REDACTED", "SECRET_WORDS", "register_secret_words"]
+__all__ = [
+    "MAX_SECRET_WORDS",
+    "REDACTED",
+    "SECRET_WORDS",
+    "register_secret_words",
+    "secret_words",
+]
 
 REDACTED: Final = "REDACTED"
 # The same words as the HTTP integrations' default secret query keys: every name
@@ -96,7 +102,7 @@ def register_secret_words(words: Iterable[str]) -> None:
         >>> redact_text("GET http://h/x?rolloutcode=abc&n=1")
         'GET http://h/x?rolloutcode=REDACTED&n=1'
     """
-    global _SECRET_NAME
+    global _SECRET_NAME, _REGISTERED
     checked = _checked_words(words)
     with _WORDS_LOCK:
         # A word holding one already matched anywhere (``mytoken``) adds nothing.
@@ -120,6 +126,7 @@ def register_secret_words(words: Iterable[str]) -> None:
                 f"make {total}: none of them was added"
             )
         _EXTRA_WORDS.update(added)
+        _REGISTERED = frozenset(_EXTRA_WORDS)
         name, key, flag = _word_patterns(_EXTRA_WORDS)
         _PATTERNS[name] = (key, flag)  # before _SECRET_NAME: a reader finds them
         _SECRET_NAME = name
@@ -131,6 +138,23 @@ MAX_SECRET_WORDS: Final = 64
 _MIN_WORD = 3  # shorter words count in free text only where nothing alphanumeric is glued
 # to them: "sk" would make every "task=", "risk=" and "desk=" secret-like.
 _EXTRA_WORDS: set[str] = set()
+_REGISTERED: frozenset[str] = frozenset()  # _EXTRA_WORDS as secret_words() gives it
+
+
+def secret_words() -> frozenset[str]:
+    """The words :func:`register_secret_words` has added in this process (lower case).
+
+    The same object until a registration adds a word: a cache of text found
+    to hold nothing secret can tell, by identity, that it must be forgotten.
+
+    Example:
+        >>> before = secret_words()
+        >>> secret_words() is before
+        True
+    """
+    return _REGISTERED
+
+
 _WORDS_LOCK = threading.Lock()  # one registration at a time
 reinit_at_fork(_WORDS_LOCK)  # held by another thread at fork(): new in the child
 # The patterns of each set of words registered so far, by its name pattern (the

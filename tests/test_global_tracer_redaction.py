@@ -12,8 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from tests._child_script import run_script
+from _child_script import run_script
 
 SECRETS = ("hunter2", "tok123")
 

@@ -32,6 +32,7 @@ EXPECTED = {
     "is_credential_header",
     "is_credential_key",
     "register_secret_words",
+    "secret_words",
     "atrace_session_phase",
     "current_session_id",
     "current_task_id",

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from asynctrace import redact_text
+
 from ._common import CliError, dumps
 from ._events import event_ok
 from ._inputs import find_files
@@ -364,7 +366,8 @@ def capture_lines(
         track = tids.get(tid)
         if track is None:
             track = tids[tid] = next_tid()
-            name = capture.names.get(tid, f"tid {tid}")
+            # (a capture written before its names were redacted: redacted here)
+            name = redact_text(str(capture.names.get(tid, f"tid {tid}")))
             yield dumps(
                 {
                     "ph": "M",

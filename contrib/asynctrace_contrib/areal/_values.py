@@ -51,6 +51,16 @@ _MAX_KEYS_CACHED: Final = 4096
 _credential_keys: dict[str, bool] = {}  # key -> asynctrace.is_credential_key(key), bounded
 _plain_texts: set[str] = set()  # short strings found to hold nothing to redact, bounded
 _MAX_PLAIN_LEN: Final = 256
+_plain_words: list[frozenset[str]] = [asynctrace.secret_words()]  # what _plain_texts knew
+
+
+def _forget_plain_texts() -> None:
+    """Forget the strings found plain once the program has registered secret words since:
+    ``rolloutcode=abc`` was plain before ``register_secret_words(["rolloutcode"])``."""
+    words = asynctrace.secret_words()
+    if words is not _plain_words[0]:
+        _plain_texts.clear()
+        _plain_words[0] = words
 
 
 def _is_credential(key: str) -> bool:
@@ -100,8 +110,27 @@ def _attribute(value: Any) -> Any:
     if isinstance(value, list | tuple):
         kinds = {v.__class__ for v in value}
         if len(kinds) == 1 and kinds <= _SCALARS:
-            return [_text(v) for v in value] if str in kinds else list(value)
+            return _texts(value) if str in kinds else list(value)
     return _text(_json_text(value))
+
+
+def _texts(value: list[str] | tuple[str, ...]) -> list[str]:
+    """A list of strings, each redacted (:func:`_text`), and the one after the name of a
+    credential REDACTED, as session payloads hide it: a command line's flag
+    (``["--api-key", "..."]``) or a pair's name (``["Authorization", "Bearer ..."]``)."""
+    out: list[str] = []
+    hide = len(value) == 2 and len(value[0]) <= _MAX_PLAIN_LEN and _is_credential(value[0])
+    first = hide
+    for item in value:
+        if hide and not first:
+            out.append(_REDACTED)
+            hide = False
+            continue
+        first = False
+        out.append(item if item in _plain_texts else _text(item))
+        if item[:1] == "-" and "=" not in item and len(item) <= _MAX_PLAIN_LEN:
+            hide = _is_credential(item)
+    return out
 
 
 def _attributes(
@@ -115,6 +144,8 @@ def _attributes(
     """
     out: dict[str, Any] = {}
     if args:
+        if asynctrace.secret_words() is not _plain_words[0]:
+            _forget_plain_texts()
         for key, value in args.items():
             if value is None:
                 continue
