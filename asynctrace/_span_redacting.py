@@ -25,6 +25,7 @@ from opentelemetry.util import types
 from ._errors import report_internal_error
 from ._exception_text import exception_reason, secrets_of
 from ._forksafe import reinit_at_fork
+from ._redact_urls import _cut_in_userinfo
 from ._span_errors import STACKTRACE as _STACKTRACE  # (under the names record_exception reads)
 from ._span_errors import stack_text as _stack_text
 from ._url_attributes import URL_ATTRIBUTES, redact_url_attributes, redact_url_value
@@ -65,23 +66,45 @@ def redacting(span: trace.Span) -> trace.Span:
     return span
 
 
-def redact_started(span: trace.Span) -> None:
+def redact_started(span: trace.Span, attributes: bool = True) -> None:
     """Make an SDK *span* that has just started redact as asynctrace's own do, whatever
-    tracer started it: :func:`redacting`, and the URL attributes it started with
-    redacted in place (for a span processor's ``on_start``: the processors after it
-    set their attributes through the redacting class). Never raises.
+    tracer started it (for a span processor's ``on_start``: the processors after it set
+    their attributes through the redacting class). Never raises.
+
+    *span* becomes :func:`redacting`; with *attributes* (a span that another
+    tracer than asynctrace's started, whose attributes nobody redacted yet),
+    the URL attributes it started with are redacted in place, and cut to the
+    span's ``max_attribute_length`` again. The SDK cut them to it before: a URL
+    cut inside its userinfo (no ``@`` left to tell a password by) keeps its
+    scheme only.
 
     Example:
         >>> redact_started(trace.INVALID_SPAN)
     """
     try:
         redacting(span)
+        if not attributes:
+            return
         own = getattr(getattr(span, "_attributes", None), "_dict", None)
         if own and not URL_ATTRIBUTES.isdisjoint(own):
+            limits = getattr(span, "_limits", None)
+            limit = getattr(limits, "max_attribute_length", None)
             for key in URL_ATTRIBUTES.intersection(own):
-                own[key] = redact_url_value(key, own[key])
+                own[key] = _started_url(key, own[key], limit)
     except Exception as err:
         report_internal_error(("redact_started", type(span).__name__), err)
+
+
+def _started_url(key: str, value: Any, limit: int | None) -> Any:
+    """A starting URL attribute's value redacted, within *limit* characters (a ``str``)."""
+    if limit is None or value.__class__ is not str:
+        return redact_url_value(key, value)
+    if len(value) >= limit:  # maybe cut by the SDK: inside its userinfo, say
+        scheme = value.find("://")
+        if scheme != -1 and _cut_in_userinfo(value[scheme + 3 :]):
+            return value[: scheme + 3][:limit]
+    text = redact_url_value(key, value)
+    return text[:limit] if text.__class__ is str and len(text) > limit else text
 
 
 def _redacting_class(cls: type) -> type:

@@ -143,3 +143,38 @@ def test_every_tracer_of_the_sdk_provider_records_urls_and_exceptions_redacted()
     ) + str(raised.status.description)
     assert "hunter2" not in text
     assert "tok123" not in text
+
+
+def test_a_url_cut_inside_its_userinfo_by_the_length_limit_keeps_no_password() -> None:
+    """SDK provider, max_attribute_length 24: a third-party tracer's starting URL, cut by
+    the SDK inside its password before on_start, keeps no part of it; asynctrace's own
+    span, redacted before the cut, stays within the limit."""
+    running = asynctrace.configure(
+        {
+            "enabled": True,
+            "span_groups": "all",
+            "exporters": ["memory"],
+            "provider": "sdk",
+            "span_limits": {"max_attribute_length": 24},
+        }
+    )
+    try:
+        provider: Any = running.provider
+        secret = "https://alice:hunter2secretvalue@h.test/x?token=tok123"
+        provider.get_tracer("straight").start_span("third", attributes={"url.full": secret}).end()
+        query = "https://h.test/x?token=tok123&n=1"
+        provider.get_tracer("straight").start_span("query", attributes={"url.full": query}).end()
+        asynctrace.get_tracer().start_span("own", attributes={"url.full": query}).end()
+        assert running.flush()
+        memory = running.memory_exporter
+        assert memory is not None
+        spans = {s.name: dict(s.attributes or {}) for s in memory.get_finished_spans()}
+    finally:
+        running.shutdown(timeout_s=5.0)
+    assert "hunter2" not in spans["third"]["url.full"]
+    assert spans["third"]["url.full"].startswith("https://")
+    for name in ("query", "own"):
+        value = spans[name]["url.full"]
+        assert len(value) <= 24, (name, value)
+        assert "tok123" not in value
+        assert value.startswith("https://h.test/x?token="), (name, value)

@@ -78,8 +78,11 @@ def bounded(
     snapshot = dict(attributes)  # one C call: atomic against a writer on another thread
     over = len(snapshot) - maxlen if maxlen is not None and maxlen > 0 else 0
     # A key that is not a str may become one the mapping holds already (1 and "1"): only
-    # the SDK's own pass over all of them then tells what it keeps.
-    if over > 0 and _STR_KEYS.issuperset(map(type, snapshot)):
+    # the SDK's own pass over all of them then tells what it keeps. (A str subclass's
+    # key is one with the equal str: no two such keys in one mapping.)
+    if over > 0 and (
+        _STR_KEYS.issuperset(map(type, snapshot)) or all(isinstance(k, str) for k in snapshot)
+    ):
         newest = dict(list(snapshot.items())[over:])
         try:
             cleaned = BoundedAttributes(maxlen, newest, True, length)

@@ -14,6 +14,7 @@ from .._forksafe import call_in_child
 from .._sdk_stamps import stamp_started
 from .._semconv import TRUNCATED
 from .._span_redacting import redact_started
+from .._state import INSTRUMENTATION_NAME
 
 __all__ = ["OpenSpanTracker"]
 
@@ -69,7 +70,8 @@ class OpenSpanTracker(SpanProcessor):
                     return
             stamp_started(span)  # the scope stamps, on spans started straight from a tracer
             if self._scope is None:  # asynctrace's own provider: every tracer's spans redact
-                redact_started(span)
+                scope = span.instrumentation_scope  # (asynctrace's: attributes redacted)
+                redact_started(span, scope is None or scope.name != INSTRUMENTATION_NAME)
             opened = self._open
             opened[span.context.span_id] = span
             if len(opened) > self._max_open:

@@ -59,3 +59,10 @@ def test_a_string_found_plain_is_redacted_once_its_word_is_made_secret(tmp_path:
     assert by_name["before"]["args"]["note"] == "rolloutcode=hunter2"  # not secret then
     assert by_name["after"]["args"]["note"] == "rolloutcode=REDACTED"
     assert "hunter2" not in json.dumps(by_name["after"])
+
+
+def test_a_header_pairs_value_is_hidden_as_in_session_payloads() -> None:
+    """A pair named by a credential header with a '-' (Ocp-Apim-Subscription-Key) hides its
+    value, as a session payload's pair does."""
+    attributes = _values._attributes({"pair": ["Ocp-Apim-Subscription-Key", "abc123"]})
+    assert attributes == {"pair": ["Ocp-Apim-Subscription-Key", "REDACTED"]}

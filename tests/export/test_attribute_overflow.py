@@ -199,3 +199,19 @@ def test_an_on_start_processor_adding_many_attributes_logs_no_flood(
         assert dict(attributes or {}) == NEWEST
         assert attributes.dropped == 10_000 - 128  # type: ignore[union-attr]
     assert _full_warnings(caplog) == []
+
+
+class _Key(str):
+    """A str subclass as a key (a ``StrEnum`` member, say)."""
+
+
+def test_str_subclass_keys_take_the_quiet_path(caplog: pytest.LogCaptureFixture) -> None:
+    """One key of a str subclass among 10,000: the newest 128 kept, no warning per key."""
+    caplog.set_level(logging.WARNING)
+    attributes: dict[str, Any] = {_Key("first"): "v", **MANY}
+    ours = bounded(128, attributes, None)
+    assert _full_warnings(caplog) == []
+    caplog.set_level(logging.ERROR)  # the SDK's own pass below warns per key
+    theirs = BoundedAttributes(128, attributes, True, None)
+    assert list(ours.items()) == list(theirs.items())
+    assert ours.dropped == theirs.dropped == 10_001 - 128

@@ -114,12 +114,20 @@ def _attribute(value: Any) -> Any:
     return _text(_json_text(value))
 
 
+def _pair_name(name: str) -> bool:
+    """Whether *name*, the first of two strings, names a credential: a credential key, or
+    a header name with a ``-`` that holds a credential word (``Ocp-Apim-Subscription-Key``),
+    as session payloads tell a pair's name."""
+    return _is_credential(name) or ("-" in name and asynctrace.is_credential_header(name))
+
+
 def _texts(value: list[str] | tuple[str, ...]) -> list[str]:
     """A list of strings, each redacted (:func:`_text`), and the one after the name of a
     credential REDACTED, as session payloads hide it: a command line's flag
-    (``["--api-key", "..."]``) or a pair's name (``["Authorization", "Bearer ..."]``)."""
+    (``["--api-key", "..."]``) or a pair's name (``["Authorization", "Bearer ..."]``; a
+    data pair such as ``["token", "</s>"]`` too, as in the payloads)."""
     out: list[str] = []
-    hide = len(value) == 2 and len(value[0]) <= _MAX_PLAIN_LEN and _is_credential(value[0])
+    hide = len(value) == 2 and len(value[0]) <= _MAX_PLAIN_LEN and _pair_name(value[0])
     first = hide
     for item in value:
         if hide and not first:
