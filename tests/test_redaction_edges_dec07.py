@@ -5,14 +5,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from opentelemetry.sdk.resources import Resource
+from _on_start import span_after_on_start
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.trace import Link, SpanContext
 
 import asynctrace
-from asynctrace._fast import FastTracerProvider
 
 URL = "http://user:hunter2@h.test/x?token=tok123"
+
+
+def _finished(running: asynctrace.Telemetry) -> dict[str, ReadableSpan]:
+    """*running*'s in-memory spans so far, by name."""
+    assert running.flush()
+    memory = running.memory_exporter
+    assert memory is not None
+    return {span.name: span for span in memory.get_finished_spans()}
 
 
 def test_links_given_as_an_iterator_are_kept_on_the_sdk_provider() -> None:
@@ -26,10 +33,7 @@ def test_links_given_as_an_iterator_are_kept_on_the_sdk_provider() -> None:
         span.end()
         with_url = [Link(SpanContext(1, 4, False), {"url.full": URL})]
         asynctrace.get_tracer().start_span("url", links=iter(with_url)).end()
-        assert running.flush()
-        memory = running.memory_exporter
-        assert memory is not None
-        spans = {s.name: s for s in memory.get_finished_spans()}
+        spans = _finished(running)
     finally:
         running.shutdown(timeout_s=5.0)
     assert [link.context.span_id for link in spans["linked"].links] == [2, 3]
@@ -41,25 +45,15 @@ def test_links_given_as_an_iterator_are_kept_on_the_sdk_provider() -> None:
 
 def test_an_on_start_processors_url_attributes_are_redacted_on_the_fast_provider() -> None:
     """What a processor sets in on_start (attribute, attributes, event, link) is redacted."""
-    seen: list[ReadableSpan] = []
 
-    class Tags(SpanProcessor):
-        def on_start(self, span: Any, parent_context: Any = None) -> None:
-            span.set_attribute("url.full", URL)
-            span.set_attributes({"http.url": URL, "n": 1})
-            span.add_event("tagged", {"url.full": URL})
-            span.add_link(SpanContext(1, 2, False), {"url.full": URL})
-            span.record_exception(ValueError("no"), {"url.full": URL})
+    def tags(span: Any) -> None:
+        span.set_attribute("url.full", URL)
+        span.set_attributes({"http.url": URL, "n": 1})
+        span.add_event("tagged", {"url.full": URL})
+        span.add_link(SpanContext(1, 2, False), {"url.full": URL})
+        span.record_exception(ValueError("no"), {"url.full": URL})
 
-        def on_end(self, span: ReadableSpan) -> None:
-            seen.append(span)
-
-    provider = FastTracerProvider(Resource.create({"service.name": "t"}))
-    provider.add_span_processor(Tags())
-    provider.get_tracer("t").start_span("work").end()
-    assert provider.force_flush(5000)
-    provider.shutdown()
-    (span,) = seen
+    span = span_after_on_start(tags)
     assert span.attributes is not None
     recorded = [
         span.attributes["url.full"],
@@ -121,10 +115,7 @@ def test_every_tracer_of_the_sdk_provider_records_urls_and_exceptions_redacted()
                 raise ValueError(f"fetch {URL} failed")
         except ValueError:
             pass
-        assert running.flush()
-        memory = running.memory_exporter
-        assert memory is not None
-        spans = {s.name: s for s in memory.get_finished_spans()}
+        spans = _finished(running)
     finally:
         running.shutdown(timeout_s=5.0)
     given, raised = spans["given"], spans["raised"]
@@ -165,10 +156,7 @@ def test_a_url_cut_inside_its_userinfo_by_the_length_limit_keeps_no_password() -
         query = "https://h.test/x?token=tok123&n=1"
         provider.get_tracer("straight").start_span("query", attributes={"url.full": query}).end()
         asynctrace.get_tracer().start_span("own", attributes={"url.full": query}).end()
-        assert running.flush()
-        memory = running.memory_exporter
-        assert memory is not None
-        spans = {s.name: dict(s.attributes or {}) for s in memory.get_finished_spans()}
+        spans = {name: dict(s.attributes or {}) for name, s in _finished(running).items()}
     finally:
         running.shutdown(timeout_s=5.0)
     assert "hunter2" not in spans["third"]["url.full"]

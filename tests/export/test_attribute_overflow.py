@@ -13,13 +13,13 @@ import logging
 from typing import Any
 
 import pytest
+from _on_start import span_after_on_start
 from google.protobuf.json_format import MessageToDict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.trace import SpanContext
 
 import asynctrace
@@ -179,22 +179,12 @@ def test_an_on_start_processor_adding_many_attributes_logs_no_flood(
     """An SDK processor's on_start adding an event and a link of 10,000 attributes: the
     newest 128 kept, the rest counted, no warning per key."""
     caplog.set_level(logging.WARNING)
-    seen: list[ReadableSpan] = []
 
-    class Tags(SpanProcessor):
-        def on_start(self, span: Any, parent_context: Any = None) -> None:
-            span.add_event("tagged", MANY)
-            span.add_link(SpanContext(1, 2, False), MANY)
+    def tags(span: Any) -> None:
+        span.add_event("tagged", MANY)
+        span.add_link(SpanContext(1, 2, False), MANY)
 
-        def on_end(self, span: ReadableSpan) -> None:
-            seen.append(span)
-
-    provider = FastTracerProvider(Resource.create({"service.name": "t"}))
-    provider.add_span_processor(Tags())
-    provider.get_tracer("t").start_span("work").end()
-    assert provider.force_flush(5000)
-    provider.shutdown()
-    (span,) = seen
+    span = span_after_on_start(tags)
     for attributes in (span.events[0].attributes, span.links[0].attributes):
         assert dict(attributes or {}) == NEWEST
         assert attributes.dropped == 10_000 - 128  # type: ignore[union-attr]
