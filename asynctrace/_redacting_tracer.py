@@ -11,7 +11,7 @@ from opentelemetry.util import types
 
 from ._cm import otel_contextmanager
 from ._span_errors import redacted_block
-from ._span_redacting import redacting
+from ._span_redacting import PRE_REDACTED, redacting
 from ._url_attributes import URL_ATTRIBUTES, redact_url_attributes
 
 __all__ = ["RedactingTracer", "redacted_links", "redacting_tracer"]
@@ -58,11 +58,17 @@ class RedactingTracer(trace.Tracer):
     ) -> trace.Span:
         """The SDK tracer's ``start_span``; the span records exceptions redacted, and its
         URL attributes (links' too) are redacted as the fast provider's."""
-        return redacting(self.tracer.start_span(
-            name, context, kind,
-            redact_url_attributes(attributes) if attributes else attributes,
-            redacted_links(links), start_time, record_exception, set_status_on_exception,
-        ))  # fmt: skip
+        attributes = redact_url_attributes(attributes) if attributes else attributes
+        links = redacted_links(links)
+        PRE_REDACTED.on = True  # the first processor's on_start need not redact them again
+        try:
+            span = self.tracer.start_span(
+                name, context, kind, attributes, links, start_time, record_exception,
+                set_status_on_exception,
+            )  # fmt: skip
+        finally:
+            PRE_REDACTED.on = False
+        return redacting(span)
 
     @otel_contextmanager
     def start_as_current_span(

@@ -126,10 +126,12 @@ def register_secret_words(words: Iterable[str]) -> None:
                 f"make {total}: none of them was added"
             )
         _EXTRA_WORDS.update(added)
-        _REGISTERED = frozenset(_EXTRA_WORDS)
         name, key, flag = _word_patterns(_EXTRA_WORDS)
         _PATTERNS[name] = (key, flag)  # before _SECRET_NAME: a reader finds them
         _SECRET_NAME = name
+        # Last: a cache that sees the new words and forgets its plain texts must find
+        # them redacted by the new patterns when it looks again.
+        _REGISTERED = frozenset(_EXTRA_WORDS)
 
 
 # How many words register_secret_words adds in a process, at most: each one costs every

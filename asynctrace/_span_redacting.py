@@ -12,6 +12,7 @@ the fast provider's spans redact them too.
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 from collections.abc import Callable, Mapping
@@ -25,12 +26,11 @@ from opentelemetry.util import types
 from ._errors import report_internal_error
 from ._exception_text import exception_reason, secrets_of
 from ._forksafe import reinit_at_fork
-from ._redact_urls import _cut_in_userinfo
 from ._span_errors import STACKTRACE as _STACKTRACE  # (under the names record_exception reads)
 from ._span_errors import stack_text as _stack_text
 from ._url_attributes import URL_ATTRIBUTES, redact_url_attributes, redact_url_value
 
-__all__ = ["redact_started", "redacting"]
+__all__ = ["PRE_REDACTED", "redact_started", "redacting"]
 
 # An SDK span class -> the subclass of it :func:`redacting` gives its spans; any
 # other class (and each such subclass) -> itself. One entry per class seen.
@@ -66,6 +66,19 @@ def redacting(span: trace.Span) -> trace.Span:
     return span
 
 
+_AUTHORITY_END = re.compile(r"[/?#]")
+
+
+class _PreRedacted(threading.local):
+    """Set on a thread while a ``RedactingTracer`` starts a span whose attributes it has
+    redacted: :func:`redact_started` takes it (once) and leaves them alone."""
+
+    on = False
+
+
+PRE_REDACTED = _PreRedacted()
+
+
 def redact_started(span: trace.Span, attributes: bool = True) -> None:
     """Make an SDK *span* that has just started redact as asynctrace's own do, whatever
     tracer started it (for a span processor's ``on_start``: the processors after it set
@@ -75,14 +88,17 @@ def redact_started(span: trace.Span, attributes: bool = True) -> None:
     tracer than asynctrace's started, whose attributes nobody redacted yet),
     the URL attributes it started with are redacted in place, and cut to the
     span's ``max_attribute_length`` again. The SDK cut them to it before: a URL
-    cut inside its userinfo (no ``@`` left to tell a password by) keeps its
-    scheme only.
+    cut before its authority ends (inside a userinfo, with no ``@`` left to tell
+    a password or a token by, looks as a cut host does) keeps its scheme only.
 
     Example:
         >>> redact_started(trace.INVALID_SPAN)
     """
     try:
         redacting(span)
+        if PRE_REDACTED.on:  # its tracer redacted them; taken once (a span this start's
+            PRE_REDACTED.on = False  # processors start themselves is redacted as any)
+            return
         if not attributes:
             return
         own = getattr(getattr(span, "_attributes", None), "_dict", None)
@@ -101,8 +117,8 @@ def _started_url(key: str, value: Any, limit: int | None) -> Any:
         return redact_url_value(key, value)
     if len(value) >= limit:  # maybe cut by the SDK: inside its userinfo, say
         scheme = value.find("://")
-        if scheme != -1 and _cut_in_userinfo(value[scheme + 3 :]):
-            return value[: scheme + 3][:limit]
+        if scheme != -1 and not _AUTHORITY_END.search(value, scheme + 3):
+            return value[: scheme + 3][:limit]  # a cut username looks like a cut host
     text = redact_url_value(key, value)
     return text[:limit] if text.__class__ is str and len(text) > limit else text
 

@@ -62,12 +62,14 @@ def _logging_kept() -> Iterator[None]:
     later test in the process sees none of their records.
     """
     words, pattern = set(_secret_words._EXTRA_WORDS), _secret_words._SECRET_NAME
+    registered = _secret_words._REGISTERED
     yield
     # Secret words an integration registered (its secret_keys) are the process's; a
     # test's must not redact what later tests in the same worker record.
     _secret_words._EXTRA_WORDS.clear()
     _secret_words._EXTRA_WORDS.update(words)
     _secret_words._SECRET_NAME = pattern
+    _secret_words._REGISTERED = registered
     root, manager = _LOGGING
     if logging.Logger.manager is not manager or logging.Logger.root is not root:
         logging.root = logging.Logger.root = root

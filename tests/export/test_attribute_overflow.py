@@ -12,7 +12,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import _fuzz
 import pytest
+from _budget import examples
 from _on_start import span_after_on_start
 from google.protobuf.json_format import MessageToDict
 from hypothesis import given, settings
@@ -128,7 +130,9 @@ keys = st.one_of(
 )
 
 
-@settings(max_examples=500, deadline=None)
+@pytest.mark.fuzz
+@_fuzz.target
+@settings(max_examples=examples(300, 20_000), deadline=None)
 @given(
     items=st.lists(st.tuples(keys, values), max_size=40),
     maxlen=st.sampled_from([None, 0, 1, 3, 16]),
