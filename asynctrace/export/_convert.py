@@ -44,8 +44,6 @@ from .._span_errors import STACKTRACE as _STACKTRACE
 
 __all__ = ["Converter", "bounded", "finish_event", "uncut_stamps"]
 
-_STR_KEYS = frozenset({str})
-
 _UNSET = Status(StatusCode.UNSET)
 
 
@@ -80,9 +78,7 @@ def bounded(
     # A key that is not a str may become one the mapping holds already (1 and "1"): only
     # the SDK's own pass over all of them then tells what it keeps. (A str subclass's
     # key is one with the equal str: no two such keys in one mapping.)
-    if over > 0 and (
-        _STR_KEYS.issuperset(map(type, snapshot)) or all(isinstance(k, str) for k in snapshot)
-    ):
+    if over > 0 and all(isinstance(key, str) for key in snapshot):
         newest = dict(list(snapshot.items())[over:])
         try:
             cleaned = BoundedAttributes(maxlen, newest, True, length)

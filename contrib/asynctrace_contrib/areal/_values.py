@@ -54,13 +54,11 @@ _MAX_PLAIN_LEN: Final = 256
 _plain_words: list[frozenset[str]] = [asynctrace.secret_words()]  # what _plain_texts knew
 
 
-def _forget_plain_texts() -> None:
-    """Forget the strings found plain once the program has registered secret words since:
-    ``rolloutcode=abc`` was plain before ``register_secret_words(["rolloutcode"])``."""
-    words = asynctrace.secret_words()
-    if words is not _plain_words[0]:
-        _plain_texts.clear()
-        _plain_words[0] = words
+def _forget_plain_texts(words: frozenset[str]) -> None:
+    """Forget the strings found plain: the program has registered secret *words* since
+    (``rolloutcode=abc`` was plain before ``register_secret_words(["rolloutcode"])``)."""
+    _plain_texts.clear()
+    _plain_words[0] = words
 
 
 def _is_credential(key: str) -> bool:
@@ -152,8 +150,9 @@ def _attributes(
     """
     out: dict[str, Any] = {}
     if args:
-        if asynctrace.secret_words() is not _plain_words[0]:
-            _forget_plain_texts()
+        words = asynctrace.secret_words()
+        if words is not _plain_words[0]:
+            _forget_plain_texts(words)
         for key, value in args.items():
             if value is None:
                 continue
