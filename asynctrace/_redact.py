@@ -88,7 +88,9 @@ __all__ = ["redact_text"]
 
 # A PEM block's first line; a private key's label holds "PRIVATE KEY".
 _PEM_BEGIN = re.compile(r"-----BEGIN ([A-Z0-9 ]{1,64})-----")
-_BEARER = re.compile(r"(?<![\w\-])(bearer[ \t]+)[\w\-.~+/]+=*", re.IGNORECASE)
+# "Bearer Bearer abc" (a scheme written twice) loses "abc": the run of scheme words
+# is kept, the word after it goes.
+_BEARER = re.compile(r"(?<![\w\-])((?:bearer[ \t]+)+)[\w\-.~+/]+=*", re.IGNORECASE)
 _SHORT = 8  # secrets shorter than this are replaced only where they stand alone
 _MIN_SECRET = 4  # shorter ones ("1", "?0") are not replaced at all: they are everywhere
 _MAX_SECRETS = 1024  # the longest this many secrets of one exception are replaced...

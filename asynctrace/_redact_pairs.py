@@ -29,7 +29,7 @@ _NAME_SEP = re.compile(
 # and "}" are left out of it (_value_end): "(token=abc)", "{'key': 1, ...}".
 _VALUE = re.compile(
     r"b?'(?:[^'\\\n]|\\.)*'?|b?\"(?:[^\"\\\n]|\\.)*\"?|"
-    r"(?:(?:basic|bearer|digest|token|negotiate)[ \t]+)?"
+    r"(?:(?:basic|bearer|digest|token|negotiate)[ \t]+)*"
     r"(?:[^\s'\"&;]|[&;](?![\w.\-%\[\]]{1,128}=))+",
     re.IGNORECASE,
 )

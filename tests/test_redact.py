@@ -44,6 +44,8 @@ from asynctrace.testing import CapturedSpans
         ("Authorization: Bearer abc.def\nnext line", "Authorization: REDACTED\nnext line"),
         ("Cookie: sid=abc; theme=dark", "Cookie: REDACTED"),
         ("sent Bearer eyJhbGciOi.x-y_z== upstream", "sent Bearer REDACTED upstream"),
+        ("BEARER Bearer abc123def", "BEARER Bearer REDACTED"),  # a scheme written twice
+        ("login token=Basic bearer abc123def x", "login token=REDACTED x"),
         ("KeyError: 'token'", "KeyError: 'token'"),  # an exception line is no credential
         ('File "/srv/auth.py", line 3, in get_token', 'File "/srv/auth.py", line 3, in get_token'),
         ("nothing to see", "nothing to see"),
