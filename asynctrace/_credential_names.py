@@ -78,14 +78,23 @@ def is_credential_header(name: str, *, recorded: bool = False) -> bool:
     if recorded and len(words) > 1 and any(word in _QUALIFIED_WORDS for word in words):
         return True
     # "AccessToken: ...", but not a dotted exception name ("fernet.InvalidToken: ...")
-    return "." not in name and words[-1].endswith(("token", "apikey", "password", "secret"))
+    return "." not in name and words[-1].endswith(_GLUED_ENDS)
+
+
+# The ends of a name's last word that make it a credential glued to other words
+# ("AccessToken", "SecretKey", "JSESSIONID"); "key" alone would take "Hotkey".
+_GLUED_ENDS: Final = (
+    "token", "apikey", "password", "secret", "secretkey", "accesskey", "privatekey",
+    "sessionid", "sessid",
+)  # fmt: skip
 
 
 _credential_header = functools.lru_cache(maxsize=1024)(is_credential_header)  # names repeat
 CREDENTIAL_KEYS: Final = frozenset(
     ("password", "passwd", "pwd", "passphrase", "secret", "token", "cookie", "auth",
      "authorization", "credential", "credentials", "apikey", "jwt", "signature",
-     "api_key", "private_key", "access_key", "secret_key", "set_cookie")
+     "api_key", "private_key", "access_key", "secret_key", "set_cookie", "jsessionid",
+     "sessid", "phpsessid")
 )  # fmt: skip
 """The keys :func:`is_credential_key` treats as credentials by default."""
 # Word breaks of a key: anything but a letter or digit, and case changes (apiKey, APIKey).
@@ -117,7 +126,17 @@ def is_credential_key(key: str, names: Collection[str] = CREDENTIAL_KEYS) -> boo
 def _is_listed(key: str, names: frozenset[str]) -> bool:
     forms = _forms(names)
     words = [word.lower() for word in _KEY_BREAK.split(key) if word]
+    if len(words) > 1 and words[-1] == "token" and words[-2] in _SPECIAL_TOKENS:
+        words = words[:-1]  # "eos_token": a tokenizer's special token, not a credential
     return any("_".join(words[i:]) in forms for i in range(len(words)))
+
+
+# The words before "token" that name a tokenizer's special token ("eos_token",
+# "pad_token", "image_token"): text the model reads, never a credential.
+_SPECIAL_TOKENS: Final = frozenset(
+    ("eos", "bos", "pad", "unk", "sep", "cls", "mask", "image", "video", "audio", "vision",
+     "special", "start", "end", "stop")
+)  # fmt: skip
 
 
 @functools.lru_cache(maxsize=64)
@@ -164,7 +183,13 @@ def is_data_name(name: str) -> bool:
         (True, True, False)
     """
     words = [word.lower() for word in _KEY_BREAK.split(name[-_LONGEST_KEY:]) if word]
+    if any(word.startswith("tokeniz") for word in words):  # tokenizer, tokenizer_path
+        return not is_credential_key(name)
     if len(words) < 2 or is_credential_key(name):
         return False
     last = words[-1]
-    return last in _DATA_LAST or words[-2] in _PLURALS.get(last, ())
+    return (
+        last in _DATA_LAST
+        or words[-2] in _PLURALS.get(last, ())
+        or (last == "token" and words[-2] in _SPECIAL_TOKENS)
+    )

@@ -9,12 +9,13 @@ import threading
 from collections.abc import Mapping
 from typing import Any, Final
 
+from . import _secret_words
 from ._credential_names import is_credential_header, is_credential_key
 from ._errors import ConfigurationError
 from ._exception_text import redact_start, secrets_of
 from ._forksafe import reinit_at_fork
 from ._redact import redact_text
-from ._secret_words import REDACTED
+from ._secret_words import REDACTED, _registered_name
 
 __all__ = ["MAX_NODES", "MAX_PAYLOAD_CHARS", "MAX_TEXT", "check_payload", "plain_payload"]
 
@@ -96,7 +97,8 @@ def plain_payload(payload: Mapping[str, Any]) -> dict[str, Any]:
     values; an exception's remembered secrets too), as a session's ``reason`` is;
     keys too. The value of a key that names a credential
     (:func:`asynctrace.is_credential_key`: ``password``, ``api_key``,
-    ``X-Api-Key``, ``access_token``, ``Cookie``...) is ``"REDACTED"`` whatever its type;
+    ``X-Api-Key``, ``access_token``, ``Cookie``...), or holds a word given to
+    :func:`asynctrace.register_secret_words`, is ``"REDACTED"`` whatever its type;
     so is, in a list or tuple, the item after such a name: the value of a
     two-item pair (``("Authorization", "Basic ...")``, a header list's entry,
     ``bytes`` names too) and the argument of a flag (``["mysql", "--password",
@@ -140,6 +142,7 @@ class _Copier:
     def mapping(self, value: Mapping[Any, Any], depth: int) -> dict[str, Any]:
         out: dict[str, Any] = {}
         suffixes: dict[str, int] = {}  # the last "#n" given to a name, so a run of them is linear
+        keys = _known_keys()
         for key, item in value.items():
             if self.nodes <= 0 or self.chars <= 0:
                 out[_free(out, _CUT_KEY, suffixes)] = _CUT_VALUES if self.nodes <= 0 else _CUT_TEXT
@@ -149,12 +152,12 @@ class _Copier:
             secret = False
             try:
                 raw = key if type(key) is str else str(key)
-                known = (_KEYS.get(raw) or _key(raw)) if len(raw) <= _KEY_CACHED else None
+                known = (keys.get(raw) or _key(raw)) if len(raw) <= _KEY_CACHED else None
                 if known is not None:
                     text, secret = known
                     self.chars -= len(text)
                 else:
-                    text, secret = self.text(raw), is_credential_key(raw)
+                    text, secret = self.text(raw), _credential(raw)
                 name = text if text not in out else _free(out, text, suffixes)
             except Exception:
                 name = _free(out, f"<unreadable key {type(key).__name__}>", suffixes)
@@ -258,14 +261,21 @@ def _pair_name(item: object) -> bool:
         name = item
     else:
         return False
-    return is_credential_key(name) or ("-" in name and is_credential_header(name))
+    return _credential(name) or ("-" in name and is_credential_header(name))
+
+
+def _credential(name: str) -> bool:
+    """Whether key *name* names a credential: a credential key, or a name holding a
+    word the program registered (``rolloutcode`` after
+    ``register_secret_words(["rolloutcode"])``), as text redaction reads names."""
+    return is_credential_key(name) or _registered_name(name)
 
 
 def _flag_name(item: str) -> bool:
     """Whether *item*, a ``str`` starting with ``-``, is a command-line flag naming a
     credential: ``-`` or ``--`` then a credential key (``--password``, ``--api-key``),
     without ``=`` (``--password=x`` is redacted as text is)."""
-    return len(item) <= _KEY_CACHED and "=" not in item and is_credential_key(item)
+    return len(item) <= _KEY_CACHED and "=" not in item and _credential(item)
 
 
 def _key(raw: str) -> tuple[str, bool]:
@@ -274,14 +284,24 @@ def _key(raw: str) -> tuple[str, bool]:
         _KEYS.clear()
     known = _KEYS[raw] = (
         raw if _PLAIN_KEY.fullmatch(raw) else redact_text(raw),
-        is_credential_key(raw),
+        _credential(raw),
     )
     return known
+
+
+def _known_keys() -> dict[str, tuple[str, bool]]:
+    """The cache of short keys, forgotten when the registered secret words change."""
+    global _KEYS_WORDS
+    if _KEYS_WORDS is not _secret_words._REGISTERED:
+        _KEYS.clear()
+        _KEYS_WORDS = _secret_words._REGISTERED
+    return _KEYS
 
 
 _KEY_CACHED = 128  # longer keys are redacted each time, under the payload's budget
 _MAX_KEYS = 4096
 _KEYS: dict[str, tuple[str, bool]] = {}
+_KEYS_WORDS = _secret_words._REGISTERED  # the registered words _KEYS was judged with
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_.\-]{1,64}")  # nothing redact_text would change
 
 

@@ -39,7 +39,11 @@ Whatever asynctrace records of an exception (``exception.message``,
   there (``mysql -pabc``, ``sshpass -p abc``, ``docker login -p abc``);
 - a PEM private key (``-----BEGIN RSA PRIVATE KEY-----`` to its END line, or
   to the end of the text) is replaced whole;
-- ``Bearer <credential>`` loses the credential;
+- ``Bearer <credential>`` loses the credential (after a run of scheme words,
+  ``Bearer Token abc``; a quoted one keeps its quotes);
+- these forms are read inside escaped text too: a name right after an escaped
+  line break or tab (``\\r\\nAuthorization: ...`` in a repr or JSON), a value
+  in escaped quotes (``\\"password\\": \\"abc\\"``, JSON inside JSON);
 - each string of *secrets* (what the caller knows to be secret: a request's
   header values, its query values) is replaced wherever it appears, but for
   those under 4 characters (``1``, ``?0``).
@@ -75,9 +79,11 @@ from ._redact_pairs import (
     _redact_pair_repr,
     _redact_pairs,
     _redact_tool_passwords,
+    _replacement,
 )
 from ._redact_urls import (
     _ESCAPED_SLASHES,
+    _TWICE_ESCAPED_SLASHES,
     _redact_encoded_urls,
     _redact_escaped_urls,
     _redact_urls,
@@ -88,9 +94,13 @@ __all__ = ["redact_text"]
 
 # A PEM block's first line; a private key's label holds "PRIVATE KEY".
 _PEM_BEGIN = re.compile(r"-----BEGIN ([A-Z0-9 ]{1,64})-----")
-# "Bearer Bearer abc" (a scheme written twice) loses "abc": the run of scheme words
-# is kept, the word after it goes.
-_BEARER = re.compile(r"(?<![\w\-])((?:bearer[ \t]+)+)[\w\-.~+/]+=*", re.IGNORECASE)
+# "Bearer abc", "Bearer Bearer abc", "Bearer Token abc" (a run of scheme words, kept)
+# lose "abc" (a quoted one keeps its quotes); also after an escaped line break ("\n").
+_BEARER = re.compile(
+    r"(?:(?<![\w\-])|(?<=\\[nrt]))(bearer[ \t]+(?:(?:bearer|basic|digest|token|negotiate|jwt)"
+    r"[ \t]+)*)('[^'\n]*'?|\"[^\"\n]*\"?|[\w\-.~+/:]+=*)",
+    re.IGNORECASE,
+)
 _SHORT = 8  # secrets shorter than this are replaced only where they stand alone
 _MIN_SECRET = 4  # shorter ones ("1", "?0") are not replaced at all: they are everywhere
 _MAX_SECRETS = 1024  # the longest this many secrets of one exception are replaced...
@@ -115,6 +125,8 @@ def redact_text(text: str, secrets: Collection[str] = ()) -> str:
             text = _redact_private_keys(text)
         if "://" in text:
             text = _redact_urls(text, 0)
+        if _TWICE_ESCAPED_SLASHES in text:
+            text = _redact_escaped_urls(text, _TWICE_ESCAPED_SLASHES[1:4])
         if _ESCAPED_SLASHES in text:
             text = _redact_escaped_urls(text)
         if "%3" in text:
@@ -127,9 +139,14 @@ def redact_text(text: str, secrets: Collection[str] = ()) -> str:
             text = _redact_flags(text)  # may be a header name (--user Authorization: ...)
         if "-p" in text:
             text = _redact_tool_passwords(text)
-        return _BEARER.sub(r"\1" + REDACTED, text)
+        return _BEARER.sub(_bearer, text)
     except Exception:  # a pattern cannot fail on a str; a caller's odd "secrets" might
         return REDACTED
+
+
+def _bearer(match: re.Match[str]) -> str:
+    """A ``Bearer`` credential's replacement: its scheme words kept, the credential gone."""
+    return match.group(1) + _replacement(match.group(2))
 
 
 def _replace_secrets(text: str, secrets: Collection[str]) -> str:

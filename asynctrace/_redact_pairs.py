@@ -11,35 +11,42 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from ._credential_names import _credential_header, is_data_name
+from ._credential_names import _credential_header, is_credential_key, is_data_name
 from ._redact_urls import _LINE_END
 from ._secret_words import REDACTED, _flag, _registered_header, _secret_name
 
 # A name (starting where no name character precedes it) and its separator; the
 # value is matched apart, so a name that is not secret-like consumes nothing more.
-# "user[password]=" counts: a "]" may close the name.
+# "user[password]=" counts: a "]" may close the name. A name's quote may be escaped
+# (JSON inside a JSON string: \"password\": \"abc\"); "==" is no separator.
 _NAME_SEP = re.compile(
     r"(?<![\w.\-%\[])(?P<name>[\w.\-%\[]{1,128})\]?"
-    r"(?P<sep>[ \t]*=[ \t]*|(?P<quote>['\"])[ \t]*:[ \t]*|:[ \t]*)"
+    r"(?P<sep>[ \t]*=(?!=)[ \t]*|\\?(?P<quote>['\"])[ \t]*:[ \t]*|[ \t]*:[ \t]*)"
+)
+# A value quoted with escaped quotes (\"abc\", JSON inside a JSON string), through its
+# closing escaped quote: an escaped backslash (\\) is one character of it.
+_ESCAPED_QUOTED = (
+    r"\\'(?:[^\\\n]|\\\\|\\[^'\\\n])*(?:\\')?|\\\"(?:[^\\\n]|\\\\|\\[^\"\\\n])*(?:\\\")?|"
 )
 # A value: quoted (a bytes repr's b'...' too; backslash escapes kept inside; an
 # unterminated one to the end of its line), or unquoted up to white space, a quote
-# or an "&" or ";" that starts the next "name=" (so "Tr0ub4dor&3xyz" goes whole,
+# that ends it (one before a blank, a ",", ")", "]", "}" or the end: "Tr0ub'4dor"
+# goes whole) or an "&" or ";" that starts the next "name=" (so "Tr0ub4dor&3xyz" goes whole,
 # and "token=abc&n=1" keeps its "n=1"); an unquoted one's trailing ")", ",", "]"
 # and "}" are left out of it (_value_end): "(token=abc)", "{'key': 1, ...}".
 _VALUE = re.compile(
-    r"b?'(?:[^'\\\n]|\\.)*'?|b?\"(?:[^\"\\\n]|\\.)*\"?|"
+    _ESCAPED_QUOTED + r"b?'(?:[^'\\\n]|\\.)*'?|b?\"(?:[^\"\\\n]|\\.)*\"?|"
     r"(?:(?:basic|bearer|digest|token|negotiate)[ \t]+)*"
-    r"(?:[^\s'\"&;]|[&;](?![\w.\-%\[\]]{1,128}=))+",
+    r"(?:[^\s'\"&;]|['\"](?![\s,)\]}]|\Z)|[&;](?![\w.\-%\[\]]{1,128}=))+",
     re.IGNORECASE,
 )
 # A credential header's value: quoted (b'...' too), through its closing quote or to
-# the end of its line; or the rest of its line up to a quote or an angle bracket,
-# with a quoted string after an "=" inside it (Cookie: sid="abc", Digest
-# response="...") taken whole.
+# the end of its line; or the rest of its line up to a quote that ends it (as above),
+# an angle bracket or an escaped line break (\r\n in a repr or JSON), with a quoted
+# string after an "=" inside it (Cookie: sid="abc", Digest response="...") taken whole.
 _HEADER_VALUE = re.compile(
-    r"b?'(?:[^'\\\r\n]|\\.)*'?|b?\"(?:[^\"\\\r\n]|\\.)*\"?|"
-    r"(?:[^\r\n'\"<>=]|=(?:'(?:[^'\\\r\n]|\\.)*'?|\"(?:[^\"\\\r\n]|\\.)*\"?)?)+"
+    _ESCAPED_QUOTED + r"b?'(?:[^'\\\r\n]|\\.)*'?|b?\"(?:[^\"\\\r\n]|\\.)*\"?|"
+    r"(?:[^\r\n'\"<>=\\]|['\"](?![\s,)\]}]|\Z)|\\[^\r\nrn]|=(?:'(?:[^'\\\r\n]|\\.)*'?|\"(?:[^\"\\\r\n]|\\.)*\"?)?)+"
 )
 # What a bracketed value ("auth=('bob', 'pw')", "credentials={...}") is scanned by:
 # quoted strings whole (a bracket inside one does not count), brackets, line ends.
@@ -60,12 +67,14 @@ _CLOSING: Final = "),]}"  # what ends an unquoted value, trailing it
 # A tool counts as a command's word: a path before it ("/usr/bin/mysql"), an argv
 # list's quote; its "-p" only later on the same line.
 _PASSWORD_TOOL = re.compile(
-    r"(?<![\w.\-])(?:(?P<glued>mysql[a-z]{0,8}|mariadb(?:-?[a-z]{1,8})?)"
+    r"(?:(?<![\w.\-])|(?<=\\[nrt]))(?:(?P<glued>mysql[a-z]{0,8}|mariadb(?:-?[a-z]{1,8})?)"
     r"|(?P<spaced>sshpass|docker(?:['\"][ \t]*,[ \t]*['\"]|[ \t]+)login))(?![\w\-])",
     re.IGNORECASE,
 )
-_GLUED_P = re.compile(r"(?<![\w.\-])-p(?=[^\s'\"])")
-_SPACED_P = re.compile(r"(?<![\w.\-])(?:(?P<quote>['\"])-p(?P=quote)[ \t]*,[ \t]*|-p[ \t]+)")
+_GLUED_P = re.compile(r"(?:(?<![\w.\-])|(?<=\\[nrt]))-p(?=[^\s'\"])")
+_SPACED_P = re.compile(
+    r"(?:(?<![\w.\-])|(?<=\\[nrt]))(?:(?P<quote>['\"])-p(?P=quote)[ \t]*,[ \t]*|-p[ \t]+)"
+)
 
 
 def _redact_pairs(text: str) -> str:
@@ -75,6 +84,8 @@ def _redact_pairs(text: str) -> str:
         if match.start() < pos:
             continue  # inside a value already replaced
         name = match.group("name")
+        if name[0] in "nrt" and name[1:] and text[match.start() - 1 : match.start()] == "\\":
+            name = name[1:]  # after an escaped line break or tab (a repr, JSON): "\nAuth..."
         value_pattern: re.Pattern[str] | None = None
         if match.group("quote") or "=" in match.group("sep"):
             # token=..., 'api_key': ..., "password": ...; not max_tokens=... (data)
@@ -86,7 +97,7 @@ def _redact_pairs(text: str) -> str:
             and _PORT.match(text, match.end()) is not None
         ):
             continue  # a URL's host and port ("http://auth:8080/"): its userinfo is gone
-        elif _credential_header(name) or _registered_header(name):  # not KeyError: ...
+        elif _header_name(name.rpartition("[")[2]):  # "map[Authorization:[...]]" (Go)
             value_pattern = _HEADER_VALUE
         if value_pattern is None:
             continue
@@ -107,6 +118,17 @@ def _redact_pairs(text: str) -> str:
         return text
     out.append(text[pos:])
     return "".join(out)
+
+
+def _header_name(name: str) -> bool:
+    """Whether *name*, followed by ``:`` unquoted, names a credential: a credential
+    header (``Authorization``, ``X-Api-Key``), a registered word, or a key whose last
+    word is a credential (``spring.datasource.password``, ``secretAccessKey``) where
+    its last dotted part starts in lower case (not ``KeyError``, ``fernet.InvalidToken``)."""
+    if _credential_header(name) or _registered_header(name):
+        return True
+    last = name.rpartition(".")[2]
+    return last[:1].islower() and is_credential_key(name)
 
 
 def _value_end(value: re.Match[str]) -> int:
@@ -212,6 +234,8 @@ def _bracketed_end(text: str, start: int) -> int:
 def _replacement(value: str) -> str:
     """``REDACTED`` in *value*'s quotes (``'...'``, ``b"..."``), if it has any."""
     prefix = "b" if value[:1] in ("b", "B") and value[1:2] in ("'", '"') else ""
+    if value[:1] == "\\" and value[1:2] in ("'", '"'):  # \"abc\": escaped quotes kept
+        return f"{value[:2]}{REDACTED}{value[:2]}"
     quote_ = value[len(prefix) : len(prefix) + 1]
     if quote_ in ("'", '"'):
         return f"{prefix}{quote_}{REDACTED}{quote_}"

@@ -24,7 +24,9 @@ _LINE_END = re.compile(r"[\r\n]")
 # ("http%3A%2F%2Fu%3Ap%40h"): what follows its "://" as written, up to what ends a
 # URL (the characters of a percent-encoded one).
 _ESCAPED_SLASHES = ":\\/\\/"
-_ENCODED_URL = re.compile(r"%3A%2F%2F([\w%.~+\-]+)", re.IGNORECASE)
+_TWICE_ESCAPED_SLASHES = ":\\\\/\\\\/"  # JSON inside a JSON string: "postgres:\\\\/\\\\/..."
+# (its slashes as quote() leaves them by default: "https%3A//u%3Ap%40h/x%3Ftoken%3D...")
+_ENCODED_URL = re.compile(r"%3A(?:%2F%2F|//)([\w%.~+\-!*]+(?:/[\w%.~+\-!*]*)*)", re.IGNORECASE)
 _NEST_DEPTH = 3  # URLs inside query values inside URLs...: deeper ones are replaced whole
 
 
@@ -82,24 +84,26 @@ def _redact_urls(text: str, depth: int) -> str:
     return "".join(out)
 
 
-def _redact_escaped_urls(text: str) -> str:
-    """Every URL written with JSON's escaped slashes (``postgres:\\/\\/u:p@h\\/x``)
-    redacted as :func:`_redact_urls` redacts one, its slashes escaped again."""
+def _redact_escaped_urls(text: str, slash: str = "\\/") -> str:
+    """Every URL written with JSON's escaped slashes (``postgres:\\/\\/u:p@h\\/x``;
+    *slash* ``\\\\/`` for JSON inside a JSON string) redacted as :func:`_redact_urls`
+    redacts one, its slashes escaped again."""
     out: list[str] = []
     pos = 0
-    size = len(_ESCAPED_SLASHES)
-    at = text.find(_ESCAPED_SLASHES)
+    marker = ":" + slash + slash
+    size = len(marker)
+    at = text.find(marker)
     while at != -1:
         start = at + size
         stop = _URL_END.search(text, start)
         end = stop.start() if stop is not None else len(text)
-        rest = text[start:end].replace("\\/", "/")
+        rest = text[start:end].replace(slash, "/")
         redacted = _redact_url_rest(rest, 0)
         if redacted != rest:
             out.append(text[pos:start])
-            out.append(redacted.replace("/", "\\/"))
+            out.append(redacted.replace("/", slash))
             pos = end
-        at = text.find(_ESCAPED_SLASHES, max(end, start))
+        at = text.find(marker, max(end, start))
     if not out:
         return text
     out.append(text[pos:])
@@ -115,7 +119,8 @@ def _redact_encoded_urls(text: str) -> str:
         redacted = _redact_url_rest(rest, 1)
         if redacted == rest:
             return match.group()
-        return match.group()[: match.start(1) - match.start()] + quote(redacted, safe="")
+        safe = "/" if "/" in match.group(1) else ""  # as it was encoded
+        return match.group()[: match.start(1) - match.start()] + quote(redacted, safe=safe)
 
     return _ENCODED_URL.sub(redact, text)
 

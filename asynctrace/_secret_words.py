@@ -71,7 +71,7 @@ def _flag_pattern(words: str) -> re.Pattern[str]:
     do not match at all: a command line of ordinary flags costs no Python call.
     """
     return re.compile(
-        r"(?<![\w.\-])(?:b?(?P<quote>['\"]))?"
+        r"(?:(?<![\w.\-])|(?<=\\[nrt]))(?:b?(?P<quote>['\"]))?"
         rf"(?P<flag>--(?=[\w.\-]{{0,127}}?(?:{words}))[a-z][\w.\-]{{0,127}}"
         r"|(?:-u|--user)(?=(?:['\"][ \t]*,[ \t]*|[ \t]*=[ \t]*|[ \t]+)b?['\"]?[^\s'\":=]{0,256}:))"
         r"(?(quote)(?P=quote)[ \t]*,[ \t]*|(?:[ \t]*=[ \t]*|[ \t]+))",
@@ -102,7 +102,7 @@ def register_secret_words(words: Iterable[str]) -> None:
         >>> redact_text("GET http://h/x?rolloutcode=abc&n=1")
         'GET http://h/x?rolloutcode=REDACTED&n=1'
     """
-    global _SECRET_NAME, _REGISTERED
+    global _SECRET_NAME, _REGISTERED, _REGISTERED_NAME
     checked = _checked_words(words)
     with _WORDS_LOCK:
         # A word holding one already matched anywhere (``mytoken``) adds nothing.
@@ -126,9 +126,10 @@ def register_secret_words(words: Iterable[str]) -> None:
                 f"make {total}: none of them was added"
             )
         _EXTRA_WORDS.update(added)
-        name, key, flag = _word_patterns(_EXTRA_WORDS)
+        name, key, flag, registered = _word_patterns(_EXTRA_WORDS)
         _PATTERNS[name] = (key, flag)  # before _SECRET_NAME: a reader finds them
         _SECRET_NAME = name
+        _REGISTERED_NAME = registered
         # Last: a cache that sees the new words and forgets its plain texts must find
         # them redacted by the new patterns when it looks again.
         _REGISTERED = frozenset(_EXTRA_WORDS)
@@ -141,6 +142,8 @@ _MIN_WORD = 3  # shorter words count in free text only where nothing alphanumeri
 # to them: "sk" would make every "task=", "risk=" and "desk=" secret-like.
 _EXTRA_WORDS: set[str] = set()
 _REGISTERED: frozenset[str] = frozenset()  # _EXTRA_WORDS as secret_words() gives it
+# The registered words alone, as names in free text match them (None: none registered).
+_REGISTERED_NAME: re.Pattern[str] | None = None
 
 
 def secret_words() -> frozenset[str]:
@@ -189,8 +192,11 @@ def _checked_words(words: object) -> set[str]:
     return checked
 
 
-def _word_patterns(extra: Collection[str]) -> tuple[re.Pattern[str], ...]:
-    """The patterns of the default words and *extra*: for names, URL keys and flags.
+def _word_patterns(
+    extra: Collection[str],
+) -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str], re.Pattern[str]]:
+    """The patterns of the default words and *extra*: for names, URL keys and flags,
+    and for names holding one of *extra* (a header's name, a payload's key).
 
     Names (free text): a word of ``_MIN_WORD`` characters or more anywhere, a
     shorter one with no letter or digit glued to it. URL keys: every word
@@ -201,22 +207,21 @@ def _word_patterns(extra: Collection[str]) -> tuple[re.Pattern[str], ...]:
     short = sorted(w for w in extra if len(w) < _MIN_WORD)
     # A short word, then (a lookbehind of its length) no letter or digit before it: a
     # literal first keeps the pattern's quick scan for its first characters.
-    names = "|".join(
-        [
-            *(_NAME_FORMS.get(word, word) for word in SECRET_WORDS),
-            *added,
-            *(
-                rf"(?:{'|'.join(map(re.escape, words))})(?<![^\W_][\s\S]{{{size}}})(?![^\W_])"
-                for size in range(1, _MIN_WORD)
-                if (words := [w for w in short if len(w) == size])
-            ),
-        ]
-    )
+    registered = [
+        *added,
+        *(
+            rf"(?:{'|'.join(map(re.escape, words))})(?<![^\W_][\s\S]{{{size}}})(?![^\W_])"
+            for size in range(1, _MIN_WORD)
+            if (words := [w for w in short if len(w) == size])
+        ),
+    ]
+    names = "|".join([*(_NAME_FORMS.get(word, word) for word in SECRET_WORDS), *registered])
     keys = "|".join([*long, *map(re.escape, short)])
     return (
         re.compile(names, re.IGNORECASE),
         re.compile(keys, re.IGNORECASE),
         _flag_pattern(names),
+        re.compile("|".join(registered), re.IGNORECASE),
     )
 
 
@@ -253,11 +258,24 @@ def _secret_name(name: str, pattern: re.Pattern[str] | None = None) -> bool:
     return False
 
 
+def _registered_name(name: str) -> bool:
+    """Whether *name* (a payload's key, a header's name) holds a registered secret word,
+    as a name in free text holds one (``mysess``, ``X-MySess`` after
+    ``register_secret_words(["sess"])``; a word shorter than 3 characters with no
+    letter or digit glued to it; ``Client-Assertion`` holds ``client_assertion``)."""
+    registered = _REGISTERED_NAME
+    return registered is not None and (
+        registered.search(name) is not None
+        or ("-" in name and registered.search(name.replace("-", "_")) is not None)
+    )
+
+
 def _registered_header(name: str) -> bool:
-    """Whether a ``-``/``_``-separated word of header *name* is a registered secret word
-    (``X-Sess: ...`` after ``register_secret_words(["sess"])``)."""
-    extra = _EXTRA_WORDS
-    return bool(extra) and any(word in extra for word in _WORD_SPLIT.split(name.lower()))
+    """Whether ``name: ...`` in text is a header holding a registered secret word: as
+    :func:`_registered_name`, but not an exception's name (``SessError: ...``)."""
+    return _registered_name(name) and not (
+        name[:1].isupper() and name.endswith(("Error", "Exception", "Warning"))
+    )
 
 
 _WORD_SPLIT = re.compile(r"[\-_]")

@@ -98,4 +98,6 @@ def trace_session_event(
         tracer.mark_task(task_id, phase, edge == "start", plain_payload(payload) or None)
         return
     plain = plain_payload(payload) if payload else None
-    tracer.mark(session_id or SCOPES.get().session_id, phase, edge == "start", plain)
+    if session_id is None:  # an explicit "" names no session, as for "finalized"
+        session_id = SCOPES.get().session_id
+    tracer.mark(session_id, phase, edge == "start", plain)

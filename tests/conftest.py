@@ -63,6 +63,7 @@ def _logging_kept() -> Iterator[None]:
     """
     words, pattern = set(_secret_words._EXTRA_WORDS), _secret_words._SECRET_NAME
     registered = _secret_words._REGISTERED
+    registered_name = _secret_words._REGISTERED_NAME
     yield
     # Secret words an integration registered (its secret_keys) are the process's; a
     # test's must not redact what later tests in the same worker record.
@@ -70,6 +71,7 @@ def _logging_kept() -> Iterator[None]:
     _secret_words._EXTRA_WORDS.update(words)
     _secret_words._SECRET_NAME = pattern
     _secret_words._REGISTERED = registered
+    _secret_words._REGISTERED_NAME = registered_name
     root, manager = _LOGGING
     if logging.Logger.manager is not manager or logging.Logger.root is not root:
         logging.root = logging.Logger.root = root

@@ -1,0 +1,162 @@
+"""Credential forms written inside other text: escaped line breaks and quotes (a repr, JSON
+inside JSON), encoded URLs, Go's maps, odd spacing; and names that are data (tokenizers)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import asynctrace as at
+from asynctrace._payloads import plain_payload
+
+SECRET = "Zq9SECRETv7"
+
+# Each form, as the middle line of a text that is then repr()'d or JSON-encoded: its
+# line breaks become the two characters "\n", glued to the form's first word.
+FORMS = [
+    f"Authorization: Basic {SECRET}",
+    f"Cookie: sid={SECRET}",
+    f"JWT: {SECRET}",
+    f"Auth: {SECRET}",
+    f"Credentials: {SECRET}",
+    f"Bearer {SECRET}",
+    f"--password {SECRET}",
+    f"-u bob:{SECRET}",
+    f"mysql -p{SECRET}",
+    f"password={SECRET}",
+]
+
+
+@pytest.mark.parametrize("encode", [repr, json.dumps], ids=["repr", "json"])
+@pytest.mark.parametrize("form", FORMS)
+def test_a_form_after_an_escaped_line_break_is_redacted(form: str, encode: object) -> None:
+    text = encode(f"first line\n{form}\nlast line")  # type: ignore[operator]
+    redacted = at.redact_text(text)
+    assert SECRET not in redacted
+    assert redacted.startswith(text[:12])  # the quote and "first line" are kept
+
+
+def test_a_raw_request_in_an_exception_args_loses_its_credentials_only() -> None:
+    """``str(exc)`` of an exception with two arguments is their tuple's repr: header lines
+    joined by escaped CRLFs. Each credential goes; the next header stays."""
+    exc = ValueError("upstream rejected", f"GET / HTTP/1.1\r\nAuthorization: Basic {SECRET}\r\n"
+                     f"Cookie: sid={SECRET}\r\nHost: env\r\n\r\n")  # fmt: skip
+    assert at.redact_text(str(exc)) == (
+        "('upstream rejected', 'GET / HTTP/1.1\\r\\nAuthorization: REDACTED\\r\\n"
+        "Cookie: REDACTED\\r\\nHost: env\\r\\n\\r\\n')"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (  # JSON inside a JSON string
+            json.dumps({"body": json.dumps({"user": "bob", "password": SECRET})}),
+            '{"body": "{\\"user\\": \\"bob\\", \\"password\\": \\"REDACTED\\"}"}',
+        ),
+        ('{\\"api_key\\":\\"' + SECRET + '\\"}', '{\\"api_key\\":\\"REDACTED\\"}'),
+        (
+            json.dumps({"dsn": f'host=db password="{SECRET}" dbname=x'}),
+            '{"dsn": "host=db password=\\"REDACTED\\" dbname=x"}',
+        ),
+        (
+            json.dumps({"h": f'Authorization: "Basic {SECRET}"'}),
+            '{"h": "Authorization: \\"REDACTED\\""}',
+        ),
+        (  # escaped slashes escaped again
+            json.dumps({"body": '{"dsn":"postgres:\\/\\/bob:' + SECRET + '@db\\/prod"}'}),
+            '{"body": "{\\"dsn\\":\\"postgres:\\\\/\\\\/db\\\\/prod\\"}"}',
+        ),
+    ],
+)
+def test_escaped_quotes_and_slashes(text: str, expected: str) -> None:
+    assert at.redact_text(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (  # urllib.parse.quote's default keeps "/"
+            f"redirect to https%3A//bob%3A{SECRET}%40h.example/x%3Ftoken%3D{SECRET}%26n%3D1",
+            "redirect to https%3A//h.example/x%3Ftoken%3DREDACTED%26n%3D1",
+        ),
+        (  # encodeURIComponent leaves "!" and "*" as they are
+            f"redirect to https%3A%2F%2Fbob%3A{SECRET}!*%40h.example%2Fx",
+            "redirect to https%3A%2F%2Fh.example%2Fx",
+        ),
+    ],
+)
+def test_urls_encoded_whole_as_encoders_write_them(text: str, expected: str) -> None:
+    assert at.redact_text(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            f"login failed: password=Tr0ub'{SECRET} user=bob",
+            "login failed: password=REDACTED user=bob",
+        ),
+        (f'Authorization: Basic ab"{SECRET}', "Authorization: REDACTED"),
+        (f"--password Tr0ub'{SECRET} --user bob", "--password REDACTED --user bob"),
+        (f"'token=abc{SECRET}', 'n'", "'token=REDACTED', 'n'"),  # a quote that ends it
+        (
+            f"headers map[Authorization:[Basic {SECRET}] Content-Type:[application/json]]",
+            "headers map[Authorization:REDACTED Content-Type:[application/json]]",
+        ),
+        (f"password : {SECRET}", "password : REDACTED"),
+        (f"X-Api-Key\t: {SECRET}", "X-Api-Key\t: REDACTED"),
+        (f"spring.datasource.password: {SECRET}", "spring.datasource.password: REDACTED"),
+        (f"secretAccessKey: {SECRET}", "secretAccessKey: REDACTED"),
+        (f"SecretKey: {SECRET}", "SecretKey: REDACTED"),
+        (f"JSESSIONID: {SECRET}", "JSESSIONID: REDACTED"),
+        (f"sent Bearer Token {SECRET} upstream", "sent Bearer Token REDACTED upstream"),
+        (f"sent bearer JWT {SECRET}", "sent bearer JWT REDACTED"),
+        (f"sent Bearer '{SECRET}'", "sent Bearer 'REDACTED'"),
+        (f"sent Bearer ab:{SECRET}", "sent Bearer REDACTED"),
+        # what stays: exception names, comparisons, a tokenizer's names and special tokens
+        ("fernet.InvalidToken: bad", "fernet.InvalidToken: bad"),
+        ("KeyError: 'api_key'", "KeyError: 'api_key'"),
+        ("    assert tokens == expected_tokens", "    assert tokens == expected_tokens"),
+        ("load tokenizer=Qwen/Qwen2.5-7B", "load tokenizer=Qwen/Qwen2.5-7B"),
+        ("--tokenizer /models/tok --max-tokens 512", "--tokenizer /models/tok --max-tokens 512"),
+        ("pad_token=None eos_token=</s>", "pad_token=None eos_token=</s>"),
+    ],
+)
+def test_forms_with_odd_spacing_quoting_and_names(text: str, expected: str) -> None:
+    assert at.redact_text(text) == expected
+
+
+def test_a_special_token_is_data_an_access_token_a_credential() -> None:
+    assert [at.is_credential_key(key) for key in ("eos_token", "pad_token", "image_token")] == [
+        False,
+        False,
+        False,
+    ]
+    credentials = ("access_token", "token", "PHPSESSID", "jsessionid", "csrf_token")
+    assert all(at.is_credential_key(key) for key in credentials)
+
+
+def test_registered_words_name_headers_and_payload_keys() -> None:
+    """A registered word counts in a header's name glued to others, with dashes for its
+    underscores, and in a session payload's keys, as it counts in ``name=value``."""
+    at.register_secret_words(["client_assertion", "mysess"])
+    for text in (f"Client-Assertion: {SECRET}", f"X-MySess: {SECRET}", f"mysess2: {SECRET}"):
+        assert SECRET not in at.redact_text(text), text
+    assert at.redact_text("MySessError: not a header") == "MySessError: not a header"
+    payload = plain_payload(
+        {"client_assertion": SECRET, "mysess": 7, "argv": ["tool", "--mysess", SECRET]}
+    )
+    assert payload == {
+        "client_assertion": "REDACTED",
+        "mysess": "REDACTED",
+        "argv": ["tool", "--mysess", "REDACTED"],
+    }
+
+
+def test_a_payload_key_judged_before_a_registration_is_judged_again() -> None:
+    """Payload keys are remembered (they repeat); a word registered later still counts."""
+    assert plain_payload({"rolloutcode": SECRET}) == {"rolloutcode": SECRET}
+    at.register_secret_words(["rolloutcode"])
+    assert plain_payload({"rolloutcode": SECRET}) == {"rolloutcode": "REDACTED"}
