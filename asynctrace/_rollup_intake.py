@@ -150,8 +150,10 @@ class RollupIntake(RollupSpans):
         if end > self._next_seal:
             self._seal(end)
         self._spans += 1
+        if name.__class__ is not str:  # any other name is its text, as the trace file writes it
+            name = str(name)
         interned = self._names.get(name)
-        name = interned if interned is not None else self._intern(str(name))
+        name = interned if interned is not None else self._intern(name)
         bucket: Any = args.get("rl.bucket")
         iteration = args.get("rl.iteration")
         if iteration is not None and (
