@@ -16,7 +16,7 @@ import re
 from collections.abc import Collection
 from typing import Final
 
-from ._secret_words import _WORD_SPLIT
+from ._secret_words import _WORD_SPLIT, _registered_name, _secret_name
 
 __all__ = ["CREDENTIAL_KEYS", "is_credential_header", "is_credential_key", "is_data_name"]
 
@@ -119,24 +119,25 @@ def is_credential_key(key: str, names: Collection[str] = CREDENTIAL_KEYS) -> boo
     """
     if not isinstance(names, frozenset):  # a set or a list: cached by its frozen form
         names = frozenset(names)
-    return _is_listed(key[-_LONGEST_KEY:], names)
+    if _is_listed(key[-_LONGEST_KEY:], names):
+        return True
+    # The default names take the program's registered words too, but for data (code_count).
+    return names is CREDENTIAL_KEYS and _registered_name(key) and not _data_shape(key)
 
 
 @functools.lru_cache(maxsize=4096)  # keys repeat: after the first, a dict lookup
 def _is_listed(key: str, names: frozenset[str]) -> bool:
     forms = _forms(names)
     words = [word.lower() for word in _KEY_BREAK.split(key) if word]
-    if len(words) > 1 and words[-1] == "token" and words[-2] in _SPECIAL_TOKENS:
-        words = words[:-1]  # "eos_token": a tokenizer's special token, not a credential
+    special = len(words) == 2 and words[1] == "token" and words[0] in _SPECIAL_TOKENS
+    if special and names == CREDENTIAL_KEYS:  # "eos_token": a tokenizer's, no credential
+        return False
     return any("_".join(words[i:]) in forms for i in range(len(words)))
 
 
 # The words before "token" that name a tokenizer's special token ("eos_token",
-# "pad_token", "image_token"): text the model reads, never a credential.
-_SPECIAL_TOKENS: Final = frozenset(
-    ("eos", "bos", "pad", "unk", "sep", "cls", "mask", "image", "video", "audio", "vision",
-     "special", "start", "end", "stop")
-)  # fmt: skip
+# "pad_token"): text the model reads, never a credential.
+_SPECIAL_TOKENS: Final = frozenset(("eos", "bos", "pad", "unk", "sep", "cls", "mask"))
 
 
 @functools.lru_cache(maxsize=64)
@@ -182,14 +183,20 @@ def is_data_name(name: str) -> bool:
         >>> is_data_name("max_tokens"), is_data_name("token_ids"), is_data_name("api_token")
         (True, True, False)
     """
+    return not is_credential_key(name) and _data_shape(name)
+
+
+def _data_shape(name: str) -> bool:
+    """Whether *name* is shaped as data (:func:`is_data_name`'s rule, credentials aside)."""
     words = [word.lower() for word in _KEY_BREAK.split(name[-_LONGEST_KEY:]) if word]
     if any(word.startswith("tokeniz") for word in words):  # tokenizer, tokenizer_path
-        return not is_credential_key(name)
-    if len(words) < 2 or is_credential_key(name):
+        rest = "_".join(word for word in words if not word.startswith("tokeniz"))
+        return not _secret_name(rest)  # but not tokenizer_auth_header
+    if len(words) < 2:
         return False
     last = words[-1]
     return (
         last in _DATA_LAST
         or words[-2] in _PLURALS.get(last, ())
-        or (last == "token" and words[-2] in _SPECIAL_TOKENS)
+        or (len(words) == 2 and last == "token" and words[0] in _SPECIAL_TOKENS)
     )

@@ -15,7 +15,7 @@ from ._errors import ConfigurationError
 from ._exception_text import redact_start, secrets_of
 from ._forksafe import reinit_at_fork
 from ._redact import redact_text
-from ._secret_words import REDACTED, _registered_name
+from ._secret_words import REDACTED
 
 __all__ = ["MAX_NODES", "MAX_PAYLOAD_CHARS", "MAX_TEXT", "check_payload", "plain_payload"]
 
@@ -157,7 +157,7 @@ class _Copier:
                     text, secret = known
                     self.chars -= len(text)
                 else:
-                    text, secret = self.text(raw), _credential(raw)
+                    text, secret = self.text(raw), is_credential_key(raw)
                 name = text if text not in out else _free(out, text, suffixes)
             except Exception:
                 name = _free(out, f"<unreadable key {type(key).__name__}>", suffixes)
@@ -261,31 +261,24 @@ def _pair_name(item: object) -> bool:
         name = item
     else:
         return False
-    return _credential(name) or ("-" in name and is_credential_header(name))
-
-
-def _credential(name: str) -> bool:
-    """Whether key *name* names a credential: a credential key, or a name holding a
-    word the program registered (``rolloutcode`` after
-    ``register_secret_words(["rolloutcode"])``), as text redaction reads names."""
-    return is_credential_key(name) or _registered_name(name)
+    return is_credential_key(name) or ("-" in name and is_credential_header(name))
 
 
 def _flag_name(item: str) -> bool:
     """Whether *item*, a ``str`` starting with ``-``, is a command-line flag naming a
     credential: ``-`` or ``--`` then a credential key (``--password``, ``--api-key``),
     without ``=`` (``--password=x`` is redacted as text is)."""
-    return len(item) <= _KEY_CACHED and "=" not in item and _credential(item)
+    return len(item) <= _KEY_CACHED and "=" not in item and is_credential_key(item)
 
 
 def _key(raw: str) -> tuple[str, bool]:
     """A short key's recorded name and whether it names a credential (cached: keys repeat)."""
-    if len(_KEYS) >= _MAX_KEYS:  # names made up per call: stay bounded
-        _KEYS.clear()
-    known = _KEYS[raw] = (
-        raw if _PLAIN_KEY.fullmatch(raw) else redact_text(raw),
-        _credential(raw),
-    )
+    words = _secret_words._REGISTERED  # before judging: a registration meanwhile wins
+    known = (raw if _PLAIN_KEY.fullmatch(raw) else redact_text(raw), is_credential_key(raw))
+    if _KEYS_WORDS is words:  # else judged with words the cache no longer holds
+        if len(_KEYS) >= _MAX_KEYS:  # names made up per call: stay bounded
+            _KEYS.clear()
+        _KEYS[raw] = known
     return known
 
 

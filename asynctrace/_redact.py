@@ -98,7 +98,7 @@ _PEM_BEGIN = re.compile(r"-----BEGIN ([A-Z0-9 ]{1,64})-----")
 # lose "abc" (a quoted one keeps its quotes); also after an escaped line break ("\n").
 _BEARER = re.compile(
     r"(?:(?<![\w\-])|(?<=\\[nrt]))(bearer[ \t]+(?:(?:bearer|basic|digest|token|negotiate|jwt)"
-    r"[ \t]+)*)('[^'\n]*'?|\"[^\"\n]*\"?|[\w\-.~+/:]+=*)",
+    r"[ \t]+)*)('[^'\s]+'|\"[^\"\s]+\"|[\w\-.~+/:]+=*)",
     re.IGNORECASE,
 )
 _SHORT = 8  # secrets shorter than this are replaced only where they stand alone

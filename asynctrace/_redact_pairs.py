@@ -18,35 +18,41 @@ from ._secret_words import REDACTED, _flag, _registered_header, _secret_name
 # A name (starting where no name character precedes it) and its separator; the
 # value is matched apart, so a name that is not secret-like consumes nothing more.
 # "user[password]=" counts: a "]" may close the name. A name's quote may be escaped
-# (JSON inside a JSON string: \"password\": \"abc\"); "==" is no separator.
+# (JSON inside a JSON string: \"password\": \"abc\"); "==" counts only glued to both
+# sides (HTTPie's "access_token==abc"; not "tokens == expected").
 _NAME_SEP = re.compile(
     r"(?<![\w.\-%\[])(?P<name>[\w.\-%\[]{1,128})\]?"
-    r"(?P<sep>[ \t]*=(?!=)[ \t]*|\\?(?P<quote>['\"])[ \t]*:[ \t]*|[ \t]*:[ \t]*)"
+    r"(?P<sep>[ \t]*=(?!=)[ \t]*|==(?=[^\s=])|\\?(?P<quote>['\"])[ \t]*:[ \t]*|[ \t]*:[ \t]*)"
 )
 # A value quoted with escaped quotes (\"abc\", JSON inside a JSON string), through its
-# closing escaped quote: an escaped backslash (\\) is one character of it.
+# closing escaped quote: an escaped backslash (\\) and an escaped quote (\\\") inside it
+# are characters of it.
 _ESCAPED_QUOTED = (
-    r"\\'(?:[^\\\n]|\\\\|\\[^'\\\n])*(?:\\')?|\\\"(?:[^\\\n]|\\\\|\\[^\"\\\n])*(?:\\\")?|"
+    r"\\'(?:[^\\\n]|\\\\\\'|\\\\|\\[^'\\\n])*(?:\\')?|"
+    r"\\\"(?:[^\\\n]|\\\\\\\"|\\\\|\\[^\"\\\n])*(?:\\\")?|"
 )
 # A value: quoted (a bytes repr's b'...' too; backslash escapes kept inside; an
 # unterminated one to the end of its line), or unquoted up to white space, a quote
-# that ends it (one before a blank, a ",", ")", "]", "}" or the end: "Tr0ub'4dor"
-# goes whole) or an "&" or ";" that starts the next "name=" (so "Tr0ub4dor&3xyz" goes whole,
+# not followed by a letter or digit ("Tr0ub'4dor" goes whole, "'token=abc'." stops)
+# or an "&" or ";" that starts the next "name=" (so "Tr0ub4dor&3xyz" goes whole,
 # and "token=abc&n=1" keeps its "n=1"); an unquoted one's trailing ")", ",", "]"
 # and "}" are left out of it (_value_end): "(token=abc)", "{'key': 1, ...}".
 _VALUE = re.compile(
     _ESCAPED_QUOTED + r"b?'(?:[^'\\\n]|\\.)*'?|b?\"(?:[^\"\\\n]|\\.)*\"?|"
     r"(?:(?:basic|bearer|digest|token|negotiate)[ \t]+)*"
-    r"(?:[^\s'\"&;]|['\"](?![\s,)\]}]|\Z)|[&;](?![\w.\-%\[\]]{1,128}=))+",
+    r"(?:[^\s'\"&;]|['\"](?=\w)|[&;](?![\w.\-%\[\]]{1,128}=))+",
     re.IGNORECASE,
 )
 # A credential header's value: quoted (b'...' too), through its closing quote or to
-# the end of its line; or the rest of its line up to a quote that ends it (as above),
-# an angle bracket or an escaped line break (\r\n in a repr or JSON), with a quoted
-# string after an "=" inside it (Cookie: sid="abc", Digest response="...") taken whole.
+# the end of its line; or the rest of its line up to a quote that ends it (as above,
+# an escaped one too), an angle bracket, or an escaped line break that ends a header
+# line (\r\n, or \n before the next "Name: ", in a repr or JSON; not "CORP\nancy"),
+# with a quoted string after an "=" inside it (Cookie: sid="abc", Digest
+# response="...") taken whole.
 _HEADER_VALUE = re.compile(
     _ESCAPED_QUOTED + r"b?'(?:[^'\\\r\n]|\\.)*'?|b?\"(?:[^\"\\\r\n]|\\.)*\"?|"
-    r"(?:[^\r\n'\"<>=\\]|['\"](?![\s,)\]}]|\Z)|\\[^\r\nrn]|=(?:'(?:[^'\\\r\n]|\\.)*'?|\"(?:[^\"\\\r\n]|\\.)*\"?)?)+"
+    r"(?:[^\r\n'\"<>=\\]|['\"](?=\w)|\\(?!r\\n|n[\w\-]{1,128}:\s|['\"])[^\r\n]"
+    r"|=(?:'(?:[^'\\\r\n]|\\.)*'?|\"(?:[^\"\\\r\n]|\\.)*\"?)?)+"
 )
 # What a bracketed value ("auth=('bob', 'pw')", "credentials={...}") is scanned by:
 # quoted strings whole (a bracket inside one does not count), brackets, line ends.
@@ -84,12 +90,14 @@ def _redact_pairs(text: str) -> str:
         if match.start() < pos:
             continue  # inside a value already replaced
         name = match.group("name")
-        if name[0] in "nrt" and name[1:] and text[match.start() - 1 : match.start()] == "\\":
-            name = name[1:]  # after an escaped line break or tab (a repr, JSON): "\nAuth..."
+        # After a backslash, an escaped line break or tab (a repr, JSON: "\nAuth...") or a
+        # path's separator (C:\app\token=...): the name is read both ways.
+        escaped = name[0] in "nrt" and text[match.start() - 1 : match.start()] == "\\"
+        names = (name, name[1:]) if escaped and name[1:] else (name,)
         value_pattern: re.Pattern[str] | None = None
         if match.group("quote") or "=" in match.group("sep"):
             # token=..., 'api_key': ..., "password": ...; not max_tokens=... (data)
-            if _secret_name(name) and not is_data_name(name):
+            if any(_secret_name(one) and not is_data_name(one) for one in names):
                 value_pattern = _VALUE
         elif (
             text[max(0, match.start() - 3) : match.start()] == "://"
@@ -97,7 +105,7 @@ def _redact_pairs(text: str) -> str:
             and _PORT.match(text, match.end()) is not None
         ):
             continue  # a URL's host and port ("http://auth:8080/"): its userinfo is gone
-        elif _header_name(name.rpartition("[")[2]):  # "map[Authorization:[...]]" (Go)
+        elif any(_header_name(one.rpartition("[")[2]) for one in names):  # map[Auth:[..]]
             value_pattern = _HEADER_VALUE
         if value_pattern is None:
             continue
@@ -120,6 +128,9 @@ def _redact_pairs(text: str) -> str:
     return "".join(out)
 
 
+_OBJECTS: Final = frozenset(("self", "cls"))
+
+
 def _header_name(name: str) -> bool:
     """Whether *name*, followed by ``:`` unquoted, names a credential: a credential
     header (``Authorization``, ``X-Api-Key``), a registered word, or a key whose last
@@ -127,8 +138,9 @@ def _header_name(name: str) -> bool:
     its last dotted part starts in lower case (not ``KeyError``, ``fernet.InvalidToken``)."""
     if _credential_header(name) or _registered_header(name):
         return True
-    last = name.rpartition(".")[2]
-    return last[:1].islower() and is_credential_key(name)
+    first, _, last = name.rpartition(".")
+    # not an attribute in a source line ("self.token: str = token")
+    return last[:1].islower() and is_credential_key(name) and first not in _OBJECTS
 
 
 def _value_end(value: re.Match[str]) -> int:

@@ -273,8 +273,9 @@ def _registered_name(name: str) -> bool:
 def _registered_header(name: str) -> bool:
     """Whether ``name: ...`` in text is a header holding a registered secret word: as
     :func:`_registered_name`, but not an exception's name (``SessError: ...``)."""
+    last = name.rpartition(".")[2]  # json.decoder.JSONDecodeError: ...
     return _registered_name(name) and not (
-        name[:1].isupper() and name.endswith(("Error", "Exception", "Warning"))
+        last[:1].isupper() and last.endswith(("Error", "Exception", "Warning"))
     )
 
 

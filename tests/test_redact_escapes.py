@@ -8,6 +8,7 @@ import json
 import pytest
 
 import asynctrace as at
+from asynctrace import _payloads
 from asynctrace._payloads import plain_payload
 
 SECRET = "Zq9SECRETv7"
@@ -63,6 +64,14 @@ def test_a_raw_request_in_an_exception_args_loses_its_credentials_only() -> None
         (
             json.dumps({"h": f'Authorization: "Basic {SECRET}"'}),
             '{"h": "Authorization: \\"REDACTED\\""}',
+        ),
+        (  # a quote inside a password, one level in: \\\" is a character of it
+            json.dumps({"body": json.dumps({"password": 'pa"ss' + SECRET})}),
+            '{"body": "{\\"password\\": \\"REDACTED\\"}"}',
+        ),
+        (  # the next pair of a JSON-in-JSON object is its own
+            json.dumps({"body": json.dumps({"h": "Authorization: Basic abc", "status": 401})}),
+            '{"body": "{\\"h\\": \\"Authorization: REDACTED\\", \\"status\\": 401}"}',
         ),
         (  # escaped slashes escaped again
             json.dumps({"body": '{"dsn":"postgres:\\/\\/bob:' + SECRET + '@db\\/prod"}'}),
@@ -122,6 +131,33 @@ def test_urls_encoded_whole_as_encoders_write_them(text: str, expected: str) -> 
         ("load tokenizer=Qwen/Qwen2.5-7B", "load tokenizer=Qwen/Qwen2.5-7B"),
         ("--tokenizer /models/tok --max-tokens 512", "--tokenizer /models/tok --max-tokens 512"),
         ("pad_token=None eos_token=</s>", "pad_token=None eos_token=</s>"),
+        (f"tokenizer_auth_header={SECRET}", "tokenizer_auth_header=REDACTED"),
+        # a backslash before a name: a path's separator as well as an escape
+        (
+            f"failed reading C:\\Users\\bob\\token={SECRET}",
+            "failed reading C:\\Users\\bob\\token=REDACTED",
+        ),
+        (f"HKCU\\Software\\App\\token: {SECRET}", "HKCU\\Software\\App\\token: REDACTED"),
+        # a credential header's value runs on over a backslash that ends no header line
+        (f"X-Credentials: CORP\\nancy:{SECRET}", "X-Credentials: REDACTED"),
+        (f"password: Tr0ub\\n{SECRET}", "password: REDACTED"),
+        # HTTPie's name==value
+        (
+            f"http GET h/v1 access_token=={SECRET} page==2",
+            "http GET h/v1 access_token==REDACTED page==2",
+        ),
+        # quotes that end a value, and code that only looks like a credential
+        ("print('token=abc'.split('='))", "print('token=REDACTED'.split('='))"),
+        ('log: "X-Api-Key: abc"; status=200', 'log: "X-Api-Key: REDACTED"; status=200'),
+        (
+            '    headers["Authorization"] = "Bearer " + token',
+            '    headers["Authorization"] = "Bearer " + token',
+        ),
+        (
+            "expected 'Bearer ' prefix, got 'Token xyz'",
+            "expected 'Bearer ' prefix, got 'Token xyz'",
+        ),
+        ("    self.token: str = token", "    self.token: str = token"),
     ],
 )
 def test_forms_with_odd_spacing_quoting_and_names(text: str, expected: str) -> None:
@@ -129,13 +165,21 @@ def test_forms_with_odd_spacing_quoting_and_names(text: str, expected: str) -> N
 
 
 def test_a_special_token_is_data_an_access_token_a_credential() -> None:
-    assert [at.is_credential_key(key) for key in ("eos_token", "pad_token", "image_token")] == [
+    assert [at.is_credential_key(key) for key in ("eos_token", "pad_token", "mask_token")] == [
         False,
         False,
         False,
     ]
-    credentials = ("access_token", "token", "PHPSESSID", "jsessionid", "csrf_token")
+    credentials = (
+        "access_token",
+        "token",
+        "PHPSESSID",
+        "jsessionid",
+        "video_token",
+        "backEndToken",
+    )
     assert all(at.is_credential_key(key) for key in credentials)
+    assert at.is_credential_key("eos_token", {"eos_token"})  # names given: as given
 
 
 def test_registered_words_name_headers_and_payload_keys() -> None:
@@ -145,6 +189,7 @@ def test_registered_words_name_headers_and_payload_keys() -> None:
     for text in (f"Client-Assertion: {SECRET}", f"X-MySess: {SECRET}", f"mysess2: {SECRET}"):
         assert SECRET not in at.redact_text(text), text
     assert at.redact_text("MySessError: not a header") == "MySessError: not a header"
+    assert at.redact_text("x.MySessError: not a header") == "x.MySessError: not a header"
     payload = plain_payload(
         {"client_assertion": SECRET, "mysess": 7, "argv": ["tool", "--mysess", SECRET]}
     )
@@ -160,3 +205,43 @@ def test_a_payload_key_judged_before_a_registration_is_judged_again() -> None:
     assert plain_payload({"rolloutcode": SECRET}) == {"rolloutcode": SECRET}
     at.register_secret_words(["rolloutcode"])
     assert plain_payload({"rolloutcode": SECRET}) == {"rolloutcode": "REDACTED"}
+
+
+def test_a_registered_word_in_a_data_name_keeps_its_value() -> None:
+    at.register_secret_words(["code"])
+    assert plain_payload({"code_count": 3, "code": 5}) == {"code_count": 3, "code": "REDACTED"}
+    assert at.redact_text("code_count=3 code=5") == "code_count=3 code=REDACTED"
+
+
+def test_a_key_judged_while_words_are_registered_is_not_remembered_stale(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A key judged with the old words, the words registered and the cache forgotten (by
+    another thread) before the verdict is stored: the stale verdict is not kept."""
+    judge = _payloads.is_credential_key
+
+    def racing(key: str) -> bool:
+        verdict = judge(key)  # the old words: no credential
+        at.register_secret_words(["racecode"])
+        _payloads._known_keys()  # another thread's payload forgets the cache
+        return verdict
+
+    monkeypatch.setattr(_payloads, "is_credential_key", racing)
+    plain_payload({"racecode": SECRET})
+    monkeypatch.setattr(_payloads, "is_credential_key", judge)
+    assert plain_payload({"racecode": SECRET}) == {"racecode": "REDACTED"}
+
+
+def test_the_areal_shim_hides_what_registered_words_name() -> None:
+    from asynctrace_contrib.areal import _values
+
+    args = {"rollcode": SECRET, "argv": ["tool", "--rollcode", SECRET]}
+    assert _values._attributes(args) == {
+        "rollcode": SECRET,
+        "argv": ["tool", "--rollcode", SECRET],
+    }
+    at.register_secret_words(["rollcode"])
+    assert _values._attributes(args) == {
+        "rollcode": "REDACTED",
+        "argv": ["tool", "--rollcode", "REDACTED"],
+    }

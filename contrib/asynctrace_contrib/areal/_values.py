@@ -55,9 +55,11 @@ _plain_words: list[frozenset[str]] = [asynctrace.secret_words()]  # what _plain_
 
 
 def _forget_plain_texts(words: frozenset[str]) -> None:
-    """Forget the strings found plain: the program has registered secret *words* since
-    (``rolloutcode=abc`` was plain before ``register_secret_words(["rolloutcode"])``)."""
+    """Forget the strings found plain and the keys found no credentials: the program has
+    registered secret *words* since (``rolloutcode=abc`` was plain, and the key
+    ``rolloutcode`` no credential, before ``register_secret_words(["rolloutcode"])``)."""
     _plain_texts.clear()
+    _credential_keys.clear()
     _plain_words[0] = words
 
 
