@@ -30,6 +30,7 @@ import asyncio
 import sys
 import threading
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -60,24 +61,30 @@ def count(mode: str) -> Counter[str]:
         elif event == "c_call" and bd.kind(code) == bd.AT:
             calls[f"C:{getattr(arg, '__qualname__', '?')}"] += 1
 
+    run_hooked(mode, sys.setprofile, hook)
+    return calls
+
+
+def run_hooked(mode: str, install: Callable[[Any], object], hook: Any) -> None:
+    """Run the demo in *mode* once untimed, then once with ``install(hook)`` on the loop
+    thread (the main thread, while ``asyncio.run`` runs; not the Gym server's thread)."""
     run = asyncio.run
 
-    def profiled(main: Any, **kwargs: Any) -> Any:
+    def hooked(main: Any, **kwargs: Any) -> Any:
         if threading.current_thread() is not threading.main_thread():
             return run(main, **kwargs)  # the Gym server's own loop
-        sys.setprofile(hook)
+        install(hook)
         try:
             return run(main, **kwargs)
         finally:
-            sys.setprofile(None)
+            install(None)
 
     bd.run_demo(mode, bd.DEMO)  # warm: imports, first-run caches
-    asyncio.run = profiled  # type: ignore[assignment]
+    asyncio.run = hooked  # type: ignore[assignment]
     try:
         bd.run_demo(mode, bd.DEMO)
     finally:
         asyncio.run = run
-    return calls
 
 
 def main() -> int:

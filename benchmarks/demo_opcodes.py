@@ -17,9 +17,7 @@ tracer frame), and for the top entry points, by the code that ran.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
-import threading
 from collections import Counter, defaultdict
 from pathlib import Path
 from types import FrameType
@@ -27,6 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 import bench_demo as bd
+from demo_calls import run_hooked
 
 GROUPS = bd.DEMO["steps"] * bd.DEMO["prompts"]
 State = tuple[str | None, str | None]  # (innermost tracer function, entry point)
@@ -82,23 +81,7 @@ class Counts:
 def count(mode: str) -> Counts:
     """The loop thread's opcodes in one demo run of *mode* (after one untimed run)."""
     counts = Counts()
-    run = asyncio.run
-
-    def traced(main: Any, **kwargs: Any) -> Any:
-        if threading.current_thread() is not threading.main_thread():
-            return run(main, **kwargs)  # the Gym server's own loop
-        sys.settrace(counts.trace)
-        try:
-            return run(main, **kwargs)
-        finally:
-            sys.settrace(None)
-
-    bd.run_demo(mode, bd.DEMO)
-    asyncio.run = traced  # type: ignore[assignment]
-    try:
-        bd.run_demo(mode, bd.DEMO)
-    finally:
-        asyncio.run = run
+    run_hooked(mode, sys.settrace, counts.trace)
     return counts
 
 
