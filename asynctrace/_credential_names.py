@@ -16,7 +16,7 @@ import re
 from collections.abc import Collection
 from typing import Final
 
-from ._secret_words import _WORD_SPLIT, _registered_name, _secret_name
+from ._secret_words import _DEFAULT_NAME, _WORD_SPLIT, _registered_name, _secret_name
 
 __all__ = ["CREDENTIAL_KEYS", "is_credential_header", "is_credential_key", "is_data_name"]
 
@@ -111,18 +111,27 @@ def is_credential_key(key: str, names: Collection[str] = CREDENTIAL_KEYS) -> boo
     ``session_id``, ``token_count`` and ``prompt_token_ids`` are data. The
     rule of the values asynctrace records under a key (session payloads).
 
+    With the default *names* (:data:`CREDENTIAL_KEYS`), two more rules: a
+    tokenizer's special token, one of ``eos``, ``bos``, ``pad``, ``unk``,
+    ``sep``, ``cls`` or ``mask`` and then ``token`` (exactly those two words),
+    is data; and a key holding a word given to
+    :func:`~asynctrace.register_secret_words` is a credential, unless it is
+    shaped as data (``code_count``). Names given are taken as given.
+
     Example:
         >>> is_credential_key("OPENAI_API_KEY"), is_credential_key("token_count")
         (True, False)
         >>> is_credential_key("gen_ai.prompt", {"prompt"})
         True
+        >>> is_credential_key("eos_token"), is_credential_key("eos_token", {"eos_token"})
+        (False, True)
     """
     if not isinstance(names, frozenset):  # a set or a list: cached by its frozen form
         names = frozenset(names)
     if _is_listed(key[-_LONGEST_KEY:], names):
         return True
     # The default names take the program's registered words too, but for data (code_count).
-    return names is CREDENTIAL_KEYS and _registered_name(key) and not _data_shape(key)
+    return _registered_name(key) and names == CREDENTIAL_KEYS and not _data_shape(key)
 
 
 @functools.lru_cache(maxsize=4096)  # keys repeat: after the first, a dict lookup
@@ -167,7 +176,6 @@ _KEY_COUNTS: Final = frozenset(("max", "min", "num", "n", "total", "cache"))
 _PLURALS: Final = {"tokens": _COUNT_WORDS, "keys": _KEY_COUNTS}
 
 
-@functools.lru_cache(maxsize=4096)  # names repeat
 def is_data_name(name: str) -> bool:
     """Whether *name*, though it holds a credential word, names data (a count, ids).
 
@@ -179,19 +187,41 @@ def is_data_name(name: str) -> bool:
     by which a ``name=value`` pair of text and a command-line flag keep their
     value, as a session payload's key and a nemo-lens attribute key do.
 
+    A tokenizer's names are data too: a name holding a word such as
+    ``tokenizer`` or ``detokenize`` and no credential word besides
+    (``tokenizer_path``; not ``tokenizer_auth_header``), and, with
+    :func:`is_credential_key`'s default names, a special token (``eos_token``).
+
     Example:
         >>> is_data_name("max_tokens"), is_data_name("token_ids"), is_data_name("api_token")
         (True, True, False)
     """
+    if not _data_name(name):
+        return False
+    # A registered word in a tokenizer's name ("tokenizer_rollcode"): judged afresh, as
+    # the words may have been registered after the name was first judged.
+    return not (_registered_name(name) and any(map(_TOKENIZER.fullmatch, _words(name))))
+
+
+@functools.lru_cache(maxsize=4096)  # names repeat
+def _data_name(name: str) -> bool:
     return not is_credential_key(name) and _data_shape(name)
+
+
+def _words(name: str) -> list[str]:
+    return [word.lower() for word in _KEY_BREAK.split(name[-_LONGEST_KEY:]) if word]
+
+
+_TOKENIZER = re.compile(r"(?:de)?tokeni[sz](?:e[rd]?s?|ing|ation)")  # a word, exactly
 
 
 def _data_shape(name: str) -> bool:
     """Whether *name* is shaped as data (:func:`is_data_name`'s rule, credentials aside)."""
-    words = [word.lower() for word in _KEY_BREAK.split(name[-_LONGEST_KEY:]) if word]
-    if any(word.startswith("tokeniz") for word in words):  # tokenizer, tokenizer_path
-        rest = "_".join(word for word in words if not word.startswith("tokeniz"))
-        return not _secret_name(rest)  # but not tokenizer_auth_header
+    words = _words(name)
+    if any(_TOKENIZER.fullmatch(word) for word in words):  # tokenizer, tokenizer_path
+        rest = "_".join(word for word in words if not _TOKENIZER.fullmatch(word))
+        # but not tokenizer_auth_header (the default words: this verdict is cached)
+        return not _secret_name(rest, _DEFAULT_NAME)
     if len(words) < 2:
         return False
     last = words[-1]

@@ -98,7 +98,8 @@ def plain_payload(payload: Mapping[str, Any]) -> dict[str, Any]:
     keys too. The value of a key that names a credential
     (:func:`asynctrace.is_credential_key`: ``password``, ``api_key``,
     ``X-Api-Key``, ``access_token``, ``Cookie``...), or holds a word given to
-    :func:`asynctrace.register_secret_words`, is ``"REDACTED"`` whatever its type;
+    :func:`asynctrace.register_secret_words` (and is not shaped as data,
+    ``code_count``), is ``"REDACTED"`` whatever its type;
     so is, in a list or tuple, the item after such a name: the value of a
     two-item pair (``("Authorization", "Basic ...")``, a header list's entry,
     ``bytes`` names too) and the argument of a flag (``["mysql", "--password",

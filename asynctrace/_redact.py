@@ -42,8 +42,15 @@ Whatever asynctrace records of an exception (``exception.message``,
 - ``Bearer <credential>`` loses the credential (after a run of scheme words,
   ``Bearer Token abc``; a quoted one keeps its quotes);
 - these forms are read inside escaped text too: a name right after an escaped
-  line break or tab (``\\r\\nAuthorization: ...`` in a repr or JSON), a value
-  in escaped quotes (``\\"password\\": \\"abc\\"``, JSON inside JSON);
+  line break or tab (``\\r\\nAuthorization: ...`` in a repr or JSON) or a
+  path's backslash (``C:\\app\\token=abc``), a value in escaped quotes
+  (``\\"password\\": \\"abc\\"``, JSON inside JSON), a URL with its
+  slashes escaped twice (``postgres:\\\\/\\\\/u:p@h``) or percent-encoded
+  with its slashes left as they are (``https%3A//u%3Ap%40h``);
+- an unquoted ``name: value`` where *name* is a credential header, holds a
+  registered word, or is a lower-case key whose last word is a credential
+  (``spring.datasource.password: abc``, ``secretAccessKey: abc``; after a
+  ``[``: Go's ``map[Authorization:[...]]``), and HTTPie's ``name==value``;
 - each string of *secrets* (what the caller knows to be secret: a request's
   header values, its query values) is replaced wherever it appears, but for
   those under 4 characters (``1``, ``?0``).
@@ -98,7 +105,7 @@ _PEM_BEGIN = re.compile(r"-----BEGIN ([A-Z0-9 ]{1,64})-----")
 # lose "abc" (a quoted one keeps its quotes); also after an escaped line break ("\n").
 _BEARER = re.compile(
     r"(?:(?<![\w\-])|(?<=\\[nrt]))(bearer[ \t]+(?:(?:bearer|basic|digest|token|negotiate|jwt)"
-    r"[ \t]+)*)('[^'\s]+'|\"[^\"\s]+\"|[\w\-.~+/:]+=*)",
+    r"[ \t]+)*)(\\'[^'\s\\]+\\'|\\\"[^\"\s\\]+\\\"|'[^'\s]+'|\"[^\"\s]+\"|[\w\-.~+/:]+=*)",
     re.IGNORECASE,
 )
 _SHORT = 8  # secrets shorter than this are replaced only where they stand alone

@@ -33,27 +33,44 @@ _ESCAPED_QUOTED = (
 )
 # A value: quoted (a bytes repr's b'...' too; backslash escapes kept inside; an
 # unterminated one to the end of its line), or unquoted up to white space, a quote
-# not followed by a letter or digit ("Tr0ub'4dor" goes whole, "'token=abc'." stops)
-# or an "&" or ";" that starts the next "name=" (so "Tr0ub4dor&3xyz" goes whole,
-# and "token=abc&n=1" keeps its "n=1"); an unquoted one's trailing ")", ",", "]"
-# and "}" are left out of it (_value_end): "(token=abc)", "{'key': 1, ...}".
-_VALUE = re.compile(
-    _ESCAPED_QUOTED + r"b?'(?:[^'\\\n]|\\.)*'?|b?\"(?:[^\"\\\n]|\\.)*\"?|"
-    r"(?:(?:basic|bearer|digest|token|negotiate)[ \t]+)*"
-    r"(?:[^\s'\"&;]|['\"](?=\w)|[&;](?![\w.\-%\[\]]{1,128}=))+",
-    re.IGNORECASE,
-)
+# that ends it, or an "&" or ";" that starts the next "name=" (so "Tr0ub4dor&3xyz"
+# goes whole, and "token=abc&n=1" keeps its "n=1"); an unquoted one's trailing ")",
+# ",", "]" and "}" are left out of it (_value_end): "(token=abc)", "{'key': 1, ...}".
+# A quote ends it before a blank, a closer or the end ("Tr0ub'#4dor" goes whole);
+# in a quoted pair ('token=abc'.split(...): a quote right before the name), before
+# anything but a letter or digit.
+_QUOTE_ENDS = r"['\"](?![\s,)\]}]|\Z)"
+_QUOTE_ENDS_QUOTED = r"['\"](?=\w)"
+
+
+def _value(quote: str) -> re.Pattern[str]:
+    return re.compile(
+        _ESCAPED_QUOTED + r"b?'(?:[^'\\\n]|\\.)*'?|b?\"(?:[^\"\\\n]|\\.)*\"?|"
+        r"(?:(?:basic|bearer|digest|token|negotiate)[ \t]+)*"
+        rf"(?:[^\s'\"&;]|{quote}|[&;](?![\w.\-%\[\]]{{1,128}}=))+",
+        re.IGNORECASE,
+    )
+
+
 # A credential header's value: quoted (b'...' too), through its closing quote or to
 # the end of its line; or the rest of its line up to a quote that ends it (as above,
 # an escaped one too), an angle bracket, or an escaped line break that ends a header
 # line (\r\n, or \n before the next "Name: ", in a repr or JSON; not "CORP\nancy"),
 # with a quoted string after an "=" inside it (Cookie: sid="abc", Digest
 # response="...") taken whole.
-_HEADER_VALUE = re.compile(
-    _ESCAPED_QUOTED + r"b?'(?:[^'\\\r\n]|\\.)*'?|b?\"(?:[^\"\\\r\n]|\\.)*\"?|"
-    r"(?:[^\r\n'\"<>=\\]|['\"](?=\w)|\\(?!r\\n|n[\w\-]{1,128}:\s|['\"])[^\r\n]"
-    r"|=(?:'(?:[^'\\\r\n]|\\.)*'?|\"(?:[^\"\\\r\n]|\\.)*\"?)?)+"
-)
+def _header_value(quote: str) -> re.Pattern[str]:
+    return re.compile(
+        _ESCAPED_QUOTED + r"b?'(?:[^'\\\r\n]|\\.)*'?|b?\"(?:[^\"\\\r\n]|\\.)*\"?|"
+        rf"(?:[^\r\n'\"<>=\\]|{quote}|\\['\"](?=\w)|\\(?!r\\n|n[\w\-]{{1,128}}:\s|['\"])[^\r\n]"
+        r"|=(?:\\'[^'\\\r\n]*\\'|\\\"[^\"\\\r\n]*\\\"|'(?:[^'\\\r\n]|\\.)*'?|\"(?:[^\"\\\r\n]|\\.)*\"?)?)+"
+    )
+
+
+_VALUE = _value(_QUOTE_ENDS)
+_QUOTED_PAIR_VALUE = _value(_QUOTE_ENDS_QUOTED)
+_HEADER_VALUE = _header_value(_QUOTE_ENDS)
+_QUOTED_HEADER_VALUE = _header_value(_QUOTE_ENDS_QUOTED)
+_HEADER_VALUES: Final = (_HEADER_VALUE, _QUOTED_HEADER_VALUE)
 # What a bracketed value ("auth=('bob', 'pw')", "credentials={...}") is scanned by:
 # quoted strings whole (a bracket inside one does not count), brackets, line ends.
 _BRACKET_TOKEN = re.compile(r"'(?:[^'\\\n]|\\.)*'?|\"(?:[^\"\\\n]|\\.)*\"?|[()\[\]{}\r\n]")
@@ -94,11 +111,12 @@ def _redact_pairs(text: str) -> str:
         # path's separator (C:\app\token=...): the name is read both ways.
         escaped = name[0] in "nrt" and text[match.start() - 1 : match.start()] == "\\"
         names = (name, name[1:]) if escaped and name[1:] else (name,)
+        quoted = text[match.start() - 1 : match.start()] in ("'", '"')  # 'token=abc'.split
         value_pattern: re.Pattern[str] | None = None
         if match.group("quote") or "=" in match.group("sep"):
             # token=..., 'api_key': ..., "password": ...; not max_tokens=... (data)
             if any(_secret_name(one) and not is_data_name(one) for one in names):
-                value_pattern = _VALUE
+                value_pattern = _QUOTED_PAIR_VALUE if quoted else _VALUE
         elif (
             text[max(0, match.start() - 3) : match.start()] == "://"
             and match.group("sep") == ":"
@@ -106,10 +124,12 @@ def _redact_pairs(text: str) -> str:
         ):
             continue  # a URL's host and port ("http://auth:8080/"): its userinfo is gone
         elif any(_header_name(one.rpartition("[")[2]) for one in names):  # map[Auth:[..]]
-            value_pattern = _HEADER_VALUE
+            value_pattern = _QUOTED_HEADER_VALUE if quoted else _HEADER_VALUE
         if value_pattern is None:
             continue
         start = match.end()
+        if text.startswith(REDACTED, start):  # (by the URL pass): nothing to match, which
+            continue  # would run to the line's end for each name on it (quadratic)
         if text[start : start + 1] in _CLOSERS:  # auth=('bob', 'pw'): the whole tuple
             out.append(text[pos:start])
             out.append(REDACTED)
@@ -118,7 +138,7 @@ def _redact_pairs(text: str) -> str:
         value = value_pattern.match(text, start)
         if value is None or value.group().startswith(REDACTED):  # (by the URL pass)
             continue
-        end = _value_end(value) if value_pattern is _VALUE else value.end()
+        end = value.end() if value_pattern in _HEADER_VALUES else _value_end(value)
         out.append(text[pos:start])
         out.append(_replacement(text[start:end]))
         pos = end
@@ -136,7 +156,7 @@ def _header_name(name: str) -> bool:
     header (``Authorization``, ``X-Api-Key``), a registered word, or a key whose last
     word is a credential (``spring.datasource.password``, ``secretAccessKey``) where
     its last dotted part starts in lower case (not ``KeyError``, ``fernet.InvalidToken``)."""
-    if _credential_header(name) or _registered_header(name):
+    if _credential_header(name) or (_registered_header(name) and not is_data_name(name)):
         return True
     first, _, last = name.rpartition(".")
     # not an attribute in a source line ("self.token: str = token")

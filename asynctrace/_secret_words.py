@@ -59,6 +59,7 @@ _NAME_FORMS: Final = {"sig": r"sig(?![a-z])", "auth": r"auth(?!or(?!i[sz]))"}
 _SECRET_NAME = re.compile(
     "|".join(_NAME_FORMS.get(word, word) for word in SECRET_WORDS), re.IGNORECASE
 )
+_DEFAULT_NAME: Final = _SECRET_NAME  # the default words alone, whatever is registered
 
 
 def _flag_pattern(words: str) -> re.Pattern[str]:
@@ -115,7 +116,10 @@ def register_secret_words(words: Iterable[str]) -> None:
             for w in checked - _EXTRA_WORDS
             if w not in SECRET_WORDS and not any(a in w for a in anywhere)
         }
-        if not added:
+        # ... to the patterns of free text, but it still names a key as the program's
+        # (a payload's "hftoken", which no default rule reads as a credential)
+        named = checked - added - _EXTRA_WORDS - _NAMED - set(SECRET_WORDS)
+        if not added and not named:
             return
         total = len(_EXTRA_WORDS) + len(added)
         if total > MAX_SECRET_WORDS:
@@ -126,13 +130,14 @@ def register_secret_words(words: Iterable[str]) -> None:
                 f"make {total}: none of them was added"
             )
         _EXTRA_WORDS.update(added)
-        name, key, flag, registered = _word_patterns(_EXTRA_WORDS)
+        _NAMED.update(named)
+        name, key, flag, registered = _word_patterns(_EXTRA_WORDS | _NAMED)
         _PATTERNS[name] = (key, flag)  # before _SECRET_NAME: a reader finds them
         _SECRET_NAME = name
         _REGISTERED_NAME = registered
         # Last: a cache that sees the new words and forgets its plain texts must find
         # them redacted by the new patterns when it looks again.
-        _REGISTERED = frozenset(_EXTRA_WORDS)
+        _REGISTERED = frozenset(_EXTRA_WORDS | _NAMED)
 
 
 # How many words register_secret_words adds in a process, at most: each one costs every
@@ -141,13 +146,15 @@ MAX_SECRET_WORDS: Final = 64
 _MIN_WORD = 3  # shorter words count in free text only where nothing alphanumeric is glued
 # to them: "sk" would make every "task=", "risk=" and "desk=" secret-like.
 _EXTRA_WORDS: set[str] = set()
-_REGISTERED: frozenset[str] = frozenset()  # _EXTRA_WORDS as secret_words() gives it
+_NAMED: set[str] = set()  # words given that free text matched already (not counted)
+_REGISTERED: frozenset[str] = frozenset()  # the words as secret_words() gives them
 # The registered words alone, as names in free text match them (None: none registered).
 _REGISTERED_NAME: re.Pattern[str] | None = None
 
 
 def secret_words() -> frozenset[str]:
-    """The words :func:`register_secret_words` has added in this process (lower case).
+    """The words given to :func:`register_secret_words` in this process (lower case),
+    the built-in ones aside.
 
     The same object until a registration adds a word: a cache of text found
     to hold nothing secret can tell, by identity, that it must be forgotten.

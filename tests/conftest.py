@@ -62,6 +62,7 @@ def _logging_kept() -> Iterator[None]:
     later test in the process sees none of their records.
     """
     words, pattern = set(_secret_words._EXTRA_WORDS), _secret_words._SECRET_NAME
+    named = set(_secret_words._NAMED)
     registered = _secret_words._REGISTERED
     registered_name = _secret_words._REGISTERED_NAME
     yield
@@ -69,6 +70,8 @@ def _logging_kept() -> Iterator[None]:
     # test's must not redact what later tests in the same worker record.
     _secret_words._EXTRA_WORDS.clear()
     _secret_words._EXTRA_WORDS.update(words)
+    _secret_words._NAMED.clear()
+    _secret_words._NAMED.update(named)
     _secret_words._SECRET_NAME = pattern
     _secret_words._REGISTERED = registered
     _secret_words._REGISTERED_NAME = registered_name

@@ -501,6 +501,7 @@ def _busy_round(
     """
     reads: list[float] = []
     cpu = _handoff._cpu
+    worker_clock: int | None = None  # set once the worker runs
 
     def read(clock: int | None) -> float | None:
         used = cpu(clock)

@@ -73,6 +73,15 @@ def test_a_raw_request_in_an_exception_args_loses_its_credentials_only() -> None
             json.dumps({"body": json.dumps({"h": "Authorization: Basic abc", "status": 401})}),
             '{"body": "{\\"h\\": \\"Authorization: REDACTED\\", \\"status\\": 401}"}',
         ),
+        (
+            json.dumps({"h": f'Cookie: theme="dark"; session={SECRET}'}),
+            '{"h": "Cookie: REDACTED"}',
+        ),
+        (
+            json.dumps({"h": f'Authorization: Basic ab"{SECRET}'}),
+            '{"h": "Authorization: REDACTED"}',
+        ),
+        (json.dumps({"h": f'sent Bearer "{SECRET}"'}), '{"h": "sent Bearer \\"REDACTED\\""}'),
         (  # escaped slashes escaped again
             json.dumps({"body": '{"dsn":"postgres:\\/\\/bob:' + SECRET + '@db\\/prod"}'}),
             '{"body": "{\\"dsn\\":\\"postgres:\\\\/\\\\/db\\\\/prod\\"}"}',
@@ -107,6 +116,14 @@ def test_urls_encoded_whole_as_encoders_write_them(text: str, expected: str) -> 
             f"login failed: password=Tr0ub'{SECRET} user=bob",
             "login failed: password=REDACTED user=bob",
         ),
+        # a quote inside an unquoted password, before punctuation too (not a quoted pair)
+        (
+            f"login failed: password=Tr0ub'#4dor{SECRET} user=bob",
+            "login failed: password=REDACTED user=bob",
+        ),
+        (f"password=Tr0ub'.4dor{SECRET}", "password=REDACTED"),
+        (f"--password pa'$$word{SECRET}", "--password REDACTED"),
+        (f"Authorization: Basic ab'-cd{SECRET}", "Authorization: REDACTED"),
         (f'Authorization: Basic ab"{SECRET}', "Authorization: REDACTED"),
         (f"--password Tr0ub'{SECRET} --user bob", "--password REDACTED --user bob"),
         (f"'token=abc{SECRET}', 'n'", "'token=REDACTED', 'n'"),  # a quote that ends it
@@ -132,6 +149,10 @@ def test_urls_encoded_whole_as_encoders_write_them(text: str, expected: str) -> 
         ("--tokenizer /models/tok --max-tokens 512", "--tokenizer /models/tok --max-tokens 512"),
         ("pad_token=None eos_token=</s>", "pad_token=None eos_token=</s>"),
         (f"tokenizer_auth_header={SECRET}", "tokenizer_auth_header=REDACTED"),
+        (
+            f"tokenizerpassword={SECRET} TOKENIZERTOKEN={SECRET}",
+            "tokenizerpassword=REDACTED TOKENIZERTOKEN=REDACTED",
+        ),
         # a backslash before a name: a path's separator as well as an escape
         (
             f"failed reading C:\\Users\\bob\\token={SECRET}",
@@ -180,6 +201,7 @@ def test_a_special_token_is_data_an_access_token_a_credential() -> None:
     )
     assert all(at.is_credential_key(key) for key in credentials)
     assert at.is_credential_key("eos_token", {"eos_token"})  # names given: as given
+    assert at.is_credential_key("user_pad_token")  # exactly two words: a tokenizer's
 
 
 def test_registered_words_name_headers_and_payload_keys() -> None:
@@ -211,6 +233,8 @@ def test_a_registered_word_in_a_data_name_keeps_its_value() -> None:
     at.register_secret_words(["code"])
     assert plain_payload({"code_count": 3, "code": 5}) == {"code_count": 3, "code": "REDACTED"}
     assert at.redact_text("code_count=3 code=5") == "code_count=3 code=REDACTED"
+    assert at.redact_text("code_count: 3\nCode-Count: 4") == "code_count: 3\nCode-Count: 4"
+    assert at.redact_text(f"x-code: {SECRET}") == "x-code: REDACTED"
 
 
 def test_a_key_judged_while_words_are_registered_is_not_remembered_stale(
@@ -245,3 +269,43 @@ def test_the_areal_shim_hides_what_registered_words_name() -> None:
         "rollcode": "REDACTED",
         "argv": ["tool", "--rollcode", "REDACTED"],
     }
+
+
+def test_the_areal_shim_does_not_keep_a_verdict_judged_with_old_words(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from asynctrace_contrib.areal import _values
+
+    judge = at.is_credential_key
+
+    def racing(key: str) -> bool:
+        verdict = judge(key)  # the old words: no credential
+        if key == "shimrace":
+            at.register_secret_words(["shimrace"])
+            _values._attributes({"other": 1})  # another thread's args: the caches forgotten
+        return verdict
+
+    monkeypatch.setattr(_values.asynctrace, "is_credential_key", racing)
+    _values._attributes({"shimrace": SECRET})
+    monkeypatch.setattr(_values.asynctrace, "is_credential_key", judge)
+    assert _values._attributes({"shimrace": SECRET}) == {"shimrace": "REDACTED"}
+
+
+def test_a_registered_word_holding_a_default_word_names_payload_keys() -> None:
+    """``hftoken`` holds ``token``: free text read it as secret already, but as a key's name
+    no default rule does; registered, it is the program's credential there too."""
+    assert plain_payload({"hftoken": SECRET}) == {"hftoken": SECRET}
+    at.register_secret_words(["hftoken"])
+    assert "hftoken" in at.secret_words()
+    assert plain_payload({"hftoken": SECRET, "tokens": [1]}) == {
+        "hftoken": "REDACTED",
+        "tokens": [1],
+    }
+
+
+def test_a_tokenizer_name_registered_later_is_judged_by_the_default_words_only() -> None:
+    """Whether a tokenizer's name is data is remembered: it does not hang on the words
+    registered when it was first judged."""
+    assert at.redact_text("tokenizer_rollcode2=abc") == "tokenizer_rollcode2=abc"
+    at.register_secret_words(["rollcode2"])
+    assert at.redact_text("tokenizer_rollcode2=abc") == "tokenizer_rollcode2=REDACTED"

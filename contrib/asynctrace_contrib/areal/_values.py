@@ -67,8 +67,9 @@ def _is_credential(key: str) -> bool:
     """``asynctrace.is_credential_key(key)``, remembered: ``args`` keys repeat every step."""
     found = _credential_keys.get(key)
     if found is None:
+        words = asynctrace.secret_words()  # before judging: a registration meanwhile wins
         found = asynctrace.is_credential_key(key)
-        if len(_credential_keys) < _MAX_KEYS_CACHED:
+        if len(_credential_keys) < _MAX_KEYS_CACHED and words is _plain_words[0]:
             _credential_keys[key] = found
     return found
 
