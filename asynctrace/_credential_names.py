@@ -137,9 +137,8 @@ def is_credential_key(key: str, names: Collection[str] = CREDENTIAL_KEYS) -> boo
 @functools.lru_cache(maxsize=4096)  # keys repeat: after the first, a dict lookup
 def _is_listed(key: str, names: frozenset[str]) -> bool:
     forms = _forms(names)
-    words = [word.lower() for word in _KEY_BREAK.split(key) if word]
-    special = len(words) == 2 and words[1] == "token" and words[0] in _SPECIAL_TOKENS
-    if special and names == CREDENTIAL_KEYS:  # "eos_token": a tokenizer's, no credential
+    words = _words(key)
+    if names == CREDENTIAL_KEYS and _special_token(words):  # a tokenizer's, no credential
         return False
     return any("_".join(words[i:]) in forms for i in range(len(words)))
 
@@ -147,6 +146,11 @@ def _is_listed(key: str, names: frozenset[str]) -> bool:
 # The words before "token" that name a tokenizer's special token ("eos_token",
 # "pad_token"): text the model reads, never a credential.
 _SPECIAL_TOKENS: Final = frozenset(("eos", "bos", "pad", "unk", "sep", "cls", "mask"))
+
+
+def _special_token(words: list[str]) -> bool:
+    """Whether *words* (lower case) are a special token's name: ``eos_token``."""
+    return len(words) == 2 and words[1] == "token" and words[0] in _SPECIAL_TOKENS
 
 
 @functools.lru_cache(maxsize=64)
@@ -218,15 +222,11 @@ _TOKENIZER = re.compile(r"(?:de)?tokeni[sz](?:e[rd]?s?|ing|ation)")  # a word, e
 def _data_shape(name: str) -> bool:
     """Whether *name* is shaped as data (:func:`is_data_name`'s rule, credentials aside)."""
     words = _words(name)
-    if any(_TOKENIZER.fullmatch(word) for word in words):  # tokenizer, tokenizer_path
-        rest = "_".join(word for word in words if not _TOKENIZER.fullmatch(word))
+    rest = [word for word in words if not _TOKENIZER.fullmatch(word)]
+    if len(rest) < len(words):  # tokenizer, tokenizer_path
         # but not tokenizer_auth_header (the default words: this verdict is cached)
-        return not _secret_name(rest, _DEFAULT_NAME)
+        return not _secret_name("_".join(rest), _DEFAULT_NAME)
     if len(words) < 2:
         return False
     last = words[-1]
-    return (
-        last in _DATA_LAST
-        or words[-2] in _PLURALS.get(last, ())
-        or (len(words) == 2 and last == "token" and words[0] in _SPECIAL_TOKENS)
-    )
+    return last in _DATA_LAST or words[-2] in _PLURALS.get(last, ()) or _special_token(words)

@@ -136,7 +136,7 @@ def _redact_pairs(text: str) -> str:
             pos = _bracketed_end(text, start)
             continue
         value = value_pattern.match(text, start)
-        if value is None or value.group().startswith(REDACTED):  # (by the URL pass)
+        if value is None:
             continue
         end = value.end() if value_pattern in _HEADER_VALUES else _value_end(value)
         out.append(text[pos:start])
