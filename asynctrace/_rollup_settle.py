@@ -61,9 +61,11 @@ class RollupSettle(RollupSteps, RollupWaits):
         """*group*'s parent never arrives: its candidates are steps, its leaves outside.
 
         A candidate inside a step of its trace with its ``rl.iteration`` is no
-        step (a detached finalize span whose bucketed parent left the window):
-        its leaves go with the group's. Not when *rule_out* is false: the
-        parent is another process's, so no finalize span of this one.
+        step (a detached finalize span whose bucketed parent left the window),
+        whether that step is known now or was when the candidate arrived (the
+        last 64 steps are remembered): its leaves go with the group's. Not when
+        *rule_out* is false: the parent is another process's, so no finalize
+        span of this one.
         Returns the bucketed leaves counted nowhere.
 
         With *rule_out*, the candidates (siblings: *group* waits for their
@@ -87,7 +89,7 @@ class RollupSettle(RollupSteps, RollupWaits):
                     head = heads.get(where)
                     if head is not None and cand.start < head.end:
                         self._join(cand, head)
-                    elif self._ruled_out(cand):
+                    elif cand.within or self._ruled_out(cand):
                         self._fold_step(cand, group)
                     else:
                         heads[where] = cand

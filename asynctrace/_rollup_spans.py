@@ -127,6 +127,8 @@ class RollupSpans(RollupSettle):
         elif candidate and pkey is not None:
             # Its parent has not arrived: a step unless the parent carries an iteration.
             step = self._make_step(name, key, pkey, origin, iteration, start, end, children, True)
+            if self._stepped:  # judged now too: its step may be forgotten by the time
+                step.within = self._ruled_out(step)
             target = self._pending.get(pkey)
             if target is None:
                 target = self._wait(pkey)

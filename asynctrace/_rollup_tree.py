@@ -97,6 +97,7 @@ class Step:
         "top_name",
         "top_start",
         "twice",
+        "within",
     )
 
     def __init__(
@@ -134,6 +135,9 @@ class Step:
         # A candidate whose wait was given up (max_pending), waiting outside the limit:
         # bucketed spans arriving under it count nowhere (``evicted_leaves``).
         self.stub = False
+        # A candidate that a step of its trace and iteration contained when it arrived:
+        # no step should its parent never arrive, however many steps end meanwhile.
+        self.within = False
         self.fwd: _Container | None = None  # set when folded into its parent
         # The counted leaf that ends last (clipped), to find leaves counted over one another
         # in one test each: arriving in end order, a leaf overlaps an earlier one exactly

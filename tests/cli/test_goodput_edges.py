@@ -88,9 +88,10 @@ def test_spans_given_up_past_max_pending_are_noted_and_counted(tmp_path: Path, r
     assert "given up past --max-pending 1" in csv.err
 
 
-def _finalize_trace(directory: Path, spans_between: int) -> Path:
+def _finalize_trace(directory: Path, spans_between: int, steps_after: int = 0) -> Path:
     """Step 1's bucketed staging span has a detached, stamped finalize child ending 0.8 s
-    after the step, with *spans_between* spans of step 2 ending in between."""
+    after the step, with *spans_between* spans of step 2 ending in between, and
+    *steps_after* short steps after the finalize span ends."""
     events = [
         _event(
             "rl.checkpointing",
@@ -118,6 +119,17 @@ def _finalize_trace(directory: Path, spans_between: int) -> Path:
                 **{"rl.bucket": "productive", "rl.iteration": 2},
             )
         )
+    for i in range(steps_after):
+        events.append(
+            _event(
+                "rl.step",
+                5000 + i,
+                99,
+                1_400_000 + i * 10_000,
+                5_000,
+                **{"rl.iteration": 3 + i, "asynctrace.group": "step"},
+            )
+        )
     return _write(directory, events)
 
 
@@ -128,6 +140,17 @@ def test_a_finalize_span_whose_parent_left_the_window_is_no_step(tmp_path: Path,
     steps = result.json()["steps"]
     assert [(s["name"], s["iteration"]) for s in steps] == [("rl.step", 1), ("rl.step", 2)]
     assert result.json()["total"]["wall_s"] == pytest.approx(1.5)
+    assert steps[0]["overhead_s"] == pytest.approx(0.1)
+
+
+def test_a_finalize_span_is_no_step_however_many_steps_follow(tmp_path: Path, run: Run) -> None:
+    """Its staging parent forgotten, then 80 more steps (more than the 64 remembered) end
+    before the run does: the finalize span, judged when it arrived, is still no step."""
+    inputs = _finalize_trace(tmp_path / "fin", 100, steps_after=80)
+    result = run("goodput", inputs, "--json", "--window", "50")
+    steps = result.json()["steps"]
+    assert len(steps) == 82
+    assert {s["name"] for s in steps} == {"rl.step"}
     assert steps[0]["overhead_s"] == pytest.approx(0.1)
 
 
