@@ -96,7 +96,7 @@ from typing import Any, Final
 from ._rollup_intake import RollupIntake
 from ._rollup_rows import RollupResult, StepRow, Violation
 from ._rollup_spans import BUCKETS
-from ._rollup_tree import OUTSIDE, Entry, Group, Step
+from ._rollup_tree import OUTSIDE, Entry, Example, Group, Step
 
 __all__ = ["BUCKETS", "DEFAULT_GRACE_US", "Rollup", "RollupResult", "StepRow", "Violation"]
 
@@ -181,6 +181,10 @@ class Rollup(RollupIntake):
         # (finish, or past max_pending candidates of their own: _trim_stubs).
         self._stubs: dict[int, list[Step]] = {}
         self._stubbed = 0  # the candidates in _stubs
+        # Parents whose evicted waits held bucketed spans: a few of those spans by parent
+        # key, oldest first, at most max_pending; the parent arriving bucketed breaks the
+        # nesting rule all the same, and arriving unbucketed passes this up to its own.
+        self._gone: dict[int, list[Example]] = {}
         # Groups waiting plus the bucketed leaves they hold, bounded by max_pending.
         self._load = 0
         self._limit = max_pending if max_pending is not None else sys.maxsize

@@ -171,11 +171,13 @@ class RollupIntake(RollupSpans):
             index = _BUCKET_INDEX.get(bucket, -1) if isinstance(bucket, str) else -1
             pending, home = self._pending, self._home
             stubs = self._stubs  # evicted waits' candidates: their parent takes _span
+            gone = self._gone  # evicted waits' bucketed spans: their parent takes _span
             if (
                 index >= 0
                 and key not in pending
                 and pkey not in home
                 and (not stubs or key not in stubs)
+                and (not gone or key not in gone)
             ):
                 target = pending.get(pkey)
                 if target is None:

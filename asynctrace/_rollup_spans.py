@@ -83,6 +83,8 @@ class RollupSpans(RollupSettle):
                 self._remote_open -= 1
         if self._stubs:
             children = self._unstub(key, children)
+        # Bucketed spans under this one whose wait was given up (max_pending): a few of them.
+        gone = self._gone.pop(key, None) if self._gone else None
         flags = (_HAS_ITERATION if iteration is not None else 0) | (_STEP if group_step else 0)
         bucket_index = -1
         if bucket is not None:
@@ -116,6 +118,8 @@ class RollupSpans(RollupSettle):
                 if bucket is not None:  # a bucketed step (group step): a bucketed span too
                     if children is not None and children.has_bucketed():
                         self._nested(name, key, children.examples())
+                    elif gone:
+                        self._nested(name, key, gone)
                     else:  # no bucketed descendant: it counts, over its whole interval
                         if children is None:
                             children = Group()
@@ -139,7 +143,7 @@ class RollupSpans(RollupSettle):
             if self._load > self._limit:
                 self._evict()
             return
-        if children is None and parent is None and pkey is not None:
+        if children is None and parent is None and pkey is not None and gone is None:
             # The common case, inlined: a childless span whose parent is still open.
             target = self._pending.get(pkey)
             if target is None:
@@ -155,9 +159,12 @@ class RollupSpans(RollupSettle):
         if bucket is not None:
             if payload.has_bucketed():
                 self._nested(name, key, payload.examples())
+            elif gone:
+                self._nested(name, key, gone)
             else:
                 payload.leaves.append((start, end, bucket_index, name, key))
-        self._attach(payload, key, pkey, parent, flags, name)
+            gone = None
+        self._attach(payload, key, pkey, parent, flags, name, gone)
 
     def _attach(
         self,
@@ -167,7 +174,12 @@ class RollupSpans(RollupSettle):
         parent: Entry | None,
         flags: int,
         name: str,
+        gone: list[Example] | None = None,
     ) -> None:
+        """Place *payload* (the span *key* and its subtree) under its parent *pkey*: into the
+        group waiting for it, into the step or group it went to, or outside any step.
+        *gone*: bucketed spans of an unbucketed span's subtree given up past max_pending,
+        passed on to the parent as such (counted nowhere, still nested)."""
         if pkey is None:
             payload.fwd = OUTSIDE
             payload.leaves.clear()  # outside any step: counted nowhere
@@ -179,6 +191,8 @@ class RollupSpans(RollupSettle):
                 target = self._wait(pkey)
             self._load += len(payload.leaves)
             merge(payload, target)
+            if gone:
+                self._mark_gone(pkey, gone)
             self._remember(key, (pkey, target, flags, name))
             if self._load > self._limit:
                 self._evict()
@@ -190,10 +204,10 @@ class RollupSpans(RollupSettle):
             # cycle): no span of it has a parent, so none can wait for one.
             self._cycle(payload, key, pkey, flags, name)
             return
-        if payload.has_bucketed():
+        if payload.has_bucketed() or gone:
             ancestor = self._bucketed_ancestor(pkey)
             if ancestor is not None:
-                self._nested(ancestor[0], ancestor[1], payload.examples())
+                self._nested(ancestor[0], ancestor[1], payload.examples() or gone or [])
                 payload.leaves.clear()
                 payload.pre = None
                 payload.nb = 0

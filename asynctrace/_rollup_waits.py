@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from ._rollup_tree import OUTSIDE, Group, Step
+from ._rollup_tree import OUTSIDE, Example, Group, Step
 
 __all__ = ["RollupWaits"]
 
@@ -20,6 +20,7 @@ class RollupWaits:
     _remote_open: int
     _stubs: dict[int, list[Step]]
     _stubbed: int
+    _gone: dict[int, list[Example]]
     _load: int
     _limit: int
     evicted: int
@@ -72,6 +73,8 @@ class RollupWaits:
         (per-prompt spans waiting to be ruled out by the step) as a stub for *key*.
         Returns the bucketed spans dropped."""
         dropped = len(group.leaves) + group.nb
+        if dropped:
+            self._mark_gone(key, group.examples())
         cands = group.cands
         if cands:
             for cand in cands:
@@ -95,6 +98,16 @@ class RollupWaits:
         if self._stubbed > self._limit:
             self._trim_stubs()
         return dropped
+
+    def _mark_gone(self, key: int, examples: list[Example]) -> None:
+        """Bucketed spans under *key* were given up: remembered (at most max_pending keys)
+        so that *key*, or its nearest ancestor, arriving bucketed is still said to nest
+        buckets rather than counted whole."""
+        gone = self._gone
+        if key not in gone:
+            gone[key] = examples
+            if len(gone) > self._limit:
+                del gone[next(iter(gone))]
 
     def _trim_stubs(self) -> None:
         """Give the oldest stubs up until at most max_pending candidates wait in them.

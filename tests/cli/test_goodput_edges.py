@@ -269,3 +269,34 @@ def test_trace_ids_are_reported_as_written() -> None:
     assert sorted(r.trace_id for r in rows) == sorted(
         ["0af7651916cd43dd8448eb211c80319c", "run-7", "0AF7651916CD43DD8448EB211C80319C"]
     )
+
+
+@pytest.mark.parametrize("middle", [False, True])
+def test_a_wait_given_up_still_says_its_bucketed_parent_nests_buckets(
+    tmp_path: Path, run: Run, middle: bool
+) -> None:
+    """--max-pending 2 gives up the wait holding 'rl.inner': its bucketed ancestor
+    'rl.outer' (directly, or through an unbucketed span) still breaks the nesting rule, as
+    without the limit, and is not counted over its whole interval."""
+    step = {"rl.iteration": 1, "asynctrace.group": "step"}
+    events = [
+        _event("rl.step", 1, None, 0, 1_000_000, **step),
+        _event("rl.outer", 2, 1, 0, 500_000, **{"rl.bucket": "productive"}),
+        _event("rl.inner", 3, 5 if middle else 2, 100_000, 100_000, **{"rl.bucket": "overhead"}),
+        _event("rl.umbrella", 4, 1, 250_000, 400_000),
+        _event("rl.x", 6, 4, 260_000, 40_000, **{"rl.bucket": "idle"}),
+    ]
+    if middle:
+        events.append(_event("rl.middle", 5, 2, 50_000, 300_000))
+    inputs = _write(tmp_path / "nested", events)
+    full = run("goodput", inputs, "--json")
+    limited = run("goodput", inputs, "--json", "--max-pending", "2")
+    for result in (full, limited):
+        assert result.code == 1
+        (violation,) = result.json()["violations"]
+        assert violation["kind"] == "nested-bucket"
+        assert "'rl.outer'" in violation["message"]
+        assert "'rl.inner'" in violation["message"]
+    (row,) = limited.json()["steps"]
+    assert row["productive_s"] == 0.0
+    assert limited.json()["inputs"]["evicted"] > 0
