@@ -33,9 +33,12 @@ _ESCAPED_QUOTED = (
 )
 # A value: quoted (a bytes repr's b'...' too; backslash escapes kept inside; an
 # unterminated one to the end of its line), or unquoted up to white space, a quote
-# that ends it, or an "&" or ";" that starts the next "name=" (so "Tr0ub4dor&3xyz"
-# goes whole, and "token=abc&n=1" keeps its "n=1"); an unquoted one's trailing ")",
-# ",", "]" and "}" are left out of it (_value_end): "(token=abc)", "{'key': 1, ...}".
+# that ends it, an escaped line break that ends a line (\r\n, or \n before the next
+# line's first word and a blank, "Name: " or "name=": "\nBearer ...", "\n--password
+# ..."; not "CORP\nancy"), or an "&" or ";" that starts the next "name=" (so
+# "Tr0ub4dor&3xyz" goes whole, and "token=abc&n=1" keeps its "n=1"); an unquoted
+# one's trailing ")", ",", "]" and "}" are left out of it (_value_end): "(token=abc)",
+# "{'key': 1, ...}".
 # A quote ends it before a blank, a closer or the end ("Tr0ub'#4dor" goes whole);
 # in a quoted pair ('token=abc'.split(...): a quote right before the name), before
 # anything but a letter or digit.
@@ -47,7 +50,8 @@ def _value(quote: str) -> re.Pattern[str]:
     return re.compile(
         _ESCAPED_QUOTED + r"b?'(?:[^'\\\n]|\\.)*'?|b?\"(?:[^\"\\\n]|\\.)*\"?|"
         r"(?:(?:basic|bearer|digest|token|negotiate)[ \t]+)*"
-        rf"(?:[^\s'\"&;]|{quote}|[&;](?![\w.\-%\[\]]{{1,128}}=))+",
+        rf"(?:[^\s'\"&;\\]|\\(?!r\\n|n[\w\-]{{1,128}}:?[ \t]|n[\w.\-]{{1,128}}=)|{quote}"
+        r"|[&;](?![\w.\-%\[\]]{1,128}=))+",
         re.IGNORECASE,
     )
 

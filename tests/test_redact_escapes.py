@@ -31,6 +31,21 @@ FORMS = [
 
 @pytest.mark.parametrize("encode", [repr, json.dumps], ids=["repr", "json"])
 @pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("before", ["password=pw1", "token=pw1"])
+def test_an_unquoted_value_ends_where_the_next_header_line_starts(
+    form: str, encode: object, before: str
+) -> None:
+    """An unquoted value ends at an escaped line break before the next ``Name: ``, so the
+    credential in that line is still read as one."""
+    text = encode(f"{before}\n{form}\nHost: env")  # type: ignore[operator]
+    redacted = at.redact_text(text)
+    assert SECRET not in redacted
+    assert "pw1" not in redacted
+    assert redacted.endswith(encode("\nHost: env")[1:])  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("encode", [repr, json.dumps], ids=["repr", "json"])
+@pytest.mark.parametrize("form", FORMS)
 def test_a_form_after_an_escaped_line_break_is_redacted(form: str, encode: object) -> None:
     text = encode(f"first line\n{form}\nlast line")  # type: ignore[operator]
     redacted = at.redact_text(text)
