@@ -39,6 +39,10 @@ _HEADER_WORDS: Final = frozenset(
         "credential",
         "credentials",
         "signature",
+        "passwords",
+        "secrets",
+        "cookies",
+        "passphrases",
         "session",
         "authentication",
         "bearer",
@@ -111,10 +115,14 @@ def is_credential_key(key: str, names: Collection[str] = CREDENTIAL_KEYS) -> boo
     ``session_id``, ``token_count`` and ``prompt_token_ids`` are data. The
     rule of the values asynctrace records under a key (session payloads).
 
-    With the default *names* (:data:`CREDENTIAL_KEYS`), two more rules: a
+    With the default *names* (:data:`CREDENTIAL_KEYS`), three more rules: a
     tokenizer's special token, one of ``eos``, ``bos``, ``pad``, ``unk``,
     ``sep``, ``cls`` or ``mask`` and then ``token`` (exactly those two words),
-    is data; and a key holding a word given to
+    is data; a last word made plural or numbered counts as its singular
+    (``api_keys``, ``Secrets``, ``password2``), but ``tokens`` only after a
+    word naming a credential's kind (``access_tokens``; not ``prompt_tokens``
+    nor ``response_tokens``) and ``keys`` only as ``api_keys``,
+    ``private_keys`` and the like; and a key holding a word given to
     :func:`~asynctrace.register_secret_words` is a credential, unless it is
     shaped as data (``code_count``). Names given are taken as given.
 
@@ -140,7 +148,41 @@ def _is_listed(key: str, names: frozenset[str]) -> bool:
     words = _words(key)
     if names == CREDENTIAL_KEYS and _special_token(words):  # a tokenizer's, no credential
         return False
-    return any("_".join(words[i:]) in forms for i in range(len(words)))
+    if any("_".join(words[i:]) in forms for i in range(len(words))):
+        return True
+    if names != CREDENTIAL_KEYS:  # names given are taken as given
+        return False
+    single = _singular(words)
+    return single is not None and any("_".join(single[i:]) in forms for i in range(len(single)))
+
+
+# A last word made plural or numbered that still names credentials ("api_keys",
+# "Secrets", "password2"), as its singular. Never "tokens" after any word
+# ("prompt_tokens" counts, "response_tokens" are ids): only after one that says
+# which credential; "keys" names one only after such a word (api_keys, not cache_keys).
+_PLURAL_WORDS: Final = {
+    "passwords": "password", "passwds": "passwd", "pwds": "pwd", "secrets": "secret",
+    "passphrases": "passphrase", "cookies": "cookie", "apikeys": "apikey", "jwts": "jwt",
+    "signatures": "signature", "keys": "key", "tokens": "token",
+}  # fmt: skip
+_TOKEN_KINDS: Final = frozenset(
+    ("access", "refresh", "auth", "api", "bearer", "session", "oauth", "id", "csrf", "xsrf")
+)
+_NUMBERED = re.compile(r"(password|passwd|pwd|passphrase|secret|apikey)[0-9]{1,4}")
+
+
+def _singular(words: list[str]) -> list[str] | None:
+    """*words* with the last one singular or unnumbered, if it is one of those forms."""
+    if not words:
+        return None
+    last = words[-1]
+    numbered = _NUMBERED.fullmatch(last)
+    if numbered is not None:
+        return [*words[:-1], numbered.group(1)]
+    single = _PLURAL_WORDS.get(last)
+    if single is None or (single == "token" and (len(words) < 2 or words[-2] not in _TOKEN_KINDS)):
+        return None
+    return [*words[:-1], single]
 
 
 # The words before "token" that name a tokenizer's special token ("eos_token",

@@ -324,3 +324,36 @@ def test_a_tokenizer_name_registered_later_is_judged_by_the_default_words_only()
     assert at.redact_text("tokenizer_rollcode2=abc") == "tokenizer_rollcode2=abc"
     at.register_secret_words(["rollcode2"])
     assert at.redact_text("tokenizer_rollcode2=abc") == "tokenizer_rollcode2=REDACTED"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"api_keys: {SECRET}",
+        f"Secrets: {SECRET}",
+        f"password1: {SECRET}",
+        f"access_tokens: {SECRET}",
+        f"Passwords: {SECRET}",
+        f"cookies: sid={SECRET}",
+    ],
+)
+def test_plural_and_numbered_credential_names_are_redacted(text: str) -> None:
+    assert SECRET not in at.redact_text(text)
+
+
+@pytest.mark.parametrize(
+    "text", ["prompt_tokens: 512", "tokens: 128", "cache_keys: 5", "response_tokens: [1, 2]"]
+)
+def test_plural_data_names_keep_their_values(text: str) -> None:
+    assert at.redact_text(text) == text
+
+
+def test_plural_credential_payload_keys_are_redacted_token_ids_kept() -> None:
+    payload = {"api_keys": [SECRET], "password2": SECRET, "tokens": [1, 2], "prompt_tokens": 5}
+    assert plain_payload(payload) == {
+        "api_keys": "REDACTED",
+        "password2": "REDACTED",
+        "tokens": [1, 2],
+        "prompt_tokens": 5,
+    }
+    assert not at.is_credential_key("keys", {"key"})  # names given are taken as given
