@@ -79,6 +79,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection
+from typing import Final
 
 from ._redact_pairs import (
     _PAIR_REPR,
@@ -108,6 +109,7 @@ _BEARER = re.compile(
     r"[ \t]+)*)(\\'[^'\s\\]+\\'|\\\"[^\"\s\\]+\\\"|'[^'\s]+'|\"[^\"\s]+\"|[\w\-.~+/:]+=*)",
     re.IGNORECASE,
 )
+_PASSWORD_TOOLS: Final = ("mysql", "mariadb", "sshpass", "docker")  # _PASSWORD_TOOL's
 _SHORT = 8  # secrets shorter than this are replaced only where they stand alone
 _MIN_SECRET = 4  # shorter ones ("1", "?0") are not replaced at all: they are everywhere
 _MAX_SECRETS = 1024  # the longest this many secrets of one exception are replaced...
@@ -144,9 +146,13 @@ def redact_text(text: str, secrets: Collection[str] = ()) -> str:
             text = _PAIR_REPR.sub(_redact_pair_repr, text)
         if "--" in text or "-u" in text or "-U" in text:  # after the pairs: a flag's value
             text = _redact_flags(text)  # may be a header name (--user Authorization: ...)
-        if "-p" in text:
+        # The patterns below start with look-behinds, tried at every character: a test
+        # for their words in a case-folded copy (what an ignored case matches: the long
+        # s is "s") costs a thirtieth of a scan.
+        folded = text.casefold()
+        if "-p" in text and any(tool in folded for tool in _PASSWORD_TOOLS):
             text = _redact_tool_passwords(text)
-        return _BEARER.sub(_bearer, text)
+        return _BEARER.sub(_bearer, text) if "bearer" in folded else text
     except Exception:  # a pattern cannot fail on a str; a caller's odd "secrets" might
         return REDACTED
 

@@ -9,19 +9,25 @@ becomes ``REDACTED``.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Final
 
+from . import _secret_words
 from ._credential_names import _credential_header, is_credential_key, is_data_name
 from ._redact_urls import _LINE_END
-from ._secret_words import REDACTED, _flag, _registered_header, _secret_name
+from ._secret_words import REDACTED, SECRET_WORDS, _flag, _registered_header, _secret_name
 
 # A name (starting where no name character precedes it) and its separator; the
 # value is matched apart, so a name that is not secret-like consumes nothing more.
 # "user[password]=" counts: a "]" may close the name. A name's quote may be escaped
 # (JSON inside a JSON string: \"password\": \"abc\"); "==" counts only glued to both
 # sides (HTTPie's "access_token==abc"; not "tokens == expected").
+# The name is taken whole, never backtracked into (a lookahead's group, then the same
+# text: an atomic group that 3.10 can compile): a separator never starts with a name's
+# character, so a shorter name could never match, and trying each costs a third of the
+# scan of ordinary prose.
 _NAME_SEP = re.compile(
-    r"(?<![\w.\-%\[])(?P<name>[\w.\-%\[]{1,128})\]?"
+    r"(?<![\w.\-%\[])(?=(?P<name>[\w.\-%\[]{1,128}))(?P=name)\]?"
     r"(?P<sep>[ \t]*=(?!=)[ \t]*|==(?=[^\s=])|\\?(?P<quote>['\"])[ \t]*:[ \t]*|[ \t]*:[ \t]*)"
 )
 # A value quoted with escaped quotes (\"abc\", JSON inside a JSON string), through its
@@ -104,13 +110,43 @@ _SPACED_P = re.compile(
 )
 
 
+# Words a credential name holds that no secret word is part of: header words
+# ("X-Session", "Bearer", "Passcode", "sessionid"); and "%", a name read decoded.
+_GATE_EXTRA: Final = ("session", "bearer", "passcode", "%")
+_Gate = Callable[[str], "re.Match[str] | None"]
+
+
+def _build_gate(words: frozenset[str]) -> _Gate:
+    """What any name the pair and header rules could call a credential holds: a secret
+    word, a header word, a registered word (its ``_`` read as ``-`` too: a header
+    ``Client-Assertion`` holds ``client_assertion``), or a ``%``. A name holding none is
+    passed over at the cost of one search: most names of a text are plain."""
+    registered = (re.escape(word).replace("_", "[_\\-]") for word in sorted(words))
+    return re.compile("|".join([*SECRET_WORDS, *_GATE_EXTRA, *registered]), re.IGNORECASE).search
+
+
+_gate: tuple[frozenset[str], _Gate] = (_secret_words._REGISTERED, _build_gate(frozenset()))
+
+
+def _name_gate() -> _Gate:
+    """The gate of the words registered now (rebuilt when they change)."""
+    global _gate
+    words = _secret_words._REGISTERED
+    if _gate[0] is not words:
+        _gate = (words, _build_gate(words))
+    return _gate[1]
+
+
 def _redact_pairs(text: str) -> str:
     out: list[str] = []
     pos = 0
+    gate = _name_gate()
     for match in _NAME_SEP.finditer(text):
         if match.start() < pos:
             continue  # inside a value already replaced
         name = match.group("name")
+        if gate(name) is None:
+            continue  # no word a credential's name holds
         # After a backslash, an escaped line break or tab (a repr, JSON: "\nAuth...") or a
         # path's separator (C:\app\token=...): the name is read both ways.
         escaped = name[0] in "nrt" and text[match.start() - 1 : match.start()] == "\\"
@@ -213,15 +249,36 @@ def _redact_tool_passwords(text: str) -> str:
     return "".join(out)
 
 
+_flag_gates: dict[re.Pattern[str], re.Pattern[str]] = {}
+
+
+def _flag_gate(flag_pattern: re.Pattern[str]) -> re.Pattern[str]:
+    """What any text the flag pattern of the words registered now matches in holds: a
+    ``--`` and, within a name's length, a secret word, or a ``-u``. Its first character
+    is a literal, so a text without one is scanned at C speed (the flag pattern, which
+    starts with look-behinds, is tried at every character)."""
+    gate = _flag_gates.get(flag_pattern)
+    if gate is None:
+        names = _secret_words._SECRET_NAME.pattern
+        gate = re.compile(rf"--[\w.\-]{{0,127}}?(?:{names})|-u", re.IGNORECASE)
+        if len(_flag_gates) > 2 * _secret_words.MAX_SECRET_WORDS:  # one per set of words
+            _flag_gates.clear()
+        _flag_gates[flag_pattern] = gate
+    return gate
+
+
 def _redact_flags(text: str) -> str:
     """The value after each secret-like command-line flag replaced.
 
     ``--password x``, ``--api-key=x``, an argv list's ``'--token', 'x'``, and the
     value of ``-u``/``--user`` when it is ``user:pass`` (curl's form).
     """
+    flag_pattern = _flag()
+    if _flag_gate(flag_pattern).search(text) is None:
+        return text
     out: list[str] = []
     pos = 0
-    for match in _flag().finditer(text):
+    for match in flag_pattern.finditer(text):
         if match.start() < pos:
             continue  # inside a value already replaced
         flag = match.group("flag")
