@@ -144,8 +144,8 @@ def redact_text(text: str, secrets: Collection[str] = ()) -> str:
             text = _redact_pairs(text)
         if "(" in text and "," in text:
             text = _PAIR_REPR.sub(_redact_pair_repr, text)
-        if "--" in text or "-u" in text or "-U" in text:  # after the pairs: a flag's value
-            text = _redact_flags(text)  # may be a header name (--user Authorization: ...)
+        if "-" in text:  # after the pairs: a flag's value may be a header name
+            text = _redact_flags(text)  # (--user Authorization: ...)
         # The patterns below start with look-behinds, tried at every character: a test
         # for their words in a case-folded copy (what an ignored case matches: the long
         # s is "s") costs a thirtieth of a scan.

@@ -93,7 +93,8 @@ _PAIR_REPR = re.compile(
 )
 # A port after a URL's host: digits, then the path, query, fragment or the URL's end.
 _PORT = re.compile(r"[0-9]{1,5}(?=[/?#\s'\")\]}>,;]|\Z)")
-_USER_FLAGS: Final = frozenset({"-u", "--user"})  # their value is secret when it is user:pass
+# Their value is secret when it is user:pass (curl's "-u bob:pw", "-ubob:pw").
+_USER_FLAGS: Final = frozenset({"-u", "--user", "--proxy-user"})
 _CLOSING: Final = "),]}"  # what ends an unquoted value, trailing it
 # The tools whose "-p" takes a password: glued to it for mysql and its kin
 # ("-phunter2"), as the next argument for sshpass and docker login ("-p hunter2").
@@ -104,9 +105,13 @@ _PASSWORD_TOOL = re.compile(
     r"|(?P<spaced>sshpass|docker(?:['\"][ \t]*,[ \t]*['\"]|[ \t]+)login))(?![\w\-])",
     re.IGNORECASE,
 )
-_GLUED_P = re.compile(r"(?:(?<![\w.\-])|(?<=\\[nrt]))-p(?=[^\s'\"])")
+# Glued: "-phunter2", and a shell's quotes around it ("-p'hunter2'"; not an argv
+# list's "'-p', ..." whose quote closes the flag).
+_GLUED_P = re.compile(r"(?:(?<![\w.\-])|(?<=\\[nrt]))-p(?=[^\s'\"]|['\"][^\s'\",])")
+# The next argument, and for sshpass and docker login (getopt, pflag) glued or after "=" too.
 _SPACED_P = re.compile(
-    r"(?:(?<![\w.\-])|(?<=\\[nrt]))(?:(?P<quote>['\"])-p(?P=quote)[ \t]*,[ \t]*|-p[ \t]+)"
+    r"(?:(?<![\w.\-])|(?<=\\[nrt]))(?:(?P<quote>['\"])-p(?P=quote)[ \t]*,[ \t]*|-p[ \t]+"
+    r"|-p=|-p(?=[^\s'\"=]|['\"][^\s'\",]))"
 )
 
 
@@ -254,13 +259,15 @@ _flag_gates: dict[re.Pattern[str], re.Pattern[str]] = {}
 
 def _flag_gate(flag_pattern: re.Pattern[str]) -> re.Pattern[str]:
     """What any text the flag pattern of the words registered now matches in holds: a
-    ``--`` and, within a name's length, a secret word, or a ``-u``. Its first character
-    is a literal, so a text without one is scanned at C speed (the flag pattern, which
-    starts with look-behinds, is tried at every character)."""
+    ``-`` that starts a flag and, within a name's length, a secret word, or a ``-u``.
+    Its first character is a literal, so a text without one is scanned at C speed (the
+    flag pattern, which starts with look-behinds, is tried at every character)."""
     gate = _flag_gates.get(flag_pattern)
     if gate is None:
         names = _secret_words._SECRET_NAME.pattern
-        gate = re.compile(rf"--[\w.\-]{{0,127}}?(?:{names})|-u", re.IGNORECASE)
+        gate = re.compile(
+            rf"-(?:(?<![\w.\-]-)|(?<=\\[nrt]-))[\w.\-]{{0,127}}?(?:{names})|-u", re.IGNORECASE
+        )
         if len(_flag_gates) > 2 * _secret_words.MAX_SECRET_WORDS:  # one per set of words
             _flag_gates.clear()
         _flag_gates[flag_pattern] = gate

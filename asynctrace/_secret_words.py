@@ -67,15 +67,19 @@ def _flag_pattern(words: str) -> re.Pattern[str]:
 
     ``--password x``, ``--token=x``, an argv list's ``'--password', 'x'`` (a
     ``CalledProcessError``'s command): a ``--flag`` holding one of *words* (a
-    regex alternation). ``-u``/``--user`` only before a ``user:`` (curl's
-    ``-u bob:pw``). The value is matched apart (``_redact_pairs._VALUE``). Other flags
-    do not match at all: a command line of ordinary flags costs no Python call.
+    regex alternation), or a ``-flag`` (Go's ``-token x``). ``-u``, ``--user``
+    and ``--proxy-user`` only before a ``user:`` (curl's ``-u bob:pw``, and
+    ``-ubob:pw`` glued). The value is matched apart (``_redact_pairs._VALUE``).
+    Other flags do not match at all: a command line of ordinary flags costs no
+    Python call.
     """
     return re.compile(
         r"(?:(?<![\w.\-])|(?<=\\[nrt]))(?:b?(?P<quote>['\"]))?"
-        rf"(?P<flag>--(?=[\w.\-]{{0,127}}?(?:{words}))[a-z][\w.\-]{{0,127}}"
-        r"|(?:-u|--user)(?=(?:['\"][ \t]*,[ \t]*|[ \t]*=[ \t]*|[ \t]+)b?['\"]?[^\s'\":=]{0,256}:))"
-        r"(?(quote)(?P=quote)[ \t]*,[ \t]*|(?:[ \t]*=[ \t]*|[ \t]+))",
+        rf"(?P<flag>--?(?=[\w.\-]{{0,127}}?(?:{words}))[a-z][\w.\-]{{0,127}}"
+        r"|(?:-u|--user|--proxy-user)"
+        r"(?=(?:['\"][ \t]*,[ \t]*|[ \t]*=[ \t]*|[ \t]+)b?['\"]?[^\s'\":=]{0,256}:)"
+        r"|(?P<glued>-u)(?=[^\s'\":=\-][^\s'\":=]{0,255}:))"
+        r"(?(glued)|(?(quote)(?P=quote)[ \t]*,[ \t]*|(?:[ \t]*=[ \t]*|[ \t]+)))",
         re.IGNORECASE,
     )
 

@@ -357,3 +357,29 @@ def test_plural_credential_payload_keys_are_redacted_token_ids_kept() -> None:
         "prompt_tokens": 5,
     }
     assert not at.is_credential_key("keys", {"key"})  # names given are taken as given
+
+
+PLAIN_SECRET = "Zq9hunter7"  # no secret word in it: a glued one makes no flag of its own
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (f"curl -ubob:{PLAIN_SECRET} http://h/", "curl -uREDACTED http://h/"),
+        (f"curl --proxy-user bob:{PLAIN_SECRET} http://h", "curl --proxy-user REDACTED http://h"),
+        (f"mysqldump -p'{PLAIN_SECRET}' db", "mysqldump -p'REDACTED' db"),
+        (f"sshpass -p{PLAIN_SECRET} ssh h", "sshpass -pREDACTED ssh h"),
+        (f"docker login -p={PLAIN_SECRET} reg", "docker login -p=REDACTED reg"),
+        (f"docker login -p{PLAIN_SECRET} reg", "docker login -pREDACTED reg"),
+        (f"vault login -token {PLAIN_SECRET}", "vault login -token REDACTED"),
+        (f"tool -password={PLAIN_SECRET} -v", "tool -password=REDACTED -v"),
+        # kept: a prompt for the password, an argv list's flag, ordinary and data flags
+        ("mysql -p db", "mysql -p db"),
+        ("['mysql', '-p', 'db']", "['mysql', '-p', 'db']"),
+        ("python -u script.py", "python -u script.py"),
+        ("run -max_tokens 512 -tokenizer gpt2", "run -max_tokens 512 -tokenizer gpt2"),
+        ("the non-token path", "the non-token path"),
+    ],
+)
+def test_command_line_flags_in_every_spelling(text: str, expected: str) -> None:
+    assert at.redact_text(text) == expected
