@@ -181,9 +181,10 @@ class Rollup(RollupIntake):
         # (finish, or past max_pending candidates of their own: _trim_stubs).
         self._stubs: dict[int, list[Step]] = {}
         self._stubbed = 0  # the candidates in _stubs
-        # Parents whose evicted waits held bucketed spans: a few of those spans by parent
-        # key, oldest first, at most max_pending; the parent arriving bucketed breaks the
-        # nesting rule all the same, and arriving unbucketed passes this up to its own.
+        # Parents whose evicted waits held bucketed spans: one of those spans by parent key,
+        # oldest first, for the last max_pending keys (1,024 at least); the parent arriving
+        # bucketed breaks the nesting rule all the same, and arriving unbucketed passes
+        # this up to its own.
         self._gone: dict[int, list[Example]] = {}
         # Groups waiting plus the bucketed leaves they hold, bounded by max_pending.
         self._load = 0

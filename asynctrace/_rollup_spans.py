@@ -101,6 +101,8 @@ class RollupSpans(RollupSettle):
             # This span is the parent the candidates were waiting for.
             if flags & _DISQUALIFIES:
                 for cand in children.cands:
+                    if cand.gone is not None and gone is None:  # given-up spans under it
+                        gone = cand.gone
                     self._fold_step(cand, children)
             else:
                 for cand in children.cands:
@@ -131,6 +133,7 @@ class RollupSpans(RollupSettle):
         elif candidate and pkey is not None:
             # Its parent has not arrived: a step unless the parent carries an iteration.
             step = self._make_step(name, key, pkey, origin, iteration, start, end, children, True)
+            step.gone = gone  # for its parent, should it turn out to be no step
             if self._stepped:  # judged now too: its step may be forgotten by the time
                 step.within = self._ruled_out(step)
             target = self._pending.get(pkey)
@@ -159,11 +162,10 @@ class RollupSpans(RollupSettle):
         if bucket is not None:
             if payload.has_bucketed():
                 self._nested(name, key, payload.examples())
-            elif gone:
+            elif gone:  # and passed up: its bucketed ancestors nest buckets too
                 self._nested(name, key, gone)
             else:
                 payload.leaves.append((start, end, bucket_index, name, key))
-            gone = None
         self._attach(payload, key, pkey, parent, flags, name, gone)
 
     def _attach(
@@ -208,6 +210,10 @@ class RollupSpans(RollupSettle):
             ancestor = self._bucketed_ancestor(pkey)
             if ancestor is not None:
                 self._nested(ancestor[0], ancestor[1], payload.examples() or gone or [])
+            elif gone and not payload.has_bucketed():  # (leaves are carried up as they are)
+                waiting = self._awaited_ancestor(pkey)
+                if waiting is not None:
+                    self._mark_gone(waiting, gone)
                 payload.leaves.clear()
                 payload.pre = None
                 payload.nb = 0
@@ -264,6 +270,20 @@ class RollupSpans(RollupSettle):
         order.append(key)
         if len(order) > self._window:
             home.pop(order.popleft(), None)
+
+    def _awaited_ancestor(self, key: int | None) -> int | None:
+        """The first ancestor from *key* up that has not arrived (or is forgotten), below
+        any step: where a mark of given-up bucketed spans waits."""
+        for _ in range(_WALK_LIMIT):
+            if key is None:
+                return None
+            entry = self._home.get(key)
+            if entry is None:
+                return key
+            if entry[2] & _STEP:
+                return None
+            key = entry[0]
+        return None
 
     def _bucketed_ancestor(self, key: int | None) -> Example | None:
         for _ in range(_WALK_LIMIT):

@@ -75,6 +75,7 @@ class Step:
         "end",
         "ex",
         "fwd",
+        "gone",
         "iteration",
         "key",
         "leaves",
@@ -138,6 +139,9 @@ class Step:
         # A candidate that a step of its trace and iteration contained when it arrived:
         # no step should its parent never arrive, however many steps end meanwhile.
         self.within = False
+        # Bucketed spans under this candidate given up past max_pending (a few): its
+        # parent nests buckets if it is bucketed and this turns out to be no step.
+        self.gone: list[Example] | None = None
         self.fwd: _Container | None = None  # set when folded into its parent
         # The counted leaf that ends last (clipped), to find leaves counted over one another
         # in one test each: arriving in end order, a leaf overlaps an earlier one exactly

@@ -8,6 +8,8 @@ from ._rollup_tree import OUTSIDE, Example, Group, Step
 
 __all__ = ["RollupWaits"]
 
+_MARKS_KEPT = 1024  # the fewest marks of given-up bucketed spans kept, whatever max_pending
+
 
 class RollupWaits:
     """How a rollup keeps the groups waiting for a parent, and gives the oldest up."""
@@ -83,6 +85,8 @@ class RollupWaits:
                     dropped += len(raw)
                     self._load -= len(raw)
                     cand.raw = None  # bucketed spans arriving under it: see _attach
+                    if raw and cand.gone is None:
+                        cand.gone = [(leaf[3], leaf[4]) for leaf in raw[:3]]
                 cand.stub = True
             stub = self._stubs.get(key)
             if stub is None:
@@ -100,13 +104,13 @@ class RollupWaits:
         return dropped
 
     def _mark_gone(self, key: int, examples: list[Example]) -> None:
-        """Bucketed spans under *key* were given up: remembered (at most max_pending keys)
-        so that *key*, or its nearest ancestor, arriving bucketed is still said to nest
-        buckets rather than counted whole."""
+        """Bucketed spans under *key* were given up: remembered, by one of them (for the
+        last max_pending keys, at least 1,024), so that *key*, or its nearest bucketed
+        ancestor, arriving bucketed is still said to nest buckets, not counted whole."""
         gone = self._gone
         if key not in gone:
-            gone[key] = examples
-            if len(gone) > self._limit:
+            gone[key] = examples[:1]
+            if len(gone) > max(self._limit, _MARKS_KEPT):
                 del gone[next(iter(gone))]
 
     def _trim_stubs(self) -> None:

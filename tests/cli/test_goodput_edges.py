@@ -300,3 +300,70 @@ def test_a_wait_given_up_still_says_its_bucketed_parent_nests_buckets(
     (row,) = limited.json()["steps"]
     assert row["productive_s"] == 0.0
     assert limited.json()["inputs"]["evicted"] > 0
+
+
+_SHAPES: dict[str, list[dict[str, Any]]] = {
+    # a bucketed span between: both it and its bucketed parent nest buckets
+    "bucketed-between": [
+        _event("rl.outer", 2, 1, 0, 600_000, **{"rl.bucket": "productive"}),
+        _event("rl.mid", 5, 2, 50_000, 250_000, **{"rl.bucket": "wasted"}),
+        _event("rl.inner", 3, 5, 60_000, 20_000, **{"rl.bucket": "overhead"}),
+    ],
+    # an unbucketed span that ends after its parent, under a bucketed span still open
+    "late-child": [
+        _event("rl.outer", 2, 1, 0, 600_000, **{"rl.bucket": "productive"}),
+        _event("rl.middle", 5, 2, 50_000, 100_000),
+        _event("rl.detached", 7, 5, 55_000, 245_000),
+        _event("rl.inner", 3, 7, 60_000, 20_000, **{"rl.bucket": "overhead"}),
+    ],
+    # a stamped span (a candidate step) between the bucketed span and the given-up one
+    "stamped-between": [
+        _event("rl.outer", 2, 1, 0, 600_000, **{"rl.bucket": "productive"}),
+        _event("rl.prompt", 7, 2, 55_000, 245_000, **{"rl.iteration": 1}),
+        _event("rl.inner", 3, 7, 60_000, 20_000, **{"rl.bucket": "overhead"}),
+    ],
+}
+
+
+@pytest.mark.parametrize("shape", sorted(_SHAPES))
+def test_a_wait_given_up_keeps_the_nesting_rule_through_any_path(
+    tmp_path: Path, run: Run, shape: str
+) -> None:
+    """--max-pending 2 gives up 'rl.inner''s wait early: 'rl.outer' is still a
+    nested-bucket violation, as without the limit, and counts nothing."""
+    step = {"rl.iteration": 1, "asynctrace.group": "step"}
+    fillers = [  # waits that push 'rl.inner''s out
+        _event("rl.umbrella", 4, 1, 90_000, 110_000),
+        _event("rl.x", 6, 4, 95_000, 5_000, **{"rl.bucket": "idle"}),
+        _event("rl.umbrella2", 8, 1, 96_000, 110_000),
+        _event("rl.y", 9, 8, 97_000, 5_000, **{"rl.bucket": "idle"}),
+    ]
+    if shape == "bucketed-between":  # 'rl.mid''s mark kept: the one that must reach up
+        fillers = fillers[:2]
+    events = [_event("rl.step", 1, None, 0, 1_000_000, **step), *_SHAPES[shape], *fillers]
+    inputs = _write(tmp_path / shape, events)
+    for extra in ((), ("--max-pending", "2")):
+        result = run("goodput", inputs, "--json", *extra)
+        assert result.code == 1, result.err
+        outer = [v for v in result.json()["violations"] if "'rl.outer'" in v["message"]]
+        assert [v["kind"] for v in outer] == ["nested-bucket"], extra
+        (row,) = result.json()["steps"]
+        assert row["productive_s"] == 0.0, extra
+
+
+def test_a_finalize_span_under_steps_known_by_iteration_only_is_no_step(
+    tmp_path: Path, run: Run
+) -> None:
+    """Steps carrying rl.iteration but no group wait for the job span and are confirmed
+    together at its end: more than 64 of them still rule the finalize span out."""
+    inputs = _finalize_trace(tmp_path / "fin", 100, steps_after=80)
+    path = inputs / "traces-r0.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    for event in lines:
+        if event["name"] == "rl.step":
+            del event["args"]["asynctrace.group"]
+    path.write_text("".join(json.dumps(e) + "\n" for e in lines))
+    result = run("goodput", inputs, "--json", "--window", "50")
+    steps = result.json()["steps"]
+    assert len(steps) == 82
+    assert {s["name"] for s in steps} == {"rl.step"}
