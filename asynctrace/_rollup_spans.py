@@ -210,13 +210,13 @@ class RollupSpans(RollupSettle):
             ancestor = self._bucketed_ancestor(pkey)
             if ancestor is not None:
                 self._nested(ancestor[0], ancestor[1], payload.examples() or gone or [])
+                payload.leaves.clear()
+                payload.pre = None
+                payload.nb = 0
             elif gone and not payload.has_bucketed():  # (leaves are carried up as they are)
                 waiting = self._awaited_ancestor(pkey)
                 if waiting is not None:
                     self._mark_gone(waiting, gone)
-                payload.leaves.clear()
-                payload.pre = None
-                payload.nb = 0
         if isinstance(container, Group):  # still waiting (a settled group forwards)
             self._load += len(payload.leaves)
             merge(payload, container)
