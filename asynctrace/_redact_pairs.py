@@ -39,9 +39,10 @@ _ESCAPED_QUOTED = (
 )
 # A value: quoted (a bytes repr's b'...' too; backslash escapes kept inside; an
 # unterminated one to the end of its line), or unquoted up to white space, a quote
-# that ends it, an escaped line break that ends a line (\r\n, or \n before the next
-# line's first word and a blank, "Name: " or "name=": "\nBearer ...", "\n--password
-# ..."; not "CORP\nancy"), or an "&" or ";" that starts the next "name=" (so
+# that ends it, an escaped line break that ends a line (\r\n, or \n before what starts
+# a credential's line, _NEXT_LINE: "\nAuthorization: ...", "\nBearer ...", "\n--password
+# ..."; not "CORP\nancy", nor an escaped backslash's "\\n"), or an "&" or ";" that
+# starts the next "name=" (so
 # "Tr0ub4dor&3xyz" goes whole, and "token=abc&n=1" keeps its "n=1"); an unquoted
 # one's trailing ")", ",", "]" and "}" are left out of it (_value_end): "(token=abc)",
 # "{'key': 1, ...}".
@@ -52,12 +53,19 @@ _QUOTE_ENDS = r"['\"](?![\s,)\]}]|\Z)"
 _QUOTE_ENDS_QUOTED = r"['\"](?=\w)"
 
 
+# What starts the next line after an escaped "\n" (the "n" read): a "Name: " (dotted,
+# Go's "map[Name:[", quoted), a "name=", a scheme word, a flag or a password tool.
+_NEXT_LINE = (
+    r"(?:[\w.\-\[]{1,128}:[ \t\[]|[\w.\-]{1,128}=|\\?['\"][\w.\-]{1,128}\\?['\"][ \t]*:"
+    r"|(?:basic|bearer|digest|token|negotiate)[ \t]|-|mysql|mariadb|sshpass|docker)"
+)
+
+
 def _value(quote: str) -> re.Pattern[str]:
     return re.compile(
         _ESCAPED_QUOTED + r"b?'(?:[^'\\\n]|\\.)*'?|b?\"(?:[^\"\\\n]|\\.)*\"?|"
         r"(?:(?:basic|bearer|digest|token|negotiate)[ \t]+)*"
-        rf"(?:[^\s'\"&;\\]|\\(?!r\\n|n[\w\-]{{1,128}}:?[ \t]|n[\w.\-]{{1,128}}=)|{quote}"
-        r"|[&;](?![\w.\-%\[\]]{1,128}=))+",
+        rf"(?:[^\s'\"&;\\]|\\\\|\\(?!r\\n|n{_NEXT_LINE})|{quote}|[&;](?![\w.\-%\[\]]{{1,128}}=))+",
         re.IGNORECASE,
     )
 
@@ -95,6 +103,9 @@ _PAIR_REPR = re.compile(
 _PORT = re.compile(r"[0-9]{1,5}(?=[/?#\s'\")\]}>,;]|\Z)")
 # Their value is secret when it is user:pass (curl's "-u bob:pw", "-ubob:pw").
 _USER_FLAGS: Final = frozenset({"-u", "--user", "--proxy-user"})
+# What follows a single-dash name in code and math rather than a flag's value: an
+# operator, a keyword, another flag.
+_OPERAND = re.compile(r"[-+*/%<>=!&|^~@]{1,3}|if|else|and|or|not|in|is|for|-\S*")
 _CLOSING: Final = "),]}"  # what ends an unquoted value, trailing it
 # The tools whose "-p" takes a password: glued to it for mysql and its kin
 # ("-phunter2"), as the next argument for sshpass and docker login ("-p hunter2").
@@ -289,13 +300,19 @@ def _redact_flags(text: str) -> str:
         if match.start() < pos:
             continue  # inside a value already replaced
         flag = match.group("flag")
+        if is_data_name(flag):  # --max-tokens 4096 (before its value: a value left in
+            continue  # place would be scanned again by each flag inside it: quadratic)
+        user = flag.lower() in _USER_FLAGS
+        single = not user and flag[1] != "-"
+        if single and not is_credential_key(flag[1:]):  # Go's "-token"; not "-tokens_per_sec"
+            continue
         start = match.end()
         value = _VALUE.match(text, start)
         if value is None or value.group().startswith(REDACTED):
             continue
-        if flag.lower() in _USER_FLAGS and ":" not in value.group():
+        if user and ":" not in value.group():
             continue
-        if is_data_name(flag):  # --max-tokens 4096
+        if single and _OPERAND.fullmatch(value.group()):  # "loss = -logp_token * adv"
             continue
         end = _value_end(value)
         out.append(text[pos:start])

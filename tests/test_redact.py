@@ -138,6 +138,9 @@ def test_exception_reason_survives_a_broken_str() -> None:
         "Authorization: REDACTED " * 8_000,  # names whose value the URL pass redacted
         "spring.password: REDACTED " * 8_000,
         "%" * 200_000 + "=",
+        "-max-tokens=" * 16_000,  # data flags whose values hold more data flags
+        "=-tokenizer=" * 16_000,
+        "--max-tokens=" * 15_000,
     ],
 )
 def test_linear_time_on_long_hostile_text(text: str) -> None:

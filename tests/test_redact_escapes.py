@@ -383,3 +383,49 @@ PLAIN_SECRET = "Zq9hunter7"  # no secret word in it: a glued one makes no flag o
 )
 def test_command_line_flags_in_every_spelling(text: str, expected: str) -> None:
     assert at.redact_text(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "loss = -logp_token * adv",
+        "return -tokens_per_sec if slow else x",
+        "y = -secret_bonus + 3",
+        "kl = -sig * x",
+        "tail = seq[-units:]",
+        "buf[-used:]",
+        "ffmpeg -i a.mp4 -keyint_min 25 out.mp4",
+        "openssl x509 -in c.pem -pubkey -noout",
+    ],
+)
+def test_math_and_code_with_a_minus_keep_their_operands(text: str) -> None:
+    assert at.redact_text(text) == text
+
+
+@pytest.mark.parametrize("encode", [str, repr, json.dumps], ids=["plain", "repr", "json"])
+def test_a_backslash_n_inside_a_password_keeps_it_whole(encode: object) -> None:
+    text = encode(f"login failed: password=Tr0ub\\n{PLAIN_SECRET} for user bob")  # type: ignore[operator]
+    redacted = at.redact_text(text)
+    assert PLAIN_SECRET not in redacted
+    assert "for user bob" in redacted
+
+
+@pytest.mark.parametrize("encode", [repr, json.dumps], ids=["repr", "json"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        f"spring.datasource.password: {PLAIN_SECRET}",
+        f"map[Authorization:[Bearer {PLAIN_SECRET}]]",
+        f'"password": "{PLAIN_SECRET}"',
+    ],
+)
+def test_a_value_ends_before_any_credential_line(line: str, encode: object) -> None:
+    text = encode(f"token=pw1\n{line}\nHost: env")  # type: ignore[operator]
+    redacted = at.redact_text(text)
+    assert PLAIN_SECRET not in redacted
+    assert "pw1" not in redacted
+
+
+@pytest.mark.parametrize("tool", ["mar\u0131adb", "MAR\u0130ADB", "MariaDB"])
+def test_a_password_tool_spelled_in_any_case(tool: str) -> None:
+    assert PLAIN_SECRET not in at.redact_text(f"{tool} -u root -p{PLAIN_SECRET} db")
