@@ -207,16 +207,14 @@ class RollupSpans(RollupSettle):
             self._cycle(payload, key, pkey, flags, name)
             return
         if payload.has_bucketed() or gone:
-            ancestor = self._bucketed_ancestor(pkey)
+            ancestor, waiting = self._ancestor(pkey)
             if ancestor is not None:
                 self._nested(ancestor[0], ancestor[1], payload.examples() or gone or [])
                 payload.leaves.clear()
                 payload.pre = None
                 payload.nb = 0
-            elif gone and not payload.has_bucketed():  # (leaves are carried up as they are)
-                waiting = self._awaited_ancestor(pkey)
-                if waiting is not None:
-                    self._mark_gone(waiting, gone)
+            elif gone and waiting is not None and not payload.has_bucketed():
+                self._mark_gone(waiting, gone)  # (leaves are carried up as they are)
         if isinstance(container, Group):  # still waiting (a settled group forwards)
             self._load += len(payload.leaves)
             merge(payload, container)
@@ -271,30 +269,19 @@ class RollupSpans(RollupSettle):
         if len(order) > self._window:
             home.pop(order.popleft(), None)
 
-    def _awaited_ancestor(self, key: int | None) -> int | None:
-        """The first ancestor from *key* up that has not arrived (or is forgotten), below
-        any step: where a mark of given-up bucketed spans waits."""
+    def _ancestor(self, key: int | None) -> tuple[Example | None, int | None]:
+        """Walking up from *key*, below any step: the first bucketed ancestor (its name and
+        key), or else the first that has not arrived (or is forgotten), where a mark of
+        given-up bucketed spans waits for it."""
         for _ in range(_WALK_LIMIT):
             if key is None:
-                return None
+                return None, None
             entry = self._home.get(key)
             if entry is None:
-                return key
-            if entry[2] & _STEP:
-                return None
-            key = entry[0]
-        return None
-
-    def _bucketed_ancestor(self, key: int | None) -> Example | None:
-        for _ in range(_WALK_LIMIT):
-            if key is None:
-                return None
-            entry = self._home.get(key)
-            if entry is None:
-                return None
+                return None, key
             if entry[2] & _BUCKETED:
-                return entry[3], key
+                return (entry[3], key), None
             if entry[2] & _STEP:
-                return None
+                return None, None
             key = entry[0]
-        return None
+        return None, None
