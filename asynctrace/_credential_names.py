@@ -119,10 +119,11 @@ def is_credential_key(key: str, names: Collection[str] = CREDENTIAL_KEYS) -> boo
     tokenizer's special token, one of ``eos``, ``bos``, ``pad``, ``unk``,
     ``sep``, ``cls`` or ``mask`` and then ``token`` (exactly those two words),
     is data; a last word made plural or numbered counts as its singular
-    (``api_keys``, ``Secrets``, ``password2``), but ``tokens`` only after a
-    word naming a credential's kind (``access_tokens``; not ``prompt_tokens``
-    nor ``response_tokens``) and ``keys`` only as ``api_keys``,
-    ``private_keys`` and the like; and a key holding a word given to
+    (``api_keys``, ``Secrets``, ``password2``, ``api_key_2``), but ``tokens``
+    only after a word naming a credential's kind (``access_tokens``; not
+    ``prompt_tokens`` nor ``response_tokens``), ``keys`` only as
+    ``api_keys``, ``private_keys`` and the like, and neither after a count
+    word (``num_api_keys``); and a key holding a word given to
     :func:`~asynctrace.register_secret_words` is a credential, unless it is
     shaped as data (``code_count``). Names given are taken as given.
 
@@ -168,19 +169,31 @@ _PLURAL_WORDS: Final = {
 _TOKEN_KINDS: Final = frozenset(
     ("access", "refresh", "auth", "api", "bearer", "session", "oauth", "id", "csrf", "xsrf")
 )
-_NUMBERED = re.compile(r"(password|passwd|pwd|passphrase|secret|apikey)[0-9]{1,4}")
+_NUMBERED = re.compile(r"([a-z]+)[0-9]{1,4}")  # "password2", "key2"
 
 
 def _singular(words: list[str]) -> list[str] | None:
-    """*words* with the last one singular or unnumbered, if it is one of those forms."""
-    if not words:
+    """*words* with the last one singular or unnumbered, if it is one of those forms: a
+    number glued to it or after it (``password2``, ``api_key_2``), a plural (``Secrets``;
+    ``keys`` and ``tokens`` not after a count word: ``num_api_keys`` counts)."""
+    if len(words) > 1 and words[-1].isdigit() and len(words[-1]) <= 4:
+        words = words[:-1]  # password_2, OPENAI_API_KEY_2
+    else:
+        numbered = _NUMBERED.fullmatch(words[-1]) if words else None
+        if numbered is None:
+            return _plural(words)
+        words = [*words[:-1], numbered.group(1)]
+    return _plural(words) or words
+
+
+def _plural(words: list[str]) -> list[str] | None:
+    """*words* with a plural last word made singular (see :func:`_singular`)."""
+    single = _PLURAL_WORDS.get(words[-1]) if words else None
+    if single is None:
         return None
-    last = words[-1]
-    numbered = _NUMBERED.fullmatch(last)
-    if numbered is not None:
-        return [*words[:-1], numbered.group(1)]
-    single = _PLURAL_WORDS.get(last)
-    if single is None or (single == "token" and (len(words) < 2 or words[-2] not in _TOKEN_KINDS)):
+    if single in ("key", "token") and words[0] in _COUNT_WORDS:  # num_api_keys: a count
+        return None
+    if single == "token" and (len(words) < 2 or words[-2] not in _TOKEN_KINDS):
         return None
     return [*words[:-1], single]
 

@@ -63,9 +63,9 @@ class RollupSettle(RollupSteps, RollupWaits):
         A candidate inside a step of its trace with its ``rl.iteration`` is no
         step (a detached finalize span whose bucketed parent left the window),
         whether that step is known now or was when the candidate arrived (the
-        last 64 steps are remembered): its leaves go with the group's. Not when
-        *rule_out* is false: the parent is another process's, so no finalize
-        span of this one.
+        last 64 trace and iteration pairs of steps are remembered): its leaves
+        go with the group's. Not when *rule_out* is false: the parent is
+        another process's, so no finalize span of this one.
         Returns the bucketed leaves counted nowhere.
 
         With *rule_out*, the candidates (siblings: *group* waits for their

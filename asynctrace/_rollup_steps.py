@@ -21,7 +21,7 @@ from ._rollup_tree import (
 
 __all__ = ["RollupSteps"]
 
-_STEPS_REMEMBERED: Final = 4096  # (trace, rl.iteration) of recent steps, for _ruled_out
+_STEPS_REMEMBERED: Final = 64  # (trace, rl.iteration) of recent steps, for _ruled_out
 _STEPS_PER_KEY: Final = 4
 
 

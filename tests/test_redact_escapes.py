@@ -429,3 +429,22 @@ def test_a_value_ends_before_any_credential_line(line: str, encode: object) -> N
 @pytest.mark.parametrize("tool", ["mar\u0131adb", "MAR\u0130ADB", "MariaDB"])
 def test_a_password_tool_spelled_in_any_case(tool: str) -> None:
     assert PLAIN_SECRET not in at.redact_text(f"{tool} -u root -p{PLAIN_SECRET} db")
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["password_2", "password-2", "secret_1", "api_key_2", "OPENAI_API_KEY_2", "access_token2"],
+)
+def test_a_numbered_credential_key_is_a_credential(key: str) -> None:
+    assert at.is_credential_key(key)
+    assert plain_payload({key: PLAIN_SECRET}) == {key: "REDACTED"}
+
+
+@pytest.mark.parametrize("key", ["num_api_keys", "max_access_tokens", "step_2", "tokens_2"])
+def test_counts_and_numbered_data_keys_stay_data(key: str) -> None:
+    assert not at.is_credential_key(key)
+
+
+@pytest.mark.parametrize("text", ["tail = seq[-units:n]", "w = tokens[-used:total]"])
+def test_a_slice_with_a_minus_is_no_glued_user_flag(text: str) -> None:
+    assert at.redact_text(text) == text
