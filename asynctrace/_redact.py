@@ -79,10 +79,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection
-from typing import Final
 
 from ._redact_pairs import (
     _PAIR_REPR,
+    _PASSWORD_TOOLS,
     _redact_flags,
     _redact_pair_repr,
     _redact_pairs,
@@ -109,9 +109,6 @@ _BEARER = re.compile(
     r"[ \t]+)*)(\\'[^'\s\\]+\\'|\\\"[^\"\s\\]+\\\"|'[^'\s]+'|\"[^\"\s]+\"|[\w\-.~+/:]+=*)",
     re.IGNORECASE,
 )
-# _PASSWORD_TOOL's words, as a case-folded text holds them: mariadb by "adb", since an
-# ignored case matches the dotless and dotted i as "i" and case-folding does not.
-_PASSWORD_TOOLS: Final = ("mysql", "adb", "sshpass", "docker")
 _SHORT = 8  # secrets shorter than this are replaced only where they stand alone
 _MIN_SECRET = 4  # shorter ones ("1", "?0") are not replaced at all: they are everywhere
 _MAX_SECRETS = 1024  # the longest this many secrets of one exception are replaced...

@@ -42,10 +42,9 @@ _ESCAPED_QUOTED = (
 # that ends it, an escaped line break that ends a line (\r\n, or \n before what starts
 # a credential's line, _NEXT_LINE: "\nAuthorization: ...", "\nBearer ...", "\n--password
 # ..."; not "CORP\nancy", nor an escaped backslash's "\\n"), or an "&" or ";" that
-# starts the next "name=" (so
-# "Tr0ub4dor&3xyz" goes whole, and "token=abc&n=1" keeps its "n=1"); an unquoted
-# one's trailing ")", ",", "]" and "}" are left out of it (_value_end): "(token=abc)",
-# "{'key': 1, ...}".
+# starts the next "name=" (so "Tr0ub4dor&3xyz" goes whole, and "token=abc&n=1" keeps
+# its "n=1"); an unquoted one's trailing ")", ",", "]" and "}" are left out of it
+# (_value_end): "(token=abc)", "{'key': 1, ...}".
 # A quote ends it before a blank, a closer or the end ("Tr0ub'#4dor" goes whole);
 # in a quoted pair ('token=abc'.split(...): a quote right before the name), before
 # anything but a letter or digit.
@@ -53,18 +52,19 @@ _QUOTE_ENDS = r"['\"](?![\s,)\]}]|\Z)"
 _QUOTE_ENDS_QUOTED = r"['\"](?=\w)"
 
 
+_SCHEMES = "basic|bearer|digest|token|negotiate"  # an Authorization value's scheme words
 # What starts the next line after an escaped "\n" (the "n" read): a "Name: " (dotted,
 # Go's "map[Name:[", quoted), a "name=", a scheme word, a flag or a password tool.
 _NEXT_LINE = (
     r"(?:[\w.\-\[]{1,128}:[ \t\[]|[\w.\-]{1,128}=|\\?['\"][\w.\-]{1,128}\\?['\"][ \t]*:"
-    r"|(?:basic|bearer|digest|token|negotiate)[ \t]|-|mysql|mariadb|sshpass|docker)"
+    rf"|(?:{_SCHEMES})[ \t]|-|mysql|mariadb|sshpass|docker)"
 )
 
 
 def _value(quote: str) -> re.Pattern[str]:
     return re.compile(
         _ESCAPED_QUOTED + r"b?'(?:[^'\\\n]|\\.)*'?|b?\"(?:[^\"\\\n]|\\.)*\"?|"
-        r"(?:(?:basic|bearer|digest|token|negotiate)[ \t]+)*"
+        rf"(?:(?:{_SCHEMES})[ \t]+)*"
         rf"(?:[^\s'\"&;\\]|\\\\|\\(?!r\\n|n{_NEXT_LINE})|{quote}|[&;](?![\w.\-%\[\]]{{1,128}}=))+",
         re.IGNORECASE,
     )
@@ -118,6 +118,10 @@ _PASSWORD_TOOL = re.compile(
 )
 # Glued: "-phunter2", and a shell's quotes around it ("-p'hunter2'"; not an argv
 # list's "'-p', ..." whose quote closes the flag).
+# Its words, as a case-folded text holds them (the quick test before the scan): mariadb
+# by "adb", since an ignored case matches the dotless and dotted i as "i" and
+# case-folding does not.
+_PASSWORD_TOOLS: Final = ("mysql", "adb", "sshpass", "docker")
 _GLUED_P = re.compile(r"(?:(?<![\w.\-])|(?<=\\[nrt]))-p(?=[^\s'\"]|['\"][^\s'\",])")
 # The next argument, and for sshpass and docker login (getopt, pflag) glued or after "=" too.
 _SPACED_P = re.compile(
@@ -265,34 +269,14 @@ def _redact_tool_passwords(text: str) -> str:
     return "".join(out)
 
 
-_flag_gates: dict[re.Pattern[str], re.Pattern[str]] = {}
-
-
-def _flag_gate(flag_pattern: re.Pattern[str]) -> re.Pattern[str]:
-    """What any text the flag pattern of the words registered now matches in holds: a
-    ``-`` that starts a flag and, within a name's length, a secret word, or a ``-u``.
-    Its first character is a literal, so a text without one is scanned at C speed (the
-    flag pattern, which starts with look-behinds, is tried at every character)."""
-    gate = _flag_gates.get(flag_pattern)
-    if gate is None:
-        names = _secret_words._SECRET_NAME.pattern
-        gate = re.compile(
-            rf"-(?:(?<![\w.\-]-)|(?<=\\[nrt]-))[\w.\-]{{0,127}}?(?:{names})|-u", re.IGNORECASE
-        )
-        if len(_flag_gates) > 2 * _secret_words.MAX_SECRET_WORDS:  # one per set of words
-            _flag_gates.clear()
-        _flag_gates[flag_pattern] = gate
-    return gate
-
-
 def _redact_flags(text: str) -> str:
     """The value after each secret-like command-line flag replaced.
 
     ``--password x``, ``--api-key=x``, an argv list's ``'--token', 'x'``, and the
     value of ``-u``/``--user`` when it is ``user:pass`` (curl's form).
     """
-    flag_pattern = _flag()
-    if _flag_gate(flag_pattern).search(text) is None:
+    flag_pattern, gate = _flag()
+    if gate.search(text) is None:
         return text
     out: list[str] = []
     pos = 0

@@ -83,7 +83,7 @@ class RollupSpans(RollupSettle):
                 self._remote_open -= 1
         if self._stubs:
             children = self._unstub(key, children)
-        # Bucketed spans under this one whose wait was given up (max_pending): a few of them.
+        # Bucketed spans under this one whose wait was given up (max_pending): one of them.
         gone = self._gone.pop(key, None) if self._gone else None
         flags = (_HAS_ITERATION if iteration is not None else 0) | (_STEP if group_step else 0)
         bucket_index = -1

@@ -139,7 +139,7 @@ class Step:
         # A candidate that a step of its trace and iteration contained when it arrived:
         # no step should its parent never arrive, however many steps end meanwhile.
         self.within = False
-        # Bucketed spans under this candidate given up past max_pending (a few): its
+        # Bucketed spans under this candidate given up past max_pending (one of them): its
         # parent nests buckets if it is bucketed and this turns out to be no step.
         self.gone: list[Example] | None = None
         self.fwd: _Container | None = None  # set when folded into its parent

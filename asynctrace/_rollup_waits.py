@@ -86,7 +86,7 @@ class RollupWaits:
                     self._load -= len(raw)
                     cand.raw = None  # bucketed spans arriving under it: see _attach
                     if raw and cand.gone is None:
-                        cand.gone = [(leaf[3], leaf[4]) for leaf in raw[:3]]
+                        cand.gone = [(raw[0][3], raw[0][4])]
                 cand.stub = True
             stub = self._stubs.get(key)
             if stub is None:

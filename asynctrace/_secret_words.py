@@ -62,8 +62,9 @@ _SECRET_NAME = re.compile(
 _DEFAULT_NAME: Final = _SECRET_NAME  # the default words alone, whatever is registered
 
 
-def _flag_pattern(words: str) -> re.Pattern[str]:
-    """A secret-like command-line flag and what separates it from its value.
+def _flag_patterns(words: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """A secret-like command-line flag and what separates it from its value; and its
+    gate, what any text it matches in holds.
 
     ``--password x``, ``--token=x``, an argv list's ``'--password', 'x'`` (a
     ``CalledProcessError``'s command): a ``--flag`` holding one of *words* (a
@@ -72,8 +73,13 @@ def _flag_pattern(words: str) -> re.Pattern[str]:
     ``-ubob:pw`` glued). The value is matched apart (``_redact_pairs._VALUE``).
     Other flags do not match at all: a command line of ordinary flags costs no
     Python call.
+
+    The gate: a ``-`` that starts a flag and, within a name's length, one of
+    *words*, or a ``-u``. Its first character is a literal, so a text without
+    one is scanned at C speed (the flag pattern, which starts with
+    look-behinds, is tried at every character).
     """
-    return re.compile(
+    flag = re.compile(
         r"(?:(?<![\w.\-])|(?<=\\[nrt]))(?:b?(?P<quote>['\"]))?"
         rf"(?P<flag>--?(?=[\w.\-]{{0,127}}?(?:{words}))[a-z][\w.\-]{{0,127}}"
         r"|(?:-u|--user|--proxy-user)"
@@ -82,6 +88,10 @@ def _flag_pattern(words: str) -> re.Pattern[str]:
         r"(?(glued)|(?(quote)(?P=quote)[ \t]*,[ \t]*|(?:[ \t]*=[ \t]*|[ \t]+)))",
         re.IGNORECASE,
     )
+    gate = re.compile(
+        rf"-(?:(?<![\w.\-]-)|(?<=\\[nrt]-))[\w.\-]{{0,127}}?(?:{words})|-u", re.IGNORECASE
+    )
+    return flag, gate
 
 
 def register_secret_words(words: Iterable[str]) -> None:
@@ -175,10 +185,11 @@ _WORDS_LOCK = threading.Lock()  # one registration at a time
 reinit_at_fork(_WORDS_LOCK)  # held by another thread at fork(): new in the child
 # The patterns of each set of words registered so far, by its name pattern (the
 # _SECRET_NAME they go with): URL keys, flags. At most MAX_SECRET_WORDS + 1 entries.
-_PATTERNS: dict[re.Pattern[str], tuple[re.Pattern[str], re.Pattern[str]]] = {
+_Flags = tuple[re.Pattern[str], re.Pattern[str]]  # a flag pattern and its gate
+_PATTERNS: dict[re.Pattern[str], tuple[re.Pattern[str], _Flags]] = {
     _SECRET_NAME: (
         re.compile("|".join(SECRET_WORDS), re.IGNORECASE),
-        _flag_pattern(_SECRET_NAME.pattern),
+        _flag_patterns(_SECRET_NAME.pattern),
     )
 }
 
@@ -205,7 +216,7 @@ def _checked_words(words: object) -> set[str]:
 
 def _word_patterns(
     extra: Collection[str],
-) -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str], re.Pattern[str]]:
+) -> tuple[re.Pattern[str], re.Pattern[str], _Flags, re.Pattern[str]]:
     """The patterns of the default words and *extra*: for names, URL keys and flags,
     and for names holding one of *extra* (a header's name, a payload's key).
 
@@ -231,7 +242,7 @@ def _word_patterns(
     return (
         re.compile(names, re.IGNORECASE),
         re.compile(keys, re.IGNORECASE),
-        _flag_pattern(names),
+        _flag_patterns(names),
         re.compile("|".join(registered), re.IGNORECASE),
     )
 
@@ -244,12 +255,13 @@ def _key_pattern() -> re.Pattern[str]:
         return _SECRET_NAME
 
 
-def _flag() -> re.Pattern[str]:
-    """What finds a secret-like command-line flag, for the words registered so far."""
+def _flag() -> _Flags:
+    """What finds a secret-like command-line flag, and its gate, for the words registered
+    so far."""
     try:
         return _PATTERNS[_SECRET_NAME][1]
     except KeyError:  # pragma: no cover - as _key_pattern
-        return _flag_pattern(_SECRET_NAME.pattern)
+        return _flag_patterns(_SECRET_NAME.pattern)
 
 
 def _secret_name(name: str, pattern: re.Pattern[str] | None = None) -> bool:

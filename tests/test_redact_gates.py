@@ -30,13 +30,13 @@ class _Folded(str):
 
 @contextmanager
 def _gates_open() -> Iterator[None]:
-    name_gate, flag_gate = _redact_pairs._name_gate, _redact_pairs._flag_gate
+    name_gate, flag = _redact_pairs._name_gate, _redact_pairs._flag
     _redact_pairs._name_gate = lambda: _OPEN.search  # type: ignore[assignment]
-    _redact_pairs._flag_gate = lambda pattern: _OPEN  # type: ignore[assignment]
+    _redact_pairs._flag = lambda: (flag()[0], _OPEN)  # type: ignore[assignment]
     try:
         yield
     finally:
-        _redact_pairs._name_gate, _redact_pairs._flag_gate = name_gate, flag_gate
+        _redact_pairs._name_gate, _redact_pairs._flag = name_gate, flag
 
 
 def _ungated(text: str) -> str:
